@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The project's two entry points; each sets up whatever is missing first.
+#   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
+#   ./run.sh test [ARGS...]   lint, then run the whole test suite (ARGS go to pytest)
+# Set-up: Debian's ZooKeeper package when no server is found (needs root and apt-get),
+# then a virtual environment in .venv with the project installed in editable mode.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+die() { echo "run.sh: $*" >&2; exit "${2:-1}"; }
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
+
+apt_install() {
+    command -v apt-get >/dev/null || return 1
+    echo "run.sh: installing $* from Debian's packages ..." >&2
+    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+ensure_zookeeper() {
+    if [ -n "${ZOOKEEPER_HOME:-}${SENTINEL_ZK_CLASSPATH:-}" ] || [ -f /usr/share/java/zookeeper.jar ]; then
+        return
+    fi
+    apt_install zookeeper || die "no ZooKeeper found and it could not be installed: run
+  'apt-get install zookeeper' as root, or set ZOOKEEPER_HOME to an Apache ZooKeeper release" 4
+}
+
+ensure_venv() {
+    local stamp
+    stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ ! -x .venv/bin/python ]; then
+        python3 -m venv .venv 2>/dev/null || { apt_install python3-venv && python3 -m venv .venv; } \
+            || die "could not create a virtual environment: install python3-venv (Python >= 3.11)"
+    fi
+    if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
+        echo "run.sh: installing the project and its test tools into .venv ..." >&2
+        .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+        echo "$stamp" > .venv/.installed
+    fi
+}
+
+command=${1:-}
+[ $# -gt 0 ] && shift
+case "$command" in
+    demo)
+        ensure_zookeeper
+        ensure_venv
+        exec .venv/bin/sentinel demo "$@"
+        ;;
+    test)
+        ensure_zookeeper
+        ensure_venv
+        .venv/bin/ruff check sentinel policies balancers benchmarks tests
+        .venv/bin/ruff format --check sentinel policies balancers benchmarks tests
+        status=0
+        .venv/bin/python -m pytest "$@" || status=$?
+        # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
+        [ "$status" = 5 ] && die "pytest collected no tests"
+        exit "$status"
+        ;;
+    *)
+        die "usage: ./run.sh demo [ARGS...] | ./run.sh test [PYTEST ARGS...]" 2
+        ;;
+esac

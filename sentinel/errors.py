@@ -1,0 +1,83 @@
+"""The exception hierarchy: every error Sentinel raises derives from :class:`SentinelError`.
+
+Catch ``SentinelError`` to handle anything the SDK raises; catch a subclass to handle one cause.
+Input errors also derive from :class:`ValueError` so that code written against plain Python
+conventions keeps working.
+"""
+
+from __future__ import annotations
+
+
+class SentinelError(Exception):
+    """Base class of every error raised by Sentinel."""
+
+
+class ValidationError(SentinelError, ValueError):
+    """An argument was rejected before anything was written to ZooKeeper."""
+
+
+class InvalidName(ValidationError):
+    """A service, partition, label, client or zone name is not a valid node name."""
+
+
+class ValueTooLarge(ValidationError):
+    """An encoded value is over the size Sentinel allows for one znode."""
+
+
+class DecodeError(SentinelError):
+    """A znode's bytes are not a record this version of Sentinel understands.
+
+    Readers skip such nodes and count them; the error carries the path and the reason.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot decode {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class ServiceConflict(SentinelError):
+    """A service spec already exists with different settings than the ones asked for."""
+
+
+class ClientClosed(SentinelError):
+    """The client was used before :meth:`~sentinel.Sentinel.start` or after ``close()``."""
+
+
+class ZooKeeperUnavailable(SentinelError):
+    """No ZooKeeper server answered within the timeout."""
+
+
+class LauncherError(SentinelError):
+    """Base class for errors of the local ZooKeeper launcher."""
+
+
+class ZooKeeperNotInstalled(LauncherError):
+    """No ZooKeeper installation was found; the message says what to install."""
+
+
+class ZooKeeperStartFailed(LauncherError):
+    """A ZooKeeper server process did not come up; the message holds the tail of its log."""
+
+
+class DevServerNotRunning(LauncherError):
+    """No local development server is running, and no connect string was given."""
+
+
+class RegistryConflict(SentinelError):
+    """Another writer kept changing the same node while Sentinel tried to write it."""
+
+
+class ServiceNotFound(SentinelError):
+    """No spec node exists for the service in this namespace."""
+
+
+class ConnectionInterrupted(ZooKeeperUnavailable):
+    """The connection to ZooKeeper was lost during a call; it may or may not have taken effect.
+
+    The client reconnects by itself; retry the call once it has.
+    """
+
+
+class RegistryError(SentinelError):
+    """ZooKeeper refused an operation for a reason other than a lost connection."""

@@ -1,0 +1,483 @@
+"""Start real ZooKeeper servers on loopback: one standalone server, or an ensemble of several.
+
+The CLI's development server, the test suite, the benchmarks and the demo all start ZooKeeper
+through this module. It looks for a server in this order:
+
+1. ``SENTINEL_ZK_CLASSPATH`` (an explicit Java classpath) or ``ZOOKEEPER_HOME`` (an Apache
+   ZooKeeper release: its ``lib/`` and top-level jars);
+2. Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``; its manifest lists the
+   jars it needs, and the default NIO connection factory needs none of Netty's codecs);
+3. the official ``zookeeper`` image through the ``docker`` package, when an engine answers
+   (standalone servers only).
+
+Example::
+
+    with LocalZooKeeper() as zk:            # standalone, on a free loopback port
+        print(zk.connect_string)            # "127.0.0.1:41233"
+
+    with LocalZooKeeper(size=3) as zk:      # an ensemble; each member can be killed or paused
+        zk.leader().kill()
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sentinel.errors import LauncherError, ZooKeeperNotInstalled, ZooKeeperStartFailed
+
+log = logging.getLogger(__name__)
+
+DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+# Debian ships slf4j-simple separately; with it the server logs warnings instead of nothing.
+DEBIAN_LOG_BINDING = Path("/usr/share/java/slf4j-simple.jar")
+DOCKER_IMAGE = "zookeeper:3.8"
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+INSTALL_HINT = (
+    "install Debian's package ('apt-get update && apt-get install zookeeper'), "
+    "set ZOOKEEPER_HOME to an Apache ZooKeeper release, or start a Docker engine"
+)
+# A short tick keeps session timeouts of one second possible (the minimum is two ticks), which
+# the tests and the fault benchmarks need; production ensembles keep their own settings.
+DEFAULT_CONFIG = {
+    "tickTime": "500",
+    "initLimit": "20",
+    "syncLimit": "10",
+    "minSessionTimeout": "1000",
+    "maxSessionTimeout": "60000",
+    "maxClientCnxns": "0",
+    "admin.enableServer": "false",
+    "4lw.commands.whitelist": "*",
+    "reconfigEnabled": "false",
+}
+JVM_OPTIONS = (
+    "-Xmx256m",
+    "-XX:+UseSerialGC",
+    "-Djava.awt.headless=true",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    "-Dzookeeper.preAllocSize=4096",
+)
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a four-letter command (``ruok``, ``srvr``, ``mntr``...) and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(word.encode("ascii"))
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
+    """``standalone``, ``leader`` or ``follower`` while the server serves clients, else None."""
+    try:
+        answer = four_letter_word(host, port, "srvr", timeout)
+    except OSError:
+        return None
+    for line in answer.splitlines():
+        if line.startswith("Mode: "):
+            return line.removeprefix("Mode: ").strip()
+    return None
+
+
+def free_ports(count: int) -> list[int]:
+    """Ask the kernel for ``count`` distinct free loopback ports."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+@dataclass(frozen=True)
+class Installation:
+    """How to run a ZooKeeper server: a Java classpath, or a Docker image."""
+
+    kind: str  # "java" or "docker"
+    source: str  # where it was found, for messages
+    java: str | None = None
+    classpath: str | None = None
+    image: str | None = None
+
+
+def _java_binary(env: Mapping[str, str]) -> str | None:
+    java_home = env.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def _release_classpath(home: Path) -> str:
+    jars = sorted(home.glob("*.jar")) + sorted((home / "lib").glob("*.jar"))
+    if not jars:
+        raise ZooKeeperNotInstalled(f"ZOOKEEPER_HOME={home} holds no jars in . or lib/")
+    return os.pathsep.join([str(home / "conf"), *map(str, jars)])
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        docker.from_env(timeout=2).ping()
+    except Exception:  # any failure means "no usable engine"; the caller says what to install
+        return False
+    return True
+
+
+def find_installation(env: Mapping[str, str] | None = None) -> Installation:
+    """Find a ZooKeeper server to run, in the module's documented order.
+
+    Raises :class:`ZooKeeperNotInstalled` with what to install when there is none.
+    """
+    env = os.environ if env is None else env
+    java = _java_binary(env)
+    explicit = env.get("SENTINEL_ZK_CLASSPATH")
+    home = env.get("ZOOKEEPER_HOME")
+    if explicit or home:
+        if java is None:
+            raise ZooKeeperNotInstalled("no 'java' on PATH or in JAVA_HOME; install Java 11+")
+        if explicit:
+            return Installation("java", "SENTINEL_ZK_CLASSPATH", java, explicit)
+        return Installation("java", f"ZOOKEEPER_HOME={home}", java, _release_classpath(Path(home)))
+    if DEBIAN_JAR.is_file() and java is not None:
+        jars = [DEBIAN_JAR] + ([DEBIAN_LOG_BINDING] if DEBIAN_LOG_BINDING.is_file() else [])
+        return Installation(
+            "java", f"Debian package ({DEBIAN_JAR})", java, ":".join(map(str, jars))
+        )
+    if _docker_answers():
+        return Installation("docker", f"Docker image {DOCKER_IMAGE}", image=DOCKER_IMAGE)
+    missing = "Java" if DEBIAN_JAR.is_file() else "ZooKeeper"
+    raise ZooKeeperNotInstalled(
+        f"no ZooKeeper server to start ({missing} not found): {INSTALL_HINT}"
+    )
+
+
+class ZooKeeperServer:
+    """One ZooKeeper server process: standalone, or one member of an ensemble.
+
+    It can be stopped (SIGTERM), killed (SIGKILL), paused (SIGSTOP), resumed (SIGCONT) and
+    restarted with the same data directory and ports, which is what fault tests need.
+    """
+
+    def __init__(
+        self,
+        installation: Installation,
+        directory: Path,
+        myid: int,
+        client_port: int,
+        config: Mapping[str, str],
+    ) -> None:
+        self.installation = installation
+        self.directory = directory
+        self.myid = myid
+        self.client_port = client_port
+        self._config = dict(config)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._container = None
+
+    def __repr__(self) -> str:
+        return f"<ZooKeeperServer myid={self.myid} {self.connect_string} pid={self.pid}>"
+
+    @property
+    def connect_string(self) -> str:
+        """``host:port`` of this member alone."""
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's own output goes."""
+        return self.directory / "server.log"
+
+    @property
+    def config_path(self) -> Path:
+        """The ``zoo.cfg`` this member runs with."""
+        return self.directory / "zoo.cfg"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs (None in Docker or when stopped)."""
+        return self._process.pid if self._process and self._process.poll() is None else None
+
+    def is_running(self) -> bool:
+        """Whether the process (or container) exists; a paused server is still running."""
+        if self._container is not None:
+            self._container.reload()
+            return self._container.status in ("running", "paused")
+        return self._process is not None and self._process.poll() is None
+
+    def mode(self, timeout: float = 1.0) -> str | None:
+        """``standalone``/``leader``/``follower`` while serving, else None (``srvr``)."""
+        return server_mode("127.0.0.1", self.client_port, timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to serve (see :meth:`wait_serving`)."""
+        if self.is_running():
+            raise LauncherError(f"{self!r} is already running")
+        data_dir = self.directory / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (data_dir / "myid").write_text(f"{self.myid}\n")
+        self._config["dataDir"] = str(data_dir)
+        self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self._config.items()))
+        if self.installation.kind == "docker":
+            self._launch_container()
+            return
+        command = [
+            self.installation.java or "java",
+            *JVM_OPTIONS,
+            "-cp",
+            self.installation.classpath or "",
+            MAIN_CLASS,
+            str(self.config_path),
+        ]
+        with open(self.log_path, "ab") as log_file:
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+                start_new_session=True,
+            )
+        log.debug("started %r", self)
+
+    def _launch_container(self) -> None:
+        import docker
+
+        self._container = docker.from_env().containers.run(
+            self.installation.image,
+            detach=True,
+            ports={"2181/tcp": ("127.0.0.1", self.client_port)},
+            environment={
+                "ZOO_TICK_TIME": self._config["tickTime"],
+                "ZOO_MAX_CLIENT_CNXNS": "0",
+                "ZOO_4LW_COMMANDS_WHITELIST": "*",
+                "ZOO_ADMINSERVER_ENABLED": "false",
+            },
+            labels={"sentinel.launcher": str(self.directory)},
+        )
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the server printed, for error messages."""
+        if self._container is not None:
+            return self._container.logs(tail=lines).decode("utf-8", "replace")
+        try:
+            text = self.log_path.read_text("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_serving(self, timeout: float) -> str:
+        """Wait until ``srvr`` reports a mode; ZooKeeperStartFailed if it dies or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            mode = self.mode(timeout=0.5)
+            if mode is not None:
+                return mode
+            if not self.is_running():
+                raise ZooKeeperStartFailed(
+                    f"ZooKeeper member {self.myid} exited while starting; last output:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.05)
+        raise ZooKeeperStartFailed(
+            f"ZooKeeper member {self.myid} did not serve on {self.connect_string} within "
+            f"{timeout:.0f}s; last output:\n{self.log_tail()}"
+        )
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signum)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop gracefully (SIGTERM), then kill if it has not exited within ``timeout``."""
+        if self._container is not None:
+            with contextlib.suppress(Exception):
+                self._container.remove(force=True)
+            self._container = None
+            return
+        if self._process is None:
+            return
+        self._signal(signal.SIGCONT)  # a paused JVM cannot handle SIGTERM
+        self._signal(signal.SIGTERM)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self._process = None
+
+    def kill(self) -> None:
+        """Kill at once (SIGKILL), as a crash would; the data directory stays for a restart."""
+        if self._container is not None:
+            self._container.kill()
+            return
+        if self._process is not None:
+            self._signal(signal.SIGKILL)
+            self._process.wait()
+
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections stay open but nothing answers."""
+        if self._container is not None:
+            self._container.pause()
+        else:
+            self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Thaw a paused server (SIGCONT)."""
+        if self._container is not None:
+            self._container.unpause()
+        else:
+            self._signal(signal.SIGCONT)
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Start again after stop or kill (same ports and data); wait until it serves."""
+        if self._container is not None:
+            self._container.start()
+        else:
+            self._process = None
+            self.launch()
+        self.wait_serving(timeout)
+
+
+_running: set[LocalZooKeeper] = set()
+_running_lock = threading.Lock()
+
+
+@atexit.register
+def _stop_leftovers() -> None:
+    with _running_lock:
+        leftovers = list(_running)
+    for zk in leftovers:
+        zk.stop()
+
+
+class LocalZooKeeper:
+    """A real ZooKeeper on loopback: standalone (``size=1``) or an ensemble (``size=3``).
+
+    Servers get free ports and their own data directories under ``directory`` (a temporary
+    directory by default, removed on :meth:`stop`). A context manager; servers it owns are
+    also stopped when the interpreter exits, unless ``detach=True`` (the CLI's dev server).
+    """
+
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        installation: Installation | None = None,
+        config: Mapping[str, str] | None = None,
+        detach: bool = False,
+    ) -> None:
+        if size < 1:
+            raise ValueError("an ensemble needs at least one server")
+        if size > 1 and installation is not None and installation.kind == "docker":
+            raise LauncherError("ensembles need a local ZooKeeper installation, not Docker")
+        self.size = size
+        self.detach = detach
+        self._installation = installation
+        self._owns_directory = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="sentinel-zk-"))
+        self._extra_config = dict(config or {})
+        self.members: list[ZooKeeperServer] = []
+
+    def __enter__(self) -> LocalZooKeeper:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __iter__(self) -> Iterator[ZooKeeperServer]:
+        return iter(self.members)
+
+    @property
+    def connect_string(self) -> str:
+        """Comma-separated ``host:port`` of every member, for kazoo's ``hosts``."""
+        return ",".join(member.connect_string for member in self.members)
+
+    def _member_configs(self) -> list[tuple[int, dict[str, str]]]:
+        ports = free_ports(3 * self.size)
+        client_ports, quorum_ports = ports[: self.size], ports[self.size :]
+        peers = {
+            f"server.{myid}": f"127.0.0.1:{quorum_ports[2 * myid - 2]}:{quorum_ports[2 * myid - 1]}"
+            for myid in range(1, self.size + 1)
+        }
+        return [
+            (
+                client_port,
+                {
+                    **DEFAULT_CONFIG,
+                    "clientPort": str(client_port),
+                    "clientPortAddress": "127.0.0.1",
+                    **(peers if self.size > 1 else {}),
+                    **self._extra_config,
+                },
+            )
+            for client_port in client_ports
+        ]
+
+    def start(self, timeout: float = 60.0) -> LocalZooKeeper:
+        """Start every member and wait until all serve; retry once if a port was taken."""
+        installation = self._installation or find_installation()
+        for attempt in (1, 2):
+            self.members = []
+            for i, (port, config) in enumerate(self._member_configs()):
+                member_dir = self.directory / f"member-{i + 1}"
+                if attempt > 1:
+                    shutil.rmtree(member_dir, ignore_errors=True)  # nothing from a failed try
+                self.members.append(ZooKeeperServer(installation, member_dir, i + 1, port, config))
+            if not self.detach:
+                with _running_lock:
+                    _running.add(self)
+            try:
+                for member in self.members:
+                    member.launch()
+                deadline = time.monotonic() + timeout
+                for member in self.members:
+                    member.wait_serving(max(deadline - time.monotonic(), 1.0))
+            except ZooKeeperStartFailed as exc:
+                self.stop(remove_directory=False)
+                if attempt == 2 or "Address already in use" not in str(exc):
+                    raise
+                log.info("a ZooKeeper port was taken meanwhile; retrying with new ports")
+            else:
+                break
+        log.info(
+            "ZooKeeper (%d member(s), %s) serving on %s",
+            self.size,
+            installation.source,
+            self.connect_string,
+        )
+        return self
+
+    def leader(self, timeout: float = 30.0) -> ZooKeeperServer:
+        """The member that leads (or the standalone server), waiting for an election."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for member in self.members:
+                if member.mode(timeout=0.5) in ("leader", "standalone"):
+                    return member
+            time.sleep(0.05)
+        raise LauncherError(f"no member of {self.connect_string} leads after {timeout:.0f}s")
+
+    def stop(self, *, remove_directory: bool = True) -> None:
+        """Stop every member; remove the directory if this object created it."""
+        for member in self.members:
+            member.stop()
+        with _running_lock:
+            _running.discard(self)
+        if remove_directory and self._owns_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)

@@ -1,0 +1,236 @@
+"""The records stored in ZooKeeper and their JSON codecs.
+
+Every value is a UTF-8 JSON object with a ``"v"`` schema version. Records validate themselves on
+construction, so the same checks guard what a publisher writes and what a client reads: a reader
+turns a failed check into :class:`~sentinel.errors.DecodeError` and skips the node.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
+from sentinel.layout import parse_instance_name, validate_name
+
+SCHEMA_VERSION = 1
+# ZooKeeper's jute.maxbuffer is 1 MB and a larger write makes the server drop the connection;
+# half of it leaves room for the request framing and for multi-op transactions.
+MAX_VALUE_BYTES = 512 * 1024
+MAX_PROPERTY_KEY_LENGTH = 128
+STATUSES = frozenset({"up", "down", "starting", "draining"})
+
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
+# Hostnames, IPv4 and IPv6 literals (bracketed or not, with a zone index): no space, no '/'.
+_HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,253}\Z")
+
+
+def _plain(value: object) -> dict[str, Any]:
+    """Let ``json`` write the read-only mappings records hold."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def encode(path: str, document: Mapping[str, Any]) -> bytes:
+    """Encode ``document`` (with its ``"v"``) as compact JSON; refuse values over the limit."""
+    try:
+        data = json.dumps(
+            {"v": SCHEMA_VERSION, **document},
+            separators=(",", ":"),
+            allow_nan=False,
+            default=_plain,
+        ).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"value for {path} is not JSON-serialisable: {exc}") from None
+    if len(data) > MAX_VALUE_BYTES:
+        raise ValueTooLarge(
+            f"value for {path} is {len(data)} bytes encoded; at most {MAX_VALUE_BYTES} are allowed"
+        )
+    return data
+
+
+def decode(path: str, data: bytes | None) -> dict[str, Any]:
+    """Decode a JSON object written by :func:`encode`; raise DecodeError on anything else."""
+    if not data:
+        raise DecodeError(path, "empty value")
+    if len(data) > MAX_VALUE_BYTES:
+        raise DecodeError(path, f"value of {len(data)} bytes is over the limit")
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DecodeError(path, f"not UTF-8 JSON ({exc.__class__.__name__})") from None
+    if not isinstance(document, dict):
+        raise DecodeError(path, f"expected a JSON object, got {type(document).__name__}")
+    version = document.pop("v", None)
+    if version != SCHEMA_VERSION:
+        raise DecodeError(path, f"schema version {version!r} is not {SCHEMA_VERSION}")
+    return document
+
+
+def _scheme(value: object) -> str:
+    if not isinstance(value, str) or not _SCHEME.match(value):
+        raise ValidationError(f"scheme {value!r} must look like 'http', 'postgresql' or 'grpc+tls'")
+    return value
+
+
+def _properties(value: object) -> Mapping[str, Any]:
+    """A read-only deep copy of JSON-able properties with string keys."""
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise ValidationError(f"properties must be a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str) or not 0 < len(key) <= MAX_PROPERTY_KEY_LENGTH:
+            raise ValidationError(
+                f"property key {key!r} must be a string of 1-{MAX_PROPERTY_KEY_LENGTH} characters"
+            )
+    try:
+        copied = json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"properties are not JSON-serialisable: {exc}") from None
+    return MappingProxyType(copied)
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """The persistent spec of a service: ``/services/<service>``.
+
+    ``shard_policy`` names the ``/shard_info`` policy the service is partitioned by; ``None``
+    means the service is not sharded and every instance serves every key.
+    """
+
+    service: str
+    scheme: str = "http"
+    shard_policy: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        validate_name("service", self.service)
+        _scheme(self.scheme)
+        if self.shard_policy is not None:
+            validate_name("shard policy", self.shard_policy)
+        object.__setattr__(self, "defaults", _properties(self.defaults))
+
+    def to_bytes(self, path: str) -> bytes:
+        """The node's value."""
+        return encode(
+            path,
+            {"scheme": self.scheme, "shard_policy": self.shard_policy, "defaults": self.defaults},
+        )
+
+    @classmethod
+    def from_bytes(cls, service: str, path: str, data: bytes | None) -> ServiceSpec:
+        """Decode and validate a spec read from ``path``; raise DecodeError if it is not one."""
+        document = decode(path, data)
+        try:
+            return cls(
+                service=service,
+                scheme=document["scheme"],
+                shard_policy=document.get("shard_policy"),
+                defaults=document.get("defaults") or {},
+            )
+        except KeyError as exc:
+            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
+        except ValidationError as exc:
+            raise DecodeError(path, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class InstanceRecord:
+    """One live instance of a service: the ephemeral node ``/services/<service>/<p>:<label>``."""
+
+    service: str
+    partition: str
+    label: str
+    host: str
+    port: int
+    scheme: str = "http"
+    status: str = "up"
+    weight: float = 1
+    zone: str | None = None
+    properties: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    registered_at: float = field(default_factory=time.time, compare=False)
+
+    def __post_init__(self) -> None:
+        validate_name("service", self.service)
+        validate_name("partition", self.partition)
+        validate_name("label", self.label)
+        if not isinstance(self.host, str) or not _HOST.match(self.host):
+            raise ValidationError(
+                f"host {self.host!r} must be a hostname or an IP address (at most 253 characters)"
+            )
+        if isinstance(self.port, bool) or not isinstance(self.port, int):
+            raise ValidationError(f"port must be an integer, got {type(self.port).__name__}")
+        if not 1 <= self.port <= 65535:
+            raise ValidationError(f"port {self.port} is outside 1-65535")
+        _scheme(self.scheme)
+        if not isinstance(self.status, str) or self.status not in STATUSES:
+            raise ValidationError(f"status {self.status!r} is not one of {sorted(STATUSES)}")
+        if (
+            isinstance(self.weight, bool)
+            or not isinstance(self.weight, int | float)
+            or not math.isfinite(self.weight)
+            or self.weight < 0
+        ):
+            raise ValidationError(f"weight {self.weight!r} must be a finite number >= 0")
+        if self.zone is not None:
+            validate_name("zone", self.zone)
+        object.__setattr__(self, "properties", _properties(self.properties))
+
+    def to_bytes(self, path: str) -> bytes:
+        """The node's value."""
+        return encode(
+            path,
+            {
+                "partition": self.partition,
+                "label": self.label,
+                "host": self.host,
+                "port": self.port,
+                "scheme": self.scheme,
+                "status": self.status,
+                "weight": self.weight,
+                "zone": self.zone,
+                "properties": self.properties,
+                "registered_at": self.registered_at,
+            },
+        )
+
+    @classmethod
+    def from_bytes(cls, service: str, name: str, path: str, data: bytes | None) -> InstanceRecord:
+        """Decode and validate the instance node ``name``; raise DecodeError if it is not one.
+
+        The partition and label in the value must agree with the node name, so a value copied
+        to another node is caught rather than served under the wrong identity.
+        """
+        document = decode(path, data)
+        try:
+            partition, label = parse_instance_name(name)
+            if (document.get("partition"), document.get("label")) != (partition, label):
+                raise DecodeError(path, "partition and label do not match the node name")
+            registered_at = document.get("registered_at", 0.0)
+            if not isinstance(registered_at, int | float) or isinstance(registered_at, bool):
+                raise DecodeError(path, "registered_at must be a number")
+            return cls(
+                service=service,
+                partition=partition,
+                label=label,
+                host=document["host"],
+                port=document["port"],
+                scheme=document["scheme"],
+                status=document.get("status", "up"),
+                weight=document.get("weight", 1),
+                zone=document.get("zone"),
+                properties=document.get("properties") or {},
+                registered_at=float(registered_at),
+            )
+        except KeyError as exc:
+            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
+        except ValidationError as exc:
+            raise DecodeError(path, str(exc)) from None

@@ -1,0 +1,56 @@
+"""Shared fixtures: one real ZooKeeper for the session, a fresh namespace for each test."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from sentinel import Sentinel
+from sentinel.launcher import LocalZooKeeper
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[LocalZooKeeper]:
+    """A standalone ZooKeeper server shared by the whole test session."""
+    with LocalZooKeeper() as zk:
+        yield zk
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace root of its own, so tests on the shared server never see each other."""
+    return f"/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def make_client(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[Callable[..., Sentinel]]:
+    """Start Sentinel clients on the shared server and namespace; close them after the test."""
+    clients: list[Sentinel] = []
+
+    def make(client_id: str = "test-client", **kwargs: object) -> Sentinel:
+        kwargs.setdefault("hosts", zookeeper.connect_string)
+        kwargs.setdefault("namespace", namespace)
+        client = Sentinel(client_id=client_id, **kwargs).start()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def raw_zk(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[KazooClient]:
+    """A plain kazoo client rooted at the test's namespace, for looking behind the API."""
+    zk = KazooClient(hosts=f"{zookeeper.connect_string}{namespace}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="No chroot path exists")
+        zk.start(timeout=10)
+    zk.ensure_path("/")
+    yield zk
+    zk.stop()
+    zk.close()

@@ -1,0 +1,68 @@
+"""The launcher against real ZooKeeper processes: standalone and a 3-member ensemble."""
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.errors import ConnectionInterrupted
+from sentinel.launcher import LocalZooKeeper, four_letter_word
+from sentinel.testing import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_standalone_server_answers_and_stops(tmp_path):
+    zk = LocalZooKeeper(directory=tmp_path / "zk").start()
+    member = zk.members[0]
+    try:
+        assert member.mode() == "standalone"
+        assert four_letter_word("127.0.0.1", member.client_port, "ruok") == "imok"
+        assert member.pid is not None and member.config_path.is_file()
+    finally:
+        zk.stop()
+    assert not member.is_running() and member.mode() is None
+    assert (tmp_path / "zk").is_dir(), "a directory the caller gave must be kept"
+
+
+def test_temporary_directory_is_removed_on_stop():
+    with LocalZooKeeper() as zk:
+        directory = zk.directory
+        assert directory.is_dir()
+    assert not directory.exists()
+
+
+def test_paused_server_stops_answering_until_resumed(zookeeper):
+    member = zookeeper.members[0]
+    member.pause()
+    try:
+        assert member.mode(timeout=0.3) is None
+        assert member.is_running()
+    finally:
+        member.resume()
+    assert wait_until(lambda: member.mode() == "standalone", timeout=10) is not None
+
+
+@pytest.mark.slow
+def test_ensemble_survives_losing_its_leader_and_the_member_rejoins():
+    with LocalZooKeeper(size=3) as ensemble:
+        modes = sorted(member.mode() for member in ensemble)
+        assert modes == ["follower", "follower", "leader"]
+        with Sentinel(hosts=ensemble.connect_string, client_id="ha", session_timeout=6.0) as c:
+            before = c.register_service("api", "p1", "h", 80)
+            old_leader = ensemble.leader()
+            old_leader.kill()
+            assert not old_leader.is_running()
+            new_leader = ensemble.leader()
+            assert new_leader is not old_leader
+
+            def still_served():
+                labels = [i.label for i in c.read_service("api").instances]
+                return labels == [before.label]
+
+            assert wait_until(still_served, timeout=20, ignore=(ConnectionInterrupted,))
+            after = c.register_service("api", "p2", "h", 81)
+            assert {i.partition for i in c.read_service("api").instances} == {"p1", "p2"}
+
+            old_leader.restart()
+            assert old_leader.mode() == "follower"
+            assert ensemble.leader() is new_leader
+            c.deregister_service(after)

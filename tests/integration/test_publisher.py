@@ -1,0 +1,242 @@
+"""Publishing instances against a real ZooKeeper: nodes, JSON, expiry, takeover, bad input."""
+
+import json
+import logging
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from sentinel.errors import (
+    ConnectionInterrupted,
+    InvalidName,
+    ServiceConflict,
+    ServiceNotFound,
+    ValidationError,
+    ValueTooLarge,
+)
+from sentinel.records import MAX_VALUE_BYTES
+from sentinel.testing import expire_session, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def test_register_writes_an_ephemeral_node_with_versioned_json(make_client, raw_zk):
+    client = make_client()
+    registration = client.register_service(
+        "billing-db",
+        "p1",
+        "10.0.0.5",
+        5432,
+        scheme="postgresql",
+        label="replica-a",
+        weight=2,
+        zone="eu-1",
+        properties={"role": "replica"},
+    )
+    assert registration.path == "/services/billing-db/p1:replica-a"
+    data, stat = raw_zk.get(registration.path)
+    assert stat.ephemeralOwner == client.session_id
+    document = json.loads(data)
+    assert document["v"] == 1
+    assert {
+        k: document[k]
+        for k in (
+            "partition",
+            "label",
+            "host",
+            "port",
+            "scheme",
+            "status",
+            "weight",
+            "zone",
+            "properties",
+        )
+    } == {
+        "partition": "p1",
+        "label": "replica-a",
+        "host": "10.0.0.5",
+        "port": 5432,
+        "scheme": "postgresql",
+        "status": "up",
+        "weight": 2,
+        "zone": "eu-1",
+        "properties": {"role": "replica"},
+    }
+    spec, spec_stat = raw_zk.get("/services/billing-db")
+    assert spec_stat.ephemeralOwner == 0
+    assert json.loads(spec) == {
+        "v": 1,
+        "scheme": "postgresql",
+        "shard_policy": None,
+        "defaults": {},
+    }
+    assert sorted(raw_zk.get_children("/")) == [
+        "auth",
+        "clients",
+        "metrics",
+        "services",
+        "shard_info",
+    ]
+
+
+def test_default_label_is_derived_from_host_and_port(make_client, raw_zk):
+    registration = make_client().register_service("api", "p1", "::1", 8080)
+    assert registration.label == "__1_8080"
+    assert raw_zk.exists("/services/api/p1:__1_8080") is not None
+
+
+def test_registering_the_same_identity_again_replaces_the_node(make_client, raw_zk):
+    client = make_client()
+    first = client.register_service("api", "p1", "h1", 80, label="a")
+    _, before = raw_zk.get(first.path)
+    client.register_service("api", "p1", "h2", 81, label="a")
+    data, after = raw_zk.get(first.path)
+    assert json.loads(data)["host"] == "h2"
+    assert after.czxid == before.czxid and after.version == before.version + 1
+    assert len(client.registrations) == 1
+
+
+def test_deregister_removes_the_node_once(make_client, raw_zk):
+    client = make_client()
+    registration = client.register_service("api", "p1", "h", 80)
+    other = client.register_service("api", "p2", "h", 81)
+    assert client.deregister_service(registration) is True
+    assert raw_zk.exists(registration.path) is None
+    assert raw_zk.exists(other.path) is not None
+    assert client.deregister_service(registration) is False
+    assert client.registrations == (other,)
+
+
+def test_close_removes_every_registration_at_once(make_client, raw_zk):
+    client = make_client()
+    for partition in ("p1", "p2", "p3"):
+        client.register_service("api", partition, "h", 80)
+    client.close()
+    assert raw_zk.get_children("/services/api") == []
+
+
+def test_drain_deregisters_then_waits(make_client, raw_zk):
+    client = make_client()
+    registration = client.register_service("api", "p1", "h", 80)
+    gone_at = []
+    raw_zk.exists(registration.path, watch=lambda event: gone_at.append(time.monotonic()))
+    started = time.monotonic()
+    client.drain(registration, wait=0.3)
+    finished = time.monotonic()
+    assert raw_zk.exists(registration.path) is None
+    assert gone_at and gone_at[0] - started < 0.3 <= finished - started
+
+
+def test_registration_is_restored_after_session_expiry(make_client, raw_zk):
+    client = make_client(session_timeout=4.0)
+    bystander = make_client("bystander")
+    mine = [client.register_service("api", p, "h", 80) for p in ("p1", "p2")]
+    theirs = bystander.register_service("api", "p3", "h", 80)
+    old_session = expire_session(client)
+
+    def restored():
+        owners = {
+            raw_zk.exists(r.path).ephemeralOwner if raw_zk.exists(r.path) else None for r in mine
+        }
+        return owners == {client.session_id} and client.session_id != old_session
+
+    elapsed = wait_until(restored, timeout=10, ignore=(ConnectionInterrupted,))
+    assert elapsed is not None, "registrations did not come back after session expiry"
+    assert raw_zk.exists(theirs.path).ephemeralOwner == bystander.session_id
+    assert client.registrations == tuple(mine)
+
+
+def test_a_stale_node_of_another_session_is_taken_over_and_watchers_fire(
+    make_client, raw_zk, zookeeper, namespace
+):
+    # The node a crashed predecessor left behind: its session is still alive on the server.
+    predecessor = KazooClient(hosts=f"{zookeeper.connect_string}{namespace}")
+    predecessor.start(timeout=10)
+    try:
+        make_client("setup").ensure_service("api")
+        predecessor.create("/services/api/p1:a", b'{"v":1}', ephemeral=True)
+        stale_owner = predecessor.client_id[0]
+        changed = threading.Event()
+        raw_zk.get_children("/services/api", watch=lambda event: changed.set())
+
+        client = make_client()
+        registration = client.register_service("api", "p1", "10.0.0.9", 80, label="a")
+
+        data, stat = raw_zk.get(registration.path)
+        assert stat.ephemeralOwner == client.session_id != stale_owner
+        assert json.loads(data)["host"] == "10.0.0.9"
+        assert changed.wait(5), "children watchers did not see the delete-and-recreate"
+    finally:
+        predecessor.stop()
+        predecessor.close()
+    # The predecessor's session ending must not take the new node with it.
+    assert raw_zk.exists(registration.path).ephemeralOwner == client.session_id
+
+
+def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk):
+    client = make_client()
+    spec = client.ensure_service(
+        "orders", scheme="postgresql", shard_policy="tenants", defaults={"pool": 5}
+    )
+    assert (
+        client.ensure_service(
+            "orders", scheme="postgresql", shard_policy="tenants", defaults={"pool": 5}
+        )
+        == spec
+    )
+    _, stat = raw_zk.get("/services/orders")
+    with pytest.raises(ServiceConflict, match="shard_policy='tenants'"):
+        client.ensure_service("orders", scheme="postgresql", shard_policy="regions")
+    assert raw_zk.get("/services/orders")[1].version == stat.version
+    # An instance registered later keeps the spec as it was.
+    client.register_service("orders", "p1", "h", 5432, scheme="http")
+    assert json.loads(raw_zk.get("/services/orders")[0])["scheme"] == "postgresql"
+
+
+def test_read_service_returns_decodable_instances_and_counts_the_rest(make_client, raw_zk, caplog):
+    client = make_client()
+    client.register_service("api", "p1", "h", 80, label="good")
+    raw_zk.create("/services/api/p1:garbage", b"\xff\x00not json")
+    raw_zk.create("/services/api/p1:future", b'{"v": 99}')
+    raw_zk.create("/services/api/no-separator", b"{}")
+    with caplog.at_level(logging.WARNING, logger="sentinel.registry"):
+        listing = client.read_service("api")
+    assert [i.label for i in listing.instances] == ["good"]
+    assert listing.skipped == 3
+    assert "p1:garbage" in caplog.text and "schema version 99" in caplog.text
+    with pytest.raises(ServiceNotFound, match="'nothing'"):
+        client.read_service("nothing")
+
+
+BAD_REGISTRATIONS = [
+    (dict(service="a/b"), InvalidName),
+    (dict(service=""), InvalidName),
+    (dict(service="s" * 129), InvalidName),
+    (dict(partition="p/1"), InvalidName),
+    (dict(partition=""), InvalidName),
+    (dict(label="x" * 200), InvalidName),
+    (dict(label="../x"), InvalidName),
+    (dict(port=0), ValidationError),
+    (dict(port=70000), ValidationError),
+    (dict(port="5432"), ValidationError),
+    (dict(host="bad host"), ValidationError),
+    (dict(scheme="Not A Scheme"), ValidationError),
+    (dict(status="maybe"), ValidationError),
+    (dict(weight=-3), ValidationError),
+    (dict(properties={"conn": object()}), ValidationError),
+    (dict(properties={"lag": float("nan")}), ValidationError),
+    (dict(properties={"blob": "x" * MAX_VALUE_BYTES}), ValueTooLarge),
+]
+
+
+@pytest.mark.parametrize(("overrides", "error"), BAD_REGISTRATIONS)
+def test_bad_input_raises_a_typed_error_and_writes_nothing(make_client, raw_zk, overrides, error):
+    client = make_client()
+    arguments = dict(service="api", partition="p1", host="10.0.0.1", port=80)
+    arguments.update(overrides)
+    with pytest.raises(error):
+        client.register_service(**arguments)
+    assert raw_zk.get_children("/services") == []
+    assert client.registrations == ()

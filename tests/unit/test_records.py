@@ -1,0 +1,230 @@
+import contextlib
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
+from sentinel.records import MAX_VALUE_BYTES, InstanceRecord, ServiceSpec, decode, encode
+
+PATH = "/services/db/p1:a"
+
+
+def make_instance(**overrides):
+    fields = dict(service="db", partition="p1", label="a", host="10.0.0.1", port=5432)
+    fields.update(overrides)
+    return InstanceRecord(**fields)
+
+
+def test_instance_encodes_as_versioned_json_and_decodes_back():
+    record = make_instance(
+        scheme="postgresql",
+        zone="eu-1",
+        weight=2.5,
+        properties={"role": "replica", "tags": ["a", "b"]},
+    )
+    data = record.to_bytes(PATH)
+    document = json.loads(data)
+    assert document["v"] == 1
+    assert document["host"] == "10.0.0.1" and document["port"] == 5432
+    assert document["properties"] == {"role": "replica", "tags": ["a", "b"]}
+    decoded = InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+    assert decoded == record
+    assert decoded.registered_at == record.registered_at
+
+
+def test_properties_are_copied_and_read_only():
+    source = {"role": "replica"}
+    record = make_instance(properties=source)
+    source["role"] = "primary"
+    assert record.properties["role"] == "replica"
+    with pytest.raises(TypeError):
+        record.properties["role"] = "x"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "fragment"),
+    [
+        (dict(port=0), ValidationError, "outside 1-65535"),
+        (dict(port=65536), ValidationError, "outside 1-65535"),
+        (dict(port=-1), ValidationError, "outside 1-65535"),
+        (dict(port="80"), ValidationError, "must be an integer"),
+        (dict(port=True), ValidationError, "must be an integer"),
+        (dict(port=80.0), ValidationError, "must be an integer"),
+        (dict(host=""), ValidationError, "host"),
+        (dict(host="a b"), ValidationError, "host"),
+        (dict(host="a/b"), ValidationError, "host"),
+        (dict(host="h" * 254), ValidationError, "host"),
+        (dict(scheme="HTTP"), ValidationError, "scheme"),
+        (dict(scheme=""), ValidationError, "scheme"),
+        (dict(status="sleeping"), ValidationError, "status"),
+        (dict(weight=-1), ValidationError, "weight"),
+        (dict(weight=math.nan), ValidationError, "weight"),
+        (dict(weight=math.inf), ValidationError, "weight"),
+        (dict(weight="1"), ValidationError, "weight"),
+        (dict(zone="eu/1"), InvalidName, "zone"),
+        (dict(service="a/b"), InvalidName, "service"),
+        (dict(partition=""), InvalidName, "partition"),
+        (dict(label="x" * 129), InvalidName, "label"),
+        (dict(properties={"k": object()}), ValidationError, "not JSON-serialisable"),
+        (dict(properties={"k": math.nan}), ValidationError, "not JSON-serialisable"),
+        (dict(properties={"k": {1, 2}}), ValidationError, "not JSON-serialisable"),
+        (dict(properties={1: "v"}), ValidationError, "property key"),
+        (dict(properties={"": "v"}), ValidationError, "property key"),
+        (dict(properties=["k"]), ValidationError, "must be a mapping"),
+    ],
+)
+def test_invalid_instances_raise_typed_errors(overrides, error, fragment):
+    with pytest.raises(error, match=fragment):
+        make_instance(**overrides)
+
+
+@pytest.mark.parametrize("host", ["db-1.example.com", "10.0.0.1", "::1", "[fe80::1%eth0]"])
+def test_hosts_accept_names_and_addresses(host):
+    assert make_instance(host=host).host == host
+
+
+def test_oversize_value_is_refused_before_writing():
+    record = make_instance(properties={"blob": "x" * MAX_VALUE_BYTES})
+    with pytest.raises(ValueTooLarge, match="bytes encoded"):
+        record.to_bytes(PATH)
+
+
+def test_encode_refuses_non_json():
+    with pytest.raises(ValidationError):
+        encode(PATH, {"x": object()})
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (None, "empty"),
+        (b"", "empty"),
+        (b"\xff\xfe", "not UTF-8 JSON"),
+        (b"{not json", "not UTF-8 JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"host": "h"}', "schema version None"),
+        (b'{"v": 2, "host": "h"}', "schema version 2"),
+        (b'{"v": "1"}', "schema version '1'"),
+    ],
+)
+def test_decode_rejects_garbage(data, fragment):
+    with pytest.raises(DecodeError, match=fragment) as info:
+        decode(PATH, data)
+    assert info.value.path == PATH
+
+
+def test_decode_rejects_oversize_values():
+    with pytest.raises(DecodeError, match="over the limit"):
+        decode(PATH, b" " * (MAX_VALUE_BYTES + 1))
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        ({"partition": "p1", "label": "a", "port": 1, "scheme": "http"}, "missing field 'host'"),
+        (
+            {"partition": "p2", "label": "a", "host": "h", "port": 1, "scheme": "http"},
+            "do not match the node name",
+        ),
+        ({"partition": "p1", "label": "a", "host": "h", "port": 0, "scheme": "http"}, "port"),
+        (
+            {
+                "partition": "p1",
+                "label": "a",
+                "host": "h",
+                "port": 1,
+                "scheme": "http",
+                "registered_at": "yesterday",
+            },
+            "registered_at",
+        ),
+    ],
+)
+def test_instance_decoding_validates_every_field(document, fragment):
+    data = json.dumps({"v": 1, **document}).encode()
+    with pytest.raises(DecodeError, match=fragment):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+
+
+def test_instance_decoding_rejects_a_malformed_node_name():
+    data = make_instance().to_bytes(PATH)
+    with pytest.raises(DecodeError, match="no ':'"):
+        InstanceRecord.from_bytes("db", "p1-a", PATH, data)
+
+
+def test_service_spec_round_trip_and_validation():
+    spec = ServiceSpec("db", scheme="postgresql", shard_policy="tenants", defaults={"pool": 5})
+    assert ServiceSpec.from_bytes("db", "/services/db", spec.to_bytes("/services/db")) == spec
+    with pytest.raises(InvalidName):
+        ServiceSpec("db", shard_policy="bad/policy")
+    with pytest.raises(DecodeError, match="missing field 'scheme'"):
+        ServiceSpec.from_bytes("db", "/services/db", b'{"v": 1}')
+
+
+names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,20}", fullmatch=True)
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=10)
+    | st.floats(allow_nan=False, allow_infinity=False)
+)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    partition=names,
+    label=names,
+    port=st.integers(1, 65535),
+    weight=st.floats(0, 1e6),
+    properties=st.dictionaries(st.text(min_size=1, max_size=10), json_values, max_size=5),
+)
+def test_any_valid_instance_survives_the_round_trip(partition, label, port, weight, properties):
+    record = make_instance(
+        partition=partition, label=label, port=port, weight=weight, properties=properties
+    )
+    path = f"/services/db/{partition}:{label}"
+    assert (
+        InstanceRecord.from_bytes("db", f"{partition}:{label}", path, record.to_bytes(path))
+        == record
+    )
+
+
+VALID_FIELDS = {
+    "host": "h",
+    "port": 80,
+    "scheme": "http",
+    "status": "up",
+    "weight": 1,
+    "zone": "z",
+    "properties": {},
+    "registered_at": 1.0,
+}
+# Each field is valid or arbitrary JSON, so that checks late in validation are reached too.
+shaped_documents = st.fixed_dictionaries(
+    {
+        "v": st.just(1),
+        "partition": st.just("p1"),
+        "label": st.just("a"),
+        **{name: st.just(valid) | json_values for name, valid in VALID_FIELDS.items()},
+    }
+).map(lambda d: json.dumps(d).encode())
+
+
+@given(
+    data=st.binary(max_size=200)
+    | st.builds(lambda v: json.dumps(v).encode(), json_values)
+    | shaped_documents
+)
+def test_arbitrary_bytes_either_decode_or_raise_decode_error(data):
+    with contextlib.suppress(DecodeError):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
