@@ -21,6 +21,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sentinel.devserver import resolve_hosts
+from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
     ConnectionInterrupted,
@@ -105,7 +106,8 @@ class Sentinel:
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
         self._zk = KazooClient(hosts=f"{self.hosts}{self.namespace}", timeout=session_timeout)
-        self._publisher = Publisher(self._zk)
+        self._nodes = EphemeralNodes(self._zk)
+        self._publisher = Publisher(self._zk, self._nodes)
         self._started = False
 
     def __repr__(self) -> str:
@@ -145,7 +147,7 @@ class Sentinel:
             self._zk.stop()
             self._zk.close()
             raise
-        self._publisher.start()
+        self._nodes.start()
         self._started = True
         log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
         return self
@@ -155,7 +157,7 @@ class Sentinel:
         if not self._started:
             return
         self._started = False
-        self._publisher.close()
+        self._nodes.close()
         self._zk.stop()
         self._zk.close()
 

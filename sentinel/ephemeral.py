@@ -1,0 +1,154 @@
+"""Ephemeral nodes that a client keeps for as long as it lives, across session expiry.
+
+ZooKeeper removes a session's ephemeral nodes when the session ends. When it expires while the
+process lives on, kazoo connects again with a new session and :class:`EphemeralNodes` re-creates
+every node it keeps. A node that still carries another session (the server has not expired a
+crashed predecessor yet, or another process took the name) is deleted and re-created in one
+transaction, so watchers see the change and the node belongs to the live session. A connection
+that merely flaps keeps its session, and then nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+
+from sentinel.errors import RegistryConflict
+
+log = logging.getLogger(__name__)
+
+_WRITE_ATTEMPTS = 5
+_RETRY_AFTER_FAILURE = 1.0
+
+
+def first_failure(results: list[object]) -> Exception | None:
+    """The first real failure of a committed transaction (kazoo returns errors as results)."""
+    for result in results:
+        if isinstance(result, Exception) and type(result).__name__ != "RolledBackError":
+            return result
+    return None
+
+
+class EphemeralNodes:
+    """Keeps a set of ephemeral nodes alive for one kazoo client."""
+
+    def __init__(self, zk: KazooClient) -> None:
+        self._zk = zk
+        # Serialises writes between the callers' threads and the restoring worker; kazoo's own
+        # thread never takes it (its callbacks must not block).
+        self._lock = threading.Lock()
+        self._nodes: dict[str, bytes] = {}
+        self._session_id: int | None = None
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Begin watching the session; call once the client is connected."""
+        self._session_id = self._zk.client_id[0]
+        self._zk.add_listener(self._on_state)
+        self._worker = threading.Thread(target=self._run, name="sentinel-ephemeral", daemon=True)
+        self._worker.start()
+
+    def close(self) -> None:
+        """Stop the worker; the session's end removes the nodes themselves."""
+        self._closed.set()
+        self._wake.set()
+        self._zk.remove_listener(self._on_state)
+        if self._worker is not None:
+            self._worker.join()
+
+    def put(self, path: str, data: bytes) -> None:
+        """Make ``path`` an ephemeral node of the current session holding ``data``, and keep it."""
+        with self._lock:
+            self._write(path, data)
+            self._nodes[path] = data
+
+    def remove(self, path: str) -> bool:
+        """Stop keeping ``path`` and delete it if this session owns it; False if not kept."""
+        with self._lock:
+            if self._nodes.pop(path, None) is None:
+                return False
+            stat = self._zk.exists(path)
+            if stat is not None and stat.ephemeralOwner == self._zk.client_id[0]:
+                try:
+                    self._zk.delete(path, version=stat.version)
+                except (NoNodeError, BadVersionError):
+                    log.warning("%s changed while being removed; left as it is", path)
+            elif stat is not None:
+                log.warning("%s belongs to another session now; left in place", path)
+        return True
+
+    def _on_state(self, state: str) -> None:
+        # Runs on kazoo's thread: only wake the worker, never touch ZooKeeper here.
+        if state == KazooState.CONNECTED:
+            self._wake.set()
+
+    def _run(self) -> None:
+        timeout = None
+        while True:
+            self._wake.wait(timeout)
+            self._wake.clear()
+            if self._closed.is_set():
+                return
+            timeout = None
+            if self._zk.state != KazooState.CONNECTED:
+                continue
+            session_id = self._zk.client_id[0]
+            if session_id == self._session_id:
+                continue  # same session: the nodes are still there
+            try:
+                restored = self._restore_all()
+            except (ConnectionLoss, SessionExpiredError):
+                continue  # the next CONNECTED wakes us again
+            except Exception:
+                log.exception("restoring ephemeral nodes failed; retrying")
+                timeout = _RETRY_AFTER_FAILURE
+                continue
+            self._session_id = session_id
+            log.info("new ZooKeeper session 0x%x: re-created %d node(s)", session_id, restored)
+
+    def _restore_all(self) -> int:
+        restored = 0
+        for path in list(self._nodes):
+            with self._lock:
+                data = self._nodes.get(path)
+                if data is None:
+                    continue  # removed meanwhile
+                self._write(path, data)
+                restored += 1
+        return restored
+
+    def _write(self, path: str, data: bytes) -> None:
+        for _ in range(_WRITE_ATTEMPTS):
+            try:
+                self._zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            try:
+                _, stat = self._zk.get(path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == self._zk.client_id[0]:
+                try:
+                    self._zk.set(path, data, version=stat.version)
+                    return
+                except (BadVersionError, NoNodeError):
+                    continue
+            log.warning("taking over %s from session 0x%x", path, stat.ephemeralOwner)
+            transaction = self._zk.transaction()
+            transaction.delete(path, version=stat.version)
+            transaction.create(path, data, ephemeral=True)
+            if first_failure(transaction.commit()) is None:
+                return
+        raise RegistryConflict(f"{path} kept changing during {_WRITE_ATTEMPTS} write attempts")
