@@ -1,5 +1,61 @@
 """Selection policies: which of a partition's instances are eligible.
 
-The base class and the built-ins arrive with the resolution issue; a user's own policy will
-live beside them and look the same.
+A policy is an object with one method, :meth:`SelectionPolicy.select`, from the partition's
+endpoints to the eligible ones. Policies compose with ``&``; any plain callable with the same
+signature works as a policy too. A policy of your own::
+
+    from policies import SelectionPolicy
+
+    class InZone(SelectionPolicy):
+        def __init__(self, zone):
+            self.zone = zone
+
+        def select(self, endpoints):
+            return tuple(e for e in endpoints if e.zone == self.zone)
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sentinel.endpoint import Endpoint
+
+Endpoints = Sequence[Endpoint]
+
+
+class SelectionPolicy:
+    """Base class of selection policies."""
+
+    def select(self, endpoints: Endpoints) -> Endpoints:
+        """Return the eligible endpoints, in the order balancers should see them."""
+        raise NotImplementedError
+
+    def __call__(self, endpoints: Endpoints) -> Endpoints:
+        return self.select(endpoints)
+
+    def __and__(self, other: SelectionPolicy | Callable[[Endpoints], Endpoints]) -> Chain:
+        return Chain(self, other)
+
+
+class AllUp(SelectionPolicy):
+    """Every instance whose status is ``up`` (the default policy)."""
+
+    def select(self, endpoints: Endpoints) -> Endpoints:
+        """The endpoints with status ``up``."""
+        return tuple(e for e in endpoints if e.status == "up")
+
+
+class Chain(SelectionPolicy):
+    """Policies applied one after the other; ``a & b`` builds one."""
+
+    def __init__(self, *policies: SelectionPolicy | Callable[[Endpoints], Endpoints]) -> None:
+        self.policies = policies
+
+    def select(self, endpoints: Endpoints) -> Endpoints:
+        """Each policy filters what the previous one kept."""
+        for policy in self.policies:
+            endpoints = policy(endpoints)
+        return endpoints
+
+
+__all__ = ["AllUp", "Chain", "Endpoints", "SelectionPolicy"]

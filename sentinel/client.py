@@ -2,70 +2,39 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    SessionExpiredError,
-)
-from kazoo.handlers.threading import KazooTimeoutError
 
+from balancers import Balancer
+from policies import Endpoints, SelectionPolicy
+from sentinel import shards
+from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.devserver import resolve_hosts
+from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
-    ConnectionInterrupted,
-    RegistryError,
+    NoInstanceAvailable,
+    PartitionNotFound,
     ZooKeeperUnavailable,
 )
 from sentinel.layout import SECTIONS, sanitize_name, validate_name, validate_namespace
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
+from sentinel.zkerrors import translate_zk_errors
 
 log = logging.getLogger(__name__)
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _translate_zk_errors(method: Callable[_P, _R]) -> Callable[_P, _R]:
-    """Raise kazoo's exceptions as Sentinel's, so callers catch one hierarchy."""
-
-    @functools.wraps(method)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(*args, **kwargs)
-        except (
-            ConnectionLoss,
-            SessionExpiredError,
-            ConnectionClosedError,
-            KazooTimeoutError,
-        ) as exc:
-            raise ConnectionInterrupted(
-                f"connection to ZooKeeper lost during {method.__name__}() "
-                f"({type(exc).__name__}); retry once the client has reconnected"
-            ) from exc
-        except KazooException as exc:
-            raise RegistryError(
-                f"ZooKeeper refused {method.__name__}(): {type(exc).__name__} {exc}"
-            ) from exc
-
-    return wrapper
 
 
 def default_client_id() -> str:
@@ -87,7 +56,8 @@ class Sentinel:
     ``hosts`` defaults to ``$SENTINEL_ZK``, then to the development server (``sentinel zk
     start``). ``namespace`` is the root every path lives under, so that several environments
     can share one ensemble. ``session_timeout`` is how long ZooKeeper keeps this client's
-    ephemeral nodes after it stops answering.
+    ephemeral nodes after it stops answering. ``negative_ttl`` is how long a shard key found
+    nowhere is remembered as missing before ZooKeeper is asked again.
     """
 
     def __init__(
@@ -99,6 +69,7 @@ class Sentinel:
         connect_timeout: float = 10.0,
         session_timeout: float = 10.0,
         drain_wait: float = DEFAULT_DRAIN_WAIT,
+        negative_ttl: float = 1.0,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -108,6 +79,16 @@ class Sentinel:
         self._zk = KazooClient(hosts=f"{self.hosts}{self.namespace}", timeout=session_timeout)
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
+        self._cache = RegistryCache(
+            self._zk,
+            self.client_id,
+            self._nodes,
+            load_timeout=connect_timeout,
+            negative_ttl=negative_ttl,
+        )
+        # The hot path reads these two dicts directly: one attribute lookup less per call.
+        self._snapshots = self._cache.snapshots
+        self._shard_maps = self._cache.shard_maps
         self._started = False
 
     def __repr__(self) -> str:
@@ -123,7 +104,7 @@ class Sentinel:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @_translate_zk_errors
+    @translate_zk_errors
     def start(self) -> Sentinel:
         """Connect and make sure the namespace and its sections exist.
 
@@ -148,6 +129,7 @@ class Sentinel:
             self._zk.close()
             raise
         self._nodes.start()
+        self._cache.start()
         self._started = True
         log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
         return self
@@ -157,6 +139,7 @@ class Sentinel:
         if not self._started:
             return
         self._started = False
+        self._cache.close()
         self._nodes.close()
         self._zk.stop()
         self._zk.close()
@@ -175,7 +158,7 @@ class Sentinel:
         """The registrations this client holds."""
         return self._publisher.registrations
 
-    @_translate_zk_errors
+    @translate_zk_errors
     def ensure_service(
         self,
         service: str,
@@ -191,7 +174,7 @@ class Sentinel:
         spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
         return self._publisher.ensure_service(spec)
 
-    @_translate_zk_errors
+    @translate_zk_errors
     def register_service(
         self,
         service: str,
@@ -228,7 +211,7 @@ class Sentinel:
         )
         return self._publisher.register(instance)
 
-    @_translate_zk_errors
+    @translate_zk_errors
     def deregister_service(self, registration: Registration) -> bool:
         """Remove the instance; returns False if this client no longer held it."""
         self._require_started()
@@ -242,7 +225,7 @@ class Sentinel:
         self.deregister_service(registration)
         time.sleep(self.drain_wait if wait is None else wait)
 
-    @_translate_zk_errors
+    @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
         """Read ``service``'s spec and live instances straight from ZooKeeper (no cache).
 
@@ -252,3 +235,162 @@ class Sentinel:
         """
         self._require_started()
         return read_service(self._zk, validate_name("service", service))
+
+    # --- resolution ---------------------------------------------------------------------------
+
+    def get_service(
+        self,
+        service: str,
+        key: object = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        balancer: Balancer | None = None,
+    ) -> Endpoint:
+        """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
+
+        The first call for a service loads it into the cache and sets watches; later calls
+        are dictionary lookups on an immutable snapshot. ``policy`` filters the partition's
+        endpoints (default: those with status ``up``); ``balancer`` picks one (default: round
+        robin per service). Unsharded services ignore ``key``.
+
+        Raises :class:`~sentinel.errors.ServiceNotFound`,
+        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
+        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
+        """
+        candidates = self._eligible(service, key, policy)
+        return (balancer or self._cache.balancers[service]).pick(candidates)
+
+    def get_services(
+        self,
+        service: str,
+        key: object = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+    ) -> tuple[Endpoint, ...]:
+        """Every eligible endpoint, for callers that pool connections; errors as get_service."""
+        return tuple(self._eligible(service, key, policy))
+
+    def _eligible(self, service: str, key: object, policy: object) -> Endpoints:
+        """The hot path: snapshot, partition, policy; no lock and no I/O on a warm cache."""
+        snapshot = self._snapshots.get(service)
+        if snapshot is None:
+            snapshot = self._load(service)
+        shard_policy = snapshot.spec.shard_policy
+        partition = None
+        if shard_policy is not None:
+            shard_map = self._shard_maps.get(shard_policy)
+            partition = shard_map.lookup(key) if shard_map is not None else None
+            if partition is None:
+                partition = self._read_through(service, shard_policy, key)
+        if policy is None:
+            candidates = snapshot.up.get(partition)
+        else:
+            candidates = policy(snapshot.partitions.get(partition, ()))  # type: ignore[operator]
+        if not candidates:
+            raise self._nothing_eligible(service, key, partition, policy)
+        return candidates
+
+    def _load(self, service: str) -> ServiceSnapshot:
+        self._require_started()
+        return self._cache.load(validate_name("service", service))
+
+    def _read_through(self, service: str, policy: str, key: object) -> str:
+        if key is None:
+            raise PartitionNotFound(
+                f"service {service!r} is sharded by policy {policy!r}: a key is required"
+            )
+        return self._cache.read_through(service, policy, shards.validate_key(key))
+
+    def _nothing_eligible(
+        self, service: str, key: object, partition: str | None, policy: object
+    ) -> NoInstanceAvailable:
+        where = f"service {service!r}" + (
+            "" if partition is None else f", key {key!r}, partition {partition!r}"
+        )
+        snapshot = self._snapshots.get(service)
+        live = len(snapshot.partitions.get(partition, ())) if snapshot else 0
+        reason = (
+            "has no live instance"
+            if live == 0
+            else f"has {live} instance(s) but none is eligible under "
+            f"{'status up' if policy is None else repr(policy)}"
+        )
+        return NoInstanceAvailable(f"{where} {reason}")
+
+    def listen(self, service: str | None, callback: Listener) -> Callable[[], None]:
+        """Call ``callback(event)`` on every change of ``service`` (None: of every service).
+
+        Events (:mod:`sentinel.events`) carry the diff: instances added, removed or updated,
+        shard keys moved, the spec changed, and the connection's state. Callbacks run on the
+        cache's worker thread, in order; a slow callback delays the cache. Returns a function
+        that removes the listener. Only services this client has resolved are watched.
+        """
+        return self._cache.listen(service, callback)
+
+    @property
+    def connection_state(self) -> str:
+        """``connected``, ``suspended`` (serving the last known state) or ``lost``."""
+        return self._cache.connection_state if self._started else "closed"
+
+    @property
+    def staleness(self) -> float:
+        """Seconds since the connection was lost (0.0 while connected): how old the cache may be."""
+        since = self._cache.disconnected_at
+        return 0.0 if since is None else max(time.time() - since, 0.0)
+
+    @property
+    def cache_stats(self) -> CacheStats:
+        """Counters of the cache: decode errors, read-throughs, negative-cache hits, re-syncs."""
+        return self._cache.stats
+
+    # --- shard maps (the shard manager's writer API) ------------------------------------------
+
+    @translate_zk_errors
+    def create_shard_policy(
+        self,
+        policy: str,
+        kind: str = "directory",
+        partitions: list[str] | tuple[str, ...] | None = None,
+        boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None = None,
+        *,
+        key_type: str = "str",
+        buckets: int = shards.DEFAULT_BUCKETS,
+    ) -> shards.ShardPolicySpec:
+        """Create shard policy ``policy`` of ``kind`` ``directory``, ``range`` or ``hash``.
+
+        ``directory``: explicit assignments, optionally restricted to ``partitions``; keys are
+        stored in ``buckets`` hash buckets. ``range``: ``boundaries`` as ``(lower bound,
+        partition)`` pairs, compared as ``key_type``. ``hash``: ``partitions`` by jump hash.
+        Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists.
+        """
+        self._require_started()
+        spec = shards.ShardPolicySpec(
+            policy=policy,
+            kind=kind,
+            partitions=None if partitions is None else tuple(partitions),
+            boundaries=tuple(boundaries or ()),
+            key_type=key_type,
+            buckets=buckets,
+        )
+        shards.create_policy(self._zk, spec)
+        return spec
+
+    @translate_zk_errors
+    def update_shard_info(self, policy: str, key: object, partition: str) -> None:
+        """Assign ``key`` to ``partition`` in directory policy ``policy``."""
+        self._require_started()
+        shards.update_keys(self._zk, policy, {key: partition})  # type: ignore[dict-item]
+
+    @translate_zk_errors
+    def remove_shard_key(self, policy: str, key: object) -> None:
+        """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
+        self._require_started()
+        shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
+
+    @translate_zk_errors
+    def update_shard_info_many(self, policy: str, mapping: Mapping[object, str | None]) -> int:
+        """Assign (or, with None, remove) many keys at once; returns the buckets written.
+
+        Everything is validated before the first write; buckets are written in multi-op
+        transactions under the size limit, each with a compare-and-set on its version.
+        """
+        self._require_started()
+        return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]

@@ -81,3 +81,19 @@ class ConnectionInterrupted(ZooKeeperUnavailable):
 
 class RegistryError(SentinelError):
     """ZooKeeper refused an operation for a reason other than a lost connection."""
+
+
+class ShardPolicyNotFound(SentinelError):
+    """No shard policy of that name exists under ``/shard_info``."""
+
+
+class ShardPolicyExists(SentinelError):
+    """A shard policy of that name already exists."""
+
+
+class PartitionNotFound(SentinelError):
+    """The key maps to no partition (unknown key, or below the first range boundary)."""
+
+
+class NoInstanceAvailable(SentinelError):
+    """The partition is known but no instance is eligible (none live, or the policy refused all)."""

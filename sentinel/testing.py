@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -46,3 +48,82 @@ def wait_until(
         if time.monotonic() - start > timeout:
             return None
         time.sleep(interval)
+
+
+class TcpProxy:
+    """A loopback TCP relay between clients and a real server, whose link can be cut.
+
+    It models a network partition between one client and ZooKeeper while the server goes on
+    serving everyone else: :meth:`cut` drops every relayed connection and refuses new ones
+    until :meth:`restore`. Connect clients to :attr:`address`.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._open = threading.Event()
+        self._open.set()
+        self._closed = False
+        threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` to connect to."""
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                downstream, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self._open.is_set():
+                downstream.close()
+                continue
+            try:
+                upstream = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                downstream.close()
+                continue
+            with self._lock:
+                self._connections.update((downstream, upstream))
+            for source, sink in ((downstream, upstream), (upstream, downstream)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            with self._lock:
+                self._connections.difference_update((source, sink))
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones."""
+        self._open.clear()
+        with self._lock:
+            connections = list(self._connections)
+        for sock in connections:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        """Accept connections again."""
+        self._open.set()
+
+    def close(self) -> None:
+        """Stop relaying."""
+        self._closed = True
+        self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        self._listener.close()

@@ -1,0 +1,524 @@
+"""The watch-driven cache behind ``get_service``: per-service snapshots and shard maps.
+
+Readers never lock: a service's state is one immutable :class:`ServiceSnapshot`, replaced by a
+single dict store when anything changes. Directory shard maps are one flat dict updated a key at
+a time (see :class:`~sentinel.shards.DirectoryMap` for why).
+
+All loading and updating happens on one worker thread. ZooKeeper watch callbacks run on kazoo's
+thread, which must never block, so they only queue a task naming what changed; the worker
+re-reads that node (setting the watch again), builds the new state, swaps it in and tells the
+listeners. Repeated events for the same node coalesce into one read. kazoo drops every watch
+when the connection is suspended, so each reconnection queues a full re-sync that re-reads
+everything this client uses and reports exactly what changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import TTLCache
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from balancers import RoundRobin
+from sentinel.endpoint import Endpoint
+from sentinel.ephemeral import EphemeralNodes
+from sentinel.errors import (
+    DecodeError,
+    PartitionNotFound,
+    ServiceNotFound,
+    ZooKeeperUnavailable,
+)
+from sentinel.events import (
+    ChangeEvent,
+    ConnectionChanged,
+    InstancesChanged,
+    ServiceSpecChanged,
+    ShardKeysChanged,
+)
+from sentinel.layout import CLIENTS, SERVICES, SHARD_INFO, service_path
+from sentinel.records import InstanceRecord, ServiceSpec, encode
+from sentinel.shards import (
+    DirectoryMap,
+    ShardMap,
+    ShardPolicySpec,
+    bucket_path,
+    decode_bucket,
+    new_map,
+    policy_path,
+    read_key,
+)
+from sentinel.zkerrors import translate
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[ChangeEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSnapshot:
+    """Everything a lookup needs about one service, immutable.
+
+    ``partitions`` holds every instance per partition and ``up`` the ones with status ``up``
+    (sorted by label); the key ``None`` holds all of them, for services that are not sharded.
+    ``invalid`` names the instance nodes that could not be decoded and are skipped.
+    """
+
+    spec: ServiceSpec
+    endpoints: Mapping[str, Endpoint]
+    partitions: Mapping[str | None, tuple[Endpoint, ...]]
+    up: Mapping[str | None, tuple[Endpoint, ...]]
+    invalid: frozenset[str]
+    updated_at: float
+
+    @classmethod
+    def build(
+        cls, spec: ServiceSpec, endpoints: Mapping[str, Endpoint], invalid: frozenset[str]
+    ) -> ServiceSnapshot:
+        """Index ``endpoints`` by partition, once per change rather than per lookup."""
+        ordered = sorted(endpoints.values(), key=lambda e: (e.partition, e.label))
+        partitions: dict[str | None, list[Endpoint]] = {None: ordered}
+        for endpoint in ordered:
+            partitions.setdefault(endpoint.partition, []).append(endpoint)
+        return cls(
+            spec=spec,
+            endpoints=dict(endpoints),
+            partitions={p: tuple(e) for p, e in partitions.items()},
+            up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
+            invalid=invalid,
+            updated_at=time.time(),
+        )
+
+
+@dataclass
+class CacheStats:
+    """Counters of the cache's work, for tests, benchmarks and operators."""
+
+    decode_errors: int = 0
+    read_throughs: int = 0
+    negative_hits: int = 0
+    resyncs: int = 0
+    watch_events: int = 0
+
+
+def _diff(service: str, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]):
+    added = tuple(new[n] for n in sorted(new.keys() - old.keys()))
+    removed = tuple(old[n] for n in sorted(old.keys() - new.keys()))
+    updated = tuple((old[n], new[n]) for n in sorted(old.keys() & new.keys()) if old[n] != new[n])
+    if added or removed or updated:
+        return InstancesChanged(service, added, removed, updated)
+    return None
+
+
+def _directory_keys(shard_map: ShardMap | None) -> Mapping[str, str]:
+    return shard_map.keys if isinstance(shard_map, DirectoryMap) else {}
+
+
+def _key_diff(old: Mapping[str, str], new: Mapping[str, str]) -> dict[str, tuple[Any, Any]]:
+    changes: dict[str, tuple[Any, Any]] = {k: (p, None) for k, p in old.items() if k not in new}
+    changes.update((k, (old.get(k), p)) for k, p in new.items() if old.get(k) != p)
+    return changes
+
+
+class RegistryCache:
+    """The client's view of the registry, loaded per service on first use."""
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        client_id: str,
+        nodes: EphemeralNodes,
+        *,
+        load_timeout: float = 10.0,
+        negative_ttl: float = 1.0,
+        negative_size: int = 10_000,
+    ) -> None:
+        self._zk = zk
+        self._client_id = client_id
+        self._nodes = nodes
+        self._load_timeout = load_timeout
+        # Read without a lock by the hot path; written only by the worker.
+        self.snapshots: dict[str, ServiceSnapshot] = {}
+        self.shard_maps: dict[str, ShardMap | None] = {}
+        self.balancers: dict[str, RoundRobin] = {}
+        self._policy_users: dict[str, set[str]] = {}
+        self._listeners: dict[str | None, list[Listener]] = {}
+        self._negative: TTLCache[tuple[str, str], bool] = TTLCache(negative_size, negative_ttl)
+        self._negative_lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._pending: set[tuple[Any, ...]] = set()
+        self._pending_lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+        self.stats = CacheStats()
+        self.connection_state = "connected"
+        self.disconnected_at: float | None = None
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker and follow the connection state."""
+        self._zk.add_listener(self._on_state)
+        self._worker = threading.Thread(target=self._run, name="sentinel-cache", daemon=True)
+        self._worker.start()
+
+    def close(self) -> None:
+        """Stop the worker; the snapshots stay readable."""
+        self._zk.remove_listener(self._on_state)
+        self._tasks.put(("stop",))
+        if self._worker is not None:
+            self._worker.join()
+
+    # --- called by readers ------------------------------------------------------------------
+
+    def load(self, service: str) -> ServiceSnapshot:
+        """The snapshot of ``service``, loading it on the worker the first time."""
+        future: Future[ServiceSnapshot] = Future()
+        self._tasks.put(("load", service, future))
+        try:
+            return future.result(timeout=self._load_timeout)
+        except FutureTimeout:
+            raise ZooKeeperUnavailable(
+                f"loading service {service!r} took longer than {self._load_timeout:g}s"
+            ) from None
+
+    def read_through(self, service: str, policy: str, key: object) -> str:
+        """Procedure 1: a key the cached map does not hold, read from ZooKeeper directly.
+
+        The answer is not written to the cache: the bucket's watch brings it, so the cache
+        sees writes in ZooKeeper's order. Misses are remembered for a short while, so a flood
+        of unknown keys does not become a flood of reads.
+        """
+        shard_map = self.shard_maps.get(policy)
+        text = key if type(key) is str else str(key)
+        if isinstance(shard_map, DirectoryMap):
+            negative_key = (policy, text)
+            with self._negative_lock:
+                known_miss = negative_key in self._negative
+            if known_miss:
+                self.stats.negative_hits += 1
+            else:
+                self.stats.read_throughs += 1
+                try:
+                    partition = read_key(self._zk, shard_map.spec, text)
+                except Exception as exc:
+                    raise translate(exc, "a shard key read") from exc
+                if partition is not None:
+                    return partition
+                with self._negative_lock:
+                    self._negative[negative_key] = True
+        reason = "has no such key" if shard_map is not None else "does not exist"
+        raise PartitionNotFound(
+            f"service {service!r}: key {key!r} maps to no partition (shard policy {policy!r} "
+            f"{reason})"
+        )
+
+    def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
+        """Add a listener for ``service`` (None: every service); returns its remover."""
+        self._listeners.setdefault(service, []).append(listener)
+        return lambda: self._listeners.get(service, []).remove(listener)
+
+    # --- kazoo's thread: only queue work ------------------------------------------------------
+
+    def _enqueue(self, task: tuple[Any, ...]) -> None:
+        with self._pending_lock:
+            if task in self._pending:
+                return
+            self._pending.add(task)
+        self._tasks.put(task)
+
+    def _watch(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE:
+            return  # the connection changed; the re-sync after reconnecting covers it
+        self.stats.watch_events += 1
+        parts = event.path.split("/")
+        if len(parts) == 3 and parts[1] == SERVICES[1:]:
+            kind = "children" if event.type == EventType.CHILD else "spec"
+            self._enqueue((kind, parts[2]))
+        elif len(parts) == 4 and parts[1] == SERVICES[1:]:
+            self._enqueue(("instance", parts[2], parts[3]))
+        elif len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
+            self._enqueue(("policy", parts[2]))
+        elif len(parts) == 4 and parts[1] == SHARD_INFO[1:]:
+            self._enqueue(("bucket", parts[2], int(parts[3], 16)))
+
+    def _on_state(self, state: str) -> None:
+        now = time.time()
+        if state == KazooState.CONNECTED:
+            self.connection_state = "connected"
+            self.disconnected_at = None
+            self._enqueue(("resync",))
+        else:
+            self.connection_state = "suspended" if state == KazooState.SUSPENDED else "lost"
+            if self.disconnected_at is None:
+                self.disconnected_at = now
+        self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
+
+    # --- the worker ---------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            task = self._tasks.get()
+            kind = task[0]
+            if kind == "stop":
+                return
+            with self._pending_lock:
+                self._pending.discard(task)
+            try:
+                self._handle(kind, task)
+            except Exception as exc:
+                if kind == "load":
+                    task[2].set_exception(translate(exc, f"loading service {task[1]!r}"))
+                elif isinstance(translate(exc, ""), ZooKeeperUnavailable):
+                    log.info("%s interrupted by the connection; the re-sync will cover it", task)
+                else:
+                    log.exception("cache task %s failed", task)
+
+    def _handle(self, kind: str, task: tuple[Any, ...]) -> None:
+        if kind == "load":
+            service, future = task[1], task[2]
+            snapshot = self.snapshots.get(service) or self._load_service(service)
+            future.set_result(snapshot)
+        elif kind == "notify":
+            self._emit(None, task[1])
+        elif kind == "children" or kind == "spec":
+            if task[1] in self.snapshots:
+                self._refresh_service(task[1], spec=kind == "spec")
+        elif kind == "instance":
+            if task[1] in self.snapshots:
+                self._refresh_instance(task[1], task[2])
+        elif kind == "policy":
+            if task[1] in self.shard_maps:
+                self._load_policy(task[1])
+        elif kind == "bucket":
+            self._refresh_bucket(task[1], task[2])
+        elif kind == "resync":
+            self._resync()
+
+    def _emit(self, service: str | None, event: ChangeEvent) -> None:
+        listeners = list(self._listeners.get(None, ()))
+        if service is not None:
+            listeners += self._listeners.get(service, ())
+        else:  # connection events go to every listener
+            for key, extra in list(self._listeners.items()):
+                if key is not None:
+                    listeners += extra
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:
+                log.exception("listener %r failed on %r", listener, event)
+
+    def _skip(self, exc: DecodeError) -> None:
+        self.stats.decode_errors += 1
+        log.warning("skipping %s", exc)
+
+    # --- services -----------------------------------------------------------------------------
+
+    def _read_spec(self, service: str) -> ServiceSpec:
+        path = service_path(service)
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            raise ServiceNotFound(f"service {service!r} is not registered") from None
+        try:
+            return ServiceSpec.from_bytes(service, path, data)
+        except DecodeError as exc:
+            self._skip(exc)
+            raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
+
+    def _read_instances(self, service: str) -> tuple[dict[str, Endpoint], frozenset[str]]:
+        path = service_path(service)
+        try:
+            names = self._zk.get_children(path, watch=self._watch)
+        except NoNodeError:
+            raise ServiceNotFound(f"service {service!r} is not registered") from None
+        reads = [(name, self._zk.get_async(f"{path}/{name}", watch=self._watch)) for name in names]
+        endpoints: dict[str, Endpoint] = {}
+        invalid = set()
+        for name, result in reads:
+            try:
+                endpoint = self._decode_instance(service, name, result)
+            except NoNodeError:
+                continue  # deleted between the listing and the read
+            if endpoint is None:
+                invalid.add(name)
+            else:
+                endpoints[name] = endpoint
+        return endpoints, frozenset(invalid)
+
+    def _decode_instance(self, service: str, name: str, result: Any) -> Endpoint | None:
+        """The endpoint ``result`` read; None if the node is invalid (NoNodeError if gone)."""
+        path = f"{service_path(service)}/{name}"
+        data, _ = result.get()
+        try:
+            return Endpoint.from_record(InstanceRecord.from_bytes(service, name, path, data))
+        except DecodeError as exc:
+            self._skip(exc)
+            return None
+
+    def _load_service(self, service: str) -> ServiceSnapshot:
+        spec = self._read_spec(service)
+        endpoints, invalid = self._read_instances(service)
+        if spec.shard_policy is not None:
+            self._use_policy(spec.shard_policy, service)
+        snapshot = ServiceSnapshot.build(spec, endpoints, invalid)
+        self.balancers.setdefault(service, RoundRobin())
+        self.snapshots[service] = snapshot
+        self._register_client(service)
+        return snapshot
+
+    def _register_client(self, service: str) -> None:
+        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions."""
+        from sentinel import __version__
+
+        parent = f"{CLIENTS}/{service}"
+        self._zk.ensure_path(parent)
+        path = f"{parent}/{self._client_id}"
+        document = {
+            "client_id": self._client_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.time(),
+            "sentinel_version": __version__,
+            "auth_version": None,
+        }
+        self._nodes.put(path, encode(path, document))
+
+    def _swap(self, service: str, snapshot: ServiceSnapshot) -> None:
+        old = self.snapshots.get(service)
+        self.snapshots[service] = snapshot
+        if old is not None and old.spec != snapshot.spec:
+            self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
+        change = _diff(service, old.endpoints if old else {}, snapshot.endpoints)
+        if change is not None:
+            self._emit(service, change)
+
+    def _refresh_service(self, service: str, *, spec: bool) -> None:
+        current = self.snapshots[service]
+        try:
+            new_spec = self._read_spec(service) if spec else current.spec
+            endpoints, invalid = self._read_instances(service)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        if new_spec.shard_policy is not None:
+            self._use_policy(new_spec.shard_policy, service)
+        self._swap(service, ServiceSnapshot.build(new_spec, endpoints, invalid))
+
+    def _refresh_instance(self, service: str, name: str) -> None:
+        current = self.snapshots[service]
+        path = f"{service_path(service)}/{name}"
+        endpoints = dict(current.endpoints)
+        invalid = set(current.invalid) - {name}
+        try:
+            endpoint = self._decode_instance(
+                service, name, self._zk.get_async(path, watch=self._watch)
+            )
+        except NoNodeError:
+            endpoint = None
+        else:
+            if endpoint is None:
+                invalid.add(name)
+        if endpoint is None:
+            endpoints.pop(name, None)
+        else:
+            endpoints[name] = endpoint
+        if endpoints == current.endpoints and invalid == current.invalid:
+            return
+        self._swap(service, ServiceSnapshot.build(current.spec, endpoints, frozenset(invalid)))
+
+    def _drop_service(self, service: str) -> None:
+        old = self.snapshots.pop(service, None)
+        if old is None:
+            return
+        self._emit(service, ServiceSpecChanged(service, old.spec, None))
+        if old.endpoints:
+            self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
+
+    # --- shard maps ---------------------------------------------------------------------------
+
+    def _use_policy(self, policy: str, service: str) -> None:
+        self._policy_users.setdefault(policy, set()).add(service)
+        if policy not in self.shard_maps:
+            self._load_policy(policy)
+
+    def _load_policy(self, policy: str) -> None:
+        """(Re-)read a policy's spec and, for a directory, every bucket, setting watches."""
+        path = policy_path(policy)
+        old = self.shard_maps.get(policy)
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+            spec = ShardPolicySpec.from_bytes(policy, path, data)
+        except NoNodeError:
+            self._zk.exists(path, watch=self._watch)  # to learn when it is created
+            spec = None
+        except DecodeError as exc:
+            self._skip(exc)
+            spec = None
+        if spec is None:
+            self.shard_maps[policy] = None
+            changes = _key_diff(_directory_keys(old), {})
+            if changes:
+                self._emit_keys(policy, changes)
+            return
+        keep = isinstance(old, DirectoryMap) and old.spec == spec
+        shard_map: ShardMap = old if keep else new_map(spec)  # type: ignore[assignment]
+        changes: dict[str, tuple[Any, Any]] = {}
+        if isinstance(shard_map, DirectoryMap):
+            reads = [
+                (i, self._zk.get_async(bucket_path(policy, i), watch=self._watch))
+                for i in range(spec.buckets)
+            ]
+            for index, result in reads:
+                keys = self._bucket_keys(policy, index, result)
+                changes.update(shard_map.apply_bucket(index, keys))
+        if not keep:
+            changes = _key_diff(_directory_keys(old), _directory_keys(shard_map))
+        self.shard_maps[policy] = shard_map
+        if changes:
+            self._emit_keys(policy, changes)
+
+    def _bucket_keys(self, policy: str, index: int, result: Any) -> dict[str, str]:
+        path = bucket_path(policy, index)
+        try:
+            data, _ = result.get()
+            return decode_bucket(path, data)
+        except NoNodeError:
+            return {}
+        except DecodeError as exc:
+            self._skip(exc)
+            return {}
+
+    def _refresh_bucket(self, policy: str, index: int) -> None:
+        shard_map = self.shard_maps.get(policy)
+        if not isinstance(shard_map, DirectoryMap) or index >= shard_map.spec.buckets:
+            return
+        result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
+        changes = shard_map.apply_bucket(index, self._bucket_keys(policy, index, result))
+        if changes:
+            self._emit_keys(policy, changes)
+
+    def _emit_keys(self, policy: str, changes: dict[str, tuple[Any, Any]]) -> None:
+        for service in sorted(self._policy_users.get(policy, ())):
+            self._emit(service, ShardKeysChanged(service, policy, changes))
+
+    # --- re-sync ------------------------------------------------------------------------------
+
+    def _resync(self) -> None:
+        """Re-read everything in use after a reconnection; report only real changes."""
+        self.stats.resyncs += 1
+        for policy in list(self.shard_maps):
+            self._load_policy(policy)
+        for service in list(self.snapshots):
+            self._refresh_service(service, spec=True)

@@ -1,0 +1,63 @@
+"""What a lookup returns: one instance of a service, ready to connect to."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sentinel.records import InstanceRecord
+
+
+def format_uri(scheme: str, host: str, port: int) -> str:
+    """``scheme://host:port``, with IPv6 literals in brackets."""
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One live instance as the cache holds it: location, identity, state and properties.
+
+    Endpoints are built once per change of the instance, not per lookup, so ``get_service``
+    returns a shared, immutable object. ``auth`` is the client's decrypted credential for the
+    service (None until the authentication manager has published one).
+    """
+
+    service: str
+    partition: str
+    label: str
+    scheme: str
+    host: str
+    port: int
+    uri: str
+    status: str
+    weight: float
+    zone: str | None
+    properties: Mapping[str, Any]
+    registered_at: float
+    auth: Mapping[str, Any] | None = None
+
+    @classmethod
+    def from_record(cls, record: InstanceRecord) -> Endpoint:
+        """The endpoint of a decoded instance record."""
+        return cls(
+            service=record.service,
+            partition=record.partition,
+            label=record.label,
+            scheme=record.scheme,
+            host=record.host,
+            port=record.port,
+            uri=format_uri(record.scheme, record.host, record.port),
+            status=record.status,
+            weight=record.weight,
+            zone=record.zone,
+            properties=record.properties,
+            registered_at=record.registered_at,
+        )
+
+    @property
+    def name(self) -> str:
+        """The instance's node name, ``<partition>:<label>``."""
+        return f"{self.partition}:{self.label}"

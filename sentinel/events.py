@@ -1,0 +1,53 @@
+"""Typed change events, with the diff, delivered to listeners (``Sentinel.listen``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sentinel.endpoint import Endpoint
+from sentinel.records import ServiceSpec
+
+
+@dataclass(frozen=True)
+class InstancesChanged:
+    """Instances of ``service`` appeared, disappeared or changed (status, weight, ...)."""
+
+    service: str
+    added: tuple[Endpoint, ...] = ()
+    removed: tuple[Endpoint, ...] = ()
+    updated: tuple[tuple[Endpoint, Endpoint], ...] = ()  # (old, new)
+
+
+@dataclass(frozen=True)
+class ServiceSpecChanged:
+    """The spec of ``service`` changed; ``new`` is None when the service was removed."""
+
+    service: str
+    old: ServiceSpec | None
+    new: ServiceSpec | None
+
+
+@dataclass(frozen=True)
+class ShardKeysChanged:
+    """Keys of shard ``policy`` moved; delivered to listeners of each service using it."""
+
+    service: str
+    policy: str
+    changes: Mapping[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    # key -> (old partition, new partition); None means unassigned
+
+
+@dataclass(frozen=True)
+class ConnectionChanged:
+    """The client's connection to ZooKeeper changed state.
+
+    ``state`` is ``connected``, ``suspended`` (the cache serves its last known state) or
+    ``lost`` (the session expired; it re-syncs on the next connection).
+    """
+
+    state: str
+    at: float
+
+
+ChangeEvent = InstancesChanged | ServiceSpecChanged | ShardKeysChanged | ConnectionChanged
