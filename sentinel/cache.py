@@ -58,6 +58,7 @@ from sentinel.shards import (
     new_map,
     policy_path,
     read_key,
+    validate_key,
 )
 from sentinel.zkerrors import translate
 
@@ -200,8 +201,8 @@ class RegistryCache:
         of unknown keys does not become a flood of reads.
         """
         shard_map = self.shard_maps.get(policy)
-        text = key if type(key) is str else str(key)
         if isinstance(shard_map, DirectoryMap):
+            text = validate_key(key)
             negative_key = (policy, text)
             with self._negative_lock:
                 known_miss = negative_key in self._negative
@@ -217,11 +218,13 @@ class RegistryCache:
                     return partition
                 with self._negative_lock:
                     self._negative[negative_key] = True
-        reason = "has no such key" if shard_map is not None else "does not exist"
-        raise PartitionNotFound(
-            f"service {service!r}: key {key!r} maps to no partition (shard policy {policy!r} "
-            f"{reason})"
-        )
+        if shard_map is None:
+            reason = f"shard policy {policy!r} does not exist"
+        elif isinstance(shard_map, DirectoryMap):
+            reason = f"shard policy {policy!r} has no such key"
+        else:
+            reason = f"it is below the first boundary of range policy {policy!r}"
+        raise PartitionNotFound(f"service {service!r}: key {key!r} maps to no partition ({reason})")
 
     def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
         """Add a listener for ``service`` (None: every service); returns its remover."""
@@ -257,12 +260,14 @@ class RegistryCache:
         if state == KazooState.CONNECTED:
             self.connection_state = "connected"
             self.disconnected_at = None
-            self._enqueue(("resync",))
         else:
             self.connection_state = "suspended" if state == KazooState.SUSPENDED else "lost"
             if self.disconnected_at is None:
                 self.disconnected_at = now
+        # Listeners hear of the connection first, then of what the re-sync found.
         self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
+        if state == KazooState.CONNECTED:
+            self._enqueue(("resync",))
 
     # --- the worker ---------------------------------------------------------------------------
 
@@ -517,8 +522,8 @@ class RegistryCache:
 
     def _resync(self) -> None:
         """Re-read everything in use after a reconnection; report only real changes."""
-        self.stats.resyncs += 1
         for policy in list(self.shard_maps):
             self._load_policy(policy)
         for service in list(self.snapshots):
             self._refresh_service(service, spec=True)
+        self.stats.resyncs += 1

@@ -297,7 +297,7 @@ class Sentinel:
             raise PartitionNotFound(
                 f"service {service!r} is sharded by policy {policy!r}: a key is required"
             )
-        return self._cache.read_through(service, policy, shards.validate_key(key))
+        return self._cache.read_through(service, policy, key)
 
     def _nothing_eligible(
         self, service: str, key: object, partition: str | None, policy: object

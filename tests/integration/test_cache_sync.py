@@ -1,0 +1,256 @@
+"""The cache stays equal to ZooKeeper: dead publishers, partitions, hostile data, random writes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sentinel import Sentinel
+from sentinel.events import ConnectionChanged, InstancesChanged, ShardKeysChanged
+from sentinel.launcher import LocalZooKeeper
+from sentinel.shards import iter_assignments
+from sentinel.testing import TcpProxy, wait_until
+
+pytestmark = pytest.mark.integration
+
+PUBLISHER = textwrap.dedent(
+    """
+    import sys, time
+    from sentinel import Sentinel
+    client = Sentinel(hosts=sys.argv[1], namespace=sys.argv[2], client_id="doomed",
+                      session_timeout=2.0).start()
+    client.register_service("api", "p1", "10.9.9.9", 80, label="doomed")
+    print("registered", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zookeeper, namespace):
+    survivor = make_client("survivor")
+    survivor.register_service("api", "p1", "10.0.0.1", 80, label="alive")
+    process = subprocess.Popen(
+        [sys.executable, "-c", PUBLISHER, zookeeper.connect_string, namespace],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout.readline().strip() == "registered"
+        client = make_client("reader")
+        assert {e.label for e in client.get_services("api")} == {"alive", "doomed"}
+        removed = threading.Event()
+        client.listen(
+            "api",
+            lambda e: (
+                isinstance(e, InstancesChanged)
+                and [x.label for x in e.removed] == ["doomed"]
+                and removed.set()
+            ),
+        )
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        # The server expires the session after 2 s (plus up to a tick); then the watch fires.
+        assert removed.wait(10), "the dead publisher's instance was never removed"
+        assert [e.label for e in client.get_services("api")] == ["alive"]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+
+
+def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
+    make_client, zookeeper, namespace
+):
+    writer = make_client("writer")
+    writer.create_shard_policy("tenants", "directory", buckets=8)
+    writer.ensure_service("orders", shard_policy="tenants")
+    keep = writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep")
+    gone = writer.register_service("orders", "p1", "10.0.0.2", 80, label="gone")
+    writer.update_shard_info_many("tenants", {"moves": "p1", "stays": "p1", "vanishes": "p1"})
+
+    host, port = zookeeper.connect_string.split(":")
+    proxy = TcpProxy(host, int(port))
+    try:
+        client = make_client("partitioned", hosts=proxy.address, session_timeout=10.0)
+        assert client.get_service("orders", "moves").partition == "p1"
+        events, lock = [], threading.Lock()
+
+        def record(event):
+            with lock:
+                events.append(event)
+
+        client.listen("orders", record)
+        proxy.cut()
+        assert wait_until(lambda: client.connection_state == "suspended", timeout=15)
+        # Meanwhile the world changes, and the partitioned client keeps serving what it knew.
+        writer.deregister_service(gone)
+        writer.register_service("orders", "p2", "10.0.0.3", 80, label="new")
+        writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep", weight=5)
+        writer.update_shard_info_many("tenants", {"moves": "p2", "vanishes": None, "fresh": "p2"})
+        assert client.get_service("orders", "moves").partition == "p1"
+        assert client.staleness > 0
+        resyncs = client.cache_stats.resyncs
+
+        proxy.restore()
+        assert wait_until(lambda: client.cache_stats.resyncs > resyncs, timeout=15)
+        assert client.connection_state == "connected" and client.staleness == 0.0
+        with lock:
+            seen = list(events)
+        states = [e.state for e in seen if isinstance(e, ConnectionChanged)]
+        assert states[0] == "suspended" and "connected" in states
+        instance_events = [e for e in seen if isinstance(e, InstancesChanged)]
+        assert len(instance_events) == 1
+        (change,) = instance_events
+        assert [e.label for e in change.added] == ["new"]
+        assert [e.label for e in change.removed] == ["gone"]
+        assert [(o.weight, n.weight) for o, n in change.updated] == [(1, 5)]
+        key_changes = {}
+        for event in seen:
+            if isinstance(event, ShardKeysChanged):
+                key_changes.update(event.changes)
+        assert key_changes == {
+            "moves": ("p1", "p2"),
+            "vanishes": ("p1", None),
+            "fresh": (None, "p2"),
+        }
+        assert client.get_service("orders", "moves").label == "new"
+        assert keep.label in {e.label for e in client.get_services("orders", "stays")}
+    finally:
+        proxy.close()
+
+
+@pytest.mark.slow
+def test_a_server_restart_resyncs_the_cache():
+    with LocalZooKeeper() as zk:
+        writer = Sentinel(hosts=zk.connect_string, client_id="writer", session_timeout=20.0)
+        reader = Sentinel(hosts=zk.connect_string, client_id="reader", session_timeout=20.0)
+        with writer, reader:
+            writer.register_service("api", "p1", "h", 80, label="a")
+            assert reader.get_service("api").label == "a"
+            resyncs = reader.cache_stats.resyncs
+            zk.members[0].stop()
+            assert wait_until(lambda: reader.connection_state != "connected", timeout=15)
+            assert reader.get_service("api").label == "a"  # stale but served
+            zk.members[0].restart()
+            assert wait_until(lambda: reader.cache_stats.resyncs > resyncs, timeout=30)
+            writer.register_service("api", "p1", "h2", 80, label="b")
+            assert wait_until(lambda: len(reader.get_services("api")) == 2, timeout=10), (
+                "watches were not re-set after the restart"
+            )
+
+
+GARBAGE = [b"\xff\xfe\x00", b"not json", b"[]", b'{"v": 7}', b'{"v": 1}']
+
+
+def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_zk, caplog):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("tenants", "directory", buckets=2)
+    publisher.ensure_service("orders", shard_policy="tenants")
+    publisher.register_service("orders", "p1", "10.0.0.1", 80, label="good")
+    publisher.update_shard_info("tenants", "acme", "p1")
+    for i, data in enumerate(GARBAGE):
+        raw_zk.create(f"/services/orders/p1:bad{i}", data)
+    raw_zk.create("/services/orders/no-colon", b"{}")
+    wrong_identity = json.dumps(
+        {"v": 1, "partition": "p9", "label": "x", "host": "h", "port": 1, "scheme": "http"}
+    ).encode()
+    raw_zk.create("/services/orders/p1:liar", wrong_identity)
+    assert client.get_service("orders", "acme").label == "good"
+    assert client.cache_stats.decode_errors == len(GARBAGE) + 2
+    assert "p1:bad1" in caplog.text
+
+    # A bucket overwritten with garbage: its keys are dropped, the other bucket keeps serving.
+    from sentinel.shards import bucket_of, bucket_path
+
+    publisher.update_shard_info("tenants", "other", "p1")
+    acme_bucket = bucket_of("acme", 2)
+    if bucket_of("other", 2) == acme_bucket:
+        publisher.update_shard_info("tenants", "other-2", "p1")
+    survivor = next(k for k in ("other", "other-2") if bucket_of(k, 2) != acme_bucket)
+    raw_zk.set(bucket_path("tenants", acme_bucket), b'{"v": 1, "keys": {"acme": "../etc"}}')
+    assert wait_until(lambda: client._shard_maps["tenants"].lookup("acme") is None)
+    assert client.get_service("orders", survivor).label == "good"
+
+    # A broken spec makes the service unknown, with the reason.
+    raw_zk.create("/services/broken", b"\x00")
+    from sentinel.errors import ServiceNotFound
+
+    with pytest.raises(ServiceNotFound, match="unreadable spec"):
+        client.get_service("broken")
+
+
+writes = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("register"),
+            st.sampled_from(["p1", "p2"]),
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from(["up", "down"]),
+            st.integers(1, 3),
+        ),
+        st.tuples(
+            st.just("deregister"), st.sampled_from(["p1", "p2"]), st.sampled_from(["a", "b", "c"])
+        ),
+        st.tuples(
+            st.just("assign"),
+            st.sampled_from(["k1", "k2", "k3", "k4"]),
+            st.sampled_from(["p1", "p2", None]),
+        ),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=writes)
+def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper, operations):
+    namespace = f"/prop-{os.urandom(6).hex()}"
+    hosts = zookeeper.connect_string
+    with (
+        Sentinel(hosts=hosts, client_id="writer", namespace=namespace) as writer,
+        Sentinel(hosts=hosts, client_id="reader", namespace=namespace) as reader,
+    ):
+        writer.create_shard_policy("tenants", "directory", buckets=4)
+        writer.ensure_service("svc", shard_policy="tenants")
+        reader._load("svc")  # cache loaded before the writes, so watches must carry them
+        registrations = {}
+        for operation in operations:
+            if operation[0] == "register":
+                _, partition, label, status, weight = operation
+                registrations[partition, label] = writer.register_service(
+                    "svc", partition, "h", 80, label=label, status=status, weight=weight
+                )
+            elif operation[0] == "deregister":
+                registration = registrations.pop(operation[1:], None)
+                if registration is not None:
+                    writer.deregister_service(registration)
+            else:
+                writer.update_shard_info("tenants", operation[1], operation[2]) if operation[
+                    2
+                ] else writer.remove_shard_key("tenants", operation[1])
+
+        def fresh():
+            listing = writer.read_service("svc")
+            return (
+                {(i.partition, i.label, i.status, i.weight) for i in listing.instances},
+                dict(iter_assignments(writer._zk, "tenants")),
+            )
+
+        def cached():
+            snapshot = reader._snapshots["svc"]
+            return (
+                {(e.partition, e.label, e.status, e.weight) for e in snapshot.endpoints.values()},
+                dict(reader._shard_maps["tenants"].keys),
+            )
+
+        assert wait_until(lambda: cached() == fresh(), timeout=10), (cached(), fresh())

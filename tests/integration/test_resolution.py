@@ -1,0 +1,348 @@
+"""get_service against a real ZooKeeper: the three shard kinds, Procedure 1, errors, diffs."""
+
+import json
+import threading
+
+import pytest
+
+from balancers import Balancer
+from policies import SelectionPolicy
+from sentinel.errors import (
+    ClientClosed,
+    InvalidName,
+    NoInstanceAvailable,
+    PartitionNotFound,
+    ServiceNotFound,
+    ShardPolicyExists,
+    ShardPolicyNotFound,
+    ValidationError,
+)
+from sentinel.events import InstancesChanged, ServiceSpecChanged, ShardKeysChanged
+from sentinel.testing import expire_session, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+class Recorder:
+    """Collects events from a listener; lets a test wait for the one it expects."""
+
+    def __init__(self):
+        self.events = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event):
+        with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def wait(self, predicate, timeout=10.0):
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: next((e for e in self.events if predicate(e)), None), timeout
+            )
+        assert found, f"no matching event within {timeout}s; got {self.events}"
+        return next(e for e in self.events if predicate(e))
+
+
+def make_replicas(publisher, service, partitions, per_partition=2, policy=None):
+    publisher.ensure_service(service, scheme="postgresql", shard_policy=policy)
+    return {
+        (p, r): publisher.register_service(
+            service, p, f"10.0.{i}.{r}", 5432, scheme="postgresql", label=f"r{r}"
+        )
+        for i, p in enumerate(partitions)
+        for r in range(per_partition)
+    }
+
+
+def test_unsharded_service_round_robins_over_up_instances(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.register_service("api", "p1", "h1", 80, label="a")
+    publisher.register_service("api", "p2", "h2", 80, label="b")
+    publisher.register_service("api", "p3", "h3", 80, label="c", status="down")
+    picks = [client.get_service("api").label for _ in range(6)]
+    assert sorted(picks) == ["a", "a", "a", "b", "b", "b"]
+    assert picks[0] != picks[1]
+    assert client.get_service("api", key="ignored").label in {"a", "b"}
+    endpoint = client.get_service("api")
+    assert endpoint.uri == f"http://{endpoint.host}:80" and endpoint.auth is None
+    assert [e.label for e in client.get_services("api")] == ["a", "b"]
+
+
+def test_directory_policy_resolves_keys_to_their_partition(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=16)
+    make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
+    publisher.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2", 42: "p2"})
+    assert client.get_service("orders", "acme").partition == "p1"
+    assert client.get_service("orders", "globex").partition == "p2"
+    assert client.get_service("orders", 42).partition == "p2"
+    assert {e.label for e in client.get_services("orders", "acme")} == {"r0", "r1"}
+
+
+def test_range_policy_resolves_by_lower_bound(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy(
+        "ids", "range", boundaries=[(0, "low"), (1000, "high")], key_type="int"
+    )
+    make_replicas(publisher, "events", ["low", "high"], policy="ids")
+    assert client.get_service("events", 7).partition == "low"
+    assert client.get_service("events", "999").partition == "low"
+    assert client.get_service("events", 1000).partition == "high"
+    with pytest.raises(PartitionNotFound, match=r"key -1 .*below the first boundary"):
+        client.get_service("events", -1)
+
+
+def test_hash_policy_spreads_keys_over_its_partitions(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("spread", "hash", partitions=["h0", "h1", "h2"])
+    make_replicas(publisher, "cache", ["h0", "h1", "h2"], per_partition=1, policy="spread")
+    seen = {client.get_service("cache", f"user-{i}").partition for i in range(200)}
+    assert seen == {"h0", "h1", "h2"}
+    assert (
+        client.get_service("cache", "user-7").partition
+        == client.get_service("cache", "user-7").partition
+    )
+
+
+def test_key_changes_propagate_through_the_watch(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("tenants", "directory", buckets=8)
+    make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
+    publisher.update_shard_info("tenants", "acme", "p1")
+    assert client.get_service("orders", "acme").partition == "p1"
+    recorder = Recorder()
+    client.listen("orders", recorder)
+    publisher.update_shard_info("tenants", "acme", "p2")
+    event = recorder.wait(lambda e: isinstance(e, ShardKeysChanged))
+    assert event.changes == {"acme": ("p1", "p2")} and event.policy == "tenants"
+    assert client.get_service("orders", "acme").partition == "p2"
+    publisher.remove_shard_key("tenants", "acme")
+    recorder.wait(lambda e: isinstance(e, ShardKeysChanged) and e.changes == {"acme": ("p2", None)})
+    with pytest.raises(PartitionNotFound, match="'acme'"):
+        client.get_service("orders", "acme")
+
+
+def test_procedure_1_reads_through_without_writing_the_cache(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("tenants", "directory", buckets=8)
+    make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
+    publisher.update_shard_info("tenants", "first", "p1")
+    client.get_service("orders", "first")
+
+    # Hold the cache's worker inside a listener, so the next watch event cannot land yet.
+    worker_busy, release = threading.Event(), threading.Event()
+
+    def block(event):
+        if isinstance(event, ShardKeysChanged) and "blocker" in event.changes:
+            worker_busy.set()
+            release.wait(10)
+
+    client.listen("orders", block)
+    publisher.update_shard_info("tenants", "blocker", "p1")
+    assert worker_busy.wait(10)
+    try:
+        publisher.update_shard_info("tenants", "late", "p2")
+        reads_before = client.cache_stats.read_throughs
+        assert client.get_service("orders", "late").partition == "p2"
+        assert client.cache_stats.read_throughs == reads_before + 1
+        assert client._shard_maps["tenants"].lookup("late") is None, "read-through wrote cache"
+    finally:
+        release.set()
+    assert wait_until(lambda: client._shard_maps["tenants"].lookup("late") == "p2")
+    reads = client.cache_stats.read_throughs
+    assert client.get_service("orders", "late").partition == "p2"
+    assert client.cache_stats.read_throughs == reads
+
+
+def test_negative_cache_bounds_reads_of_unknown_keys(make_client):
+    publisher = make_client("publisher")
+    client = make_client("reader", negative_ttl=0.3)
+    publisher.create_shard_policy("tenants", "directory", buckets=4)
+    make_replicas(publisher, "orders", ["p1"], policy="tenants")
+    for _ in range(100):
+        with pytest.raises(PartitionNotFound):
+            client.get_service("orders", "ghost")
+    stats = client.cache_stats
+    assert (stats.read_throughs, stats.negative_hits) == (1, 99)
+    # Once the entry expires, the next miss asks ZooKeeper again.
+    assert wait_until(lambda: _misses_again(client), timeout=5)
+
+
+def _misses_again(client):
+    before = client.cache_stats.read_throughs
+    with pytest.raises(PartitionNotFound):
+        client.get_service("orders", "ghost")
+    return client.cache_stats.read_throughs == before + 1
+
+
+def test_typed_errors_name_service_key_and_partition(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    make_replicas(publisher, "orders", ["p1"], policy="tenants")
+    publisher.update_shard_info_many("tenants", {"acme": "p1", "empty-co": "p2"})
+    with pytest.raises(ServiceNotFound, match="'nothing'"):
+        client.get_service("nothing")
+    with pytest.raises(InvalidName):
+        client.get_service("bad/name")
+    with pytest.raises(PartitionNotFound, match=r"service 'orders'.*key 'unknown'.*'tenants'"):
+        client.get_service("orders", "unknown")
+    with pytest.raises(PartitionNotFound, match="a key is required"):
+        client.get_service("orders")
+    with pytest.raises(NoInstanceAvailable, match="'orders', key 'empty-co', partition 'p2'"):
+        client.get_service("orders", "empty-co")
+
+    class NoneEligible(SelectionPolicy):
+        def select(self, endpoints):
+            return ()
+
+    with pytest.raises(NoInstanceAvailable, match=r"2 instance\(s\) but none is eligible"):
+        client.get_service("orders", "acme", policy=NoneEligible())
+
+
+def test_policies_and_balancers_plug_in(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.register_service("api", "p1", "h1", 80, label="a", zone="z1")
+    publisher.register_service("api", "p1", "h2", 80, label="b", zone="z2")
+    publisher.register_service("api", "p1", "h3", 80, label="c", zone="z2", status="down")
+
+    class Last(Balancer):
+        def pick(self, endpoints):
+            return endpoints[-1]
+
+    def in_zone_2(endpoints):
+        return tuple(e for e in endpoints if e.zone == "z2")
+
+    assert client.get_service("api", balancer=Last()).label == "b"
+    # A custom policy sees every instance, down ones too; AllUp composes with it.
+    assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "c"
+    from policies import AllUp
+
+    assert [e.label for e in client.get_services("api", policy=AllUp() & in_zone_2)] == ["b"]
+
+
+def test_listeners_receive_exact_instance_diffs(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    first = publisher.register_service("api", "p1", "h1", 80, label="a")
+    client.get_service("api")
+    recorder = Recorder()
+    client.listen("api", recorder)
+    second = publisher.register_service("api", "p1", "h2", 80, label="b")
+    added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
+    assert [e.label for e in added.added] == ["b"] and not added.removed and not added.updated
+    publisher.register_service("api", "p1", "h1", 80, label="a", status="down")
+    updated = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.updated)
+    ((old, new),) = updated.updated
+    assert (old.status, new.status, new.label) == ("up", "down", "a")
+    publisher.deregister_service(second)
+    removed = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.removed)
+    assert [e.label for e in removed.removed] == ["b"]
+    assert [e.label for e in client.get_services("api", policy=lambda e: e)] == ["a"]
+    publisher.deregister_service(first)
+    recorder.wait(
+        lambda e: isinstance(e, InstancesChanged) and e.removed and e.removed[0].label == "a"
+    )
+    with pytest.raises(NoInstanceAvailable, match="no live instance"):
+        client.get_service("api")
+
+
+def test_spec_changes_and_service_removal_reach_listeners(make_client, raw_zk):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.ensure_service("api", scheme="http")
+    publisher.register_service("api", "p1", "h", 80)
+    client.get_service("api")
+    recorder = Recorder()
+    client.listen(None, recorder)
+    raw_zk.set(
+        "/services/api",
+        json.dumps(
+            {"v": 1, "scheme": "https", "shard_policy": None, "defaults": {"pool": 3}}
+        ).encode(),
+    )
+    changed = recorder.wait(lambda e: isinstance(e, ServiceSpecChanged))
+    assert (changed.old.scheme, changed.new.scheme) == ("http", "https")
+    publisher.close()
+    raw_zk.delete("/services/api", recursive=True)
+    recorder.wait(lambda e: isinstance(e, ServiceSpecChanged) and e.new is None)
+    with pytest.raises(ServiceNotFound):
+        client.get_service("api")
+
+
+def test_clients_node_records_the_user_and_survives_expiry(make_client, raw_zk):
+    publisher = make_client("publisher")
+    client = make_client("billing-api", session_timeout=4.0)
+    publisher.register_service("api", "p1", "h", 80)
+    client.get_service("api")
+    data, stat = raw_zk.get("/clients/api/billing-api")
+    document = json.loads(data)
+    assert stat.ephemeralOwner == client.session_id
+    assert document["client_id"] == "billing-api" and document["auth_version"] is None
+    assert {"host", "pid", "started", "sentinel_version"} <= document.keys()
+    old = expire_session(client)
+    assert wait_until(
+        lambda: (
+            (raw_zk.exists("/clients/api/billing-api") or None)
+            and raw_zk.exists("/clients/api/billing-api").ephemeralOwner not in (0, old)
+        ),
+        timeout=10,
+    )
+
+
+def test_shard_writer_rejects_bad_input_and_writes_nothing(make_client, raw_zk):
+    publisher = make_client("publisher")
+    publisher.create_shard_policy("tenants", "directory", partitions=["p1"], buckets=4)
+    publisher.create_shard_policy("spread", "hash", partitions=["a"])
+    before = {
+        n: raw_zk.get(f"/shard_info/tenants/{n}")[1].version
+        for n in raw_zk.get_children("/shard_info/tenants")
+    }
+    with pytest.raises(ValidationError, match="not one of"):
+        publisher.update_shard_info_many("tenants", {"ok": "p1", "bad": "p9"})
+    with pytest.raises(ValidationError, match="shard key"):
+        publisher.update_shard_info("tenants", "", "p1")
+    with pytest.raises(ValidationError, match="hash policy"):
+        publisher.update_shard_info("spread", "k", "a")
+    with pytest.raises(ShardPolicyNotFound):
+        publisher.update_shard_info("nope", "k", "p1")
+    with pytest.raises(ShardPolicyExists):
+        publisher.create_shard_policy("tenants", "directory")
+    with pytest.raises(ValidationError):
+        publisher.create_shard_policy("broken", "range", boundaries=[("b", "p1"), ("a", "p2")])
+    assert raw_zk.exists("/shard_info/broken") is None
+    after = {
+        n: raw_zk.get(f"/shard_info/tenants/{n}")[1].version
+        for n in raw_zk.get_children("/shard_info/tenants")
+    }
+    assert after == before
+
+
+def test_bulk_updates_split_into_transactions_and_survive_races(make_client, raw_zk):
+    publisher, other = make_client("publisher"), make_client("other-writer")
+    publisher.create_shard_policy("tenants", "directory", buckets=64)
+    mapping = {f"tenant-{i:06d}": f"p{i % 4}" for i in range(60_000)}
+    written = publisher.update_shard_info_many("tenants", mapping)
+    assert written == 64
+    # A second writer racing on the same buckets: compare-and-set makes both changes stick.
+    threads = [
+        threading.Thread(
+            target=writer.update_shard_info_many,
+            args=("tenants", {f"{name}-{i}": "p9" for i in range(300)}),
+        )
+        for name, writer in (("a", publisher), ("b", other))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    from sentinel.shards import iter_assignments
+
+    stored = dict(iter_assignments(raw_zk, "tenants"))
+    assert len(stored) == 60_600
+    assert all(stored[f"{n}-{i}"] == "p9" for n in "ab" for i in range(300))
+
+
+def test_a_closed_client_refuses_lookups(make_client):
+    client = make_client()
+    client.close()
+    with pytest.raises(ClientClosed):
+        client.get_service("api")
