@@ -31,7 +31,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from balancers import RoundRobin
+from balancers import Balancer, RoundRobin
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
@@ -49,6 +49,7 @@ from sentinel.events import (
 )
 from sentinel.layout import CLIENTS, SERVICES, SHARD_INFO, service_path
 from sentinel.records import InstanceRecord, ServiceSpec, encode
+from sentinel.registry import pipelined_reads
 from sentinel.shards import (
     DirectoryMap,
     ShardMap,
@@ -74,6 +75,7 @@ class ServiceSnapshot:
     ``partitions`` holds every instance per partition and ``up`` the ones with status ``up``
     (sorted by label); the key ``None`` holds all of them, for services that are not sharded.
     ``invalid`` names the instance nodes that could not be decoded and are skipped.
+    ``balancer`` is the service's default balancer, carried from snapshot to snapshot.
     """
 
     spec: ServiceSpec
@@ -81,11 +83,16 @@ class ServiceSnapshot:
     partitions: Mapping[str | None, tuple[Endpoint, ...]]
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
+    balancer: Balancer
     updated_at: float
 
     @classmethod
     def build(
-        cls, spec: ServiceSpec, endpoints: Mapping[str, Endpoint], invalid: frozenset[str]
+        cls,
+        spec: ServiceSpec,
+        endpoints: Mapping[str, Endpoint],
+        invalid: frozenset[str],
+        balancer: Balancer,
     ) -> ServiceSnapshot:
         """Index ``endpoints`` by partition, once per change rather than per lookup."""
         ordered = sorted(endpoints.values(), key=lambda e: (e.partition, e.label))
@@ -98,6 +105,7 @@ class ServiceSnapshot:
             partitions={p: tuple(e) for p, e in partitions.items()},
             up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
             invalid=invalid,
+            balancer=balancer,
             updated_at=time.time(),
         )
 
@@ -152,7 +160,6 @@ class RegistryCache:
         # Read without a lock by the hot path; written only by the worker.
         self.snapshots: dict[str, ServiceSnapshot] = {}
         self.shard_maps: dict[str, ShardMap | None] = {}
-        self.balancers: dict[str, RoundRobin] = {}
         self._policy_users: dict[str, set[str]] = {}
         self._listeners: dict[str | None, list[Listener]] = {}
         self._negative: TTLCache[tuple[str, str], bool] = TTLCache(negative_size, negative_ttl)
@@ -203,6 +210,9 @@ class RegistryCache:
         shard_map = self.shard_maps.get(policy)
         if isinstance(shard_map, DirectoryMap):
             text = validate_key(key)
+            partition = shard_map.keys.get(text)  # an int key is cached under its string
+            if partition is not None:
+                return partition
             negative_key = (policy, text)
             with self._negative_lock:
                 known_miss = negative_key in self._negative
@@ -298,7 +308,7 @@ class RegistryCache:
             self._emit(None, task[1])
         elif kind == "children" or kind == "spec":
             if task[1] in self.snapshots:
-                self._refresh_service(task[1], spec=kind == "spec")
+                self._refresh_service(task[1], full=kind == "spec")
         elif kind == "instance":
             if task[1] in self.snapshots:
                 self._refresh_instance(task[1], task[2])
@@ -342,15 +352,27 @@ class RegistryCache:
             self._skip(exc)
             raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
 
-    def _read_instances(self, service: str) -> tuple[dict[str, Endpoint], frozenset[str]]:
+    def _read_instances(
+        self, service: str, known: ServiceSnapshot | None = None
+    ) -> tuple[dict[str, Endpoint], frozenset[str]]:
+        """List the instances and read them, setting watches.
+
+        With ``known`` (a children event while watches are in place), only new children are
+        read: the others' data watches report their own changes.
+        """
         path = service_path(service)
         try:
             names = self._zk.get_children(path, watch=self._watch)
         except NoNodeError:
             raise ServiceNotFound(f"service {service!r} is not registered") from None
-        reads = [(name, self._zk.get_async(f"{path}/{name}", watch=self._watch)) for name in names]
         endpoints: dict[str, Endpoint] = {}
         invalid = set()
+        unread = names
+        if known is not None:
+            endpoints = {n: known.endpoints[n] for n in names if n in known.endpoints}
+            invalid = {n for n in names if n in known.invalid}
+            unread = [n for n in names if n not in endpoints and n not in invalid]
+        reads = pipelined_reads(self._zk, unread, lambda n: f"{path}/{n}", self._watch)
         for name, result in reads:
             try:
                 endpoint = self._decode_instance(service, name, result)
@@ -377,8 +399,7 @@ class RegistryCache:
         endpoints, invalid = self._read_instances(service)
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
-        snapshot = ServiceSnapshot.build(spec, endpoints, invalid)
-        self.balancers.setdefault(service, RoundRobin())
+        snapshot = ServiceSnapshot.build(spec, endpoints, invalid, RoundRobin())
         self.snapshots[service] = snapshot
         self._register_client(service)
         return snapshot
@@ -409,17 +430,18 @@ class RegistryCache:
         if change is not None:
             self._emit(service, change)
 
-    def _refresh_service(self, service: str, *, spec: bool) -> None:
+    def _refresh_service(self, service: str, *, full: bool) -> None:
+        """Re-read after an event: the children only, or (``full``) the spec and every node."""
         current = self.snapshots[service]
         try:
-            new_spec = self._read_spec(service) if spec else current.spec
-            endpoints, invalid = self._read_instances(service)
+            new_spec = self._read_spec(service) if full else current.spec
+            endpoints, invalid = self._read_instances(service, None if full else current)
         except ServiceNotFound:
             self._drop_service(service)
             return
         if new_spec.shard_policy is not None:
             self._use_policy(new_spec.shard_policy, service)
-        self._swap(service, ServiceSnapshot.build(new_spec, endpoints, invalid))
+        self._swap(service, ServiceSnapshot.build(new_spec, endpoints, invalid, current.balancer))
 
     def _refresh_instance(self, service: str, name: str) -> None:
         current = self.snapshots[service]
@@ -441,7 +463,10 @@ class RegistryCache:
             endpoints[name] = endpoint
         if endpoints == current.endpoints and invalid == current.invalid:
             return
-        self._swap(service, ServiceSnapshot.build(current.spec, endpoints, frozenset(invalid)))
+        self._swap(
+            service,
+            ServiceSnapshot.build(current.spec, endpoints, frozenset(invalid), current.balancer),
+        )
 
     def _drop_service(self, service: str) -> None:
         old = self.snapshots.pop(service, None)
@@ -481,14 +506,17 @@ class RegistryCache:
         shard_map: ShardMap = old if keep else new_map(spec)  # type: ignore[assignment]
         changes: dict[str, tuple[Any, Any]] = {}
         if isinstance(shard_map, DirectoryMap):
-            reads = [
-                (i, self._zk.get_async(bucket_path(policy, i), watch=self._watch))
-                for i in range(spec.buckets)
-            ]
+            reads = pipelined_reads(
+                self._zk, range(spec.buckets), lambda i: bucket_path(policy, i), self._watch
+            )
             for index, result in reads:
-                keys = self._bucket_keys(policy, index, result)
-                changes.update(shard_map.apply_bucket(index, keys))
-        if not keep:
+                bucket_changes = shard_map.apply_bucket(
+                    index, self._bucket_keys(policy, index, result)
+                )
+                if keep:
+                    changes.update(bucket_changes)
+        if not keep and policy in self.shard_maps:
+            # A first load has nobody to tell; diffing a million keys would only cost memory.
             changes = _key_diff(_directory_keys(old), _directory_keys(shard_map))
         self.shard_maps[policy] = shard_map
         if changes:
@@ -525,5 +553,5 @@ class RegistryCache:
         for policy in list(self.shard_maps):
             self._load_policy(policy)
         for service in list(self.snapshots):
-            self._refresh_service(service, spec=True)
+            self._refresh_service(service, full=True)
         self.stats.resyncs += 1

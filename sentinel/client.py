@@ -256,8 +256,11 @@ class Sentinel:
         :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
         :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
         """
-        candidates = self._eligible(service, key, policy)
-        return (balancer or self._cache.balancers[service]).pick(candidates)
+        snapshot = self._snapshots.get(service)
+        if snapshot is None:
+            snapshot = self._load(service)
+        candidates = self._eligible(snapshot, service, key, policy)
+        return (balancer or snapshot.balancer).pick(candidates)
 
     def get_services(
         self,
@@ -266,13 +269,13 @@ class Sentinel:
         policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
     ) -> tuple[Endpoint, ...]:
         """Every eligible endpoint, for callers that pool connections; errors as get_service."""
-        return tuple(self._eligible(service, key, policy))
+        snapshot = self._snapshots.get(service) or self._load(service)
+        return tuple(self._eligible(snapshot, service, key, policy))
 
-    def _eligible(self, service: str, key: object, policy: object) -> Endpoints:
-        """The hot path: snapshot, partition, policy; no lock and no I/O on a warm cache."""
-        snapshot = self._snapshots.get(service)
-        if snapshot is None:
-            snapshot = self._load(service)
+    def _eligible(
+        self, snapshot: ServiceSnapshot, service: str, key: object, policy: object
+    ) -> Endpoints:
+        """The hot path: partition, then policy; no lock and no I/O on a warm cache."""
         shard_policy = snapshot.spec.shard_policy
         partition = None
         if shard_policy is not None:

@@ -32,7 +32,7 @@ def _instances_table(instances: tuple[InstanceRecord, ...]) -> str:
             (i.partition, i.label, f"{i.scheme}://{i.host}:{i.port}", i.zone, i.status, i.weight)
             for i in instances
         ],
-        headers=("partition", "label", "endpoint", "zone", "status", "weight"),
+        headers=("PARTITION", "LABEL", "ENDPOINT", "ZONE", "STATUS", "WEIGHT"),
     )
 
 

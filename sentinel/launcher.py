@@ -62,8 +62,10 @@ DEFAULT_CONFIG = {
     "4lw.commands.whitelist": "*",
     "reconfigEnabled": "false",
 }
+# ZooKeeper keeps its last 500 committed proposals in memory for followers that catch up;
+# multi-op shard-map writes of up to 512 KB each need far more than a small default heap.
 JVM_OPTIONS = (
-    "-Xmx256m",
+    "-Xmx1g",
     "-XX:+UseSerialGC",
     "-Djava.awt.headless=true",
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",

@@ -9,7 +9,7 @@ def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None
     """Align ``rows`` in columns separated by two spaces; ``None`` prints as ``-``."""
     cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
     if headers is not None:
-        cells.insert(0, [header.upper() for header in headers])
+        cells.insert(0, list(headers))
     if not cells:
         return ""
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]

@@ -8,7 +8,10 @@ listing and the read; that is normal churn, not an error.
 from __future__ import annotations
 
 import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -18,6 +21,31 @@ from sentinel.layout import service_path
 from sentinel.records import InstanceRecord, ServiceSpec
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+# Enough reads in flight to hide the round trip, few enough that a large load never holds
+# every response (a million-key shard map is tens of MB) in memory at once.
+PIPELINE_WINDOW = 64
+
+
+def pipelined_reads(
+    zk: KazooClient,
+    items: Iterable[T],
+    path_of: Callable[[T], str],
+    watch: Callable[..., Any] | None = None,
+) -> Iterator[tuple[T, Any]]:
+    """Read the node of each item with at most PIPELINE_WINDOW requests in flight.
+
+    Yields ``(item, async_result)`` in order; ``async_result.get()`` returns ``(data, stat)``
+    or raises (``NoNodeError`` for a node deleted meanwhile).
+    """
+    in_flight: deque[tuple[T, Any]] = deque()
+    for item in items:
+        in_flight.append((item, zk.get_async(path_of(item), watch=watch)))
+        if len(in_flight) >= PIPELINE_WINDOW:
+            yield in_flight.popleft()
+    while in_flight:
+        yield in_flight.popleft()
 
 
 @dataclass(frozen=True)
@@ -38,10 +66,8 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
     except NoNodeError:
         raise ServiceNotFound(f"service {service!r} is not registered") from None
     spec = ServiceSpec.from_bytes(service, path, data)
-    # Issue every read before waiting on any, so a listing costs one round trip, not one each.
-    pending = [(name, zk.get_async(f"{path}/{name}")) for name in sorted(names)]
     instances, skipped = [], 0
-    for name, result in pending:
+    for name, result in pipelined_reads(zk, sorted(names), lambda n: f"{path}/{n}"):
         child = f"{path}/{name}"
         try:
             child_data, _ = result.get()

@@ -38,6 +38,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import SHARD_INFO, validate_name
 from sentinel.records import MAX_VALUE_BYTES, decode, encode
+from sentinel.registry import pipelined_reads
 
 KINDS = ("directory", "range", "hash")
 DEFAULT_BUCKETS = 256
@@ -205,23 +206,38 @@ class ShardPolicySpec:
 
 
 def encode_bucket(path: str, keys: Mapping[str, str]) -> bytes:
-    """A directory bucket's value; ValueTooLarge says to use more buckets."""
+    """A directory bucket's value: keys grouped by partition; ValueTooLarge says to use more
+    buckets.
+
+    Grouping writes each partition name once per bucket instead of once per key, which makes
+    the value smaller and spares readers a string object per key.
+    """
+    grouped: dict[str, list[str]] = {}
+    for key, partition in keys.items():
+        grouped.setdefault(partition, []).append(key)
     try:
-        return encode(path, {"keys": keys})
+        return encode(path, {"partitions": grouped})
     except ValueTooLarge as exc:
         raise ValueTooLarge(f"{exc}; create the policy with more buckets") from None
 
 
 def decode_bucket(path: str, data: bytes | None) -> dict[str, str]:
-    """A directory bucket's key → partition map; invalid entries make the node invalid."""
-    keys = decode(path, data).get("keys")
-    if not isinstance(keys, dict):
-        raise DecodeError(path, "'keys' must be an object")
-    intern = sys.intern  # a million keys share a handful of partition strings
+    """A directory bucket's key → partition map; one invalid entry makes the node invalid."""
+    grouped = decode(path, data).get("partitions")
+    if not isinstance(grouped, dict):
+        raise DecodeError(path, "'partitions' must be an object")
+    keys: dict[str, str] = {}
     try:
-        return {validate_key(k): intern(validate_name("partition", v)) for k, v in keys.items()}
+        for partition, members in grouped.items():
+            validate_name("partition", partition)
+            if not isinstance(members, list):
+                raise ValidationError(f"keys of partition {partition!r} must be a list")
+            partition = sys.intern(partition)  # a million keys share a few partition names
+            for key in members:
+                keys[validate_key(key)] = partition
     except ValidationError as exc:
         raise DecodeError(path, str(exc)) from None
+    return keys
 
 
 class DirectoryMap:
@@ -236,10 +252,9 @@ class DirectoryMap:
         self.spec = spec
         self.keys: dict[str, str] = {}
         self._bucket_keys: list[tuple[str, ...]] = [()] * spec.buckets
-
-    def lookup(self, key: Key) -> str | None:
-        """The partition of ``key``, None if this map does not hold it."""
-        return self.keys.get(key if type(key) is str else str(key))  # type: ignore[arg-type]
+        # The lookup is the dict's own C method: no Python frame on the hot path. A key of
+        # another type (an int) misses here and is normalised on the read-through path.
+        self.lookup = self.keys.get
 
     def apply_bucket(self, index: int, mapping: Mapping[str, str]) -> dict[str, tuple[Any, Any]]:
         """Replace bucket ``index`` with ``mapping``; return ``{key: (old, new)}`` of changes."""
@@ -372,10 +387,9 @@ def _write_buckets(
     zk: KazooClient, spec: ShardPolicySpec, by_bucket: Mapping[int, Mapping[str, str | None]]
 ) -> set[int]:
     """One compare-and-set pass; returns the buckets that lost a race and need another."""
-    reads = {index: zk.get_async(bucket_path(spec.policy, index)) for index in by_bucket}
     batches: list[list[tuple[int, str, bytes, int]]] = [[]]
     size = 0
-    for index, result in reads.items():
+    for index, result in pipelined_reads(zk, by_bucket, lambda i: bucket_path(spec.policy, i)):
         path = bucket_path(spec.policy, index)
         data, stat = result.get()
         keys = decode_bucket(path, data)
@@ -417,8 +431,5 @@ def read_key(zk: KazooClient, spec: ShardPolicySpec, key: Key) -> str | None:
 def iter_assignments(zk: KazooClient, policy: str) -> Iterable[tuple[str, str]]:
     """Every ``(key, partition)`` of a directory policy, read bucket by bucket."""
     spec = _directory_spec(zk, policy)
-    reads = [
-        (bucket_path(policy, i), zk.get_async(bucket_path(policy, i))) for i in range(spec.buckets)
-    ]
-    for path, result in reads:
-        yield from decode_bucket(path, result.get()[0]).items()
+    for index, result in pipelined_reads(zk, range(spec.buckets), lambda i: bucket_path(policy, i)):
+        yield from decode_bucket(bucket_path(policy, index), result.get()[0]).items()

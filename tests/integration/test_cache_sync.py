@@ -174,7 +174,7 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     if bucket_of("other", 2) == acme_bucket:
         publisher.update_shard_info("tenants", "other-2", "p1")
     survivor = next(k for k in ("other", "other-2") if bucket_of(k, 2) != acme_bucket)
-    raw_zk.set(bucket_path("tenants", acme_bucket), b'{"v": 1, "keys": {"acme": "../etc"}}')
+    raw_zk.set(bucket_path("tenants", acme_bucket), b'{"v": 1, "partitions": {"../etc": ["acme"]}}')
     assert wait_until(lambda: client._shard_maps["tenants"].lookup("acme") is None)
     assert client.get_service("orders", survivor).label == "good"
 

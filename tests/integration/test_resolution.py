@@ -346,3 +346,18 @@ def test_a_closed_client_refuses_lookups(make_client):
     client.close()
     with pytest.raises(ClientClosed):
         client.get_service("api")
+
+
+def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    make_replicas(publisher, "orders", ["p1"], policy="later")
+    with pytest.raises(PartitionNotFound, match="'later' does not exist"):
+        client.get_service("orders", "acme")
+    recorder = Recorder()
+    client.listen("orders", recorder)
+    publisher.create_shard_policy("later", "directory", buckets=4)
+    publisher.update_shard_info("later", "acme", "p1")
+    recorder.wait(lambda e: isinstance(e, ShardKeysChanged) and "acme" in e.changes)
+    reads = client.cache_stats.read_throughs
+    assert client.get_service("orders", "acme").partition == "p1"
+    assert client.cache_stats.read_throughs == reads, "answered from the cache, not a read"

@@ -1,5 +1,6 @@
 """Shard specs and the client-side lookup structures (no server)."""
 
+import json
 import zlib
 
 import pytest
@@ -126,7 +127,9 @@ def test_directory_map_applies_buckets_and_reports_changes():
     assert shard_map.apply_bucket(1, {"a": "p2", "c": "p1"}) == {}
     assert shard_map.lookup("a") == "p2" and shard_map.lookup("b") is None
     assert shard_map.apply_bucket(2, {"7": "p3"}) == {"7": (None, "p3")}
-    assert shard_map.lookup(7) == "p3"
+    assert shard_map.lookup("7") == "p3"
+    # The lookup is dict.get itself; an int key misses and the client normalises it.
+    assert shard_map.lookup(7) is None
 
 
 def test_range_map_bisects_typed_keys():
@@ -163,10 +166,17 @@ def test_hash_map_is_deterministic_and_bounded(monkeypatch):
 
 
 def test_bucket_codec_validates_entries():
-    assert decode_bucket("/b", encode_bucket("/b", {"k": "p1"})) == {"k": "p1"}
-    with pytest.raises(DecodeError, match="'keys'"):
-        decode_bucket("/b", b'{"v": 1, "keys": []}')
+    mapping = {"k1": "p1", "k2": "p2", "k3": "p1"}
+    encoded = encode_bucket("/b", mapping)
+    assert json.loads(encoded) == {"v": 1, "partitions": {"p1": ["k1", "k3"], "p2": ["k2"]}}
+    assert decode_bucket("/b", encoded) == mapping
+    with pytest.raises(DecodeError, match="'partitions'"):
+        decode_bucket("/b", b'{"v": 1, "partitions": []}')
     with pytest.raises(DecodeError, match="partition"):
-        decode_bucket("/b", b'{"v": 1, "keys": {"k": "bad/partition"}}')
+        decode_bucket("/b", b'{"v": 1, "partitions": {"bad/partition": ["k"]}}')
+    with pytest.raises(DecodeError, match="must be a list"):
+        decode_bucket("/b", b'{"v": 1, "partitions": {"p1": "k"}}')
+    with pytest.raises(DecodeError, match="shard key"):
+        decode_bucket("/b", b'{"v": 1, "partitions": {"p1": [""]}}')
     with pytest.raises(ValueTooLarge, match="more buckets"):
-        encode_bucket("/b", {f"key-{i:08d}": "partition-1" for i in range(30000)})
+        encode_bucket("/b", {f"key-{i:08d}-{'x' * 20}": "p1" for i in range(30000)})

@@ -1,0 +1,104 @@
+"""Shared by the benchmarks: percentiles, tables, results files and a world to measure."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sentinel import Sentinel
+from sentinel.output import format_table
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def percentiles(samples: Sequence[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of ``samples`` (nearest-rank)."""
+    ordered = sorted(samples)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+    return {
+        "p50": rank(0.50),
+        "p95": rank(0.95),
+        "p99": rank(0.99),
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+def median_of(rounds: Sequence[dict[str, float]], field: str) -> float:
+    """The median over rounds of one figure."""
+    return statistics.median(r[field] for r in rounds)
+
+
+def report(
+    name: str, title: str, headers: Sequence[str], rows: Sequence[Sequence[object]], data: dict
+) -> None:
+    """Print a table and write ``benchmarks/results/<name>.json``."""
+    print(f"\n{title}")
+    print(format_table(rows, headers=headers))
+    RESULTS.mkdir(exist_ok=True)
+    document = {
+        "benchmark": name,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": _cpus(),
+            "platform": platform.platform(),
+        },
+        **data,
+    }
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(document, indent=2))
+    print(f"(written to {path.relative_to(RESULTS.parent.parent)})")
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+def build_world(
+    client: Sentinel,
+    *,
+    service: str,
+    instances: int,
+    partitions: int,
+    keys: int,
+    policy: str = "tenants",
+    create_policy: bool = True,
+) -> list[str]:
+    """A sharded service: ``instances`` spread over ``partitions``, ``keys`` tenant keys.
+
+    Returns the keys. Instances are registered by ``client``; keep it open while measuring.
+    """
+    names = [f"p{i}" for i in range(partitions)]
+    if create_policy:
+        client.create_shard_policy(policy, "directory", partitions=names)
+    client.ensure_service(service, scheme="postgresql", shard_policy=policy)
+    for i in range(instances):
+        client.register_service(
+            service,
+            names[i % partitions],
+            f"10.{i // 250}.{i % 250}.1",
+            5432,
+            scheme="postgresql",
+            label=f"r{i}",
+        )
+    tenant_keys = [f"tenant-{i:07d}" for i in range(keys)]
+    batch = 100_000
+    for start in range(0, keys, batch):
+        client.update_shard_info_many(
+            policy,
+            {
+                k: names[(start + j) % partitions]
+                for j, k in enumerate(tenant_keys[start : start + batch])
+            },
+        )
+    return tenant_keys

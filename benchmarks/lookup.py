@@ -1,0 +1,111 @@
+"""Warm ``get_service`` latency and throughput: ``python -m benchmarks.lookup``.
+
+Per-call latency is timed call by call with ``perf_counter_ns`` and the timer's own cost (an
+empty timed call, measured the same way) subtracted; throughput is a tight loop of calls.
+Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup misses the CPU
+caches); keyed with 1,000 hot keys. All with 20 instances and round robin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+
+from benchmarks.common import build_world, median_of, percentiles, report
+from sentinel import Sentinel
+from sentinel.launcher import LocalZooKeeper
+
+
+def _timed(call, args_list) -> list[float]:
+    """Nanoseconds per call, one timing per call."""
+    clock = time.perf_counter_ns
+    samples = []
+    for args in args_list:
+        start = clock()
+        call(*args)
+        samples.append(clock() - start)
+    return samples
+
+
+def _noop(*_args):
+    return None
+
+
+def measure(client: Sentinel, label: str, args_list, calls: int) -> dict[str, float]:
+    overhead = percentiles(_timed(_noop, args_list[:calls]))["p50"]
+    get = client.get_service
+    gc.disable()
+    try:
+        latency = percentiles([max(s - overhead, 0) / 1000 for s in _timed(get, args_list[:calls])])
+        start = time.perf_counter()
+        for args in args_list[:calls]:
+            get(*args)
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return {
+        "case": label,
+        "p50_us": latency["p50"],
+        "p95_us": latency["p95"],
+        "p99_us": latency["p99"],
+        "calls_per_s": calls / elapsed,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    args = parser.parse_args(argv)
+
+    with (
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "bench-writer") as writer,
+        Sentinel(zk.connect_string, "bench-reader") as reader,
+    ):
+        keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
+        for i in range(20):
+            writer.register_service("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
+        rng = random.Random(7)
+        keyed_args = [("db", keys[rng.randrange(len(keys))]) for _ in range(args.calls)]
+        hot = keys[:1000]
+        hot_args = [("db", hot[rng.randrange(len(hot))]) for _ in range(args.calls)]
+        plain_args = [("api",)] * args.calls
+        reader.get_service("db", keys[0])
+        reader.get_service("api")
+        cases = {
+            "unsharded, 20 instances": plain_args,
+            f"keyed, 20 instances, random of {args.keys:,} keys": keyed_args,
+            "keyed, 20 instances, 1,000 hot keys": hot_args,
+        }
+        rounds = {case: [] for case in cases}
+        for _ in range(args.rounds):  # interleave the cases so all see the same noise
+            for case, case_args in cases.items():
+                rounds[case].append(measure(reader, case, case_args, args.calls))
+
+    rows = []
+    for case, results in rounds.items():
+        rows.append(
+            (
+                case,
+                f"{median_of(results, 'p50_us'):.2f}",
+                f"{median_of(results, 'p95_us'):.2f}",
+                f"{median_of(results, 'p99_us'):.2f}",
+                f"{median_of(results, 'calls_per_s') / 1e6:.2f} M",
+            )
+        )
+    report(
+        "lookup",
+        f"get_service, warm cache, round robin: medians of {args.rounds} rounds of "
+        f"{args.calls:,} calls (one thread)",
+        ("case", "p50 µs", "p95 µs", "p99 µs", "calls/s"),
+        rows,
+        {"rounds": rounds, "targets": {"p50_us": 1.0, "p99_us": 3.0, "calls_per_s": 1e6}},
+    )
+
+
+if __name__ == "__main__":
+    main()
