@@ -131,9 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo",
         help="run the end-to-end demonstration against a real ZooKeeper",
-        description="Starts a throw-away ZooKeeper (unless --zk is given), registers a "
-        "partitioned service, forces a session expiry and shows the instances come back, "
-        "drains one, and checks every step. Exits 1 if a check fails.",
+        description="Starts a throw-away ZooKeeper (unless --zk is given), maps tenants to "
+        "partitions with a shard policy, registers replicas, resolves every tenant from a "
+        "second client's cache, then moves a tenant, expires the publisher's session, drains "
+        "a replica and closes the publisher, timing how fast each change reaches the cache. "
+        "Exits 1 if a check fails.",
     )
     demo.add_argument("--zk", metavar="HOSTS", help="use this ensemble instead of starting one")
     demo.add_argument(

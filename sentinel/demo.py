@@ -1,39 +1,59 @@
-"""``sentinel demo``: the publisher's life cycle against a real ZooKeeper, checked step by step.
+"""``sentinel demo``: publishers, a shard map and a resolving client on a real ZooKeeper.
 
-What it shows today (the resolution, policy, auth and Spark parts join as they land):
-a partitioned service registered by one client and watched by another; a forced session
-expiry after which the publisher's instances come back by themselves; a graceful drain; and
-the instant removal of every instance when the publisher closes.
+What it shows today (metric policies, auth and Spark join as they land): a partitioned
+service registered by one client; tenants mapped to partitions by a directory shard policy;
+a second client resolving tenants to replicas from its watch-driven cache; a tenant move and
+a session expiry reaching that cache; a graceful drain; and every instance leaving with its
+publisher's session. Every step is checked; the run fails if any check does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
 from sentinel.client import Sentinel
-from sentinel.errors import ConnectionInterrupted
+from sentinel.errors import NoInstanceAvailable
+from sentinel.events import ChangeEvent, InstancesChanged, ShardKeysChanged
 from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
-from sentinel.records import InstanceRecord
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing import expire_session
 
 SERVICE = "orders-db"
+POLICY = "tenants"
 REPLICAS = {"p1": ("replica-a", "replica-b"), "p2": ("replica-a", "replica-b")}
-RECOVERY_TIMEOUT = 15.0
+TENANTS = {"acme": "p1", "globex": "p1", "initech": "p1", "umbrella": "p2", "hooli": "p2"}
+WAIT = 15.0
 
 
-def _instances_table(instances: tuple[InstanceRecord, ...]) -> str:
-    return format_table(
-        [
-            (i.partition, i.label, f"{i.scheme}://{i.host}:{i.port}", i.zone, i.status, i.weight)
-            for i in instances
-        ],
-        headers=("PARTITION", "LABEL", "ENDPOINT", "ZONE", "STATUS", "WEIGHT"),
-    )
+class _EventWaiter:
+    """Remembers when each change reached the resolving client's cache, and what ``probe``
+    (a look at the cache) said right then."""
+
+    def __init__(self, probe: Callable[[], int]) -> None:
+        self._probe = probe
+        self._events: list[tuple[float, ChangeEvent, int]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event: ChangeEvent) -> None:
+        seen = (time.monotonic(), event, self._probe())
+        with self._changed:
+            self._events.append(seen)
+            self._changed.notify_all()
+
+    def wait(self, since: float, predicate: Callable[[ChangeEvent, int], bool]) -> float | None:
+        """Milliseconds from ``since`` to the first matching event, None if none came."""
+
+        def arrived() -> float | None:
+            return next((t for t, e, p in self._events if t >= since and predicate(e, p)), None)
+
+        with self._changed:
+            at = self._changed.wait_for(arrived, WAIT)
+        return None if at is None else (at - since) * 1000
 
 
 def _remove_namespace(hosts: str, namespace: str) -> None:
@@ -46,38 +66,46 @@ def _remove_namespace(hosts: str, namespace: str) -> None:
         zk.close()
 
 
+def _ms(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} ms"
+
+
 def run_demo(
     hosts: str | None = None,
     namespace: str = "/sentinel-demo",
     emit: Callable[[str], None] = print,
 ) -> bool:
     """Run the demonstration; return True if every check passed."""
-    checks: list[tuple[str, bool]] = []
+    checks: list[bool] = []
 
     def check(what: str, ok: bool) -> None:
-        checks.append((what, ok))
+        checks.append(ok)
         emit(f"  {'ok  ' if ok else 'FAIL'} {what}")
 
     own_server = hosts is None
     with contextlib.ExitStack() as stack:
         if hosts is None:
-            emit("[1/6] starting a throw-away ZooKeeper ...")
+            emit("[1/7] starting a throw-away ZooKeeper ...")
             started = time.monotonic()
-            zk = stack.enter_context(LocalZooKeeper())
-            hosts = zk.connect_string
+            hosts = stack.enter_context(LocalZooKeeper()).connect_string
             emit(f"  serving on {hosts} after {time.monotonic() - started:.2f}s")
         else:
-            emit(f"[1/6] using ZooKeeper at {hosts}")
+            emit(f"[1/7] using ZooKeeper at {hosts}")
         publisher = stack.enter_context(
             Sentinel(hosts, "demo-publisher", namespace, session_timeout=4.0, drain_wait=0.5)
         )
         stack.callback(_remove_namespace, hosts, namespace)
-        observer = stack.enter_context(Sentinel(hosts, "demo-observer", namespace))
+        resolver = stack.enter_context(Sentinel(hosts, "demo-app", namespace))
 
-        emit(f"[2/6] registering {SERVICE}: 2 partitions x 2 replicas")
-        publisher.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
-        registrations = [
-            publisher.register_service(
+        emit(
+            f"[2/7] shard map {POLICY!r}: {len(TENANTS)} tenants over 2 partitions; "
+            f"{SERVICE}: 2 replicas per partition"
+        )
+        publisher.create_shard_policy(POLICY, "directory", partitions=list(REPLICAS))
+        publisher.update_shard_info_many(POLICY, TENANTS)
+        publisher.ensure_service(SERVICE, scheme="postgresql", shard_policy=POLICY)
+        registrations = {
+            (partition, label): publisher.register_service(
                 SERVICE,
                 partition,
                 "127.0.0.1",
@@ -85,45 +113,91 @@ def run_demo(
                 scheme="postgresql",
                 label=label,
                 zone=f"zone-{r + 1}",
-                properties={"role": "replica"},
             )
             for p, (partition, labels) in enumerate(REPLICAS.items())
             for r, label in enumerate(labels)
-        ]
-        listing = observer.read_service(SERVICE)
-        emit(_instances_table(listing.instances))
-        check("the observer reads all 4 instances", len(listing.instances) == 4)
+        }
 
-        emit("[3/6] expiring the publisher's ZooKeeper session (as a long GC pause would)")
+        emit("[3/7] resolving every tenant from the application's cache")
+        started = time.perf_counter()
+        resolved = {tenant: resolver.get_service(SERVICE, tenant) for tenant in TENANTS}
+        emit(f"  first lookup loaded the cache in {(time.perf_counter() - started) * 1000:.1f} ms")
+        emit(
+            format_table(
+                [(t, e.partition, e.label, e.uri) for t, e in resolved.items()],
+                headers=("TENANT", "PARTITION", "REPLICA", "URI"),
+            )
+        )
+        check(
+            "every tenant resolves to a replica of its partition",
+            all(resolved[t].partition == p for t, p in TENANTS.items()),
+        )
+        calls = 100_000
+        started = time.perf_counter()
+        for _ in range(calls):
+            resolver.get_service(SERVICE, "acme")
+        per_call = (time.perf_counter() - started) / calls * 1e6
+        emit(f"  warm lookups: {per_call:.2f} µs per call over {calls:,} calls")
+        labels = {resolver.get_service(SERVICE, "acme").label for _ in range(4)}
+        check("round robin spreads acme over both p1 replicas", labels == set(REPLICAS["p1"]))
+
+        def live_instances() -> int:
+            total = 0
+            for tenant in ("globex", "umbrella"):  # one tenant of each partition
+                with contextlib.suppress(NoInstanceAvailable):
+                    total += len(resolver.get_services(SERVICE, tenant))
+            return total
+
+        waiter = _EventWaiter(live_instances)
+        resolver.listen(SERVICE, waiter)
+        emit("[4/7] moving tenant acme from p1 to p2")
+        since = time.monotonic()
+        publisher.update_shard_info(POLICY, "acme", "p2")
+        moved = waiter.wait(
+            since,
+            lambda e, _: isinstance(e, ShardKeysChanged) and e.changes.get("acme") == ("p1", "p2"),
+        )
+        check(
+            f"the move reached the application's cache in {_ms(moved)}",
+            moved is not None and resolver.get_service(SERVICE, "acme").partition == "p2",
+        )
+
+        emit("[5/7] expiring the publisher's ZooKeeper session (as a long GC pause would)")
+        since = time.monotonic()
         old_session = expire_session(publisher)
-        recovered = wait_until(
-            lambda: (
-                publisher.session_id not in (None, old_session)
-                and len(observer.read_service(SERVICE).instances) == 4
-            ),
-            RECOVERY_TIMEOUT,
-            ignore=(ConnectionInterrupted,),
-        )
+        gone = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 0)
+        back = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 4)
         check(
-            f"all 4 instances are back under a new session in "
-            f"{'-' if recovered is None else f'{recovered * 1000:.0f} ms'}",
-            recovered is not None,
+            f"all 4 instances vanished ({_ms(gone)}) and came back under a new session "
+            f"({_ms(back)})",
+            back is not None
+            and live_instances() == 4
+            and publisher.session_id not in (None, old_session),
         )
 
-        drained = registrations[0]
-        emit(f"[4/6] draining {drained.partition}:{drained.label} ...")
+        drained = registrations["p2", "replica-a"]
+        emit(f"[6/7] draining p2:{drained.label} before it stops serving")
+        since = time.monotonic()
         publisher.drain(drained)
-        labels = {(i.partition, i.label) for i in observer.read_service(SERVICE).instances}
+        left = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 3)
+        picks = {resolver.get_service(SERVICE, "hooli").label for _ in range(10)}
         check(
-            "the drained replica is gone and the other 3 remain",
-            (drained.partition, drained.label) not in labels and len(labels) == 3,
+            f"the drained replica left the cache in {_ms(left)} and is never picked",
+            left is not None and picks == {"replica-b"},
         )
 
-        emit("[5/6] closing the publisher: its ephemeral nodes go with its session")
+        emit("[7/7] closing the publisher: its ephemeral nodes go with its session")
+        since = time.monotonic()
         publisher.close()
-        check("no instance is left", observer.read_service(SERVICE).instances == ())
+        emptied = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 0)
+        try:
+            resolver.get_service(SERVICE, "hooli")
+            nothing_left = False
+        except NoInstanceAvailable as exc:
+            nothing_left = True
+            emit(f"  get_service now raises NoInstanceAvailable: {exc}")
+        check(f"every instance left the cache in {_ms(emptied)}", nothing_left)
 
-    emit("[6/6] cleaned up: namespace removed" + (", ZooKeeper stopped" if own_server else ""))
-    passed = sum(ok for _, ok in checks)
-    emit(f"{passed} of {len(checks)} checks passed")
-    return passed == len(checks)
+    emit("cleaned up: namespace removed" + (", ZooKeeper stopped" if own_server else ""))
+    emit(f"{sum(checks)} of {len(checks)} checks passed")
+    return all(checks)
