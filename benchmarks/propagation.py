@@ -102,6 +102,10 @@ def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]
         delays.setdefault(f"{write['op']} (writer's call)", []).append(
             (write["done"] - write["t"]) * 1000
         )
+        # The server sends the watch event and the writer's reply together, so this can be < 0.
+        delays.setdefault(f"{write['op']} (after the call returned)", []).append(
+            (arrived - write["done"]) * 1000
+        )
     return delays
 
 

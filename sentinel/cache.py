@@ -181,7 +181,7 @@ class RegistryCache:
         self._worker.start()
 
     def close(self) -> None:
-        """Stop the worker; the snapshots stay readable."""
+        """Stop the worker."""
         self._zk.remove_listener(self._on_state)
         self._tasks.put(("stop",))
         if self._worker is not None:

@@ -140,6 +140,9 @@ class Sentinel:
             return
         self._started = False
         self._cache.close()
+        # Emptied, a lookup falls through to the load, which refuses on a closed client.
+        self._snapshots.clear()
+        self._shard_maps.clear()
         self._nodes.close()
         self._zk.stop()
         self._zk.close()

@@ -341,11 +341,15 @@ def test_bulk_updates_split_into_transactions_and_survive_races(make_client, raw
     assert all(stored[f"{n}-{i}"] == "p9" for n in "ab" for i in range(300))
 
 
-def test_a_closed_client_refuses_lookups(make_client):
-    client = make_client()
+def test_a_closed_client_refuses_lookups_even_of_loaded_services(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.register_service("api", "p1", "h", 80)
+    client.get_service("api")
     client.close()
     with pytest.raises(ClientClosed):
         client.get_service("api")
+    with pytest.raises(ClientClosed):
+        client.get_services("other")
 
 
 def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client):
