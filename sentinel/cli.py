@@ -90,7 +90,7 @@ def _zk_stop(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sentinel.demo import run_demo
 
-    return EXIT_OK if run_demo(hosts=args.zk, namespace=args.namespace, emit=print) else 1
+    return EXIT_OK if run_demo(print, hosts=args.zk, namespace=args.namespace) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,11 +71,9 @@ def _ms(value: float | None) -> str:
 
 
 def run_demo(
-    hosts: str | None = None,
-    namespace: str = "/sentinel-demo",
-    emit: Callable[[str], None] = print,
+    emit: Callable[[str], None], hosts: str | None = None, namespace: str = "/sentinel-demo"
 ) -> bool:
-    """Run the demonstration; return True if every check passed."""
+    """Run the demonstration, reporting each line through ``emit``; True if every check passed."""
     checks: list[bool] = []
 
     def check(what: str, ok: bool) -> None:
