@@ -10,17 +10,11 @@ The entry point is :class:`Sentinel`, a client that is also a context manager::
 Errors derive from :class:`sentinel.errors.SentinelError`.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 from sentinel.client import Sentinel
 from sentinel.errors import SentinelError
 from sentinel.publisher import Registration
 from sentinel.records import InstanceRecord, ServiceSpec
-
-try:
-    __version__ = version("sentinel-discovery")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0+unknown"
+from sentinel.version import __version__
 
 __all__ = [
     "InstanceRecord",

@@ -14,6 +14,7 @@ everything this client uses and reports exactly what changed meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -61,6 +62,7 @@ from sentinel.shards import (
     read_key,
     validate_key,
 )
+from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
 log = logging.getLogger(__name__)
@@ -233,13 +235,21 @@ class RegistryCache:
         elif isinstance(shard_map, DirectoryMap):
             reason = f"shard policy {policy!r} has no such key"
         else:
-            reason = f"it is below the first boundary of range policy {policy!r}"
+            reason = (
+                f"it is below the first boundary of range policy {policy!r}, "
+                f"or not a {shard_map.spec.key_type}"
+            )
         raise PartitionNotFound(f"service {service!r}: key {key!r} maps to no partition ({reason})")
 
     def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
         """Add a listener for ``service`` (None: every service); returns its remover."""
         self._listeners.setdefault(service, []).append(listener)
-        return lambda: self._listeners.get(service, []).remove(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):  # removing twice is harmless
+                self._listeners.get(service, []).remove(listener)
+
+        return remove
 
     # --- kazoo's thread: only queue work ------------------------------------------------------
 
@@ -400,14 +410,14 @@ class RegistryCache:
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
         snapshot = ServiceSnapshot.build(spec, endpoints, invalid, RoundRobin())
-        self.snapshots[service] = snapshot
+        # Registered before the snapshot is published: if this write fails, the next lookup
+        # loads (and registers) again instead of serving a service nobody knows it uses.
         self._register_client(service)
+        self.snapshots[service] = snapshot
         return snapshot
 
     def _register_client(self, service: str) -> None:
         """``/clients/<service>/<client_id>``: who uses the service, kept across sessions."""
-        from sentinel import __version__
-
         parent = f"{CLIENTS}/{service}"
         self._zk.ensure_path(parent)
         path = f"{parent}/{self._client_id}"

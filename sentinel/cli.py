@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from sentinel import __version__
 from sentinel.client import DEFAULT_NAMESPACE
 from sentinel.devserver import (
     dev_server,
@@ -26,6 +25,7 @@ from sentinel.devserver import (
 )
 from sentinel.errors import LauncherError, SentinelError, ValidationError, ZooKeeperUnavailable
 from sentinel.output import format_table
+from sentinel.version import __version__
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1
