@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cachetools import TTLCache
@@ -33,7 +33,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from balancers import Balancer, RoundRobin
-from sentinel.endpoint import Endpoint
+from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     DecodeError,
@@ -45,11 +45,12 @@ from sentinel.events import (
     ChangeEvent,
     ConnectionChanged,
     InstancesChanged,
+    MetricsChanged,
     ServiceSpecChanged,
     ShardKeysChanged,
 )
-from sentinel.layout import CLIENTS, SERVICES, SHARD_INFO, service_path
-from sentinel.records import InstanceRecord, ServiceSpec, encode
+from sentinel.layout import CLIENTS, METRICS, SERVICES, SHARD_INFO, service_path
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode
 from sentinel.registry import pipelined_reads
 from sentinel.shards import (
     DirectoryMap,
@@ -76,12 +77,14 @@ class ServiceSnapshot:
 
     ``partitions`` holds every instance per partition and ``up`` the ones with status ``up``
     (sorted by label); the key ``None`` holds all of them, for services that are not sharded.
-    ``invalid`` names the instance nodes that could not be decoded and are skipped.
+    ``metrics`` holds every metrics node by instance name (an instance's endpoint carries its
+    own); ``invalid`` names the nodes that could not be decoded and are skipped.
     ``balancer`` is the service's default balancer, carried from snapshot to snapshot.
     """
 
     spec: ServiceSpec
     endpoints: Mapping[str, Endpoint]
+    metrics: Mapping[str, MetricsRecord]
     partitions: Mapping[str | None, tuple[Endpoint, ...]]
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
@@ -93,23 +96,44 @@ class ServiceSnapshot:
         cls,
         spec: ServiceSpec,
         endpoints: Mapping[str, Endpoint],
+        metrics: Mapping[str, MetricsRecord],
         invalid: frozenset[str],
         balancer: Balancer,
     ) -> ServiceSnapshot:
-        """Index ``endpoints`` by partition, once per change rather than per lookup."""
+        """Attach metrics and index by partition, once per change rather than per lookup."""
+        endpoints = {name: _with_metrics(e, metrics.get(name)) for name, e in endpoints.items()}
         ordered = sorted(endpoints.values(), key=lambda e: (e.partition, e.label))
         partitions: dict[str | None, list[Endpoint]] = {None: ordered}
         for endpoint in ordered:
             partitions.setdefault(endpoint.partition, []).append(endpoint)
         return cls(
             spec=spec,
-            endpoints=dict(endpoints),
+            endpoints=endpoints,
+            metrics=dict(metrics),
             partitions={p: tuple(e) for p, e in partitions.items()},
             up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
             invalid=invalid,
             balancer=balancer,
             updated_at=time.time(),
         )
+
+    def rebuilt(self, **changes: Any) -> ServiceSnapshot:
+        """A new snapshot with some of spec, endpoints, metrics or invalid replaced."""
+        fields = {
+            "spec": self.spec,
+            "endpoints": self.endpoints,
+            "metrics": self.metrics,
+            "invalid": self.invalid,
+            "balancer": self.balancer,
+        }
+        return ServiceSnapshot.build(**(fields | changes))
+
+
+def _with_metrics(endpoint: Endpoint, record: MetricsRecord | None) -> Endpoint:
+    values, at = (NO_METRICS, None) if record is None else (record.values, record.measured_at)
+    if endpoint.metrics == values and endpoint.metrics_at == at:
+        return endpoint
+    return replace(endpoint, metrics=values, metrics_at=at)
 
 
 @dataclass
@@ -123,13 +147,27 @@ class CacheStats:
     watch_events: int = 0
 
 
-def _diff(service: str, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]):
+def _diff(
+    service: str, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]
+) -> list[ChangeEvent]:
+    """The events between two endpoint maps: membership and state, then metrics alone."""
     added = tuple(new[n] for n in sorted(new.keys() - old.keys()))
     removed = tuple(old[n] for n in sorted(old.keys() - new.keys()))
-    updated = tuple((old[n], new[n]) for n in sorted(old.keys() & new.keys()) if old[n] != new[n])
+    updated, metrics = [], []
+    for name in sorted(old.keys() & new.keys()):
+        before, after = old[name], new[name]
+        if before == after:
+            continue
+        if replace(before, metrics=after.metrics, metrics_at=after.metrics_at) == after:
+            metrics.append((before, after))
+        else:
+            updated.append((before, after))
+    events: list[ChangeEvent] = []
     if added or removed or updated:
-        return InstancesChanged(service, added, removed, updated)
-    return None
+        events.append(InstancesChanged(service, added, removed, tuple(updated)))
+    if metrics:
+        events.append(MetricsChanged(service, tuple(metrics)))
+    return events
 
 
 def _directory_keys(shard_map: ShardMap | None) -> Mapping[str, str]:
@@ -266,10 +304,13 @@ class RegistryCache:
         self.stats.watch_events += 1
         parts = event.path.split("/")
         if len(parts) == 3 and parts[1] == SERVICES[1:]:
-            kind = "children" if event.type == EventType.CHILD else "spec"
-            self._enqueue((kind, parts[2]))
+            self._enqueue(("instances" if event.type == EventType.CHILD else "spec", parts[2]))
         elif len(parts) == 4 and parts[1] == SERVICES[1:]:
             self._enqueue(("instance", parts[2], parts[3]))
+        elif len(parts) == 3 and parts[1] == METRICS[1:]:
+            self._enqueue(("metrics", parts[2]))  # children changed, or the section appeared
+        elif len(parts) == 4 and parts[1] == METRICS[1:]:
+            self._enqueue(("metric", parts[2], parts[3]))
         elif len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
             self._enqueue(("policy", parts[2]))
         elif len(parts) == 4 and parts[1] == SHARD_INFO[1:]:
@@ -316,12 +357,15 @@ class RegistryCache:
             future.set_result(snapshot)
         elif kind == "notify":
             self._emit(None, task[1])
-        elif kind == "children" or kind == "spec":
+        elif kind == "spec":
             if task[1] in self.snapshots:
-                self._refresh_service(task[1], full=kind == "spec")
-        elif kind == "instance":
+                self._refresh_service(task[1])
+        elif kind in ("instances", "metrics"):  # a children event
             if task[1] in self.snapshots:
-                self._refresh_instance(task[1], task[2])
+                self._refresh_children(kind, task[1])
+        elif kind in ("instance", "metric"):  # a data event
+            if task[1] in self.snapshots:
+                self._refresh_child(f"{kind}s", task[1], task[2])
         elif kind == "policy":
             if task[1] in self.shard_maps:
                 self._load_policy(task[1])
@@ -362,54 +406,79 @@ class RegistryCache:
             self._skip(exc)
             raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
 
-    def _read_instances(
-        self, service: str, known: ServiceSnapshot | None = None
-    ) -> tuple[dict[str, Endpoint], frozenset[str]]:
-        """List the instances and read them, setting watches.
+    def _read_section(
+        self, section: str, service: str, known: ServiceSnapshot | None = None
+    ) -> tuple[dict[str, Any], set[str]]:
+        """Decode the children of one section of ``service``, setting watches.
 
-        With ``known`` (a children event while watches are in place), only new children are
-        read: the others' data watches report their own changes.
+        ``section`` is ``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
+        (``/metrics/<service>``, as MetricsRecords). With ``known`` (a children event while
+        watches are in place) only new children are read: the others' data watches report
+        their own changes. Returns the decoded children by name and the paths that failed.
         """
-        path = service_path(service)
+        parent, field, decode = self._section(section, service)
         try:
-            names = self._zk.get_children(path, watch=self._watch)
+            names = self._zk.get_children(parent, watch=self._watch)
         except NoNodeError:
-            raise ServiceNotFound(f"service {service!r} is not registered") from None
-        endpoints: dict[str, Endpoint] = {}
-        invalid = set()
+            if section == "instances":
+                raise ServiceNotFound(f"service {service!r} is not registered") from None
+            self._zk.exists(parent, watch=self._watch)  # to learn when it appears
+            return {}, set()
+        decoded: dict[str, Any] = {}
+        invalid: set[str] = set()
         unread = names
         if known is not None:
-            endpoints = {n: known.endpoints[n] for n in names if n in known.endpoints}
-            invalid = {n for n in names if n in known.invalid}
-            unread = [n for n in names if n not in endpoints and n not in invalid]
-        reads = pipelined_reads(self._zk, unread, lambda n: f"{path}/{n}", self._watch)
-        for name, result in reads:
+            current = getattr(known, field)
+            decoded = {n: current[n] for n in names if n in current}
+            invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
+            unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
+        for name, result in pipelined_reads(
+            self._zk, unread, lambda n: f"{parent}/{n}", self._watch
+        ):
             try:
-                endpoint = self._decode_instance(service, name, result)
+                data, _ = result.get()
             except NoNodeError:
                 continue  # deleted between the listing and the read
-            if endpoint is None:
-                invalid.add(name)
+            value = self._decode(decode, name, f"{parent}/{name}", data)
+            if value is None:
+                invalid.add(f"{parent}/{name}")
             else:
-                endpoints[name] = endpoint
-        return endpoints, frozenset(invalid)
+                decoded[name] = value
+        return decoded, invalid
 
-    def _decode_instance(self, service: str, name: str, result: Any) -> Endpoint | None:
-        """The endpoint ``result`` read; None if the node is invalid (NoNodeError if gone)."""
-        path = f"{service_path(service)}/{name}"
-        data, _ = result.get()
+    @staticmethod
+    def _section(section: str, service: str) -> tuple[str, str, Callable[..., Any]]:
+        """Parent path, snapshot field and decoder of a section of ``service``."""
+        if section == "instances":
+            return (
+                service_path(service),
+                "endpoints",
+                lambda name, path, data: Endpoint.from_record(
+                    InstanceRecord.from_bytes(service, name, path, data)
+                ),
+            )
+        return (
+            f"{METRICS}/{service}",
+            "metrics",
+            lambda name, path, data: MetricsRecord.from_bytes(service, name, path, data),
+        )
+
+    def _decode(self, decode: Callable[..., Any], name: str, path: str, data: bytes) -> Any:
         try:
-            return Endpoint.from_record(InstanceRecord.from_bytes(service, name, path, data))
+            return decode(name, path, data)
         except DecodeError as exc:
             self._skip(exc)
             return None
 
     def _load_service(self, service: str) -> ServiceSnapshot:
         spec = self._read_spec(service)
-        endpoints, invalid = self._read_instances(service)
+        endpoints, bad_instances = self._read_section("instances", service)
+        metrics, bad_metrics = self._read_section("metrics", service)
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
-        snapshot = ServiceSnapshot.build(spec, endpoints, invalid, RoundRobin())
+        snapshot = ServiceSnapshot.build(
+            spec, endpoints, metrics, frozenset(bad_instances | bad_metrics), RoundRobin()
+        )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
         self._register_client(service)
@@ -432,51 +501,71 @@ class RegistryCache:
         self._nodes.put(path, encode(path, document))
 
     def _swap(self, service: str, snapshot: ServiceSnapshot) -> None:
-        old = self.snapshots.get(service)
+        old = self.snapshots[service]
         self.snapshots[service] = snapshot
-        if old is not None and old.spec != snapshot.spec:
+        if old.spec != snapshot.spec:
             self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
-        change = _diff(service, old.endpoints if old else {}, snapshot.endpoints)
-        if change is not None:
-            self._emit(service, change)
+        for event in _diff(service, old.endpoints, snapshot.endpoints):
+            self._emit(service, event)
 
-    def _refresh_service(self, service: str, *, full: bool) -> None:
-        """Re-read after an event: the children only, or (``full``) the spec and every node."""
+    def _refresh_service(self, service: str) -> None:
+        """Re-read the spec and every node of the service, setting the watches again."""
         current = self.snapshots[service]
         try:
-            new_spec = self._read_spec(service) if full else current.spec
-            endpoints, invalid = self._read_instances(service, None if full else current)
+            spec = self._read_spec(service)
+            endpoints, bad_instances = self._read_section("instances", service)
         except ServiceNotFound:
             self._drop_service(service)
             return
-        if new_spec.shard_policy is not None:
-            self._use_policy(new_spec.shard_policy, service)
-        self._swap(service, ServiceSnapshot.build(new_spec, endpoints, invalid, current.balancer))
-
-    def _refresh_instance(self, service: str, name: str) -> None:
-        current = self.snapshots[service]
-        path = f"{service_path(service)}/{name}"
-        endpoints = dict(current.endpoints)
-        invalid = set(current.invalid) - {name}
-        try:
-            endpoint = self._decode_instance(
-                service, name, self._zk.get_async(path, watch=self._watch)
-            )
-        except NoNodeError:
-            endpoint = None
-        else:
-            if endpoint is None:
-                invalid.add(name)
-        if endpoint is None:
-            endpoints.pop(name, None)
-        else:
-            endpoints[name] = endpoint
-        if endpoints == current.endpoints and invalid == current.invalid:
-            return
+        metrics, bad_metrics = self._read_section("metrics", service)
+        if spec.shard_policy is not None:
+            self._use_policy(spec.shard_policy, service)
         self._swap(
             service,
-            ServiceSnapshot.build(current.spec, endpoints, frozenset(invalid), current.balancer),
+            current.rebuilt(
+                spec=spec,
+                endpoints=endpoints,
+                metrics=metrics,
+                invalid=frozenset(bad_instances | bad_metrics),
+            ),
         )
+
+    def _refresh_children(self, section: str, service: str) -> None:
+        """After a children event: read the new children of one section."""
+        current = self.snapshots[service]
+        parent, field, _ = self._section(section, service)
+        try:
+            children, bad = self._read_section(section, service, current)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        others = {path for path in current.invalid if not path.startswith(f"{parent}/")}
+        self._swap(
+            service, current.rebuilt(**{field: children, "invalid": frozenset(others | bad)})
+        )
+
+    def _refresh_child(self, section: str, service: str, name: str) -> None:
+        """After a data event: read one child again (it may be gone, or now invalid)."""
+        current = self.snapshots[service]
+        parent, field, decode = self._section(section, service)
+        path = f"{parent}/{name}"
+        children = dict(getattr(current, field))
+        invalid = set(current.invalid) - {path}
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            value = None
+        else:
+            value = self._decode(decode, name, path, data)
+            if value is None:
+                invalid.add(path)
+        if value is None:
+            children.pop(name, None)
+        else:
+            children[name] = value
+        if children == getattr(current, field) and invalid == current.invalid:
+            return
+        self._swap(service, current.rebuilt(**{field: children, "invalid": frozenset(invalid)}))
 
     def _drop_service(self, service: str) -> None:
         old = self.snapshots.pop(service, None)
@@ -563,5 +652,5 @@ class RegistryCache:
         for policy in list(self.shard_maps):
             self._load_policy(policy)
         for service in list(self.snapshots):
-            self._refresh_service(service, full=True)
+            self._refresh_service(service)
         self.stats.resyncs += 1

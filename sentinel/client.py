@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from balancers import Balancer
 from policies import Endpoints, SelectionPolicy
@@ -25,9 +26,15 @@ from sentinel.errors import (
     PartitionNotFound,
     ZooKeeperUnavailable,
 )
-from sentinel.layout import SECTIONS, sanitize_name, validate_name, validate_namespace
+from sentinel.layout import (
+    SECTIONS,
+    metrics_path,
+    sanitize_name,
+    validate_name,
+    validate_namespace,
+)
 from sentinel.publisher import Publisher, Registration
-from sentinel.records import InstanceRecord, ServiceSpec
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
 from sentinel.zkerrors import translate_zk_errors
 
@@ -251,9 +258,10 @@ class Sentinel:
         """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
 
         The first call for a service loads it into the cache and sets watches; later calls
-        are dictionary lookups on an immutable snapshot. ``policy`` filters the partition's
-        endpoints (default: those with status ``up``); ``balancer`` picks one (default: round
-        robin per service). Unsharded services ignore ``key``.
+        are dictionary lookups on an immutable snapshot. Only instances with status ``up`` are
+        ever returned; ``policy`` filters those further (for example on their metrics), and
+        ``balancer`` picks one (default: round robin per service). Unsharded services ignore
+        ``key``.
 
         Raises :class:`~sentinel.errors.ServiceNotFound`,
         :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
@@ -286,10 +294,9 @@ class Sentinel:
             partition = shard_map.lookup(key) if shard_map is not None else None
             if partition is None:
                 partition = self._read_through(service, shard_policy, key)
-        if policy is None:
-            candidates = snapshot.up.get(partition)
-        else:
-            candidates = policy(snapshot.partitions.get(partition, ()))  # type: ignore[operator]
+        candidates = snapshot.up.get(partition)
+        if policy is not None and candidates:
+            candidates = policy(candidates)  # type: ignore[operator]
         if not candidates:
             raise self._nothing_eligible(service, key, partition, policy)
         return candidates
@@ -346,6 +353,43 @@ class Sentinel:
     def cache_stats(self) -> CacheStats:
         """Counters of the cache: decode errors, read-throughs, negative-cache hits, re-syncs."""
         return self._cache.stats
+
+    # --- metrics (the metric collector's writer API) --------------------------------------------
+
+    @translate_zk_errors
+    def update_metrics(
+        self,
+        service: str,
+        partition: str,
+        label: str,
+        metrics: Mapping[str, float | int | str],
+        measured_at: float | None = None,
+    ) -> MetricsRecord:
+        """Publish an instance's run-time metrics, replacing the ones published before.
+
+        Values are finite numbers or strings of at most 256 characters, at most 256 metrics.
+        ``measured_at`` (Unix seconds, default now) is when they were measured, so policies can
+        tell fresh from stale. The node is persistent: metrics outlive a collector's session,
+        and their age says how much to trust them.
+        """
+        self._require_started()
+        record = MetricsRecord(
+            service=service,
+            partition=partition,
+            label=label,
+            values=metrics,
+            measured_at=time.time() if measured_at is None else measured_at,
+        )
+        path = metrics_path(service, partition, label)
+        data = record.to_bytes(path)
+        try:
+            self._zk.set(path, data)
+        except NoNodeError:
+            try:
+                self._zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                self._zk.set(path, data)
+        return record
 
     # --- shard maps (the shard manager's writer API) ------------------------------------------
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
-from sentinel.records import InstanceRecord
+from sentinel.records import InstanceRecord, MetricValue
+
+NO_METRICS: Mapping[str, MetricValue] = MappingProxyType({})
 
 
 def format_uri(scheme: str, host: str, port: int) -> str:
@@ -21,8 +25,10 @@ class Endpoint:
     """One live instance as the cache holds it: location, identity, state and properties.
 
     Endpoints are built once per change of the instance, not per lookup, so ``get_service``
-    returns a shared, immutable object. ``auth`` is the client's decrypted credential for the
-    service (None until the authentication manager has published one).
+    returns a shared, immutable object. ``metrics`` are the instance's last published run-time
+    metrics, measured at ``metrics_at`` (None when none were published). ``auth`` is the
+    client's decrypted credential for the service (None until the authentication manager has
+    published one).
     """
 
     service: str
@@ -37,6 +43,8 @@ class Endpoint:
     zone: str | None
     properties: Mapping[str, Any]
     registered_at: float
+    metrics: Mapping[str, MetricValue] = field(default_factory=lambda: NO_METRICS)
+    metrics_at: float | None = None
     auth: Mapping[str, Any] | None = None
 
     @classmethod
@@ -56,6 +64,11 @@ class Endpoint:
             properties=record.properties,
             registered_at=record.registered_at,
         )
+
+    @property
+    def metrics_age(self) -> float | None:
+        """Seconds since the metrics were measured; None when there are none."""
+        return None if self.metrics_at is None else time.time() - self.metrics_at
 
     @property
     def name(self) -> str:

@@ -20,6 +20,14 @@ class InstancesChanged:
 
 
 @dataclass(frozen=True)
+class MetricsChanged:
+    """Run-time metrics of instances of ``service`` changed: ``(old, new)`` endpoints."""
+
+    service: str
+    updated: tuple[tuple[Endpoint, Endpoint], ...] = ()
+
+
+@dataclass(frozen=True)
 class ServiceSpecChanged:
     """The spec of ``service`` changed; ``new`` is None when the service was removed."""
 
@@ -50,4 +58,6 @@ class ConnectionChanged:
     at: float
 
 
-ChangeEvent = InstancesChanged | ServiceSpecChanged | ShardKeysChanged | ConnectionChanged
+ChangeEvent = (
+    InstancesChanged | MetricsChanged | ServiceSpecChanged | ShardKeysChanged | ConnectionChanged
+)

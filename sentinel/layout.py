@@ -84,3 +84,8 @@ def parse_instance_name(name: str) -> tuple[str, str]:
 def instance_path(service: str, partition: str, label: str) -> str:
     """The ephemeral node of one live instance."""
     return f"{SERVICES}/{service}/{instance_name(partition, label)}"
+
+
+def metrics_path(service: str, partition: str, label: str) -> str:
+    """The persistent node of one instance's metrics."""
+    return f"{METRICS}/{service}/{instance_name(partition, label)}"

@@ -234,3 +234,82 @@ class InstanceRecord:
             raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
         except ValidationError as exc:
             raise DecodeError(path, str(exc)) from None
+
+
+MAX_METRICS = 256
+MAX_METRIC_TEXT = 256
+MetricValue = float | int | str
+
+
+def _metric_values(values: object) -> Mapping[str, MetricValue]:
+    """Validated metrics: names as node names, values finite numbers or short strings."""
+    if not isinstance(values, Mapping):
+        raise ValidationError(f"metrics must be a mapping, got {type(values).__name__}")
+    if len(values) > MAX_METRICS:
+        raise ValidationError(f"{len(values)} metrics given; at most {MAX_METRICS} are allowed")
+    checked: dict[str, MetricValue] = {}
+    for name, value in values.items():
+        validate_name("metric", name)
+        if isinstance(value, str):
+            if len(value) > MAX_METRIC_TEXT:
+                raise ValidationError(
+                    f"metric {name!r} is a string of {len(value)} characters; "
+                    f"at most {MAX_METRIC_TEXT} are allowed"
+                )
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError(
+                f"metric {name!r} must be a number or a string, got {type(value).__name__}"
+            )
+        elif not math.isfinite(value):
+            raise ValidationError(f"metric {name!r} is {value}; only finite numbers are allowed")
+        checked[name] = value
+    return MappingProxyType(checked)
+
+
+@dataclass(frozen=True)
+class MetricsRecord:
+    """An instance's run-time metrics: ``/metrics/<service>/<partition>:<label>``.
+
+    ``measured_at`` is when the values were measured (Unix seconds), so that a policy can
+    tell fresh values from stale ones.
+    """
+
+    service: str
+    partition: str
+    label: str
+    values: Mapping[str, MetricValue]
+    measured_at: float
+
+    def __post_init__(self) -> None:
+        validate_name("service", self.service)
+        validate_name("partition", self.partition)
+        validate_name("label", self.label)
+        object.__setattr__(self, "values", _metric_values(self.values))
+        if (
+            isinstance(self.measured_at, bool)
+            or not isinstance(self.measured_at, int | float)
+            or not math.isfinite(self.measured_at)
+        ):
+            raise ValidationError(f"measured_at {self.measured_at!r} must be a finite number")
+
+    def to_bytes(self, path: str) -> bytes:
+        """The node's value."""
+        return encode(path, {"measured_at": self.measured_at, "metrics": self.values})
+
+    @classmethod
+    def from_bytes(cls, service: str, name: str, path: str, data: bytes | None) -> MetricsRecord:
+        """Decode and validate the metrics node ``name``; raise DecodeError if it is not one."""
+        document = decode(path, data)
+        try:
+            partition, label = parse_instance_name(name)
+            return cls(
+                service=service,
+                partition=partition,
+                label=label,
+                values=document["metrics"],
+                measured_at=document["measured_at"],
+            )
+        except KeyError as exc:
+            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
+        except ValidationError as exc:
+            raise DecodeError(path, str(exc)) from None

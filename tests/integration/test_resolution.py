@@ -214,11 +214,12 @@ def test_policies_and_balancers_plug_in(make_client):
         return tuple(e for e in endpoints if e.zone == "z2")
 
     assert client.get_service("api", balancer=Last()).label == "b"
-    # A custom policy sees every instance, down ones too; AllUp composes with it.
-    assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "c"
+    # A policy filters the up instances: "c" is in zone 2 but down, so it is never offered.
+    assert [e.label for e in client.get_services("api", policy=in_zone_2)] == ["b"]
     from policies import AllUp
 
     assert [e.label for e in client.get_services("api", policy=AllUp() & in_zone_2)] == ["b"]
+    assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "b"
 
 
 def test_listeners_receive_exact_instance_diffs(make_client):
@@ -237,7 +238,9 @@ def test_listeners_receive_exact_instance_diffs(make_client):
     publisher.deregister_service(second)
     removed = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.removed)
     assert [e.label for e in removed.removed] == ["b"]
-    assert [e.label for e in client.get_services("api", policy=lambda e: e)] == ["a"]
+    # Only "a" is left, and it is down: known but not eligible.
+    with pytest.raises(NoInstanceAvailable, match=r"1 instance\(s\) but none is eligible"):
+        client.get_services("api")
     publisher.deregister_service(first)
     recorder.wait(
         lambda e: isinstance(e, InstancesChanged) and e.removed and e.removed[0].label == "a"
