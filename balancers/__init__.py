@@ -3,20 +3,26 @@
 A balancer is an object with one method, :meth:`Balancer.pick`; its state lives in the object
 and must be safe to share between threads. A balancer of your own::
 
-    import random
     from balancers import Balancer
 
-    class Random(Balancer):
+    class First(Balancer):
         def pick(self, endpoints):
-            return endpoints[random.randrange(len(endpoints))]
+            return endpoints[0]
+
+Built-ins: :class:`RoundRobin` (the default), :class:`~balancers.weighted.Random`,
+:class:`~balancers.weighted.WeightedRandom`,
+:class:`~balancers.weighted.SmoothWeightedRoundRobin`, :class:`~balancers.sticky.Sticky` and
+:class:`~balancers.load.PowerOfTwoChoices`.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from sentinel.endpoint import Endpoint
+if TYPE_CHECKING:  # a plug-in package must not import the client at run time
+    from sentinel.endpoint import Endpoint
 
 
 class Balancer:
@@ -25,6 +31,10 @@ class Balancer:
     def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:
         """Choose one of ``endpoints`` (never empty)."""
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
 
 
 class RoundRobin(Balancer):
@@ -42,4 +52,16 @@ class RoundRobin(Balancer):
         return endpoints[next(self._counter) % len(endpoints)]
 
 
-__all__ = ["Balancer", "RoundRobin"]
+from balancers.load import PowerOfTwoChoices  # noqa: E402
+from balancers.sticky import Sticky  # noqa: E402
+from balancers.weighted import Random, SmoothWeightedRoundRobin, WeightedRandom  # noqa: E402
+
+__all__ = [
+    "Balancer",
+    "PowerOfTwoChoices",
+    "Random",
+    "RoundRobin",
+    "SmoothWeightedRoundRobin",
+    "Sticky",
+    "WeightedRandom",
+]

@@ -1,8 +1,8 @@
 """Selection policies: which of a partition's instances are eligible.
 
 A policy is an object with one method, :meth:`SelectionPolicy.select`, from the partition's
-endpoints to the eligible ones. Policies compose with ``&``; any plain callable with the same
-signature works as a policy too. A policy of your own::
+``up`` endpoints to the eligible ones. Policies compose with ``&``; any plain callable with the
+same signature works as a policy too. A policy of your own::
 
     from policies import SelectionPolicy
 
@@ -12,15 +12,22 @@ signature works as a policy too. A policy of your own::
 
         def select(self, endpoints):
             return tuple(e for e in endpoints if e.zone == self.zone)
+
+Built-ins: :class:`AllUp` (the default), :class:`~policies.metrics.MinMetric`,
+:class:`~policies.metrics.MinLag`, :class:`~policies.metrics.Threshold`,
+:class:`~policies.metrics.FreshMetrics`, :class:`~policies.placement.ZoneAffinity`,
+:class:`~policies.placement.Tagged` and :class:`Chain`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from sentinel.endpoint import Endpoint
+if TYPE_CHECKING:  # a plug-in package must not import the client at run time
+    from sentinel.endpoint import Endpoint
 
-Endpoints = Sequence[Endpoint]
+Endpoints = Sequence["Endpoint"]
 
 
 class SelectionPolicy:
@@ -36,9 +43,13 @@ class SelectionPolicy:
     def __and__(self, other: SelectionPolicy | Callable[[Endpoints], Endpoints]) -> Chain:
         return Chain(self, other)
 
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
 
 class AllUp(SelectionPolicy):
-    """Every instance whose status is ``up`` (the default policy)."""
+    """Every instance whose status is ``up`` (the default: ``get_service`` applies it always)."""
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints with status ``up``."""
@@ -58,4 +69,18 @@ class Chain(SelectionPolicy):
         return endpoints
 
 
-__all__ = ["AllUp", "Chain", "Endpoints", "SelectionPolicy"]
+from policies.metrics import FreshMetrics, MinLag, MinMetric, Threshold  # noqa: E402
+from policies.placement import Tagged, ZoneAffinity  # noqa: E402
+
+__all__ = [
+    "AllUp",
+    "Chain",
+    "Endpoints",
+    "FreshMetrics",
+    "MinLag",
+    "MinMetric",
+    "SelectionPolicy",
+    "Tagged",
+    "Threshold",
+    "ZoneAffinity",
+]

@@ -8,13 +8,11 @@ import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from balancers import Balancer
-from policies import Endpoints, SelectionPolicy
 from sentinel import shards
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.devserver import resolve_hosts
@@ -26,6 +24,7 @@ from sentinel.errors import (
     PartitionNotFound,
     ZooKeeperUnavailable,
 )
+from sentinel.feedback import InstanceFeedback
 from sentinel.layout import (
     SECTIONS,
     metrics_path,
@@ -37,6 +36,10 @@ from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
 from sentinel.zkerrors import translate_zk_errors
+
+if TYPE_CHECKING:
+    from balancers import Balancer
+    from policies import Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,8 @@ class Sentinel:
     start``). ``namespace`` is the root every path lives under, so that several environments
     can share one ensemble. ``session_timeout`` is how long ZooKeeper keeps this client's
     ephemeral nodes after it stops answering. ``negative_ttl`` is how long a shard key found
-    nowhere is remembered as missing before ZooKeeper is asked again.
+    nowhere is remembered as missing before ZooKeeper is asked again. ``feedback`` holds what
+    :meth:`report` learns (default: 3 errors in 30 s mark an instance down for 30 s).
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class Sentinel:
         session_timeout: float = 10.0,
         drain_wait: float = DEFAULT_DRAIN_WAIT,
         negative_ttl: float = 1.0,
+        feedback: InstanceFeedback | None = None,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -96,6 +101,7 @@ class Sentinel:
         # The hot path reads these two dicts directly: one attribute lookup less per call.
         self._snapshots = self._cache.snapshots
         self._shard_maps = self._cache.shard_maps
+        self.feedback = feedback or InstanceFeedback()
         self._started = False
 
     def __repr__(self) -> str:
@@ -297,6 +303,8 @@ class Sentinel:
         candidates = snapshot.up.get(partition)
         if policy is not None and candidates:
             candidates = policy(candidates)  # type: ignore[operator]
+        if self.feedback.down and candidates:
+            candidates = self.feedback.exclude_down(candidates)
         if not candidates:
             raise self._nothing_eligible(service, key, partition, policy)
         return candidates
@@ -320,13 +328,26 @@ class Sentinel:
         )
         snapshot = self._snapshots.get(service)
         live = len(snapshot.partitions.get(partition, ())) if snapshot else 0
+        down = sum(
+            self.feedback.is_down(e) for e in (snapshot.up.get(partition, ()) if snapshot else ())
+        )
         reason = (
             "has no live instance"
             if live == 0
             else f"has {live} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"
+            + (f" ({down} reported down)" if down else "")
         )
         return NoInstanceAvailable(f"{where} {reason}")
+
+    def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
+        """Tell Sentinel how using ``endpoint`` went (``latency`` in seconds).
+
+        Enough failures mark the instance down for a while (see ``feedback``): lookups skip
+        it until then. Reported latencies feed load-aware balancers such as
+        ``PowerOfTwoChoices(feedback=sentinel.feedback)``.
+        """
+        self.feedback.report(endpoint, ok, latency)
 
     def listen(self, service: str | None, callback: Listener) -> Callable[[], None]:
         """Call ``callback(event)`` on every change of ``service`` (None: of every service).

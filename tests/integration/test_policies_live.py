@@ -1,0 +1,174 @@
+"""Policies on live metrics against a real ZooKeeper: the paper's replica rule end to end."""
+
+import json
+
+import pytest
+
+from policies import FreshMetrics, MinLag
+from sentinel.errors import InvalidName, NoInstanceAvailable, ValidationError
+from sentinel.events import InstancesChanged, MetricsChanged
+from sentinel.feedback import InstanceFeedback
+from sentinel.testing import wait_until
+from tests.integration.test_resolution import Recorder
+
+pytestmark = pytest.mark.integration
+
+
+def three_replicas(publisher):
+    publisher.create_shard_policy("tenants", "directory", partitions=["p1"], buckets=4)
+    publisher.update_shard_info("tenants", "acme", "p1")
+    publisher.ensure_service("db", scheme="postgresql", shard_policy="tenants")
+    for label in ("r1", "r2", "r3"):
+        publisher.register_service(
+            "db", "p1", f"10.0.0.{label[-1]}", 5432, scheme="postgresql", label=label
+        )
+
+
+def test_min_lag_follows_the_best_replica_as_metrics_change(make_client):
+    publisher, collector = make_client("publisher"), make_client("collector")
+    client = make_client("batch-engine")
+    three_replicas(publisher)
+    policy = MinLag(cutoff=30)
+    lags = {"r1": 12.0, "r2": 3.0, "r3": 8.0}
+    for label, lag in lags.items():
+        collector.update_metrics("db", "p1", label, {"replication_lag": lag})
+    recorder = Recorder()
+    client.listen("db", recorder)
+    assert client.get_service("db", "acme", policy=policy).label == "r2"
+
+    rounds = [{"r2": 40.0}, {"r1": 1.0}, {"r3": 0.5}, {"r1": 31.0, "r3": 20.0}]
+    for changes in rounds:
+        recorder.events.clear()
+        for label, lag in changes.items():
+            lags[label] = lag
+            collector.update_metrics("db", "p1", label, {"replication_lag": lag})
+        for label, lag in changes.items():
+            recorder.wait(
+                lambda e, label=label, lag=lag: (
+                    isinstance(e, MetricsChanged)
+                    and any(
+                        new.label == label and new.metrics["replication_lag"] == lag
+                        for _, new in e.updated
+                    )
+                )
+            )
+        eligible = {k: v for k, v in lags.items() if v <= 30}
+        expected = min(eligible, key=eligible.get)
+        assert client.get_service("db", "acme", policy=policy).label == expected
+    # Every replica now lags past the cut-off: the batch engine gets none rather than a bad one.
+    collector.update_metrics("db", "p1", "r3", {"replication_lag": 99})
+    recorder.wait(
+        lambda e: (
+            isinstance(e, MetricsChanged)
+            and any(new.metrics.get("replication_lag") == 99 for _, new in e.updated)
+        )
+    )
+    with pytest.raises(NoInstanceAvailable, match="MinLag"):
+        client.get_service("db", "acme", policy=policy)
+
+
+def test_metrics_reach_endpoints_with_their_age_and_outlive_instances(make_client, raw_zk):
+    publisher, collector, client = (make_client(n) for n in ("publisher", "collector", "app"))
+    three_replicas(publisher)
+    record = collector.update_metrics(
+        "db", "p1", "r1", {"replication_lag": 2, "role": "hot"}, measured_at=1_000.0
+    )
+    assert json.loads(raw_zk.get("/metrics/db/p1:r1")[0]) == {
+        "v": 1,
+        "measured_at": 1000.0,
+        "metrics": {"replication_lag": 2, "role": "hot"},
+    }
+    endpoints = {e.label: e for e in client.get_services("db", "acme")}
+    assert endpoints["r1"].metrics == record.values and endpoints["r1"].metrics_at == 1_000.0
+    assert endpoints["r1"].metrics_age > 1e9
+    assert endpoints["r2"].metrics == {} and endpoints["r2"].metrics_age is None
+    with pytest.raises(NoInstanceAvailable, match="FreshMetrics"):  # measured in 1970
+        client.get_services("db", "acme", policy=FreshMetrics(60))
+    # Metrics for an instance that registers later are attached when it appears.
+    collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
+    recorder = Recorder()
+    client.listen("db", recorder)
+    publisher.register_service("db", "p1", "10.0.0.9", 5432, label="r9")
+    added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
+    assert added.added[0].metrics == {"replication_lag": 0}
+    assert client.get_service("db", "acme", policy=MinLag()).label == "r9"
+
+
+def test_hostile_metrics_nodes_are_skipped_and_the_rest_served(make_client, raw_zk):
+    publisher, collector, client = (make_client(n) for n in ("publisher", "collector", "app"))
+    three_replicas(publisher)
+    collector.update_metrics("db", "p1", "r1", {"replication_lag": 5})
+    raw_zk.ensure_path("/metrics/db")
+    raw_zk.create("/metrics/db/p1:r2", b"\x00garbage")
+    raw_zk.create(
+        "/metrics/db/p1:r3", b'{"v": 1, "measured_at": 1, "metrics": {"lag": "x", "bad name/": 1}}'
+    )
+    raw_zk.create("/metrics/db/no-colon", b'{"v": 1}')
+    assert client.get_service("db", "acme", policy=MinLag()).label == "r1"
+    assert client.cache_stats.decode_errors == 3
+    # The instances whose metrics are broken are still served by metric-free lookups.
+    assert {e.label for e in client.get_services("db", "acme")} == {"r1", "r2", "r3"}
+    # A repaired node is picked up through its watch.
+    recorder = Recorder()
+    client.listen("db", recorder)
+    raw_zk.set(
+        "/metrics/db/p1:r2", b'{"v": 1, "measured_at": 1, "metrics": {"replication_lag": 0}}'
+    )
+    recorder.wait(lambda e: isinstance(e, MetricsChanged))
+    assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
+
+
+@pytest.mark.parametrize(
+    ("metrics", "error", "fragment"),
+    [
+        ({"lag": float("nan")}, ValidationError, "finite"),
+        ({"lag": float("inf")}, ValidationError, "finite"),
+        ({"lag": [1]}, ValidationError, "number or a string"),
+        ({"lag": None}, ValidationError, "number or a string"),
+        ({"lag": True}, ValidationError, "number or a string"),
+        ({"lag": "x" * 257}, ValidationError, "at most 256"),
+        ({"bad/name": 1}, InvalidName, "metric"),
+        ({f"m{i}": 1 for i in range(257)}, ValidationError, "at most 256"),
+        ([("lag", 1)], ValidationError, "mapping"),
+    ],
+)
+def test_bad_metrics_are_refused_and_nothing_is_written(
+    make_client, raw_zk, metrics, error, fragment
+):
+    collector = make_client("collector")
+    with pytest.raises(error, match=fragment):
+        collector.update_metrics("db", "p1", "r1", metrics)
+    assert raw_zk.exists("/metrics/db/p1:r1") is None
+
+
+def test_the_largest_allowed_metrics_are_accepted(make_client, raw_zk):
+    # 256 metrics of 256-character strings is the most the validation allows (~100 KB),
+    # well under the 512 KB value limit, so valid metrics never fail on size.
+    collector = make_client("collector")
+    largest = {f"metric-{i:03d}-{'n' * 110}": "x" * 256 for i in range(256)}
+    collector.update_metrics("db", "p1", "r1", largest)
+    assert len(json.loads(raw_zk.get("/metrics/db/p1:r1")[0])["metrics"]) == 256
+
+
+def test_reported_failures_take_an_instance_out_for_a_while(make_client):
+    publisher = make_client("publisher")
+    client = make_client("app", feedback=InstanceFeedback(errors=2, window=10, down_for=0.5))
+    publisher.register_service("api", "p1", "h1", 80, label="a")
+    publisher.register_service("api", "p1", "h2", 80, label="b")
+    bad = next(e for e in client.get_services("api") if e.label == "a")
+    client.report(bad, ok=False)
+    client.report(bad, ok=False)
+    assert {client.get_service("api").label for _ in range(6)} == {"b"}
+    client.report(next(e for e in client.get_services("api") if e.label == "b"), ok=False)
+    client.report(next(e for e in client.get_services("api") if e.label == "b"), ok=False)
+    with pytest.raises(NoInstanceAvailable, match="2 reported down"):
+        client.get_service("api")
+    # After down_for, both come back by themselves.
+    assert wait_until(lambda: _eligible(client, "api") == 2, timeout=5)
+
+
+def _eligible(client, service):
+    try:
+        return len(client.get_services(service))
+    except NoInstanceAvailable:
+        return 0

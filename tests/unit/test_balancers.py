@@ -1,0 +1,229 @@
+"""Balancers, the feedback tracker and the plug-in registry (no server)."""
+
+import collections
+import math
+import threading
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from balancers import (
+    Balancer,
+    PowerOfTwoChoices,
+    Random,
+    RoundRobin,
+    SmoothWeightedRoundRobin,
+    Sticky,
+    WeightedRandom,
+)
+from sentinel.errors import ValidationError
+from sentinel.feedback import InstanceFeedback
+from sentinel.plugins import BALANCERS, POLICIES, available, load_balancer, load_policy
+from sentinel.testing import wait_until
+from tests.unit.endpoints import endpoint
+
+
+def pool(n, weights=None):
+    weights = weights or [1] * n
+    return [endpoint(f"e{i}", weight=w) for i, w in enumerate(weights)]
+
+
+@pytest.mark.parametrize(
+    "balancer",
+    [
+        RoundRobin(),
+        Random(seed=1),
+        WeightedRandom(seed=1),
+        SmoothWeightedRoundRobin(),
+        Sticky("k"),
+        PowerOfTwoChoices(seed=1),
+    ],
+)
+def test_a_single_endpoint_is_always_picked(balancer):
+    only = pool(1)
+    assert all(balancer.pick(only) is only[0] for _ in range(5))
+
+
+@given(n=st.integers(1, 8), k=st.integers(1, 5), offset=st.integers(0, 20))
+def test_round_robin_gives_each_exactly_k_in_any_window_of_n_times_k(n, k, offset):
+    balancer, endpoints = RoundRobin(), pool(n)
+    for _ in range(offset):
+        balancer.pick(endpoints)
+    picks = collections.Counter(balancer.pick(endpoints).label for _ in range(n * k))
+    assert picks == {e.label: k for e in endpoints}
+
+
+def test_round_robin_is_exact_across_threads():
+    balancer, endpoints = RoundRobin(), pool(4)
+    picks = collections.Counter()
+    lock = threading.Lock()
+
+    def work():
+        local = collections.Counter(balancer.pick(endpoints).label for _ in range(10_000))
+        with lock:
+            picks.update(local)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert picks == {e.label: 10_000 for e in endpoints}
+
+
+@given(
+    weights=st.lists(st.integers(0, 9), min_size=1, max_size=6).filter(any),
+    cycles=st.integers(1, 3),
+    offset=st.integers(0, 30),
+)
+def test_smooth_wrr_is_within_one_of_ideal_and_exact_over_whole_cycles(weights, cycles, offset):
+    balancer, endpoints = SmoothWeightedRoundRobin(), pool(len(weights), weights)
+    total = sum(weights)
+    sequence = [balancer.pick(endpoints).label for _ in range(offset + total * cycles)]
+    counts = collections.Counter()
+    for length, label in enumerate(sequence[: total * 2], start=1):  # every prefix
+        counts[label] += 1
+        for e, w in zip(endpoints, weights, strict=True):
+            assert abs(counts[e.label] - length * w / total) <= 1
+    window = collections.Counter(sequence[offset:])  # any whole number of cycles
+    assert window == {e.label: w * cycles for e, w in zip(endpoints, weights, strict=True) if w}
+
+
+def test_smooth_wrr_with_all_zero_weights_rotates():
+    balancer, endpoints = SmoothWeightedRoundRobin(), pool(3, [0, 0, 0])
+    assert {balancer.pick(endpoints).label for _ in range(3)} == {"e0", "e1", "e2"}
+
+
+def test_weighted_random_matches_static_weights_within_a_statistical_bound():
+    balancer, endpoints = WeightedRandom(seed=7), pool(3, [1, 2, 7])
+    draws = 20_000
+    counts = collections.Counter(balancer.pick(endpoints).label for _ in range(draws))
+    for e, w in zip(endpoints, [1, 2, 7], strict=True):
+        p = w / 10
+        sigma = math.sqrt(draws * p * (1 - p))
+        assert abs(counts[e.label] - draws * p) < 5 * sigma, counts
+
+
+def test_weighted_random_by_queue_sends_least_to_the_busiest():
+    relays = [
+        endpoint("idle", metrics={"queue": 0}),
+        endpoint("busy", metrics={"queue": 99}),
+        endpoint("unknown"),
+    ]
+    balancer = WeightedRandom(metric="queue", seed=3)
+    assert balancer.weights(relays) == [1.0, 0.01, 0.01]
+    counts = collections.Counter(balancer.pick(relays).label for _ in range(5_000))
+    assert counts["idle"] > 0.95 * 5_000
+
+
+def test_weighted_random_with_no_weight_falls_back_to_uniform():
+    balancer, endpoints = WeightedRandom(seed=1), pool(2, [0, 0])
+    assert {balancer.pick(endpoints).label for _ in range(50)} == {"e0", "e1"}
+
+
+def test_random_covers_every_endpoint():
+    balancer, endpoints = Random(seed=5), pool(4)
+    assert {balancer.pick(endpoints).label for _ in range(200)} == {e.label for e in endpoints}
+
+
+@given(
+    keys=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=60, unique=True),
+    n=st.integers(2, 8),
+    leaving=st.integers(0, 7),
+)
+def test_sticky_moves_only_the_keys_of_the_instance_that_left(keys, n, leaving):
+    endpoints = pool(n)
+    gone = endpoints[leaving % n]
+    before = {k: Sticky(k).pick(endpoints).label for k in keys}
+    after = {k: Sticky(k).pick([e for e in endpoints if e is not gone]).label for k in keys}
+    for key in keys:
+        if before[key] != gone.label:
+            assert after[key] == before[key]
+        else:
+            assert after[key] != gone.label
+
+
+def test_sticky_does_not_depend_on_order():
+    endpoints = pool(5)
+    assert Sticky("t-42").pick(endpoints) is Sticky("t-42").pick(list(reversed(endpoints)))
+
+
+def test_power_of_two_prefers_the_lower_metric_and_unknown_is_worst():
+    relays = [endpoint("light", metrics={"queue": 1}), endpoint("heavy", metrics={"queue": 50})]
+    balancer = PowerOfTwoChoices(metric="queue", seed=2)
+    assert {balancer.pick(relays).label for _ in range(20)} == {"light"}
+    assert PowerOfTwoChoices(metric="queue").pick([endpoint("x"), relays[1]]).label == "heavy"
+
+
+def test_power_of_two_uses_reported_latency():
+    feedback = InstanceFeedback()
+    fast, slow = pool(2)
+    feedback.report(fast, latency=0.01)
+    feedback.report(slow, latency=0.50)
+    balancer = PowerOfTwoChoices(feedback=feedback, seed=4)
+    assert {balancer.pick([slow, fast]).label for _ in range(20)} == {"e0"}
+
+
+def test_feedback_marks_an_instance_down_after_n_errors_in_the_window():
+    feedback = InstanceFeedback(errors=3, window=10, down_for=0.3)
+    flaky, healthy = pool(2)
+    feedback.report(flaky, ok=False)
+    feedback.report(flaky, ok=False)
+    assert not feedback.is_down(flaky)
+    feedback.report(flaky, ok=False)
+    assert feedback.is_down(flaky) and not feedback.is_down(healthy)
+    assert [e.label for e in feedback.exclude_down([flaky, healthy])] == ["e1"]
+    assert wait_until(lambda: not feedback.is_down(flaky), timeout=5)
+    assert feedback.exclude_down([flaky, healthy]) == [flaky, healthy]
+    assert feedback.down == {}
+
+
+def test_feedback_success_resets_the_error_count_and_old_errors_expire():
+    feedback = InstanceFeedback(errors=2, window=0.2, down_for=30)
+    flaky = pool(1)[0]
+    feedback.report(flaky, ok=False)
+    feedback.report(flaky, ok=True)
+    feedback.report(flaky, ok=False)
+    assert not feedback.is_down(flaky)
+    time.sleep(0.25)  # the first error must fall out of the 0.2 s window: time is the input
+    feedback.report(flaky, ok=False)
+    assert not feedback.is_down(flaky)
+
+
+def test_feedback_latency_is_smoothed():
+    feedback = InstanceFeedback(smoothing=0.5)
+    e = pool(1)[0]
+    assert feedback.latency(e) is None
+    feedback.report(e, latency=1.0)
+    feedback.report(e, latency=0.0)
+    assert feedback.latency(e) == 0.5
+    with pytest.raises(ValueError):
+        InstanceFeedback(errors=0)
+
+
+def test_built_ins_are_registered_by_name():
+    assert {
+        "all_up",
+        "min_lag",
+        "min_metric",
+        "threshold",
+        "fresh_metrics",
+        "zone_affinity",
+        "tagged",
+    } <= set(available(POLICIES))
+    assert {
+        "round_robin",
+        "random",
+        "weighted_random",
+        "smooth_weighted",
+        "sticky",
+        "power_of_two",
+    } <= set(available(BALANCERS))
+    assert load_policy("min_lag", cutoff=5).cutoff == 5
+    assert isinstance(load_balancer("sticky", key="t1"), Balancer)
+    with pytest.raises(ValidationError, match=r"known: .*min_lag"):
+        load_policy("fastest")
+    with pytest.raises(ValidationError, match="min_lag"):
+        load_policy("min_lag", cut_off=5)
