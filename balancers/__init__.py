@@ -1,7 +1,9 @@
 """Mediator-less load balancers: which one of the eligible endpoints to use.
 
 A balancer is an object with one method, :meth:`Balancer.pick`; its state lives in the object
-and must be safe to share between threads. A balancer of your own::
+and must be safe to share between threads. The endpoints it is given are an immutable tuple
+that stays the same object until the service changes, so work derived from them alone can be
+kept (see :class:`sentinel.memo.IdentityMemo`). A balancer of your own::
 
     from balancers import Balancer
 

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 from balancers import Balancer
 
 if TYPE_CHECKING:
-    from sentinel.feedback import InstanceFeedback
-
     from sentinel.endpoint import Endpoint
+    from sentinel.feedback import InstanceFeedback
 
 
 class PowerOfTwoChoices(Balancer):
@@ -48,6 +47,7 @@ class PowerOfTwoChoices(Balancer):
         """The less loaded of two random endpoints."""
         if len(endpoints) == 1:
             return endpoints[0]
-        first, second = self._random.sample(range(len(endpoints)), 2)
-        a, b = endpoints[first], endpoints[second]
+        first = self._random.randrange(len(endpoints))
+        second = self._random.randrange(len(endpoints) - 1)
+        a, b = endpoints[first], endpoints[second + (second >= first)]  # two distinct ones
         return b if self.load(b) < self.load(a) else a

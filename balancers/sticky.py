@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from balancers import Balancer
+from sentinel.memo import IdentityMemo
 
 if TYPE_CHECKING:
     from sentinel.endpoint import Endpoint
@@ -28,7 +29,10 @@ class Sticky(Balancer):
 
     def __init__(self, key: object) -> None:
         self.key = str(key)
+        self._choice: IdentityMemo[Sequence[Endpoint], Endpoint] = IdentityMemo()
 
     def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:
-        """The endpoint ``key`` hashes to among these."""
-        return max(endpoints, key=lambda e: rendezvous_score(self.key, e.name))
+        """The endpoint ``key`` hashes to among these (hashed once per set of endpoints)."""
+        return self._choice.get(
+            endpoints, lambda e: max(e, key=lambda x: rendezvous_score(self.key, x.name))
+        )

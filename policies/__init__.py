@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from sentinel.memo import IdentityMemo
+
 if TYPE_CHECKING:  # a plug-in package must not import the client at run time
     from sentinel.endpoint import Endpoint
 
@@ -31,25 +33,41 @@ Endpoints = Sequence["Endpoint"]
 
 
 class SelectionPolicy:
-    """Base class of selection policies."""
+    """Base class of selection policies.
+
+    Set ``pure = True`` on a policy whose answer depends on its input alone (no clock, no
+    outside state): ``get_service`` then reuses the answer while the cache hands over the
+    same endpoints, i.e. until the service changes.
+    """
+
+    pure = False
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """Return the eligible endpoints, in the order balancers should see them."""
         raise NotImplementedError
 
     def __call__(self, endpoints: Endpoints) -> Endpoints:
-        return self.select(endpoints)
+        if not self.pure:
+            return self.select(endpoints)
+        memo = self.__dict__.get("_memo")
+        if memo is None:
+            memo = self.__dict__.setdefault("_memo", IdentityMemo())
+        return memo.get(endpoints, self.select)
 
     def __and__(self, other: SelectionPolicy | Callable[[Endpoints], Endpoints]) -> Chain:
         return Chain(self, other)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        fields = ", ".join(
+            f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and k != "pure"
+        )
         return f"{type(self).__name__}({fields})"
 
 
 class AllUp(SelectionPolicy):
     """Every instance whose status is ``up`` (the default: ``get_service`` applies it always)."""
+
+    pure = True
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints with status ``up``."""
@@ -61,6 +79,7 @@ class Chain(SelectionPolicy):
 
     def __init__(self, *policies: SelectionPolicy | Callable[[Endpoints], Endpoints]) -> None:
         self.policies = policies
+        self.pure = all(getattr(p, "pure", False) for p in policies)
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """Each policy filters what the previous one kept."""

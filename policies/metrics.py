@@ -41,6 +41,7 @@ class MinMetric(SelectionPolicy):
         self.metric = metric
         self.cutoff = cutoff
         self.max_age = max_age
+        self.pure = max_age is None  # an age limit depends on the clock
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The eligible endpoints sharing the minimum value."""
@@ -87,6 +88,8 @@ class MinLag(MinMetric):
 
 class Threshold(SelectionPolicy):
     """Instances whose ``metric`` is below ``below`` and/or above ``above`` (strictly)."""
+
+    pure = True
 
     def __init__(self, metric: str, below: float | None = None, above: float | None = None):
         if below is None and above is None:

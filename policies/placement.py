@@ -10,6 +10,8 @@ from policies import Endpoints, SelectionPolicy
 class ZoneAffinity(SelectionPolicy):
     """Instances in ``zone``; with ``fallback`` (default), every instance when none is."""
 
+    pure = True
+
     def __init__(self, zone: str, fallback: bool = True) -> None:
         self.zone = zone
         self.fallback = fallback
@@ -22,6 +24,8 @@ class ZoneAffinity(SelectionPolicy):
 
 class Tagged(SelectionPolicy):
     """Instances whose properties include every given ``name=value``."""
+
+    pure = True
 
     def __init__(self, **properties: Any) -> None:
         self.properties = properties

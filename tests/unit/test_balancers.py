@@ -227,3 +227,38 @@ def test_built_ins_are_registered_by_name():
         load_policy("fastest")
     with pytest.raises(ValidationError, match="min_lag"):
         load_policy("min_lag", cut_off=5)
+
+
+def test_power_of_two_always_compares_two_distinct_endpoints():
+    seen_pairs = set()
+
+    class Recording(PowerOfTwoChoices):
+        def load(self, endpoint):
+            seen_pairs.add(endpoint.label)
+            return 0.0
+
+    balancer, endpoints = Recording(seed=9), pool(2)
+    for _ in range(50):
+        seen_pairs.clear()
+        balancer.pick(endpoints)
+        assert seen_pairs == {"e0", "e1"}
+
+
+def test_weight_caches_follow_a_new_set_of_endpoints():
+    balancer = WeightedRandom(seed=1)
+    heavy_first = tuple(pool(2, [100, 0]))
+    heavy_last = tuple(pool(2, [0, 100]))
+    assert {balancer.pick(heavy_first).label for _ in range(20)} == {"e0"}
+    assert {balancer.pick(heavy_last).label for _ in range(20)} == {"e1"}
+    smooth = SmoothWeightedRoundRobin()
+    assert [smooth.pick(heavy_first).label for _ in range(3)] == ["e0"] * 3
+    assert [smooth.pick(heavy_last).label for _ in range(3)] == ["e1"] * 3
+
+
+def test_smooth_wrr_handles_fractional_and_huge_weights():
+    smooth = SmoothWeightedRoundRobin()
+    halves = tuple(pool(2, [0.5, 1.5]))
+    picks = collections.Counter(smooth.pick(halves).label for _ in range(400))
+    assert picks == {"e0": 100, "e1": 300}
+    huge = tuple(pool(2, [1e9, 1]))
+    assert collections.Counter(smooth.pick(huge).label for _ in range(1000))["e0"] >= 999

@@ -140,3 +140,31 @@ def test_a_user_policy_is_ten_lines():
     assert labels(EvenPorts()([endpoint("a")])) == ["a"]
     assert "EvenPorts" in repr(EvenPorts())
     assert repr(MinLag(cutoff=5)) == "MinLag(metric='replication_lag', cutoff=5, max_age=None)"
+
+
+def test_pure_policies_reuse_their_answer_for_the_same_tuple_only():
+    calls = []
+
+    class Counting(SelectionPolicy):
+        pure = True
+
+        def select(self, endpoints):
+            calls.append(len(endpoints))
+            return tuple(endpoints[:1])
+
+    policy, first, second = Counting(), tuple(lagging(1, 2)), tuple(lagging(3))
+    assert policy(first) == policy(first) == first[:1]
+    assert calls == [2]
+    assert policy(second) == second[:1] and calls == [2, 1]
+    assert MinLag().pure and not MinLag(max_age=5).pure and not FreshMetrics(5).pure
+    assert (AllUp() & MinLag()).pure and not (AllUp() & (lambda e: e)).pure
+
+
+def test_a_time_limited_policy_is_evaluated_every_time():
+    replicas = tuple(lagging(1, 2))
+    policy = MinLag(max_age=30)
+    assert labels(policy(replicas)) == ["r0"]
+    stale = tuple(
+        endpoint(e.label, metrics=dict(e.metrics), metrics_at=time.time() - 60) for e in replicas
+    )
+    assert policy(stale) == ()
