@@ -1,9 +1,10 @@
 """Change propagation, writer in another process: ``python -m benchmarks.propagation``.
 
-A writer process registers instances, deregisters them and moves shard keys, printing the
-wall-clock time just before each write; this process's client records when each change
-reaches its cache (the listener call, made right after the snapshot swap). Both use the same
-clock, so a delay is "write issued" to "applied in the reader's cache", round trips included.
+A writer process registers instances, deregisters them, moves shard keys and publishes
+metrics, printing the wall-clock time just before each write; this process's client records
+when each change reaches its cache (the listener call, made right after the snapshot swap).
+Both use the same clock, so a delay is "write issued" to "applied in the reader's cache",
+round trips included.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
-from sentinel.events import InstancesChanged, ShardKeysChanged
+from sentinel.events import InstancesChanged, MetricsChanged, ShardKeysChanged
 from sentinel.launcher import LocalZooKeeper
 
 
@@ -51,6 +52,12 @@ def writer(hosts: str, count: int, interval: float) -> None:
                 f"moving-{i}",
                 lambda i=i: client.update_shard_info("tenants", f"moving-{i}", "p1"),
             )
+        for i in range(count):
+            timed(
+                "metric",
+                f"lag-{i}",
+                lambda i=i: client.update_metrics("db", "p0", "base", {"replication_lag": i}),
+            )
 
 
 def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]:
@@ -65,6 +72,10 @@ def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]
                     arrivals.setdefault(("register", endpoint.label), now)
                 for endpoint in event.removed:
                     arrivals.setdefault(("deregister", endpoint.label), now)
+            elif isinstance(event, MetricsChanged):
+                for _, endpoint in event.updated:
+                    lag = endpoint.metrics.get("replication_lag")
+                    arrivals.setdefault(("metric", f"lag-{lag}"), now)
             elif isinstance(event, ShardKeysChanged):
                 for key, (_, new) in event.changes.items():
                     if new == "p1":

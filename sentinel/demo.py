@@ -1,10 +1,11 @@
 """``sentinel demo``: publishers, a shard map and a resolving client on a real ZooKeeper.
 
-What it shows today (metric policies, auth and Spark join as they land): a partitioned
-service registered by one client; tenants mapped to partitions by a directory shard policy;
-a second client resolving tenants to replicas from its watch-driven cache; a tenant move and
-a session expiry reaching that cache; a graceful drain; and every instance leaving with its
-publisher's session. Every step is checked; the run fails if any check does.
+What it shows today (auth and Spark join as they land): a partitioned service registered by
+one client; tenants mapped to partitions by a directory shard policy; a second client
+resolving tenants to replicas from its watch-driven cache; a collector's replication-lag
+metrics steering the paper's least-lag rule; a tenant move and a session expiry reaching the
+cache; a graceful drain; and every instance leaving with its publisher's session. Every step
+is checked; the run fails if any check does.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from policies import MinLag
 from sentinel.client import Sentinel
 from sentinel.errors import NoInstanceAvailable
-from sentinel.events import ChangeEvent, InstancesChanged, ShardKeysChanged
+from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged, ShardKeysChanged
 from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
-from sentinel.testing import expire_session
+from sentinel.testing import expire_session, wait_until
 
 SERVICE = "orders-db"
 POLICY = "tenants"
 REPLICAS = {"p1": ("replica-a", "replica-b"), "p2": ("replica-a", "replica-b")}
 TENANTS = {"acme": "p1", "globex": "p1", "initech": "p1", "umbrella": "p2", "hooli": "p2"}
 WAIT = 15.0
+MIN_LAG = MinLag(cutoff=5)
 
 
 class _EventWaiter:
@@ -83,20 +86,21 @@ def run_demo(
     own_server = hosts is None
     with contextlib.ExitStack() as stack:
         if hosts is None:
-            emit("[1/7] starting a throw-away ZooKeeper ...")
+            emit("[1/8] starting a throw-away ZooKeeper ...")
             started = time.monotonic()
             hosts = stack.enter_context(LocalZooKeeper()).connect_string
             emit(f"  serving on {hosts} after {time.monotonic() - started:.2f}s")
         else:
-            emit(f"[1/7] using ZooKeeper at {hosts}")
+            emit(f"[1/8] using ZooKeeper at {hosts}")
         publisher = stack.enter_context(
             Sentinel(hosts, "demo-publisher", namespace, session_timeout=4.0, drain_wait=0.5)
         )
         stack.callback(_remove_namespace, hosts, namespace)
         resolver = stack.enter_context(Sentinel(hosts, "demo-app", namespace))
+        collector = stack.enter_context(Sentinel(hosts, "demo-collector", namespace))
 
         emit(
-            f"[2/7] shard map {POLICY!r}: {len(TENANTS)} tenants over 2 partitions; "
+            f"[2/8] shard map {POLICY!r}: {len(TENANTS)} tenants over 2 partitions; "
             f"{SERVICE}: 2 replicas per partition"
         )
         publisher.create_shard_policy(POLICY, "directory", partitions=list(REPLICAS))
@@ -116,7 +120,7 @@ def run_demo(
             for r, label in enumerate(labels)
         }
 
-        emit("[3/7] resolving every tenant from the application's cache")
+        emit("[3/8] resolving every tenant from the application's cache")
         started = time.perf_counter()
         resolved = {tenant: resolver.get_service(SERVICE, tenant) for tenant in TENANTS}
         emit(f"  first lookup loaded the cache in {(time.perf_counter() - started) * 1000:.1f} ms")
@@ -148,7 +152,46 @@ def run_demo(
 
         waiter = _EventWaiter(live_instances)
         resolver.listen(SERVICE, waiter)
-        emit("[4/7] moving tenant acme from p1 to p2")
+
+        emit(f"[4/8] a collector publishes replication lag; the app asks for {MIN_LAG!r}")
+        lags = {"replica-a": 4.0, "replica-b": 1.0}
+        for label, lag in lags.items():
+            collector.update_metrics(SERVICE, "p1", label, {"replication_lag": lag})
+        for expected, change in (
+            ("replica-b", None),
+            ("replica-a", ("replica-b", 9.0)),
+            (None, ("replica-a", 7.0)),
+        ):
+            if change is not None:
+                label, lag = change
+                lags[label] = lag
+                since = time.monotonic()
+                collector.update_metrics(SERVICE, "p1", label, {"replication_lag": lag})
+                waiter.wait(
+                    since,
+                    lambda e, _, label=label, lag=lag: (
+                        isinstance(e, MetricsChanged)
+                        and any(
+                            n.label == label and n.metrics.get("replication_lag") == lag
+                            for _, n in e.updated
+                        )
+                    ),
+                )
+            else:
+                wait_until(
+                    lambda: all(e.metrics for e in resolver.get_services(SERVICE, "globex")), WAIT
+                )
+            try:
+                chosen = resolver.get_service(SERVICE, "globex", policy=MIN_LAG).label
+            except NoInstanceAvailable:
+                chosen = None
+            lag_text = ", ".join(f"{k} {v:g} s" for k, v in lags.items())
+            check(
+                f"lags {lag_text}: globex reads from {chosen or 'no replica'}", chosen == expected
+            )
+        for label in lags:
+            collector.update_metrics(SERVICE, "p1", label, {"replication_lag": 0.0})
+        emit("[5/8] moving tenant acme from p1 to p2")
         since = time.monotonic()
         publisher.update_shard_info(POLICY, "acme", "p2")
         moved = waiter.wait(
@@ -160,7 +203,7 @@ def run_demo(
             moved is not None and resolver.get_service(SERVICE, "acme").partition == "p2",
         )
 
-        emit("[5/7] expiring the publisher's ZooKeeper session (as a long GC pause would)")
+        emit("[6/8] expiring the publisher's ZooKeeper session (as a long GC pause would)")
         since = time.monotonic()
         old_session = expire_session(publisher)
         gone = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 0)
@@ -174,7 +217,7 @@ def run_demo(
         )
 
         drained = registrations["p2", "replica-a"]
-        emit(f"[6/7] draining p2:{drained.label} before it stops serving")
+        emit(f"[7/8] draining p2:{drained.label} before it stops serving")
         since = time.monotonic()
         publisher.drain(drained)
         left = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 3)
@@ -184,7 +227,7 @@ def run_demo(
             left is not None and picks == {"replica-b"},
         )
 
-        emit("[7/7] closing the publisher: its ephemeral nodes go with its session")
+        emit("[8/8] closing the publisher: its ephemeral nodes go with its session")
         since = time.monotonic()
         publisher.close()
         emptied = waiter.wait(since, lambda e, live: isinstance(e, InstancesChanged) and live == 0)

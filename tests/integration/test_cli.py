@@ -63,7 +63,7 @@ def test_dev_server_life_cycle(cli_env, monkeypatch):
 def test_demo_runs_every_check(zookeeper):
     result = run("demo", "--zk", zookeeper.connect_string, "--namespace", "/cli-demo")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "6 of 6 checks passed" in result.stdout
+    assert "9 of 9 checks passed" in result.stdout
     assert "FAIL" not in result.stdout
 
 
