@@ -6,10 +6,12 @@ import json
 import platform
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from sentinel import Sentinel
+from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -102,3 +104,14 @@ def build_world(
             },
         )
     return tenant_keys
+
+
+@contextmanager
+def writer_and_reader() -> Iterator[tuple[LocalZooKeeper, Sentinel, Sentinel]]:
+    """A fresh ZooKeeper with two clients: one builds the world, the other is measured."""
+    with (
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "bench-writer") as writer,
+        Sentinel(zk.connect_string, "bench-reader") as reader,
+    ):
+        yield zk, writer, reader

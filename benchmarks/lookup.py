@@ -13,9 +13,8 @@ import gc
 import random
 import time
 
-from benchmarks.common import build_world, median_of, percentiles, report
+from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
 
 
 def _timed(call, args_list) -> list[float]:
@@ -61,11 +60,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args(argv)
 
-    with (
-        LocalZooKeeper() as zk,
-        Sentinel(zk.connect_string, "bench-writer") as writer,
-        Sentinel(zk.connect_string, "bench-reader") as reader,
-    ):
+    with writer_and_reader() as (_, writer, reader):
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
             writer.register_service("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")

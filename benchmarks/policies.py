@@ -16,11 +16,9 @@ from balancers import (
     Sticky,
     WeightedRandom,
 )
-from benchmarks.common import median_of, report
+from benchmarks.common import median_of, report, writer_and_reader
 from benchmarks.lookup import measure
 from policies import MinLag
-from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
 
 
 def main(argv=None) -> None:
@@ -29,11 +27,7 @@ def main(argv=None) -> None:
     parser.add_argument("--calls", type=int, default=100_000)
     args = parser.parse_args(argv)
 
-    with (
-        LocalZooKeeper() as zk,
-        Sentinel(zk.connect_string, "bench-writer") as writer,
-        Sentinel(zk.connect_string, "bench-reader") as reader,
-    ):
+    with writer_and_reader() as (_, writer, reader):
         for service, count in (("db3", 3), ("db50", 50), ("api20", 20)):
             for i in range(count):
                 writer.register_service(

@@ -11,7 +11,8 @@ import json
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -74,6 +75,18 @@ def decode(path: str, data: bytes | None) -> dict[str, Any]:
     return document
 
 
+@contextmanager
+def fields_of(path: str) -> Iterator[None]:
+    """Turn a missing field, a wrong type or a failed check in a decoded document into
+    :class:`DecodeError` for ``path``: what another program wrote is data, not a crash."""
+    try:
+        yield
+    except KeyError as exc:
+        raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
+    except (ValidationError, TypeError) as exc:
+        raise DecodeError(path, str(exc)) from None
+
+
 def _scheme(value: object) -> str:
     if not isinstance(value, str) or not _SCHEME.match(value):
         raise ValidationError(f"scheme {value!r} must look like 'http', 'postgresql' or 'grpc+tls'")
@@ -129,17 +142,13 @@ class ServiceSpec:
     def from_bytes(cls, service: str, path: str, data: bytes | None) -> ServiceSpec:
         """Decode and validate a spec read from ``path``; raise DecodeError if it is not one."""
         document = decode(path, data)
-        try:
+        with fields_of(path):
             return cls(
                 service=service,
                 scheme=document["scheme"],
                 shard_policy=document.get("shard_policy"),
                 defaults=document.get("defaults") or {},
             )
-        except KeyError as exc:
-            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
-        except ValidationError as exc:
-            raise DecodeError(path, str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ class InstanceRecord:
         to another node is caught rather than served under the wrong identity.
         """
         document = decode(path, data)
-        try:
+        with fields_of(path):
             partition, label = parse_instance_name(name)
             if (document.get("partition"), document.get("label")) != (partition, label):
                 raise DecodeError(path, "partition and label do not match the node name")
@@ -230,10 +239,6 @@ class InstanceRecord:
                 properties=document.get("properties") or {},
                 registered_at=float(registered_at),
             )
-        except KeyError as exc:
-            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
-        except ValidationError as exc:
-            raise DecodeError(path, str(exc)) from None
 
 
 MAX_METRICS = 256
@@ -300,7 +305,7 @@ class MetricsRecord:
     def from_bytes(cls, service: str, name: str, path: str, data: bytes | None) -> MetricsRecord:
         """Decode and validate the metrics node ``name``; raise DecodeError if it is not one."""
         document = decode(path, data)
-        try:
+        with fields_of(path):
             partition, label = parse_instance_name(name)
             return cls(
                 service=service,
@@ -309,7 +314,3 @@ class MetricsRecord:
                 values=document["metrics"],
                 measured_at=document["measured_at"],
             )
-        except KeyError as exc:
-            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
-        except ValidationError as exc:
-            raise DecodeError(path, str(exc)) from None

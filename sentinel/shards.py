@@ -37,7 +37,7 @@ from sentinel.errors import (
     ValueTooLarge,
 )
 from sentinel.layout import SHARD_INFO, validate_name
-from sentinel.records import MAX_VALUE_BYTES, decode, encode
+from sentinel.records import MAX_VALUE_BYTES, decode, encode, fields_of
 from sentinel.registry import pipelined_reads
 
 KINDS = ("directory", "range", "hash")
@@ -189,7 +189,7 @@ class ShardPolicySpec:
     def from_bytes(cls, policy: str, path: str, data: bytes | None) -> ShardPolicySpec:
         """Decode and validate a policy spec; raise DecodeError if it is not one."""
         document = decode(path, data)
-        try:
+        with fields_of(path):
             partitions = document.get("partitions")
             return cls(
                 policy=policy,
@@ -199,10 +199,6 @@ class ShardPolicySpec:
                 key_type=document.get("key_type", "str"),
                 buckets=document.get("buckets", DEFAULT_BUCKETS),
             )
-        except KeyError as exc:
-            raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
-        except (ValidationError, TypeError) as exc:
-            raise DecodeError(path, str(exc)) from None
 
 
 def encode_bucket(path: str, keys: Mapping[str, str]) -> bytes:
