@@ -26,6 +26,11 @@ ensure_zookeeper() {
   'apt-get install zookeeper' as root, or set ZOOKEEPER_HOME to an Apache ZooKeeper release" 4
 }
 
+ensure_graphviz() {
+    # Only the tests need it (they render `sentinel deps --format dot`); without apt they say so.
+    command -v dot >/dev/null || apt_install graphviz || echo "run.sh: graphviz not installed" >&2
+}
+
 ensure_venv() {
     local stamp
     stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -50,6 +55,7 @@ case "$command" in
         ;;
     test)
         ensure_zookeeper
+        ensure_graphviz
         ensure_venv
         .venv/bin/ruff check sentinel policies balancers benchmarks tests
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests

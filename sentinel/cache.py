@@ -51,7 +51,7 @@ from sentinel.events import (
 )
 from sentinel.layout import CLIENTS, METRICS, SERVICES, SHARD_INFO, service_path
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode
-from sentinel.registry import pipelined_reads
+from sentinel.registry import decode_children, pipelined_reads
 from sentinel.shards import (
     DirectoryMap,
     ShardMap,
@@ -192,11 +192,15 @@ class RegistryCache:
         load_timeout: float = 10.0,
         negative_ttl: float = 1.0,
         negative_size: int = 10_000,
+        announce: bool = True,
+        app: str | None = None,
     ) -> None:
         self._zk = zk
         self._client_id = client_id
         self._nodes = nodes
         self._load_timeout = load_timeout
+        self._announce = announce
+        self._app = app
         # Read without a lock by the hot path; written only by the worker.
         self.snapshots: dict[str, ServiceSnapshot] = {}
         self.shard_maps: dict[str, ShardMap | None] = {}
@@ -432,18 +436,11 @@ class RegistryCache:
             decoded = {n: current[n] for n in names if n in current}
             invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
-        for name, result in pipelined_reads(
-            self._zk, unread, lambda n: f"{parent}/{n}", self._watch
-        ):
-            try:
-                data, _ = result.get()
-            except NoNodeError:
-                continue  # deleted between the listing and the read
-            value = self._decode(decode, name, f"{parent}/{name}", data)
-            if value is None:
-                invalid.add(f"{parent}/{name}")
-            else:
-                decoded[name] = value
+        fresh, failed = decode_children(self._zk, parent, unread, decode, self._watch)
+        for exc in failed.values():
+            self._skip(exc)
+        decoded.update(fresh)
+        invalid.update(f"{parent}/{n}" for n in failed)
         return decoded, invalid
 
     @staticmethod
@@ -481,7 +478,8 @@ class RegistryCache:
         )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
-        self._register_client(service)
+        if self._announce:
+            self._register_client(service)
         self.snapshots[service] = snapshot
         return snapshot
 
@@ -492,6 +490,7 @@ class RegistryCache:
         path = f"{parent}/{self._client_id}"
         document = {
             "client_id": self._client_id,
+            "app": self._app,
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "started": time.time(),

@@ -97,3 +97,7 @@ class PartitionNotFound(SentinelError):
 
 class NoInstanceAvailable(SentinelError):
     """The partition is known but no instance is eligible (none live, or the policy refused all)."""
+
+
+class NamespaceNotFound(SentinelError):
+    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""

@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from sentinel.errors import DecodeError, ServiceNotFound
-from sentinel.layout import service_path
-from sentinel.records import InstanceRecord, ServiceSpec
+from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
+from sentinel.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, decode
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,38 @@ def pipelined_reads(
         yield in_flight.popleft()
 
 
+def decode_children(
+    zk: KazooClient,
+    parent: str,
+    names: Iterable[str],
+    decode: Callable[[str, str, bytes], T],
+    watch: Callable[..., Any] | None = None,
+) -> tuple[dict[str, T], dict[str, DecodeError]]:
+    """Read and decode the children ``names`` of ``parent`` (optionally setting watches).
+
+    ``decode(name, path, data)`` builds a value or raises DecodeError. Returns the decoded
+    children and the ones that failed, by name; children deleted meanwhile are left out.
+    """
+    decoded: dict[str, T] = {}
+    invalid: dict[str, DecodeError] = {}
+    for name, result in pipelined_reads(zk, names, lambda n: f"{parent}/{n}", watch):
+        try:
+            data, _ = result.get()
+        except NoNodeError:
+            continue  # deleted between the listing and the read: churn, not an error
+        try:
+            decoded[name] = decode(name, f"{parent}/{name}", data)
+        except DecodeError as exc:
+            invalid[name] = exc
+    return decoded, invalid
+
+
+def _skip_logged(invalid: dict[str, DecodeError]) -> int:
+    for exc in invalid.values():
+        log.warning("skipping %s", exc)
+    return len(invalid)
+
+
 @dataclass(frozen=True)
 class ServiceListing:
     """One read of a service: its spec, its decodable instances, and how many were skipped."""
@@ -66,15 +98,56 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
     except NoNodeError:
         raise ServiceNotFound(f"service {service!r} is not registered") from None
     spec = ServiceSpec.from_bytes(service, path, data)
-    instances, skipped = [], 0
-    for name, result in pipelined_reads(zk, sorted(names), lambda n: f"{path}/{n}"):
-        child = f"{path}/{name}"
+    instances, invalid = decode_children(
+        zk, path, sorted(names), lambda n, p, d: InstanceRecord.from_bytes(service, n, p, d)
+    )
+    return ServiceListing(spec, tuple(instances.values()), _skip_logged(invalid))
+
+
+def list_services(zk: KazooClient) -> list[str]:
+    """The names under ``/services`` (valid names only), sorted."""
+    return sorted(n for n in zk.get_children(SERVICES) if _is_name(n))
+
+
+def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord], int]:
+    """The metrics nodes of ``service`` by instance name, and how many were skipped."""
+    parent = f"{METRICS}/{service}"
+    try:
+        names = zk.get_children(parent)
+    except NoNodeError:
+        return {}, 0
+    records, invalid = decode_children(
+        zk, parent, sorted(names), lambda n, p, d: MetricsRecord.from_bytes(service, n, p, d)
+    )
+    return records, _skip_logged(invalid)
+
+
+def read_clients(zk: KazooClient) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every ``/clients/<service>/<client>`` document, by service then client id."""
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for service in sorted(n for n in zk.get_children(CLIENTS) if _is_name(n)):
+        parent = f"{CLIENTS}/{service}"
         try:
-            child_data, _ = result.get()
-            instances.append(InstanceRecord.from_bytes(service, name, child, child_data))
+            names = zk.get_children(parent)
         except NoNodeError:
             continue
-        except DecodeError as exc:
-            skipped += 1
-            log.warning("skipping %s", exc)
-    return ServiceListing(spec, tuple(instances), skipped)
+        documents, invalid = decode_children(zk, parent, sorted(names), _client_document)
+        _skip_logged(invalid)
+        result[service] = documents
+    return result
+
+
+def _client_document(name: str, path: str, data: bytes) -> dict[str, Any]:
+    document = decode(path, data)
+    app = document.get("app")
+    if app is not None and not _is_name(app):
+        raise DecodeError(path, f"app {app!r} is not a valid name")
+    return {**document, "client_id": name}
+
+
+def _is_name(value: object) -> bool:
+    try:
+        validate_name("name", value)
+    except InvalidName:
+        return False
+    return True

@@ -1,0 +1,259 @@
+"""``sentinel init``, ``export``, ``import`` and ``prune``: the namespace as a whole."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from sentinel.cli.common import (
+    EXIT_OK,
+    Progress,
+    add_connection_options,
+    client,
+    connect,
+    print_json,
+)
+from sentinel.ephemeral import first_failure
+from sentinel.errors import ValidationError
+from sentinel.layout import METRICS, SECTIONS
+from sentinel.records import MAX_VALUE_BYTES
+from sentinel.registry import list_services, read_metrics, read_service
+
+EXPORT_VERSION = 1
+_BATCH_OPS = 200
+
+
+def _init(args: argparse.Namespace) -> int:
+    with client(args) as sentinel:  # starting a client creates the namespace and sections
+        document = {
+            "namespace": sentinel.namespace,
+            "hosts": sentinel.hosts,
+            "sections": list(SECTIONS),
+        }
+    if args.json:
+        print_json(document)
+    else:
+        print(
+            f"namespace {document['namespace']} on {document['hosts']} is ready "
+            f"({', '.join(SECTIONS)})"
+        )
+    return EXIT_OK
+
+
+def _walk(zk: KazooClient, path: str) -> Iterator[tuple[str, bytes, int]]:
+    """Every node below ``path`` (depth first, parents before children): path, data, owner."""
+    for child in sorted(zk.get_children(path)):
+        child_path = f"{path.rstrip('/')}/{child}"
+        try:
+            data, stat = zk.get(child_path)
+        except NoNodeError:
+            continue  # gone since the listing
+        yield child_path, data, stat.ephemeralOwner
+        yield from _walk(zk, child_path)
+
+
+def _encode_data(data: bytes) -> dict[str, Any]:
+    try:
+        return {"json": json.loads(data.decode("utf-8"))} if data else {"json": None}
+    except (UnicodeDecodeError, ValueError):
+        return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _export(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        nodes = [
+            {"path": path, "ephemeral": owner != 0, **_encode_data(data)}
+            for path, data, owner in _walk(zk, "/")
+        ]
+    document = {
+        "sentinel_export": EXPORT_VERSION,
+        "namespace": args.namespace,
+        "exported_at": time.time(),
+        "nodes": nodes,
+    }
+    text = json.dumps(document, indent=1, sort_keys=True)
+    if args.file == "-":
+        print(text)
+    else:
+        with open(args.file, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+        print(f"exported {len(nodes)} node(s) of {args.namespace} to {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _load_export(file: str) -> list[tuple[str, bytes]]:
+    """The persistent nodes of an export file, validated before anything is written."""
+    try:
+        with sys.stdin if file == "-" else open(file, encoding="utf-8") as source:
+            document = json.load(source)
+    except OSError as exc:
+        raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValidationError(f"{file} is not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("sentinel_export") != EXPORT_VERSION:
+        raise ValidationError(f"{file} is not a sentinel export (version {EXPORT_VERSION})")
+    nodes = document.get("nodes")
+    if not isinstance(nodes, list):
+        raise ValidationError(f"{file}: 'nodes' must be a list")
+    loaded = []
+    for number, node in enumerate(nodes, start=1):
+        where = f"{file}: node {number}"
+        if not isinstance(node, dict) or not isinstance(node.get("path"), str):
+            raise ValidationError(f"{where} needs a 'path'")
+        path = node["path"]
+        parts = path.split("/")
+        if not path.startswith("/") or path == "/" or any(p in ("", ".", "..") for p in parts[1:]):
+            raise ValidationError(f"{where}: {path!r} is not an absolute node path")
+        if node.get("ephemeral"):
+            continue  # live state: it belongs to a session, not to a backup
+        if "base64" in node:
+            try:
+                data = base64.b64decode(node["base64"], validate=True)
+            except (ValueError, TypeError):
+                raise ValidationError(f"{where}: 'base64' is not base64") from None
+        elif "json" in node:
+            data = (
+                b""
+                if node["json"] is None
+                else json.dumps(node["json"], separators=(",", ":")).encode("utf-8")
+            )
+        else:
+            raise ValidationError(f"{where} needs 'json' or 'base64' data")
+        if len(data) > MAX_VALUE_BYTES:
+            raise ValidationError(f"{where}: {len(data)} bytes is over the {MAX_VALUE_BYTES} limit")
+        loaded.append((path, data))
+    return sorted(loaded, key=lambda item: item[0].count("/"))
+
+
+def _import(args: argparse.Namespace) -> int:
+    nodes = _load_export(args.file)
+    created = updated = unchanged = 0
+    with connect(args, create=not args.dry_run) as zk:
+        plan: list[tuple[str, str, bytes, int]] = []  # (op, path, data, version)
+        for path, data in nodes:
+            try:
+                current, stat = zk.get(path)
+            except NoNodeError:
+                plan.append(("create", path, data, -1))
+                continue
+            if current == data:
+                unchanged += 1
+            else:
+                plan.append(("set", path, data, stat.version))
+        if not args.dry_run:
+            progress = Progress(len(plan), "importing")
+            for start in range(0, len(plan), _BATCH_OPS):
+                batch = plan[start : start + _BATCH_OPS]
+                transaction = zk.transaction()
+                for op, path, data, version in batch:
+                    if op == "create":
+                        transaction.create(path, data)
+                    else:
+                        transaction.set_data(path, data, version=version)
+                failure = first_failure(transaction.commit())
+                if failure is not None:
+                    progress.close()
+                    raise ValidationError(
+                        f"import stopped: {type(failure).__name__} in a batch near "
+                        f"{batch[0][1]}; nodes changed meanwhile? Re-run to resume"
+                    )
+                progress.advance(len(batch))
+            progress.close()
+        created = sum(op == "create" for op, *_ in plan)
+        updated = len(plan) - created
+    summary = {
+        "created": created,
+        "updated": updated,
+        "unchanged": unchanged,
+        "dry_run": args.dry_run,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        verb = "would create" if args.dry_run else "created"
+        print(
+            f"{verb} {created}, {'would update' if args.dry_run else 'updated'} {updated}, "
+            f"{unchanged} already as exported"
+        )
+    return EXIT_OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    now = time.time()
+    with connect(args) as zk:
+        orphans = []
+        for service in list_services(zk):
+            names = {f"{i.partition}:{i.label}" for i in read_service(zk, service).instances}
+            metrics, _ = read_metrics(zk, service)
+            orphans += [
+                f"{METRICS}/{service}/{name}"
+                for name, record in metrics.items()
+                if name not in names and now - record.measured_at > args.older_than
+            ]
+        if not args.dry_run:
+            for path in orphans:
+                with contextlib.suppress(NoNodeError):  # removed by someone else meanwhile
+                    zk.delete(path)
+    if args.json:
+        print_json({"removed" if not args.dry_run else "would_remove": orphans})
+    else:
+        print(
+            f"{'would remove' if args.dry_run else 'removed'} {len(orphans)} orphaned "
+            "metrics node(s)" + "".join(f"\n  {p}" for p in orphans)
+        )
+    return EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``init``, ``export``, ``import`` and ``prune``."""
+    init = commands.add_parser(
+        "init",
+        help="create the namespace and its five sections",
+        description="Create the namespace root and /services, /auth, /shard_info, /metrics "
+        "and /clients (idempotent). ACLs per role arrive with the authentication manager.",
+    )
+    add_connection_options(init)
+    init.set_defaults(handler=_init)
+
+    export = commands.add_parser(
+        "export",
+        help="write the whole namespace as JSON (backup, migration)",
+        description="Every node under the namespace, parents first, with its data as JSON "
+        "(or base64 when it is not JSON) and whether it is ephemeral.",
+    )
+    export.add_argument("file", metavar="FILE", help="output file, or - for stdout")
+    add_connection_options(export)
+    export.set_defaults(handler=_export)
+
+    imp = commands.add_parser(
+        "import",
+        help="load an export into a namespace (idempotent)",
+        description="Create the export's persistent nodes that are missing and rewrite those "
+        "whose data differs, in multi-op batches. Ephemeral nodes (live instances, clients) "
+        "are skipped: they belong to sessions. The file is validated before anything is "
+        "written; re-running an import that completed changes nothing.",
+    )
+    imp.add_argument("file", metavar="FILE", help="export file, or - for stdin")
+    imp.add_argument("--dry-run", action="store_true", help="say what would change")
+    add_connection_options(imp)
+    imp.set_defaults(handler=_import)
+
+    prune = commands.add_parser(
+        "prune",
+        help="remove metrics of instances that are gone",
+        description="Delete /metrics nodes whose instance is no longer registered and whose "
+        "values are older than --older-than seconds (an instance restarting is not pruned).",
+    )
+    prune.add_argument("--older-than", type=float, default=600.0, metavar="SECONDS")
+    prune.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
+    add_connection_options(prune)
+    prune.set_defaults(handler=_prune)

@@ -1,0 +1,264 @@
+"""``sentinel doctor``: what is wrong with this namespace, and the command that fixes it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict, dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.security import Permissions
+
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    add_connection_options,
+    connect,
+    print_json,
+    print_table,
+)
+from sentinel.devserver import resolve_hosts
+from sentinel.errors import DecodeError, NamespaceNotFound
+from sentinel.launcher import four_letter_word
+from sentinel.layout import AUTH, CLIENTS, METRICS, SECTIONS
+from sentinel.records import ServiceSpec
+from sentinel.registry import list_services, read_metrics, read_service
+from sentinel.shards import ShardPolicySpec, iter_assignments, policy_path
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of one check: ``ok``, ``warn`` or ``error``, and how to fix it."""
+
+    severity: str
+    check: str
+    detail: str
+    fix: str = ""
+
+
+def _server(hosts: str) -> Finding:
+    host, _, port = hosts.split(",")[0].rpartition(":")
+    try:
+        answer = four_letter_word(host or "127.0.0.1", int(port or 2181), "srvr", timeout=2)
+    except (OSError, ValueError):
+        return Finding(
+            "warn",
+            "zookeeper",
+            f"connected, but `srvr` on {host}:{port} failed",
+            "allow it: 4lw.commands.whitelist=srvr,ruok in zoo.cfg",
+        )
+    version = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in answer.splitlines()
+            if line.startswith("Zookeeper version")
+        ),
+        "unknown version",
+    )
+    mode = next(
+        (line.split(":", 1)[1].strip() for line in answer.splitlines() if line.startswith("Mode")),
+        "unknown mode",
+    )
+    return Finding("ok", "zookeeper", f"{hosts}: {version.split(',')[0]}, {mode}")
+
+
+def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
+    missing = [s for s in SECTIONS if zk.exists(s) is None]
+    if missing:
+        return [
+            Finding(
+                "error",
+                "namespace",
+                f"{namespace} lacks {', '.join(missing)}",
+                f"sentinel init --namespace {namespace}",
+            )
+        ]
+    return [Finding("ok", "namespace", f"{namespace} has all five sections")]
+
+
+def _acl(zk: KazooClient, namespace: str) -> Finding:
+    acls, _ = zk.get_acls("/")
+    open_write = any(a.id.scheme == "world" and a.perms & Permissions.WRITE for a in acls)
+    if open_write:
+        return Finding(
+            "warn",
+            "acl",
+            f"anyone can write under {namespace}",
+            f"zkCli.sh: addauth digest <admin>:<password>; setAcl -R {namespace} "
+            "auth::cdrwa,world:anyone:r",
+        )
+    return Finding("ok", "acl", f"{namespace} is not world-writable")
+
+
+def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Finding]:
+    findings: list[Finding] = []
+    now = time.time()
+    bad = 0
+    for service in list_services(zk):
+        try:
+            listing = read_service(zk, service)
+        except DecodeError as exc:
+            findings.append(
+                Finding(
+                    "error",
+                    "schema",
+                    str(exc),
+                    f"zkCli.sh delete {namespace}/services/{service} "
+                    "(or rewrite it with the current schema)",
+                )
+            )
+            continue
+        bad += listing.skipped
+        live = {i.partition for i in listing.instances if i.status == "up"}
+        metrics, skipped = read_metrics(zk, service)
+        bad += skipped
+        names = {f"{i.partition}:{i.label}" for i in listing.instances}
+        for name, record in metrics.items():
+            if name not in names:
+                findings.append(
+                    Finding(
+                        "warn",
+                        "orphaned metrics",
+                        f"{METRICS}/{service}/{name} has no instance",
+                        f"sentinel prune --namespace {namespace}",
+                    )
+                )
+            elif now - record.measured_at > stale_after:
+                findings.append(
+                    Finding(
+                        "warn",
+                        "stale metrics",
+                        f"{service} {name}: measured {now - record.measured_at:.0f}s ago",
+                        f"check the metric collector publishing {service}",
+                    )
+                )
+        findings.extend(_partitions(zk, listing.spec, live, namespace))
+    if bad:
+        findings.append(
+            Finding(
+                "error",
+                "schema",
+                f"{bad} instance or metrics node(s) cannot be decoded (clients skip them)",
+                f"sentinel ls SERVICE -v shows which; zkCli.sh delete them under {namespace}",
+            )
+        )
+    return findings
+
+
+def _partitions(
+    zk: KazooClient, spec: ServiceSpec, live: set[str], namespace: str
+) -> list[Finding]:
+    if spec.shard_policy is None:
+        if live:
+            return []
+        return [
+            Finding(
+                "error",
+                "no live instance",
+                f"{spec.service} has no instance up",
+                f"start an instance that registers {spec.service}",
+            )
+        ]
+    try:
+        data, _ = zk.get(policy_path(spec.shard_policy))
+        policy = ShardPolicySpec.from_bytes(spec.shard_policy, policy_path(spec.shard_policy), data)
+    except NoNodeError:
+        return [
+            Finding(
+                "error",
+                "shard policy",
+                f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist",
+                f"create it (Sentinel.create_shard_policy) in {namespace}",
+            )
+        ]
+    except DecodeError as exc:
+        return [Finding("error", "schema", str(exc), f"recreate shard policy {spec.shard_policy}")]
+    if policy.partitions is not None:
+        used = set(policy.partitions)
+    elif policy.kind == "range":
+        used = {p for _, p in policy.boundaries}
+    else:
+        used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
+    return [
+        Finding(
+            "error",
+            "no live instance",
+            f"{spec.service} partition {p} (shard policy {spec.shard_policy}) has no instance up",
+            f"start an instance that registers {spec.service} in partition {p}, or move "
+            f"its keys to a live partition",
+        )
+        for p in sorted(used - live)
+    ]
+
+
+def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
+    findings = []
+    for service in zk.get_children(AUTH):
+        try:
+            users = set(zk.get_children(f"{CLIENTS}/{service}"))
+        except NoNodeError:
+            users = set()
+        for client in zk.get_children(f"{AUTH}/{service}"):
+            if client not in users:
+                findings.append(
+                    Finding(
+                        "warn",
+                        "orphaned auth",
+                        f"{AUTH}/{service}/{client}: no such client is connected",
+                        f"zkCli.sh deleteall {namespace}{AUTH}/{service}/{client} "
+                        "(if that client is retired)",
+                    )
+                )
+    return findings
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    hosts = resolve_hosts(args.zk)
+    findings: list[Finding] = []
+    try:
+        with connect(args) as zk:
+            findings.append(_server(hosts))
+            findings += _sections(zk, args.namespace)
+            findings.append(_acl(zk, args.namespace))
+            if all(zk.exists(section) for section in SECTIONS):
+                findings += _services(zk, args.namespace, args.stale_after)
+                findings += _orphaned_auth(zk, args.namespace)
+    except NamespaceNotFound as exc:
+        findings += [
+            _server(hosts),
+            Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
+        ]
+    problems = [f for f in findings if f.severity == "error"]
+    if args.json:
+        print_json([asdict(f) for f in findings])
+    else:
+        print_table(
+            [(f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings],
+            ("STATUS", "CHECK", "FINDING", "FIX"),
+        )
+        warnings = sum(f.severity == "warn" for f in findings)
+        print(f"{len(problems)} problem(s), {warnings} warning(s)")
+    return EXIT_NOT_FOUND if problems else EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``doctor``."""
+    doctor = commands.add_parser(
+        "doctor",
+        help="check the namespace and say how to fix what is wrong",
+        description="Checks: ZooKeeper reachable and its version, the namespace and its "
+        "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
+        "instance, shard policies that are missing, stale metrics, metrics of instances that "
+        "are gone, and /auth entries of clients that are not connected. Each finding comes "
+        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0).",
+    )
+    doctor.add_argument(
+        "--stale-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="metrics older than this are stale (default 300)",
+    )
+    add_connection_options(doctor)
+    doctor.set_defaults(handler=_doctor)

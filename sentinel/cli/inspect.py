@@ -1,0 +1,289 @@
+"""``sentinel ls`` (what is registered) and ``sentinel resolve`` (what a client would get)."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+from typing import Any
+
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    add_connection_options,
+    client,
+    connect,
+    print_json,
+    print_table,
+)
+from sentinel.endpoint import Endpoint
+from sentinel.errors import NoInstanceAvailable, ValidationError
+from sentinel.plugins import load_balancer, load_policy
+from sentinel.records import InstanceRecord, MetricsRecord
+from sentinel.registry import list_services, read_metrics, read_service
+
+
+def age(seconds: float | None) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d`` (``-`` when unknown)."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def metrics_text(values: Any) -> str:
+    """``lag=2.5 queue=3`` for a table cell."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+
+
+def _instance_document(record: InstanceRecord, metrics: MetricsRecord | None) -> dict[str, Any]:
+    return {
+        "partition": record.partition,
+        "label": record.label,
+        "host": record.host,
+        "port": record.port,
+        "scheme": record.scheme,
+        "status": record.status,
+        "weight": record.weight,
+        "zone": record.zone,
+        "properties": dict(record.properties),
+        "registered_at": record.registered_at,
+        "metrics": dict(metrics.values) if metrics else {},
+        "metrics_measured_at": metrics.measured_at if metrics else None,
+    }
+
+
+def _ls(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        if args.service is None:
+            return _ls_services(args, zk)
+        listing = read_service(zk, args.service)
+        metrics, _ = read_metrics(zk, args.service)
+    now = time.time()
+    documents = [
+        _instance_document(i, metrics.get(f"{i.partition}:{i.label}")) for i in listing.instances
+    ]
+    if args.json:
+        print_json(
+            {
+                "service": args.service,
+                "scheme": listing.spec.scheme,
+                "shard_policy": listing.spec.shard_policy,
+                "instances": documents,
+                "skipped": listing.skipped,
+            }
+        )
+        return EXIT_OK
+    print_table(
+        [
+            (
+                d["partition"],
+                d["label"],
+                f"{d['host']}:{d['port']}",
+                d["zone"],
+                d["weight"],
+                d["status"],
+                age(now - d["registered_at"]),
+                metrics_text(d["metrics"]) or "-",
+                age(None if d["metrics_measured_at"] is None else now - d["metrics_measured_at"]),
+            )
+            for d in documents
+        ],
+        (
+            "PARTITION",
+            "LABEL",
+            "ADDRESS",
+            "ZONE",
+            "WEIGHT",
+            "STATUS",
+            "AGE",
+            "METRICS",
+            "METRICS AGE",
+        ),
+    )
+    if listing.skipped:
+        print(f"({listing.skipped} undecodable instance node(s) skipped; see `sentinel doctor`)")
+    return EXIT_OK
+
+
+def _ls_services(args: argparse.Namespace, zk: Any) -> int:
+    rows, documents = [], []
+    for service in list_services(zk):
+        try:
+            listing = read_service(zk, service)
+        except Exception as exc:  # one broken service must not hide the others
+            documents.append({"service": service, "error": str(exc)})
+            rows.append((service, "-", "-", "-", "-", f"unreadable: {exc}"))
+            continue
+        per_partition = collections.Counter(i.partition for i in listing.instances)
+        up = sum(i.status == "up" for i in listing.instances)
+        documents.append(
+            {
+                "service": service,
+                "scheme": listing.spec.scheme,
+                "shard_policy": listing.spec.shard_policy,
+                "instances": len(listing.instances),
+                "up": up,
+                "partitions": dict(sorted(per_partition.items())),
+            }
+        )
+        rows.append(
+            (
+                service,
+                listing.spec.scheme,
+                listing.spec.shard_policy,
+                len(listing.instances),
+                up,
+                " ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())) or "-",
+            )
+        )
+    if args.json:
+        print_json(documents)
+    else:
+        print_table(rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS"))
+    return EXIT_OK
+
+
+def parse_plugin(spec: str) -> tuple[str, dict[str, Any]]:
+    """``min_lag:cutoff=5,max_age=30`` → ``("min_lag", {"cutoff": 5, "max_age": 30})``.
+
+    Values are read as JSON when they parse (numbers, true/false, null), else as strings.
+    """
+    name, _, raw = spec.partition(":")
+    arguments: dict[str, Any] = {}
+    for item in filter(None, raw.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValidationError(f"{spec!r}: arguments must look like name=value, got {item!r}")
+        try:
+            arguments[key] = json.loads(value)
+        except ValueError:
+            arguments[key] = value
+    return name, arguments
+
+
+def _endpoint_document(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "partition": endpoint.partition,
+        "label": endpoint.label,
+        "uri": endpoint.uri,
+        "status": endpoint.status,
+        "zone": endpoint.zone,
+        "weight": endpoint.weight,
+        "metrics": dict(endpoint.metrics),
+    }
+
+
+def _resolve(args: argparse.Namespace) -> int:
+    policies = [
+        load_policy(name, **arguments) for name, arguments in map(parse_plugin, args.policy)
+    ]
+    policy = None
+    for step in policies:
+        policy = step if policy is None else policy & step
+    balancer = None
+    if args.balancer is not None:
+        name, arguments = parse_plugin(args.balancer)
+        balancer = load_balancer(name, **arguments)
+    with client(args) as sentinel:
+        explanation = sentinel.explain(args.service, args.key, policy)
+        picks: list[Endpoint] = []
+        error = None
+        try:
+            picks = [
+                sentinel.get_service(args.service, args.key, policy, balancer)
+                for _ in range(args.count)
+            ]
+        except NoInstanceAvailable as exc:
+            error = str(exc)
+    verdicts = {}
+    for step in explanation.steps:
+        for endpoint in step.excluded:
+            verdicts[endpoint.name] = f"excluded by {step.name}"
+    if args.json:
+        print_json(
+            {
+                "service": args.service,
+                "key": args.key,
+                "shard_policy": explanation.shard_policy,
+                "partition": explanation.partition,
+                "instances": [
+                    {**_endpoint_document(e), "verdict": verdicts.get(e.name, "eligible")}
+                    for e in explanation.instances
+                ],
+                "steps": [
+                    {"filter": s.name, "excluded": [e.name for e in s.excluded]}
+                    for s in explanation.steps
+                ],
+                "picks": [_endpoint_document(e) for e in picks],
+                "error": error,
+            }
+        )
+        return EXIT_OK if picks else EXIT_NOT_FOUND
+    where = (
+        ""
+        if explanation.partition is None
+        else (
+            f" key {args.key!r} -> partition {explanation.partition} "
+            f"(shard policy {explanation.shard_policy})"
+        )
+    )
+    print(f"service {args.service}{where}")
+    print_table(
+        [
+            (
+                e.partition,
+                e.label,
+                e.uri,
+                e.status,
+                e.zone,
+                metrics_text(e.metrics) or "-",
+                verdicts.get(e.name, "eligible"),
+            )
+            for e in explanation.instances
+        ],
+        ("PARTITION", "LABEL", "URI", "STATUS", "ZONE", "METRICS", "VERDICT"),
+    )
+    if error:
+        print(f"nothing eligible: {error}")
+        return EXIT_NOT_FOUND
+    counts = collections.Counter(e.label for e in picks)
+    print(
+        f"picked ({args.count} call{'s' if args.count > 1 else ''}): "
+        + ", ".join(f"{label} x{n}" for label, n in counts.most_common())
+    )
+    return EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``ls`` and ``resolve``."""
+    ls = commands.add_parser(
+        "ls",
+        help="list services, or the instances of one",
+        description="Without SERVICE: every service with its instance counts per partition "
+        "and how many are up. With SERVICE: its instances with partition, label, address, "
+        "zone, weight, status, age, last metrics and their age. Reads ZooKeeper directly.",
+    )
+    ls.add_argument("service", nargs="?", metavar="SERVICE")
+    add_connection_options(ls)
+    ls.set_defaults(handler=_ls)
+
+    resolve = commands.add_parser(
+        "resolve",
+        help="show what get_service returns, and why",
+        description="Resolve SERVICE (and KEY, for a sharded service) as a client would: the "
+        "partition, each instance and the filter that excluded it, and the picks of COUNT "
+        "calls. Policies and balancers are named as registered in the sentinel.policies and "
+        "sentinel.balancers entry points, with arguments: --policy min_lag:cutoff=5. Several "
+        "--policy options chain. Exit 1 when nothing is eligible.",
+    )
+    resolve.add_argument("service", metavar="SERVICE")
+    resolve.add_argument("key", nargs="?", metavar="KEY")
+    resolve.add_argument("--policy", action="append", default=[], metavar="NAME[:ARGS]")
+    resolve.add_argument("--balancer", metavar="NAME[:ARGS]")
+    resolve.add_argument("-n", "--count", type=int, default=1, help="calls to make (default 1)")
+    add_connection_options(resolve)
+    resolve.set_defaults(handler=_resolve)
