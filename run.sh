@@ -11,10 +11,12 @@ die() { echo "run.sh: $*" >&2; exit "${2:-1}"; }
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
 
+apt_updated=
 apt_install() {
     command -v apt-get >/dev/null || return 1
     echo "run.sh: installing $* from Debian's packages ..." >&2
-    as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive \
+    if [ -z "$apt_updated" ]; then as_root apt-get update -qq && apt_updated=1 || return 1; fi
+    as_root env DEBIAN_FRONTEND=noninteractive \
         apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
