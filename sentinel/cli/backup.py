@@ -17,7 +17,7 @@ from kazoo.exceptions import NoNodeError
 from sentinel.cli.common import (
     EXIT_OK,
     Progress,
-    add_connection_options,
+    add_command,
     client,
     connect,
     print_json,
@@ -215,45 +215,45 @@ def _prune(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``init``, ``export``, ``import`` and ``prune``."""
-    init = commands.add_parser(
+    add_command(
+        commands,
         "init",
-        help="create the namespace and its five sections",
-        description="Create the namespace root and /services, /auth, /shard_info, /metrics "
+        _init,
+        "create the namespace and its five sections",
+        "Create the namespace root and /services, /auth, /shard_info, /metrics "
         "and /clients (idempotent). ACLs per role arrive with the authentication manager.",
     )
-    add_connection_options(init)
-    init.set_defaults(handler=_init)
 
-    export = commands.add_parser(
+    export = add_command(
+        commands,
         "export",
-        help="write the whole namespace as JSON (backup, migration)",
-        description="Every node under the namespace, parents first, with its data as JSON "
+        _export,
+        "write the whole namespace as JSON (backup, migration)",
+        "Every node under the namespace, parents first, with its data as JSON "
         "(or base64 when it is not JSON) and whether it is ephemeral.",
     )
     export.add_argument("file", metavar="FILE", help="output file, or - for stdout")
-    add_connection_options(export)
-    export.set_defaults(handler=_export)
 
-    imp = commands.add_parser(
+    imp = add_command(
+        commands,
         "import",
-        help="load an export into a namespace (idempotent)",
-        description="Create the export's persistent nodes that are missing and rewrite those "
+        _import,
+        "load an export into a namespace (idempotent)",
+        "Create the export's persistent nodes that are missing and rewrite those "
         "whose data differs, in multi-op batches. Ephemeral nodes (live instances, clients) "
         "are skipped: they belong to sessions. The file is validated before anything is "
         "written; re-running an import that completed changes nothing.",
     )
     imp.add_argument("file", metavar="FILE", help="export file, or - for stdin")
     imp.add_argument("--dry-run", action="store_true", help="say what would change")
-    add_connection_options(imp)
-    imp.set_defaults(handler=_import)
 
-    prune = commands.add_parser(
+    prune = add_command(
+        commands,
         "prune",
-        help="remove metrics of instances that are gone",
-        description="Delete /metrics nodes whose instance is no longer registered and whose "
+        _prune,
+        "remove metrics of instances that are gone",
+        "Delete /metrics nodes whose instance is no longer registered and whose "
         "values are older than --older-than seconds (an instance restarting is not pruned).",
     )
     prune.add_argument("--older-than", type=float, default=600.0, metavar="SECONDS")
     prune.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
-    add_connection_options(prune)
-    prune.set_defaults(handler=_prune)

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -45,6 +45,20 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=5.0, help="seconds to wait for ZooKeeper (default 5)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def add_command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    summary: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """A subcommand that talks to ZooKeeper: its parser, connection options and handler."""
+    parser = commands.add_parser(name, help=summary, description=description)
+    add_connection_options(parser)
+    parser.set_defaults(handler=handler)
+    return parser
 
 
 def print_json(document: Any) -> None:

@@ -7,7 +7,7 @@ import argparse
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
-    add_connection_options,
+    add_command,
     connect,
     print_json,
 )
@@ -59,10 +59,12 @@ def _deps(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``deps``."""
-    deps = commands.add_parser(
+    deps = add_command(
+        commands,
         "deps",
-        help="the live dependency graph from /clients",
-        description="Who uses which service, from the clients registered under /clients "
+        _deps,
+        "the live dependency graph from /clients",
+        "Who uses which service, from the clients registered under /clients "
         "(an app is Sentinel(app=...), else the client id). Tree (default) from SERVICE or "
         "from every root; DOT for Graphviz (edges on a cycle are red); JSON. --impact "
         "SERVICE lists everything that depends on SERVICE, directly or not. Cycles are "
@@ -71,5 +73,3 @@ def register(commands: argparse._SubParsersAction) -> None:
     deps.add_argument("service", nargs="?", metavar="SERVICE")
     deps.add_argument("--format", choices=("tree", "dot", "json"), default="tree")
     deps.add_argument("--impact", metavar="SERVICE")
-    add_connection_options(deps)
-    deps.set_defaults(handler=_deps)

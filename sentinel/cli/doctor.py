@@ -13,7 +13,7 @@ from kazoo.security import Permissions
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
-    add_connection_options,
+    add_command,
     connect,
     print_json,
     print_table,
@@ -244,10 +244,12 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``doctor``."""
-    doctor = commands.add_parser(
+    doctor = add_command(
+        commands,
         "doctor",
-        help="check the namespace and say how to fix what is wrong",
-        description="Checks: ZooKeeper reachable and its version, the namespace and its "
+        _doctor,
+        "check the namespace and say how to fix what is wrong",
+        "Checks: ZooKeeper reachable and its version, the namespace and its "
         "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
         "instance, shard policies that are missing, stale metrics, metrics of instances that "
         "are gone, and /auth entries of clients that are not connected. Each finding comes "
@@ -260,5 +262,3 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="metrics older than this are stale (default 300)",
     )
-    add_connection_options(doctor)
-    doctor.set_defaults(handler=_doctor)

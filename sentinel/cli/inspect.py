@@ -11,7 +11,7 @@ from typing import Any
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
-    add_connection_options,
+    add_command,
     client,
     connect,
     print_json,
@@ -260,21 +260,23 @@ def _resolve(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``ls`` and ``resolve``."""
-    ls = commands.add_parser(
+    ls = add_command(
+        commands,
         "ls",
-        help="list services, or the instances of one",
-        description="Without SERVICE: every service with its instance counts per partition "
+        _ls,
+        "list services, or the instances of one",
+        "Without SERVICE: every service with its instance counts per partition "
         "and how many are up. With SERVICE: its instances with partition, label, address, "
         "zone, weight, status, age, last metrics and their age. Reads ZooKeeper directly.",
     )
     ls.add_argument("service", nargs="?", metavar="SERVICE")
-    add_connection_options(ls)
-    ls.set_defaults(handler=_ls)
 
-    resolve = commands.add_parser(
+    resolve = add_command(
+        commands,
         "resolve",
-        help="show what get_service returns, and why",
-        description="Resolve SERVICE (and KEY, for a sharded service) as a client would: the "
+        _resolve,
+        "show what get_service returns, and why",
+        "Resolve SERVICE (and KEY, for a sharded service) as a client would: the "
         "partition, each instance and the filter that excluded it, and the picks of COUNT "
         "calls. Policies and balancers are named as registered in the sentinel.policies and "
         "sentinel.balancers entry points, with arguments: --policy min_lag:cutoff=5. Several "
@@ -285,5 +287,3 @@ def register(commands: argparse._SubParsersAction) -> None:
     resolve.add_argument("--policy", action="append", default=[], metavar="NAME[:ARGS]")
     resolve.add_argument("--balancer", metavar="NAME[:ARGS]")
     resolve.add_argument("-n", "--count", type=int, default=1, help="calls to make (default 1)")
-    add_connection_options(resolve)
-    resolve.set_defaults(handler=_resolve)

@@ -12,7 +12,7 @@ from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch
 
-from sentinel.cli.common import EXIT_OK, add_connection_options, client, connect
+from sentinel.cli.common import EXIT_OK, add_command, client, connect
 from sentinel.cli.inspect import metrics_text
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
@@ -190,14 +190,14 @@ def _wait(stop: threading.Event) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``watch``."""
-    watch = commands.add_parser(
+    watch = add_command(
+        commands,
         "watch",
-        help="stream changes as they happen",
-        description="Print every change the cache sees, with a timestamp: registrations (+), "
+        _watch,
+        "stream changes as they happen",
+        "Print every change the cache sees, with a timestamp: registrations (+), "
         "deregistrations (-), instance updates (~), metrics, shard-key moves, spec changes and "
         "the connection's state. Without SERVICE, every service, including new ones. "
         "--json prints one JSON object per line. Ctrl-C (or SIGTERM) stops it cleanly.",
     )
     watch.add_argument("service", nargs="?", metavar="SERVICE")
-    add_connection_options(watch)
-    watch.set_defaults(handler=_watch)
