@@ -18,7 +18,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def percentiles(samples: Sequence[float]) -> dict[str, float]:
-    """p50, p95, p99 and max of ``samples`` (nearest-rank)."""
+    """p50, p95, p99, max and the 101 percentiles of ``samples`` (nearest-rank)."""
     ordered = sorted(samples)
 
     def rank(q: float) -> float:
@@ -30,6 +30,7 @@ def percentiles(samples: Sequence[float]) -> dict[str, float]:
         "p99": rank(0.99),
         "max": ordered[-1],
         "n": len(ordered),
+        "quantiles": [rank(max(q, 1) / 100) for q in range(101)],
     }
 
 

@@ -50,6 +50,7 @@ def measure(client: Sentinel, label: str, args_list, calls: int) -> dict[str, fl
         "p95_us": latency["p95"],
         "p99_us": latency["p99"],
         "calls_per_s": calls / elapsed,
+        "quantiles_us": latency["quantiles"],
     }
 
 

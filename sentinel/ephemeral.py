@@ -74,7 +74,12 @@ class EphemeralNodes:
             self._nodes[path] = data
 
     def remove(self, path: str) -> bool:
-        """Stop keeping ``path`` and delete it if this session owns it; False if not kept."""
+        """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
+
+        The ownership check costs a round trip more than a blind delete, on purpose: when a
+        newer process registered the same identity (a rolling restart on the same host and
+        port), the old one shutting down must not delete the new one's node.
+        """
         with self._lock:
             if self._nodes.pop(path, None) is None:
                 return False

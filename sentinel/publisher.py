@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import ServiceConflict
@@ -79,12 +79,18 @@ class Publisher:
         return stored
 
     def register(self, instance: InstanceRecord) -> Registration:
-        """Publish ``instance``, creating its service spec first if it is missing."""
+        """Publish ``instance``, creating its service spec if it is missing.
+
+        The create is tried first: the spec almost always exists, and checking for it would
+        cost every registration a round trip.
+        """
         path = instance_path(instance.service, instance.partition, instance.label)
         data = instance.to_bytes(path)  # validates the size before anything is written
-        if self._zk.exists(service_path(instance.service)) is None:
+        try:
+            self._nodes.put(path, data)
+        except NoNodeError:  # the first instance of a new service: create its spec, then retry
             self.ensure_service(ServiceSpec(instance.service, scheme=instance.scheme), strict=False)
-        self._nodes.put(path, data)
+            self._nodes.put(path, data)
         registration = Registration(instance, path)
         self._registrations[path] = registration
         log.info("registered %s (%s:%d)", path, instance.host, instance.port)

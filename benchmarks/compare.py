@@ -1,0 +1,271 @@
+"""Sentinel side by side with Apache Curator and the paper: ``python -m benchmarks.compare``.
+
+One ZooKeeper; for each round and each scenario, ours and Curator's run one after the other so
+that both see the same machine. Curator runs as ``benchmarks/peers/CuratorBench.java``,
+compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scenarios:
+
+* warm lookup: 20 instances, round robin, timed call by call (one thread);
+* propagation: 50 registrations then 50 deregistrations, 20 ms apart, until a cache of
+  another session shows them (ours: a writer process; Curator: a writer client in its JVM);
+* cold start: a new client until its cache holds the 1,000 instances of a service, and the
+  process's resident memory then (interpreter or JVM start-up excluded from the time).
+
+Without Java or the jars, the Curator column is skipped with a note saying what to install
+(``apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java``).
+The plot needs matplotlib (``pip install -e '.[benchmarks]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from benchmarks.common import RESULTS, percentiles, report
+from benchmarks.lookup import measure
+from benchmarks.propagation import one_round, prepare
+from sentinel import Sentinel
+from sentinel.launcher import LocalZooKeeper
+
+PEER = Path(__file__).resolve().parent / "peers" / "CuratorBench.java"
+JARS = (
+    "curator-client",
+    "curator-framework",
+    "curator-recipes",
+    "curator-x-discovery",
+    "zookeeper",
+    "zookeeper-jute",
+    "guava",
+    "jackson-annotations",
+    "jackson-core",
+    "jackson-databind",
+    "slf4j-api",
+    "slf4j-nop",
+)
+INSTALL = "apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java"
+PAPER = {"lookup_p95_us": 17.0, "propagation_p99_ms": 500.0}
+
+OUR_COLD_START = textwrap.dedent("""
+    import json, sys, time
+    from sentinel import Sentinel
+    started = time.perf_counter()
+    with Sentinel(sys.argv[1], "cold", announce=False) as client:
+        client.prefetch("big")
+        assert len(client.get_services("big")) == int(sys.argv[2])
+        elapsed = time.perf_counter() - started
+        rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
+    print(json.dumps({"total_s": elapsed, "rss_mb": rss / 1024}))
+""")
+
+
+def curator_classpath(build: Path) -> tuple[list[str] | None, str]:
+    """The java command prefix for the peer, or None and why it cannot run."""
+    if not (shutil.which("java") and shutil.which("javac")):
+        return None, f"no java/javac: {INSTALL}"
+    jars = [Path("/usr/share/java") / f"{name}.jar" for name in JARS]
+    missing = [j.name for j in jars if not j.is_file()]
+    if missing:
+        return None, f"missing {', '.join(missing)}: {INSTALL}"
+    classpath = ":".join(map(str, jars))
+    compiled = subprocess.run(
+        ["javac", "-d", str(build), "-cp", classpath, str(PEER)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if compiled.returncode != 0:
+        return None, f"javac failed: {compiled.stderr.strip()[:300]}"
+    return ["java", "-Xmx512m", "-cp", f"{build}:{classpath}", "CuratorBench"], ""
+
+
+def curator(java: list[str], hosts: str, *scenario: str) -> dict:
+    run = subprocess.run(
+        [*java, hosts, *scenario], capture_output=True, text=True, timeout=300, check=False
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"Curator {scenario[0]} failed: {run.stderr.strip()[-500:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def ours_cold_start(hosts: str, instances: int) -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", OUR_COLD_START, hosts, str(instances)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(run.stdout)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--changes", type=int, default=50)
+    parser.add_argument("--instances", type=int, default=1_000)
+    args = parser.parse_args(argv)
+
+    ours: dict[str, list] = {"lookup": [], "register": [], "deregister": [], "cold": []}
+    theirs: dict[str, list] = {k: [] for k in ours}
+    with (
+        tempfile.TemporaryDirectory() as build,
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "compare-writer") as writer,
+        Sentinel(zk.connect_string, "compare-reader", announce=False) as reader,
+    ):
+        java, why_not = curator_classpath(Path(build))
+        if java is None:
+            print(f"Curator column skipped: {why_not}", file=sys.stderr)
+        for i in range(20):
+            writer.register_service("api", "p", f"10.1.0.{i}", 80, label=f"a{i}")
+        for i in range(args.instances):
+            writer.register_service("big", "p", f"10.{i // 250}.{i % 250}.1", 80, label=f"b{i}")
+        reader.prefetch("api")
+        for round_number in range(args.rounds):
+            print(f"round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
+            ours["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
+            prepare(writer, args.changes)
+            delays = one_round(zk.connect_string, args.changes, 0.02)
+            ours["register"] += delays["register"]
+            ours["deregister"] += delays["deregister"]
+            ours["cold"].append(ours_cold_start(zk.connect_string, args.instances))
+            if java is None:
+                continue
+            theirs["lookup"].append(curator(java, zk.connect_string, "lookup", str(args.calls)))
+            moved = curator(java, zk.connect_string, "propagation", str(args.changes), "20")
+            theirs["register"] += moved["register_ms"]
+            theirs["deregister"] += moved["deregister_ms"]
+            cold = curator(java, zk.connect_string, "coldstart", str(args.instances), "1")
+            theirs["cold"].append({"total_s": cold["total_s"][0], "rss_mb": cold["rss_mb"]})
+
+    rows, figures = table(ours, theirs, args)
+    report(
+        "compare",
+        f"Sentinel vs Apache Curator 5.4 on one ZooKeeper, {args.rounds} alternating rounds "
+        "(medians of rounds; propagation percentiles over every change)",
+        ("figure", "Sentinel", "Curator", "Sentinel better by", "paper"),
+        rows,
+        {"figures": figures, "ours": ours, "curator": theirs, "curator_skipped": why_not},
+    )
+    plot(ours, theirs)
+
+
+def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dict]:
+    def lookup(side: dict, field: str) -> float | None:
+        return statistics.median(r[field] for r in side["lookup"]) if side["lookup"] else None
+
+    def delay(side: dict, op: str, q: str) -> float | None:
+        values = [v for v in side[op] if v is not None]
+        return percentiles(values)[q] if values else None
+
+    def cold(side: dict, field: str) -> float | None:
+        return statistics.median(r[field] for r in side["cold"]) if side["cold"] else None
+
+    specs = [
+        ("lookup p50 (µs)", lookup, "p50_us", None),
+        ("lookup p95 (µs)", lookup, "p95_us", f"< 20 (p95 {PAPER['lookup_p95_us']:g})"),
+        ("lookup p99 (µs)", lookup, "p99_us", None),
+        ("lookups per second, one thread", lookup, "calls_per_s", None),
+        ("register -> other cache, p50 (ms)", lambda s, _: delay(s, "register", "p50"), "", None),
+        (
+            "register -> other cache, p99 (ms)",
+            lambda s, _: delay(s, "register", "p99"),
+            "",
+            f"< {PAPER['propagation_p99_ms']:g}",
+        ),
+        (
+            "deregister -> other cache, p50 (ms)",
+            lambda s, _: delay(s, "deregister", "p50"),
+            "",
+            None,
+        ),
+        (
+            "deregister -> other cache, p99 (ms)",
+            lambda s, _: delay(s, "deregister", "p99"),
+            "",
+            f"< {PAPER['propagation_p99_ms']:g}",
+        ),
+        (f"cold start, {args.instances:,} instances (s)", cold, "total_s", None),
+        ("process RSS after cold start (MB)", cold, "rss_mb", None),
+    ]
+    rows, figures = [], {}
+    for name, read, field, paper in specs:
+        mine, peer = read(ours, field), read(theirs, field)
+        # A factor above 1 favours Sentinel: less time or memory, or more calls per second.
+        higher_is_better = field == "calls_per_s"
+        ratio = None
+        if mine and peer:
+            ratio = mine / peer if higher_is_better else peer / mine
+        figures[name] = {"sentinel": mine, "curator": peer, "ratio": ratio, "paper": paper}
+        rows.append(
+            (name, _fmt(mine), _fmt(peer), "-" if ratio is None else f"x{ratio:.2f}", paper or "-")
+        )
+    return rows, figures
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1e6:.2f} M" if value >= 1e5 else f"{value:.2f}"
+
+
+def plot(ours: dict, theirs: dict) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(
+            "plot skipped: matplotlib is not installed (pip install -e '.[benchmarks]')",
+            file=sys.stderr,
+        )
+        return
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    percent = list(range(101))
+    for side, name, colour in ((ours, "Sentinel", "tab:blue"), (theirs, "Curator", "tab:red")):
+        if side["lookup"]:
+            quantiles = [
+                statistics.median(r["quantiles_us"][q] for r in side["lookup"]) for q in percent
+            ]
+            left.plot(quantiles, percent, label=name, color=colour)
+        for op, style in (("register", "-"), ("deregister", "--")):
+            values = sorted(v for v in side[op] if v is not None)
+            if values:
+                right.plot(
+                    values,
+                    [100 * (i + 1) / len(values) for i in range(len(values))],
+                    style,
+                    label=f"{name} {op}",
+                    color=colour,
+                )
+    left.set(
+        xscale="log",
+        xlabel="get_service / getInstance latency (µs)",
+        ylabel="percentile",
+        title="Warm lookup, 20 instances, round robin",
+    )
+    right.set(
+        xscale="log",
+        xlabel="write issued -> applied in another cache (ms)",
+        ylabel="percentile",
+        title="Change propagation",
+    )
+    for axis in (left, right):
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend()
+    figure.tight_layout()
+    path = RESULTS / "compare.png"
+    figure.savefig(path, dpi=110)
+    print(f"(plot written to {path.relative_to(RESULTS.parent.parent)})")
+
+
+if __name__ == "__main__":
+    main()
