@@ -309,6 +309,11 @@ class RegistryCache:
         parts = event.path.split("/")
         if len(parts) == 3 and parts[1] == SERVICES[1:]:
             self._enqueue(("instances" if event.type == EventType.CHILD else "spec", parts[2]))
+        elif len(parts) == 4 and event.type == EventType.DELETED:
+            # Definitive: no read needed (a re-created node fires the parent's children watch).
+            section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
+            if section is not None:
+                self._enqueue(("gone", section, parts[2], parts[3]))
         elif len(parts) == 4 and parts[1] == SERVICES[1:]:
             self._enqueue(("instance", parts[2], parts[3]))
         elif len(parts) == 3 and parts[1] == METRICS[1:]:
@@ -370,6 +375,9 @@ class RegistryCache:
         elif kind in ("instance", "metric"):  # a data event
             if task[1] in self.snapshots:
                 self._refresh_child(f"{kind}s", task[1], task[2])
+        elif kind == "gone":
+            if task[2] in self.snapshots:
+                self._forget_child(task[1], task[2], task[3])
         elif kind == "policy":
             if task[1] in self.shard_maps:
                 self._load_policy(task[1])
@@ -565,6 +573,19 @@ class RegistryCache:
         if children == getattr(current, field) and invalid == current.invalid:
             return
         self._swap(service, current.rebuilt(**{field: children, "invalid": frozenset(invalid)}))
+
+    def _forget_child(self, section: str, service: str, name: str) -> None:
+        """After a deletion event: drop the child, with no round trip to ZooKeeper."""
+        current = self.snapshots[service]
+        parent, field, _ = self._section(section, service)
+        path = f"{parent}/{name}"
+        children = getattr(current, field)
+        if name not in children and path not in current.invalid:
+            return
+        remaining = {k: v for k, v in children.items() if k != name}
+        self._swap(
+            service, current.rebuilt(**{field: remaining, "invalid": current.invalid - {path}})
+        )
 
     def _drop_service(self, service: str) -> None:
         old = self.snapshots.pop(service, None)
