@@ -7,6 +7,8 @@ compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scen
 * warm lookup: 20 instances, round robin, timed call by call (one thread);
 * propagation: 50 registrations then 50 deregistrations, 20 ms apart, until a cache of
   another session shows them (ours: a writer process; Curator: a writer client in its JVM);
+* client round trip: ``exists("/")`` through each client library (kazoo; Curator's ZooKeeper
+  client), which bounds how fast any change can travel through a writer and a reader;
 * cold start: a new client until its cache holds the 1,000 instances of a service, and the
   process's resident memory then (interpreter or JVM start-up excluded from the time).
 
@@ -51,6 +53,24 @@ JARS = (
 INSTALL = "apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java"
 PAPER = {"lookup_p95_us": 17.0, "propagation_p99_ms": 500.0}
 
+OUR_RTT = textwrap.dedent("""
+    import json, sys, time
+    from kazoo.client import KazooClient
+    client = KazooClient(sys.argv[1])
+    client.start()
+    for _ in range(500):
+        client.exists("/")
+    samples = []
+    for _ in range(int(sys.argv[2])):
+        started = time.perf_counter()
+        client.exists("/")
+        samples.append((time.perf_counter() - started) * 1000)
+    client.stop()
+    samples.sort()
+    rank = lambda q: samples[min(len(samples) - 1, round(q * len(samples)) - 1)]
+    print(json.dumps({"p50_ms": rank(0.5), "p99_ms": rank(0.99)}))
+""")
+
 OUR_COLD_START = textwrap.dedent("""
     import json, sys, time
     from sentinel import Sentinel
@@ -93,9 +113,10 @@ def curator(java: list[str], hosts: str, *scenario: str) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def ours_cold_start(hosts: str, instances: int) -> dict:
+def run_ours(script: str, *arguments: str) -> dict:
+    """Run one of our scenarios in a fresh interpreter (as the JVM is fresh for Curator's)."""
     run = subprocess.run(
-        [sys.executable, "-c", OUR_COLD_START, hosts, str(instances)],
+        [sys.executable, "-c", script, *arguments],
         capture_output=True,
         text=True,
         timeout=120,
@@ -112,8 +133,8 @@ def main(argv=None) -> None:
     parser.add_argument("--instances", type=int, default=1_000)
     args = parser.parse_args(argv)
 
-    ours: dict[str, list] = {"lookup": [], "register": [], "deregister": [], "cold": []}
-    theirs: dict[str, list] = {k: [] for k in ours}
+    mine: dict[str, list] = {"lookup": [], "register": [], "deregister": [], "rtt": [], "cold": []}
+    theirs: dict[str, list] = {k: [] for k in mine}
     with (
         tempfile.TemporaryDirectory() as build,
         LocalZooKeeper() as zk,
@@ -130,31 +151,33 @@ def main(argv=None) -> None:
         reader.prefetch("api")
         for round_number in range(args.rounds):
             print(f"round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
-            ours["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
+            mine["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
             prepare(writer, args.changes)
             delays = one_round(zk.connect_string, args.changes, 0.02)
-            ours["register"] += delays["register"]
-            ours["deregister"] += delays["deregister"]
-            ours["cold"].append(ours_cold_start(zk.connect_string, args.instances))
+            mine["register"] += delays["register"]
+            mine["deregister"] += delays["deregister"]
+            mine["rtt"].append(run_ours(OUR_RTT, zk.connect_string, "2000"))
+            mine["cold"].append(run_ours(OUR_COLD_START, zk.connect_string, str(args.instances)))
             if java is None:
                 continue
             theirs["lookup"].append(curator(java, zk.connect_string, "lookup", str(args.calls)))
             moved = curator(java, zk.connect_string, "propagation", str(args.changes), "20")
             theirs["register"] += moved["register_ms"]
             theirs["deregister"] += moved["deregister_ms"]
+            theirs["rtt"].append(curator(java, zk.connect_string, "rtt", "2000"))
             cold = curator(java, zk.connect_string, "coldstart", str(args.instances), "1")
             theirs["cold"].append({"total_s": cold["total_s"][0], "rss_mb": cold["rss_mb"]})
 
-    rows, figures = table(ours, theirs, args)
+    rows, figures = table(mine, theirs, args)
     report(
         "compare",
         f"Sentinel vs Apache Curator 5.4 on one ZooKeeper, {args.rounds} alternating rounds "
         "(medians of rounds; propagation percentiles over every change)",
         ("figure", "Sentinel", "Curator", "Sentinel better by", "paper"),
         rows,
-        {"figures": figures, "ours": ours, "curator": theirs, "curator_skipped": why_not},
+        {"figures": figures, "ours": mine, "curator": theirs, "curator_skipped": why_not},
     )
-    plot(ours, theirs)
+    plot(mine, theirs)
 
 
 def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dict]:
@@ -167,6 +190,9 @@ def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dic
 
     def cold(side: dict, field: str) -> float | None:
         return statistics.median(r[field] for r in side["cold"]) if side["cold"] else None
+
+    def rtt(side: dict, field: str) -> float | None:
+        return statistics.median(r[field] for r in side["rtt"]) if side["rtt"] else None
 
     specs = [
         ("lookup p50 (µs)", lookup, "p50_us", None),
@@ -192,6 +218,8 @@ def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dic
             "",
             f"< {PAPER['propagation_p99_ms']:g}",
         ),
+        ("client library round trip (exists), p50 (ms)", rtt, "p50_ms", None),
+        ("client library round trip (exists), p99 (ms)", rtt, "p99_ms", None),
         (f"cold start, {args.instances:,} instances (s)", cold, "total_s", None),
         ("process RSS after cold start (MB)", cold, "rss_mb", None),
     ]
@@ -222,6 +250,7 @@ def plot(ours: dict, theirs: dict) -> None:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print(
             "plot skipped: matplotlib is not installed (pip install -e '.[benchmarks]')",
@@ -259,6 +288,7 @@ def plot(ours: dict, theirs: dict) -> None:
         title="Change propagation",
     )
     for axis in (left, right):
+        axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
         axis.grid(True, which="both", alpha=0.3)
         axis.legend()
     figure.tight_layout()

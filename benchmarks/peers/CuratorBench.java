@@ -2,7 +2,7 @@
 // Compiled at run time against Debian's jars (libcurator-discovery-java); prints one JSON object.
 //
 //   java CuratorBench CONNECT_STRING SCENARIO [ARGS...]
-//   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS | coldstart INSTANCES ROUNDS
+//   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS | rtt CALLS | coldstart INSTANCES ROUNDS
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -39,6 +39,7 @@ public final class CuratorBench {
             case "propagation":
                 json = propagation(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]));
                 break;
+            case "rtt": json = rtt(connect, Integer.parseInt(args[2])); break;
             case "coldstart":
                 json = coldstart(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]));
                 break;
@@ -193,6 +194,22 @@ public final class CuratorBench {
         writerClient.close();
         readerClient.close();
         return out.toString();
+    }
+
+    /** The client library's own round trip: exists("/") timed call by call, after warm-up. */
+    private static String rtt(String connect, int calls) throws Exception {
+        CuratorFramework client = client(connect);
+        for (int i = 0; i < 500; i++) client.checkExists().forPath("/");
+        long[] samples = new long[calls];
+        for (int i = 0; i < calls; i++) {
+            long start = System.nanoTime();
+            client.checkExists().forPath("/");
+            samples[i] = System.nanoTime() - start;
+        }
+        Arrays.sort(samples);
+        client.close();
+        return String.format("{\"p50_ms\": %.4f, \"p99_ms\": %.4f}",
+            rank(samples, 0.50) / 1e6, rank(samples, 0.99) / 1e6);
     }
 
     /** A fresh client until its ServiceCache holds every instance of a big service; RSS. */
