@@ -89,7 +89,6 @@ class ServiceSnapshot:
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
     balancer: Balancer
-    updated_at: float
 
     @classmethod
     def build(
@@ -114,7 +113,6 @@ class ServiceSnapshot:
             up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
             invalid=invalid,
             balancer=balancer,
-            updated_at=time.time(),
         )
 
     def rebuilt(self, **changes: Any) -> ServiceSnapshot:
