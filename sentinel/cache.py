@@ -456,19 +456,21 @@ class RegistryCache:
             return (
                 service_path(service),
                 "endpoints",
-                lambda name, path, data: Endpoint.from_record(
-                    InstanceRecord.from_bytes(service, name, path, data)
+                lambda name, path, data, stat: Endpoint.from_record(
+                    InstanceRecord.from_bytes(service, name, path, data), joined=stat.czxid
                 ),
             )
         return (
             f"{METRICS}/{service}",
             "metrics",
-            lambda name, path, data: MetricsRecord.from_bytes(service, name, path, data),
+            lambda name, path, data, _: MetricsRecord.from_bytes(service, name, path, data),
         )
 
-    def _decode(self, decode: Callable[..., Any], name: str, path: str, data: bytes) -> Any:
+    def _decode(
+        self, decode: Callable[..., Any], name: str, path: str, data: bytes, stat: Any
+    ) -> Any:
         try:
-            return decode(name, path, data)
+            return decode(name, path, data, stat)
         except DecodeError as exc:
             self._skip(exc)
             return None
@@ -557,11 +559,11 @@ class RegistryCache:
         children = dict(getattr(current, field))
         invalid = set(current.invalid) - {path}
         try:
-            data, _ = self._zk.get(path, watch=self._watch)
+            data, stat = self._zk.get(path, watch=self._watch)
         except NoNodeError:
             value = None
         else:
-            value = self._decode(decode, name, path, data)
+            value = self._decode(decode, name, path, data, stat)
             if value is None:
                 invalid.add(path)
         if value is None:

@@ -340,6 +340,13 @@ class Sentinel:
             raise self._nothing_eligible(service, key, partition, policy)
         return candidates
 
+    def instances(self, service: str) -> tuple[Endpoint, ...]:
+        """Every cached instance of ``service``, any partition or status, by partition and
+        label; ``()`` when this client does not follow the service (no lookup, no
+        ``prefetch`` yet, or it was removed). Never touches ZooKeeper."""
+        snapshot = self._snapshots.get(service)
+        return snapshot.partitions[None] if snapshot is not None else ()
+
     def prefetch(self, service: str) -> None:
         """Load ``service`` into the cache now, as its first ``get_service`` would.
 

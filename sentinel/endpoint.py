@@ -28,7 +28,8 @@ class Endpoint:
     returns a shared, immutable object. ``metrics`` are the instance's last published run-time
     metrics, measured at ``metrics_at`` (None when none were published). ``auth`` is the
     client's decrypted credential for the service (None until the authentication manager has
-    published one).
+    published one). ``joined`` is the zxid that created the instance's node: instances that
+    joined earlier have smaller ones, which gives clusters a stable order (see topology).
     """
 
     service: str
@@ -43,13 +44,14 @@ class Endpoint:
     zone: str | None
     properties: Mapping[str, Any]
     registered_at: float
+    joined: int = 0
     metrics: Mapping[str, MetricValue] = field(default_factory=lambda: NO_METRICS)
     metrics_at: float | None = None
     auth: Mapping[str, Any] | None = None
 
     @classmethod
-    def from_record(cls, record: InstanceRecord) -> Endpoint:
-        """The endpoint of a decoded instance record."""
+    def from_record(cls, record: InstanceRecord, joined: int = 0) -> Endpoint:
+        """The endpoint of a decoded instance record (``joined``: its node's creation zxid)."""
         return cls(
             service=record.service,
             partition=record.partition,
@@ -63,6 +65,7 @@ class Endpoint:
             zone=record.zone,
             properties=record.properties,
             registered_at=record.registered_at,
+            joined=joined,
         )
 
     @property

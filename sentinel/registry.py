@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
 from sentinel.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
@@ -52,23 +53,23 @@ def decode_children(
     zk: KazooClient,
     parent: str,
     names: Iterable[str],
-    decode: Callable[[str, str, bytes], T],
+    decode: Callable[[str, str, bytes, ZnodeStat], T],
     watch: Callable[..., Any] | None = None,
 ) -> tuple[dict[str, T], dict[str, DecodeError]]:
     """Read and decode the children ``names`` of ``parent`` (optionally setting watches).
 
-    ``decode(name, path, data)`` builds a value or raises DecodeError. Returns the decoded
+    ``decode(name, path, data, stat)`` builds a value or raises DecodeError. Returns the decoded
     children and the ones that failed, by name; children deleted meanwhile are left out.
     """
     decoded: dict[str, T] = {}
     invalid: dict[str, DecodeError] = {}
     for name, result in pipelined_reads(zk, names, lambda n: f"{parent}/{n}", watch):
         try:
-            data, _ = result.get()
+            data, stat = result.get()
         except NoNodeError:
             continue  # deleted between the listing and the read: churn, not an error
         try:
-            decoded[name] = decode(name, f"{parent}/{name}", data)
+            decoded[name] = decode(name, f"{parent}/{name}", data, stat)
         except DecodeError as exc:
             invalid[name] = exc
     return decoded, invalid
@@ -99,7 +100,7 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
         raise ServiceNotFound(f"service {service!r} is not registered") from None
     spec = ServiceSpec.from_bytes(service, path, data)
     instances, invalid = decode_children(
-        zk, path, sorted(names), lambda n, p, d: InstanceRecord.from_bytes(service, n, p, d)
+        zk, path, sorted(names), lambda n, p, d, _: InstanceRecord.from_bytes(service, n, p, d)
     )
     return ServiceListing(spec, tuple(instances.values()), _skip_logged(invalid))
 
@@ -117,7 +118,7 @@ def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord
     except NoNodeError:
         return {}, 0
     records, invalid = decode_children(
-        zk, parent, sorted(names), lambda n, p, d: MetricsRecord.from_bytes(service, n, p, d)
+        zk, parent, sorted(names), lambda n, p, d, _: MetricsRecord.from_bytes(service, n, p, d)
     )
     return records, _skip_logged(invalid)
 
@@ -137,7 +138,7 @@ def read_clients(zk: KazooClient) -> dict[str, dict[str, dict[str, Any]]]:
     return result
 
 
-def _client_document(name: str, path: str, data: bytes) -> dict[str, Any]:
+def _client_document(name: str, path: str, data: bytes, _: ZnodeStat) -> dict[str, Any]:
     document = decode(path, data)
     app = document.get("app")
     if app is not None and not _is_name(app):

@@ -127,7 +127,7 @@ def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, m
         text=True,
     )
     try:
-        assert "watching every service" in process.stderr.readline()
+        _read_until(process.stderr, "watching every service")
         writer = make_client("late-publisher")
         writer.register_service("api", "main", "10.1.0.9", 8080, label="api-9")
         registered = time.monotonic()
@@ -145,6 +145,19 @@ def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, m
             process.kill()
         process.stdout.close()
         process.stderr.close()
+
+
+def _read_until(stream, text, limit=50):
+    """Read lines until one contains ``text``; fail with everything read if none does."""
+    lines = []
+    for _ in range(limit):
+        line = stream.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"{text!r} never came; read {lines!r}")
 
 
 @pytest.fixture
