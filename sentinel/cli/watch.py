@@ -112,7 +112,10 @@ def document(event: ChangeEvent) -> dict[str, Any]:
 
 def _watch(args: argparse.Namespace) -> int:
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C and SIGTERM end the stream at the next wait, wherever they land; raising
+    # KeyboardInterrupt mid-update would exit 130 instead of cleanly.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     lock = threading.Lock()
 
     def emit(json_document: dict[str, Any], lines: list[tuple[str, str]]) -> None:
@@ -170,10 +173,7 @@ def _watch(args: argparse.Namespace) -> int:
             # Ready only once the services there now are loaded: later changes are events.
             print("watching every service; Ctrl-C to stop", file=sys.stderr, flush=True)
             while not stop.is_set():
-                try:
-                    wake.wait(0.2)
-                except KeyboardInterrupt:
-                    break
+                wake.wait(0.2)
                 wake.clear()
                 while arrived:
                     follow(arrived.pop(0), new=True)
@@ -181,10 +181,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _wait(stop: threading.Event) -> None:
-    try:
-        while not stop.wait(0.2):
-            pass
-    except KeyboardInterrupt:
+    while not stop.wait(0.2):
         pass
 
 

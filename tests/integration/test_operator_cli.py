@@ -338,3 +338,26 @@ def test_every_command_has_help():
             env={**os.environ},
         )
         assert result.returncode == 0 and "usage: sentinel" in result.stdout, command
+
+
+def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, make_client):
+    writer = make_client("busy-publisher")
+    for attempt in range(4):
+        process = subprocess.Popen(
+            [SENTINEL, "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _read_until(process.stderr, "watching every service")
+            # A new service makes the command load it; Ctrl-C lands while it does.
+            writer.register_service(f"burst-{attempt}", "p1", "h", 1)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(10) == 0
+            assert "Traceback" not in process.stderr.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()
