@@ -331,6 +331,7 @@ def read_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
 def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
     """Create the policy node and, for a directory, all its buckets, in one transaction."""
     path = policy_path(spec.policy)
+    zk.ensure_path(SHARD_INFO)  # a namespace no client has started in yet lacks it
     transaction = zk.transaction()
     transaction.create(path, spec.to_bytes(path))
     if spec.kind == "directory":

@@ -11,12 +11,16 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from sentinel.cli import backup, deps, devzk, doctor, inspect, watch
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from sentinel.cli import backup, deps, devzk, doctor, inspect, shard, watch
 from sentinel.cli.common import exit_code, fail
 from sentinel.errors import SentinelError
 from sentinel.version import __version__
+from sentinel.zkerrors import translate
 
-COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, backup)
+COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handler(args)
     except SentinelError as exc:
         return fail(str(exc), exit_code(exc))
+    except (KazooException, KazooTimeoutError) as exc:
+        error = translate(exc, f"sentinel {args.command}")
+        return fail(str(error), exit_code(error))
     except KeyboardInterrupt:
         return 130
 

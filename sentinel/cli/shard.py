@@ -1,0 +1,400 @@
+"""``sentinel shard ...``: the shard manager's supervised changes to ``/shard_info``."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    Progress,
+    add_command,
+    connect,
+    print_json,
+    print_table,
+)
+from sentinel.errors import SentinelError, ValidationError
+from sentinel.records import InstanceRecord
+from sentinel.registry import list_services, read_service
+from sentinel.shards import (
+    ShardPolicySpec,
+    create_policy,
+    iter_assignments,
+    new_map,
+    read_key,
+    read_spec,
+    update_keys,
+    validate_key,
+)
+
+IMPORT_BATCH = 5_000
+
+
+def _users(zk: KazooClient, policy: str) -> dict[str, list[InstanceRecord]]:
+    """The services sharded by ``policy``, with their live instances."""
+    users = {}
+    for service in list_services(zk):
+        try:
+            listing = read_service(zk, service)
+        except SentinelError:
+            continue  # an unreadable service is doctor's to report
+        if listing.spec.shard_policy == policy:
+            users[service] = list(listing.instances)
+    return users
+
+
+def _partition_of(zk: KazooClient, spec: ShardPolicySpec, key: str) -> str | None:
+    if spec.kind == "directory":
+        return read_key(zk, spec, key)
+    return new_map(spec).lookup(key)
+
+
+def _instances_in(users: dict[str, list[InstanceRecord]], partition: str | None) -> list[str]:
+    return [
+        f"{service}:{i.label}@{i.host}:{i.port}"
+        for service, instances in users.items()
+        for i in instances
+        if i.partition == partition and i.status == "up"
+    ]
+
+
+def _create(args: argparse.Namespace) -> int:
+    spec = ShardPolicySpec(
+        policy=args.policy_name,
+        kind=args.kind,
+        partitions=tuple(args.partitions.split(",")) if args.partitions else None,
+        boundaries=tuple(_boundary(b) for b in args.boundaries.split(","))
+        if args.boundaries
+        else (),
+        key_type=args.key_type,
+        buckets=args.buckets,
+    )
+    if not args.dry_run:
+        with connect(args, create=True) as zk:
+            create_policy(zk, spec)
+    document = {
+        "policy": spec.policy,
+        "kind": spec.kind,
+        "partitions": spec.partitions,
+        "boundaries": [list(b) for b in spec.boundaries],
+        "dry_run": args.dry_run,
+    }
+    if args.json:
+        print_json(document)
+    else:
+        print(f"{'would create' if args.dry_run else 'created'} {spec.kind} policy {spec.policy}")
+    return EXIT_OK
+
+
+def _boundary(text: str) -> tuple[str, str]:
+    bound, sep, partition = text.rpartition(":")
+    if not sep or not bound:
+        raise ValidationError(f"boundary {text!r} must look like LOWER:PARTITION")
+    return bound, partition
+
+
+def _assign(args: argparse.Namespace) -> int:
+    key = validate_key(args.key)
+    with connect(args) as zk:
+        spec = read_spec(zk, args.policy)
+        spec.check_partition(args.partition)
+        old = _partition_of(zk, spec, key)
+        users = _users(zk, args.policy) if args.command_name == "move" else {}
+        if not args.dry_run:
+            update_keys(zk, args.policy, {key: args.partition})
+    document = {
+        "key": key,
+        "policy": args.policy,
+        "from": old,
+        "to": args.partition,
+        "dry_run": args.dry_run,
+    }
+    if args.command_name == "move":
+        document["before"] = _instances_in(users, old)
+        document["after"] = _instances_in(users, args.partition)
+    if args.json:
+        print_json(document)
+        return EXIT_OK
+    verb = "would move" if args.dry_run else "moved" if old else "assigned"
+    print(f"{verb} {key}: {old or '(unassigned)'} -> {args.partition} (policy {args.policy})")
+    if args.command_name == "move":
+        print(f"  served before by: {', '.join(document['before']) or 'no live instance'}")
+        print(f"  served after by:  {', '.join(document['after']) or 'NO LIVE INSTANCE'}")
+    return EXIT_OK
+
+
+def _remove(args: argparse.Namespace) -> int:
+    key = validate_key(args.key)
+    with connect(args) as zk:
+        spec = read_spec(zk, args.policy)
+        old = _partition_of(zk, spec, key)
+        if old is not None and not args.dry_run:
+            update_keys(zk, args.policy, {key: None})
+    if args.json:
+        print_json(
+            {"key": key, "policy": args.policy, "removed_from": old, "dry_run": args.dry_run}
+        )
+    else:
+        print(
+            f"{key} was not assigned"
+            if old is None
+            else f"{'would remove' if args.dry_run else 'removed'} {key} (was {old})"
+        )
+    return EXIT_OK if old is not None else EXIT_NOT_FOUND
+
+
+def _show(args: argparse.Namespace) -> int:
+    key = validate_key(args.key)
+    with connect(args) as zk:
+        spec = read_spec(zk, args.policy)
+        partition = _partition_of(zk, spec, key)
+        served = _instances_in(_users(zk, args.policy), partition) if partition else []
+    if args.json:
+        print_json({"key": key, "policy": args.policy, "partition": partition, "instances": served})
+    elif partition is None:
+        print(f"{key} maps to no partition in {args.policy}")
+    else:
+        print(
+            f"{key} -> {partition} ({spec.kind} policy {args.policy}); "
+            f"served by {', '.join(served) or 'no live instance'}"
+        )
+    return EXIT_OK if partition is not None else EXIT_NOT_FOUND
+
+
+def _directory(zk: KazooClient, policy: str) -> dict[str, str]:
+    spec = read_spec(zk, policy)
+    if spec.kind != "directory":
+        raise ValidationError(f"policy {policy!r} is a {spec.kind} policy: it has no key list")
+    return dict(iter_assignments(zk, policy))
+
+
+def _list(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        keys = _directory(zk, args.policy)
+    rows = sorted((k, p) for k, p in keys.items() if args.partition in (None, p))
+    if args.json:
+        print_json(dict(rows))
+    else:
+        print_table(rows, ("KEY", "PARTITION"))
+    return EXIT_OK
+
+
+def _gaps(zk: KazooClient, policy: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """Keys per partition, and per service the partitions in use that have no live instance."""
+    spec = read_spec(zk, policy)
+    counts: dict[str, int] = collections.Counter()
+    if spec.kind == "directory":
+        counts.update(p for _, p in iter_assignments(zk, policy))
+    used = set(spec.partitions or ()) | set(counts) | {p for _, p in spec.boundaries}
+    gaps = {}
+    for service, instances in _users(zk, policy).items():
+        live = {i.partition for i in instances if i.status == "up"}
+        gaps[service] = sorted(used - live)
+    return dict(sorted(counts.items())), gaps
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        counts, gaps = _gaps(zk, args.policy)
+    if args.json:
+        print_json(
+            {
+                "policy": args.policy,
+                "keys_per_partition": counts,
+                "partitions_without_live_instance": gaps,
+            }
+        )
+        return EXIT_OK
+    print_table(list(counts.items()), ("PARTITION", "KEYS"))
+    for service, missing in gaps.items():
+        if missing:
+            print(f"{service}: no live instance in {', '.join(missing)}")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        _, gaps = _gaps(zk, args.policy)
+    problems = {s: p for s, p in gaps.items() if p}
+    if args.json:
+        print_json({"policy": args.policy, "valid": not problems, "gaps": problems})
+    elif problems:
+        for service, missing in problems.items():
+            print(f"{service}: partitions without a live instance: {', '.join(missing)}")
+    else:
+        print(f"every partition of {args.policy} has a live instance of each service using it")
+    return EXIT_NOT_FOUND if problems else EXIT_OK
+
+
+def read_mapping(file: str) -> dict[str, str]:
+    """``key -> partition`` from CSV (``key,partition`` lines, optional header) or JSON (an
+    object, or a list of pairs). Raises ValidationError naming the line or entry at fault."""
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
+    if file.endswith(".json") or text.lstrip().startswith(("{", "[")):
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise ValidationError(f"{file} is not JSON: {exc}") from None
+        pairs = document.items() if isinstance(document, dict) else document
+        mapping = {}
+        for number, pair in enumerate(pairs, start=1):
+            if not (
+                isinstance(pair, list | tuple)
+                and len(pair) == 2
+                and all(isinstance(x, str) for x in pair)
+            ):
+                raise ValidationError(f"{file}: entry {number} must be a [key, partition] pair")
+            mapping[validate_key(pair[0])] = pair[1]
+        return mapping
+    mapping = {}
+    for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        if not row or (number == 1 and [c.strip().lower() for c in row] == ["key", "partition"]):
+            continue
+        if len(row) != 2 or not row[0] or not row[1]:
+            raise ValidationError(f"{file}: line {number} must be KEY,PARTITION, got {row!r}")
+        try:
+            mapping[validate_key(row[0])] = row[1].strip()
+        except ValidationError as exc:
+            raise ValidationError(f"{file}: line {number}: {exc}") from None
+    return mapping
+
+
+def _import(args: argparse.Namespace) -> int:
+    mapping = read_mapping(args.file)
+    with connect(args) as zk:
+        spec = read_spec(zk, args.policy)
+        if spec.kind != "directory":
+            raise ValidationError(
+                f"policy {args.policy!r} is a {spec.kind} policy: keys cannot be imported into it"
+            )
+        for key, partition in mapping.items():  # everything checked before the first write
+            try:
+                spec.check_partition(partition)
+            except ValidationError as exc:
+                raise ValidationError(f"{args.file}: key {key!r}: {exc}") from None
+        current = dict(iter_assignments(zk, args.policy))
+        changes = {k: p for k, p in mapping.items() if current.get(k) != p}
+        if not args.dry_run:
+            progress = Progress(len(changes), "importing")
+            items = list(changes.items())
+            for start in range(0, len(items), IMPORT_BATCH):
+                batch = dict(items[start : start + IMPORT_BATCH])
+                update_keys(zk, args.policy, batch)  # committed per batch: a re-run resumes
+                progress.advance(len(batch))
+            progress.close()
+    summary = {
+        "policy": args.policy,
+        "keys": len(mapping),
+        "changed": len(changes),
+        "unchanged": len(mapping) - len(changes),
+        "dry_run": args.dry_run,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        print(
+            f"{'would change' if args.dry_run else 'changed'} {len(changes)} of "
+            f"{len(mapping)} keys ({summary['unchanged']} already as in {args.file})"
+        )
+    return EXIT_OK
+
+
+def _export(args: argparse.Namespace) -> int:
+    with connect(args) as zk:
+        keys = sorted(_directory(zk, args.policy).items())
+    as_json = args.format == "json" or (args.format is None and args.file.endswith(".json"))
+    if as_json:
+        text = json.dumps(dict(keys), indent=1, sort_keys=True) + "\n"
+    else:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["key", "partition"])
+        writer.writerows(keys)
+        text = buffer.getvalue()
+    if args.file == "-":
+        sys.stdout.write(text)
+    else:
+        Path(args.file).write_text(text, encoding="utf-8")
+        print(f"exported {len(keys)} keys of {args.policy} to {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``shard`` and its actions."""
+    shard = commands.add_parser(
+        "shard",
+        help="manage shard policies: which partition holds which key",
+        description="Supervised changes to /shard_info. Writes take --dry-run; reads take "
+        "--json. Exit 1 when a key or policy is not found, 2 on bad input (unknown kind, "
+        "malformed CSV line, partition outside the policy's declared set).",
+    )
+    actions = shard.add_subparsers(dest="shard_command", required=True, metavar="ACTION")
+
+    def action(
+        name: str, handler: Any, summary: str, *, policy: bool = True, dry_run: bool = False
+    ) -> argparse.ArgumentParser:
+        parser = add_command(actions, name, handler, summary, summary)
+        parser.set_defaults(command_name=name)
+        if policy:
+            parser.add_argument("--policy", required=True, help="the shard policy")
+        if dry_run:
+            parser.add_argument("--dry-run", action="store_true", help="change nothing")
+        return parser
+
+    create = action(
+        "create-policy",
+        _create,
+        "create a directory, range or hash policy",
+        policy=False,
+        dry_run=True,
+    )
+    create.add_argument("policy_name", metavar="NAME")
+    create.add_argument("--kind", choices=("directory", "range", "hash"), required=True)
+    create.add_argument("--partitions", help="declared partitions, comma-separated")
+    create.add_argument("--boundaries", help="range: LOWER:PARTITION,... in increasing order")
+    create.add_argument("--key-type", choices=("str", "int"), default="str")
+    create.add_argument("--buckets", type=int, default=256, help="directory buckets")
+    for name, summary in (
+        ("assign", "assign a key to a partition"),
+        ("move", "move a key, showing the instances before and after"),
+    ):
+        parser = action(name, _assign, summary, dry_run=True)
+        parser.add_argument("key", metavar="KEY")
+        parser.add_argument("partition", metavar="PARTITION")
+    remove = action("remove", _remove, "remove a key (exit 1 if it was not assigned)", dry_run=True)
+    remove.add_argument("key", metavar="KEY")
+    show = action("show", _show, "where a key goes and who serves it (exit 1 if nowhere)")
+    show.add_argument("key", metavar="KEY")
+    listing = action("list", _list, "every key of a directory policy")
+    listing.add_argument("--partition", help="only the keys of this partition")
+    action("stats", _stats, "keys per partition, and partitions without a live instance")
+    action(
+        "validate",
+        _validate,
+        "check that every partition in use has a live instance of each service using it",
+    )
+    imp = action(
+        "import", _import, "assign keys from CSV or JSON (idempotent, resumable)", dry_run=True
+    )
+    imp.add_argument("file", metavar="FILE", help="CSV (key,partition) or JSON; - for stdin")
+    imp.add_argument(
+        "--batch",
+        type=int,
+        default=IMPORT_BATCH,
+        help=f"keys committed together (default {IMPORT_BATCH})",
+    )
+    exp = action("export", _export, "write every key as CSV or JSON")
+    exp.add_argument("file", metavar="FILE", help="output file (.json for JSON); - for stdout")
+    exp.add_argument("--format", choices=("csv", "json"))
