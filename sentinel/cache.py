@@ -320,8 +320,9 @@ class RegistryCache:
             self._enqueue(("metric", parts[2], parts[3]))
         elif len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
             self._enqueue(("policy", parts[2]))
-        elif len(parts) == 4 and parts[1] == SHARD_INFO[1:]:
-            self._enqueue(("bucket", parts[2], int(parts[3], 16)))
+        elif len(parts) == 4 and parts[1] == SHARD_INFO[1:] and len(parts[3]) == 4:
+            with contextlib.suppress(ValueError):  # only buckets are watched; be sure anyway
+                self._enqueue(("bucket", parts[2], int(parts[3], 16)))
 
     def _on_state(self, state: str) -> None:
         now = time.time()

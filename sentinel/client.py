@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -23,6 +24,7 @@ from sentinel.errors import (
     ClientClosed,
     NoInstanceAvailable,
     PartitionNotFound,
+    ValidationError,
     ZooKeeperUnavailable,
 )
 from sentinel.feedback import InstanceFeedback
@@ -255,6 +257,21 @@ class Sentinel:
             zone=zone,
             properties=properties,
         )
+        return self._publisher.register(instance)
+
+    @translate_zk_errors
+    def update_registration(self, registration: Registration, **changes: Any) -> Registration:
+        """Publish new ``status``, ``weight``, ``zone`` or ``properties`` for a registration.
+
+        The node is rewritten in place, so the instance keeps its place in its cluster's
+        order (this is how an instance publishes properties others see, Sling's
+        ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
+        """
+        self._require_started()
+        allowed = {"status", "weight", "zone", "properties"}
+        if not changes.keys() <= allowed:
+            raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
+        instance = dataclasses.replace(registration.instance, **changes)
         return self._publisher.register(instance)
 
     @translate_zk_errors
@@ -530,6 +547,16 @@ class Sentinel:
         """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
         self._require_started()
         shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
+
+    @translate_zk_errors
+    def request_placement(self, policy: str, key: object) -> bool:
+        """Ask the shard manager (``sentinel shard serve``) to place ``key``.
+
+        Returns False if the key already has a partition. Once the leader has placed it, the
+        bucket's watch brings it to every client.
+        """
+        self._require_started()
+        return shards.request_placement(self._zk, policy, key)  # type: ignore[arg-type]
 
     @translate_zk_errors
     def update_shard_info_many(self, policy: str, mapping: Mapping[object, str | None]) -> int:

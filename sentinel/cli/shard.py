@@ -7,6 +7,9 @@ import collections
 import csv
 import io
 import json
+import os
+import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -331,6 +334,41 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from sentinel.client import Sentinel
+    from sentinel.layout import sanitize_name
+    from sentinel.shard_manager import ShardManager
+
+    def report(kind: str, details: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps({"event": kind, **details}), flush=True)
+        elif kind == "placed":
+            print(f"placed {details['key']} -> {details['partition']}", flush=True)
+        elif kind == "alert":
+            print(
+                f"ALERT {details['service']} partition {details['partition']}: "
+                f"{details['problem']}",
+                flush=True,
+            )
+        else:
+            print(" ".join([kind, *(f"{k}={v}" for k, v in details.items())]), flush=True)
+
+    client_id = sanitize_name(f"shard-manager-{args.policy}-{socket.gethostname()}-{os.getpid()}")
+    with Sentinel(
+        args.zk,
+        client_id,
+        args.namespace,
+        connect_timeout=args.timeout,
+        session_timeout=args.session_timeout,
+        announce=False,
+    ) as sentinel:
+        manager = ShardManager(sentinel, args.policy, report)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: manager.stop())
+        manager.run()
+    return EXIT_OK
+
+
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``shard`` and its actions."""
     shard = commands.add_parser(
@@ -398,3 +436,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     exp = action("export", _export, "write every key as CSV or JSON")
     exp.add_argument("file", metavar="FILE", help="output file (.json for JSON); - for stdout")
     exp.add_argument("--format", choices=("csv", "json"))
+    serve = action(
+        "serve",
+        _serve,
+        "run a shard manager replica: the leader places "
+        "requested keys (least keys first) and alerts on empty partitions",
+    )
+    serve.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        help="seconds before a dead replica's leadership passes on",
+    )

@@ -129,3 +129,26 @@ def test_a_failing_listener_does_not_stop_the_others(make_client):
     topology.add_listener(events)
     join(make_client, "b")
     assert events.wait_for(3)[2].type is TopologyEventType.TOPOLOGY_CHANGED
+
+
+def test_update_registration_publishes_properties_in_place(make_client, raw_zk):
+    member, registration = join(make_client, "a", load=1)
+    join(make_client, "b")
+    topology = Topology(make_client("observer"), "managers")
+    events = Events()
+    topology.add_listener(events)
+    _, before = raw_zk.get(registration.path)
+    updated = member.update_registration(registration, properties={"load": 9}, status="draining")
+    (changed,) = events.wait_for(2)[1:]
+    assert changed.type is TopologyEventType.PROPERTIES_CHANGED
+    assert changed.new_view.members[0].properties == {"load": 9}
+    assert changed.new_view.members[0].status == "draining"
+    assert labels(changed.new_view) == ["a", "b"]
+    _, after = raw_zk.get(registration.path)
+    assert after.czxid == before.czxid and updated.instance.status == "draining"
+    from sentinel.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="only"):
+        member.update_registration(registration, port=1)
+    with pytest.raises(ValidationError):
+        member.update_registration(registration, status="asleep")

@@ -1,0 +1,176 @@
+"""Two shard manager replicas as real processes: one leads, the other takes over."""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from sentinel.events import ShardKeysChanged
+from sentinel.shards import iter_assignments
+from sentinel.testing import wait_until
+
+pytestmark = pytest.mark.integration
+
+SENTINEL = str(Path(sys.executable).with_name("sentinel"))
+
+
+class Replica:
+    """A ``sentinel shard serve`` process whose JSON lines are collected as they come."""
+
+    def __init__(self, zookeeper, namespace):
+        self.process = subprocess.Popen(
+            [
+                SENTINEL,
+                "shard",
+                "serve",
+                "--policy",
+                "tenants",
+                "--json",
+                "--session-timeout",
+                "2",
+                "--zk",
+                zookeeper.connect_string,
+                "--namespace",
+                namespace,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.events = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    def saw(self, kind, **details):
+        return any(
+            e["event"] == kind and all(e.get(k) == v for k, v in details.items())
+            for e in self.events
+        )
+
+    def placed(self, key):
+        return [e for e in self.events if e["event"] == "placed" and e["key"] == key]
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reader.join(5)
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+@pytest.fixture
+def replicas(zookeeper, namespace, make_client):
+    setup = make_client("setup")
+    setup.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=8)
+    setup.update_shard_info_many("tenants", {"old-1": "p1", "old-2": "p1"})
+    started = []
+
+    def start():
+        replica = Replica(zookeeper, namespace)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in started:
+        replica.stop()
+
+
+def test_the_leader_places_keys_and_a_follower_takes_over_exactly_once(
+    replicas, make_client, raw_zk
+):
+    first = replicas()
+    assert wait_until(lambda: first.saw("leader"), timeout=20), first.events
+    second = replicas()
+    assert wait_until(lambda: second.saw("follower"), timeout=20), second.events
+    assert not second.saw("leader"), "a newcomer must not lead while the leader lives"
+
+    client = make_client("app")
+    client.ensure_service("orders", shard_policy="tenants")
+    client.register_service("orders", "p1", "10.0.0.1", 5432)
+    client.get_service("orders", "old-1")
+    arrived = threading.Event()
+    client.listen(
+        "orders",
+        lambda e: isinstance(e, ShardKeysChanged) and "fresh" in e.changes and arrived.set(),
+    )
+    assert client.request_placement("tenants", "fresh") is True
+    assert wait_until(lambda: first.placed("fresh"), timeout=20), first.events
+    # p1 holds two keys and p2 none: the least-keys rule puts the newcomer in p2.
+    assert first.placed("fresh")[0]["partition"] == "p2"
+    assert arrived.wait(10) and client._shard_maps["tenants"].lookup("fresh") == "p2"
+    assert client.request_placement("tenants", "fresh") is False  # already placed
+
+    first.process.send_signal(signal.SIGKILL)
+    first.process.wait()
+    assert client.request_placement("tenants", "while-leaderless") is True
+    assert wait_until(lambda: second.saw("leader"), timeout=20), second.events
+    assert wait_until(lambda: second.placed("while-leaderless"), timeout=20), second.events
+    assert len(first.placed("while-leaderless") + second.placed("while-leaderless")) == 1
+    assert dict(iter_assignments(raw_zk, "tenants"))["while-leaderless"] in ("p1", "p2")
+    assert wait_until(lambda: raw_zk.get_children("/shard_info/tenants/requests") == [])
+
+
+def test_a_request_for_a_key_placed_meanwhile_is_dropped_not_placed_again(
+    replicas, make_client, raw_zk
+):
+    # A request left behind (its leader died after placing, before deleting it) is only
+    # cleaned up by the next leader.
+    from sentinel.shards import request_node
+
+    client = make_client("app")
+    client.update_shard_info("tenants", "done", "p1")
+    raw_zk.ensure_path("/shard_info/tenants/requests")
+    raw_zk.create(request_node("tenants", "done"), b'{"v": 1, "key": "done"}')
+    leader = replicas()
+    assert wait_until(
+        lambda: raw_zk.get_children("/shard_info/tenants/requests") == [], timeout=20
+    ), leader.events
+    assert leader.placed("done") == []
+    assert dict(iter_assignments(raw_zk, "tenants"))["done"] == "p1"
+
+
+def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, make_client):
+    publisher = make_client("publisher")
+    publisher.ensure_service("orders", shard_policy="tenants")
+    one = publisher.register_service("orders", "p1", "10.0.0.1", 5432, label="a")
+    publisher.register_service("orders", "p2", "10.0.0.2", 5432, label="b")
+    leader = replicas()
+    assert wait_until(lambda: leader.saw("leader"), timeout=20)
+    make_client("app").request_placement("tenants", "wake-up")  # the leader looks at users
+    assert wait_until(lambda: leader.placed("wake-up"), timeout=20)
+    assert not leader.saw("alert")
+    publisher.deregister_service(one)
+    assert wait_until(lambda: leader.saw("alert", service="orders", partition="p1"), timeout=20), (
+        leader.events
+    )
+
+
+def test_serve_refuses_a_policy_it_cannot_place_into(zookeeper, namespace, make_client):
+    make_client("setup").create_shard_policy("spread", "hash", partitions=["a"])
+    result = subprocess.run(
+        [
+            SENTINEL,
+            "shard",
+            "serve",
+            "--policy",
+            "spread",
+            "--zk",
+            zookeeper.connect_string,
+            "--namespace",
+            namespace,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "directory policy" in result.stderr
