@@ -38,6 +38,7 @@ from sentinel.layout import (
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
+from sentinel.transport import PollHandler
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
@@ -118,7 +119,9 @@ class Sentinel:
         self.client_id = validate_name("client", client_id or default_client_id())
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
-        self._zk = KazooClient(hosts=f"{self.hosts}{self.namespace}", timeout=session_timeout)
+        self._zk = KazooClient(
+            hosts=f"{self.hosts}{self.namespace}", timeout=session_timeout, handler=PollHandler()
+        )
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
         self._cache = RegistryCache(

@@ -25,6 +25,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import validate_namespace
 from sentinel.output import format_table
+from sentinel.transport import PollHandler
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing eligible, problems found
@@ -80,7 +81,9 @@ def connect(args: argparse.Namespace, *, create: bool = False) -> Iterator[Kazoo
     """
     hosts = resolve_hosts(args.zk)
     namespace = validate_namespace(args.namespace)
-    zk = KazooClient(hosts=f"{hosts}{namespace}", timeout=max(args.timeout, 2.0))
+    zk = KazooClient(
+        hosts=f"{hosts}{namespace}", timeout=max(args.timeout, 2.0), handler=PollHandler()
+    )
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="No chroot path exists")
