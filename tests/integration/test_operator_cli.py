@@ -1,5 +1,6 @@
 """The operator commands through the real console script: tables, JSON shapes, exit codes."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -119,7 +120,9 @@ def test_resolve_exit_codes(cli, world):
     assert cli("resolve", "orders-db", "acme", "--policy", "min_lag:speed=1").returncode == 2
 
 
-def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, make_client):
+@contextlib.contextmanager
+def watching(zookeeper, namespace):
+    """``sentinel watch`` running and ready; it must exit 0 on Ctrl-C, without a traceback."""
     process = subprocess.Popen(
         [SENTINEL, "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
         stdout=subprocess.PIPE,
@@ -128,6 +131,19 @@ def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, m
     )
     try:
         _read_until(process.stderr, "watching every service")
+        yield process
+        process.send_signal(signal.SIGINT)
+        assert process.wait(10) == 0
+        assert "Traceback" not in process.stderr.read()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, make_client):
+    with watching(zookeeper, namespace) as process:
         writer = make_client("late-publisher")
         writer.register_service("api", "main", "10.1.0.9", 8080, label="api-9")
         registered = time.monotonic()
@@ -137,14 +153,6 @@ def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, m
         assert seen - registered < 0.1, f"shown {1000 * (seen - registered):.0f} ms later"
         writer.register_service("brand-new", "p1", "h", 1)
         assert "brand-new" in process.stdout.readline()
-        process.send_signal(signal.SIGINT)
-        assert process.wait(10) == 0
-        assert "Traceback" not in process.stderr.read()
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.stdout.close()
-        process.stderr.close()
 
 
 def _read_until(stream, text, limit=50):
@@ -343,21 +351,6 @@ def test_every_command_has_help():
 def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, make_client):
     writer = make_client("busy-publisher")
     for attempt in range(4):
-        process = subprocess.Popen(
-            [SENTINEL, "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            _read_until(process.stderr, "watching every service")
+        with watching(zookeeper, namespace):
             # A new service makes the command load it; Ctrl-C lands while it does.
             writer.register_service(f"burst-{attempt}", "p1", "h", 1)
-            process.send_signal(signal.SIGINT)
-            assert process.wait(10) == 0
-            assert "Traceback" not in process.stderr.read()
-        finally:
-            if process.poll() is None:
-                process.kill()
-            process.stdout.close()
-            process.stderr.close()
