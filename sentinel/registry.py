@@ -118,6 +118,18 @@ def list_services(zk: KazooClient) -> list[str]:
     return _names(zk, SERVICES)
 
 
+def services_sharded_by(zk: KazooClient, policy: str) -> list[str]:
+    """The services whose spec names shard ``policy``, sorted.
+
+    Only the specs are read (pipelined), not the instances; an unreadable spec is skipped
+    (``sentinel doctor`` reports it).
+    """
+    specs, _ = decode_children(
+        zk, SERVICES, list_services(zk), lambda n, p, d, _: ServiceSpec.from_bytes(n, p, d)
+    )
+    return [name for name, spec in specs.items() if spec.shard_policy == policy]
+
+
 def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord], int]:
     """The metrics nodes of ``service`` by instance name, and how many were skipped."""
     parent = f"{METRICS}/{service}"

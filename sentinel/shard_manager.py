@@ -27,7 +27,7 @@ from sentinel.client import Sentinel
 from sentinel.errors import DecodeError, SentinelError, ValidationError
 from sentinel.events import ChangeEvent, InstancesChanged
 from sentinel.records import decode
-from sentinel.registry import list_services, read_service
+from sentinel.registry import services_sharded_by
 from sentinel.shards import (
     iter_assignments,
     place_key,
@@ -148,13 +148,8 @@ class ShardManager:
 
     def _watch_users(self) -> None:
         """Follow the services sharded by the policy, to alert on empty partitions."""
-        for service in list_services(self._zk):
+        for service in services_sharded_by(self._zk, self.policy):
             if service in self._watched_services:
-                continue
-            try:
-                if read_service(self._zk, service).spec.shard_policy != self.policy:
-                    continue
-            except SentinelError:
                 continue
             self._watched_services.add(service)
             self._sentinel.prefetch(service)

@@ -27,7 +27,7 @@ from sentinel.cli.common import (
 )
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.records import InstanceRecord
-from sentinel.registry import list_services, read_service
+from sentinel.registry import read_service, services_sharded_by
 from sentinel.shards import (
     ShardPolicySpec,
     create_policy,
@@ -45,13 +45,11 @@ IMPORT_BATCH = 5_000
 def _users(zk: KazooClient, policy: str) -> dict[str, list[InstanceRecord]]:
     """The services sharded by ``policy``, with their live instances."""
     users = {}
-    for service in list_services(zk):
+    for service in services_sharded_by(zk, policy):
         try:
-            listing = read_service(zk, service)
+            users[service] = list(read_service(zk, service).instances)
         except SentinelError:
-            continue  # an unreadable service is doctor's to report
-        if listing.spec.shard_policy == policy:
-            users[service] = list(listing.instances)
+            continue  # gone or unreadable since the listing: doctor's to report
     return users
 
 
