@@ -9,7 +9,7 @@ from sentinel.errors import InvalidName, NoInstanceAvailable, ValidationError
 from sentinel.events import InstancesChanged, MetricsChanged
 from sentinel.feedback import InstanceFeedback
 from sentinel.testing import wait_until
-from tests.integration.test_resolution import Recorder
+from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
 

@@ -19,29 +19,9 @@ from sentinel.errors import (
 )
 from sentinel.events import InstancesChanged, ServiceSpecChanged, ShardKeysChanged
 from sentinel.testing import expire_session, wait_until
+from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
-
-
-class Recorder:
-    """Collects events from a listener; lets a test wait for the one it expects."""
-
-    def __init__(self):
-        self.events = []
-        self._changed = threading.Condition()
-
-    def __call__(self, event):
-        with self._changed:
-            self.events.append(event)
-            self._changed.notify_all()
-
-    def wait(self, predicate, timeout=10.0):
-        with self._changed:
-            found = self._changed.wait_for(
-                lambda: next((e for e in self.events if predicate(e)), None), timeout
-            )
-        assert found, f"no matching event within {timeout}s; got {self.events}"
-        return next(e for e in self.events if predicate(e))
 
 
 def make_replicas(publisher, service, partitions, per_partition=2, policy=None):

@@ -1,32 +1,13 @@
 """Cluster views after Sling: stable order, stable leader, events with old and new views."""
 
-import threading
-
 import pytest
 
 from sentinel.errors import ConnectionInterrupted
 from sentinel.testing import expire_session, wait_until
 from sentinel.topology import ClusterView, Topology, TopologyEventType
+from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
-
-
-class Events:
-    """Topology events as they arrive; a test waits for the count it expects."""
-
-    def __init__(self):
-        self.items = []
-        self._changed = threading.Condition()
-
-    def __call__(self, event):
-        with self._changed:
-            self.items.append(event)
-            self._changed.notify_all()
-
-    def wait_for(self, count, timeout=10):
-        with self._changed:
-            assert self._changed.wait_for(lambda: len(self.items) >= count, timeout), self.items
-        return self.items[:count]
 
 
 def labels(view):
@@ -45,7 +26,7 @@ def test_order_and_leader_are_stable_across_joins_and_leaves(make_client):
     observer = make_client("observer")
     topology = Topology(observer, "managers")
     assert labels(topology.view) == ["a", "b", "c"] and topology.view.leader.label == "a"
-    events = Events()
+    events = Recorder()
     topology.add_listener(events)
     (init,) = events.wait_for(1)
     assert init.type is TopologyEventType.TOPOLOGY_INIT and labels(init.new_view) == ["a", "b", "c"]
@@ -67,7 +48,7 @@ def test_order_and_leader_are_stable_across_joins_and_leaves(make_client):
     after = events.wait_for(7)[6]
     assert labels(after.new_view) == ["c", "d"] and after.new_view.leader.label == "c"
     assert not after.new_view.leader_is(leader_registration)
-    assert [e.type for e in events.items] == [
+    assert [e.type for e in events.events] == [
         TopologyEventType.TOPOLOGY_INIT,
         *[TopologyEventType.TOPOLOGY_CHANGING, TopologyEventType.TOPOLOGY_CHANGED] * 3,
     ]
@@ -77,7 +58,7 @@ def test_properties_change_keeps_the_view_id_and_the_place(make_client):
     first, _ = join(make_client, "a", load=1)
     join(make_client, "b")
     topology = Topology(make_client("observer"), "managers")
-    events = Events()
+    events = Recorder()
     topology.add_listener(events)
     events.wait_for(1)
     before = topology.view
@@ -124,7 +105,7 @@ def test_views_know_positions_and_empty_views_have_no_leader(make_client):
 def test_a_failing_listener_does_not_stop_the_others(make_client):
     join(make_client, "a")
     topology = Topology(make_client("observer"), "managers")
-    events = Events()
+    events = Recorder()
     topology.add_listener(lambda event: 1 / 0)
     topology.add_listener(events)
     join(make_client, "b")
@@ -135,7 +116,7 @@ def test_update_registration_publishes_properties_in_place(make_client, raw_zk):
     member, registration = join(make_client, "a", load=1)
     join(make_client, "b")
     topology = Topology(make_client("observer"), "managers")
-    events = Events()
+    events = Recorder()
     topology.add_listener(events)
     _, before = raw_zk.get(registration.path)
     updated = member.update_registration(registration, properties={"load": 9}, status="draining")
