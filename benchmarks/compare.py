@@ -181,54 +181,48 @@ def main(argv=None) -> None:
     plot(mine, theirs)
 
 
-def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dict]:
-    def lookup(side: dict, field: str) -> float | None:
-        return statistics.median(r[field] for r in side["lookup"]) if side["lookup"] else None
+def _median(section: str, field: str):
+    """Reads the median over rounds of one figure of a side's results."""
+    return lambda side: (
+        statistics.median(r[field] for r in side[section]) if side[section] else None
+    )
 
-    def delay(side: dict, op: str, q: str) -> float | None:
+
+def _delay(op: str, q: str):
+    """Reads a percentile over every change of one kind."""
+
+    def read(side: dict) -> float | None:
         values = [v for v in side[op] if v is not None]
         return percentiles(values)[q] if values else None
 
-    def cold(side: dict, field: str) -> float | None:
-        return statistics.median(r[field] for r in side["cold"]) if side["cold"] else None
+    return read
 
-    def rtt(side: dict, field: str) -> float | None:
-        return statistics.median(r[field] for r in side["rtt"]) if side["rtt"] else None
 
-    specs = [
-        ("lookup p50 (µs)", lookup, "p50_us", None),
-        ("lookup p95 (µs)", lookup, "p95_us", f"< 20 (p95 {PAPER['lookup_p95_us']:g})"),
-        ("lookup p99 (µs)", lookup, "p99_us", None),
-        ("lookups per second, one thread", lookup, "calls_per_s", None),
-        ("register -> other cache, p50 (ms)", lambda s, _: delay(s, "register", "p50"), "", None),
+def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dict]:
+    propagation = f"< {PAPER['propagation_p99_ms']:g}"
+    specs = [  # (row, reader, paper, whether more is better)
+        ("lookup p50 (µs)", _median("lookup", "p50_us"), None, False),
         (
-            "register -> other cache, p99 (ms)",
-            lambda s, _: delay(s, "register", "p99"),
-            "",
-            f"< {PAPER['propagation_p99_ms']:g}",
+            "lookup p95 (µs)",
+            _median("lookup", "p95_us"),
+            f"< 20 (p95 {PAPER['lookup_p95_us']:g})",
+            False,
         ),
-        (
-            "deregister -> other cache, p50 (ms)",
-            lambda s, _: delay(s, "deregister", "p50"),
-            "",
-            None,
-        ),
-        (
-            "deregister -> other cache, p99 (ms)",
-            lambda s, _: delay(s, "deregister", "p99"),
-            "",
-            f"< {PAPER['propagation_p99_ms']:g}",
-        ),
-        ("client library round trip (exists), p50 (ms)", rtt, "p50_ms", None),
-        ("client library round trip (exists), p99 (ms)", rtt, "p99_ms", None),
-        (f"cold start, {args.instances:,} instances (s)", cold, "total_s", None),
-        ("process RSS after cold start (MB)", cold, "rss_mb", None),
+        ("lookup p99 (µs)", _median("lookup", "p99_us"), None, False),
+        ("lookups per second, one thread", _median("lookup", "calls_per_s"), None, True),
+        ("register -> other cache, p50 (ms)", _delay("register", "p50"), None, False),
+        ("register -> other cache, p99 (ms)", _delay("register", "p99"), propagation, False),
+        ("deregister -> other cache, p50 (ms)", _delay("deregister", "p50"), None, False),
+        ("deregister -> other cache, p99 (ms)", _delay("deregister", "p99"), propagation, False),
+        ("client library round trip (exists), p50 (ms)", _median("rtt", "p50_ms"), None, False),
+        ("client library round trip (exists), p99 (ms)", _median("rtt", "p99_ms"), None, False),
+        (f"cold start, {args.instances:,} instances (s)", _median("cold", "total_s"), None, False),
+        ("process RSS after cold start (MB)", _median("cold", "rss_mb"), None, False),
     ]
     rows, figures = [], {}
-    for name, read, field, paper in specs:
-        mine, peer = read(ours, field), read(theirs, field)
+    for name, read, paper, higher_is_better in specs:
+        mine, peer = read(ours), read(theirs)
         # A factor above 1 favours Sentinel: less time or memory, or more calls per second.
-        higher_is_better = field == "calls_per_s"
         ratio = None
         if mine and peer:
             ratio = mine / peer if higher_is_better else peer / mine
