@@ -18,7 +18,7 @@ from sentinel.cli.common import (
     print_table,
 )
 from sentinel.endpoint import Endpoint
-from sentinel.errors import NoInstanceAvailable, ValidationError
+from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.registry import list_services, read_metrics, read_service
@@ -114,7 +114,7 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
     for service in list_services(zk):
         try:
             listing = read_service(zk, service)
-        except Exception as exc:  # one broken service must not hide the others
+        except SentinelError as exc:  # one unreadable service must not hide the others
             documents.append({"service": service, "error": str(exc)})
             rows.append((service, "-", "-", "-", "-", f"unreadable: {exc}"))
             continue
