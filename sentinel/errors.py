@@ -64,6 +64,14 @@ class DevServerNotRunning(LauncherError):
     """No local development server is running, and no connect string was given."""
 
 
+class PostgresNotInstalled(LauncherError):
+    """No PostgreSQL server binaries were found; the message says what to install."""
+
+
+class PostgresStartFailed(LauncherError):
+    """A PostgreSQL server command failed; the message holds its error and the log's tail."""
+
+
 class RegistryConflict(SentinelError):
     """Another writer kept changing the same node while Sentinel tried to write it."""
 

@@ -10,7 +10,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
+from sentinel.errors import PostgresNotInstalled
 from sentinel.launcher import LocalZooKeeper
+from sentinel.pgserver import LocalPostgres
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +56,14 @@ def raw_zk(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[KazooClient]:
     yield zk
     zk.stop()
     zk.close()
+
+
+@pytest.fixture
+def postgres() -> Iterator[LocalPostgres]:
+    """A PostgreSQL primary of the test's own (``add_replica()`` streams from it)."""
+    try:
+        server = LocalPostgres()
+    except PostgresNotInstalled as exc:
+        pytest.skip(f"PostgreSQL is not installed here and could not be: {exc}")
+    with server:
+        yield server
