@@ -1,10 +1,10 @@
 """Change propagation, writer in another process: ``python -m benchmarks.propagation``.
 
-A writer process registers instances, deregisters them, moves shard keys and publishes
-metrics, printing the wall-clock time just before each write; this process's client records
-when each change reaches its cache (the listener call, made right after the snapshot swap).
-Both use the same clock, so a delay is "write issued" to "applied in the reader's cache",
-round trips included.
+A writer process registers instances, deregisters them, moves shard keys, publishes metrics
+and publishes credentials (encrypted to the reader's key, decrypted in its cache), printing the
+wall-clock time just before each write; this process's client records when each change reaches
+its cache (the listener call, made right after the snapshot swap). Both use the same clock, so
+a delay is "write issued" to "applied in the reader's cache", round trips included.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import time
 
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
+from sentinel.auth import ClientKeyring
 from sentinel.errors import ShardPolicyExists
-from sentinel.events import InstancesChanged, MetricsChanged, ShardKeysChanged
+from sentinel.events import AuthChanged, InstancesChanged, MetricsChanged, ShardKeysChanged
 from sentinel.launcher import LocalZooKeeper
 
 
@@ -60,6 +61,14 @@ def writer(hosts: str, count: int, interval: float) -> None:
                 f"lag-{i}",
                 lambda i=i: client.update_metrics("db", "p0", "base", {"replication_lag": i}),
             )
+        for i in range(count):
+            timed(
+                "auth",
+                f"auth-{i}",
+                lambda i=i: client.update_auth(
+                    "db", "bench-reader", {"user": "bench", "password": "not-a-secret", "seq": i}
+                ),
+            )
 
 
 def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]:
@@ -82,8 +91,10 @@ def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]
                 for key, (_, new) in event.changes.items():
                     if new == "p1":
                         arrivals.setdefault(("shard key", key), now)
+            elif isinstance(event, AuthChanged) and event.credential is not None:
+                arrivals.setdefault(("auth", f"auth-{event.credential['seq']}"), now)
 
-    with Sentinel(hosts, "bench-reader") as reader:
+    with Sentinel(hosts, "bench-reader", auth_keys=ClientKeyring.generate()) as reader:
         reader.get_service("db", "seed")
         reader.listen("db", on_change)
         process = subprocess.run(
