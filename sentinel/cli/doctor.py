@@ -85,8 +85,8 @@ def _acl(zk: KazooClient, namespace: str) -> Finding:
             "warn",
             "acl",
             f"anyone can write under {namespace}",
-            f"zkCli.sh: addauth digest <admin>:<password>; setAcl -R {namespace} "
-            "auth::cdrwa,world:anyone:r",
+            f"sentinel init --secure --identities FILE --namespace {namespace} "
+            "(ACLs per role, see docs/auth.md)",
         )
     return Finding("ok", "acl", f"{namespace} is not world-writable")
 
