@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetools import TTLCache
@@ -63,6 +63,7 @@ from sentinel.shards import (
     read_key,
     validate_key,
 )
+from sentinel.telemetry import LookupCounts, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
@@ -79,7 +80,8 @@ class ServiceSnapshot:
     (sorted by label); the key ``None`` holds all of them, for services that are not sharded.
     ``metrics`` holds every metrics node by instance name (an instance's endpoint carries its
     own); ``invalid`` names the nodes that could not be decoded and are skipped.
-    ``balancer`` is the service's default balancer, carried from snapshot to snapshot.
+    ``balancer`` is the service's default balancer and ``lookups`` its lookup counter, both
+    carried from snapshot to snapshot; ``built_at`` is when this snapshot was built.
     """
 
     spec: ServiceSpec
@@ -89,6 +91,8 @@ class ServiceSnapshot:
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
     balancer: Balancer
+    lookups: LookupCounts
+    built_at: float
 
     @classmethod
     def build(
@@ -98,6 +102,7 @@ class ServiceSnapshot:
         metrics: Mapping[str, MetricsRecord],
         invalid: frozenset[str],
         balancer: Balancer,
+        lookups: LookupCounts,
     ) -> ServiceSnapshot:
         """Attach metrics and index by partition, once per change rather than per lookup."""
         endpoints = {name: _with_metrics(e, metrics.get(name)) for name, e in endpoints.items()}
@@ -113,6 +118,8 @@ class ServiceSnapshot:
             up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
             invalid=invalid,
             balancer=balancer,
+            lookups=lookups,
+            built_at=time.time(),
         )
 
     def rebuilt(self, **changes: Any) -> ServiceSnapshot:
@@ -123,6 +130,7 @@ class ServiceSnapshot:
             "metrics": self.metrics,
             "invalid": self.invalid,
             "balancer": self.balancer,
+            "lookups": self.lookups,
         }
         return ServiceSnapshot.build(**(fields | changes))
 
@@ -143,6 +151,7 @@ class CacheStats:
     negative_hits: int = 0
     resyncs: int = 0
     watch_events: int = 0
+    session_events: dict[str, int] = field(default_factory=dict)  # by state reached
 
 
 def _diff(
@@ -166,6 +175,16 @@ def _diff(
     if metrics:
         events.append(MetricsChanged(service, tuple(metrics)))
     return events
+
+
+def _timed(section: str, decode: Callable[..., Any]) -> Callable[..., Any]:
+    """``decode``, observing each node's propagation delay first."""
+
+    def timed(name: str, path: str, data: bytes, stat: Any) -> Any:
+        observe_propagation(section, stat)
+        return decode(name, path, data, stat)
+
+    return timed
 
 
 def _directory_keys(shard_map: ShardMap | None) -> Mapping[str, str]:
@@ -333,6 +352,8 @@ class RegistryCache:
             self.connection_state = "suspended" if state == KazooState.SUSPENDED else "lost"
             if self.disconnected_at is None:
                 self.disconnected_at = now
+        events = self.stats.session_events
+        events[self.connection_state] = events.get(self.connection_state, 0) + 1
         # Listeners hear of the connection first, then of what the re-sync found.
         self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
         if state == KazooState.CONNECTED:
@@ -443,6 +464,7 @@ class RegistryCache:
             decoded = {n: current[n] for n in names if n in current}
             invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
+            decode = _timed(section, decode)  # new children of a live service: a change
         fresh, failed = decode_children(self._zk, parent, unread, decode, self._watch)
         for exc in failed.values():
             self._skip(exc)
@@ -483,7 +505,12 @@ class RegistryCache:
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
         snapshot = ServiceSnapshot.build(
-            spec, endpoints, metrics, frozenset(bad_instances | bad_metrics), RoundRobin()
+            spec,
+            endpoints,
+            metrics,
+            frozenset(bad_instances | bad_metrics),
+            RoundRobin(),
+            LookupCounts(),
         )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
@@ -564,6 +591,7 @@ class RegistryCache:
         except NoNodeError:
             value = None
         else:
+            observe_propagation(section, stat)
             value = self._decode(decode, name, path, data, stat)
             if value is None:
                 invalid.add(path)
@@ -659,6 +687,8 @@ class RegistryCache:
             return
         result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
         changes = shard_map.apply_bucket(index, self._bucket_keys(policy, index, result))
+        if result.successful():
+            observe_propagation("shard_info", result.value[1])
         if changes:
             self._emit_keys(policy, changes)
 

@@ -109,3 +109,16 @@ class NoInstanceAvailable(SentinelError):
 
 class NamespaceNotFound(SentinelError):
     """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+
+
+class CollectorConfigError(ValidationError):
+    """A metric collector's configuration file is unreadable or invalid; the message says
+    which file, which entry and what is wrong."""
+
+
+class SourceError(SentinelError):
+    """A metric source could not collect one instance (unreachable, bad output, timeout)."""
+
+
+class SourceTimeout(SourceError):
+    """A metric source did not answer within the collection's timeout."""

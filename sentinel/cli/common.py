@@ -13,6 +13,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from prometheus_client import start_http_server
 
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.devserver import resolve_hosts
@@ -60,6 +61,38 @@ def add_command(
     add_connection_options(parser)
     parser.set_defaults(handler=handler)
     return parser
+
+
+def add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-addr`` for a daemon that serves Prometheus metrics."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port; "
+        "default: not served)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address to serve metrics on (default %(default)s)",
+    )
+
+
+def serve_metrics(args: argparse.Namespace) -> None:
+    """Serve the default registry's metrics if ``--metrics-port`` was given, and say where.
+
+    The line goes to stderr (stdout is the daemon's event stream) before anything else runs,
+    so that a supervisor started with port 0 can learn the port.
+    """
+    if args.metrics_port is None:
+        return
+    server, _ = start_http_server(args.metrics_port, args.metrics_addr)
+    print(
+        f"serving metrics on http://{args.metrics_addr}:{server.server_port}/metrics",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def print_json(document: Any) -> None:

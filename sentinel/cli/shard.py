@@ -21,9 +21,11 @@ from sentinel.cli.common import (
     EXIT_OK,
     Progress,
     add_command,
+    add_metrics_option,
     connect,
     print_json,
     print_table,
+    serve_metrics,
 )
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.records import InstanceRecord
@@ -351,6 +353,7 @@ def _serve(args: argparse.Namespace) -> int:
         else:
             print(" ".join([kind, *(f"{k}={v}" for k, v in details.items())]), flush=True)
 
+    serve_metrics(args)
     client_id = sanitize_name(f"shard-manager-{args.policy}-{socket.gethostname()}-{os.getpid()}")
     with Sentinel(
         args.zk,
@@ -446,3 +449,4 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=10.0,
         help="seconds before a dead replica's leadership passes on",
     )
+    add_metrics_option(serve)
