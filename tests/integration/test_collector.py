@@ -10,18 +10,17 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, start_http_server
-from prometheus_client.parser import text_string_to_metric_families
 
 from policies import MinLag
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable
 from sentinel.launcher import free_ports
 from sentinel.testing import wait_until
+from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -159,16 +158,6 @@ def run_collector(config_path, zookeeper, namespace, port, client_id):
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def scrape(port):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def test_two_collectors_split_the_work_and_survive_a_sigkill(
