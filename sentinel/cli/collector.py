@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import socket
 from typing import Any
 
@@ -13,9 +11,10 @@ from sentinel.cli.common import (
     EXIT_OK,
     add_command,
     add_metrics_option,
+    event_printer,
     print_json,
     print_table,
-    serve_metrics,
+    run_daemon,
 )
 from sentinel.collector.config import CollectorConfig, load_config
 
@@ -59,38 +58,20 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sentinel.client import Sentinel
     from sentinel.collector.runner import MetricCollector
     from sentinel.layout import sanitize_name
 
     config = load_config(args.config)  # before connecting: a bad file publishes nothing
 
-    def report(kind: str, details: dict[str, Any]) -> None:
-        if args.json:
-            print(json.dumps({"event": kind, **details}), flush=True)
-        elif kind == "assigned":
-            owned = ", ".join(f"{s}={n}" for s, n in details["instances"].items())
-            print(f"assigned members={details['members']} {owned}", flush=True)
-        else:
-            print(" ".join([kind, *(f"{k}={v}" for k, v in details.items())]), flush=True)
+    def assigned(details: dict[str, Any]) -> str:
+        owned = " ".join(f"{s}={n}" for s, n in details["instances"].items())
+        return f"assigned members={details['members']} {owned}"
 
-    serve_metrics(args)
+    report = event_printer(args, {"assigned": assigned})
     client_id = args.client_id or sanitize_name(
         f"collector-{config.cluster}-{socket.gethostname()}-{os.getpid()}"
     )
-    with Sentinel(
-        args.zk,
-        client_id,
-        args.namespace,
-        connect_timeout=args.timeout,
-        session_timeout=args.session_timeout,
-        announce=False,
-    ) as sentinel:
-        collector = MetricCollector(sentinel, config, report)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: collector.stop())
-        collector.run()
-    return EXIT_OK
+    return run_daemon(args, client_id, lambda sentinel: MetricCollector(sentinel, config, report))
 
 
 def register(commands: argparse._SubParsersAction) -> None:
