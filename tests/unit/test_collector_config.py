@@ -1,9 +1,13 @@
 """The collector's configuration, its sources' pure parts, and how members share instances."""
 
+import re
 import sys
 import textwrap
+import tomllib
+from pathlib import Path
 
 import pytest
+import yaml
 
 from sentinel.collector.command import CommandSource
 from sentinel.collector.config import load_config, parse_config
@@ -80,7 +84,6 @@ def test_toml_with_every_source_type(tmp_path):
 
 
 def test_yaml_reads_like_toml(tmp_path):
-    pytest.importorskip("yaml", reason="PyYAML is a dependency; it must be installed")
     toml, yaml = tmp_path / "c.toml", tmp_path / "c.yaml"
     toml.write_text(
         'cluster = "c"\n[[services]]\nservice = "db"\ninterval = "3s"\n'
@@ -214,3 +217,14 @@ def test_prometheus_source_url_uses_the_instance_unless_told():
     assert source.url(endpoint(9187)) == "http://10.0.0.1:9187/metrics"
     other = PrometheusSource({"lag": Selector("lag")}, path="/m", port=9100, scheme="https")
     assert other.url(endpoint(9187)) == "https://10.0.0.1:9100/m"
+
+
+def test_the_documented_example_is_valid():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "collector.md").read_text()
+    (toml_text,) = re.findall(r"```toml\n(.*?)```", doc, re.S)
+    (yaml_text,) = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    documented = parse_config(tomllib.loads(toml_text), "docs/collector.md")
+    assert [s.source.type for s in documented.services] == ["postgres", "prometheus", "command"]
+    from_yaml = parse_config(yaml.safe_load(yaml_text)).services[0]
+    assert vars(from_yaml.source) == vars(documented.services[0].source)
+    assert (from_yaml.interval, from_yaml.jitter, from_yaml.timeout) == (5.0, 0.5, 2.0)
