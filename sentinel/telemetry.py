@@ -272,7 +272,7 @@ class ClientCollector(Collector):
                 families["state"].add_metric([cid, state], current)
             families["staleness"].add_metric([cid], client.staleness)
             cache_stats = client.cache_stats
-            for event, count in cache_stats.session_events.items():
+            for event, count in dict(cache_stats.session_events).items():  # kazoo's thread writes
                 session[(cid, event)] = session.get((cid, event), 0) + count
             for field, values in stats.items():
                 values[cid] = values.get(cid, 0) + getattr(cache_stats, field)

@@ -243,3 +243,31 @@ def test_bad_configuration_exits_2_and_publishes_nothing(
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and str(config_path) in result.stderr
     assert raw_zk.get_children("/") == []  # not even the namespace's sections
+
+
+def test_check_validates_without_connecting(tmp_path):
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(
+        "services:\n  - service: relay\n    interval: 2s\n"
+        "    source: {type: command, command: [queue-depth]}\n"
+    )
+    bad.write_text("services:\n  - service: relay\n    source: {type: command}\n")
+    checked = subprocess.run(
+        [SENTINEL, "collector", "check", "--config", str(good), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    (service,) = json.loads(checked.stdout)["services"]
+    assert (service["service"], service["source"], service["interval"]) == ("relay", "command", 2)
+    refused = subprocess.run(
+        [SENTINEL, "collector", "check", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert "services[0] (relay).source: missing required field 'command'" in refused.stderr
