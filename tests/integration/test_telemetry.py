@@ -5,7 +5,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
 from sentinel.errors import NoInstanceAvailable, ServiceNotFound
 from sentinel.events import MetricsChanged
-from sentinel.testing import wait_until
+from sentinel.testing import expire_session, wait_until
 from tests.integration.exposition import scrape
 from tests.integration.recorder import Recorder
 
@@ -93,3 +93,20 @@ def test_a_closed_client_leaves_the_exposition(exported, make_client):
     assert ("sentinel_cache_staleness_seconds", (("client", "leaving"),)) in scrape(port)
     app.close()
     assert ("sentinel_cache_staleness_seconds", (("client", "leaving"),)) not in scrape(port)
+
+
+def test_a_session_expiry_is_counted_and_the_state_recovers(exported, make_client):
+    registry, port = exported
+    app = make_client("expiring", prometheus_registry=registry)
+    client = (("client", "expiring"),)
+    expire_session(app)
+
+    def recovered():
+        samples = scrape(port)
+        lost = samples.get(
+            ("sentinel_zookeeper_session_events_total", (*client, ("event", "lost")))
+        )
+        state = ("sentinel_zookeeper_connection_state", (*client, ("state", "connected")))
+        return lost == 1 and samples[state] == 1
+
+    assert wait_until(recovered, 20)
