@@ -228,3 +228,18 @@ def test_the_documented_example_is_valid():
     from_yaml = parse_config(yaml.safe_load(yaml_text)).services[0]
     assert vars(from_yaml.source) == vars(documented.services[0].source)
     assert (from_yaml.interval, from_yaml.jitter, from_yaml.timeout) == (5.0, 0.5, 2.0)
+
+
+def test_python_source_calls_the_plugin_with_its_options():
+    document = config(
+        source={
+            "type": "python",
+            "callable": "tests.unit.test_collector_config.plugin",
+            "options": {"scale": 3},
+        }
+    )
+    source = parse_config(document).services[0].source
+    assert source.collect(endpoint(7), timeout=1) == {"port": 21}
+    source.function = lambda endpoint, timeout, scale: [scale]
+    with pytest.raises(SourceError, match="returned list, not a mapping"):
+        source.collect(endpoint(7), timeout=1)
