@@ -129,6 +129,8 @@ def test_hung_and_dead_endpoints_stall_nobody_and_age(make_client, exporters, ra
         with MetricCollector(make_client("collector-1"), config):
             assert wait_until(lambda: published(raw_zk, "db", "p1:doomed"), 10)
             doomed.close()  # from now on its collections fail: connection refused
+            # One collection at a time per instance: once one failed, none is left in flight.
+            assert wait_until(lambda: error_count("error") > errors, 10)
             last_good = published(raw_zk, "db", "p1:doomed")["measured_at"]
             seen = set()
 
@@ -138,7 +140,6 @@ def test_hung_and_dead_endpoints_stall_nobody_and_age(make_client, exporters, ra
 
             # Six fresh values in a row while the hung instance times out every round.
             assert wait_until(healthy_advanced, 20)
-            assert error_count("error") > errors
             assert published(raw_zk, "db", "p1:hung") is None
             # The dead instance's last good value stays as measured: policies see it age.
             assert published(raw_zk, "db", "p1:doomed")["measured_at"] == last_good
@@ -181,21 +182,28 @@ def test_two_collectors_split_the_work_and_survive_a_sigkill(
     try:
         with MetricCollector(make_client("collector-a"), collecting(cluster="pair")) as local:
             assert wait_until(lambda: len(local.members) == 2, 30)
+            # Rendezvous gives each member a share.
+            assert wait_until(lambda: 0 < len(local.owned) < len(names), 15)
             mine = {name for _, name in local.owned}
-            assert mine and mine != set(names)  # rendezvous gave each member a share
-            # Everything is published: this process's share and the subprocess's.
-            assert wait_until(lambda: all(published(raw_zk, "db", n) for n in names), 15)
 
-            # The sidecar's own /metrics, over HTTP, parsed by prometheus_client.
-            samples = scrape(port)
-            assert samples[("sentinel_collector_members", ())] == 2
-            theirs = samples[("sentinel_collector_instances", (("service", "db"),))]
-            assert theirs == len(names) - len(mine)
+            # The sidecar collects the rest: its own /metrics says so, over HTTP, parsed by
+            # prometheus_client.
             scrapes = (
                 "sentinel_collector_scrapes_total",
                 (("service", "db"), ("source", "prometheus")),
             )
-            assert wait_until(lambda: scrape(port)[scrapes] > samples[scrapes], 10)
+
+            def sidecar_collecting():
+                samples = scrape(port)
+                return (
+                    samples.get(("sentinel_collector_members", ())) == 2
+                    and samples.get(("sentinel_collector_instances", (("service", "db"),)))
+                    == len(names) - len(mine)
+                    and samples.get(scrapes, 0) >= len(names) - len(mine)
+                )
+
+            assert wait_until(sidecar_collecting, 15, ignore=(OSError,))
+            assert wait_until(lambda: all(published(raw_zk, "db", n) for n in names), 15)
 
             other.send_signal(signal.SIGKILL)
             other.wait(10)
