@@ -52,9 +52,9 @@ def test_replica_lag_grows_while_replay_is_paused_and_falls_after(
             "services": [
                 {
                     "service": "billing-db",
-                    "interval": "300ms",
+                    "interval": "700ms",
                     "jitter": "0ms",
-                    "timeout": "300ms",
+                    "timeout": "700ms",  # a fresh connection each time, on a busy machine
                     "source": {"type": "postgres", "password_env": PASSWORD_VARIABLE},
                 }
             ],
