@@ -18,7 +18,6 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
 
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
@@ -26,7 +25,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 from sentinel import telemetry
 from sentinel.client import Sentinel
 from sentinel.errors import DecodeError, SentinelError, ValidationError
-from sentinel.events import ChangeEvent, InstancesChanged
+from sentinel.events import ChangeEvent, InstancesChanged, Reporter
 from sentinel.records import decode
 from sentinel.registry import services_sharded_by
 from sentinel.shards import (
@@ -38,8 +37,6 @@ from sentinel.shards import (
 from sentinel.topology import Topology, TopologyEvent
 
 log = logging.getLogger(__name__)
-
-Reporter = Callable[[str, dict], None]
 
 
 def manager_service(policy: str) -> str:

@@ -25,7 +25,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -41,13 +41,11 @@ from sentinel.errors import (
     ValidationError,
     ZooKeeperUnavailable,
 )
-from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
+from sentinel.events import ChangeEvent, InstancesChanged, Reporter, ServiceSpecChanged
 from sentinel.layout import instance_name
 from sentinel.topology import Topology
 
 log = logging.getLogger(__name__)
-
-Reporter = Callable[[str, dict], None]
 # How often a configured service that does not exist yet is looked for again.
 MISSING_SERVICE_RETRY = 1.0
 
