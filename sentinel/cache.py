@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cachetools import TTLCache
@@ -76,6 +76,7 @@ from sentinel.shards import (
     read_key,
     validate_key,
 )
+from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
@@ -92,7 +93,8 @@ class ServiceSnapshot:
     (sorted by label); the key ``None`` holds all of them, for services that are not sharded.
     ``metrics`` holds every metrics node by instance name (an instance's endpoint carries its
     own); ``invalid`` names the nodes that could not be decoded and are skipped.
-    ``balancer`` is the service's default balancer, carried from snapshot to snapshot.
+    ``balancer`` is the service's default balancer and ``lookups`` its lookup counter, both
+    carried from snapshot to snapshot; ``built_at`` is when this snapshot was built.
     ``auth`` is this client's decrypted credential, attached to every endpoint.
     """
 
@@ -103,6 +105,8 @@ class ServiceSnapshot:
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
     balancer: Balancer
+    lookups: LookupCounts
+    built_at: float
     auth: Credential | None = None
 
     @classmethod
@@ -113,6 +117,7 @@ class ServiceSnapshot:
         metrics: Mapping[str, MetricsRecord],
         invalid: frozenset[str],
         balancer: Balancer,
+        lookups: LookupCounts,
         auth: Credential | None = None,
     ) -> ServiceSnapshot:
         """Attach metrics and auth and index by partition, once per change, not per lookup."""
@@ -130,6 +135,8 @@ class ServiceSnapshot:
             invalid=invalid,
             balancer=balancer,
             auth=auth,
+            lookups=lookups,
+            built_at=time.time(),
         )
 
     def rebuilt(self, **changes: Any) -> ServiceSnapshot:
@@ -141,6 +148,7 @@ class ServiceSnapshot:
             "invalid": self.invalid,
             "balancer": self.balancer,
             "auth": self.auth,
+            "lookups": self.lookups,
         }
         return ServiceSnapshot.build(**(fields | changes))
 
@@ -162,6 +170,7 @@ class CacheStats:
     resyncs: int = 0
     watch_events: int = 0
     auth_errors: int = 0
+    session_events: dict[str, int] = field(default_factory=dict)  # by state reached
 
 
 def _diff(
@@ -191,6 +200,16 @@ def _diff(
     if metrics:
         events.append(MetricsChanged(service, tuple(metrics)))
     return events
+
+
+def _timed(section: str, decode: Callable[..., Any]) -> Callable[..., Any]:
+    """``decode``, observing each node's propagation delay first."""
+
+    def timed(name: str, path: str, data: bytes, stat: Any) -> Any:
+        observe_propagation(section, stat)
+        return decode(name, path, data, stat)
+
+    return timed
 
 
 def _directory_keys(shard_map: ShardMap | None) -> Mapping[str, str]:
@@ -362,6 +381,8 @@ class RegistryCache:
             self.connection_state = "suspended" if state == KazooState.SUSPENDED else "lost"
             if self.disconnected_at is None:
                 self.disconnected_at = now
+        events = self.stats.session_events
+        events[self.connection_state] = events.get(self.connection_state, 0) + 1
         # Listeners hear of the connection first, then of what the re-sync found.
         self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
         if state == KazooState.CONNECTED:
@@ -475,6 +496,7 @@ class RegistryCache:
             decoded = {n: current[n] for n in names if n in current}
             invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
+            decode = _timed(section, decode)  # new children of a live service: a change
         fresh, failed = decode_children(self._zk, parent, unread, decode, self._watch)
         for exc in failed.values():
             self._skip(exc)
@@ -516,12 +538,20 @@ class RegistryCache:
             self._use_policy(spec.shard_policy, service)
         auth = self._read_auth(service)
         snapshot = ServiceSnapshot.build(
-            spec, endpoints, metrics, frozenset(bad_instances | bad_metrics), RoundRobin(), auth
+            spec,
+            endpoints,
+            metrics,
+            frozenset(bad_instances | bad_metrics),
+            RoundRobin(),
+            LookupCounts(),
+            auth,
         )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
         if self._announce:
             self._register_client(service, auth)
+        if auth is not None:
+            auth_version_applied(service, auth.version)
         self.snapshots[service] = snapshot
         return snapshot
 
@@ -557,6 +587,8 @@ class RegistryCache:
             # Confirmed only now that the listeners (the application's pools) have it.
             if self._announce:
                 self._register_client(service, snapshot.auth)
+            if snapshot.auth is not None:
+                auth_version_applied(service, snapshot.auth.version)
 
     # --- auth ---------------------------------------------------------------------------------
 
@@ -566,10 +598,11 @@ class RegistryCache:
             return None
         path = auth_path(service, self._client_id)
         try:
-            data, _ = self._zk.get(path, watch=self._watch)
+            data, stat = self._zk.get(path, watch=self._watch)
         except NoNodeError:
             self._zk.exists(path, watch=self._watch)  # to learn when it is created
             return None
+        observe_propagation("auth", stat)
         try:
             credential, errors = self._credentials.newest(service, path, data)
         except DecodeError as exc:
@@ -634,6 +667,7 @@ class RegistryCache:
         except NoNodeError:
             value = None
         else:
+            observe_propagation(section, stat)
             value = self._decode(decode, name, path, data, stat)
             if value is None:
                 invalid.add(path)
@@ -729,6 +763,8 @@ class RegistryCache:
             return
         result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
         changes = shard_map.apply_bucket(index, self._bucket_keys(policy, index, result))
+        if result.successful():
+            observe_propagation("shard_info", result.value[1])
         if changes:
             self._emit_keys(policy, changes)
 

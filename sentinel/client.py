@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import shards
+from sentinel import shards, telemetry
 from sentinel.auth import acl
 from sentinel.auth.keys import ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -29,6 +30,7 @@ from sentinel.errors import (
     ClientClosed,
     NoInstanceAvailable,
     PartitionNotFound,
+    SentinelError,
     ValidationError,
     ZooKeeperUnavailable,
 )
@@ -111,6 +113,10 @@ class Sentinel:
     credentials the manager did not sign. ``identity`` (``"user:password"``, default
     ``$SENTINEL_ZK_IDENTITY``) is the ZooKeeper digest identity of a secured namespace
     (``sentinel init --secure``); nodes this client creates are writable by it alone.
+
+    ``prometheus_registry`` is where the client's telemetry is exported
+    (:mod:`sentinel.telemetry`; default: ``prometheus_client``'s default registry); None turns
+    it off.
     """
 
     def __init__(
@@ -129,6 +135,7 @@ class Sentinel:
         auth_keys: ClientKeyring | str | os.PathLike[str] | None = None,
         auth_signer: str | None = None,
         identity: str | None = None,
+        prometheus_registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -171,6 +178,10 @@ class Sentinel:
         self._snapshots = self._cache.snapshots
         self._shard_maps = self._cache.shard_maps
         self.feedback = feedback or InstanceFeedback()
+        self._lookup_failures: dict[tuple[str, str], int] = {}
+        self._exports = (
+            None if prometheus_registry is None else telemetry.register(prometheus_registry)
+        )
         self._started = False
 
     def __repr__(self) -> str:
@@ -215,6 +226,8 @@ class Sentinel:
         self._nodes.start()
         self._cache.start()
         self._started = True
+        if self._exports is not None:
+            self._exports.add(self)
         log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
         return self
 
@@ -223,6 +236,8 @@ class Sentinel:
         if not self._started:
             return
         self._started = False
+        if self._exports is not None:
+            self._exports.discard(self)
         self._cache.close()
         # Emptied, a lookup falls through to the load, which refuses on a closed client.
         self._snapshots.clear()
@@ -360,9 +375,14 @@ class Sentinel:
         :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
         """
         snapshot = self._snapshots.get(service)
-        if snapshot is None:
-            snapshot = self._load(service)
-        candidates = self._eligible(snapshot, service, key, policy)
+        try:
+            if snapshot is None:
+                snapshot = self._load(service)
+            candidates = self._eligible(snapshot, service, key, policy)
+        except SentinelError as exc:
+            self._count_failure(service, exc)
+            raise
+        snapshot.lookups.ok += 1  # a plain int, read at scrape time (see sentinel.telemetry)
         return (balancer or snapshot.balancer).pick(candidates)
 
     def get_services(
@@ -372,8 +392,38 @@ class Sentinel:
         policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
     ) -> tuple[Endpoint, ...]:
         """Every eligible endpoint, for callers that pool connections; errors as get_service."""
-        snapshot = self._snapshots.get(service) or self._load(service)
-        return tuple(self._eligible(snapshot, service, key, policy))
+        try:
+            snapshot = self._snapshots.get(service) or self._load(service)
+            candidates = self._eligible(snapshot, service, key, policy)
+        except SentinelError as exc:
+            self._count_failure(service, exc)
+            raise
+        snapshot.lookups.ok += 1
+        return tuple(candidates)
+
+    def _count_failure(self, service: object, exc: SentinelError) -> None:
+        failures = self._lookup_failures
+        key = (str(service), telemetry.lookup_result(exc))
+        if key not in failures and len(failures) >= telemetry.MAX_FAILURE_SERIES:
+            key = (telemetry.OTHER_SERVICE, key[1])
+        failures[key] = failures.get(key, 0) + 1
+
+    @property
+    def lookup_counts(self) -> dict[tuple[str, str], int]:
+        """Lookups so far by ``(service, result)``; ``ok`` counts for every cached service.
+
+        Counted without a lock, so concurrent lookups may be slightly undercounted; a service
+        removed from ZooKeeper and loaded again starts from zero.
+        """
+        counts = {(name, "ok"): s.lookups.ok for name, s in dict(self._snapshots).items()}
+        counts.update(self._lookup_failures)
+        return counts
+
+    @property
+    def snapshot_ages(self) -> dict[str, float]:
+        """Seconds since each cached service's snapshot was built from ZooKeeper reads."""
+        now = time.time()
+        return {name: now - s.built_at for name, s in dict(self._snapshots).items()}
 
     def _eligible(
         self, snapshot: ServiceSnapshot, service: str, key: object, policy: object

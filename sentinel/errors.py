@@ -157,3 +157,16 @@ class RotationFailed(AuthError):
         super().__init__(f"rotation failed at step {step!r}: {message}")
         self.step = step
         self.laggards = laggards
+
+
+class CollectorConfigError(ValidationError):
+    """A metric collector's configuration file is unreadable or invalid; the message says
+    which file, which entry and what is wrong."""
+
+
+class SourceError(SentinelError):
+    """A metric source could not collect one instance (unreachable, bad output, timeout)."""
+
+
+class SourceTimeout(SourceError):
+    """A metric source did not answer within the collection's timeout."""

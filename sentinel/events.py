@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sentinel.auth.envelope import Credential
@@ -83,3 +83,7 @@ ChangeEvent = (
     | ConnectionChanged
     | AuthChanged
 )
+
+# How a daemon role (shard manager, metric collector) tells its operator what happened:
+# ``report(kind, details)`` with JSON-able details.
+Reporter = Callable[[str, dict], None]

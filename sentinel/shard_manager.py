@@ -18,14 +18,14 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable
 
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
+from sentinel import telemetry
 from sentinel.client import Sentinel
 from sentinel.errors import DecodeError, SentinelError, ValidationError
-from sentinel.events import ChangeEvent, InstancesChanged
+from sentinel.events import ChangeEvent, InstancesChanged, Reporter
 from sentinel.records import decode
 from sentinel.registry import services_sharded_by
 from sentinel.shards import (
@@ -37,8 +37,6 @@ from sentinel.shards import (
 from sentinel.topology import Topology, TopologyEvent
 
 log = logging.getLogger(__name__)
-
-Reporter = Callable[[str, dict], None]
 
 
 def manager_service(policy: str) -> str:
@@ -86,10 +84,12 @@ class ShardManager:
         leading = view.leader_is(self.registration)
         if leading and not self._leading.is_set():
             self._leading.set()
+            telemetry.SHARD_LEADER.labels(self.policy).set(1)
             self._report("leader", {"view": view.id, "members": len(view.members)})
             self._wake.set()
         elif not leading and (self._leading.is_set() or event.old_view is None):
             self._leading.clear()
+            telemetry.SHARD_LEADER.labels(self.policy).set(0)
             leader = view.leader.label if view.leader else None
             self._report("follower", {"leader": leader})
 
@@ -143,6 +143,7 @@ class ShardManager:
             placed = place_key(self._zk, self._spec, key, choice)
             if placed == choice:
                 counts[choice] += 1
+                telemetry.SHARD_PLACEMENTS.labels(self.policy).inc()
                 self._report("placed", {"key": key, "partition": placed})
             self._zk.delete(path)  # only once the key is assigned: a crash before is retried
 
@@ -168,6 +169,7 @@ class ShardManager:
                     self._alerted.discard((service, partition))
                 elif (service, partition) not in self._alerted:
                     self._alerted.add((service, partition))
+                    telemetry.SHARD_ALERTS.labels(self.policy).inc()
                     self._report(
                         "alert",
                         {"service": service, "partition": partition, "problem": "no live instance"},

@@ -41,6 +41,7 @@ from sentinel.auth.store import (
 from sentinel.errors import DecodeError, RotationFailed, SentinelError, ValidationError
 from sentinel.layout import client_path, validate_name
 from sentinel.records import decode
+from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,14 @@ class Rotation:
 
     def run(self, timeout: float = 30.0) -> RotationResult:
         """Create, publish, confirm and revoke; see the module's description."""
+        auth_rotation(self.service, "started")
+        try:
+            return self._run(timeout)
+        except RotationFailed:
+            auth_rotation(self.service, "failed")
+            raise
+
+    def _run(self, timeout: float) -> RotationResult:
         old = {c: live_versions(self._zk, self.service, c) for c in self.clients}
         new: dict[str, int] = {}
         try:
@@ -241,6 +250,7 @@ class Rotation:
                 self._step("revoke", self._backend.revoke, self.service, client, old_version)
             revoked[client] = older
         log.info("rotation of %s done: %s", self.service, dict(versions))
+        auth_rotation(self.service, "completed")
         return RotationResult(self.service, dict(versions), revoked, confirmed_in)
 
     def _step(self, step: str, call: Any, *args: Any, **kwargs: Any) -> Any:

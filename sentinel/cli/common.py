@@ -6,13 +6,15 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from prometheus_client import start_http_server
 
 from sentinel.auth import acl
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
@@ -61,6 +63,84 @@ def add_command(
     add_connection_options(parser)
     parser.set_defaults(handler=handler)
     return parser
+
+
+def add_metrics_option(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port`` and ``--metrics-addr`` for a daemon that serves Prometheus metrics."""
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port; "
+        "default: not served)",
+    )
+    parser.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address to serve metrics on (default %(default)s)",
+    )
+
+
+def serve_metrics(args: argparse.Namespace) -> None:
+    """Serve the default registry's metrics if ``--metrics-port`` was given, and say where.
+
+    The line goes to stderr (stdout is the daemon's event stream) before anything else runs,
+    so that a supervisor started with port 0 can learn the port.
+    """
+    if args.metrics_port is None:
+        return
+    server, _ = start_http_server(args.metrics_port, args.metrics_addr)
+    print(
+        f"serving metrics on http://{args.metrics_addr}:{server.server_port}/metrics",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+class Daemon(Protocol):
+    """A long-running role: ``run()`` until ``stop()``."""
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def event_printer(
+    args: argparse.Namespace, formats: Mapping[str, Callable[[dict[str, Any]], str]]
+) -> Callable[[str, dict[str, Any]], None]:
+    """A daemon's ``report(kind, details)``: JSON lines with ``--json``, else one line per
+    event, written by ``formats[kind]`` (default ``kind key=value ...``)."""
+
+    def report(kind: str, details: dict[str, Any]) -> None:
+        if args.json:
+            print(json.dumps({"event": kind, **details}), flush=True)
+        elif kind in formats:
+            print(formats[kind](details), flush=True)
+        else:
+            print(" ".join([kind, *(f"{k}={v}" for k, v in details.items())]), flush=True)
+
+    return report
+
+
+def run_daemon(
+    args: argparse.Namespace, client_id: str, start: Callable[[Sentinel], Daemon]
+) -> int:
+    """Serve metrics (``--metrics-port``), connect as ``client_id``, start the role, and run
+    it until SIGINT or SIGTERM."""
+    serve_metrics(args)
+    with Sentinel(
+        args.zk,
+        client_id,
+        args.namespace,
+        connect_timeout=args.timeout,
+        session_timeout=args.session_timeout,
+        announce=False,
+    ) as sentinel:
+        daemon = start(sentinel)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: daemon.stop())
+        daemon.run()
+    return EXIT_OK
 
 
 def print_json(document: Any) -> None:

@@ -8,7 +8,6 @@ import csv
 import io
 import json
 import os
-import signal
 import socket
 import sys
 from pathlib import Path
@@ -21,9 +20,12 @@ from sentinel.cli.common import (
     EXIT_OK,
     Progress,
     add_command,
+    add_metrics_option,
     connect,
+    event_printer,
     print_json,
     print_table,
+    run_daemon,
 )
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.records import InstanceRecord
@@ -333,38 +335,18 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sentinel.client import Sentinel
     from sentinel.layout import sanitize_name
     from sentinel.shard_manager import ShardManager
 
-    def report(kind: str, details: dict[str, Any]) -> None:
-        if args.json:
-            print(json.dumps({"event": kind, **details}), flush=True)
-        elif kind == "placed":
-            print(f"placed {details['key']} -> {details['partition']}", flush=True)
-        elif kind == "alert":
-            print(
-                f"ALERT {details['service']} partition {details['partition']}: "
-                f"{details['problem']}",
-                flush=True,
-            )
-        else:
-            print(" ".join([kind, *(f"{k}={v}" for k, v in details.items())]), flush=True)
-
+    report = event_printer(
+        args,
+        {
+            "placed": lambda d: f"placed {d['key']} -> {d['partition']}",
+            "alert": lambda d: f"ALERT {d['service']} partition {d['partition']}: {d['problem']}",
+        },
+    )
     client_id = sanitize_name(f"shard-manager-{args.policy}-{socket.gethostname()}-{os.getpid()}")
-    with Sentinel(
-        args.zk,
-        client_id,
-        args.namespace,
-        connect_timeout=args.timeout,
-        session_timeout=args.session_timeout,
-        announce=False,
-    ) as sentinel:
-        manager = ShardManager(sentinel, args.policy, report)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: manager.stop())
-        manager.run()
-    return EXIT_OK
+    return run_daemon(args, client_id, lambda sentinel: ShardManager(sentinel, args.policy, report))
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -446,3 +428,4 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=10.0,
         help="seconds before a dead replica's leadership passes on",
     )
+    add_metrics_option(serve)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from sentinel.events import ShardKeysChanged
+from sentinel.launcher import free_ports
 from sentinel.shards import iter_assignments
 from sentinel.testing import wait_until
+from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +23,7 @@ SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 class Replica:
     """A ``sentinel shard serve`` process whose JSON lines are collected as they come."""
 
-    def __init__(self, zookeeper, namespace):
+    def __init__(self, zookeeper, namespace, *options):
         self.process = subprocess.Popen(
             [
                 SENTINEL,
@@ -36,6 +38,7 @@ class Replica:
                 zookeeper.connect_string,
                 "--namespace",
                 namespace,
+                *options,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -74,8 +77,8 @@ def replicas(zookeeper, namespace, make_client):
     setup.update_shard_info_many("tenants", {"old-1": "p1", "old-2": "p1"})
     started = []
 
-    def start():
-        replica = Replica(zookeeper, namespace)
+    def start(*options):
+        replica = Replica(zookeeper, namespace, *options)
         started.append(replica)
         return replica
 
@@ -174,3 +177,15 @@ def test_serve_refuses_a_policy_it_cannot_place_into(zookeeper, namespace, make_
         check=False,
     )
     assert result.returncode == 2 and "directory policy" in result.stderr
+
+
+def test_serve_exposes_its_placements_on_a_metrics_port(replicas, make_client):
+    port = free_ports(1)[0]
+    replica = replicas("--metrics-port", str(port))
+    assert wait_until(lambda: replica.saw("leader"), timeout=20), replica.events
+    policy = (("policy", "tenants"),)
+    assert scrape(port)[("sentinel_shard_manager_leader", policy)] == 1
+    client = make_client("app")
+    assert client.request_placement("tenants", "counted") is True
+    assert wait_until(lambda: replica.placed("counted"), timeout=20), replica.events
+    assert scrape(port)[("sentinel_shard_placements_total", policy)] == 1

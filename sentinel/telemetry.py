@@ -1,0 +1,309 @@
+"""Prometheus telemetry for the client library and every role: all metric definitions.
+
+Two kinds of metrics live here.
+
+**Per-client state**, read when Prometheus scrapes: lookups by service and result, snapshot age,
+connection state, session and watch events, decode errors. The hot path never calls
+``prometheus_client``: ``get_service`` adds one to a plain ``int`` on the service's snapshot
+(:class:`LookupCounts`, about 20 ns), and :class:`ClientCollector` reads those fields at scrape
+time. Increments from several threads at once are not atomic (``+=`` on an attribute), so a
+count may fall short by the few increments that raced; lookups are counted, not audited.
+
+**Process-wide events**, ordinary ``prometheus_client`` objects updated where they happen (off
+the hot path): the propagation-delay histogram, auth versions and rotations, the collector's
+scrapes, the shard manager's placements.
+
+Nothing is exported until :func:`register` puts both into a registry. A :class:`~sentinel.Sentinel`
+client does that itself with ``prometheus_registry`` (default: ``prometheus_client``'s default
+registry); ``prometheus_registry=None`` is the off switch: the client is not exported and adds
+nothing to any registry. The daemons (``sentinel collector run``, ``sentinel shard serve``)
+serve their registry on ``--metrics-port``. Names follow Prometheus conventions: ``sentinel_``
+prefix, base units (seconds), ``_total`` on counters. ``docs/telemetry.md`` lists them all.
+
+The authentication manager reports through two calls::
+
+    telemetry.auth_version_applied("billing-db", 7)   # this client now uses version 7
+    telemetry.auth_rotation("billing-db", "completed")  # or "started", "failed"
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from sentinel.errors import (
+    ClientClosed,
+    NoInstanceAvailable,
+    PartitionNotFound,
+    ServiceNotFound,
+    ValidationError,
+    ZooKeeperUnavailable,
+)
+
+if TYPE_CHECKING:
+    from kazoo.protocol.states import ZnodeStat
+
+    from sentinel.client import Sentinel
+
+# Distinct (service, result) pairs of failed lookups a client keeps apart; beyond that they
+# are counted under OTHER_SERVICE, so arbitrary names asked for cannot grow the exposition.
+MAX_FAILURE_SERIES = 1_000
+OTHER_SERVICE = "(other)"
+
+# Loopback propagation is milliseconds; the tail reaches the session timeout after a reconnect.
+PROPAGATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class LookupCounts:
+    """Successful lookups of one service, carried from snapshot to snapshot.
+
+    A plain ``int`` field, because the hot path can afford an attribute increment and not a
+    ``Counter.labels().inc()``; see the module docstring for what "approximate" means.
+    """
+
+    __slots__ = ("ok",)
+
+    def __init__(self) -> None:
+        self.ok = 0
+
+
+# The ``result`` label of a failed lookup, by the error it raised (first match wins).
+LOOKUP_RESULTS = (
+    (ServiceNotFound, "service_not_found"),
+    (PartitionNotFound, "partition_not_found"),
+    (NoInstanceAvailable, "no_instance"),
+    (ValidationError, "invalid"),
+    (ClientClosed, "closed"),
+    (ZooKeeperUnavailable, "unavailable"),
+)
+
+
+def lookup_result(exc: Exception) -> str:
+    """The ``result`` label for a lookup that raised ``exc`` (``error`` if none fits)."""
+    return next((name for kind, name in LOOKUP_RESULTS if isinstance(exc, kind)), "error")
+
+
+# --- process-wide event metrics (created unregistered; register() exports them) -------------
+
+PROPAGATION_DELAY = Histogram(
+    "sentinel_propagation_delay_seconds",
+    "Time from a znode's modification (its mtime) to the cache applying it, by section.",
+    ["section"],
+    buckets=PROPAGATION_BUCKETS,
+    registry=None,
+)
+AUTH_VERSION = Gauge(
+    "sentinel_auth_version_applied",
+    "The credential version this process applied last, by service.",
+    ["service"],
+    registry=None,
+)
+AUTH_ROTATIONS = Counter(
+    "sentinel_auth_rotations_total",
+    "Credential rotations by service and outcome (started, completed, failed).",
+    ["service", "outcome"],
+    registry=None,
+)
+SCRAPE_DURATION = Histogram(
+    "sentinel_collector_scrape_duration_seconds",
+    "Time a metric collector took to collect one instance, by service and source.",
+    ["service", "source"],
+    registry=None,
+)
+SCRAPES = Counter(
+    "sentinel_collector_scrapes_total",
+    "Collections attempted by a metric collector, by service and source.",
+    ["service", "source"],
+    registry=None,
+)
+SCRAPE_ERRORS = Counter(
+    "sentinel_collector_scrape_errors_total",
+    "Failed collections by service, source and reason (timeout, error, publish).",
+    ["service", "source", "reason"],
+    registry=None,
+)
+COLLECTOR_INSTANCES = Gauge(
+    "sentinel_collector_instances",
+    "Instances this metric collector is responsible for, by service.",
+    ["service"],
+    registry=None,
+)
+COLLECTOR_MEMBERS = Gauge(
+    "sentinel_collector_members",
+    "Live members of this metric collector's cluster, itself included.",
+    registry=None,
+)
+SHARD_PLACEMENTS = Counter(
+    "sentinel_shard_placements_total",
+    "Keys placed by the shard manager, by policy.",
+    ["policy"],
+    registry=None,
+)
+SHARD_ALERTS = Counter(
+    "sentinel_shard_alerts_total",
+    "Partitions in use found without a live instance by the shard manager, by policy.",
+    ["policy"],
+    registry=None,
+)
+SHARD_LEADER = Gauge(
+    "sentinel_shard_manager_leader",
+    "1 while this shard manager replica leads its policy, else 0.",
+    ["policy"],
+    registry=None,
+)
+
+EVENT_METRICS = (
+    PROPAGATION_DELAY,
+    AUTH_VERSION,
+    AUTH_ROTATIONS,
+    SCRAPE_DURATION,
+    SCRAPES,
+    SCRAPE_ERRORS,
+    COLLECTOR_INSTANCES,
+    COLLECTOR_MEMBERS,
+    SHARD_PLACEMENTS,
+    SHARD_ALERTS,
+    SHARD_LEADER,
+)
+
+
+def observe_propagation(section: str, stat: ZnodeStat) -> None:
+    """Record how long a change of ``section`` took from ZooKeeper to the cache.
+
+    Called on the cache's worker thread right after the read that applies the change. The
+    server stamped ``mtime``; on one host (or with synchronised clocks) the difference is the
+    propagation delay. A negative difference (clock skew) counts as zero.
+    """
+    PROPAGATION_DELAY.labels(section).observe(max(time.time() - stat.mtime / 1000.0, 0.0))
+
+
+def auth_version_applied(service: str, version: int) -> None:
+    """The authentication side's report: this process now uses ``version`` for ``service``."""
+    AUTH_VERSION.labels(service).set(version)
+
+
+def auth_rotation(service: str, outcome: str) -> None:
+    """The authentication manager's report: a rotation of ``service`` ``started``,
+    ``completed`` or ``failed``."""
+    AUTH_ROTATIONS.labels(service, outcome).inc()
+
+
+# --- per-client state, read at scrape time ----------------------------------------------------
+
+
+class ClientCollector(Collector):
+    """Exports the state of the clients registered with one registry, read at scrape time.
+
+    Clients are held weakly and leave on ``close()``; series of several clients with the same
+    ``client`` id are summed.
+    """
+
+    def __init__(self) -> None:
+        self._clients: weakref.WeakSet[Sentinel] = weakref.WeakSet()
+
+    def add(self, client: Sentinel) -> None:
+        """Export ``client`` from now on."""
+        self._clients.add(client)
+
+    def discard(self, client: Sentinel) -> None:
+        """Stop exporting ``client``."""
+        self._clients.discard(client)
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The metric families of every registered client (called by the registry)."""
+        families = {
+            "lookups": CounterMetricFamily(
+                "sentinel_lookups",
+                "get_service/get_services calls by service and result.",
+                labels=["client", "service", "result"],
+            ),
+            "age": GaugeMetricFamily(
+                "sentinel_cache_snapshot_age_seconds",
+                "Seconds since the cached snapshot of a service was built from ZooKeeper reads.",
+                labels=["client", "service"],
+            ),
+            "state": GaugeMetricFamily(
+                "sentinel_zookeeper_connection_state",
+                "1 for the client's current connection state "
+                "(connected, suspended, lost), 0 for the others.",
+                labels=["client", "state"],
+            ),
+            "staleness": GaugeMetricFamily(
+                "sentinel_cache_staleness_seconds",
+                "Seconds since the connection was lost (0 while connected).",
+                labels=["client"],
+            ),
+            "session": CounterMetricFamily(
+                "sentinel_zookeeper_session_events",
+                "ZooKeeper connection state changes seen (connected, suspended, lost).",
+                labels=["client", "event"],
+            ),
+        }
+        stats_families = {
+            field: CounterMetricFamily(f"sentinel_cache_{field}", help_text, labels=["client"])
+            for field, help_text in (
+                ("watch_events", "ZooKeeper watch events received by the cache."),
+                ("decode_errors", "Nodes the cache could not decode and skipped."),
+                ("resyncs", "Full re-reads after a reconnection."),
+                ("read_throughs", "Shard keys read from ZooKeeper on a cache miss (Procedure 1)."),
+                ("negative_hits", "Shard-key misses answered by the negative cache."),
+            )
+        }
+        lookups: dict[tuple[str, str, str], int] = {}
+        ages: dict[tuple[str, str], float] = {}
+        session: dict[tuple[str, str], int] = {}
+        stats: dict[str, dict[str, int]] = {field: {} for field in stats_families}
+        for client in list(self._clients):
+            cid = client.client_id
+            for (service, result), count in client.lookup_counts.items():
+                key = (cid, service, result)
+                lookups[key] = lookups.get(key, 0) + count
+            for service, age in client.snapshot_ages.items():
+                ages[(cid, service)] = max(ages.get((cid, service), 0.0), age)
+            for state in ("connected", "suspended", "lost"):
+                current = 1.0 if client.connection_state == state else 0.0
+                families["state"].add_metric([cid, state], current)
+            families["staleness"].add_metric([cid], client.staleness)
+            cache_stats = client.cache_stats
+            for event, count in dict(cache_stats.session_events).items():  # kazoo's thread writes
+                session[(cid, event)] = session.get((cid, event), 0) + count
+            for field, values in stats.items():
+                values[cid] = values.get(cid, 0) + getattr(cache_stats, field)
+        for labels, count in sorted(lookups.items()):
+            families["lookups"].add_metric(list(labels), count)
+        for labels, age in sorted(ages.items()):
+            families["age"].add_metric(list(labels), age)
+        for labels, count in sorted(session.items()):
+            families["session"].add_metric(list(labels), count)
+        for field, family in stats_families.items():
+            for cid, count in sorted(stats[field].items()):
+                family.add_metric([cid], count)
+        yield from families.values()
+        yield from stats_families.values()
+
+
+_exports: weakref.WeakKeyDictionary[CollectorRegistry, ClientCollector] = (
+    weakref.WeakKeyDictionary()
+)
+_exports_lock = threading.Lock()
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> ClientCollector:
+    """Export Sentinel's metrics from ``registry`` (once per registry); return its client
+    collector, to which :class:`~sentinel.Sentinel` clients add themselves."""
+    with _exports_lock:
+        collector = _exports.get(registry)
+        if collector is None:
+            collector = ClientCollector()
+            registry.register(collector)
+            for metric in EVENT_METRICS:
+                registry.register(metric)
+            _exports[registry] = collector
+        return collector
