@@ -292,8 +292,9 @@ def _import(args: argparse.Namespace) -> int:
         if not args.dry_run:
             progress = Progress(len(changes), "importing")
             items = list(changes.items())
-            for start in range(0, len(items), IMPORT_BATCH):
-                batch = dict(items[start : start + IMPORT_BATCH])
+            size = max(args.batch, 1)
+            for start in range(0, len(items), size):
+                batch = dict(items[start : start + size])
                 update_keys(zk, args.policy, batch)  # committed per batch: a re-run resumes
                 progress.advance(len(batch))
             progress.close()
