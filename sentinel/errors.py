@@ -101,3 +101,7 @@ class NoInstanceAvailable(SentinelError):
 
 class NamespaceNotFound(SentinelError):
     """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+
+
+class EndpointFailed(SentinelError):
+    """Work kept failing on freshly resolved endpoints; the last failure is the ``__cause__``."""

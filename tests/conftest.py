@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -54,3 +55,26 @@ def raw_zk(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[KazooClient]:
     yield zk
     zk.stop()
     zk.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for every Spark test (starting one takes seconds).
+
+    Two cores, no UI; the workers run this interpreter, so they import this checkout.
+    """
+    from pyspark.sql import SparkSession
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYSPARK_PYTHON", sys.executable)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sentinel-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()
