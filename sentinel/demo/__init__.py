@@ -30,6 +30,7 @@ from kazoo.client import KazooClient
 
 from policies import MinLag
 from sentinel.client import Sentinel
+from sentinel.devserver import resolve_hosts
 from sentinel.demo.job import Aggregate, Gate
 from sentinel.demo.world import Agents, LagCollector, Partition
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
@@ -204,6 +205,8 @@ def run_demo(
     """Run the demonstration, reporting each line through ``emit``; True if every check passed."""
     if partitions < 2 or replicas < 2 or tenants < 2 * partitions:
         raise ValueError("the demo needs 2+ partitions, 2+ replicas and 2+ tenants per partition")
+    if hosts is not None:
+        hosts = resolve_hosts(hosts)  # bad input fails here, before anything starts
     checks: list[bool] = []
 
     def check(what: str, ok: bool) -> None:
