@@ -30,9 +30,9 @@ from kazoo.client import KazooClient
 
 from policies import MinLag
 from sentinel.client import Sentinel
-from sentinel.devserver import resolve_hosts
 from sentinel.demo.job import Aggregate, Gate
 from sentinel.demo.world import Agents, LagCollector, Partition
+from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
