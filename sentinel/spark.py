@@ -300,7 +300,5 @@ def with_endpoint(
 
     added = [StructField(f"{prefix}{name}", StringType(), True) for name in ENDPOINT_COLUMNS]
     schema = StructType([*df.schema.fields, *added])
-    rows = resolve_partitions(
-        df, service, _append_endpoint, key=key, policy=policy, config=config, retries=0
-    )
+    rows = resolve_partitions(df, service, _append_endpoint, key=key, policy=policy, config=config)
     return df.sparkSession.createDataFrame(rows, schema)
