@@ -33,6 +33,12 @@ ensure_graphviz() {
     command -v dot >/dev/null || apt_install graphviz || echo "run.sh: graphviz not installed" >&2
 }
 
+ensure_postgresql() {
+    # The auth backend's, the collector's and the demo's PostgreSQL tests start real servers.
+    [ -d /usr/lib/postgresql ] || command -v initdb >/dev/null || apt_install postgresql \
+        || echo "run.sh: PostgreSQL not installed; its tests will say they were skipped" >&2
+}
+
 ensure_venv() {
     local stamp
     stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
@@ -58,6 +64,7 @@ case "$command" in
     test)
         ensure_zookeeper
         ensure_graphviz
+        ensure_postgresql
         ensure_venv
         .venv/bin/ruff check sentinel policies balancers benchmarks tests
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sentinel import Sentinel
+from sentinel.auth import ClientKeyring
 from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
 
@@ -113,6 +114,6 @@ def writer_and_reader() -> Iterator[tuple[LocalZooKeeper, Sentinel, Sentinel]]:
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "bench-writer") as writer,
-        Sentinel(zk.connect_string, "bench-reader") as reader,
+        Sentinel(zk.connect_string, "bench-reader", auth_keys=ClientKeyring.generate()) as reader,
     ):
         yield zk, writer, reader

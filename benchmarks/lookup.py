@@ -3,7 +3,8 @@
 Per-call latency is timed call by call with ``perf_counter_ns`` and the timer's own cost (an
 empty timed call, measured the same way) subtracted; throughput is a tight loop of calls.
 Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup misses the CPU
-caches); keyed with 1,000 hot keys. All with 20 instances and round robin.
+caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached. All with
+20 instances and round robin.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import Sentinel
+from sentinel.testing import wait_until
 
 
 def _timed(call, args_list) -> list[float]:
@@ -65,6 +67,8 @@ def main(argv=None) -> None:
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
             writer.register_service("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
+            writer.register_service("vault", "p0", f"10.2.0.{i}", 80, label=f"v{i}")
+        writer.update_auth("vault", "bench-reader", {"user": "bench", "password": "not-secret"})
         rng = random.Random(7)
         keyed_args = [("db", keys[rng.randrange(len(keys))]) for _ in range(args.calls)]
         hot = keys[:1000]
@@ -72,8 +76,10 @@ def main(argv=None) -> None:
         plain_args = [("api",)] * args.calls
         reader.get_service("db", keys[0])
         reader.get_service("api")
+        wait_until(lambda: reader.get_service("vault").auth is not None)
         cases = {
             "unsharded, 20 instances": plain_args,
+            "unsharded, 20 instances, with auth": [("vault",)] * args.calls,
             f"keyed, 20 instances, random of {args.keys:,} keys": keyed_args,
             "keyed, 20 instances, 1,000 hot keys": hot_args,
         }

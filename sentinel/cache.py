@@ -31,8 +31,11 @@ from cachetools import TTLCache
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from balancers import Balancer, RoundRobin
+from sentinel.auth.envelope import Credential
+from sentinel.auth.reader import CredentialReader
 from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
@@ -42,6 +45,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.events import (
+    AuthChanged,
     ChangeEvent,
     ConnectionChanged,
     InstancesChanged,
@@ -49,7 +53,16 @@ from sentinel.events import (
     ServiceSpecChanged,
     ShardKeysChanged,
 )
-from sentinel.layout import CLIENTS, METRICS, SERVICES, SHARD_INFO, service_path
+from sentinel.layout import (
+    AUTH,
+    CLIENTS,
+    METRICS,
+    SERVICES,
+    SHARD_INFO,
+    auth_path,
+    client_path,
+    service_path,
+)
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode
 from sentinel.registry import decode_children, pipelined_reads
 from sentinel.shards import (
@@ -80,6 +93,7 @@ class ServiceSnapshot:
     ``metrics`` holds every metrics node by instance name (an instance's endpoint carries its
     own); ``invalid`` names the nodes that could not be decoded and are skipped.
     ``balancer`` is the service's default balancer, carried from snapshot to snapshot.
+    ``auth`` is this client's decrypted credential, attached to every endpoint.
     """
 
     spec: ServiceSpec
@@ -89,6 +103,7 @@ class ServiceSnapshot:
     up: Mapping[str | None, tuple[Endpoint, ...]]
     invalid: frozenset[str]
     balancer: Balancer
+    auth: Credential | None = None
 
     @classmethod
     def build(
@@ -98,9 +113,10 @@ class ServiceSnapshot:
         metrics: Mapping[str, MetricsRecord],
         invalid: frozenset[str],
         balancer: Balancer,
+        auth: Credential | None = None,
     ) -> ServiceSnapshot:
-        """Attach metrics and index by partition, once per change rather than per lookup."""
-        endpoints = {name: _with_metrics(e, metrics.get(name)) for name, e in endpoints.items()}
+        """Attach metrics and auth and index by partition, once per change, not per lookup."""
+        endpoints = {name: _attach(e, metrics.get(name), auth) for name, e in endpoints.items()}
         ordered = sorted(endpoints.values(), key=lambda e: (e.partition, e.label))
         partitions: dict[str | None, list[Endpoint]] = {None: ordered}
         for endpoint in ordered:
@@ -113,25 +129,27 @@ class ServiceSnapshot:
             up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
             invalid=invalid,
             balancer=balancer,
+            auth=auth,
         )
 
     def rebuilt(self, **changes: Any) -> ServiceSnapshot:
-        """A new snapshot with some of spec, endpoints, metrics or invalid replaced."""
+        """A new snapshot with some of spec, endpoints, metrics, invalid or auth replaced."""
         fields = {
             "spec": self.spec,
             "endpoints": self.endpoints,
             "metrics": self.metrics,
             "invalid": self.invalid,
             "balancer": self.balancer,
+            "auth": self.auth,
         }
         return ServiceSnapshot.build(**(fields | changes))
 
 
-def _with_metrics(endpoint: Endpoint, record: MetricsRecord | None) -> Endpoint:
+def _attach(endpoint: Endpoint, record: MetricsRecord | None, auth: Credential | None) -> Endpoint:
     values, at = (NO_METRICS, None) if record is None else (record.values, record.measured_at)
-    if endpoint.metrics == values and endpoint.metrics_at == at:
+    if endpoint.metrics == values and endpoint.metrics_at == at and endpoint.auth is auth:
         return endpoint
-    return replace(endpoint, metrics=values, metrics_at=at)
+    return replace(endpoint, metrics=values, metrics_at=at, auth=auth)
 
 
 @dataclass
@@ -143,20 +161,27 @@ class CacheStats:
     negative_hits: int = 0
     resyncs: int = 0
     watch_events: int = 0
+    auth_errors: int = 0
 
 
 def _diff(
     service: str, old: Mapping[str, Endpoint], new: Mapping[str, Endpoint]
 ) -> list[ChangeEvent]:
-    """The events between two endpoint maps: membership and state, then metrics alone."""
+    """The events between two endpoint maps: membership and state, then metrics alone.
+
+    Auth is the same on every endpoint and has an event of its own (:class:`AuthChanged`).
+    """
     added = tuple(new[n] for n in sorted(new.keys() - old.keys()))
     removed = tuple(old[n] for n in sorted(old.keys() - new.keys()))
     updated, metrics = [], []
     for name in sorted(old.keys() & new.keys()):
         before, after = old[name], new[name]
-        if before == after:
+        if replace(before, auth=after.auth) == after:
             continue
-        if replace(before, metrics=after.metrics, metrics_at=after.metrics_at) == after:
+        if (
+            replace(before, metrics=after.metrics, metrics_at=after.metrics_at, auth=after.auth)
+            == after
+        ):
             metrics.append((before, after))
         else:
             updated.append((before, after))
@@ -192,8 +217,10 @@ class RegistryCache:
         negative_size: int = 10_000,
         announce: bool = True,
         app: str | None = None,
+        credentials: CredentialReader | None = None,
     ) -> None:
         self._zk = zk
+        self._credentials = credentials
         self._client_id = client_id
         self._nodes = nodes
         self._load_timeout = load_timeout
@@ -312,6 +339,8 @@ class RegistryCache:
             section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
             if section is not None:
                 self._enqueue(("gone", section, parts[2], parts[3]))
+        elif len(parts) == 4 and parts[1] == AUTH[1:]:
+            self._enqueue(("auth", parts[2]))  # only this client's own node is watched
         elif len(parts) == 4 and parts[1] == SERVICES[1:]:
             self._enqueue(("instance", parts[2], parts[3]))
         elif len(parts) == 3 and parts[1] == METRICS[1:]:
@@ -377,6 +406,9 @@ class RegistryCache:
         elif kind == "gone":
             if task[2] in self.snapshots:
                 self._forget_child(task[1], task[2], task[3])
+        elif kind == "auth":
+            if task[1] in self.snapshots:
+                self._refresh_auth(task[1])
         elif kind == "policy":
             if task[1] in self.shard_maps:
                 self._load_policy(task[1])
@@ -482,21 +514,25 @@ class RegistryCache:
         metrics, bad_metrics = self._read_section("metrics", service)
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
+        auth = self._read_auth(service)
         snapshot = ServiceSnapshot.build(
-            spec, endpoints, metrics, frozenset(bad_instances | bad_metrics), RoundRobin()
+            spec, endpoints, metrics, frozenset(bad_instances | bad_metrics), RoundRobin(), auth
         )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
         if self._announce:
-            self._register_client(service)
+            self._register_client(service, auth)
         self.snapshots[service] = snapshot
         return snapshot
 
-    def _register_client(self, service: str) -> None:
-        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions."""
-        parent = f"{CLIENTS}/{service}"
-        self._zk.ensure_path(parent)
-        path = f"{parent}/{self._client_id}"
+    def _register_client(self, service: str, auth: Credential | None) -> None:
+        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions.
+
+        It also confirms which credential version the client has applied (Procedure 2).
+        """
+        # Open to every client: under a secured namespace each one adds its own node here.
+        self._zk.ensure_path(f"{CLIENTS}/{service}", acl=OPEN_ACL_UNSAFE)
+        path = client_path(service, self._client_id)
         document = {
             "client_id": self._client_id,
             "app": self._app,
@@ -504,7 +540,7 @@ class RegistryCache:
             "pid": os.getpid(),
             "started": time.time(),
             "sentinel_version": __version__,
-            "auth_version": None,
+            "auth_version": None if auth is None else auth.version,
         }
         self._nodes.put(path, encode(path, document))
 
@@ -515,6 +551,39 @@ class RegistryCache:
             self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
         for event in _diff(service, old.endpoints, snapshot.endpoints):
             self._emit(service, event)
+        if old.auth != snapshot.auth:
+            versions = [None if a is None else a.version for a in (old.auth, snapshot.auth)]
+            self._emit(service, AuthChanged(service, *versions, snapshot.auth))
+            # Confirmed only now that the listeners (the application's pools) have it.
+            if self._announce:
+                self._register_client(service, snapshot.auth)
+
+    # --- auth ---------------------------------------------------------------------------------
+
+    def _read_auth(self, service: str) -> Credential | None:
+        """This client's newest readable credential for ``service``, setting the watch."""
+        if self._credentials is None:
+            return None
+        path = auth_path(service, self._client_id)
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            self._zk.exists(path, watch=self._watch)  # to learn when it is created
+            return None
+        try:
+            credential, errors = self._credentials.newest(service, path, data)
+        except DecodeError as exc:
+            credential, errors = None, [exc]
+        for error in errors:
+            self.stats.auth_errors += 1
+            log.warning("skipping a credential: %s", error)  # messages hold no secrets
+        return credential
+
+    def _refresh_auth(self, service: str) -> None:
+        current = self.snapshots[service]
+        auth = self._read_auth(service)
+        if auth != current.auth:
+            self._swap(service, current.rebuilt(auth=auth))
 
     def _refresh_service(self, service: str) -> None:
         """Re-read the spec and every node of the service, setting the watches again."""
@@ -535,6 +604,7 @@ class RegistryCache:
                 endpoints=endpoints,
                 metrics=metrics,
                 invalid=frozenset(bad_instances | bad_metrics),
+                auth=self._read_auth(service),
             ),
         )
 

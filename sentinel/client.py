@@ -16,6 +16,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sentinel import shards
+from sentinel.auth import acl
+from sentinel.auth.keys import ClientKeyring, ManagerKey, verify_key
+from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
+from sentinel.auth.reader import CredentialReader
+from sentinel.auth.store import publish_public_keys
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
@@ -98,6 +103,14 @@ class Sentinel:
     ``announce=False`` keeps the client out of ``/clients`` (tools that only look, such as
     the CLI, should not appear as dependents). ``app`` names the service this client belongs
     to, so that ``sentinel deps`` can draw service-to-service edges (default: the client id).
+
+    ``auth_keys`` is this client's key ring (a :class:`~sentinel.auth.ClientKeyring` or the
+    path of its file; default: ``$SENTINEL_AUTH_KEY_FILE`` or ``$SENTINEL_AUTH_KEY``). With
+    one, the client publishes its public keys and every endpoint carries its decrypted
+    credential in ``auth``. ``auth_signer`` (the manager's public key text) makes it reject
+    credentials the manager did not sign. ``identity`` (``"user:password"``, default
+    ``$SENTINEL_ZK_IDENTITY``) is the ZooKeeper digest identity of a secured namespace
+    (``sentinel init --secure``); nodes this client creates are writable by it alone.
     """
 
     def __init__(
@@ -113,14 +126,27 @@ class Sentinel:
         feedback: InstanceFeedback | None = None,
         announce: bool = True,
         app: str | None = None,
+        auth_keys: ClientKeyring | str | os.PathLike[str] | None = None,
+        auth_signer: str | None = None,
+        identity: str | None = None,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
+        if auth_keys is None:
+            self._keyring = ClientKeyring.from_env()
+        elif isinstance(auth_keys, ClientKeyring):
+            self._keyring = auth_keys
+        else:
+            self._keyring = ClientKeyring.load(auth_keys)
+        identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
         self._zk = KazooClient(
-            hosts=f"{self.hosts}{self.namespace}", timeout=session_timeout, handler=PollHandler()
+            hosts=f"{self.hosts}{self.namespace}",
+            timeout=session_timeout,
+            handler=PollHandler(),
+            **acl.client_arguments(identity),
         )
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
@@ -132,6 +158,14 @@ class Sentinel:
             negative_ttl=negative_ttl,
             announce=announce,
             app=None if app is None else validate_name("app", app),
+            credentials=None
+            if self._keyring is None
+            else CredentialReader(
+                self._keyring,
+                self.namespace,
+                self.client_id,
+                None if auth_signer is None else verify_key(auth_signer),
+            ),
         )
         # The hot path reads these two dicts directly: one attribute lookup less per call.
         self._snapshots = self._cache.snapshots
@@ -172,6 +206,8 @@ class Sentinel:
         try:
             for section in SECTIONS:
                 self._zk.ensure_path(section)
+            if self._keyring is not None:
+                publish_public_keys(self._zk, self.client_id, self._keyring)
         except BaseException:
             self._zk.stop()
             self._zk.close()
@@ -580,3 +616,48 @@ class Sentinel:
         """
         self._require_started()
         return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]
+
+    # --- authentication manager ---------------------------------------------------------------
+
+    @translate_zk_errors
+    def update_auth(
+        self,
+        service: str,
+        client: str,
+        credential: Mapping[str, Any],
+        *,
+        signer: ManagerKey | None = None,
+    ) -> int:
+        """Publish ``credential`` (``{"user": ..., "password": ...}``) for a client of a service.
+
+        It is encrypted to the client's newest published public key (HPKE) and replaces the
+        credentials published before; returns its version. ``signer`` signs it for clients
+        that trust only the manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound`
+        when the client has published no key, :class:`~sentinel.errors.ValidationError` for a
+        malformed credential, in both cases before anything is written.
+        """
+        self._require_started()
+        return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
+
+    @translate_zk_errors
+    def rotate_auth(
+        self,
+        service: str,
+        clients: str | list[str] | tuple[str, ...],
+        backend: CredentialBackend,
+        *,
+        timeout: float = 30.0,
+        signer: ManagerKey | None = None,
+    ) -> RotationResult:
+        """Rotate the credentials of ``clients`` of ``service`` by Procedure 2.
+
+        The backend creates each new credential, it is published alongside the old one, and
+        the old one is revoked only once every live client has confirmed the new version
+        (see :mod:`sentinel.auth.manager`). Raises :class:`~sentinel.errors.RotationFailed`
+        naming the step (and, on a timeout, the clients that had not confirmed); the old
+        credential then still works.
+        """
+        self._require_started()
+        names = [clients] if isinstance(clients, str) else list(clients)
+        rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
+        return rotation.run(timeout)

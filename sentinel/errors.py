@@ -64,6 +64,14 @@ class DevServerNotRunning(LauncherError):
     """No local development server is running, and no connect string was given."""
 
 
+class PostgresNotInstalled(LauncherError):
+    """No PostgreSQL server binaries were found; the message says what to install."""
+
+
+class PostgresStartFailed(LauncherError):
+    """A PostgreSQL server command failed; the message holds its error and the log's tail."""
+
+
 class RegistryConflict(SentinelError):
     """Another writer kept changing the same node while Sentinel tried to write it."""
 
@@ -101,6 +109,54 @@ class NoInstanceAvailable(SentinelError):
 
 class NamespaceNotFound(SentinelError):
     """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+
+
+class AccessDenied(RegistryError):
+    """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
+
+
+class AuthError(SentinelError):
+    """Base class of the errors of credential distribution (``/auth``)."""
+
+
+class KeyFileError(AuthError):
+    """A client key file or variable is missing, unreadable or not a Sentinel key ring."""
+
+
+class ClientKeyNotFound(AuthError):
+    """The client has published no public key, so no credential can be encrypted to it."""
+
+
+class EnvelopeError(AuthError):
+    """A credential envelope cannot be opened: the reason says which check failed.
+
+    The message names the service, client, version and key id, never secret material.
+    """
+
+
+class UnknownKeyId(EnvelopeError):
+    """The envelope was encrypted to a key this client does not hold."""
+
+
+class DecryptionFailed(EnvelopeError):
+    """The ciphertext does not authenticate: tampered, the wrong key, or moved to another node."""
+
+
+class SignatureInvalid(EnvelopeError):
+    """The envelope is unsigned or not signed by the authentication manager the client trusts."""
+
+
+class RotationFailed(AuthError):
+    """A credential rotation stopped at one step; the old credential is still valid.
+
+    ``step`` is ``create``, ``publish``, ``confirm`` or ``revoke``; ``laggards`` names the live
+    clients that had not applied the new version when the rotation gave up waiting.
+    """
+
+    def __init__(self, step: str, message: str, laggards: tuple[str, ...] = ()) -> None:
+        super().__init__(f"rotation failed at step {step!r}: {message}")
+        self.step = step
+        self.laggards = laggards
 
 
 class EndpointFailed(SentinelError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sentinel.auth.envelope import Credential
 from sentinel.endpoint import Endpoint
 from sentinel.records import ServiceSpec
 
@@ -58,6 +59,27 @@ class ConnectionChanged:
     at: float
 
 
+@dataclass(frozen=True)
+class AuthChanged:
+    """This client's credential for ``service`` changed: rebuild connection pools on it.
+
+    ``old_version``/``new_version`` are None when there was or is no readable credential;
+    ``credential`` is the new one (its repr shows no secret). The client confirms the new
+    version in ``/clients/<service>/<client>`` only after every listener has returned, so a
+    rotation waits for the application, not just for the cache.
+    """
+
+    service: str
+    old_version: int | None
+    new_version: int | None
+    credential: Credential | None
+
+
 ChangeEvent = (
-    InstancesChanged | MetricsChanged | ServiceSpecChanged | ShardKeysChanged | ConnectionChanged
+    InstancesChanged
+    | MetricsChanged
+    | ServiceSpecChanged
+    | ShardKeysChanged
+    | ConnectionChanged
+    | AuthChanged
 )

@@ -17,6 +17,8 @@ SHARD_INFO = "/shard_info"
 METRICS = "/metrics"
 CLIENTS = "/clients"
 SECTIONS = (SERVICES, AUTH, SHARD_INFO, METRICS, CLIENTS)
+# Clients' public keys; '.keys' can never be a service name, so it cannot collide with one.
+AUTH_KEYS = f"{AUTH}/.keys"
 
 NAME_MAX_LENGTH = 128
 # ':' separates partition and label in an instance node name, so it is not allowed in names.
@@ -89,3 +91,18 @@ def instance_path(service: str, partition: str, label: str) -> str:
 def metrics_path(service: str, partition: str, label: str) -> str:
     """The persistent node of one instance's metrics."""
     return f"{METRICS}/{service}/{instance_name(partition, label)}"
+
+
+def auth_path(service: str, client: str) -> str:
+    """The persistent node holding a client's encrypted credentials for a service."""
+    return f"{AUTH}/{service}/{client}"
+
+
+def auth_keys_path(client: str) -> str:
+    """The persistent node holding a client's public keys."""
+    return f"{AUTH_KEYS}/{client}"
+
+
+def client_path(service: str, client: str) -> str:
+    """The ephemeral node of a client using a service (with the auth version it applied)."""
+    return f"{CLIENTS}/{service}/{client}"

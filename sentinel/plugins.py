@@ -1,5 +1,6 @@
-"""Policies and balancers by name, from the ``sentinel.policies`` / ``sentinel.balancers``
-entry points, so that the CLI and configuration files can name third-party ones.
+"""Policies, balancers and credential backends by name, from the ``sentinel.policies`` /
+``sentinel.balancers`` / ``sentinel.auth_backends`` entry points, so that the CLI and
+configuration files can name third-party ones.
 
 A package adds its own in its ``pyproject.toml``::
 
@@ -16,6 +17,7 @@ from sentinel.errors import ValidationError
 
 POLICIES = "sentinel.policies"
 BALANCERS = "sentinel.balancers"
+AUTH_BACKENDS = "sentinel.auth_backends"
 
 
 def available(group: str) -> list[str]:

@@ -10,11 +10,12 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.errors import ConnectionInterrupted, RegistryError, SentinelError
+from sentinel.errors import AccessDenied, ConnectionInterrupted, RegistryError, SentinelError
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -28,6 +29,10 @@ def translate(exc: BaseException, operation: str) -> BaseException:
         return ConnectionInterrupted(
             f"connection to ZooKeeper lost during {operation} ({type(exc).__name__}); "
             "retry once the client has reconnected"
+        )
+    if isinstance(exc, NoAuthError):
+        return AccessDenied(
+            f"ZooKeeper's ACLs refused {operation}: this client's identity may not write there"
         )
     if isinstance(exc, KazooException) and not isinstance(exc, SentinelError):
         return RegistryError(f"ZooKeeper refused {operation}: {type(exc).__name__} {exc}")

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
+from sentinel.errors import PostgresNotInstalled
 from sentinel.launcher import LocalZooKeeper
+from sentinel.pgserver import LocalPostgres
 
 
 @pytest.fixture(scope="session")
@@ -55,6 +59,42 @@ def raw_zk(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[KazooClient]:
     yield zk
     zk.stop()
     zk.close()
+
+
+@pytest.fixture
+def postgres() -> Iterator[LocalPostgres]:
+    """A PostgreSQL primary of the test's own (``add_replica()`` streams from it)."""
+    try:
+        server = LocalPostgres()
+    except PostgresNotInstalled as exc:
+        pytest.skip(f"PostgreSQL is not installed here and could not be: {exc}")
+    with server:
+        yield server
+
+
+SENTINEL = str(Path(sys.executable).with_name("sentinel"))
+
+
+@pytest.fixture
+def cli(zookeeper: LocalZooKeeper, namespace: str) -> Callable[..., subprocess.CompletedProcess]:
+    """Run ``sentinel ARGS --zk ... --namespace ...``; returns the CompletedProcess."""
+
+    def run(
+        *args: str, namespace_override: str | None = None, timeout: float = 60, input: str = ""
+    ) -> subprocess.CompletedProcess:
+        command = [
+            SENTINEL,
+            *args,
+            "--zk",
+            zookeeper.connect_string,
+            "--namespace",
+            namespace_override or namespace,
+        ]
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False, input=input
+        )
+
+    return run
 
 
 @pytest.fixture(scope="session")

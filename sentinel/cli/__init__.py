@@ -14,13 +14,13 @@ from collections.abc import Callable, Sequence
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.cli import backup, deps, devzk, doctor, inspect, shard, watch
+from sentinel.cli import auth, backup, deps, devzk, doctor, inspect, shard, watch
 from sentinel.cli.common import exit_code, fail
 from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
-COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup)
+COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup, auth)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from sentinel.auth import acl
 from sentinel.cli.common import (
     EXIT_OK,
     Progress,
@@ -33,12 +34,22 @@ _BATCH_OPS = 200
 
 
 def _init(args: argparse.Namespace) -> int:
+    identities = None
+    if args.secure:
+        if not args.identities:
+            raise ValidationError("--secure needs --identities FILE (created when missing)")
+        identities = acl.load_identities(args.identities, create_missing=True)
     with client(args) as sentinel:  # starting a client creates the namespace and sections
-        document = {
+        document: dict[str, Any] = {
             "namespace": sentinel.namespace,
             "hosts": sentinel.hosts,
             "sections": list(SECTIONS),
+            "secured": identities is not None,
         }
+    if identities is not None:
+        with connect(args, identity=identities["admin"]) as zk:
+            document["acl_nodes"] = acl.secure_namespace(zk, identities)
+        document["identities"] = {role: i.split(":", 1)[0] for role, i in identities.items()}
     if args.json:
         print_json(document)
     else:
@@ -46,7 +57,20 @@ def _init(args: argparse.Namespace) -> int:
             f"namespace {document['namespace']} on {document['hosts']} is ready "
             f"({', '.join(SECTIONS)})"
         )
+        if identities is not None:
+            print(
+                f"ACLs set on {document['acl_nodes']} node(s); each role's identity "
+                f"(user:password) is in {args.identities}:"
+            )
+            for role, section in ROLE_SECTIONS.items():
+                print(f"  {role:<14} {document['identities'][role]:<14} writes {section}")
     return EXIT_OK
+
+
+ROLE_SECTIONS = {
+    "admin": "everything",
+    **{role: section for section, role in acl.SECTION_OWNERS.items()},
+}
 
 
 def _walk(zk: KazooClient, path: str) -> Iterator[tuple[str, bytes, int]]:
@@ -215,13 +239,24 @@ def _prune(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``init``, ``export``, ``import`` and ``prune``."""
-    add_command(
+    init = add_command(
         commands,
         "init",
         _init,
-        "create the namespace and its five sections",
+        "create the namespace and its five sections (--secure: with ACLs per role)",
         "Create the namespace root and /services, /auth, /shard_info, /metrics "
-        "and /clients (idempotent). ACLs per role arrive with the authentication manager.",
+        "and /clients (idempotent). With --secure, give each role a ZooKeeper digest "
+        "identity and set ACLs so that only the authentication manager writes /auth, "
+        "publishers /services, collectors /metrics and the shard manager /shard_info; "
+        "everyone reads, and clients add their own /clients nodes and public keys. Roles "
+        "then connect with $SENTINEL_ZK_IDENTITY=user:password (see docs/auth.md).",
+    )
+    init.add_argument("--secure", action="store_true", help="set ACLs per role")
+    init.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="JSON file of role -> 'user:password'; missing roles get generated ones "
+        "(the file is written with mode 0600)",
     )
 
     export = add_command(

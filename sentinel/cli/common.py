@@ -14,6 +14,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from sentinel.auth import acl
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
@@ -73,8 +74,13 @@ def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Non
 
 
 @contextlib.contextmanager
-def connect(args: argparse.Namespace, *, create: bool = False) -> Iterator[KazooClient]:
+def connect(
+    args: argparse.Namespace, *, create: bool = False, identity: str | None = None
+) -> Iterator[KazooClient]:
     """A plain kazoo client rooted at the namespace, for operator commands.
+
+    It acts as ``identity`` (``user:password``; default ``$SENTINEL_ZK_IDENTITY``) in a
+    secured namespace.
 
     Raises ZooKeeperUnavailable, or NamespaceNotFound if the namespace does not exist and
     ``create`` is false (reading commands never create it).
@@ -82,7 +88,10 @@ def connect(args: argparse.Namespace, *, create: bool = False) -> Iterator[Kazoo
     hosts = resolve_hosts(args.zk)
     namespace = validate_namespace(args.namespace)
     zk = KazooClient(
-        hosts=f"{hosts}{namespace}", timeout=max(args.timeout, 2.0), handler=PollHandler()
+        hosts=f"{hosts}{namespace}",
+        timeout=max(args.timeout, 2.0),
+        handler=PollHandler(),
+        **acl.client_arguments(identity or os.environ.get(acl.IDENTITY_ENV) or None),
     )
     try:
         with warnings.catch_warnings():

@@ -21,7 +21,7 @@ from sentinel.cli.common import (
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.launcher import four_letter_word
-from sentinel.layout import AUTH, CLIENTS, METRICS, SECTIONS
+from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS
 from sentinel.records import ServiceSpec
 from sentinel.registry import list_services, read_metrics, read_service
 from sentinel.shards import ShardPolicySpec, iter_assignments, policy_path
@@ -85,8 +85,8 @@ def _acl(zk: KazooClient, namespace: str) -> Finding:
             "warn",
             "acl",
             f"anyone can write under {namespace}",
-            f"zkCli.sh: addauth digest <admin>:<password>; setAcl -R {namespace} "
-            "auth::cdrwa,world:anyone:r",
+            f"sentinel init --secure --identities FILE --namespace {namespace} "
+            "(ACLs per role, see docs/auth.md)",
         )
     return Finding("ok", "acl", f"{namespace} is not world-writable")
 
@@ -194,7 +194,7 @@ def _partitions(
 
 def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
     findings = []
-    for service in zk.get_children(AUTH):
+    for service in sorted(set(zk.get_children(AUTH)) - {AUTH_KEYS.rsplit("/", 1)[1]}):
         try:
             users = set(zk.get_children(f"{CLIENTS}/{service}"))
         except NoNodeError:

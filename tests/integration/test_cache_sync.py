@@ -140,6 +140,8 @@ def test_a_server_restart_resyncs_the_cache():
             assert reader.get_service("api").label == "a"  # stale but served
             zk.members[0].restart()
             assert wait_until(lambda: reader.cache_stats.resyncs > resyncs, timeout=30)
+            # Under load the writer's session may have expired meanwhile: wait for its new one.
+            assert wait_until(lambda: writer.connection_state == "connected", timeout=30)
             writer.register_service("api", "p1", "h2", 80, label="b")
             assert wait_until(lambda: len(reader.get_services("api")) == 2, timeout=10), (
                 "watches were not re-set after the restart"

@@ -20,24 +20,6 @@ SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 
 
 @pytest.fixture
-def cli(zookeeper, namespace):
-    """Run ``sentinel ARGS --zk ... --namespace ...``; returns the CompletedProcess."""
-
-    def run(*args, namespace_override=None, timeout=60):
-        command = [
-            SENTINEL,
-            *args,
-            "--zk",
-            zookeeper.connect_string,
-            "--namespace",
-            namespace_override or namespace,
-        ]
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-
-    return run
-
-
-@pytest.fixture
 def world(make_client):
     """orders-db sharded over p1/p2 (p2 empty of live replicas), with lag metrics; api."""
     publisher = make_client("publisher")

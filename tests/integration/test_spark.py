@@ -2,6 +2,7 @@
 on a local SparkSession (two worker processes) resolution per partition, one ZooKeeper session
 per worker process, a replica leaving during a job, and a replica dying mid-partition."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 from policies import MinLag
+from sentinel.auth import ClientKeyring
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
 from sentinel.feedback import InstanceFeedback
@@ -275,3 +277,21 @@ def test_a_replica_dying_mid_partition_is_retried_elsewhere_and_the_job_complete
     )
     with pytest.raises(Exception, match="EndpointFailed"):
         job.collect()
+
+
+def test_workers_given_the_key_file_read_the_clients_credential(
+    world, spark, make_client, tmp_path
+):
+    keys = tmp_path / "etl.keys"
+    ClientKeyring.generate().save(keys)
+    make_client("etl", auth_keys=keys)  # publishes the client's public keys
+    version = world.publisher.update_auth(SERVICE, "etl", {"user": "etl", "password": "s3cret"})
+    config = dataclasses.replace(world.config, key_file=str(keys))
+
+    def credential(endpoint, rows):
+        return [(endpoint.auth["user"], endpoint.auth["password"], endpoint.auth.version)]
+
+    rdd = spark.sparkContext.parallelize(ROWS, 4)
+    seen = set(resolve_partitions(rdd, SERVICE, credential, key=0, config=config).collect())
+
+    assert seen == {("etl", "s3cret", version)}

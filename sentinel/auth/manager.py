@@ -1,0 +1,296 @@
+"""The authentication manager: publish credentials, and rotate them by Procedure 2.
+
+:func:`update_auth` encrypts one credential to a client's newest public key and makes it the
+only live one. :class:`Rotation` is the paper's Procedure 2 with confirmed propagation:
+
+1. ``create``: the backend makes a new credential (the old one keeps working);
+2. ``publish``: it is published *in front of* the old one, so clients switch to it;
+3. ``confirm``: wait until every live ``/clients/<service>/<client>`` node reports the new
+   version (a client writes it after its listeners have rebuilt their pools), or time out
+   naming the clients that have not;
+4. ``revoke``: only then remove the old envelopes from ``/auth`` and revoke the old
+   credentials in the backend.
+
+A failure at any step raises :class:`~sentinel.errors.RotationFailed` with the step, and the old
+credential still works: after ``create`` or ``publish`` fails the new one is withdrawn; after
+``confirm`` times out both stay published (a lagging client still holds a valid one) and
+:meth:`Rotation.complete` finishes the job later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from sentinel.auth.envelope import seal, validate_credential
+from sentinel.auth.keys import ManagerKey
+from sentinel.auth.store import (
+    MAX_LIVE_CREDENTIALS,
+    AuthRecord,
+    change_auth,
+    read_auth,
+    read_public_keys,
+)
+from sentinel.errors import DecodeError, RotationFailed, SentinelError, ValidationError
+from sentinel.layout import client_path, validate_name
+from sentinel.records import decode
+
+log = logging.getLogger(__name__)
+
+
+class CredentialBackend(Protocol):
+    """Where credentials are made and revoked: a database, a mail relay, a queue broker.
+
+    ``create`` returns the new credential's fields (``user``, ``password``, ...) for
+    ``version``; ``revoke`` makes that version stop working. Both must be idempotent: a
+    rotation retried after a failure may call them again for the same version.
+    """
+
+    def create(self, service: str, client: str, version: int) -> Mapping[str, Any]: ...
+
+    def revoke(self, service: str, client: str, version: int) -> None: ...
+
+
+def _seal_for(
+    zk: KazooClient,
+    namespace: str,
+    service: str,
+    client: str,
+    version: int,
+    credential: Mapping[str, Any],
+    signer: ManagerKey | None,
+) -> dict[str, Any]:
+    recipient = read_public_keys(zk, client).keys[0]  # newest key first
+    return seal(
+        credential,
+        recipient,
+        namespace=namespace,
+        service=service,
+        client=client,
+        version=version,
+        signer=signer,
+    )
+
+
+def live_versions(zk: KazooClient, service: str, client: str) -> tuple[int, ...]:
+    """The versions published for (service, client), newest first; () when none."""
+    try:
+        record, _ = read_auth(zk, service, client)
+    except DecodeError:
+        return ()
+    return () if record is None else record.versions
+
+
+def update_auth(
+    zk: KazooClient,
+    namespace: str,
+    service: str,
+    client: str,
+    credential: Mapping[str, Any],
+    *,
+    signer: ManagerKey | None = None,
+    keep: Iterable[int] = (),
+) -> int:
+    """Publish ``credential`` as the newest version for (service, client); return the version.
+
+    Versions older than the new one are dropped unless listed in ``keep``. Validation and
+    encryption happen before anything is written.
+    """
+    validate_name("service", service)
+    validate_name("client", client)
+    validate_credential(credential)
+    keep = set(keep)
+    written: dict[str, int] = {}
+
+    def change(current: AuthRecord | None) -> AuthRecord:
+        versions = () if current is None else current.versions
+        version = (versions[0] if versions else 0) + 1
+        envelope = _seal_for(zk, namespace, service, client, version, credential, signer)
+        kept = [e for e in (current.envelopes if current else ()) if e["version"] in keep]
+        if len(kept) + 1 > MAX_LIVE_CREDENTIALS:
+            raise ValidationError(
+                f"{service}/{client} would hold more than {MAX_LIVE_CREDENTIALS} credentials"
+            )
+        written["version"] = version
+        return AuthRecord(service, client, (envelope, *kept))
+
+    change_auth(zk, service, client, change)
+    log.info("published credential v%d for client %s of %s", written["version"], client, service)
+    return written["version"]
+
+
+def withdraw(zk: KazooClient, service: str, client: str, versions: Iterable[int]) -> None:
+    """Remove some versions from ``/auth/<service>/<client>`` (the node goes when none is left)."""
+    gone = set(versions)
+
+    def change(current: AuthRecord | None) -> AuthRecord | None:
+        if current is None:
+            return None
+        left = tuple(e for e in current.envelopes if e["version"] not in gone)
+        return AuthRecord(service, client, left) if left else None
+
+    change_auth(zk, service, client, change)
+
+
+def applied_versions(zk: KazooClient, service: str, clients: Iterable[str]) -> dict[str, Any]:
+    """The auth version each *live* client reports in ``/clients`` (absent: not live)."""
+    applied: dict[str, Any] = {}
+    for client in clients:
+        path = client_path(service, client)
+        try:
+            data, _ = zk.get(path)
+        except NoNodeError:
+            continue
+        try:
+            applied[client] = decode(path, data).get("auth_version")
+        except DecodeError:
+            applied[client] = None  # a node it cannot read has not confirmed anything
+    return applied
+
+
+@dataclass(frozen=True)
+class RotationResult:
+    """A completed rotation: the new version per client and how long confirmation took."""
+
+    service: str
+    versions: Mapping[str, int]
+    revoked: Mapping[str, tuple[int, ...]]
+    confirmed_in: float
+
+
+class Rotation:
+    """Procedure 2 for one service and one or more of its clients.
+
+    Example::
+
+        rotation = Rotation(zk, "/sentinel", "billing-db", ["billing-api"], backend)
+        result = rotation.run(timeout=30)      # RotationFailed names the step (and laggards)
+    """
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        namespace: str,
+        service: str,
+        clients: Iterable[str],
+        backend: CredentialBackend,
+        *,
+        signer: ManagerKey | None = None,
+    ) -> None:
+        self._zk = zk
+        self._namespace = namespace
+        self.service = validate_name("service", service)
+        self.clients = tuple(validate_name("client", c) for c in clients)
+        if not self.clients:
+            raise ValidationError("a rotation needs at least one client")
+        self._backend = backend
+        self._signer = signer
+
+    def __repr__(self) -> str:
+        return f"Rotation(service={self.service!r}, clients={self.clients!r})"
+
+    def run(self, timeout: float = 30.0) -> RotationResult:
+        """Create, publish, confirm and revoke; see the module's description."""
+        old = {c: live_versions(self._zk, self.service, c) for c in self.clients}
+        new: dict[str, int] = {}
+        try:
+            for client in self.clients:
+                version = (old[client][0] if old[client] else 0) + 1
+                credential = self._step(
+                    "create", self._backend.create, self.service, client, version
+                )
+                self._step(
+                    "publish",
+                    update_auth,
+                    self._zk,
+                    self._namespace,
+                    self.service,
+                    client,
+                    credential,
+                    signer=self._signer,
+                    keep=old[client],
+                )
+                new[client] = version
+        except RotationFailed:
+            self._abandon(new, old)
+            raise
+        return self.complete(new, timeout)
+
+    def resume(self, timeout: float = 30.0) -> RotationResult:
+        """Finish a rotation whose confirmation timed out: the newest version is the new one."""
+        live = {c: live_versions(self._zk, self.service, c) for c in self.clients}
+        return self.complete({c: v[0] for c, v in live.items() if len(v) > 1}, timeout)
+
+    def complete(self, versions: Mapping[str, int], timeout: float = 30.0) -> RotationResult:
+        """Steps 3 and 4 for versions already published (also: finish a timed-out rotation)."""
+        started = time.monotonic()
+        self._confirm(versions, timeout)
+        confirmed_in = time.monotonic() - started
+        revoked: dict[str, tuple[int, ...]] = {}
+        for client, version in versions.items():
+            older = tuple(v for v in live_versions(self._zk, self.service, client) if v < version)
+            self._step("revoke", withdraw, self._zk, self.service, client, older)
+            for old_version in older:
+                self._step("revoke", self._backend.revoke, self.service, client, old_version)
+            revoked[client] = older
+        log.info("rotation of %s done: %s", self.service, dict(versions))
+        return RotationResult(self.service, dict(versions), revoked, confirmed_in)
+
+    def _step(self, step: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as exc:
+            # The cause's type and message: backends and Sentinel put no secrets in them.
+            detail = str(exc) if isinstance(exc, SentinelError) else type(exc).__name__
+            raise RotationFailed(step, f"{detail}; the old credential is still valid") from exc
+
+    def _abandon(self, new: Mapping[str, int], old: Mapping[str, tuple[int, ...]]) -> None:
+        """Withdraw and revoke what a failed rotation created; the old credentials stay."""
+        for client, version in new.items():
+            try:
+                withdraw(self._zk, self.service, client, [version])
+                self._backend.revoke(self.service, client, version)
+            except Exception:
+                log.exception("could not withdraw v%d of %s/%s", version, self.service, client)
+
+    def _confirm(self, versions: Mapping[str, int], timeout: float) -> None:
+        """Wait until every live client reports its new version, woken by watches."""
+        changed = threading.Event()
+
+        def wake(_event: object) -> None:
+            changed.set()
+
+        deadline = time.monotonic() + timeout
+        while True:
+            changed.clear()
+            laggards = []
+            for client, version in versions.items():
+                # The watch fires on any change of the node, including its deletion.
+                self._zk.exists(client_path(self.service, client), watch=wake)
+                applied = applied_versions(self._zk, self.service, [client])
+                if client in applied and not _reached(applied[client], version):
+                    laggards.append(client)
+            if not laggards:
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RotationFailed(
+                    "confirm",
+                    f"{', '.join(laggards)} had not applied the new credential after "
+                    f"{timeout:g}s; both old and new are published and valid; finish with "
+                    f"'sentinel auth rotate --service {self.service} --resume'",
+                    tuple(laggards),
+                )
+            # Watches wake us at once; the cap re-checks in case one fired between reads.
+            changed.wait(min(remaining, 1.0))
+
+
+def _reached(applied: object, version: int) -> bool:
+    return isinstance(applied, int) and not isinstance(applied, bool) and applied >= version

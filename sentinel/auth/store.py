@@ -1,0 +1,146 @@
+"""The ``/auth`` nodes: a client's live credentials for a service, and its public keys.
+
+``/auth/<service>/<client>`` holds one JSON document whose ``credentials`` list is newest
+first; it has one entry normally and two (new, old) while a rotation waits for confirmation.
+Every write is a compare-and-set on the node's version, so two managers never lose each
+other's changes. Everything read here is checked: a node another program wrote may be
+anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sentinel.auth.envelope import envelope_version
+from sentinel.auth.keys import ClientKeyring, PublishedKeys
+from sentinel.errors import ClientKeyNotFound, DecodeError, RegistryConflict, ValidationError
+from sentinel.layout import auth_keys_path, auth_path
+from sentinel.records import decode, encode, fields_of
+
+MAX_LIVE_CREDENTIALS = 4
+_CAS_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class AuthRecord:
+    """The decoded ``/auth/<service>/<client>`` node: envelopes, newest first."""
+
+    service: str
+    client: str
+    envelopes: tuple[dict[str, Any], ...]
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        """The live credential versions, newest first."""
+        return tuple(e["version"] for e in self.envelopes)
+
+    def to_bytes(self, path: str) -> bytes:
+        """The node's value."""
+        return encode(
+            path,
+            {"service": self.service, "client": self.client, "credentials": list(self.envelopes)},
+        )
+
+    @classmethod
+    def from_bytes(cls, service: str, client: str, path: str, data: bytes | None) -> AuthRecord:
+        """Decode and check the node; versions must be distinct and newest first."""
+        document = decode(path, data)
+        with fields_of(path):
+            envelopes = document["credentials"]
+            if not isinstance(envelopes, list) or not 0 < len(envelopes) <= MAX_LIVE_CREDENTIALS:
+                raise ValidationError(
+                    f"credentials must be a list of 1-{MAX_LIVE_CREDENTIALS} envelopes"
+                )
+            versions = [envelope_version(e, path) for e in envelopes]
+            if versions != sorted(set(versions), reverse=True):
+                raise ValidationError("credential versions are not distinct and newest first")
+            if (document["service"], document["client"]) != (service, client):
+                raise ValidationError("written for another service or client (moved node?)")
+        return cls(service, client, tuple(envelopes))
+
+
+def read_auth(zk: KazooClient, service: str, client: str) -> tuple[AuthRecord | None, int]:
+    """The node and its version (-1 when it does not exist: create it instead)."""
+    path = auth_path(service, client)
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return None, -1
+    return AuthRecord.from_bytes(service, client, path, data), stat.version
+
+
+def write_auth(zk: KazooClient, record: AuthRecord, expected_version: int) -> None:
+    """Write the node if it is still at ``expected_version``; BadVersionError otherwise."""
+    path = auth_path(record.service, record.client)
+    data = record.to_bytes(path)
+    if expected_version < 0:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            raise BadVersionError() from None
+    else:
+        zk.set(path, data, version=expected_version)
+
+
+def change_auth(zk: KazooClient, service: str, client: str, change: Any) -> AuthRecord | None:
+    """Apply ``change(record | None) -> record | None`` with compare-and-set retries.
+
+    ``change`` returning None deletes the node. Returns the record written.
+    """
+    path = auth_path(service, client)
+    for _ in range(_CAS_ATTEMPTS):
+        try:
+            current, version = read_auth(zk, service, client)
+        except DecodeError:
+            # An unreadable node is replaced, not merged: nothing in it can be used anyway.
+            current, version = None, zk.exists(path).version
+        new = change(current)
+        try:
+            if new is None:
+                if version >= 0:
+                    zk.delete(path, version=version)
+            else:
+                write_auth(zk, new, version)
+        except (BadVersionError, NoNodeError):
+            continue
+        return new
+    raise RegistryConflict(f"{path} kept changing during {_CAS_ATTEMPTS} attempts")
+
+
+def read_public_keys(zk: KazooClient, client: str) -> PublishedKeys:
+    """The client's published public keys; ClientKeyNotFound if it has none."""
+    path = auth_keys_path(client)
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError:
+        raise ClientKeyNotFound(
+            f"client {client!r} has published no public key at {path}: start it with a key "
+            "ring (Sentinel(auth_keys=...)) or run 'sentinel auth keygen --publish'"
+        ) from None
+    return PublishedKeys.from_bytes(client, path, data)
+
+
+def publish_public_keys(zk: KazooClient, client: str, keyring: ClientKeyring) -> bool:
+    """Publish the ring's public keys unless they are there already; True if written."""
+    path = auth_keys_path(client)
+    published = keyring.published(client)
+    data = published.to_bytes(path)
+    try:
+        current, stat = zk.get(path)
+    except NoNodeError:
+        try:
+            zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            return publish_public_keys(zk, client, keyring)
+        return True
+    try:
+        if PublishedKeys.from_bytes(client, path, current) == published:
+            return False
+    except DecodeError:
+        pass  # replaced below
+    zk.set(path, data, version=stat.version)
+    return True

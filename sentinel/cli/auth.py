@@ -1,0 +1,250 @@
+"""``sentinel auth``: client keys, publishing credentials, rotation, and who has applied what."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from sentinel.auth.keys import ClientKeyring, ManagerKey
+from sentinel.auth.manager import Rotation, applied_versions, live_versions
+from sentinel.auth.store import publish_public_keys, read_public_keys
+from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_json, print_table
+from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
+from sentinel.layout import AUTH, CLIENTS, validate_name
+from sentinel.plugins import AUTH_BACKENDS, load
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    path = Path(args.out)
+    if args.manager:
+        key = ManagerKey.generate()
+        key.save(path)
+        document: dict[str, Any] = {"file": str(path), "id": key.id, "public": key.public_text}
+        if not args.json:
+            print(f"manager signing key {key.id} written to {path}")
+            print(f"clients trust it with Sentinel(auth_signer={key.public_text!r})")
+    else:
+        ring = ClientKeyring.load(path).with_new_key() if args.add else ClientKeyring.generate()
+        if path.exists() and not args.add:
+            raise ValidationError(f"{path} exists: use --add to add a key to it")
+        ring.save(path)
+        document = {"file": str(path), "key_ids": list(ring.key_ids)}
+        if args.publish:
+            if not args.client:
+                raise ValidationError("--publish needs --client ID")
+            with connect(args) as zk:
+                document["published"] = publish_public_keys(zk, args.client, ring)
+        if not args.json:
+            print(f"key ring {path}: keys {', '.join(ring.key_ids)} (newest first)")
+    if args.json:
+        print_json(document)
+    return EXIT_OK
+
+
+def _credential(args: argparse.Namespace) -> dict[str, Any]:
+    """From a JSON file or stdin: a secret never appears on the command line (ps shows it)."""
+    text = sys.stdin.read() if args.credential == "-" else Path(args.credential).read_text()
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise ValidationError("the credential must be a JSON object") from None
+    if not isinstance(document, dict):
+        raise ValidationError("the credential must be a JSON object")
+    return document
+
+
+def _signer(args: argparse.Namespace) -> ManagerKey | None:
+    return ManagerKey.load(args.signing_key) if args.signing_key else None
+
+
+def _set(args: argparse.Namespace) -> int:
+    credential = _credential(args)
+    with client(args) as sentinel:
+        version = sentinel.update_auth(args.service, args.client, credential, signer=_signer(args))
+    if args.json:
+        print_json({"service": args.service, "client": args.client, "version": version})
+    else:
+        print(f"published credential v{version} for client {args.client} of {args.service}")
+    return EXIT_OK
+
+
+def _backend(args: argparse.Namespace) -> Any:
+    options = {}
+    for option in args.option:
+        name, sep, value = option.partition("=")
+        if not sep:
+            raise ValidationError(f"--option {option!r} is not NAME=VALUE")
+        # env:NAME keeps a DSN with a password out of the command line.
+        options[name] = os.environ.get(value[4:], "") if value.startswith("env:") else value
+    return load(AUTH_BACKENDS, args.backend, **options)
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _rotate(args: argparse.Namespace) -> int:
+    backend = _backend(args)
+    with client(args) as sentinel, connect(args) as zk:
+        clients = args.client or _children(zk, f"{AUTH}/{args.service}")
+        if not clients:
+            raise ValidationError(f"no client has credentials for {args.service}: name --client")
+        rotation = Rotation(
+            zk, sentinel.namespace, args.service, clients, backend, signer=_signer(args)
+        )
+        try:
+            result = (
+                rotation.resume(args.timeout_confirm)
+                if args.resume
+                else rotation.run(args.timeout_confirm)
+            )
+        except RotationFailed as exc:
+            if args.json:
+                print_json({"step": exc.step, "laggards": list(exc.laggards), "error": str(exc)})
+            raise
+    if args.json:
+        print_json(
+            {
+                "service": result.service,
+                "versions": dict(result.versions),
+                "revoked": {c: list(v) for c, v in result.revoked.items()},
+                "confirmed_in": result.confirmed_in,
+            }
+        )
+    else:
+        rows = [
+            (c, f"v{v}", ", ".join(f"v{o}" for o in result.revoked.get(c, ())) or "-")
+            for c, v in sorted(result.versions.items())
+        ]
+        print_table(rows, ("client", "new", "revoked"))
+        print(f"confirmed by every live client in {result.confirmed_in * 1000:.0f} ms")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    service = validate_name("service", args.service)
+    with connect(args) as zk:
+        clients = sorted(
+            set(_children(zk, f"{AUTH}/{service}")) | set(_children(zk, f"{CLIENTS}/{service}"))
+        )
+        applied = applied_versions(zk, service, clients)
+        rows = []
+        for name in clients:
+            try:
+                keys = ",".join(k.id for k in read_public_keys(zk, name).keys)
+            except (ClientKeyNotFound, DecodeError):
+                keys = "-"
+            rows.append(
+                {
+                    "client": name,
+                    "published": list(live_versions(zk, service, name)),
+                    "live": name in applied,
+                    "applied": applied.get(name),
+                    "keys": keys,
+                }
+            )
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(
+            [
+                (
+                    r["client"],
+                    ", ".join(f"v{v}" for v in r["published"]) or "-",
+                    "yes" if r["live"] else "no",
+                    "-" if r["applied"] is None else f"v{r['applied']}",
+                    r["keys"],
+                )
+                for r in rows
+            ],
+            ("client", "published", "live", "applied", "keys"),
+        )
+    return EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``auth keygen|set|rotate|status``."""
+    group = commands.add_parser(
+        "auth",
+        help="client keys, credentials and their rotation (/auth)",
+        description="Credentials are encrypted per client (HPKE to the client's public key) "
+        "and rotated by the paper's Procedure 2. See docs/auth.md.",
+    )
+    verbs = group.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    keygen = add_command(
+        verbs,
+        "keygen",
+        _keygen,
+        "create a client key ring (or the manager's signing key)",
+        "Write a new X25519 key ring to --out (mode 0600). --add puts a new key in front of "
+        "an existing ring, so the key itself can rotate; --publish writes the public keys to "
+        "/auth/.keys/<client>. --manager writes an Ed25519 signing key for the manager instead.",
+    )
+    keygen.add_argument("--out", required=True, metavar="FILE")
+    keygen.add_argument("--add", action="store_true", help="add a key to an existing ring")
+    keygen.add_argument("--publish", action="store_true", help="publish the public keys")
+    keygen.add_argument("--client", type=lambda v: validate_name("client", v), metavar="ID")
+    keygen.add_argument("--manager", action="store_true", help="a manager signing key")
+
+    for verb, handler, summary, description in (
+        (
+            "set",
+            _set,
+            "publish a credential for a client",
+            "Encrypt the credential (a JSON object read from FILE, or - for stdin; never "
+            "from the command line) to the client's newest public key and make it the "
+            "only live one.",
+        ),
+        (
+            "rotate",
+            _rotate,
+            "rotate credentials by Procedure 2 (create, publish, confirm, revoke)",
+            "Create new credentials through a backend, publish them next to the old ones, "
+            "wait until every live client confirms it applied them, then revoke the old ones. "
+            "Exit 1 naming the step on failure; the old credentials then still work.",
+        ),
+        (
+            "status",
+            _status,
+            "which clients have which credential versions",
+            "For each client of the service: published versions, whether it is live, the "
+            "version it confirmed, and its key ids.",
+        ),
+    ):
+        parser = add_command(verbs, verb, handler, summary, description)
+        parser.add_argument("--service", required=True)
+        if verb == "set":
+            parser.add_argument("--client", required=True)
+            parser.add_argument("credential", metavar="FILE")
+        if verb == "rotate":
+            parser.add_argument(
+                "--client", action="append", default=[], help="repeat; default: every client"
+            )
+            parser.add_argument(
+                "--backend", default="file", help="credential backend entry point (file, postgres)"
+            )
+            parser.add_argument(
+                "--option",
+                action="append",
+                default=[],
+                metavar="NAME=VALUE",
+                help="backend argument (VALUE env:NAME reads it from the environment), "
+                "e.g. path=creds.json or dsn=env:PG_ADMIN_DSN",
+            )
+            parser.add_argument("--timeout-confirm", type=float, default=30.0, metavar="SECONDS")
+            parser.add_argument(
+                "--resume", action="store_true", help="finish a rotation that timed out"
+            )
+        if verb in ("set", "rotate"):
+            parser.add_argument("--signing-key", metavar="FILE", help="manager key to sign with")

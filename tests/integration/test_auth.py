@@ -1,0 +1,282 @@
+"""Credential distribution on a real ZooKeeper: per-client encryption, Procedure 2, ACLs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from sentinel import Sentinel
+from sentinel.auth import ClientKeyring, ManagerKey
+from sentinel.auth.backends import FileBackend
+from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
+from sentinel.events import AuthChanged
+from sentinel.launcher import LocalZooKeeper
+from sentinel.layout import auth_path
+from sentinel.testing import expire_session, wait_until
+from tests.conftest import SENTINEL
+from tests.integration.recorder import Recorder
+
+pytestmark = pytest.mark.integration
+SERVICE = "billing-db"
+
+
+@pytest.fixture
+def manager(make_client):
+    client = make_client("auth-manager", announce=False)
+    client.ensure_service(SERVICE, scheme="postgresql")
+    client.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    return client
+
+
+def auth_of(client: Sentinel):
+    return client.get_service(SERVICE).auth
+
+
+def wait_for_version(client: Sentinel, version: int, timeout: float = 10.0) -> None:
+    reached = wait_until(lambda: (auth_of(client) or {"v": None}) and auth_of(client), timeout)
+    assert reached is not None
+    assert wait_until(lambda: auth_of(client).version == version, timeout) is not None, (
+        f"{client.client_id} still has {auth_of(client)!r}"
+    )
+
+
+def test_each_client_gets_its_own_credential_and_cannot_read_another(manager, make_client, raw_zk):
+    alice = make_client("alice", auth_keys=ClientKeyring.generate())
+    bob = make_client("bob", auth_keys=ClientKeyring.generate())
+    assert auth_of(alice) is None and auth_of(bob) is None
+    manager.update_auth(SERVICE, "alice", {"user": "alice", "password": "a-secret"})
+    manager.update_auth(SERVICE, "bob", {"user": "bob", "password": "b-secret"})
+    wait_for_version(alice, 1)
+    wait_for_version(bob, 1)
+    assert dict(auth_of(alice)) == {"user": "alice", "password": "a-secret"}
+    assert dict(auth_of(bob)) == {"user": "bob", "password": "b-secret"}
+
+    # Alice's node copied over Bob's: Bob cannot open it and keeps nothing from it.
+    errors_before = bob.cache_stats.auth_errors
+    data, _ = raw_zk.get(auth_path(SERVICE, "alice"))
+    raw_zk.set(auth_path(SERVICE, "bob"), data)
+    assert wait_until(lambda: bob.cache_stats.auth_errors > errors_before) is not None
+    assert auth_of(bob) is None
+    assert "a-secret" not in repr(bob.get_service(SERVICE))
+
+
+def test_listeners_hear_of_changes_and_the_client_confirms_after_them(manager, make_client):
+    client = make_client("worker", auth_keys=ClientKeyring.generate())
+    client.get_service(SERVICE)
+    heard = Recorder()
+    client.listen(SERVICE, heard)
+    manager.update_auth(SERVICE, "worker", {"user": "w", "password": "one"})
+    event = heard.wait(lambda e: isinstance(e, AuthChanged))
+    assert (event.old_version, event.new_version) == (None, 1)
+    assert event.credential["password"] == "one"
+    manager.update_auth(SERVICE, "worker", {"user": "w", "password": "two"})
+    event = heard.wait(lambda e: isinstance(e, AuthChanged) and e.new_version == 2)
+    assert event.old_version == 1
+
+
+def test_unknown_client_key_refused_before_writing(manager, raw_zk):
+    with pytest.raises(ClientKeyNotFound, match="nobody"):
+        manager.update_auth(SERVICE, "nobody", {"user": "x", "password": "y"})
+    with pytest.raises(ValidationError):
+        manager.update_auth(SERVICE, "nobody", {"password": ["not", "text"]})
+    assert raw_zk.exists(auth_path(SERVICE, "nobody")) is None
+
+
+def test_signed_credentials_only(manager, make_client):
+    signing_key = ManagerKey.generate()
+    strict = make_client(
+        "strict", auth_keys=ClientKeyring.generate(), auth_signer=signing_key.public_text
+    )
+    strict.get_service(SERVICE)
+    manager.update_auth(SERVICE, "strict", {"user": "s", "password": "unsigned"})
+    assert wait_until(lambda: strict.cache_stats.auth_errors >= 1) is not None
+    assert auth_of(strict) is None
+    manager.update_auth(SERVICE, "strict", {"user": "s", "password": "signed"}, signer=signing_key)
+    wait_for_version(strict, 2)
+    assert auth_of(strict)["password"] == "signed"
+
+
+def test_credential_survives_session_expiry(manager, make_client):
+    client = make_client("durable", auth_keys=ClientKeyring.generate())
+    manager.update_auth(SERVICE, "durable", {"user": "d", "password": "p1"})
+    wait_for_version(client, 1)
+    expire_session(client)
+    manager.update_auth(SERVICE, "durable", {"user": "d", "password": "p2"})
+    wait_for_version(client, 2, timeout=20)
+
+
+def test_rotation_waits_for_every_live_client(manager, make_client, tmp_path):
+    backend = FileBackend(tmp_path / "credentials.json")
+    clients = {
+        name: make_client(name, auth_keys=ClientKeyring.generate()) for name in ("api", "batch")
+    }
+    for name, client in clients.items():
+        manager.update_auth(SERVICE, name, backend.create(SERVICE, name, 1))
+        wait_for_version(client, 1)
+    old = {name: dict(auth_of(c)) for name, c in clients.items()}
+
+    # The batch client's application is slow to rebuild its pool: it holds the listener.
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_pool_rebuild(event):
+        if isinstance(event, AuthChanged) and event.new_version == 2:
+            entered.set()
+            release.wait(30)
+
+    clients["batch"].listen(SERVICE, slow_pool_rebuild)
+    outcome = {}
+    rotating = threading.Thread(
+        target=lambda: outcome.update(
+            result=manager.rotate_auth(SERVICE, ["api", "batch"], backend, timeout=30)
+        )
+    )
+    rotating.start()
+    assert entered.wait(10), "the batch client never saw the new credential"
+    wait_for_version(clients["api"], 2)
+    # While one client has not confirmed, the rotation waits and the old credentials live.
+    rotating.join(0.5)
+    assert rotating.is_alive()
+    assert all(backend.accepts(SERVICE, n, old[n]) for n in clients)
+    release.set()
+    rotating.join(30)
+    assert not rotating.is_alive()
+    result = outcome["result"]
+    assert dict(result.versions) == {"api": 2, "batch": 2}
+    assert dict(result.revoked) == {"api": (1,), "batch": (1,)}
+    for name, client in clients.items():
+        assert not backend.accepts(SERVICE, name, old[name])
+        assert backend.accepts(SERVICE, name, auth_of(client))
+
+
+def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
+    manager, make_client, tmp_path
+):
+    backend = FileBackend(tmp_path / "credentials.json")
+    fast = make_client("fast", auth_keys=ClientKeyring.generate())
+    paused = make_client("paused", auth_keys=ClientKeyring.generate())
+    for name, client in (("fast", fast), ("paused", paused)):
+        manager.update_auth(SERVICE, name, backend.create(SERVICE, name, 1))
+        wait_for_version(client, 1)
+    old_paused = dict(auth_of(paused))
+    release = threading.Event()
+    paused.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
+    try:
+        with pytest.raises(RotationFailed) as caught:
+            manager.rotate_auth(SERVICE, ["fast", "paused"], backend, timeout=1.5)
+    finally:
+        release.set()
+    assert caught.value.step == "confirm"
+    assert caught.value.laggards == ("paused",)
+    assert "paused" in str(caught.value)
+    assert backend.accepts(SERVICE, "paused", old_paused)
+    # Both versions stay published, so the laggard still holds a valid credential...
+    wait_for_version(paused, 2)
+    # ...and resuming finishes the job once it has confirmed.
+    from sentinel.auth.manager import Rotation
+
+    rotation = Rotation(manager._zk, manager.namespace, SERVICE, ["fast", "paused"], backend)
+    result = rotation.resume(timeout=10)
+    assert result.revoked == {"fast": (1,), "paused": (1,)}
+    assert not backend.accepts(SERVICE, "paused", old_paused)
+
+
+def test_a_failing_backend_leaves_the_old_credential(manager, make_client, tmp_path):
+    client = make_client("solo", auth_keys=ClientKeyring.generate())
+    manager.update_auth(SERVICE, "solo", {"user": "solo", "password": "old"})
+    wait_for_version(client, 1)
+
+    class Broken:
+        def create(self, service, client, version):
+            raise ConnectionError("backend down")
+
+        def revoke(self, service, client, version):
+            raise AssertionError("nothing was created, nothing to revoke")
+
+    with pytest.raises(RotationFailed) as caught:
+        manager.rotate_auth(SERVICE, "solo", Broken(), timeout=5)
+    assert caught.value.step == "create"
+    assert "ConnectionError" in str(caught.value)
+    assert auth_of(client)["password"] == "old"
+
+
+def test_cli_set_status_and_rotate(manager, make_client, cli, tmp_path):
+    make_client("cli-app", auth_keys=ClientKeyring.generate()).get_service(SERVICE)
+    credential = json.dumps({"user": "cli", "password": "from-stdin"})
+    done = cli("auth", "set", "--service", SERVICE, "--client", "cli-app", "-", input=credential)
+    assert done.returncode == 0, done.stderr
+    assert "from-stdin" not in done.stdout + done.stderr
+    store = tmp_path / "creds.json"
+    done = cli("auth", "rotate", "--service", SERVICE, "--option", f"path={store}", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["versions"] == {"cli-app": 2}
+    done = cli("auth", "status", "--service", SERVICE, "--json")
+    [row] = json.loads(done.stdout)
+    assert row["client"] == "cli-app" and row["published"] == [2] and row["applied"] == 2
+    assert row["live"] is True
+    bad = cli("auth", "rotate", "--service", SERVICE, "--backend", "vault")
+    assert bad.returncode == 2 and "vault" in bad.stderr
+
+
+@pytest.mark.slow
+def test_acls_keep_each_role_to_its_section(tmp_path: Path):
+    identities_file = tmp_path / "identities.json"
+    with LocalZooKeeper() as zk:
+        done = subprocess.run(
+            [
+                SENTINEL,
+                "init",
+                "--zk",
+                zk.connect_string,
+                "--secure",
+                "--identities",
+                str(identities_file),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        identities = json.loads(identities_file.read_text())
+        assert identities_file.stat().st_mode & 0o077 == 0
+        password = identities["publisher"].split(":", 1)[1]
+        assert password not in done.stdout + done.stderr
+
+        hosts = zk.connect_string
+        with (
+            Sentinel(hosts, "the-publisher", identity=identities["publisher"]) as publisher,
+            Sentinel(
+                hosts, "the-manager", identity=identities["auth_manager"], announce=False
+            ) as auth_manager,
+            Sentinel(
+                hosts, "an-app", auth_keys=ClientKeyring.generate(), identity="an-app:pw"
+            ) as app,
+        ):
+            publisher.register_service("db", "p1", "10.0.0.1", 5432)
+            assert app.get_service("db").port == 5432  # clients read, and add /clients nodes
+            with pytest.raises(AccessDenied):
+                publisher.update_auth("db", "an-app", {"user": "u", "password": "p"})
+            with pytest.raises(AccessDenied):
+                auth_manager.register_service("db", "p1", "10.6.6.6", 1)
+            with pytest.raises(AccessDenied):
+                app.update_metrics("db", "p1", "10.0.0.1_5432", {"lag": 0})
+            auth_manager.update_auth("db", "an-app", {"user": "u", "password": "p"})
+            assert wait_until(lambda: app.get_service("db").auth is not None) is not None
+
+        anonymous = KazooClient(hosts=f"{hosts}/sentinel")
+        anonymous.start(timeout=10)
+        try:
+            from kazoo.exceptions import NoAuthError
+
+            with pytest.raises(NoAuthError):
+                anonymous.create("/auth/db/an-app-2", b"{}")
+            with pytest.raises(NoAuthError):
+                anonymous.set("/auth/.keys/an-app", b"{}")  # a client's key is its own
+            anonymous.create("/auth/.keys/newcomer", b"{}")  # but any client adds its own
+        finally:
+            anonymous.stop()
+            anonymous.close()

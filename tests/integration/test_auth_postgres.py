@@ -1,0 +1,58 @@
+"""Procedure 2 against a real PostgreSQL server: new login role works, the old one is refused."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from sentinel.auth import ClientKeyring
+from sentinel.auth.backends import PostgresBackend
+from sentinel.pgserver import LocalPostgres
+from sentinel.testing import wait_until
+
+pytestmark = pytest.mark.integration
+SERVICE = "orders-db"
+
+
+def login(server: LocalPostgres, credential) -> str:
+    dsn = server.dsn(user=credential["user"], password=credential["password"])
+    with psycopg.connect(dsn, connect_timeout=10) as conn:
+        return conn.execute("SELECT current_user").fetchone()[0]
+
+
+def test_rotation_creates_a_login_role_and_drops_the_old_one(postgres, make_client):
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE ROLE orders_readers NOLOGIN")
+    backend = PostgresBackend(postgres.dsn(), member_of="orders_readers")
+    manager = make_client("auth-manager", announce=False)
+    manager.ensure_service(SERVICE, scheme="postgresql")
+    manager.register_service(
+        SERVICE, "p1", postgres.host, postgres.port, scheme="postgresql", label="primary"
+    )
+    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
+    app.get_service(SERVICE)
+
+    first = manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    assert first.versions == {"orders-api": 1}
+    assert wait_until(lambda: app.get_service(SERVICE).auth is not None) is not None
+    old = dict(app.get_service(SERVICE).auth)
+    assert login(postgres, old) == "orders_api_orders_db_v1"
+    # Its session is ended at revocation, not left running on a revoked credential.
+    held = psycopg.connect(postgres.dsn(user=old["user"], password=old["password"]))
+
+    second = manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    assert second.revoked == {"orders-api": (1,)}
+    new = dict(app.get_service(SERVICE).auth)  # confirmed, so the cache has it already
+    assert new["user"] == "orders_api_orders_db_v2"
+    assert login(postgres, new) == new["user"]
+    with pytest.raises(psycopg.OperationalError):
+        login(postgres, old)
+    with pytest.raises(psycopg.OperationalError):
+        held.execute("SELECT 1")
+    held.close()
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        member = conn.execute(
+            "SELECT pg_has_role(%s, 'orders_readers', 'MEMBER')", (new["user"],)
+        ).fetchone()
+    assert member == (True,)
+    assert "password" not in repr(backend) and postgres.password not in repr(backend)
