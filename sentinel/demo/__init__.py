@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from policies import MinLag
 from sentinel.client import Sentinel
 from sentinel.demo.job import Aggregate, Gate
-from sentinel.demo.world import Agents, LagCollector, Partition
+from sentinel.demo.world import Agents, LagCollector, Partition, Ticker
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.launcher import LocalZooKeeper
@@ -263,8 +263,15 @@ def run_demo(
         observer.prefetch(SERVICE)
         observer.listen(SERVICE, waiter)
         collector = LagCollector(admin, SERVICE, list(dbs.values()))
-        collector.start()
-        stack.callback(collector.stop)
+
+        def replicate_and_measure() -> None:
+            for db in dbs.values():
+                db.replay()
+            collector.publish()
+
+        ticker = Ticker(replicate_and_measure, 0.2)
+        ticker.start()
+        stack.callback(ticker.stop)
         emit(
             f"  {partitions * replicas} replicas registered; a collector publishes their "
             "replication lag every 0.2 s"

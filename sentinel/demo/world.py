@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from sentinel.client import Sentinel
@@ -113,41 +113,41 @@ class Partition:
 
 
 class LagCollector:
-    """The metric collector's job for the demo: replay, measure each replica's lag and publish
-    it with ``update_metrics`` every ``interval`` seconds, on a thread of its own."""
+    """The metric collector's part in the demo, kept in one place so that a collector sidecar
+    can take it over: measure every replica's lag and publish it with ``update_metrics``."""
 
-    def __init__(
-        self,
-        sentinel: Sentinel,
-        service: str,
-        partitions: Sequence[Partition],
-        interval: float = 0.2,
-    ) -> None:
+    def __init__(self, sentinel: Sentinel, service: str, partitions: Sequence[Partition]) -> None:
         self._sentinel = sentinel
         self._service = service
         self._partitions = partitions
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-collector", daemon=True)
 
     def publish(self) -> None:
-        """One round: replay, measure and publish every replica that can be read."""
+        """One round over every replica that can be read (one that cannot keeps its last value)."""
         for partition in self._partitions:
-            partition.replay()
             for label in partition.replicas:
                 lag = partition.lag(label)
-                if lag is not None:  # a replica that cannot be measured keeps its last value
+                if lag is not None:
                     self._sentinel.update_metrics(
                         self._service, partition.name, label, {"replication_lag": round(lag, 3)}
                     )
 
+
+class Ticker:
+    """Calls ``action`` every ``interval`` seconds on a thread of its own until stopped."""
+
+    def __init__(self, action: Callable[[], None], interval: float) -> None:
+        self._action = action
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-ticker", daemon=True)
+
     def start(self) -> None:
-        """Publish once now, then every ``interval`` seconds until :meth:`stop`."""
-        self.publish()
+        """Call ``action`` once now, then every ``interval`` seconds."""
+        self._action()
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop publishing."""
+        """Stop calling; waits for a call under way."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -155,9 +155,9 @@ class LagCollector:
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self.publish()
-            except Exception:  # the next round tries again, as a sidecar would
-                log.exception("publishing lag failed")
+                self._action()
+            except Exception:  # the next round tries again, as a daemon would
+                log.exception("demo background round failed")
 
 
 class Agents:
