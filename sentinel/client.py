@@ -465,6 +465,16 @@ class Sentinel:
         self._require_started()
         return self._cache.load(validate_name("service", service))
 
+    def partition_of(self, service: str, key: object) -> str | None:
+        """The partition ``key`` maps to for ``service``; None when it is not sharded.
+
+        ``get_service``'s first step, from the same cache, for callers that group keys by
+        partition (the Spark helpers). Raises as ``get_service`` does.
+        """
+        snapshot = self._snapshots.get(service) or self._load(service)
+        shard_policy = snapshot.spec.shard_policy
+        return None if shard_policy is None else self._partition(shard_policy, service, key)
+
     def _partition(self, shard_policy: str, service: str, key: object) -> str:
         """The key's partition: the cached map, else Procedure 1's read-through."""
         shard_map = self._shard_maps.get(shard_policy)

@@ -170,3 +170,7 @@ class SourceError(SentinelError):
 
 class SourceTimeout(SourceError):
     """A metric source did not answer within the collection's timeout."""
+
+
+class EndpointFailed(SentinelError):
+    """Work kept failing on freshly resolved endpoints; the last failure is the ``__cause__``."""

@@ -95,3 +95,26 @@ def cli(zookeeper: LocalZooKeeper, namespace: str) -> Callable[..., subprocess.C
         )
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One local SparkSession for every Spark test (starting one takes seconds).
+
+    Two cores, no UI; the workers run this interpreter, so they import this checkout.
+    """
+    from pyspark.sql import SparkSession
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYSPARK_PYTHON", sys.executable)
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("sentinel-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.python.worker.reuse", "true")
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        yield session
+        session.stop()

@@ -71,7 +71,16 @@ def _stop(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sentinel.demo import run_demo
 
-    return EXIT_OK if run_demo(print, hosts=args.zk, namespace=args.namespace) else 1
+    passed = run_demo(
+        print,
+        hosts=args.zk,
+        namespace=args.namespace,
+        tenants=args.tenants,
+        partitions=args.partitions,
+        replicas=args.replicas,
+        master=args.master,
+    )
+    return EXIT_OK if passed else 1
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -100,16 +109,31 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo",
         help="run the end-to-end demonstration against a real ZooKeeper",
-        description="Starts a throw-away ZooKeeper (unless --zk is given), maps tenants to "
-        "partitions with a shard policy, registers replicas, resolves every tenant from a "
-        "second client's cache, steers reads by replication lag, then moves a tenant, expires "
-        "the publisher's session, drains a replica and closes the publisher, timing how fast "
-        "each change reaches the cache. Exits 1 if a check fails.",
+        description="Starts a throw-away ZooKeeper (unless --zk is given); a shard manager "
+        "places tenants on partitions; each partition gets a primary and replica SQLite "
+        "databases, each replica registered by an agent process, and a collector publishes "
+        "their replication lag. A PySpark job then totals every tenant's orders, reading each "
+        "tenant from the least-lagging replica of its partition. Half-way, one replica falls "
+        "behind past the cut-off and another is killed; the job must read around both. "
+        "Totals are checked against the primaries; exits 1 if a check fails.",
     )
     demo.add_argument("--zk", metavar="HOSTS", help="use this ensemble instead of starting one")
     demo.add_argument(
         "--namespace",
         default=f"{DEFAULT_NAMESPACE}-demo",
         help="namespace root to use (removed at the end; default %(default)s)",
+    )
+    demo.add_argument("--tenants", type=int, default=12, help="tenants (default %(default)s)")
+    demo.add_argument(
+        "--partitions", type=int, default=3, help="shard partitions (default %(default)s)"
+    )
+    demo.add_argument(
+        "--replicas", type=int, default=2, help="replicas per partition (default %(default)s)"
+    )
+    demo.add_argument(
+        "--master",
+        default="local[2]",
+        help="Spark master (default %(default)s; a cluster's workers must see this machine's "
+        "files and have the package installed, see docs/spark.md)",
     )
     demo.set_defaults(handler=_demo)

@@ -1,0 +1,454 @@
+"""``sentinel demo``: the paper's first use case end to end, on this machine.
+
+A multi-tenant batch job on Spark reads each tenant's orders from the least-lagging replica of
+the tenant's partition. The demo starts a throw-away ZooKeeper (unless given one), lets the
+shard manager place the tenants on partitions, creates per partition a primary SQLite database
+and replicas that replay it (each registered by an agent process of its own), and runs a
+metric collector that publishes every replica's replication lag. A PySpark job then aggregates
+every tenant's orders through :mod:`sentinel.spark`. Halfway through, one replica stops
+replaying while its primary takes new orders, so that its lag passes the cut-off, and another
+replica's agent is killed and its database removed; the second half of the job must read
+around both. Totals are checked against the primaries; the run fails if any check does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sqlite3
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from policies import MinLag
+from sentinel.client import Sentinel
+from sentinel.demo.job import Aggregate, Gate
+from sentinel.demo.world import Agents, LagCollector, Partition, Ticker
+from sentinel.devserver import resolve_hosts
+from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
+from sentinel.launcher import LocalZooKeeper
+from sentinel.output import format_table
+from sentinel.registry import read_clients
+from sentinel.shard_manager import ShardManager
+from sentinel.spark import ClientConfig, resolve_partitions
+
+SERVICE = "orders-db"
+POLICY = "tenants"
+CUTOFF = 1.0
+ORDERS_PER_TENANT = 20
+WAIT = 60.0
+SPARK_LOGGING = """\
+rootLogger.level = error
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
+"""
+
+
+class _EventWaiter:
+    """Remembers when each change reached the observing client's cache."""
+
+    def __init__(self) -> None:
+        self._events: list[tuple[float, ChangeEvent]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event: ChangeEvent) -> None:
+        with self._changed:
+            self._events.append((time.time(), event))
+            self._changed.notify_all()
+
+    def wait(self, predicate: Callable[[ChangeEvent], bool]) -> tuple[float, ChangeEvent] | None:
+        """The (wall-clock time, event) of the first matching event, None if none came."""
+
+        def arrived() -> tuple[float, ChangeEvent] | None:
+            return next(((t, e) for t, e in self._events if predicate(e)), None)
+
+        with self._changed:
+            return self._changed.wait_for(arrived, WAIT)
+
+
+class _Progress:
+    """Follows the job's progress file: every read attempt, as the workers append them."""
+
+    def __init__(self, path: Path, emit: Callable[[str], None]) -> None:
+        self.path = path
+        self.events: list[dict[str, Any]] = []
+        self._emit = emit
+        self._offset = 0
+        path.touch()
+
+    def poll(self) -> None:
+        """Read and print what was appended since the last poll."""
+        with self.path.open(encoding="utf-8") as file:
+            file.seek(self._offset)
+            text = file.read()
+        complete = text[: text.rfind("\n") + 1]
+        self._offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            event = json.loads(line)
+            self.events.append(event)
+            if "saw_lag" in event:
+                continue
+            tenants = ", ".join(event["tenants"])
+            outcome = "read on" if event["ok"] else f"FAILED ({event['error']}) on"
+            self._emit(f"  worker {event['pid']}: {tenants} {outcome} {event['replica']}")
+
+    def tenants_read(self) -> set[str]:
+        """Tenants read successfully so far."""
+        return {t for e in self.events if e.get("ok") for t in e["tenants"]}
+
+
+def _remove_namespace(hosts: str, namespace: str) -> None:
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=10)
+    try:
+        zk.delete(namespace, recursive=True)
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@contextlib.contextmanager
+def _spark_session(master: str, workdir: Path) -> Iterator[Callable[[], Any]]:
+    """Start a SparkSession on a thread (the JVM takes seconds); yields a function that waits
+    for it. Workers run this interpreter; Spark logs only errors."""
+    conf_dir = workdir / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "log4j2.properties").write_text(SPARK_LOGGING)
+    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    holder: dict[str, Any] = {}
+
+    def start() -> None:
+        from pyspark.sql import SparkSession
+
+        try:
+            holder["session"] = (
+                SparkSession.builder.master(master)
+                .appName("sentinel-demo")
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.python.worker.reuse", "true")
+                .getOrCreate()
+            )
+        except Exception as exc:
+            holder["error"] = exc
+
+    starter = threading.Thread(target=start, name="demo-spark", daemon=True)
+    starter.start()
+
+    def session() -> Any:
+        starter.join()
+        if "error" in holder:
+            raise holder["error"]
+        return holder["session"]
+
+    try:
+        yield session
+    finally:
+        starter.join()
+        if "session" in holder:
+            holder["session"].stop()
+
+
+def _place_tenants(
+    sentinel: Sentinel, tenants: list[str], partitions: list[str]
+) -> tuple[dict[str, str], float]:
+    """Let a shard manager place every tenant; returns the placement and the seconds it took."""
+    sentinel.create_shard_policy(POLICY, "directory", partitions=partitions)
+    placed: dict[str, str] = {}
+    changed = threading.Condition()
+
+    def report(kind: str, details: dict[str, Any]) -> None:
+        if kind == "placed":
+            with changed:
+                placed[details["key"]] = details["partition"]
+                changed.notify_all()
+
+    manager = ShardManager(sentinel, POLICY, report)
+    runner = threading.Thread(target=manager.run, name="demo-shard-manager", daemon=True)
+    runner.start()
+    started = time.monotonic()
+    try:
+        for tenant in tenants:
+            sentinel.request_placement(POLICY, tenant)
+        with changed:
+            if not changed.wait_for(lambda: len(placed) == len(tenants), WAIT):
+                raise RuntimeError(f"the shard manager placed {len(placed)} of {len(tenants)}")
+    finally:
+        manager.stop()
+        runner.join()
+    return placed, time.monotonic() - started
+
+
+def run_demo(
+    emit: Callable[[str], None],
+    hosts: str | None = None,
+    namespace: str = "/sentinel-demo",
+    *,
+    tenants: int = 12,
+    partitions: int = 3,
+    replicas: int = 2,
+    master: str = "local[2]",
+) -> bool:
+    """Run the demonstration, reporting each line through ``emit``; True if every check passed."""
+    if partitions < 2 or replicas < 2 or tenants < 2 * partitions:
+        raise ValueError("the demo needs 2+ partitions, 2+ replicas and 2+ tenants per partition")
+    if hosts is not None:
+        hosts = resolve_hosts(hosts)  # bad input fails here, before anything starts
+    checks: list[bool] = []
+
+    def check(what: str, ok: bool) -> None:
+        checks.append(ok)
+        emit(f"  {'ok  ' if ok else 'FAIL'} {what}")
+
+    own_server = hosts is None
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sentinel-demo-")))
+        spark = stack.enter_context(_spark_session(master, workdir))
+        if hosts is None:
+            emit(f"[1/6] starting a throw-away ZooKeeper, and Spark ({master}) meanwhile ...")
+            started = time.monotonic()
+            hosts = stack.enter_context(LocalZooKeeper()).connect_string
+            emit(f"  ZooKeeper serving on {hosts} after {time.monotonic() - started:.2f}s")
+        else:
+            emit(f"[1/6] using ZooKeeper at {hosts}; starting Spark ({master}) meanwhile ...")
+        admin = stack.enter_context(Sentinel(hosts, "demo-admin", namespace))
+        stack.callback(_remove_namespace, hosts, namespace)
+
+        names = [f"t{i:02d}" for i in range(tenants)]
+        partition_names = [f"p{i + 1}" for i in range(partitions)]
+        emit(f"[2/6] the shard manager places {tenants} tenants on {partitions} partitions")
+        placement, took = _place_tenants(admin, names, partition_names)
+        emit(f"  placed in {took * 1000:.0f} ms:")
+        emit(
+            format_table(
+                [(p, ", ".join(t for t in names if placement[t] == p)) for p in partition_names],
+                headers=("PARTITION", "TENANTS"),
+            )
+        )
+
+        labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
+        emit(
+            f"[3/6] databases: per partition a primary and {replicas} replicas (SQLite in "
+            f"{workdir}), each replica registered by its own agent process"
+        )
+        dbs = {p: Partition(workdir, p, labels) for p in partition_names}
+        rng = random.Random(8)
+        for p, db in dbs.items():
+            here = [t for t in names if placement[t] == p]
+            db.write([(t, rng.randint(1, 500)) for _ in range(ORDERS_PER_TENANT) for t in here])
+            db.replay()
+        admin.ensure_service(SERVICE, scheme="sqlite", shard_policy=POLICY)
+        agents = Agents()
+        stack.callback(agents.stop)
+        for i, (p, db) in enumerate(dbs.items()):
+            for j, (label, path) in enumerate(db.replicas.items()):
+                port = str(15432 + 10 * i + j)
+                agents.start(f"{p}:{label}", hosts, namespace, SERVICE, p, label, port, str(path))
+        agents.wait_ready(WAIT)
+        observer = stack.enter_context(Sentinel(hosts, "demo-observer", namespace))
+        waiter = _EventWaiter()
+        observer.prefetch(SERVICE)
+        observer.listen(SERVICE, waiter)
+        collector = LagCollector(admin, SERVICE, list(dbs.values()))
+
+        def replicate_and_measure() -> None:
+            for db in dbs.values():
+                db.replay()
+            collector.publish()
+
+        ticker = Ticker(replicate_and_measure, 0.2)
+        ticker.start()
+        stack.callback(ticker.stop)
+        emit(
+            f"  {partitions * replicas} replicas registered; a collector publishes their "
+            "replication lag every 0.2 s"
+        )
+
+        emit("[4/6] waiting for Spark ...")
+        started = time.monotonic()
+        session = spark()
+        stack.callback(session.stop)  # before ZooKeeper stops under its workers' clients
+        emit(
+            f"  Spark {session.version} on {master} ready "
+            f"(waited {time.monotonic() - started:.1f}s more)"
+        )
+
+        lag_db, killed_db = dbs[partition_names[0]], dbs[partition_names[1]]
+        lagging, killed = f"{lag_db.name}:{labels[0]}", f"{killed_db.name}:{labels[0]}"
+        tasks = max(4, (tenants + 1) // 2)
+        slices = [names[i * tenants // tasks : (i + 1) * tenants // tasks] for i in range(tasks)]
+        first_half = tasks // 2
+        second_half = {t for s in slices[first_half:] for t in s}
+        config = ClientConfig(hosts=hosts, namespace=namespace, client_id="demo-etl")
+        progress = _Progress(workdir / "progress.jsonl", emit)
+        go = workdir / "go"
+        rows = (
+            session.sparkContext.parallelize(slices, tasks)
+            .flatMap(lambda tenants: [(t,) for t in tenants])
+            .mapPartitionsWithIndex(Gate(config, SERVICE, first_half, str(go), str(progress.path)))
+        )
+        policy = MinLag(cutoff=CUTOFF)
+        job = resolve_partitions(
+            rows,
+            SERVICE,
+            Aggregate(str(progress.path)),
+            key=0,
+            policy=policy,
+            config=config,
+            retry_on=(sqlite3.Error,),
+        )
+        emit(
+            f"[5/6] Spark job: orders per tenant in {tasks} tasks, each tenant read from the "
+            f"replica {policy!r} picks in its partition"
+        )
+        outcome: dict[str, Any] = {}
+
+        def run_job() -> None:
+            try:
+                outcome["rows"] = job.collect()
+            except Exception as exc:
+                outcome["error"] = exc
+
+        started = time.monotonic()
+        runner = threading.Thread(target=run_job, name="demo-job", daemon=True)
+        runner.start()
+        first = {t for s in slices[:first_half] for t in s}
+        released = float("inf")
+        deadline = time.monotonic() + WAIT
+        try:
+            while not first <= progress.tenants_read() and runner.is_alive():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the first half of the job did not finish")
+                progress.poll()
+                time.sleep(0.05)
+            emit(f"  -- half-way: {lagging} stops replaying while its primary takes new orders")
+            lag_db.paused.add(labels[0])
+            late = sorted(t for t in second_half if placement[t] == lag_db.name)
+            lag_db.write([(t, rng.randint(1, 500)) for _ in range(3) for t in late])
+            seen = waiter.wait(
+                lambda e: (
+                    isinstance(e, MetricsChanged)
+                    and any(
+                        n.name == lagging and n.metrics.get("replication_lag", 0) > CUTOFF
+                        for _, n in e.updated
+                    )
+                )
+            )
+            if seen is not None:
+                at, event = seen
+                measured = next(n for _, n in event.updated if n.name == lagging)
+                emit(
+                    f"     its lag reached {measured.metrics['replication_lag']:.2f} s > "
+                    f"cut-off {CUTOFF:g} s; from measurement to the observer's cache: "
+                    f"{(at - (measured.metrics_at or at)) * 1000:.1f} ms"
+                )
+            emit(f"  -- half-way: {killed}'s agent is killed and its database file removed")
+            killed_at = time.time()
+            agents.kill(killed)
+            killed_db.destroy(labels[0])
+            released = time.time()
+            go.write_text(json.dumps({"replica": lagging, "cutoff": CUTOFF}))
+            while runner.is_alive():
+                progress.poll()
+                runner.join(0.05)
+        finally:
+            go.touch()
+            runner.join()
+        progress.poll()
+        took = time.monotonic() - started
+        vanished = waiter.wait(
+            lambda e: isinstance(e, InstancesChanged) and any(n.name == killed for n in e.removed)
+        )
+
+        emit("[6/6] results, checked against the primaries")
+        check(
+            f"the job finished in {took:.1f}s"
+            + (f": {outcome['error']!r}" if "error" in outcome else ""),
+            "rows" in outcome,
+        )
+        results = {row[0]: row for row in outcome.get("rows", [])}
+        truth = {
+            t: db.primary_totals([t]).get(t, (0, 0))
+            for db in dbs.values()
+            for t in names
+            if placement[t] == db.name
+        }
+        table = []
+        for tenant in names:
+            row = results.get(tenant)
+            got = None if row is None else (row[1], row[2])
+            served = "-" if row is None else f"{row[3]}:{row[4]}"
+            ok = got == truth[tenant]
+            table.append(
+                (
+                    tenant,
+                    placement[tenant],
+                    served,
+                    *(got or ("-", "-")),
+                    truth[tenant][1],
+                    "ok" if ok else "WRONG",
+                )
+            )
+        emit(
+            format_table(
+                table,
+                headers=("TENANT", "PARTITION", "SERVED BY", "ORDERS", "TOTAL", "PRIMARY", ""),
+            )
+        )
+        wrong = [row[0] for row in table if row[-1] != "ok"]
+        check(
+            f"every tenant's total equals its primary's "
+            f"({len(names) - len(wrong)} of {len(names)})",
+            not wrong,
+        )
+        after = [e for e in progress.events if "tenants" in e and e["at"] >= released]
+        check(
+            f"after half-way no read came from {lagging} (lag past the cut-off; "
+            f"{len(late)} tenants there had new orders)",
+            bool(after) and all(e["replica"] != lagging for e in after if e["ok"]),
+        )
+        waited = [e["waited"] for e in progress.events if "saw_lag" in e]
+        if waited:
+            emit(
+                f"  the second half's workers waited {max(waited) * 1000:.1f} ms at most for "
+                f"{lagging}'s lag to reach their own caches"
+            )
+        failed = [e for e in after if not e["ok"]]
+        check(
+            f"no read was served by the dead {killed}: {len(failed)} attempt(s) failed on it "
+            "and were resolved again",
+            all(e["replica"] == killed for e in failed)
+            and not any(e["ok"] and e["replica"] == killed for e in after),
+        )
+        check(
+            f"{killed}'s registration left the caches with its agent's session, "
+            + ("never" if vanished is None else f"{vanished[0] - killed_at:.1f} s after the kill"),
+            vanished is not None,
+        )
+        workers = {e["pid"] for e in progress.events}
+        entries = read_clients(admin._zk).get(SERVICE, {}).values()
+        check(
+            f"{len(workers)} worker processes ran the {tasks} tasks with one ZooKeeper session "
+            "each (their /clients entries)",
+            sorted(d["pid"] for d in entries if d["app"] == config.client_id) == sorted(workers),
+        )
+
+    emit(
+        "cleaned up: agents and Spark stopped, databases and namespace removed"
+        + (", ZooKeeper stopped" if own_server else "")
+    )
+    emit(f"{sum(checks)} of {len(checks)} checks passed")
+    return all(checks)

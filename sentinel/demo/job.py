@@ -1,0 +1,86 @@
+"""What the demo's Spark job runs on the executors (imported there, so kept importable alone).
+
+The job aggregates orders per tenant, reading each tenant's partition from the replica
+:func:`~sentinel.spark.resolve_partitions` resolved for it. Every read attempt, and the moment a
+worker's cache saw the midway lag change, is appended as one JSON line to a progress file that
+the driver follows to print progress and to know when the first half of the job is done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sentinel.demo.world import connect, totals
+from sentinel.endpoint import Endpoint
+from sentinel.spark import ClientConfig, get_client
+from sentinel.testing import wait_until
+
+WAIT = 120.0
+
+
+def record(progress: str, **event: Any) -> None:
+    """Append one event to the progress file (small appends are atomic between processes)."""
+    line = json.dumps({**event, "pid": os.getpid(), "at": time.time()}) + "\n"
+    with open(progress, "a", encoding="utf-8") as file:
+        file.write(line)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``fn`` of resolve_partitions: orders and their total per tenant, from ``endpoint``."""
+
+    progress: str
+
+    def __call__(self, endpoint: Endpoint, rows: Sequence[Any]) -> list[tuple[Any, ...]]:
+        tenants = [row[0] for row in rows]
+        base = {"tenants": tenants, "replica": endpoint.name}
+        try:
+            with connect(endpoint.properties["path"], read_only=True) as db:
+                found = totals(db, tenants)
+        except Exception as exc:
+            record(self.progress, **base, ok=False, error=type(exc).__name__)
+            raise
+        record(self.progress, **base, ok=True)
+        return [(t, *found.get(t, (0, 0)), endpoint.partition, endpoint.label) for t in tenants]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Holds the job's second half until the driver has made its changes (the ``go`` file
+    names the replica that must look lagging), then until this worker's cache shows it."""
+
+    config: ClientConfig
+    service: str
+    first_half: int
+    go: str
+    progress: str
+
+    def __call__(self, index: int, rows: Iterable[Any]) -> Iterable[Any]:
+        if index < self.first_half:
+            return rows
+        go = Path(self.go)
+        if wait_until(go.exists, WAIT) is None:
+            raise TimeoutError("the driver never released the second half of the job")
+        change = json.loads(go.read_text())
+        client = get_client(self.config)
+
+        def lagging() -> bool:
+            cached = {e.name: e for e in client.instances(self.service)}
+            endpoint = cached.get(change["replica"])
+            # A worker that has not loaded the service yet loads the current state.
+            return not cached or (
+                endpoint is not None
+                and endpoint.metrics.get("replication_lag", 0) > change["cutoff"]
+            )
+
+        waited = wait_until(lagging, WAIT, interval=0.001)
+        if waited is None:
+            raise TimeoutError(f"{change['replica']}'s lag never reached this worker")
+        record(self.progress, saw_lag=change["replica"], waited=waited)
+        return rows
