@@ -570,6 +570,7 @@ class RegistryCache:
             "pid": os.getpid(),
             "started": time.time(),
             "sentinel_version": __version__,
+            "auth_client": None if self._credentials is None else self._credentials.client,
             "auth_version": None if auth is None else auth.version,
         }
         self._nodes.put(path, encode(path, document))
@@ -596,7 +597,7 @@ class RegistryCache:
         """This client's newest readable credential for ``service``, setting the watch."""
         if self._credentials is None:
             return None
-        path = auth_path(service, self._client_id)
+        path = auth_path(service, self._credentials.client)
         try:
             data, stat = self._zk.get(path, watch=self._watch)
         except NoNodeError:

@@ -113,6 +113,9 @@ class Sentinel:
     credentials the manager did not sign. ``identity`` (``"user:password"``, default
     ``$SENTINEL_ZK_IDENTITY``) is the ZooKeeper digest identity of a secured namespace
     (``sentinel init --secure``); nodes this client creates are writable by it alone.
+    ``auth_client`` is the identity credentials are encrypted to (default: the client id): the
+    processes of one application share it and its key ring, each with a client id of its own,
+    and a rotation waits for every one of them.
 
     ``prometheus_registry`` is where the client's telemetry is exported
     (:mod:`sentinel.telemetry`; default: ``prometheus_client``'s default registry); None turns
@@ -135,11 +138,13 @@ class Sentinel:
         auth_keys: ClientKeyring | str | os.PathLike[str] | None = None,
         auth_signer: str | None = None,
         identity: str | None = None,
+        auth_client: str | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
+        self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
         if auth_keys is None:
@@ -170,7 +175,7 @@ class Sentinel:
             else CredentialReader(
                 self._keyring,
                 self.namespace,
-                self.client_id,
+                self.auth_client,
                 None if auth_signer is None else verify_key(auth_signer),
             ),
         )
@@ -218,7 +223,7 @@ class Sentinel:
             for section in SECTIONS:
                 self._zk.ensure_path(section)
             if self._keyring is not None:
-                publish_public_keys(self._zk, self.client_id, self._keyring)
+                publish_public_keys(self._zk, self.auth_client, self._keyring)
         except BaseException:
             self._zk.stop()
             self._zk.close()

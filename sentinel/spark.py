@@ -58,14 +58,14 @@ ENDPOINT_COLUMNS = ("uri", "partition", "label")
 class ClientConfig:
     """How executors reach Sentinel, as plain values that pickle into a Spark closure.
 
-    ``client_id`` names the application (the ``app`` of ``/clients`` entries). Without
-    ``key_file`` each worker process registers as ``<client_id>-<host>-<pid>``, so that their
-    entries do not replace each other. ``key_file`` is the path, on the executors, of the key
-    ring of client ``client_id`` (a path travels, never the key): every worker then is that
-    client, as credentials are encrypted to it, and its ``endpoint.auth`` is filled in; the
-    workers then share one ``/clients`` entry per service, which the last worker to load or
-    apply a credential writes. ``session_timeout`` is also how long a crashed worker's
-    ``/clients`` entries outlive it (PySpark ends workers without running exit handlers).
+    ``client_id`` names the application (the ``app`` of ``/clients`` entries); each worker
+    process registers as ``<client_id>-<host>-<pid>``, so that their entries do not replace
+    each other. ``key_file`` is the path, on the executors, of the key ring of ``client_id``
+    (a path travels, never the key): every worker then reads the credentials published for
+    ``client_id`` (its ``auth_client``) into ``endpoint.auth``, and confirms each version in its
+    own entry, so a rotation waits for every worker. ``session_timeout`` is also how long a
+    crashed worker's ``/clients`` entries outlive it (PySpark ends workers without running exit
+    handlers).
     """
 
     hosts: str
@@ -115,20 +115,15 @@ def get_client(config: ClientConfig) -> Sentinel:
     with _lock:
         client = _clients.get(config)
         if client is None:
-            # Credentials are encrypted to the client id: with a key every worker must be it.
-            client_id = (
-                config.client_id
-                if config.key_file is not None
-                else sanitize_name(f"{config.client_id}-{default_client_id()}")
-            )
             client = Sentinel(
                 config.hosts,
-                client_id,
+                sanitize_name(f"{config.client_id}-{default_client_id()}"),
                 config.namespace,
                 connect_timeout=config.connect_timeout,
                 session_timeout=config.session_timeout,
                 app=config.client_id,
                 auth_keys=config.key_file,
+                auth_client=config.client_id,
             ).start()
             _clients[config] = client
             log.info("worker %d connected to %s as %s", os.getpid(), config.hosts, client.client_id)

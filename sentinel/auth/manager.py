@@ -5,9 +5,9 @@ only live one. :class:`Rotation` is the paper's Procedure 2 with confirmed propa
 
 1. ``create``: the backend makes a new credential (the old one keeps working);
 2. ``publish``: it is published *in front of* the old one, so clients switch to it;
-3. ``confirm``: wait until every live ``/clients/<service>/<client>`` node reports the new
-   version (a client writes it after its listeners have rebuilt their pools), or time out
-   naming the clients that have not;
+3. ``confirm``: wait until every live ``/clients/<service>/*`` node of the client (each
+   process using it has one) reports the new version (a process writes it after its listeners
+   have rebuilt their pools), or time out naming the processes that have not;
 4. ``revoke``: only then remove the old envelopes from ``/auth`` and revoke the old
    credentials in the backend.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -39,8 +39,9 @@ from sentinel.auth.store import (
     read_public_keys,
 )
 from sentinel.errors import DecodeError, RotationFailed, SentinelError, ValidationError
-from sentinel.layout import client_path, validate_name
+from sentinel.layout import CLIENTS, validate_name
 from sentinel.records import decode
+from sentinel.registry import decode_children
 from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)
@@ -140,20 +141,34 @@ def withdraw(zk: KazooClient, service: str, client: str, versions: Iterable[int]
     change_auth(zk, service, client, change)
 
 
-def applied_versions(zk: KazooClient, service: str, clients: Iterable[str]) -> dict[str, Any]:
-    """The auth version each *live* client reports in ``/clients`` (absent: not live)."""
-    applied: dict[str, Any] = {}
-    for client in clients:
-        path = client_path(service, client)
-        try:
-            data, _ = zk.get(path)
-        except NoNodeError:
-            continue
-        try:
-            applied[client] = decode(path, data).get("auth_version")
-        except DecodeError:
-            applied[client] = None  # a node it cannot read has not confirmed anything
-    return applied
+def live_processes(
+    zk: KazooClient, service: str, watch: Callable[..., Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Who uses ``service`` now: auth client -> {``/clients`` node name: applied version}.
+
+    A node names its auth client (processes of one application share one, each with a node of
+    its own); older nodes without the field are their own auth client. A node that cannot be
+    decoded counts as its name's and as having confirmed nothing. ``watch`` is set on the list
+    and on every node, so a waiter wakes on any change.
+    """
+    parent = f"{CLIENTS}/{service}"
+    try:
+        names = zk.get_children(parent, watch=watch)
+    except NoNodeError:
+        return {}
+
+    def confirmation(name: str, path: str, data: bytes, _stat: Any) -> tuple[str, Any]:
+        document = decode(path, data)
+        owner = document.get("auth_client")
+        return (owner if isinstance(owner, str) else name), document.get("auth_version")
+
+    decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
+    processes: dict[str, dict[str, Any]] = {}
+    for name, (owner, version) in decoded.items():
+        processes.setdefault(owner, {})[name] = version
+    for name in invalid:
+        processes.setdefault(name, {})[name] = None
+    return processes
 
 
 @dataclass(frozen=True)
@@ -280,13 +295,13 @@ class Rotation:
         deadline = time.monotonic() + timeout
         while True:
             changed.clear()
-            laggards = []
-            for client, version in versions.items():
-                # The watch fires on any change of the node, including its deletion.
-                self._zk.exists(client_path(self.service, client), watch=wake)
-                applied = applied_versions(self._zk, self.service, [client])
-                if client in applied and not _reached(applied[client], version):
-                    laggards.append(client)
+            processes = live_processes(self._zk, self.service, watch=wake)
+            laggards = sorted(
+                name
+                for client, version in versions.items()
+                for name, applied in processes.get(client, {}).items()
+                if not _reached(applied, version)
+            )
             if not laggards:
                 return
             remaining = deadline - time.monotonic()

@@ -33,6 +33,11 @@ class CredentialReader:
     def __repr__(self) -> str:
         return f"CredentialReader(client={self._client!r}, keys={self._keyring.key_ids})"
 
+    @property
+    def client(self) -> str:
+        """The identity credentials are encrypted to: ``/auth/<service>/<client>``."""
+        return self._client
+
     def newest(
         self, service: str, path: str, data: bytes | None
     ) -> tuple[Credential | None, list[DecodeError | EnvelopeError]]:

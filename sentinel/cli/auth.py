@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +14,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sentinel.auth.keys import ClientKeyring, ManagerKey
-from sentinel.auth.manager import Rotation, applied_versions, live_versions
+from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_json, print_table
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
-from sentinel.layout import AUTH, CLIENTS, validate_name
+from sentinel.layout import AUTH, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
 
 
@@ -134,12 +135,9 @@ def _rotate(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     service = validate_name("service", args.service)
     with connect(args) as zk:
-        clients = sorted(
-            set(_children(zk, f"{AUTH}/{service}")) | set(_children(zk, f"{CLIENTS}/{service}"))
-        )
-        applied = applied_versions(zk, service, clients)
+        processes = live_processes(zk, service)
         rows = []
-        for name in clients:
+        for name in sorted(set(_children(zk, f"{AUTH}/{service}")) | set(processes)):
             try:
                 keys = ",".join(k.id for k in read_public_keys(zk, name).keys)
             except (ClientKeyNotFound, DecodeError):
@@ -148,8 +146,8 @@ def _status(args: argparse.Namespace) -> int:
                 {
                     "client": name,
                     "published": list(live_versions(zk, service, name)),
-                    "live": name in applied,
-                    "applied": applied.get(name),
+                    "live": name in processes,
+                    "processes": processes.get(name, {}),
                     "keys": keys,
                 }
             )
@@ -161,15 +159,21 @@ def _status(args: argparse.Namespace) -> int:
                 (
                     r["client"],
                     ", ".join(f"v{v}" for v in r["published"]) or "-",
-                    "yes" if r["live"] else "no",
-                    "-" if r["applied"] is None else f"v{r['applied']}",
+                    len(r["processes"]),
+                    _applied(r["processes"]),
                     r["keys"],
                 )
                 for r in rows
             ],
-            ("client", "published", "live", "applied", "keys"),
+            ("client", "published", "processes", "applied", "keys"),
         )
     return EXIT_OK
+
+
+def _applied(processes: dict[str, object]) -> str:
+    """``v2 x3, v1 x1``: how many live processes confirmed each version."""
+    counts = Counter("-" if v is None else f"v{v}" for v in processes.values())
+    return ", ".join(f"{version} x{n}" for version, n in sorted(counts.items())) or "-"
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -3,12 +3,15 @@
 A multi-tenant batch job on Spark reads each tenant's orders from the least-lagging replica of
 the tenant's partition. The demo starts a throw-away ZooKeeper (unless given one), lets the
 shard manager place the tenants on partitions, creates per partition a primary SQLite database
-and replicas that replay it (each registered by an agent process of its own), and runs a
-metric collector that publishes every replica's replication lag. A PySpark job then aggregates
-every tenant's orders through :mod:`sentinel.spark`. Halfway through, one replica stops
-replaying while its primary takes new orders, so that its lag passes the cut-off, and another
-replica's agent is killed and its database removed; the second half of the job must read
-around both. Totals are checked against the primaries; the run fails if any check does.
+and replicas that replay it (each registered by an agent process of its own), and runs the metric
+collector sidecar (``sentinel collector run``), which publishes every replica's replication
+lag. The job's credential is created by a backend and distributed through ``/auth``, encrypted
+to the job's key. A PySpark job then aggregates every tenant's orders through
+:mod:`sentinel.spark`, logging in with the credential its workers decrypted. Halfway through,
+one replica stops replaying while its primary takes new orders, so that its lag passes the
+cut-off, another replica's agent is killed and its database removed, and the credential is
+rotated by Procedure 2; the second half of the job must read around the first two with the
+new credential. Totals are checked against the primaries; the run fails if any check does.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,9 +33,11 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from policies import MinLag
+from sentinel.auth import ClientKeyring
+from sentinel.auth.backends import FileBackend
 from sentinel.client import Sentinel
 from sentinel.demo.job import Aggregate, Gate
-from sentinel.demo.world import Agents, LagCollector, Partition, Ticker
+from sentinel.demo.world import Agents, Partition, Ticker, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.launcher import LocalZooKeeper
@@ -39,8 +45,10 @@ from sentinel.output import format_table
 from sentinel.registry import read_clients
 from sentinel.shard_manager import ShardManager
 from sentinel.spark import ClientConfig, resolve_partitions
+from sentinel.testing import wait_until
 
 SERVICE = "orders-db"
+JOB = "demo-etl"
 POLICY = "tenants"
 CUTOFF = 1.0
 ORDERS_PER_TENANT = 20
@@ -107,6 +115,16 @@ class _Progress:
     def tenants_read(self) -> set[str]:
         """Tenants read successfully so far."""
         return {t for e in self.events if e.get("ok") for t in e["tenants"]}
+
+
+def _stop_process(process: subprocess.Popen[str]) -> None:
+    """SIGTERM, as a service manager stops a daemon; SIGKILL if it does not go in 10 s."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _remove_namespace(hosts: str, namespace: str) -> None:
@@ -256,25 +274,62 @@ def run_demo(
         for i, (p, db) in enumerate(dbs.items()):
             for j, (label, path) in enumerate(db.replicas.items()):
                 port = str(15432 + 10 * i + j)
-                agents.start(f"{p}:{label}", hosts, namespace, SERVICE, p, label, port, str(path))
+                agents.start(
+                    f"{p}:{label}",
+                    hosts,
+                    namespace,
+                    SERVICE,
+                    p,
+                    label,
+                    port,
+                    str(path),
+                    str(db.primary),
+                )
         agents.wait_ready(WAIT)
         observer = stack.enter_context(Sentinel(hosts, "demo-observer", namespace))
         waiter = _EventWaiter()
         observer.prefetch(SERVICE)
         observer.listen(SERVICE, waiter)
-        collector = LagCollector(admin, SERVICE, list(dbs.values()))
 
-        def replicate_and_measure() -> None:
+        def replicate() -> None:
             for db in dbs.values():
                 db.replay()
-            collector.publish()
 
-        ticker = Ticker(replicate_and_measure, 0.2)
+        ticker = Ticker(replicate, 0.2)
         ticker.start()
         stack.callback(ticker.stop)
+        started = time.monotonic()
+        sidecar = collector_sidecar(hosts, namespace, SERVICE, workdir)
+        stack.callback(_stop_process, sidecar)
+
+        def all_measured() -> bool:
+            if sidecar.poll() is not None:
+                raise RuntimeError(f"the collector sidecar exited with {sidecar.returncode}")
+            found = observer.instances(SERVICE)
+            return len(found) == partitions * replicas and all(
+                "replication_lag" in e.metrics for e in found
+            )
+
+        if wait_until(all_measured, WAIT) is None:
+            raise RuntimeError("the collector sidecar never published every replica's lag")
         emit(
-            f"  {partitions * replicas} replicas registered; a collector publishes their "
-            "replication lag every 0.2 s"
+            f"  {partitions * replicas} replicas registered; the collector sidecar (`sentinel "
+            f"collector run`, every 0.2 s) had published all their lags after "
+            f"{time.monotonic() - started:.1f}s"
+        )
+
+        keys = workdir / f"{JOB}.keys"
+        ClientKeyring.generate().save(keys)
+        stack.enter_context(  # the job's key ring: its public keys go to /auth/.keys
+            Sentinel(
+                hosts, f"{JOB}-keys", namespace, auth_keys=keys, auth_client=JOB, announce=False
+            )
+        )
+        logins = FileBackend(workdir / "logins.json")  # the logins the databases accept
+        first_login = admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
+        emit(
+            f"  {JOB}'s credential v{first_login.versions[JOB]} created by the backend and "
+            "published in /auth, encrypted to the job's key (HPKE)"
         )
 
         emit("[4/6] waiting for Spark ...")
@@ -292,7 +347,7 @@ def run_demo(
         slices = [names[i * tenants // tasks : (i + 1) * tenants // tasks] for i in range(tasks)]
         first_half = tasks // 2
         second_half = {t for s in slices[first_half:] for t in s}
-        config = ClientConfig(hosts=hosts, namespace=namespace, client_id="demo-etl")
+        config = ClientConfig(hosts=hosts, namespace=namespace, client_id=JOB, key_file=str(keys))
         progress = _Progress(workdir / "progress.jsonl", emit)
         go = workdir / "go"
         rows = (
@@ -304,7 +359,7 @@ def run_demo(
         job = resolve_partitions(
             rows,
             SERVICE,
-            Aggregate(str(progress.path)),
+            Aggregate(str(progress.path), str(logins.path), JOB),
             key=0,
             policy=policy,
             config=config,
@@ -327,6 +382,7 @@ def run_demo(
         runner.start()
         first = {t for s in slices[:first_half] for t in s}
         released = float("inf")
+        rotation = None
         deadline = time.monotonic() + WAIT
         try:
             while not first <= progress.tenants_read() and runner.is_alive():
@@ -359,6 +415,13 @@ def run_demo(
             killed_at = time.time()
             agents.kill(killed)
             killed_db.destroy(labels[0])
+            emit(f"  -- half-way: {JOB}'s credential is rotated (Procedure 2)")
+            rotation = admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
+            emit(
+                f"     v{rotation.versions[JOB]} published next to the old one, confirmed by "
+                f"every live worker in {rotation.confirmed_in * 1000:.0f} ms, then "
+                f"v{', v'.join(map(str, rotation.revoked[JOB]))} revoked"
+            )
             released = time.time()
             go.write_text(json.dumps({"replica": lagging, "cutoff": CUTOFF}))
             while runner.is_alive():
@@ -437,6 +500,14 @@ def run_demo(
             f"{killed}'s registration left the caches with its agent's session, "
             + ("never" if vanished is None else f"{vanished[0] - killed_at:.1f} s after the kill"),
             vanished is not None,
+        )
+        new_version = rotation.versions[JOB] if rotation else None
+        logged_in = [e for e in progress.events if e.get("ok")]
+        check(
+            f"every read logged in with a credential the databases accepted: "
+            f"v{new_version} (the rotated one) for all {len(after)} reads after half-way",
+            all(e["auth"] == new_version for e in logged_in if e["at"] >= released)
+            and all(e["auth"] is not None for e in logged_in),
         )
         workers = {e["pid"] for e in progress.events}
         entries = read_clients(admin._zk).get(SERVICE, {}).values()

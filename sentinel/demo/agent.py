@@ -1,7 +1,8 @@
 """A replica's agent for the demo: registers one replica and holds its session until told.
 
-``python -m sentinel.demo.agent HOSTS NAMESPACE SERVICE PARTITION LABEL PORT PATH`` registers
-the replica (its database file in the ``path`` property), prints ``registered`` and waits for
+``python -m sentinel.demo.agent HOSTS NAMESPACE SERVICE PARTITION LABEL PORT PATH PRIMARY``
+registers the replica (its database file and its primary's in the ``path`` and ``primary``
+properties), prints ``registered`` and waits for
 its standard input to close, then leaves. Killed instead, it leaves its registration to
 ZooKeeper, which removes it when the session times out: a crashed database host.
 """
@@ -17,7 +18,7 @@ SESSION_TIMEOUT = 3.0
 
 def main(argv: list[str]) -> int:
     """Register, report, wait for end of input."""
-    hosts, namespace, service, partition, label, port, path = argv
+    hosts, namespace, service, partition, label, port, path, primary = argv
     with Sentinel(
         hosts, f"demo-agent-{partition}-{label}", namespace, session_timeout=SESSION_TIMEOUT
     ) as sentinel:
@@ -28,7 +29,7 @@ def main(argv: list[str]) -> int:
             int(port),
             scheme="sqlite",
             label=label,
-            properties={"path": path},
+            properties={"path": path, "primary": primary},
         )
         print("registered", flush=True)
         sys.stdin.read()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sentinel.auth.backends import FileBackend
 from sentinel.demo.world import connect, totals
 from sentinel.endpoint import Endpoint
 from sentinel.spark import ClientConfig, get_client
@@ -33,14 +34,21 @@ def record(progress: str, **event: Any) -> None:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """``fn`` of resolve_partitions: orders and their total per tenant, from ``endpoint``."""
+    """``fn`` of resolve_partitions: orders and their total per tenant, from ``endpoint``,
+    logging in with ``endpoint.auth`` (the demo's databases accept what ``logins`` holds)."""
 
     progress: str
+    logins: str
+    client: str
 
     def __call__(self, endpoint: Endpoint, rows: Sequence[Any]) -> list[tuple[Any, ...]]:
         tenants = [row[0] for row in rows]
-        base = {"tenants": tenants, "replica": endpoint.name}
+        version = None if endpoint.auth is None else endpoint.auth.version
+        base = {"tenants": tenants, "replica": endpoint.name, "auth": version}
         try:
+            credential = dict(endpoint.auth or {})
+            if not FileBackend(self.logins).accepts(endpoint.service, self.client, credential):
+                raise PermissionError(f"{endpoint.name} refused the login (v{version})")
             with connect(endpoint.properties["path"], read_only=True) as db:
                 found = totals(db, tenants)
         except Exception as exc:

@@ -3,8 +3,10 @@
 Each replica is a copy of its primary that replays the primary's new orders (the log is the
 ``seq`` column) unless it is paused; its lag is measured as PostgreSQL's
 ``now() - pg_last_xact_replay_timestamp()`` would be: how long ago the oldest order it has not
-replayed was committed (0 when caught up). Each replica is registered by its own agent process
-(:mod:`sentinel.demo.agent`), whose ZooKeeper session is the replica's liveness.
+replayed was committed (0 when caught up), by the metric collector sidecar (``sentinel
+collector run`` with :func:`replica_lag` as its ``python`` source). Each replica is registered
+by its own agent process (:mod:`sentinel.demo.agent`), whose ZooKeeper session is the
+replica's liveness.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from subprocess import Popen
 
-from sentinel.client import Sentinel
+from sentinel.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -92,44 +95,55 @@ class Partition:
             self._gone.add(label)
             self.replicas[label].unlink()
 
-    def lag(self, label: str) -> float | None:
-        """Seconds since the oldest order ``label`` has not replayed was committed; None when
-        the replica cannot be read (its database is gone)."""
-        try:
-            with connect(self.replicas[label], read_only=True) as db:
-                (applied,) = db.execute("SELECT coalesce(max(seq), 0) FROM orders").fetchone()
-        except sqlite3.Error:
-            return None
-        with connect(self.primary, read_only=True) as db:
-            row = db.execute(
-                "SELECT min(committed_at) FROM orders WHERE seq > ?", (applied,)
-            ).fetchone()
-        return 0.0 if row[0] is None else max(time.time() - row[0], 0.0)
-
     def primary_totals(self, tenants: Sequence[str]) -> Totals:
         """The primary's answer: what every replica should say once caught up."""
         with connect(self.primary, read_only=True) as db:
             return totals(db, tenants)
 
 
-class LagCollector:
-    """The metric collector's part in the demo, kept in one place so that a collector sidecar
-    can take it over: measure every replica's lag and publish it with ``update_metrics``."""
+def replication_lag(replica: Path | str, primary: Path | str) -> float:
+    """Seconds since the oldest order ``replica`` has not replayed was committed on
+    ``primary`` (0 when caught up); sqlite3.Error when the replica cannot be read."""
+    with connect(replica, read_only=True) as db:
+        (applied,) = db.execute("SELECT coalesce(max(seq), 0) FROM orders").fetchone()
+    with connect(primary, read_only=True) as db:
+        row = db.execute(
+            "SELECT min(committed_at) FROM orders WHERE seq > ?", (applied,)
+        ).fetchone()
+    return 0.0 if row[0] is None else max(time.time() - row[0], 0.0)
 
-    def __init__(self, sentinel: Sentinel, service: str, partitions: Sequence[Partition]) -> None:
-        self._sentinel = sentinel
-        self._service = service
-        self._partitions = partitions
 
-    def publish(self) -> None:
-        """One round over every replica that can be read (one that cannot keeps its last value)."""
-        for partition in self._partitions:
-            for label in partition.replicas:
-                lag = partition.lag(label)
-                if lag is not None:
-                    self._sentinel.update_metrics(
-                        self._service, partition.name, label, {"replication_lag": round(lag, 3)}
-                    )
+def replica_lag(endpoint: Endpoint, timeout: float) -> dict[str, float]:
+    """The collector sidecar's ``python`` source for the demo's replicas: each instance names
+    its database and its primary's in its properties. A replica whose database is gone raises,
+    so the collector publishes nothing and its last value ages."""
+    lag = replication_lag(endpoint.properties["path"], endpoint.properties["primary"])
+    return {"replication_lag": round(lag, 3)}
+
+
+COLLECTOR_CONFIG = """\
+cluster = "demo"
+[[services]]
+service = "{service}"
+interval = "200ms"
+jitter = "20ms"
+timeout = "200ms"
+[services.source]
+type = "python"
+callable = "sentinel.demo.world:replica_lag"
+"""
+
+
+def collector_sidecar(hosts: str, namespace: str, service: str, workdir: Path) -> Popen[str]:
+    """Start ``sentinel collector run`` for the demo's replicas (stop it with SIGTERM)."""
+    config = workdir / "collector.toml"
+    config.write_text(COLLECTOR_CONFIG.format(service=service))
+    command = ["collector", "run", "--config", str(config), "--zk", hosts, "--namespace", namespace]
+    return subprocess.Popen(
+        [sys.executable, "-m", "sentinel.cli", *command],
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 class Ticker:

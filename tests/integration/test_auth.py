@@ -13,6 +13,7 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.manager import Rotation
 from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
 from sentinel.events import AuthChanged
 from sentinel.launcher import LocalZooKeeper
@@ -38,11 +39,11 @@ def auth_of(client: Sentinel):
 
 
 def wait_for_version(client: Sentinel, version: int, timeout: float = 10.0) -> None:
-    reached = wait_until(lambda: (auth_of(client) or {"v": None}) and auth_of(client), timeout)
-    assert reached is not None
-    assert wait_until(lambda: auth_of(client).version == version, timeout) is not None, (
-        f"{client.client_id} still has {auth_of(client)!r}"
-    )
+    def reached() -> bool:
+        auth = auth_of(client)
+        return auth is not None and auth.version == version
+
+    assert wait_until(reached, timeout) is not None, f"{client.client_id} has {auth_of(client)!r}"
 
 
 def test_each_client_gets_its_own_credential_and_cannot_read_another(manager, make_client, raw_zk):
@@ -177,8 +178,6 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
     # Both versions stay published, so the laggard still holds a valid credential...
     wait_for_version(paused, 2)
     # ...and resuming finishes the job once it has confirmed.
-    from sentinel.auth.manager import Rotation
-
     rotation = Rotation(manager._zk, manager.namespace, SERVICE, ["fast", "paused"], backend)
     result = rotation.resume(timeout=10)
     assert result.revoked == {"fast": (1,), "paused": (1,)}
@@ -216,8 +215,8 @@ def test_cli_set_status_and_rotate(manager, make_client, cli, tmp_path):
     assert json.loads(done.stdout)["versions"] == {"cli-app": 2}
     done = cli("auth", "status", "--service", SERVICE, "--json")
     [row] = json.loads(done.stdout)
-    assert row["client"] == "cli-app" and row["published"] == [2] and row["applied"] == 2
-    assert row["live"] is True
+    assert row["client"] == "cli-app" and row["published"] == [2]
+    assert row["live"] is True and row["processes"] == {"cli-app": 2}
     bad = cli("auth", "rotate", "--service", SERVICE, "--backend", "vault")
     assert bad.returncode == 2 and "vault" in bad.stderr
 
@@ -280,3 +279,24 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         finally:
             anonymous.stop()
             anonymous.close()
+
+
+def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp_path):
+    backend = FileBackend(tmp_path / "credentials.json")
+    ring = ClientKeyring.generate()  # one application, one key ring, two processes
+    workers = [make_client(f"etl-{i}", auth_keys=ring, auth_client="etl") for i in (1, 2)]
+    manager.update_auth(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
+    for worker in workers:
+        wait_for_version(worker, 1)
+    release = threading.Event()
+    workers[1].listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
+    try:
+        with pytest.raises(RotationFailed) as caught:
+            manager.rotate_auth(SERVICE, "etl", backend, timeout=1.5)
+    finally:
+        release.set()
+    assert caught.value.laggards == ("etl-2",)  # the process, not just the application
+    wait_for_version(workers[1], 2)
+    result = Rotation(manager._zk, manager.namespace, SERVICE, ["etl"], backend).resume(10)
+    assert result.revoked == {"etl": (1,)}
+    assert all(auth_of(w) == auth_of(workers[0]) for w in workers)

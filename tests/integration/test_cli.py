@@ -63,7 +63,7 @@ def test_dev_server_life_cycle(cli_env, monkeypatch):
 def test_demo_runs_every_check(zookeeper):
     result = run("demo", "--zk", zookeeper.connect_string, "--namespace", "/cli-demo", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "6 of 6 checks passed" in result.stdout
+    assert "7 of 7 checks passed" in result.stdout
     assert "every tenant's total equals its primary's (12 of 12)" in result.stdout
     assert "FAIL " not in result.stdout  # a retried read prints "FAILED (...)"
 

@@ -16,6 +16,7 @@ from pyspark import TaskContext, cloudpickle
 
 from policies import MinLag
 from sentinel.auth import ClientKeyring
+from sentinel.auth.backends import FileBackend
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
 from sentinel.feedback import InstanceFeedback
@@ -295,3 +296,50 @@ def test_workers_given_the_key_file_read_the_clients_credential(
     seen = set(resolve_partitions(rdd, SERVICE, credential, key=0, config=config).collect())
 
     assert seen == {("etl", "s3cret", version)}
+
+
+def test_a_credential_rotation_during_the_job_is_picked_up_without_failing_it(
+    world, spark, make_client, tmp_path
+):
+    keys = tmp_path / "etl.keys"
+    ClientKeyring.generate().save(keys)
+    make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
+    store = tmp_path / "credentials.json"
+    backend = FileBackend(store)
+    world.publisher.update_auth(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
+    config = dataclasses.replace(world.config, key_file=str(keys))
+    before, tasks = 4, 10
+    go = tmp_path / "go"
+
+    def gate(index, rows):
+        if index >= before:
+            assert wait_until(go.exists, 120)
+        return rows
+
+    def use(endpoint, rows):
+        # What a database would say of the credential at the moment the task logs in.
+        accepted = FileBackend(store).accepts(SERVICE, "etl", dict(endpoint.auth))
+        index = TaskContext.get().partitionId()
+        (tmp_path / f"done-{index}").touch()
+        return [(index, endpoint.auth.version, accepted)]
+
+    rdd = spark.sparkContext.parallelize(ROWS[:3] * tasks, tasks).mapPartitionsWithIndex(gate)
+    job = resolve_partitions(rdd, SERVICE, use, key=0, config=config)
+    results = []
+    runner = threading.Thread(target=lambda: results.extend(job.collect()))
+    runner.start()
+    try:
+        assert wait_until(lambda: len(list(tmp_path.glob("done-*"))) >= before, 120)
+        # Procedure 2 waits for every live worker process, then revokes version 1.
+        rotated = world.publisher.rotate_auth(SERVICE, "etl", backend, timeout=60)
+        go.write_text("rotated")
+    finally:
+        go.touch()
+        runner.join(120)
+
+    assert rotated.revoked == {"etl": (1,)}
+    assert all(accepted for _, _, accepted in results), results  # never a refused login
+    versions = {index: version for index, version, _ in results}
+    assert sorted(versions) == list(range(tasks))
+    assert {versions[i] for i in range(before)} == {1}
+    assert {versions[i] for i in range(before, tasks)} == {2}  # after the rotation: the new one
