@@ -81,17 +81,27 @@ class EphemeralNodes:
         port), the old one shutting down must not delete the new one's node.
         """
         with self._lock:
-            if self._nodes.pop(path, None) is None:
+            data = self._nodes.pop(path, None)
+            if data is None:
                 return False
-            stat = self._zk.exists(path)
-            if stat is not None and stat.ephemeralOwner == self._zk.client_id[0]:
-                try:
-                    self._zk.delete(path, version=stat.version)
-                except (NoNodeError, BadVersionError):
-                    log.warning("%s changed while being removed; left as it is", path)
-            elif stat is not None:
-                log.warning("%s belongs to another session now; left in place", path)
+            try:
+                self._delete_own(path)
+            except BaseException:
+                # Not known to be deleted (the connection dropped): keep the node, so that a
+                # retry deletes it instead of answering "not held" while it lives on.
+                self._nodes[path] = data
+                raise
         return True
+
+    def _delete_own(self, path: str) -> None:
+        stat = self._zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == self._zk.client_id[0]:
+            try:
+                self._zk.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                log.warning("%s changed while being removed; left as it is", path)
+        elif stat is not None:
+            log.warning("%s belongs to another session now; left in place", path)
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: only wake the worker, never touch ZooKeeper here.
