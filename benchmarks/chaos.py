@@ -215,7 +215,9 @@ class Chaos:
         life = self.lives[label]
         with self.lock:
             life.live_since = None
-        self._retry(lambda: self.writer.deregister_service(self.registrations.pop(label)))
+        registration = self.registrations[label]
+        self._retry(lambda: self.writer.deregister_service(registration))
+        del self.registrations[label]
         with self.lock:
             life.alive, life.dead_since = False, time.time()
 
@@ -250,26 +252,33 @@ class Chaos:
                 self.stop.wait(0.05)
                 continue
             self.writer_idle.clear()
-            choice = self.random.random()
-            label = f"{self.random.choice(list(SERVICES))}-{self.random.randrange(IN_PROCESS)}"
-            if choice < 0.4 and not label.endswith(("-0", "-1")):
-                if label in self.registrations:
-                    self._deregister(label)
-                else:
-                    self._register(label)
-            elif choice < 0.7:  # metrics of any label, live or not (the nodes are persistent)
-                life = self.lives[label]
-                metrics = {"load": self.random.random()}
-                self._retry(
-                    lambda life=life, label=label, metrics=metrics: self.writer.update_metrics(
-                        life.service, life.partition, label, metrics
-                    )
-                )
-            else:
-                partition = self.random.choice((*PARTITIONS, None))
-                self._assign(self.random.choice(KEYS), partition)
+            try:
+                self._change()
+            except Exception as exc:  # a fault in the runner itself must fail the run, not hang it
+                self.outcome.violate("runner", f"the writer failed: {exc!r}")
             self.stop.wait(self.random.uniform(0.005, 0.05))
         self.writer_idle.set()
+
+    def _change(self) -> None:
+        """One random change: (de)register, publish metrics, or move a shard key."""
+        choice = self.random.random()
+        label = f"{self.random.choice(list(SERVICES))}-{self.random.randrange(IN_PROCESS)}"
+        if choice < 0.4 and not label.endswith(("-0", "-1")):
+            if label in self.registrations:
+                self._deregister(label)
+            else:
+                self._register(label)
+        elif choice < 0.7:  # metrics of any label, live or not (the nodes are persistent)
+            life = self.lives[label]
+            metrics = {"load": self.random.random()}
+            self._retry(
+                lambda life=life, label=label, metrics=metrics: self.writer.update_metrics(
+                    life.service, life.partition, label, metrics
+                )
+            )
+        else:
+            partition = self.random.choice((*PARTITIONS, None))
+            self._assign(self.random.choice(KEYS), partition)
 
     # --- lookups and invariants (a) and (b) -----------------------------------------------------
 
@@ -385,7 +394,8 @@ class Chaos:
 
     def checkpoint(self) -> None:
         self.quiet.set()
-        self.writer_idle.wait()
+        if not self.writer_idle.wait(120):
+            self.outcome.violate("runner", "the writer did not pause within 120 s")
         for label in list(self.paused):
             self._resume(label)
         started = time.monotonic()

@@ -4,12 +4,13 @@ Many clients follow one sharded service through one TCP relay; the relay drops e
 connection at once (as a server restart or a network blip would), and every client
 reconnects with its session and re-syncs. ZooKeeper itself counts the reads
 (``mntr``'s ``read_per_namespace`` counter for the clients' namespace), and a sampler turns it
-into the worst 100 ms. The design's bound: one re-sync per client per storm (reconnections
+into the worst 100 ms. The design's bound: at most one re-sync per reconnection (reconnections
 within ``resync_jitter`` share one), and a re-sync reads each followed node once, so
 
-    reads <= clients x (policy spec + buckets + per service: spec, 2 listings, each node)
+    reads <= reconnections x (policy spec + buckets + per service: spec, 2 listings, each node)
 
-The jitter does not change the total; it spreads it, so the peak shrinks.
+and one drop costs each client one reconnection (more only if a loaded machine makes a client
+miss its heartbeat meanwhile).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from benchmarks.common import report
 from sentinel import Sentinel
+from sentinel.events import ConnectionChanged
 from sentinel.launcher import LocalZooKeeper, four_letter_word
 from sentinel.testing import TcpProxy, wait_until
 
@@ -42,6 +44,7 @@ class Storm:
     reads: int
     bound: int
     resyncs: int
+    reconnections: int
     peak_reads_per_100ms: int
     seconds: float
 
@@ -98,6 +101,16 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
     """Drop every connection ``drops`` times (0.1 s apart) and count the re-syncs' reads."""
     with fleet(zk, clients, jitter) as (proxy, sentinels):
         resyncs_before = sum(c.cache_stats.resyncs for c in sentinels)
+        reconnections: list[float] = []  # list.append is atomic: no lock needed
+        for client in sentinels:
+            client.listen(
+                None,
+                lambda e: (
+                    reconnections.append(e.at)
+                    if isinstance(e, ConnectionChanged) and e.state == "connected"
+                    else None
+                ),
+            )
         samples: list[tuple[float, int]] = []
         done = threading.Event()
 
@@ -136,8 +149,9 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
         jitter=jitter,
         drops=drops,
         reads=reads,
-        bound=clients * reads_per_resync() * drops,
+        bound=len(reconnections) * reads_per_resync(),
         resyncs=resyncs,
+        reconnections=len(reconnections),
         peak_reads_per_100ms=_peak(samples, 0.1),
         seconds=elapsed,
     )
@@ -157,6 +171,7 @@ def _row(s: Storm) -> tuple[object, ...]:
     return (
         s.jitter,
         s.drops,
+        s.reconnections,
         s.resyncs,
         s.reads,
         s.bound,
@@ -181,8 +196,17 @@ def main(argv: list[str] | None = None) -> None:
     report(
         "herd",
         f"Reconnect storm: {args.clients} clients, one relay dropped; reads counted by "
-        f"ZooKeeper (bound: clients x {reads_per_resync()} reads per re-sync x drops)",
-        ("jitter s", "drops", "re-syncs", "reads", "bound", "peak reads/100 ms", "settled s"),
+        f"ZooKeeper (bound: reconnections x {reads_per_resync()} reads per re-sync)",
+        (
+            "jitter s",
+            "drops",
+            "reconnections",
+            "re-syncs",
+            "reads",
+            "bound",
+            "peak reads/100 ms",
+            "settled s",
+        ),
         [_row(s) for s in results],
         {"storms": [s.__dict__ for s in results], "reads_per_resync": reads_per_resync()},
     )

@@ -95,7 +95,7 @@ class EphemeralNodes:
 
     def _delete_own(self, path: str) -> None:
         stat = self._zk.exists(path)
-        if stat is not None and stat.ephemeralOwner == self._zk.client_id[0]:
+        if stat is not None and stat.ephemeralOwner == self._session():
             try:
                 self._zk.delete(path, version=stat.version)
             except (NoNodeError, BadVersionError):
@@ -118,7 +118,10 @@ class EphemeralNodes:
             timeout = None
             if self._zk.state != KazooState.CONNECTED:
                 continue
-            session_id = self._zk.client_id[0]
+            client_id = self._zk.client_id
+            if client_id is None:
+                continue  # dropped again since the check above; the next CONNECTED wakes us
+            session_id = client_id[0]
             if session_id == self._session_id:
                 continue  # same session: the nodes are still there
             try:
@@ -143,6 +146,14 @@ class EphemeralNodes:
                 restored += 1
         return restored
 
+    def _session(self) -> int:
+        """The current session's id. kazoo clears it when the connection drops, which can
+        happen between two requests of one write: then it is a ConnectionLoss like any other."""
+        client_id = self._zk.client_id
+        if client_id is None:
+            raise ConnectionLoss()
+        return client_id[0]
+
     def _write(self, path: str, data: bytes) -> None:
         for _ in range(_WRITE_ATTEMPTS):
             try:
@@ -154,7 +165,7 @@ class EphemeralNodes:
                 _, stat = self._zk.get(path)
             except NoNodeError:
                 continue
-            if stat.ephemeralOwner == self._zk.client_id[0]:
+            if stat.ephemeralOwner == self._session():
                 try:
                     self._zk.set(path, data, version=stat.version)
                     return
