@@ -19,7 +19,7 @@ import argparse
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -68,15 +68,18 @@ def reads_per_resync() -> int:
     return (1 + BUCKETS) + (1 + 2 + 2 * INSTANCES)
 
 
-def build(zk: LocalZooKeeper) -> None:
-    """One sharded service: INSTANCES instances with metrics, keys in every bucket."""
+@contextmanager
+def world(zk: LocalZooKeeper) -> Iterator[None]:
+    """One sharded service: INSTANCES instances (held by a session of their own while the
+    fleet storms) with metrics, and keys in every bucket."""
     with Sentinel(zk.connect_string, "herd-writer", NAMESPACE, announce=False) as writer:
         writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("db", shard_policy="tenants")
         writer.update_shard_info_many("tenants", {f"k{i}": f"p{i % 2}" for i in range(200)})
         for i in range(INSTANCES):
+            writer.register_service("db", f"p{i % 2}", "127.0.0.1", 5432 + i, label=f"r{i}")
             writer.update_metrics("db", f"p{i % 2}", f"r{i}", {"load": i})
-    # The instances are ephemeral: a separate session keeps them while the clients storm.
+        yield
 
 
 @contextmanager
@@ -100,17 +103,14 @@ def fleet(zk: LocalZooKeeper, clients: int, jitter: float) -> Iterator[tuple[Tcp
 def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> Storm:
     """Drop every connection ``drops`` times (0.1 s apart) and count the re-syncs' reads."""
     with fleet(zk, clients, jitter) as (proxy, sentinels):
-        resyncs_before = sum(c.cache_stats.resyncs for c in sentinels)
         reconnections: list[float] = []  # list.append is atomic: no lock needed
         for client in sentinels:
-            client.listen(
-                None,
-                lambda e: (
-                    reconnections.append(e.at)
-                    if isinstance(e, ConnectionChanged) and e.state == "connected"
-                    else None
-                ),
-            )
+            client.listen(None, lambda e: _count_reconnection(e, reconnections))
+        # A client of a loaded machine may have reconnected while the fleet started: count
+        # from a quiet moment (no read for a second), so both figures cover the same storm.
+        assert wait_until(_quiet(zk), timeout=60, interval=0), "the fleet never went quiet"
+        reconnections.clear()
+        resyncs_before = sum(c.cache_stats.resyncs for c in sentinels)
         samples: list[tuple[float, int]] = []
         done = threading.Event()
 
@@ -119,8 +119,8 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
                 samples.append((time.monotonic(), reads_counted(zk)))
                 time.sleep(0.02)
 
-        sampler = threading.Thread(target=sample, daemon=True)
         before = reads_counted(zk)
+        sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         started = time.monotonic()
         for drop in range(drops):
@@ -136,10 +136,9 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
                 and sum(c.cache_stats.resyncs for c in sentinels) >= expected
             )
 
-        wait_until(settled, timeout=120, interval=0.05)
-        # A re-sync that started late may still be reading: wait until the count stops moving.
-        wait_until(lambda: reads_counted(zk) == samples[-1][1], timeout=30, interval=0.3)
-        elapsed = time.monotonic() - started
+        assert wait_until(settled, timeout=120, interval=0.05), "the fleet never re-synced"
+        assert wait_until(_quiet(zk), timeout=60, interval=0), "reads never stopped"
+        elapsed = time.monotonic() - started - 1.0  # the quiet second is not the storm's
         done.set()
         sampler.join()
         reads = reads_counted(zk) - before
@@ -155,6 +154,22 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
         peak_reads_per_100ms=_peak(samples, 0.1),
         seconds=elapsed,
     )
+
+
+def _count_reconnection(event: object, reconnections: list[float]) -> None:
+    if isinstance(event, ConnectionChanged) and event.state == "connected":
+        reconnections.append(event.at)
+
+
+def _quiet(zk: LocalZooKeeper) -> Callable[[], bool]:
+    """A condition: no read was counted during the last second."""
+
+    def quiet() -> bool:
+        before = reads_counted(zk)
+        time.sleep(1.0)  # the quiet second is the condition itself, not a synchronisation
+        return reads_counted(zk) == before
+
+    return quiet
 
 
 def _peak(samples: list[tuple[float, int]], window: float) -> int:
@@ -186,13 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # 200 clients x "connection dropped"
     results = []
-    with LocalZooKeeper() as zk:
-        build(zk)
-        with Sentinel(zk.connect_string, "herd-publisher", NAMESPACE, announce=False) as pub:
-            for i in range(INSTANCES):
-                pub.register_service("db", f"p{i % 2}", "127.0.0.1", 5432 + i, label=f"r{i}")
-            for jitter, drops in ((0.0, 1), (0.5, 1), (0.5, 5)):
-                results.append(storm(zk, args.clients, jitter, drops))
+    with LocalZooKeeper() as zk, world(zk):
+        for jitter, drops in ((0.0, 1), (0.5, 1), (0.5, 5)):
+            results.append(storm(zk, args.clients, jitter, drops))
     report(
         "herd",
         f"Reconnect storm: {args.clients} clients, one relay dropped; reads counted by "
