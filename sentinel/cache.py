@@ -460,7 +460,9 @@ class RegistryCache:
 
     # --- services -----------------------------------------------------------------------------
 
-    def _read_spec(self, service: str) -> ServiceSpec:
+    def _read_spec(self, service: str, last_good: ServiceSpec | None = None) -> ServiceSpec:
+        """The service's spec, watched. An unreadable one is skipped: a service already
+        served keeps its ``last_good`` spec (one bad write must not unlist it everywhere)."""
         path = service_path(service)
         try:
             data, _ = self._zk.get(path, watch=self._watch)
@@ -470,6 +472,8 @@ class RegistryCache:
             return ServiceSpec.from_bytes(service, path, data)
         except DecodeError as exc:
             self._skip(exc)
+            if last_good is not None:
+                return last_good
             raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
 
     def _read_section(
@@ -575,7 +579,7 @@ class RegistryCache:
         """Re-read the spec and every node of the service, setting the watches again."""
         current = self.snapshots[service]
         try:
-            spec = self._read_spec(service)
+            spec = self._read_spec(service, current.spec)
             endpoints, bad_instances = self._read_section("instances", service)
         except ServiceNotFound:
             self._drop_service(service)
@@ -670,6 +674,8 @@ class RegistryCache:
             spec = None
         except DecodeError as exc:
             self._skip(exc)
+            if old is not None:
+                return  # as with a service spec: one bad write must not unshard everyone
             spec = None
         if spec is None:
             self.shard_maps[policy] = None
