@@ -405,7 +405,7 @@ class Chaos:
                     lambda r=reader, s=service: (
                         cached_view(r.client, s) == registry_view(self.writer, s)
                     ),
-                    timeout=30,
+                    timeout=15,  # quiet, it takes well under a second
                     ignore=(SentinelError, KeyError),
                 )
                 if converged is None:

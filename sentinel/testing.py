@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
 import subprocess
@@ -232,6 +233,7 @@ class PublisherProcess:
 def _hold_registration(argv: list[str]) -> None:
     """The child of :class:`PublisherProcess`: register, say so, hold until stdin closes."""
     hosts, namespace, service, partition, label, session_timeout = argv
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # its faults are the parent's doing
     client = Sentinel(
         hosts,
         f"publisher-{label}",
