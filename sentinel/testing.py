@@ -95,6 +95,9 @@ class TcpProxy:
             except OSError:
                 downstream.close()
                 continue
+            # The timeout was for connecting only: left on, it cut every connection that
+            # stayed quiet for 5 s (a client whose session allows pings further apart).
+            upstream.settimeout(None)
             with self._lock:
                 self._connections.update((downstream, upstream))
             for source, sink in ((downstream, upstream), (upstream, downstream)):

@@ -120,6 +120,9 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, fault_ta
             reader.prefetch(SERVICE)
             session = reader.session_id
             announced = f"{CLIENTS}/{SERVICE}/paused"
+            # The writer may read from another member than the reader wrote to: wait until it
+            # sees the node, or its absence would prove nothing about the session's expiry.
+            assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
             with Prober(reader, SERVICE) as prober:
                 for proxy in proxies:
                     proxy.cut()
