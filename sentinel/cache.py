@@ -9,7 +9,9 @@ thread, which must never block, so they only queue a task naming what changed; t
 re-reads that node (setting the watch again), builds the new state, swaps it in and tells the
 listeners. Repeated events for the same node coalesce into one read. kazoo drops every watch
 when the connection is suspended, so each reconnection queues a full re-sync that re-reads
-everything this client uses and reports exactly what changed meanwhile.
+everything this client uses and reports exactly what changed meanwhile. The re-sync starts after
+a random delay of up to ``resync_jitter`` seconds, so a fleet that reconnects together does not
+read together, and reconnections within that delay share one re-sync.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import logging
 import os
 import queue
+import random
 import socket
 import threading
 import time
@@ -41,6 +44,7 @@ from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     DecodeError,
     PartitionNotFound,
+    ReadThroughThrottled,
     ServiceNotFound,
     ZooKeeperUnavailable,
 )
@@ -63,6 +67,7 @@ from sentinel.layout import (
     client_path,
     service_path,
 )
+from sentinel.ratelimit import TokenBucket
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode
 from sentinel.registry import decode_children, pipelined_reads
 from sentinel.shards import (
@@ -171,6 +176,7 @@ class CacheStats:
     watch_events: int = 0
     auth_errors: int = 0
     session_events: dict[str, int] = field(default_factory=dict)  # by state reached
+    throttled_reads: int = 0
 
 
 def _diff(
@@ -237,6 +243,8 @@ class RegistryCache:
         announce: bool = True,
         app: str | None = None,
         credentials: CredentialReader | None = None,
+        resync_jitter: float = 0.5,
+        read_through_rate: float = 100.0,
     ) -> None:
         self._zk = zk
         self._credentials = credentials
@@ -259,6 +267,13 @@ class RegistryCache:
         self.stats = CacheStats()
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
+        self._resync_jitter = resync_jitter
+        self._resync_at: float | None = None  # monotonic; only the worker touches it
+        self._read_through_rate = read_through_rate
+        self._read_budgets: dict[str, TokenBucket] = {}
+        # Called on the worker after every task that may have changed the cache (the
+        # last-known-good snapshot writer's mark_dirty); must not block.
+        self.on_change: Callable[[], None] | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -306,6 +321,12 @@ class RegistryCache:
                 known_miss = negative_key in self._negative
             if known_miss:
                 self.stats.negative_hits += 1
+            elif not self._read_budget(service).take():
+                self.stats.throttled_reads += 1
+                raise ReadThroughThrottled(
+                    f"service {service!r}: key {key!r} is not cached and the service's "
+                    f"{self._read_through_rate:g} direct reads/s are spent; retry shortly"
+                )
             else:
                 self.stats.read_throughs += 1
                 try:
@@ -326,6 +347,25 @@ class RegistryCache:
                 f"or not a {shard_map.spec.key_type}"
             )
         raise PartitionNotFound(f"service {service!r}: key {key!r} maps to no partition ({reason})")
+
+    def _read_budget(self, service: str) -> TokenBucket:
+        budget = self._read_budgets.get(service)
+        if budget is None:  # a race creates two buckets; one wins, which is harmless
+            budget = self._read_budgets.setdefault(service, TokenBucket(self._read_through_rate))
+        return budget
+
+    def restore(
+        self,
+        snapshots: Mapping[str, ServiceSnapshot],
+        shard_maps: Mapping[str, ShardMap | None],
+        written_at: float,
+    ) -> None:
+        """Serve a last-known-good state (call before :meth:`start`) until a connection
+        re-syncs it; ``staleness`` counts from when it was written."""
+        self.shard_maps.update(shard_maps)
+        self.snapshots.update(snapshots)
+        self.connection_state = "snapshot"
+        self.disconnected_at = written_at
 
     def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
         """Add a listener for ``service`` (None: every service); returns its remover."""
@@ -386,13 +426,24 @@ class RegistryCache:
         # Listeners hear of the connection first, then of what the re-sync found.
         self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
         if state == KazooState.CONNECTED:
-            self._enqueue(("resync",))
+            self._tasks.put(("reconnected",))
 
     # --- the worker ---------------------------------------------------------------------------
 
+    def _next_task(self) -> tuple[Any, ...]:
+        """The next queued task, or the re-sync once its jittered time has come."""
+        if self._resync_at is None:
+            return self._tasks.get()
+        wait = self._resync_at - time.monotonic()
+        with contextlib.suppress(queue.Empty):
+            if wait > 0:
+                return self._tasks.get(timeout=wait)
+        self._resync_at = None
+        return ("resync",)
+
     def _run(self) -> None:
         while True:
-            task = self._tasks.get()
+            task = self._next_task()
             kind = task[0]
             if kind == "stop":
                 return
@@ -400,6 +451,8 @@ class RegistryCache:
                 self._pending.discard(task)
             try:
                 self._handle(kind, task)
+                if self.on_change is not None and kind != "notify":
+                    self.on_change()
             except Exception as exc:
                 if kind == "load":
                     task[2].set_exception(translate(exc, f"loading service {task[1]!r}"))
@@ -435,6 +488,8 @@ class RegistryCache:
                 self._load_policy(task[1])
         elif kind == "bucket":
             self._refresh_bucket(task[1], task[2])
+        elif kind == "reconnected" and self._resync_at is None:
+            self._resync_at = time.monotonic() + random.uniform(0, self._resync_jitter)
         elif kind == "resync":
             self._resync()
 
@@ -458,7 +513,9 @@ class RegistryCache:
 
     # --- services -----------------------------------------------------------------------------
 
-    def _read_spec(self, service: str) -> ServiceSpec:
+    def _read_spec(self, service: str, last_good: ServiceSpec | None = None) -> ServiceSpec:
+        """The service's spec, watched. An unreadable one is skipped: a service already
+        served keeps its ``last_good`` spec (one bad write must not unlist it everywhere)."""
         path = service_path(service)
         try:
             data, _ = self._zk.get(path, watch=self._watch)
@@ -468,6 +525,8 @@ class RegistryCache:
             return ServiceSpec.from_bytes(service, path, data)
         except DecodeError as exc:
             self._skip(exc)
+            if last_good is not None:
+                return last_good
             raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
 
     def _read_section(
@@ -623,7 +682,7 @@ class RegistryCache:
         """Re-read the spec and every node of the service, setting the watches again."""
         current = self.snapshots[service]
         try:
-            spec = self._read_spec(service)
+            spec = self._read_spec(service, current.spec)
             endpoints, bad_instances = self._read_section("instances", service)
         except ServiceNotFound:
             self._drop_service(service)
@@ -720,6 +779,8 @@ class RegistryCache:
             spec = None
         except DecodeError as exc:
             self._skip(exc)
+            if old is not None:
+                return  # as with a service spec: one bad write must not unshard everyone
             spec = None
         if spec is None:
             self.shard_maps[policy] = None

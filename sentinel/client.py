@@ -6,14 +6,17 @@ import dataclasses
 import logging
 import os
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry
@@ -31,6 +34,7 @@ from sentinel.errors import (
     NoInstanceAvailable,
     PartitionNotFound,
     SentinelError,
+    SnapshotRejected,
     ValidationError,
     ZooKeeperUnavailable,
 )
@@ -45,6 +49,7 @@ from sentinel.layout import (
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
+from sentinel.snapshot import SnapshotWriter, load_snapshot
 from sentinel.transport import PollHandler
 from sentinel.zkerrors import translate_zk_errors
 
@@ -78,6 +83,10 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
+# kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
+# wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
+# seconds at most, and a fleet's retries stay spread.
+RECONNECT_MAX_DELAY = 2.0
 
 
 def default_client_id() -> str:
@@ -120,6 +129,13 @@ class Sentinel:
     ``prometheus_registry`` is where the client's telemetry is exported
     (:mod:`sentinel.telemetry`; default: ``prometheus_client``'s default registry); None turns
     it off.
+
+    Reliability settings (see ``docs/reliability.md``): ``resync_jitter`` spreads the re-read
+    after a reconnection over a random delay of up to that many seconds; ``read_through_rate``
+    caps Procedure 1's direct reads per service and second. ``snapshot_path`` names a file the
+    cache is written to (at most every ``snapshot_interval`` seconds); when no server answers at
+    :meth:`start`, the client serves that last-known-good snapshot, marked stale, and keeps
+    connecting in the background.
     """
 
     def __init__(
@@ -140,6 +156,10 @@ class Sentinel:
         identity: str | None = None,
         auth_client: str | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
+        resync_jitter: float = 0.5,
+        read_through_rate: float = 100.0,
+        snapshot_path: str | os.PathLike[str] | None = None,
+        snapshot_interval: float = 1.0,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -154,10 +174,14 @@ class Sentinel:
         else:
             self._keyring = ClientKeyring.load(auth_keys)
         identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
+        handler = PollHandler()
         self._zk = KazooClient(
             hosts=f"{self.hosts}{self.namespace}",
             timeout=session_timeout,
-            handler=PollHandler(),
+            handler=handler,
+            connection_retry=KazooRetry(
+                max_tries=-1, max_delay=RECONNECT_MAX_DELAY, sleep_func=handler.sleep_func
+            ),
             **acl.client_arguments(identity),
         )
         self._nodes = EphemeralNodes(self._zk)
@@ -178,6 +202,8 @@ class Sentinel:
                 self.auth_client,
                 None if auth_signer is None else verify_key(auth_signer),
             ),
+            resync_jitter=resync_jitter,
+            read_through_rate=read_through_rate,
         )
         # The hot path reads these two dicts directly: one attribute lookup less per call.
         self._snapshots = self._cache.snapshots
@@ -188,6 +214,17 @@ class Sentinel:
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
         self._started = False
+        self._snapshot_writer = None
+        if snapshot_path is not None:
+            self._snapshot_writer = SnapshotWriter(
+                Path(snapshot_path),
+                self._snapshots,
+                self._shard_maps,
+                self.namespace,
+                self.hosts,
+                snapshot_interval,
+            )
+            self._cache.on_change = self._snapshot_writer.mark_dirty
 
     def __repr__(self) -> str:
         state = self._zk.state if self._started else "not started"
@@ -216,25 +253,80 @@ class Sentinel:
                 warnings.filterwarnings("ignore", message="No chroot path exists")
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
-            raise ZooKeeperUnavailable(
+            unavailable = ZooKeeperUnavailable(
                 f"no ZooKeeper server at {self.hosts} answered within {self.connect_timeout:g}s"
-            ) from None
+            )
+            if not self._serve_snapshot(unavailable):
+                raise unavailable from None
+            return self
         try:
-            for section in SECTIONS:
-                self._zk.ensure_path(section)
-            if self._keyring is not None:
-                publish_public_keys(self._zk, self.auth_client, self._keyring)
+            self._prepare()
         except BaseException:
             self._zk.stop()
             self._zk.close()
             raise
-        self._nodes.start()
         self._cache.start()
+        self._start_snapshot_writer()
+        self._mark_started()
+        log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
+        return self
+
+    def _mark_started(self) -> None:
         self._started = True
         if self._exports is not None:
             self._exports.add(self)
-        log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
-        return self
+
+    def _prepare(self) -> None:
+        """Once connected: the namespace's sections, this client's public keys (with a key
+        ring), and the session's ephemeral nodes."""
+        for section in SECTIONS:
+            self._zk.ensure_path(section)
+        if self._keyring is not None:
+            publish_public_keys(self._zk, self.auth_client, self._keyring)
+        self._nodes.start()
+
+    def _start_snapshot_writer(self) -> None:
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.start()
+
+    def _serve_snapshot(self, unavailable: ZooKeeperUnavailable) -> bool:
+        """No server answered: serve the last-known-good snapshot and connect in the
+        background. False when there is no snapshot to serve (the reason is logged)."""
+        if self._snapshot_writer is None:
+            return False
+        try:
+            restored = load_snapshot(self._snapshot_writer.path, self.namespace, self.hosts)
+        except SnapshotRejected as exc:
+            log.warning("%s; not serving it", exc)
+            return False
+        self._cache.restore(restored.snapshots, restored.shard_maps, restored.written_at)
+        self._cache.start()
+        self._mark_started()
+        log.warning(
+            "%s; serving the snapshot %s written %.0fs ago (%d services) until it connects",
+            unavailable,
+            self._snapshot_writer.path,
+            self.staleness,
+            len(restored.snapshots),
+        )
+        threading.Thread(target=self._connect_later, name="sentinel-connect", daemon=True).start()
+        return True
+
+    def _connect_later(self) -> None:
+        """While serving a snapshot: let kazoo keep connecting, then finish :meth:`start`."""
+        live = self._zk.start_async()
+        while self._started:
+            if not live.wait(0.2):
+                continue
+            try:
+                self._prepare()
+            except Exception as exc:  # the connection dropped again: wait for the next one
+                log.info("finishing the start failed (%s); retrying", exc)
+                time.sleep(0.2)
+                continue
+            self._start_snapshot_writer()
+            log.info("connected to %s%s; re-syncing the snapshot", self.hosts, self.namespace)
+            return
 
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once."""
@@ -244,6 +336,8 @@ class Sentinel:
         if self._exports is not None:
             self._exports.discard(self)
         self._cache.close()
+        if self._snapshot_writer is not None:
+            self._snapshot_writer.close()
         # Emptied, a lookup falls through to the load, which refuses on a closed client.
         self._snapshots.clear()
         self._shard_maps.clear()
@@ -557,7 +651,8 @@ class Sentinel:
 
     @property
     def connection_state(self) -> str:
-        """``connected``, ``suspended`` (serving the last known state) or ``lost``."""
+        """``connected``, ``suspended`` (serving the last known state), ``lost``, or
+        ``snapshot`` (serving the last-known-good snapshot, not yet connected)."""
         return self._cache.connection_state if self._started else "closed"
 
     @property

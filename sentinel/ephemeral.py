@@ -81,17 +81,27 @@ class EphemeralNodes:
         port), the old one shutting down must not delete the new one's node.
         """
         with self._lock:
-            if self._nodes.pop(path, None) is None:
+            data = self._nodes.pop(path, None)
+            if data is None:
                 return False
-            stat = self._zk.exists(path)
-            if stat is not None and stat.ephemeralOwner == self._zk.client_id[0]:
-                try:
-                    self._zk.delete(path, version=stat.version)
-                except (NoNodeError, BadVersionError):
-                    log.warning("%s changed while being removed; left as it is", path)
-            elif stat is not None:
-                log.warning("%s belongs to another session now; left in place", path)
+            try:
+                self._delete_own(path)
+            except BaseException:
+                # Not known to be deleted (the connection dropped): keep the node, so that a
+                # retry deletes it instead of answering "not held" while it lives on.
+                self._nodes[path] = data
+                raise
         return True
+
+    def _delete_own(self, path: str) -> None:
+        stat = self._zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == self._session():
+            try:
+                self._zk.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                log.warning("%s changed while being removed; left as it is", path)
+        elif stat is not None:
+            log.warning("%s belongs to another session now; left in place", path)
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: only wake the worker, never touch ZooKeeper here.
@@ -108,7 +118,10 @@ class EphemeralNodes:
             timeout = None
             if self._zk.state != KazooState.CONNECTED:
                 continue
-            session_id = self._zk.client_id[0]
+            client_id = self._zk.client_id
+            if client_id is None:
+                continue  # dropped again since the check above; the next CONNECTED wakes us
+            session_id = client_id[0]
             if session_id == self._session_id:
                 continue  # same session: the nodes are still there
             try:
@@ -133,6 +146,14 @@ class EphemeralNodes:
                 restored += 1
         return restored
 
+    def _session(self) -> int:
+        """The current session's id. kazoo clears it when the connection drops, which can
+        happen between two requests of one write: then it is a ConnectionLoss like any other."""
+        client_id = self._zk.client_id
+        if client_id is None:
+            raise ConnectionLoss()
+        return client_id[0]
+
     def _write(self, path: str, data: bytes) -> None:
         for _ in range(_WRITE_ATTEMPTS):
             try:
@@ -144,7 +165,7 @@ class EphemeralNodes:
                 _, stat = self._zk.get(path)
             except NoNodeError:
                 continue
-            if stat.ephemeralOwner == self._zk.client_id[0]:
+            if stat.ephemeralOwner == self._session():
                 try:
                     self._zk.set(path, data, version=stat.version)
                     return

@@ -103,6 +103,14 @@ class PartitionNotFound(SentinelError):
     """The key maps to no partition (unknown key, or below the first range boundary)."""
 
 
+class ReadThroughThrottled(PartitionNotFound):
+    """The key is not in the cached map and this service's budget of direct reads is spent.
+
+    Procedure 1's reads are rate-limited per service (``read_through_rate``); retry shortly,
+    or let the shard map's watch bring the key.
+    """
+
+
 class NoInstanceAvailable(SentinelError):
     """The partition is known but no instance is eligible (none live, or the policy refused all)."""
 
@@ -174,3 +182,8 @@ class SourceTimeout(SourceError):
 
 class EndpointFailed(SentinelError):
     """Work kept failing on freshly resolved endpoints; the last failure is the ``__cause__``."""
+
+
+class SnapshotRejected(SentinelError):
+    """A last-known-good snapshot file cannot be served: missing, corrupt, or of another
+    namespace or ensemble; the message says which."""

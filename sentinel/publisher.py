@@ -98,8 +98,10 @@ class Publisher:
 
     def deregister(self, registration: Registration) -> bool:
         """Remove a registration; False if this client did not hold it (already deregistered)."""
-        if self._registrations.pop(registration.path, None) is None:
+        if registration.path not in self._registrations:
             return False
+        # Forgotten only once removed: a deregistration the connection interrupted is retried.
         self._nodes.remove(registration.path)
+        self._registrations.pop(registration.path, None)
         log.info("deregistered %s", registration.path)
         return True

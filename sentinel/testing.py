@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 
 from sentinel.client import Sentinel
+from sentinel.registry import read_metrics
+from sentinel.shards import DirectoryMap, iter_assignments
 
 
 def expire_session(client: Sentinel, timeout: float = 10.0) -> int:
@@ -88,6 +95,9 @@ class TcpProxy:
             except OSError:
                 downstream.close()
                 continue
+            # The timeout was for connecting only: left on, it cut every connection that
+            # stayed quiet for 5 s (a client whose session allows pings further apart).
+            upstream.settimeout(None)
             with self._lock:
                 self._connections.update((downstream, upstream))
             for source, sink in ((downstream, upstream), (upstream, downstream)):
@@ -127,3 +137,119 @@ class TcpProxy:
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()
+
+
+def registry_view(client: Sentinel, service: str) -> tuple[Any, ...]:
+    """What a fresh read of ``service`` finds: instances, metrics and (directory) shard keys,
+    in the form :func:`cached_view` gives for the cache, so the two compare equal when the
+    cache is exact."""
+    listing = client.read_service(service)
+    metrics, _ = read_metrics(client._zk, service)
+    policy = listing.spec.shard_policy
+    return (
+        {(i.partition, i.label, i.host, i.port, i.status, i.weight) for i in listing.instances},
+        {name: dict(record.values) for name, record in metrics.items()},
+        dict(iter_assignments(client._zk, policy)) if policy else {},
+    )
+
+
+def cached_view(client: Sentinel, service: str) -> tuple[Any, ...]:
+    """``service`` as ``client``'s cache holds it, comparable with :func:`registry_view`."""
+    snapshot = client._snapshots[service]
+    shard_map = client._shard_maps.get(snapshot.spec.shard_policy or "")
+    return (
+        {
+            (e.partition, e.label, e.host, e.port, e.status, e.weight)
+            for e in snapshot.endpoints.values()
+        },
+        {name: dict(record.values) for name, record in snapshot.metrics.items()},
+        dict(shard_map.keys) if isinstance(shard_map, DirectoryMap) else {},
+    )
+
+
+class PublisherProcess:
+    """A publisher in a process of its own, to kill or freeze as a crash or a stall would.
+
+    The child registers one instance of ``service`` (``partition``, ``label``) with a session
+    of ``session_timeout`` seconds and holds it until :meth:`stop` (which deregisters) or a
+    signal: :meth:`kill` (SIGKILL, the node goes when the session expires), :meth:`pause` and
+    :meth:`resume` (SIGSTOP/SIGCONT; past the session timeout the node goes, and the resumed
+    process registers it again).
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        namespace: str,
+        service: str,
+        partition: str,
+        label: str,
+        session_timeout: float = 2.0,
+    ) -> None:
+        self.label = label
+        arguments = [hosts, namespace, service, partition, label, str(session_timeout)]
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "sentinel.testing", *arguments],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()  # the child exits (EOF) if it cannot register
+        if line.strip() != "registered":
+            self.kill()
+            raise RuntimeError(f"publisher {label} did not register (exit {self._process.poll()})")
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process exists (a paused one does)."""
+        return self._process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; ZooKeeper removes the node when the session expires."""
+        if self.alive:
+            self._process.kill()
+        self._process.wait()
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stops answering ZooKeeper, as in a long GC pause."""
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT."""
+        self._process.send_signal(signal.SIGCONT)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Deregister and exit (closing the child's stdin), or kill after ``timeout``."""
+        if not self.alive:
+            return
+        self.resume()
+        assert self._process.stdin is not None
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def _hold_registration(argv: list[str]) -> None:
+    """The child of :class:`PublisherProcess`: register, say so, hold until stdin closes."""
+    hosts, namespace, service, partition, label, session_timeout = argv
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # its faults are the parent's doing
+    client = Sentinel(
+        hosts,
+        f"publisher-{label}",
+        namespace,
+        session_timeout=float(session_timeout),
+        announce=False,
+    )
+    with client:
+        client.register_service(service, partition, "127.0.0.1", 9000, label=label)
+        sys.stdout.write("registered\n")
+        sys.stdout.flush()
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _hold_registration(sys.argv[1:])

@@ -1,0 +1,576 @@
+"""Chaos soak with the reliability invariants checked all along: ``python -m benchmarks.chaos``.
+
+A 3-member ensemble; a writer that keeps registering and deregistering instances, publishing
+metrics and moving shard keys; publishers in processes of their own; three readers looking up
+without pause. Faults come one at a time: a member killed and restarted (quorum kept), a
+publisher process killed or frozen past its session timeout, a reader cut off past its session
+timeout, a reader's session expired, a reader's connection flapping. Checked all the time:
+
+(a) a lookup never returns an instance deregistered (or whose process died) more than
+    ``BOUND`` (propagation + session timeout + re-sync jitter) ago, and
+(b) never finds nothing while an eligible instance has been live that long,
+
+both for readers connected for longer than ``BOUND`` (a cut-off reader serves its last state,
+marked stale; that is counted, not a violation). At every checkpoint (the writer pauses, every
+fault is undone): (c) each reader's cache equals a fresh read, (d) a process publisher's
+registration exists iff its process lives, (e) threads, memory and the ensemble's watch count
+stay bounded (watches by what the readers follow).
+
+    python -m benchmarks.chaos --minutes 30
+    python -m benchmarks.chaos --seconds 60 --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks.common import report
+from sentinel import Sentinel
+from sentinel.errors import (
+    NoInstanceAvailable,
+    PartitionNotFound,
+    SentinelError,
+    ZooKeeperUnavailable,
+)
+from sentinel.events import ConnectionChanged
+from sentinel.launcher import LocalZooKeeper, four_letter_word
+from sentinel.testing import (
+    PublisherProcess,
+    TcpProxy,
+    cached_view,
+    expire_session,
+    registry_view,
+    wait_until,
+)
+
+SESSION_TIMEOUT = 4.0  # readers and publisher processes
+WRITER_SESSION_TIMEOUT = 20.0  # the writer's instances must not vanish with an election
+PROPAGATION = 2.0  # generous: loopback p99 is ~15 ms, but this machine is shared and loaded
+RESYNC_JITTER = 0.5
+BOUND = PROPAGATION + SESSION_TIMEOUT + RESYNC_JITTER
+SERVICES = {"api": None, "db": "tenants"}
+PARTITIONS = ("p0", "p1")
+KEYS = tuple(f"k{i}" for i in range(30))
+BUCKETS = 8
+IN_PROCESS = 6  # labels per service the writer publishes; 0 and 1 stay, the others come and go
+PROCESSES = 4  # publisher processes alive at a time
+FAULTS = (
+    "kill_member",
+    "kill_publisher",
+    "pause_publisher",
+    "partition_reader",
+    "expire_reader",
+    "flap_reader",
+)
+
+
+@dataclass
+class Life:
+    """What the chaos runner knows of one instance (label).
+
+    ``alive``: it may be registered (set before the write is issued); ``dead_since``: when it
+    was certainly removed or its process stopped; ``live_since``: since when it certainly is
+    (set after the write returned). ``process``: held by a publisher process.
+    """
+
+    service: str
+    partition: str
+    process: bool
+    alive: bool = False
+    dead_since: float = 0.0
+    live_since: float | None = None
+
+
+@dataclass
+class Outcome:
+    """Totals of one run."""
+
+    seconds: float = 0.0
+    lookups: int = 0
+    checked: int = 0
+    stale_served: int = 0
+    writes: int = 0
+    faults: Counter = field(default_factory=Counter)
+    violations: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+
+    def violate(self, invariant: str, detail: str) -> None:
+        self.violations[invariant] += 1
+        if len(self.examples) < 20:
+            self.examples.append(f"({invariant}) {detail}")
+
+
+class Reader:
+    """A reader client and the time since which it has been connected without a break."""
+
+    def __init__(self, name: str, client: Sentinel, proxies: list[TcpProxy]) -> None:
+        self.name = name
+        self.client = client
+        self.proxies = proxies
+        self.connected_since: float | None = time.time()
+        client.listen(None, self._on_event)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, ConnectionChanged):
+            self.connected_since = event.at if event.state == "connected" else None
+
+
+class Chaos:
+    """One run: the world, the churn, the faults and the checks."""
+
+    def __init__(self, zk: LocalZooKeeper, seed: int, outcome: Outcome) -> None:
+        self.zk = zk
+        self.random = random.Random(seed)
+        self.outcome = outcome
+        self.namespace = "/chaos"
+        self.lock = threading.Lock()
+        self.lives: dict[str, Life] = {}
+        self.keys: dict[str, tuple[str | None, float]] = {}
+        self.last_election = 0.0
+        self.stop = threading.Event()
+        self.quiet = threading.Event()  # set: the writer pauses (checkpoints)
+        self.writer_idle = threading.Event()
+        self.publishers: dict[str, PublisherProcess] = {}
+        self.paused: set[str] = set()
+        self.next_process = 0
+        self.writer = Sentinel(
+            zk.connect_string, "chaos-writer", self.namespace,
+            session_timeout=WRITER_SESSION_TIMEOUT, announce=False,
+        )  # fmt: skip
+        self.registrations: dict[str, Any] = {}
+        self.readers: list[Reader] = []
+
+    # --- the world ------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        writer = self.writer.start()
+        writer.create_shard_policy("tenants", "directory", partitions=list(PARTITIONS), buckets=8)
+        for service, policy in SERVICES.items():
+            writer.ensure_service(service, shard_policy=policy)
+            for i in range(IN_PROCESS):
+                self.lives[f"{service}-{i}"] = Life(service, PARTITIONS[i % 2], process=False)
+        for i in range(IN_PROCESS // 2):
+            for service in SERVICES:
+                self._register(f"{service}-{i}")
+        for key in KEYS:
+            self._assign(key, self.random.choice(PARTITIONS))
+        for _ in range(PROCESSES):
+            self._spawn()
+        for name, proxied in (("direct", False), ("proxied", True), ("expiring", False)):
+            proxies = [TcpProxy("127.0.0.1", m.client_port) for m in self.zk] if proxied else []
+            hosts = ",".join(p.address for p in proxies) if proxied else self.zk.connect_string
+            client = Sentinel(
+                hosts, f"chaos-{name}", self.namespace,
+                session_timeout=SESSION_TIMEOUT, resync_jitter=RESYNC_JITTER,
+            ).start()  # fmt: skip
+            for service in SERVICES:
+                client.prefetch(service)
+            self.readers.append(Reader(name, client, proxies))
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.client.close()
+            for proxy in reader.proxies:
+                proxy.close()
+        for publisher in self.publishers.values():
+            publisher.stop()
+        self.writer.close()
+
+    # --- writes, with the truth kept beside them ------------------------------------------------
+
+    def _retry(self, write: Callable[[], Any]) -> Any:
+        """A write, retried while the connection is interrupted (it is idempotent)."""
+        while True:
+            try:
+                result = write()
+            except ZooKeeperUnavailable:
+                wait_until(lambda: self.writer.connection_state == "connected", timeout=30)
+                continue
+            self.outcome.writes += 1
+            return result
+
+    def _register(self, label: str) -> None:
+        life = self.lives[label]
+        with self.lock:
+            life.alive = True
+        self.registrations[label] = self._retry(
+            lambda: self.writer.register_service(
+                life.service, life.partition, "127.0.0.1", 8000, label=label
+            )
+        )
+        with self.lock:
+            life.live_since = time.time()
+
+    def _deregister(self, label: str) -> None:
+        life = self.lives[label]
+        with self.lock:
+            life.live_since = None
+        registration = self.registrations[label]
+        self._retry(lambda: self.writer.deregister_service(registration))
+        del self.registrations[label]
+        with self.lock:
+            life.alive, life.dead_since = False, time.time()
+
+    def _assign(self, key: str, partition: str | None) -> None:
+        with self.lock:
+            self.keys[key] = (self.keys.get(key, (None, 0.0))[0], float("inf"))  # in flux
+        if partition is None:
+            self._retry(lambda: self.writer.remove_shard_key("tenants", key))
+        else:
+            self._retry(lambda: self.writer.update_shard_info("tenants", key, partition))
+        with self.lock:
+            self.keys[key] = (partition, time.time())
+
+    def _spawn(self) -> None:
+        label = f"proc-{self.next_process}"
+        self.next_process += 1
+        service = self.random.choice(list(SERVICES))
+        life = self.lives[label] = Life(service, self.random.choice(PARTITIONS), process=True)
+        with self.lock:
+            life.alive = True
+        self.publishers[label] = PublisherProcess(
+            self.zk.connect_string, self.namespace, service, life.partition, label, SESSION_TIMEOUT
+        )
+        with self.lock:
+            life.live_since = time.time()
+
+    def churn(self) -> None:
+        """The writer's loop: one random change every few milliseconds, paused at checkpoints."""
+        while not self.stop.is_set():
+            if self.quiet.is_set():
+                self.writer_idle.set()
+                self.stop.wait(0.05)
+                continue
+            self.writer_idle.clear()
+            try:
+                self._change()
+            except Exception as exc:  # a fault in the runner itself must fail the run, not hang it
+                self.outcome.violate("runner", f"the writer failed: {exc!r}")
+            self.stop.wait(self.random.uniform(0.005, 0.05))
+        self.writer_idle.set()
+
+    def _change(self) -> None:
+        """One random change: (de)register, publish metrics, or move a shard key."""
+        choice = self.random.random()
+        label = f"{self.random.choice(list(SERVICES))}-{self.random.randrange(IN_PROCESS)}"
+        if choice < 0.4 and not label.endswith(("-0", "-1")):
+            if label in self.registrations:
+                self._deregister(label)
+            else:
+                self._register(label)
+        elif choice < 0.7:  # metrics of any label, live or not (the nodes are persistent)
+            life = self.lives[label]
+            metrics = {"load": self.random.random()}
+            self._retry(
+                lambda life=life, label=label, metrics=metrics: self.writer.update_metrics(
+                    life.service, life.partition, label, metrics
+                )
+            )
+        else:
+            partition = self.random.choice((*PARTITIONS, None))
+            self._assign(self.random.choice(KEYS), partition)
+
+    # --- lookups and invariants (a) and (b) -----------------------------------------------------
+
+    def lookups(self, reader: Reader) -> None:
+        pick = random.Random(reader.name)
+        while not self.stop.is_set():
+            since = reader.connected_since
+            started = time.time()
+            service = pick.choice(list(SERVICES))
+            key = pick.choice(KEYS) if SERVICES[service] else None
+            try:
+                result: Any = reader.client.get_service(service, key)
+            except (NoInstanceAvailable, PartitionNotFound) as exc:
+                result = exc
+            except SentinelError as exc:  # a first load while cut off: nothing to check
+                result = exc
+            self.outcome.lookups += 1
+            if since is None or reader.connected_since != since:
+                self.outcome.stale_served += not isinstance(result, Exception)
+            elif started - since > BOUND:
+                self.outcome.checked += 1
+                self._check(reader, started, service, key, result)
+            time.sleep(0.001)
+
+    def _check(self, reader: Reader, at: float, service: str, key: Any, result: Any) -> None:
+        with self.lock:
+            if not isinstance(result, Exception):
+                life = self.lives[result.label]
+                dead_since = max(life.dead_since, self.last_election if life.process else 0)
+                if not life.alive and at - dead_since > BOUND:
+                    self.outcome.violate(
+                        "a", f"{reader.name} got {result.name}, gone {at - dead_since:.1f}s"
+                    )
+                return
+            partition, assigned_at = self.keys[key] if key is not None else (None, 0.0)
+            if key is not None and (partition is None or at - assigned_at <= BOUND):
+                return  # the key is unassigned, or moved too recently to judge
+            live = [
+                label
+                for label, life in self.lives.items()
+                if life.service == service
+                and (partition is None or life.partition == partition)
+                and life.live_since is not None
+                and at - life.live_since > BOUND
+            ]
+            if live:
+                self.outcome.violate(
+                    "b", f"{reader.name}: {service} {key!r} -> {result!r} while {live} live"
+                )
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def inject(self, fault: str) -> None:
+        self.outcome.faults[fault] += 1
+        pick = self.random
+        if fault == "kill_member":
+            member = pick.choice(self.zk.members)
+            member.kill()
+            time.sleep(pick.uniform(1, 4))  # the fault's duration is an input
+            member.restart()
+            self.zk.leader()
+            with self.lock:
+                self.last_election = time.time()
+        elif fault in ("kill_publisher", "pause_publisher"):
+            label = pick.choice(sorted(set(self.publishers) - self.paused))
+            life = self.lives[label]
+            with self.lock:
+                life.live_since = None
+            if fault == "kill_publisher":
+                self.publishers.pop(label).kill()
+                with self.lock:
+                    life.alive, life.dead_since = False, time.time()
+                self._spawn()
+                return
+            self.publishers[label].pause()
+            with self.lock:
+                life.alive, life.dead_since = False, time.time()
+            self.paused.add(label)
+            time.sleep(SESSION_TIMEOUT + pick.uniform(1, 2))  # past the session timeout
+            self._resume(label)
+        elif fault == "partition_reader":
+            proxies = self.readers[1].proxies
+            for proxy in proxies:
+                proxy.cut()
+            time.sleep(pick.uniform(1, SESSION_TIMEOUT + 2))
+            for proxy in proxies:
+                proxy.restore()
+        elif fault == "expire_reader":
+            client = self.readers[2].client
+            if client.connection_state == "connected":
+                expire_session(client)
+        elif fault == "flap_reader":
+            proxies = self.readers[1].proxies
+            deadline = time.monotonic() + pick.uniform(1, 3)
+            while time.monotonic() < deadline:  # ten flaps a second
+                for proxy in proxies:
+                    proxy.cut()
+                time.sleep(0.05)
+                for proxy in proxies:
+                    proxy.restore()
+                time.sleep(0.05)
+
+    def _resume(self, label: str) -> None:
+        life = self.lives[label]
+        with self.lock:
+            life.alive = True
+        self.publishers[label].resume()
+        self.paused.discard(label)
+        with self.lock:
+            life.live_since = time.time()
+
+    # --- checkpoints: (c), (d), (e) -------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        self.quiet.set()
+        if not self.writer_idle.wait(120):
+            self.outcome.violate("runner", "the writer did not pause within 120 s")
+        for label in list(self.paused):
+            self._resume(label)
+        started = time.monotonic()
+        for reader in self.readers:
+            for service in SERVICES:
+                converged = wait_until(
+                    lambda r=reader, s=service: (
+                        cached_view(r.client, s) == registry_view(self.writer, s)
+                    ),
+                    timeout=15,  # quiet, it takes well under a second
+                    ignore=(SentinelError, KeyError),
+                )
+                if converged is None:
+                    self.outcome.violate("c", f"{reader.name}'s cache of {service} != a fresh read")
+        converged_s = time.monotonic() - started
+
+        def processes_registered() -> bool:
+            registered = {
+                i[1]
+                for service in SERVICES
+                for i in registry_view(self.writer, service)[0]
+                if i[1].startswith("proc-")
+            }
+            return registered == {p for p, proc in self.publishers.items() if proc.alive}
+
+        if wait_until(processes_registered, timeout=2 * SESSION_TIMEOUT + 10) is None:
+            self.outcome.violate("d", "process registrations != live processes")
+        self.outcome.checkpoints.append(
+            {
+                "at_s": round(time.time() - self.started, 1),
+                "converged_s": round(converged_s, 3),
+                "threads": threading.active_count(),
+                "rss_mb": round(_rss_mb(), 1),
+                "watches": self._watches(),
+                "watch_bound": self._watch_bound(),
+            }
+        )
+        self.quiet.clear()
+
+    def _watches(self) -> int:
+        total = 0
+        for member in self.zk:
+            host, port = member.connect_string.split(":")
+            answer = four_letter_word(host, int(port), "wchs", timeout=5)
+            total += int(answer.rsplit("Total watches:", 1)[1].strip())
+        return total
+
+    def _watch_bound(self) -> int:
+        """Watches the readers can hold: per service its spec (data and children), its metrics
+        section (children) and each node in both; the policy and its buckets."""
+        per_reader = 1 + BUCKETS
+        for service in SERVICES:
+            instances, metrics, _ = registry_view(self.writer, service)
+            per_reader += 3 + len(instances) + len(metrics)
+        return per_reader * len(self.readers)
+
+    # --- the run --------------------------------------------------------------------------------
+
+    def run(self, seconds: float, checkpoint_every: float) -> None:
+        self.started = time.time()
+        threads = [threading.Thread(target=self.churn, daemon=True)] + [
+            threading.Thread(target=self.lookups, args=(r,), daemon=True) for r in self.readers
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + seconds
+        next_checkpoint = time.monotonic() + checkpoint_every
+        order: list[str] = []
+        while time.monotonic() < deadline:
+            if not order:  # every kind once per cycle, in a random order
+                order = self.random.sample(FAULTS, len(FAULTS))
+            self.inject(order.pop())
+            time.sleep(self.random.uniform(0.5, 2.0))
+            if time.monotonic() >= next_checkpoint:
+                self.checkpoint()
+                next_checkpoint = time.monotonic() + checkpoint_every
+        self.checkpoint()
+        self.stop.set()
+        for thread in threads:
+            thread.join()
+        self.outcome.seconds = time.time() - self.started
+        self._check_growth()
+
+    def _check_growth(self) -> None:
+        """(e): after the first checkpoint (warm), nothing may keep growing."""
+        points = self.outcome.checkpoints
+        first, last = points[0], points[-1]
+        # A relay that was just cut may still be tearing down its two pump threads.
+        if last["threads"] > first["threads"] + 2 * len(self.readers[1].proxies):
+            self.outcome.violate("e", f"threads {first['threads']} -> {last['threads']}")
+        if last["rss_mb"] > first["rss_mb"] + 64:
+            self.outcome.violate("e", f"RSS {first['rss_mb']} -> {last['rss_mb']} MB")
+        for point in points:
+            if point["watches"] > point["watch_bound"]:
+                self.outcome.violate("e", f"{point['watches']} watches > {point['watch_bound']}")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _first_last(points: list[dict[str, Any]], figure: str) -> str:
+    return f"{points[0][figure]} -> {points[-1][figure]}"
+
+
+def _watches(points: list[dict[str, Any]]) -> str:
+    worst = max(points, key=lambda p: p["watches"] - p["watch_bound"])
+    return f"{worst['watches']} ({worst['watch_bound']})"
+
+
+def run(seconds: float, seed: int = 1, checkpoint_every: float = 60.0) -> Outcome:
+    """One chaos run on a fresh 3-member ensemble; the outcome holds every figure."""
+    outcome = Outcome()
+    with LocalZooKeeper(size=3) as zk:
+        chaos = Chaos(zk, seed, outcome)
+        try:
+            chaos.build()
+            chaos.run(seconds, checkpoint_every)
+        finally:
+            chaos.close()
+    return outcome
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="run length in minutes")
+    length.add_argument("--seconds", type=float, help="run length in seconds (default 60)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS")
+    args = parser.parse_args(argv)
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # every fault is a "connection dropped"
+    seconds = args.minutes * 60 if args.minutes is not None else args.seconds or 60.0
+    outcome = run(seconds, args.seed, args.checkpoint_every)
+    points = outcome.checkpoints
+    rows = [
+        ("run length (s)", f"{outcome.seconds:.0f}"),
+        ("lookups (checked against the bound)", f"{outcome.lookups} ({outcome.checked})"),
+        ("lookups served stale while disconnected", outcome.stale_served),
+        ("writes", outcome.writes),
+        ("faults injected", sum(outcome.faults.values())),
+        *((f"  {kind}", count) for kind, count in sorted(outcome.faults.items())),
+        ("checkpoints", len(points)),
+        ("slowest convergence to a fresh read (s)", max(p["converged_s"] for p in points)),
+        ("threads (first -> last checkpoint)", _first_last(points, "threads")),
+        ("RSS MB (first -> last checkpoint)", _first_last(points, "rss_mb")),
+        ("watches at the closest checkpoint (bound)", _watches(points)),
+        ("invariant violations", sum(outcome.violations.values())),
+        *((f"  ({kind})", count) for kind, count in sorted(outcome.violations.items())),
+    ]  # fmt: skip
+    report(
+        "chaos",
+        f"Chaos soak, seed {args.seed}, bound {BOUND:g}s (propagation {PROPAGATION:g} + "
+        f"session {SESSION_TIMEOUT:g} + jitter {RESYNC_JITTER:g})",
+        ("figure", "value"),
+        rows,
+        {
+            "seconds": outcome.seconds,
+            "seed": args.seed,
+            "bound_s": BOUND,
+            "lookups": outcome.lookups,
+            "checked": outcome.checked,
+            "stale_served": outcome.stale_served,
+            "writes": outcome.writes,
+            "faults": dict(outcome.faults),
+            "violations": dict(outcome.violations),
+            "examples": outcome.examples,
+            "checkpoints": points,
+        },
+    )
+    for example in outcome.examples:
+        print(example)
+    raise SystemExit(1 if outcome.violations else 0)
+
+
+if __name__ == "__main__":
+    main()

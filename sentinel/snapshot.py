@@ -1,0 +1,281 @@
+"""The last-known-good snapshot: the client's cache on disk, for starting without ZooKeeper.
+
+With ``Sentinel(snapshot_path=...)`` a :class:`SnapshotWriter` thread writes the cache to a
+file after it changes, at most once per ``min_interval`` seconds, atomically (a temporary file
+in the same directory, flushed, then renamed over the old one), so a crash mid-write leaves the
+previous snapshot. When no server answers at start, :func:`load_snapshot` restores it and the
+client serves it, marked stale (``connection_state == "snapshot"``, ``staleness`` counted from
+when it was written), until the connection comes and the re-sync replaces it.
+
+The file is JSON: ``format``, ``version``, the namespace and a fingerprint of the ensemble's
+hosts (a snapshot of another environment is refused, not served), and every node in the form
+ZooKeeper held it, so it is decoded by the same codecs and trusted no more than ZooKeeper is.
+Decrypted credentials are never written. A file that fails any check is rejected with one log
+line naming the reason, and the client starts as it would without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from balancers import RoundRobin
+from sentinel.cache import ServiceSnapshot
+from sentinel.endpoint import Endpoint
+from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
+from sentinel.layout import METRICS, service_path
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
+from sentinel.shards import (
+    DirectoryMap,
+    ShardMap,
+    ShardPolicySpec,
+    bucket_of,
+    bucket_path,
+    decode_bucket,
+    encode_bucket,
+    new_map,
+    policy_path,
+)
+from sentinel.telemetry import LookupCounts
+
+log = logging.getLogger(__name__)
+
+FORMAT = "sentinel-snapshot"
+VERSION = 1
+
+
+def hosts_fingerprint(hosts: str) -> str:
+    """A short digest of the ensemble's members, in any order."""
+    members = sorted(h.strip() for h in hosts.split(",") if h.strip())
+    return hashlib.sha256(",".join(members).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A snapshot read back: what the cache serves until it connects."""
+
+    snapshots: Mapping[str, ServiceSnapshot]
+    shard_maps: Mapping[str, ShardMap | None]
+    written_at: float
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def dump_snapshot(
+    snapshots: Mapping[str, ServiceSnapshot],
+    shard_maps: Mapping[str, ShardMap | None],
+    namespace: str,
+    hosts: str,
+) -> dict[str, Any]:
+    """The document for the cache's current state (call with copies of the two dicts)."""
+    services = {}
+    for name, snapshot in snapshots.items():
+        services[name] = {
+            "spec": _text(snapshot.spec.to_bytes(service_path(name))),
+            "instances": {
+                node: [endpoint.joined, _text(_record(endpoint).to_bytes(node))]
+                for node, endpoint in snapshot.endpoints.items()
+            },
+            "metrics": {
+                node: _text(record.to_bytes(node)) for node, record in snapshot.metrics.items()
+            },
+        }
+    policies: dict[str, Any] = {}
+    for policy, shard_map in shard_maps.items():
+        if shard_map is None:
+            continue
+        entry: dict[str, Any] = {"spec": _text(shard_map.spec.to_bytes(policy_path(policy)))}
+        if isinstance(shard_map, DirectoryMap):
+            buckets: dict[int, dict[str, str]] = {}
+            for key, partition in dict(shard_map.keys).items():  # one atomic copy
+                buckets.setdefault(bucket_of(key, shard_map.spec.buckets), {})[key] = partition
+            entry["buckets"] = {
+                str(i): _text(encode_bucket(bucket_path(policy, i), keys))
+                for i, keys in buckets.items()
+            }
+        policies[policy] = entry
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "namespace": namespace,
+        "hosts": hosts_fingerprint(hosts),
+        "written_at": time.time(),
+        "services": services,
+        "shard_maps": policies,
+    }
+
+
+def _record(endpoint: Endpoint) -> InstanceRecord:
+    """The instance record an endpoint was built from (never its decrypted ``auth``)."""
+    return InstanceRecord(
+        service=endpoint.service,
+        partition=endpoint.partition,
+        label=endpoint.label,
+        host=endpoint.host,
+        port=endpoint.port,
+        scheme=endpoint.scheme,
+        status=endpoint.status,
+        weight=endpoint.weight,
+        zone=endpoint.zone,
+        properties=endpoint.properties,
+        registered_at=endpoint.registered_at,
+    )
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old file or the new, never half."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def load_snapshot(path: Path, namespace: str, hosts: str) -> Restored:
+    """Read and check a snapshot; :class:`SnapshotRejected` says why it cannot be served."""
+    try:
+        document = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise SnapshotRejected(f"snapshot {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SnapshotRejected(f"snapshot {path} is unreadable: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise SnapshotRejected(f"{path} is not a Sentinel snapshot")
+    if document.get("version") != VERSION:
+        raise SnapshotRejected(
+            f"snapshot {path} has version {document.get('version')!r}, not {VERSION}"
+        )
+    if document.get("namespace") != namespace or document.get("hosts") != hosts_fingerprint(hosts):
+        raise SnapshotRejected(
+            f"snapshot {path} belongs to namespace {document.get('namespace')!r} on another "
+            f"ensemble or namespace than {namespace!r} on {hosts}"
+        )
+    try:
+        written_at = float(document["written_at"])
+        shard_maps = {
+            policy: _restore_map(policy, entry) for policy, entry in document["shard_maps"].items()
+        }
+        snapshots = {
+            name: _restore_service(name, entry) for name, entry in document["services"].items()
+        }
+    except (DecodeError, ValidationError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SnapshotRejected(f"snapshot {path} is corrupt: {exc!r}") from None
+    return Restored(snapshots, shard_maps, written_at)
+
+
+def _restore_service(service: str, entry: Mapping[str, Any]) -> ServiceSnapshot:
+    spec = ServiceSpec.from_bytes(service, service_path(service), entry["spec"].encode())
+    endpoints = {}
+    for node, (joined, text) in entry["instances"].items():
+        path = f"{service_path(service)}/{node}"
+        record = InstanceRecord.from_bytes(service, node, path, text.encode())
+        endpoints[node] = Endpoint.from_record(record, joined=int(joined))
+    metrics = {
+        node: MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
+        for node, text in entry["metrics"].items()
+    }
+    return ServiceSnapshot.build(
+        spec, endpoints, metrics, frozenset(), RoundRobin(), LookupCounts()
+    )
+
+
+def _restore_map(policy: str, entry: Mapping[str, Any]) -> ShardMap:
+    spec = ShardPolicySpec.from_bytes(policy, policy_path(policy), entry["spec"].encode())
+    shard_map = new_map(spec)
+    if isinstance(shard_map, DirectoryMap):
+        for index, text in entry.get("buckets", {}).items():
+            path = bucket_path(policy, int(index))
+            keys = decode_bucket(path, text.encode())
+            if int(index) >= spec.buckets or any(
+                bucket_of(k, spec.buckets) != int(index) for k in keys
+            ):
+                raise DecodeError(path, "keys in the wrong bucket")
+            shard_map.apply_bucket(int(index), keys)
+    return shard_map
+
+
+class SnapshotWriter:
+    """Writes the cache to ``path`` after changes, at most once per ``min_interval`` seconds.
+
+    :meth:`mark_dirty` only sets a flag (the cache's worker calls it after every change); the
+    writing happens on this class's own thread, off both kazoo's thread and the cache's. A
+    write that would not change the file's contents is skipped.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        snapshots: Mapping[str, ServiceSnapshot],
+        shard_maps: Mapping[str, ShardMap | None],
+        namespace: str,
+        hosts: str,
+        min_interval: float = 1.0,
+    ) -> None:
+        self.path = path
+        self._snapshots = snapshots
+        self._shard_maps = shard_maps
+        self._namespace = namespace
+        self._hosts = hosts
+        self._min_interval = min_interval
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._last: dict[str, Any] | None = None
+        self.writes = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread = threading.Thread(target=self._run, name="sentinel-snapshot", daemon=True)
+        self._thread.start()
+
+    def mark_dirty(self) -> None:
+        """The cache changed: write a new snapshot soon."""
+        self._dirty.set()
+
+    def close(self) -> None:
+        """Write what is pending, then stop."""
+        self._stop.set()
+        self._dirty.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait()
+            self._dirty.clear()
+            self.write_now()
+            self._stop.wait(self._min_interval)  # the rate limit: changes meanwhile share a write
+        self.write_now()
+
+    def write_now(self) -> None:
+        """Write the snapshot if the cache holds something new; errors are logged, not raised."""
+        try:
+            document = dump_snapshot(
+                dict(self._snapshots), dict(self._shard_maps), self._namespace, self._hosts
+            )
+            comparable = {k: v for k, v in document.items() if k != "written_at"}
+            if comparable == self._last or not document["services"]:
+                return
+            write_atomically(self.path, json.dumps(document, separators=(",", ":")).encode())
+            self._last = comparable
+            self.writes += 1
+        except Exception:
+            log.exception("writing the snapshot %s failed; the previous one stays", self.path)

@@ -1,0 +1,123 @@
+"""The fault suite's shared parts: a 3-member ensemble, a prober that looks up without pause,
+the recovery measure, and the table of results printed at the end of the pytest run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.errors import SentinelError, ZooKeeperUnavailable
+from sentinel.launcher import LocalZooKeeper
+from sentinel.output import format_table
+from sentinel.testing import cached_view, registry_view, wait_until
+
+HEADERS = ("fault", "recovery s", "lookups", "failed", "stale-served", "note")
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    """One line of the fault table."""
+
+    fault: str
+    recovery_s: float
+    lookups: int
+    failed: int
+    stale_served: int
+    note: str = ""
+
+
+_TABLE: list[FaultRow] = []
+
+
+@pytest.fixture(scope="session")
+def fault_table() -> list[FaultRow]:
+    """Rows added here are printed after the run (see pytest_terminal_summary)."""
+    return _TABLE
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _TABLE:
+        return
+    terminalreporter.section("faults: recovery and lookups during each fault")
+    rows = [
+        (r.fault, f"{r.recovery_s:.2f}", r.lookups, r.failed, r.stale_served, r.note)
+        for r in _TABLE
+    ]
+    terminalreporter.write_line(format_table(rows, headers=HEADERS))
+
+
+@pytest.fixture(scope="module")
+def ensemble() -> Iterator[LocalZooKeeper]:
+    """A 3-member ensemble for one module; tests put back every member they break."""
+    with LocalZooKeeper(size=3) as zk:
+        yield zk
+
+
+class Prober:
+    """Looks ``service`` up on ``client`` without pause, on a thread of its own, counting what
+    a caller would have seen: lookups, failures (any error), and answers served while the
+    client was not connected (stale but served)."""
+
+    def __init__(self, client: Sentinel, service: str) -> None:
+        self.client = client
+        self.service = service
+        self.lookups = self.failed = self.stale = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.client.get_service(self.service)
+            except SentinelError as exc:
+                self.failed += 1
+                if len(self.errors) < 5:
+                    self.errors.append(repr(exc))
+            else:
+                self.stale += self.client.connection_state != "connected"
+            self.lookups += 1
+            time.sleep(0.002)
+
+
+def when_possible(write: Callable[[], Any], timeout: float = 60) -> Any:
+    """Do ``write`` as soon as the writer's connection allows (it may be recovering too)."""
+    results: list[Any] = []
+    took = wait_until(
+        lambda: results.append(write()) or True,
+        timeout=timeout,
+        interval=0.05,
+        ignore=(ZooKeeperUnavailable,),
+    )
+    assert took is not None, f"no write went through within {timeout}s"
+    return results[0]
+
+
+def time_to_recover(writer: Sentinel, reader: Sentinel, service: str, label: str) -> float:
+    """Seconds from now until a change made now is in ``reader``'s cache, and the cache equals
+    a fresh read: the end-to-end recovery a user sees (the writer may be reconnecting too)."""
+    started = time.monotonic()
+    when_possible(lambda: writer.register_service(service, "p1", "127.0.0.1", 7000, label=label))
+    arrived = wait_until(
+        lambda: any(e.label == label for e in reader.instances(service)), timeout=60
+    )
+    assert arrived is not None, f"{label} never reached the reader: watches not set again"
+    elapsed = time.monotonic() - started
+    assert wait_until(
+        lambda: cached_view(reader, service) == registry_view(writer, service), timeout=10
+    ), (cached_view(reader, service), registry_view(writer, service))
+    return elapsed

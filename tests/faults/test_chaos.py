@@ -1,0 +1,18 @@
+"""A short chaos run (``python -m benchmarks.chaos``): every kind of fault at least once,
+random churn, the invariants checked all along; none may be violated."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.chaos import FAULTS, run
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
+
+
+def test_a_short_chaos_run_violates_no_invariant():
+    outcome = run(seconds=45, seed=11, checkpoint_every=25)
+    assert set(outcome.faults) == set(FAULTS), outcome.faults
+    assert outcome.checked > 1000, "too few lookups were checked against the bound to mean much"
+    assert len(outcome.checkpoints) >= 2
+    assert not outcome.violations, outcome.examples

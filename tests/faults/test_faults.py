@@ -1,0 +1,200 @@
+"""Faults on a real 3-member ensemble: what a client sees during each, and how long it takes
+to be exact again. Each test adds a row to the fault table printed after the run.
+
+Recovery is measured end to end: from the repair (or the fault, when nothing is repaired)
+until a change written then has reached the reader's cache and the cache equals a fresh read.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.layout import CLIENTS
+from sentinel.testing import PublisherProcess, TcpProxy, wait_until
+from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
+
+SERVICE = "api"
+
+
+@pytest.fixture
+def world(ensemble, namespace):
+    """A writer holding one instance, and a reader that follows the service."""
+    hosts = ensemble.connect_string
+    with (
+        Sentinel(hosts, "writer", namespace, session_timeout=30.0) as writer,
+        Sentinel(hosts, "reader", namespace, session_timeout=4.0) as reader,
+    ):
+        writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
+        reader.prefetch(SERVICE)
+        yield writer, reader
+
+
+def _launch_and_wait(members) -> None:
+    """Start members together (a lone member of a lost quorum cannot serve) and wait."""
+    for member in members:
+        member.launch()
+    for member in members:
+        member.wait_serving(60)
+
+
+def _row(name: str, recovery: float, prober: Prober, note: str = "") -> FaultRow:
+    return FaultRow(name, recovery, prober.lookups, prober.failed, prober.stale, note)
+
+
+def test_killing_the_leader_fails_no_lookup(ensemble, world, fault_table):
+    writer, reader = world
+    leader = ensemble.leader()
+    with Prober(reader, SERVICE) as prober:
+        leader.kill()
+        recovery = time_to_recover(writer, reader, SERVICE, "after-leader")
+    leader.restart()
+    fault_table.append(_row("ensemble leader killed", recovery, prober, "quorum kept"))
+    assert prober.failed == 0, prober.errors
+
+
+def test_losing_quorum_serves_stale_then_recovers(ensemble, world, fault_table):
+    writer, reader = world
+    leader = ensemble.leader()
+    lost = [leader, next(m for m in ensemble if m is not leader)]
+    with Prober(reader, SERVICE) as prober:
+        for member in lost:
+            member.kill()
+        assert wait_until(lambda: reader.connection_state != "connected", timeout=30)
+        assert wait_until(lambda: prober.stale >= 200, timeout=30), "nothing served meanwhile"
+        staleness = reader.staleness
+        _launch_and_wait(lost)
+        recovery = time_to_recover(writer, reader, SERVICE, "after-quorum")
+    fault_table.append(
+        _row("two of three killed (no quorum)", recovery, prober, f"stale {staleness:.1f}s")
+    )
+    assert prober.failed == 0, prober.errors
+    assert prober.stale > 0 and staleness > 0
+
+
+def test_a_frozen_publisher_leaves_and_comes_back(ensemble, world, namespace, fault_table):
+    _, reader = world
+    publisher = PublisherProcess(
+        ensemble.connect_string, namespace, SERVICE, "p1", "frozen", session_timeout=2.0
+    )
+    try:
+        assert wait_until(lambda: "frozen" in {e.label for e in reader.instances(SERVICE)})
+        with Prober(reader, SERVICE) as prober:
+            paused = time.monotonic()
+            publisher.pause()
+            gone = wait_until(
+                lambda: "frozen" not in {e.label for e in reader.instances(SERVICE)}, timeout=30
+            )
+            assert gone is not None, "a frozen publisher's instance was never dropped"
+            publisher.resume()
+            resumed = time.monotonic()
+            back = wait_until(
+                lambda: "frozen" in {e.label for e in reader.instances(SERVICE)}, timeout=30
+            )
+            assert back is not None, "the resumed publisher never registered again"
+            recovery = time.monotonic() - resumed
+    finally:
+        publisher.stop()
+    note = f"dropped {gone:.1f}s after SIGSTOP (session 2s)"
+    fault_table.append(_row("publisher SIGSTOP past its session", recovery, prober, note))
+    assert prober.failed == 0, prober.errors
+    assert resumed - paused > 2.0  # it really was frozen past its session timeout
+
+
+def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, fault_table):
+    """The server expires the session of a client it cannot hear (a long pause or a partition
+    look the same to it); the client serves its cache meanwhile, then re-syncs on a new session
+    and announces itself again."""
+    proxies = [TcpProxy("127.0.0.1", m.client_port) for m in ensemble]
+    hosts = ",".join(p.address for p in proxies)
+    try:
+        with (
+            Sentinel(ensemble.connect_string, "writer", namespace) as writer,
+            Sentinel(hosts, "paused", namespace, session_timeout=2.0) as reader,
+        ):
+            old = writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="old")
+            reader.prefetch(SERVICE)
+            session = reader.session_id
+            announced = f"{CLIENTS}/{SERVICE}/paused"
+            # The writer may read from another member than the reader wrote to: wait until it
+            # sees the node, or its absence would prove nothing about the session's expiry.
+            assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
+            with Prober(reader, SERVICE) as prober:
+                for proxy in proxies:
+                    proxy.cut()
+                assert wait_until(lambda: writer._zk.exists(announced) is None, timeout=30), (
+                    "the server never expired the cut-off client's session"
+                )
+                writer.register_service(SERVICE, "p1", "127.0.0.1", 8001, label="new")
+                writer.deregister_service(old)
+                for proxy in proxies:
+                    proxy.restore()
+                recovery = time_to_recover(writer, reader, SERVICE, "after-expiry")
+            assert reader.session_id != session
+            assert {e.label for e in reader.instances(SERVICE)} == {"new", "after-expiry"}
+            assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    fault_table.append(_row("client session expired (cut off > 2s)", recovery, prober))
+    assert prober.failed == 0, prober.errors
+
+
+def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
+    ensemble, namespace, fault_table
+):
+    proxies = [TcpProxy("127.0.0.1", m.client_port) for m in ensemble]
+    hosts = ",".join(p.address for p in proxies)
+    try:
+        with (
+            Sentinel(ensemble.connect_string, "writer", namespace) as writer,
+            Sentinel(hosts, "flappy", namespace, session_timeout=6.0) as reader,
+        ):
+            writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
+            reader.prefetch(SERVICE)
+            session, resyncs = reader.session_id, reader.cache_stats.resyncs
+            flaps = 0
+            with Prober(reader, SERVICE) as prober:
+                deadline = time.monotonic() + 3.0
+                while time.monotonic() < deadline:  # ten flaps a second; the rate is an input
+                    for proxy in proxies:
+                        proxy.cut()
+                    time.sleep(0.05)
+                    for proxy in proxies:
+                        proxy.restore()
+                    time.sleep(0.05)
+                    flaps += 1
+                recovery = time_to_recover(writer, reader, SERVICE, "after-flapping")
+            resynced = reader.cache_stats.resyncs - resyncs
+            assert reader.session_id == session, "flapping within the session timeout cost it"
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    fault_table.append(
+        _row(
+            "connection flapped 10/s for 3s",
+            recovery,
+            prober,
+            f"{flaps} flaps, {resynced} re-syncs",
+        )
+    )
+    assert prober.failed == 0, prober.errors
+    assert 1 <= resynced < flaps
+
+
+def test_restarting_the_whole_ensemble(ensemble, world, fault_table):
+    writer, reader = world
+    with Prober(reader, SERVICE) as prober:
+        for member in ensemble:
+            member.stop()
+        assert wait_until(lambda: reader.connection_state != "connected", timeout=30)
+        assert wait_until(lambda: prober.stale >= 200, timeout=30), "nothing served meanwhile"
+        _launch_and_wait(list(ensemble))
+        recovery = time_to_recover(writer, reader, SERVICE, "after-restart")
+    fault_table.append(_row("whole ensemble restarted", recovery, prober))
+    assert prober.failed == 0, prober.errors
+    when_possible(lambda: writer.read_service(SERVICE))

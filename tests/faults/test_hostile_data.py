@@ -1,0 +1,156 @@
+"""Hostile data against a running client: any bytes and shapes in every section (wrong types,
+unicode names, huge children lists, deep paths, nodes that appear and vanish between the
+listing and the read). The client never crashes or stops following, and the valid part (one
+instance, one shard key) is served throughout."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+
+from sentinel import Sentinel
+from sentinel.shards import bucket_of, bucket_path
+from sentinel.testing import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+BUCKETS = 4
+GOOD_KEY = "k-good"
+SECTIONS = ("/services/svc", "/metrics/svc", "/shard_info/tenants", "/clients/svc", "/auth/svc")
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+not_a_string = st.none() | st.integers() | st.lists(st.integers(), max_size=3)
+not_an_int = st.none() | st.text(max_size=5) | st.floats(allow_nan=False)
+# Version 1 with fields of the wrong types, other versions with anything, and raw bytes.
+documents = st.one_of(
+    st.fixed_dictionaries(
+        {"v": st.just(1), "host": not_a_string, "port": not_an_int, "scheme": not_a_string}
+    ),
+    st.fixed_dictionaries(
+        {"v": st.just(1), "partitions": json_values, "kind": not_a_string, "metrics": not_an_int}
+    ),
+    st.fixed_dictionaries(
+        {"v": st.sampled_from([0, 2, "1", None, 1.5, [1]])},
+        optional={
+            "host": json_values,
+            "port": json_values,
+            "partitions": json_values,
+        },
+    ),
+    json_values,
+)
+payloads = st.binary(max_size=300) | documents.map(lambda d: json.dumps(d).encode())
+# ZooKeeper refuses some code points in names; a hostile writer cannot write those either.
+names = st.text(
+    st.characters(blacklist_categories=("Cs", "Cc", "Co", "Cn"), blacklist_characters="/"),
+    min_size=1,
+    max_size=40,
+).filter(lambda n: n not in (".", "..") and "good" not in n)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("node"), st.sampled_from(SECTIONS), names, payloads),
+        st.tuples(st.just("spec"), st.sampled_from(SECTIONS[:1] + SECTIONS[2:3]), payloads),
+        st.tuples(st.just("bucket"), st.integers(0, BUCKETS - 1), payloads),
+        st.tuples(st.just("crowd"), st.sampled_from(SECTIONS), st.integers(50, 400)),
+        st.tuples(st.just("deep"), st.sampled_from(SECTIONS), st.integers(2, 8), payloads),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _put(zk: KazooClient, path: str, data: bytes) -> None:
+    if zk.exists(path):
+        zk.set(path, data)
+    else:
+        zk.create(path, data, makepath=True)
+
+
+def _hostile(zk: KazooClient, operation: tuple) -> None:
+    kind = operation[0]
+    if kind == "node":
+        _, section, name, data = operation
+        _put(zk, f"{section}/{name}", data)
+    elif kind == "spec":
+        zk.set(operation[1], operation[2])
+    elif kind == "bucket":
+        index = operation[1]
+        if index == bucket_of(GOOD_KEY, BUCKETS):
+            return  # that bucket is the valid part this test keeps serving
+        _put(zk, bucket_path("tenants", index), operation[2])
+    elif kind == "crowd":
+        _, section, count = operation
+        transaction = zk.transaction()
+        prefix = os.urandom(3).hex()
+        for i in range(count):
+            transaction.create(f"{section}/crowd-{prefix}-{i}", b"\x00crowd")
+        transaction.commit()
+    elif kind == "deep":
+        _, section, depth, data = operation
+        path = section + "".join(f"/deep{i}" for i in range(depth))
+        zk.create(path, data, makepath=True)
+
+
+def _flicker(zk: KazooClient, stop: threading.Event) -> None:
+    """Valid-looking instances and metrics that appear and vanish without pause."""
+    document = {"v": 1, "partition": "p9", "label": "flick", "host": "h", "port": 1}
+    while not stop.is_set():
+        for section in ("/services/svc", "/metrics/svc"):
+            with contextlib.suppress(KazooException):
+                zk.create(f"{section}/p9:flick", json.dumps(document).encode())
+                zk.delete(f"{section}/p9:flick")
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=operations)
+def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplog, operations):
+    namespace = f"/hostile-{os.urandom(6).hex()}"
+    hosts = zookeeper.connect_string
+    caplog.clear()
+    with (
+        Sentinel(hosts, "writer", namespace) as writer,
+        Sentinel(hosts, "reader", namespace) as reader,
+        caplog.at_level(logging.WARNING, logger="sentinel"),
+    ):
+        writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
+        writer.ensure_service("svc", shard_policy="tenants")
+        writer.update_shard_info("tenants", GOOD_KEY, "pg")
+        writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+        reader.prefetch("svc")
+        raw = writer._zk
+        stop = threading.Event()
+        flicker = threading.Thread(target=_flicker, args=(raw, stop), daemon=True)
+        flicker.start()
+        try:
+            for operation in operations:
+                with contextlib.suppress(KazooException):  # a name or size ZooKeeper refuses
+                    _hostile(raw, operation)
+                assert reader.get_service("svc", GOOD_KEY).label == "good"
+            # Not stuck: a valid change made after the storm still arrives.
+            writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
+            assert wait_until(
+                lambda: {e.label for e in reader.instances("svc")} >= {"good", "good2"},
+                timeout=20,
+            ), "the reader stopped following the service"
+        finally:
+            stop.set()
+            flicker.join()
+        assert reader._cache._worker.is_alive()
+        assert reader.get_service("svc", GOOD_KEY).label in ("good", "good2")
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not failures, [r.getMessage() for r in failures]

@@ -1,0 +1,174 @@
+"""The last-known-good snapshot: written atomically and rate-limited; served, marked stale,
+when no server answers at start; replaced by the re-sync once one does; refused when corrupt
+or foreign."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.errors import SnapshotRejected, ZooKeeperUnavailable
+from sentinel.launcher import LocalZooKeeper
+from sentinel.snapshot import hosts_fingerprint, load_snapshot, write_atomically
+from sentinel.testing import cached_view, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+def _world(writer: Sentinel) -> None:
+    writer.create_shard_policy("tenants", "directory", buckets=4)
+    writer.ensure_service("db", scheme="postgresql", shard_policy="tenants")
+    writer.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2"})
+    writer.register_service("db", "p1", "10.0.0.1", 5432, scheme="postgresql", label="a")
+    writer.register_service("db", "p2", "10.0.0.2", 5432, scheme="postgresql", label="b")
+    writer.update_metrics("db", "p1", "a", {"lag": 3})
+
+
+@pytest.mark.slow
+def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, caplog):
+    path = tmp_path / "cache.json"
+    with LocalZooKeeper() as zk:
+        hosts = zk.connect_string
+        with (
+            Sentinel(hosts, "writer", session_timeout=30) as writer,
+            Sentinel(hosts, "app", snapshot_path=path) as app,
+        ):
+            _world(writer)
+            assert app.get_service("db", "acme").label == "a"
+            assert wait_until(lambda: path.exists() and "globex" in path.read_text())
+            before = cached_view(app, "db")
+        zk.members[0].stop()
+
+        app = Sentinel(hosts, "app", snapshot_path=path, connect_timeout=1.0)
+        with caplog.at_level(logging.WARNING, logger="sentinel.client"):
+            app.start()
+        try:
+            assert "serving the snapshot" in caplog.text
+            assert app.connection_state == "snapshot" and app.staleness > 0
+            assert app.get_service("db", "acme").label == "a"
+            assert app.get_service("db", "globex").label == "b"
+            assert app.get_service("db", "acme").metrics == {"lag": 3}
+            assert cached_view(app, "db") == before
+
+            zk.members[0].restart()
+            assert wait_until(lambda: app.connection_state == "connected", timeout=30)
+            with Sentinel(hosts, "writer2") as writer:
+                writer.update_shard_info("tenants", "acme", "p2")
+                assert wait_until(lambda: app.get_service("db", "acme").label == "b", timeout=15)
+            assert app.staleness == 0.0
+            registration = app.register_service("web", "p1", "10.0.0.3", 80)  # fully started
+            assert app.deregister_service(registration)
+        finally:
+            app.close()
+
+
+def test_without_a_snapshot_the_start_fails_as_before(tmp_path, caplog):
+    path = tmp_path / "missing.json"
+    client = Sentinel("127.0.0.1:1", "app", snapshot_path=path, connect_timeout=0.5)
+    with (
+        caplog.at_level(logging.WARNING, logger="sentinel.client"),
+        pytest.raises(ZooKeeperUnavailable),
+    ):
+        client.start()
+    assert f"snapshot {path} does not exist; not serving it" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"{not json", "is unreadable"),
+        (b'{"format": "something-else"}', "is not a Sentinel snapshot"),
+        (b'{"format": "sentinel-snapshot", "version": 99}', "has version 99"),
+        (
+            json.dumps(
+                {
+                    "format": "sentinel-snapshot",
+                    "version": 1,
+                    "namespace": "/other",
+                    "hosts": hosts_fingerprint("127.0.0.1:1"),
+                }
+            ).encode(),
+            "belongs to namespace '/other'",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": "sentinel-snapshot",
+                    "version": 1,
+                    "namespace": "/sentinel",
+                    "hosts": hosts_fingerprint("127.0.0.1:1"),
+                    "written_at": 0,
+                    "shard_maps": {},
+                    "services": {"db": {"spec": '{"v":1,"scheme":"http"}', "instances": 7}},
+                }
+            ).encode(),
+            "is corrupt",
+        ),
+        (
+            json.dumps(
+                {
+                    "format": "sentinel-snapshot",
+                    "version": 1,
+                    "namespace": "/sentinel",
+                    "hosts": hosts_fingerprint("127.0.0.1:1"),
+                    "written_at": 0,
+                    "shard_maps": {},
+                    "services": {
+                        "db": {
+                            "spec": '{"v":1,"scheme":"http"}',
+                            "instances": {"p1:a": [1, '{"v":1,"host":"h","port":"80"}']},
+                            "metrics": {},
+                        }
+                    },
+                }
+            ).encode(),
+            "is corrupt",
+        ),
+    ],
+)
+def test_corrupt_or_foreign_snapshots_are_refused_with_the_reason(
+    tmp_path, caplog, content, reason
+):
+    path = tmp_path / "cache.json"
+    path.write_bytes(content)
+    with pytest.raises(SnapshotRejected, match=reason):
+        load_snapshot(path, "/sentinel", "127.0.0.1:1")
+    client = Sentinel("127.0.0.1:1", "app", snapshot_path=path, connect_timeout=0.5)
+    with (
+        caplog.at_level(logging.WARNING, logger="sentinel.client"),
+        pytest.raises(ZooKeeperUnavailable),
+    ):
+        client.start()
+    assert reason in caplog.text and "not serving it" in caplog.text
+
+
+def test_an_interrupted_write_leaves_the_previous_snapshot(tmp_path, monkeypatch):
+    path = tmp_path / "cache.json"
+    write_atomically(path, b"old")
+
+    def crash(_fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["cache.json"], "a temporary file was left behind"
+
+
+def test_snapshot_writes_are_rate_limited(make_client, tmp_path):
+    path = tmp_path / "cache.json"
+    writer = make_client("writer")
+    app = make_client("app", snapshot_path=path, snapshot_interval=0.5)
+    writer.register_service("api", "p1", "10.0.0.1", 80, label="x0")
+    app.prefetch("api")
+    for i in range(1, 40):  # 39 changes, each applied to the cache by a watch
+        writer.register_service("api", "p1", "10.0.0.1", 80 + i, label=f"x{i}")
+    assert wait_until(lambda: len(app.instances("api")) == 40)
+    assert wait_until(lambda: '"p1:x39"' in path.read_text(), timeout=5)
+    writes = app._snapshot_writer.writes
+    assert 1 <= writes < 20, f"{writes} writes for 40 changes: the rate limit did nothing"
