@@ -48,6 +48,7 @@ from sentinel.testing import (
     TcpProxy,
     cached_view,
     expire_session,
+    flap,
     registry_view,
     wait_until,
 )
@@ -371,15 +372,7 @@ class Chaos:
             if client.connection_state == "connected":
                 expire_session(client)
         elif fault == "flap_reader":
-            proxies = self.readers[1].proxies
-            deadline = time.monotonic() + pick.uniform(1, 3)
-            while time.monotonic() < deadline:  # ten flaps a second
-                for proxy in proxies:
-                    proxy.cut()
-                time.sleep(0.05)
-                for proxy in proxies:
-                    proxy.restore()
-                time.sleep(0.05)
+            flap(self.readers[1].proxies, pick.uniform(1, 3))  # ten flaps a second
 
     def _resume(self, label: str) -> None:
         life = self.lives[label]

@@ -68,6 +68,22 @@ class Endpoint:
             joined=joined,
         )
 
+    def record(self) -> InstanceRecord:
+        """The instance record this endpoint was built from (never its ``auth``)."""
+        return InstanceRecord(
+            service=self.service,
+            partition=self.partition,
+            label=self.label,
+            host=self.host,
+            port=self.port,
+            scheme=self.scheme,
+            status=self.status,
+            weight=self.weight,
+            zone=self.zone,
+            properties=self.properties,
+            registered_at=self.registered_at,
+        )
+
     @property
     def metrics_age(self) -> float | None:
         """Seconds since the metrics were measured; None when there are none."""

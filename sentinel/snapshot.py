@@ -85,7 +85,7 @@ def dump_snapshot(
         services[name] = {
             "spec": _text(snapshot.spec.to_bytes(service_path(name))),
             "instances": {
-                node: [endpoint.joined, _text(_record(endpoint).to_bytes(node))]
+                node: [endpoint.joined, _text(endpoint.record().to_bytes(node))]
                 for node, endpoint in snapshot.endpoints.items()
             },
             "metrics": {
@@ -115,23 +115,6 @@ def dump_snapshot(
         "services": services,
         "shard_maps": policies,
     }
-
-
-def _record(endpoint: Endpoint) -> InstanceRecord:
-    """The instance record an endpoint was built from (never its decrypted ``auth``)."""
-    return InstanceRecord(
-        service=endpoint.service,
-        partition=endpoint.partition,
-        label=endpoint.label,
-        host=endpoint.host,
-        port=endpoint.port,
-        scheme=endpoint.scheme,
-        status=endpoint.status,
-        weight=endpoint.weight,
-        zone=endpoint.zone,
-        properties=endpoint.properties,
-        registered_at=endpoint.registered_at,
-    )
 
 
 def write_atomically(path: Path, data: bytes) -> None:

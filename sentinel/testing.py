@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -55,6 +55,21 @@ def wait_until(
         if time.monotonic() - start > timeout:
             return None
         time.sleep(interval)
+
+
+def flap(proxies: Sequence[TcpProxy], seconds: float, period: float = 0.1) -> int:
+    """Cut and restore ``proxies`` every ``period`` seconds for ``seconds``; return the flaps."""
+    flaps = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for proxy in proxies:
+            proxy.cut()
+        time.sleep(period / 2)  # the flapping's rhythm is the input, not a synchronisation
+        for proxy in proxies:
+            proxy.restore()
+        time.sleep(period / 2)
+        flaps += 1
+    return flaps
 
 
 class TcpProxy:

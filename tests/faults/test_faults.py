@@ -13,7 +13,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.layout import CLIENTS
-from sentinel.testing import PublisherProcess, TcpProxy, wait_until
+from sentinel.testing import PublisherProcess, TcpProxy, flap, wait_until
 from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
@@ -157,17 +157,8 @@ def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
             writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
             reader.prefetch(SERVICE)
             session, resyncs = reader.session_id, reader.cache_stats.resyncs
-            flaps = 0
             with Prober(reader, SERVICE) as prober:
-                deadline = time.monotonic() + 3.0
-                while time.monotonic() < deadline:  # ten flaps a second; the rate is an input
-                    for proxy in proxies:
-                        proxy.cut()
-                    time.sleep(0.05)
-                    for proxy in proxies:
-                        proxy.restore()
-                    time.sleep(0.05)
-                    flaps += 1
+                flaps = flap(proxies, 3.0)  # ten flaps a second
                 recovery = time_to_recover(writer, reader, SERVICE, "after-flapping")
             resynced = reader.cache_stats.resyncs - resyncs
             assert reader.session_id == session, "flapping within the session timeout cost it"
