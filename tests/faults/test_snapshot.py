@@ -14,7 +14,7 @@ from sentinel import Sentinel
 from sentinel.errors import SnapshotRejected, ZooKeeperUnavailable
 from sentinel.launcher import LocalZooKeeper
 from sentinel.snapshot import hosts_fingerprint, load_snapshot, write_atomically
-from sentinel.testing import cached_view, wait_until
+from sentinel.testing import cached_view, registry_view, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -31,12 +31,13 @@ def _world(writer: Sentinel) -> None:
 @pytest.mark.slow
 def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, caplog):
     path = tmp_path / "cache.json"
-    with LocalZooKeeper() as zk:
+    with (
+        LocalZooKeeper() as zk,
+        # The writer's session outlives the outage, so its instances are still there after it.
+        Sentinel(zk.connect_string, "writer", session_timeout=30) as writer,
+    ):
         hosts = zk.connect_string
-        with (
-            Sentinel(hosts, "writer", session_timeout=30) as writer,
-            Sentinel(hosts, "app", snapshot_path=path) as app,
-        ):
+        with Sentinel(hosts, "app", snapshot_path=path) as app:
             _world(writer)
             assert app.get_service("db", "acme").label == "a"
             assert wait_until(lambda: path.exists() and "globex" in path.read_text())
@@ -56,9 +57,11 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, cap
 
             zk.members[0].restart()
             assert wait_until(lambda: app.connection_state == "connected", timeout=30)
-            with Sentinel(hosts, "writer2") as writer:
-                writer.update_shard_info("tenants", "acme", "p2")
-                assert wait_until(lambda: app.get_service("db", "acme").label == "b", timeout=15)
+            assert wait_until(lambda: app.cache_stats.resyncs >= 1, timeout=15)
+            assert wait_until(lambda: writer.connection_state == "connected", timeout=30)
+            writer.update_shard_info("tenants", "acme", "p2")
+            assert wait_until(lambda: app.get_service("db", "acme").label == "b", timeout=15)
+            assert cached_view(app, "db") == registry_view(writer, "db")
             assert app.staleness == 0.0
             registration = app.register_service("web", "p1", "10.0.0.3", 80)  # fully started
             assert app.deregister_service(registration)
