@@ -173,6 +173,16 @@ class Sentinel:
             self._keyring = auth_keys
         else:
             self._keyring = ClientKeyring.load(auth_keys)
+        self._credentials = (
+            None
+            if self._keyring is None
+            else CredentialReader(
+                self._keyring,
+                self.namespace,
+                self.auth_client,
+                None if auth_signer is None else verify_key(auth_signer),
+            )
+        )
         identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
         handler = PollHandler()
         self._zk = KazooClient(
@@ -194,14 +204,7 @@ class Sentinel:
             negative_ttl=negative_ttl,
             announce=announce,
             app=None if app is None else validate_name("app", app),
-            credentials=None
-            if self._keyring is None
-            else CredentialReader(
-                self._keyring,
-                self.namespace,
-                self.auth_client,
-                None if auth_signer is None else verify_key(auth_signer),
-            ),
+            credentials=self._credentials,
             resync_jitter=resync_jitter,
             read_through_rate=read_through_rate,
         )
@@ -214,6 +217,7 @@ class Sentinel:
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
         self._started = False
+        self._lifecycle_lock = threading.Lock()
         self._snapshot_writer = None
         if snapshot_path is not None:
             self._snapshot_writer = SnapshotWriter(
@@ -295,7 +299,9 @@ class Sentinel:
         if self._snapshot_writer is None:
             return False
         try:
-            restored = load_snapshot(self._snapshot_writer.path, self.namespace, self.hosts)
+            restored = load_snapshot(
+                self._snapshot_writer.path, self.namespace, self.hosts, self._credentials
+            )
         except SnapshotRejected as exc:
             log.warning("%s; not serving it", exc)
             return False
@@ -314,7 +320,12 @@ class Sentinel:
 
     def _connect_later(self) -> None:
         """While serving a snapshot: let kazoo keep connecting, then finish :meth:`start`."""
-        live = self._zk.start_async()
+        # kazoo's start_async() builds the connection's sockets in steps; a stop() in between
+        # finds them half made, so close() waits for it (and it does not begin after close()).
+        with self._lifecycle_lock:
+            if not self._started:
+                return
+            live = self._zk.start_async()
         while self._started:
             if not live.wait(0.2):
                 continue
@@ -332,7 +343,8 @@ class Sentinel:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once."""
         if not self._started:
             return
-        self._started = False
+        with self._lifecycle_lock:
+            self._started = False
         if self._exports is not None:
             self._exports.discard(self)
         self._cache.close()

@@ -10,8 +10,10 @@ when it was written), until the connection comes and the re-sync replaces it.
 The file is JSON: ``format``, ``version``, the namespace and a fingerprint of the ensemble's
 hosts (a snapshot of another environment is refused, not served), and every node in the form
 ZooKeeper held it, so it is decoded by the same codecs and trusted no more than ZooKeeper is.
-Decrypted credentials are never written. A file that fails any check is rejected with one log
-line naming the reason, and the client starts as it would without one.
+Decrypted credentials are never written: the encrypted envelope each credential was opened
+from is, and a client restoring the snapshot opens it again with its key ring. A file that
+fails any check is rejected with one log line naming the reason, and the client starts as it
+would without one.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from balancers import RoundRobin
+from sentinel.auth.reader import CredentialReader
+from sentinel.auth.store import AuthRecord
 from sentinel.cache import ServiceSnapshot
 from sentinel.endpoint import Endpoint
 from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
-from sentinel.layout import METRICS, service_path
+from sentinel.layout import METRICS, auth_path, service_path
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.shards import (
     DirectoryMap,
@@ -91,6 +95,8 @@ def dump_snapshot(
             "metrics": {
                 node: _text(record.to_bytes(node)) for node, record in snapshot.metrics.items()
             },
+            # The encrypted envelope the credential was opened from, never the credential.
+            "auth": _envelope(snapshot),
         }
     policies: dict[str, Any] = {}
     for policy, shard_map in shard_maps.items():
@@ -132,8 +138,15 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def load_snapshot(path: Path, namespace: str, hosts: str) -> Restored:
-    """Read and check a snapshot; :class:`SnapshotRejected` says why it cannot be served."""
+def load_snapshot(
+    path: Path, namespace: str, hosts: str, credentials: CredentialReader | None = None
+) -> Restored:
+    """Read and check a snapshot; :class:`SnapshotRejected` says why it cannot be served.
+
+    With ``credentials`` (the client's key ring) each service's stored envelope is opened
+    again, so endpoints carry ``auth`` while the snapshot is served; one that does not open is
+    left out (logged), as it would be from ZooKeeper.
+    """
     try:
         document = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -157,14 +170,17 @@ def load_snapshot(path: Path, namespace: str, hosts: str) -> Restored:
             policy: _restore_map(policy, entry) for policy, entry in document["shard_maps"].items()
         }
         snapshots = {
-            name: _restore_service(name, entry) for name, entry in document["services"].items()
+            name: _restore_service(name, entry, credentials)
+            for name, entry in document["services"].items()
         }
     except (DecodeError, ValidationError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SnapshotRejected(f"snapshot {path} is corrupt: {exc!r}") from None
     return Restored(snapshots, shard_maps, written_at)
 
 
-def _restore_service(service: str, entry: Mapping[str, Any]) -> ServiceSnapshot:
+def _restore_service(
+    service: str, entry: Mapping[str, Any], credentials: CredentialReader | None
+) -> ServiceSnapshot:
     spec = ServiceSpec.from_bytes(service, service_path(service), entry["spec"].encode())
     endpoints = {}
     for node, (joined, text) in entry["instances"].items():
@@ -175,9 +191,25 @@ def _restore_service(service: str, entry: Mapping[str, Any]) -> ServiceSnapshot:
         node: MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
         for node, text in entry["metrics"].items()
     }
+    auth = None
+    envelope = entry.get("auth")
+    if credentials is not None and envelope is not None:
+        path = auth_path(service, credentials.client)
+        try:
+            record = AuthRecord(service, credentials.client, (envelope,))
+            auth, errors = credentials.newest(service, path, record.to_bytes(path))
+        except (DecodeError, ValidationError, TypeError) as exc:
+            auth, errors = None, [exc]
+        for error in errors:
+            log.warning("snapshot: skipping a credential: %s", error)
     return ServiceSnapshot.build(
-        spec, endpoints, metrics, frozenset(), RoundRobin(), LookupCounts()
+        spec, endpoints, metrics, frozenset(), RoundRobin(), LookupCounts(), auth
     )
+
+
+def _envelope(snapshot: ServiceSnapshot) -> dict[str, Any] | None:
+    auth = snapshot.auth
+    return None if auth is None or auth.envelope is None else dict(auth.envelope)
 
 
 def _restore_map(policy: str, entry: Mapping[str, Any]) -> ShardMap:

@@ -45,14 +45,22 @@ class Credential(Mapping[str, Any]):
     """A decrypted credential: a read-only mapping (``user``, ``password``, ...) and its version.
 
     Its repr lists the field names only, so logging an :class:`~sentinel.Endpoint` or a
-    credential never shows a secret.
+    credential never shows a secret. ``envelope`` is the encrypted form it was opened from (safe
+    to store: the last-known-good snapshot keeps it instead of the secret).
     """
 
-    __slots__ = ("_values", "created_at", "version")
+    __slots__ = ("_values", "created_at", "envelope", "version")
 
-    def __init__(self, version: int, values: Mapping[str, Any], created_at: float = 0.0) -> None:
+    def __init__(
+        self,
+        version: int,
+        values: Mapping[str, Any],
+        created_at: float = 0.0,
+        envelope: Mapping[str, Any] | None = None,
+    ) -> None:
         self.version = version
         self.created_at = created_at
+        self.envelope = None if envelope is None else MappingProxyType(dict(envelope))
         self._values = MappingProxyType(dict(values))
 
     def __getitem__(self, name: str) -> Any:
@@ -190,4 +198,4 @@ def open_envelope(
         values = validate_credential(json.loads(plaintext))
     except (ValueError, ValidationError):
         raise DecodeError(path, "the decrypted credential is not a JSON object of fields") from None
-    return Credential(version, values, created_at)
+    return Credential(version, values, created_at, envelope)

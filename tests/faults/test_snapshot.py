@@ -11,6 +11,7 @@ import os
 import pytest
 
 from sentinel import Sentinel
+from sentinel.auth import ClientKeyring
 from sentinel.errors import SnapshotRejected, ZooKeeperUnavailable
 from sentinel.launcher import LocalZooKeeper
 from sentinel.snapshot import hosts_fingerprint, load_snapshot, write_atomically
@@ -175,3 +176,44 @@ def test_snapshot_writes_are_rate_limited(make_client, tmp_path):
     assert wait_until(lambda: '"p1:x39"' in path.read_text(), timeout=5)
     writes = app._snapshot_writer.writes
     assert 1 <= writes < 20, f"{writes} writes for 40 changes: the rate limit did nothing"
+
+
+@pytest.mark.slow
+def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(tmp_path, caplog):
+    path, keys = tmp_path / "cache.json", tmp_path / "app.keys"
+    ClientKeyring.generate().save(keys)
+    with LocalZooKeeper() as zk:
+        hosts = zk.connect_string
+        with (
+            Sentinel(hosts, "writer") as writer,
+            Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys) as app,
+        ):
+            _world(writer)
+            writer.update_auth("db", "app", {"user": "app", "password": "kept-secret"})
+            assert wait_until(lambda: app.get_service("db", "acme").auth is not None)
+            assert wait_until(lambda: path.exists() and '"auth":{' in path.read_text())
+        zk.members[0].stop()
+        assert "kept-secret" not in path.read_text()
+
+        app = Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
+        app.start()
+        try:
+            assert app.connection_state == "snapshot"
+            assert dict(app.get_service("db", "acme").auth) == {
+                "user": "app",
+                "password": "kept-secret",
+            }
+        finally:
+            app.close()
+
+        stranger = Sentinel(
+            hosts, "app", snapshot_path=path, auth_keys=ClientKeyring.generate(), connect_timeout=1
+        )
+        with caplog.at_level(logging.WARNING, logger="sentinel.snapshot"):
+            stranger.start()
+        try:  # another key ring serves the locations, not the credential it cannot open
+            assert stranger.get_service("db", "acme").label == "a"
+            assert stranger.get_service("db", "acme").auth is None
+            assert "skipping a credential" in caplog.text
+        finally:
+            stranger.close()
