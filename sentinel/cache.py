@@ -191,12 +191,11 @@ def _diff(
     updated, metrics = [], []
     for name in sorted(old.keys() & new.keys()):
         before, after = old[name], new[name]
-        if replace(before, auth=after.auth) == after:
+        # The same credential object on both sides unless the auth changed: copy only then.
+        same_auth = before if before.auth is after.auth else replace(before, auth=after.auth)
+        if same_auth == after:
             continue
-        if (
-            replace(before, metrics=after.metrics, metrics_at=after.metrics_at, auth=after.auth)
-            == after
-        ):
+        if replace(same_auth, metrics=after.metrics, metrics_at=after.metrics_at) == after:
             metrics.append((before, after))
         else:
             updated.append((before, after))
@@ -248,6 +247,7 @@ class RegistryCache:
     ) -> None:
         self._zk = zk
         self._credentials = credentials
+        self._announced_at: dict[str, float] = {}
         self._client_id = client_id
         self._nodes = nodes
         self._load_timeout = load_timeout
@@ -607,18 +607,20 @@ class RegistryCache:
         )
         # Registered before the snapshot is published: if this write fails, the next lookup
         # loads (and registers) again instead of serving a service nobody knows it uses.
+        self._confirm(service, auth)
+        self.snapshots[service] = snapshot
+        return snapshot
+
+    def _confirm(self, service: str, auth: Credential | None) -> None:
+        """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
+        node (which a rotation waits on, Procedure 2) and in its telemetry."""
         if self._announce:
             self._register_client(service, auth)
         if auth is not None:
             auth_version_applied(service, auth.version)
-        self.snapshots[service] = snapshot
-        return snapshot
 
     def _register_client(self, service: str, auth: Credential | None) -> None:
-        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions.
-
-        It also confirms which credential version the client has applied (Procedure 2).
-        """
+        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions."""
         # Open to every client: under a secured namespace each one adds its own node here.
         self._zk.ensure_path(f"{CLIENTS}/{service}", acl=OPEN_ACL_UNSAFE)
         path = client_path(service, self._client_id)
@@ -627,7 +629,8 @@ class RegistryCache:
             "app": self._app,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "started": time.time(),
+            # When it began to use the service; confirmations of new credentials keep it.
+            "started": self._announced_at.setdefault(service, time.time()),
             "sentinel_version": __version__,
             "auth_client": None if self._credentials is None else self._credentials.client,
             "auth_version": None if auth is None else auth.version,
@@ -645,10 +648,7 @@ class RegistryCache:
             versions = [None if a is None else a.version for a in (old.auth, snapshot.auth)]
             self._emit(service, AuthChanged(service, *versions, snapshot.auth))
             # Confirmed only now that the listeners (the application's pools) have it.
-            if self._announce:
-                self._register_client(service, snapshot.auth)
-            if snapshot.auth is not None:
-                auth_version_applied(service, snapshot.auth.version)
+            self._confirm(service, snapshot.auth)
 
     # --- auth ---------------------------------------------------------------------------------
 

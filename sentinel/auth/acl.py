@@ -68,7 +68,7 @@ def load_identities(path: str | Path, *, create_missing: bool = False) -> dict[s
     """Every role's identity from a JSON file (mode 0600), generating missing ones if asked."""
     path = Path(path)
     try:
-        identities = json_object(path.read_text()) if path.exists() else {}
+        identities = _json_object(path.read_text()) if path.exists() else {}
     except OSError as exc:
         raise KeyFileError(f"cannot read identities file {str(path)!r}: {exc.strerror}") from None
     unknown = sorted(set(identities) - set(ROLES))
@@ -86,7 +86,7 @@ def load_identities(path: str | Path, *, create_missing: bool = False) -> dict[s
     return identities
 
 
-def json_object(text: str) -> dict[str, str]:
+def _json_object(text: str) -> dict[str, str]:
     """A JSON object of strings, or KeyFileError."""
     try:
         document = json.loads(text)

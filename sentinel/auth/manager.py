@@ -60,27 +60,6 @@ class CredentialBackend(Protocol):
     def revoke(self, service: str, client: str, version: int) -> None: ...
 
 
-def _seal_for(
-    zk: KazooClient,
-    namespace: str,
-    service: str,
-    client: str,
-    version: int,
-    credential: Mapping[str, Any],
-    signer: ManagerKey | None,
-) -> dict[str, Any]:
-    recipient = read_public_keys(zk, client).keys[0]  # newest key first
-    return seal(
-        credential,
-        recipient,
-        namespace=namespace,
-        service=service,
-        client=client,
-        version=version,
-        signer=signer,
-    )
-
-
 def live_versions(zk: KazooClient, service: str, client: str) -> tuple[int, ...]:
     """The versions published for (service, client), newest first; () when none."""
     try:
@@ -109,23 +88,30 @@ def update_auth(
     validate_name("client", client)
     validate_credential(credential)
     keep = set(keep)
-    written: dict[str, int] = {}
+    recipient = read_public_keys(zk, client).keys[0]  # the newest key; read once, not per retry
 
     def change(current: AuthRecord | None) -> AuthRecord:
         versions = () if current is None else current.versions
         version = (versions[0] if versions else 0) + 1
-        envelope = _seal_for(zk, namespace, service, client, version, credential, signer)
+        envelope = seal(
+            credential,
+            recipient,
+            namespace=namespace,
+            service=service,
+            client=client,
+            version=version,
+            signer=signer,
+        )
         kept = [e for e in (current.envelopes if current else ()) if e["version"] in keep]
         if len(kept) + 1 > MAX_LIVE_CREDENTIALS:
             raise ValidationError(
                 f"{service}/{client} would hold more than {MAX_LIVE_CREDENTIALS} credentials"
             )
-        written["version"] = version
         return AuthRecord(service, client, (envelope, *kept))
 
-    change_auth(zk, service, client, change)
-    log.info("published credential v%d for client %s of %s", written["version"], client, service)
-    return written["version"]
+    version = change_auth(zk, service, client, change).versions[0]
+    log.info("published credential v%d for client %s of %s", version, client, service)
+    return version
 
 
 def withdraw(zk: KazooClient, service: str, client: str, versions: Iterable[int]) -> None:

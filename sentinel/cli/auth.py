@@ -32,9 +32,9 @@ def _keygen(args: argparse.Namespace) -> int:
             print(f"manager signing key {key.id} written to {path}")
             print(f"clients trust it with Sentinel(auth_signer={key.public_text!r})")
     else:
-        ring = ClientKeyring.load(path).with_new_key() if args.add else ClientKeyring.generate()
         if path.exists() and not args.add:
             raise ValidationError(f"{path} exists: use --add to add a key to it")
+        ring = ClientKeyring.load(path).with_new_key() if args.add else ClientKeyring.generate()
         ring.save(path)
         document = {"file": str(path), "key_ids": list(ring.key_ids)}
         if args.publish:
@@ -96,12 +96,12 @@ def _children(zk: KazooClient, path: str) -> list[str]:
 
 def _rotate(args: argparse.Namespace) -> int:
     backend = _backend(args)
-    with client(args) as sentinel, connect(args) as zk:
+    with connect(args) as zk:  # rooted at the namespace, which connect() validated
         clients = args.client or _children(zk, f"{AUTH}/{args.service}")
         if not clients:
             raise ValidationError(f"no client has credentials for {args.service}: name --client")
         rotation = Rotation(
-            zk, sentinel.namespace, args.service, clients, backend, signer=_signer(args)
+            zk, args.namespace, args.service, clients, backend, signer=_signer(args)
         )
         try:
             result = (
