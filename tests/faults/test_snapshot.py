@@ -81,55 +81,39 @@ def test_without_a_snapshot_the_start_fails_as_before(tmp_path, caplog):
     assert f"snapshot {path} does not exist; not serving it" in caplog.text
 
 
+def _snapshot(namespace: str = "/sentinel", **services: object) -> bytes:
+    """A snapshot document of this format for ``127.0.0.1:1``, with the services given."""
+    document = {
+        "format": "sentinel-snapshot",
+        "version": 1,
+        "namespace": namespace,
+        "hosts": hosts_fingerprint("127.0.0.1:1"),
+        "written_at": 0,
+        "shard_maps": {},
+        "services": services,
+    }
+    return json.dumps(document).encode()
+
+
+SPEC = '{"v":1,"scheme":"http"}'
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
         (b"{not json", "is unreadable"),
         (b'{"format": "something-else"}', "is not a Sentinel snapshot"),
         (b'{"format": "sentinel-snapshot", "version": 99}', "has version 99"),
+        (_snapshot("/other"), "belongs to namespace '/other'"),
+        (_snapshot(db={"spec": SPEC, "instances": 7}), "is corrupt"),
         (
-            json.dumps(
-                {
-                    "format": "sentinel-snapshot",
-                    "version": 1,
-                    "namespace": "/other",
-                    "hosts": hosts_fingerprint("127.0.0.1:1"),
+            _snapshot(
+                db={
+                    "spec": SPEC,
+                    "instances": {"p1:a": [1, '{"v":1,"host":"h","port":"80"}']},
+                    "metrics": {},
                 }
-            ).encode(),
-            "belongs to namespace '/other'",
-        ),
-        (
-            json.dumps(
-                {
-                    "format": "sentinel-snapshot",
-                    "version": 1,
-                    "namespace": "/sentinel",
-                    "hosts": hosts_fingerprint("127.0.0.1:1"),
-                    "written_at": 0,
-                    "shard_maps": {},
-                    "services": {"db": {"spec": '{"v":1,"scheme":"http"}', "instances": 7}},
-                }
-            ).encode(),
-            "is corrupt",
-        ),
-        (
-            json.dumps(
-                {
-                    "format": "sentinel-snapshot",
-                    "version": 1,
-                    "namespace": "/sentinel",
-                    "hosts": hosts_fingerprint("127.0.0.1:1"),
-                    "written_at": 0,
-                    "shard_maps": {},
-                    "services": {
-                        "db": {
-                            "spec": '{"v":1,"scheme":"http"}',
-                            "instances": {"p1:a": [1, '{"v":1,"host":"h","port":"80"}']},
-                            "metrics": {},
-                        }
-                    },
-                }
-            ).encode(),
+            ),
             "is corrupt",
         ),
     ],
