@@ -34,6 +34,15 @@ def world(ensemble, namespace):
         yield writer, reader
 
 
+@pytest.fixture
+def relays(ensemble):
+    """A TCP relay in front of each member, so one client can be cut off from the ensemble."""
+    proxies = [TcpProxy("127.0.0.1", m.client_port) for m in ensemble]
+    yield proxies
+    for proxy in proxies:
+        proxy.close()
+
+
 def _launch_and_wait(members) -> None:
     """Start members together (a lone member of a lost quorum cannot serve) and wait."""
     for member in members:
@@ -105,66 +114,56 @@ def test_a_frozen_publisher_leaves_and_comes_back(ensemble, world, namespace, fa
     assert resumed - paused > 2.0  # it really was frozen past its session timeout
 
 
-def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, fault_table):
+def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, fault_table):
     """The server expires the session of a client it cannot hear (a long pause or a partition
     look the same to it); the client serves its cache meanwhile, then re-syncs on a new session
     and announces itself again."""
-    proxies = [TcpProxy("127.0.0.1", m.client_port) for m in ensemble]
-    hosts = ",".join(p.address for p in proxies)
-    try:
-        with (
-            Sentinel(ensemble.connect_string, "writer", namespace) as writer,
-            Sentinel(hosts, "paused", namespace, session_timeout=2.0) as reader,
-        ):
-            old = writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="old")
-            reader.prefetch(SERVICE)
-            session = reader.session_id
-            announced = f"{CLIENTS}/{SERVICE}/paused"
-            # The writer may read from another member than the reader wrote to: wait until it
-            # sees the node, or its absence would prove nothing about the session's expiry.
-            assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
-            with Prober(reader, SERVICE) as prober:
-                for proxy in proxies:
-                    proxy.cut()
-                assert wait_until(lambda: writer._zk.exists(announced) is None, timeout=30), (
-                    "the server never expired the cut-off client's session"
-                )
-                writer.register_service(SERVICE, "p1", "127.0.0.1", 8001, label="new")
-                writer.deregister_service(old)
-                for proxy in proxies:
-                    proxy.restore()
-                recovery = time_to_recover(writer, reader, SERVICE, "after-expiry")
-            assert reader.session_id != session
-            assert {e.label for e in reader.instances(SERVICE)} == {"new", "after-expiry"}
-            assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
-    finally:
-        for proxy in proxies:
-            proxy.close()
+    hosts = ",".join(p.address for p in relays)
+    with (
+        Sentinel(ensemble.connect_string, "writer", namespace) as writer,
+        Sentinel(hosts, "paused", namespace, session_timeout=2.0) as reader,
+    ):
+        old = writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="old")
+        reader.prefetch(SERVICE)
+        session = reader.session_id
+        announced = f"{CLIENTS}/{SERVICE}/paused"
+        # The writer may read from another member than the reader wrote to: wait until it
+        # sees the node, or its absence would prove nothing about the session's expiry.
+        assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
+        with Prober(reader, SERVICE) as prober:
+            for proxy in relays:
+                proxy.cut()
+            assert wait_until(lambda: writer._zk.exists(announced) is None, timeout=30), (
+                "the server never expired the cut-off client's session"
+            )
+            writer.register_service(SERVICE, "p1", "127.0.0.1", 8001, label="new")
+            writer.deregister_service(old)
+            for proxy in relays:
+                proxy.restore()
+            recovery = time_to_recover(writer, reader, SERVICE, "after-expiry")
+        assert reader.session_id != session
+        assert {e.label for e in reader.instances(SERVICE)} == {"new", "after-expiry"}
+        assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
     fault_table.append(_row("client session expired (cut off > 2s)", recovery, prober))
     assert prober.failed == 0, prober.errors
 
 
 def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
-    ensemble, namespace, fault_table
+    ensemble, namespace, relays, fault_table
 ):
-    proxies = [TcpProxy("127.0.0.1", m.client_port) for m in ensemble]
-    hosts = ",".join(p.address for p in proxies)
-    try:
-        with (
-            Sentinel(ensemble.connect_string, "writer", namespace) as writer,
-            Sentinel(hosts, "flappy", namespace, session_timeout=6.0) as reader,
-        ):
-            writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
-            reader.prefetch(SERVICE)
-            session, resyncs = reader.session_id, reader.cache_stats.resyncs
-            with Prober(reader, SERVICE) as prober:
-                flaps = flap(proxies, 3.0)  # ten flaps a second
-                recovery = time_to_recover(writer, reader, SERVICE, "after-flapping")
-            resynced = reader.cache_stats.resyncs - resyncs
-            assert reader.session_id == session, "flapping within the session timeout cost it"
-    finally:
-        for proxy in proxies:
-            proxy.close()
+    hosts = ",".join(p.address for p in relays)
+    with (
+        Sentinel(ensemble.connect_string, "writer", namespace) as writer,
+        Sentinel(hosts, "flappy", namespace, session_timeout=6.0) as reader,
+    ):
+        writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
+        reader.prefetch(SERVICE)
+        session, resyncs = reader.session_id, reader.cache_stats.resyncs
+        with Prober(reader, SERVICE) as prober:
+            flaps = flap(relays, 3.0)  # ten flaps a second
+            recovery = time_to_recover(writer, reader, SERVICE, "after-flapping")
+        resynced = reader.cache_stats.resyncs - resyncs
+        assert reader.session_id == session, "flapping within the session timeout cost it"
     fault_table.append(
         _row(
             "connection flapped 10/s for 3s",
