@@ -105,17 +105,17 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
     return ServiceListing(spec, tuple(instances.values()), _skip_logged(invalid))
 
 
-def _names(zk: KazooClient, section: str) -> list[str]:
-    """The valid names under a section, sorted; none if the section does not exist yet."""
+def valid_children(zk: KazooClient, path: str) -> list[str]:
+    """The valid names under ``path``, sorted; none if it does not exist (yet)."""
     try:
-        return sorted(n for n in zk.get_children(section) if _is_name(n))
+        return sorted(n for n in zk.get_children(path) if _is_name(n))
     except NoNodeError:
         return []
 
 
 def list_services(zk: KazooClient) -> list[str]:
     """The names under ``/services`` (valid names only), sorted."""
-    return _names(zk, SERVICES)
+    return valid_children(zk, SERVICES)
 
 
 def services_sharded_by(zk: KazooClient, policy: str) -> list[str]:
@@ -146,7 +146,7 @@ def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord
 def read_clients(zk: KazooClient) -> dict[str, dict[str, dict[str, Any]]]:
     """Every ``/clients/<service>/<client>`` document, by service then client id."""
     result: dict[str, dict[str, dict[str, Any]]] = {}
-    for service in _names(zk, CLIENTS):
+    for service in valid_children(zk, CLIENTS):
         parent = f"{CLIENTS}/{service}"
         try:
             names = zk.get_children(parent)

@@ -10,9 +10,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-
 from sentinel.auth.keys import ClientKeyring, ManagerKey
 from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
@@ -20,10 +17,18 @@ from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_jso
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
 from sentinel.layout import AUTH, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
+from sentinel.registry import valid_children
 
 
 def _keygen(args: argparse.Namespace) -> int:
     path = Path(args.out)
+    # Checked before anything is written: an existing key file is never overwritten.
+    if path.exists() and not args.add:
+        raise ValidationError(f"{path} exists: use --add to add a key to a client key ring")
+    if args.add and args.manager:
+        raise ValidationError("--add applies to client key rings, not to --manager")
+    if args.publish and not args.client:
+        raise ValidationError("--publish needs --client ID")
     if args.manager:
         key = ManagerKey.generate()
         key.save(path)
@@ -32,14 +37,10 @@ def _keygen(args: argparse.Namespace) -> int:
             print(f"manager signing key {key.id} written to {path}")
             print(f"clients trust it with Sentinel(auth_signer={key.public_text!r})")
     else:
-        if path.exists() and not args.add:
-            raise ValidationError(f"{path} exists: use --add to add a key to it")
         ring = ClientKeyring.load(path).with_new_key() if args.add else ClientKeyring.generate()
         ring.save(path)
         document = {"file": str(path), "key_ids": list(ring.key_ids)}
         if args.publish:
-            if not args.client:
-                raise ValidationError("--publish needs --client ID")
             with connect(args) as zk:
                 document["published"] = publish_public_keys(zk, args.client, ring)
         if not args.json:
@@ -51,7 +52,10 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _credential(args: argparse.Namespace) -> dict[str, Any]:
     """From a JSON file or stdin: a secret never appears on the command line (ps shows it)."""
-    text = sys.stdin.read() if args.credential == "-" else Path(args.credential).read_text()
+    try:
+        text = sys.stdin.read() if args.credential == "-" else Path(args.credential).read_text()
+    except OSError as exc:
+        raise ValidationError(f"cannot read the credential file: {exc.strerror}") from None
     try:
         document = json.loads(text)
     except ValueError:
@@ -87,17 +91,10 @@ def _backend(args: argparse.Namespace) -> Any:
     return load(AUTH_BACKENDS, args.backend, **options)
 
 
-def _children(zk: KazooClient, path: str) -> list[str]:
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []
-
-
 def _rotate(args: argparse.Namespace) -> int:
     backend = _backend(args)
     with connect(args) as zk:  # rooted at the namespace, which connect() validated
-        clients = args.client or _children(zk, f"{AUTH}/{args.service}")
+        clients = args.client or valid_children(zk, f"{AUTH}/{args.service}")
         if not clients:
             raise ValidationError(f"no client has credentials for {args.service}: name --client")
         rotation = Rotation(
@@ -137,7 +134,7 @@ def _status(args: argparse.Namespace) -> int:
     with connect(args) as zk:
         processes = live_processes(zk, service)
         rows = []
-        for name in sorted(set(_children(zk, f"{AUTH}/{service}")) | set(processes)):
+        for name in sorted(set(valid_children(zk, f"{AUTH}/{service}")) | set(processes)):
             try:
                 keys = ",".join(k.id for k in read_public_keys(zk, name).keys)
             except (ClientKeyNotFound, DecodeError):

@@ -300,3 +300,23 @@ def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp
     result = Rotation(manager._zk, manager.namespace, SERVICE, ["etl"], backend).resume(10)
     assert result.revoked == {"etl": (1,)}
     assert all(auth_of(w) == auth_of(workers[0]) for w in workers)
+
+
+def test_cli_keygen_never_overwrites_a_key_file(cli, tmp_path):
+    ring, manager_key = tmp_path / "app.keys", tmp_path / "manager.key"
+    assert cli("auth", "keygen", "--out", str(ring)).returncode == 0
+    assert cli("auth", "keygen", "--out", str(manager_key), "--manager").returncode == 0
+    kept = {p: p.read_bytes() for p in (ring, manager_key)}
+    for args in (
+        ("--out", str(ring)),
+        ("--out", str(manager_key), "--manager"),
+        ("--out", str(tmp_path / "new.keys"), "--publish"),  # no --client: nothing written
+    ):
+        refused = cli("auth", "keygen", *args)
+        assert refused.returncode == 2, refused.stderr
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert not (tmp_path / "new.keys").exists()
+    added = cli("auth", "keygen", "--out", str(ring), "--add", "--json")
+    assert added.returncode == 0 and len(json.loads(added.stdout)["key_ids"]) == 2
+    missing = cli("auth", "set", "--service", SERVICE, "--client", "x", str(tmp_path / "absent"))
+    assert missing.returncode == 2 and "cannot read the credential file" in missing.stderr
