@@ -27,7 +27,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, make_acl, make_digest_acl
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_acl, make_digest_acl
 
 from sentinel.auth.keys import write_secret_file
 from sentinel.errors import KeyFileError, ValidationError
@@ -62,6 +62,24 @@ def client_arguments(identity: str | None) -> dict[str, Any]:
     if identity is None:
         return {}
     return {"auth_data": [("digest", identity)], "default_acl": [owner_acl(identity), WORLD_READ]}
+
+
+def grants_write(entry: ACL) -> bool:
+    """Whether an ACL entry lets its holder change the node or what is below it."""
+    return bool(entry.perms & ~Permissions.READ)
+
+
+def is_secured(zk: KazooClient) -> bool:
+    """Whether the namespace (``zk``'s root) was secured: nobody unidentified may change it.
+
+    A namespace whose root gives any write permission to ``world:anyone`` (or to no identity
+    at all) is open, as every namespace is before ``sentinel init --secure``.
+    """
+    try:
+        entries, _ = zk.get_acls("/")
+    except NoNodeError:
+        return False
+    return not any(grants_write(entry) and entry.id.scheme in ("world", "ip") for entry in entries)
 
 
 def load_identities(path: str | Path, *, create_missing: bool = False) -> dict[str, str]:
