@@ -17,6 +17,7 @@ read together, and reconnections within that delay share one re-sync.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -34,9 +35,9 @@ from cachetools import TTLCache
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
-from kazoo.security import OPEN_ACL_UNSAFE
 
 from balancers import Balancer, RoundRobin
+from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.endpoint import NO_METRICS, Endpoint
@@ -59,7 +60,6 @@ from sentinel.events import (
 )
 from sentinel.layout import (
     AUTH,
-    CLIENTS,
     METRICS,
     SERVICES,
     SHARD_INFO,
@@ -177,6 +177,7 @@ class CacheStats:
     auth_errors: int = 0
     session_events: dict[str, int] = field(default_factory=dict)  # by state reached
     throttled_reads: int = 0
+    clients_write_failures: int = 0  # /clients entries refused; retried in the background
 
 
 def _diff(
@@ -605,8 +606,6 @@ class RegistryCache:
             LookupCounts(),
             auth,
         )
-        # Registered before the snapshot is published: if this write fails, the next lookup
-        # loads (and registers) again instead of serving a service nobody knows it uses.
         self._confirm(service, auth)
         self.snapshots[service] = snapshot
         return snapshot
@@ -620,9 +619,12 @@ class RegistryCache:
             auth_version_applied(service, auth.version)
 
     def _register_client(self, service: str, auth: Credential | None) -> None:
-        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions."""
-        # Open to every client: under a secured namespace each one adds its own node here.
-        self._zk.ensure_path(f"{CLIENTS}/{service}", acl=OPEN_ACL_UNSAFE)
+        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions.
+
+        Bookkeeping must never fail a lookup: a write refused (a secured namespace whose
+        ``/clients/<service>`` is missing or shut) is logged once and retried in the
+        background (:meth:`EphemeralNodes.put` with ``keep_trying``).
+        """
         path = client_path(service, self._client_id)
         document = {
             "client_id": self._client_id,
@@ -635,7 +637,16 @@ class RegistryCache:
             "auth_client": None if self._credentials is None else self._credentials.client,
             "auth_version": None if auth is None else auth.version,
         }
-        self._nodes.put(path, encode(path, document))
+        self._nodes.put(
+            path,
+            encode(path, document),
+            prepare=functools.partial(ensure_clients_node, self._zk, service),
+            keep_trying=True,
+            on_failure=self._count_clients_failure,
+        )
+
+    def _count_clients_failure(self) -> None:
+        self.stats.clients_write_failures += 1
 
     def _swap(self, service: str, snapshot: ServiceSnapshot) -> None:
         old = self.snapshots[service]

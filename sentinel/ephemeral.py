@@ -6,12 +6,16 @@ every node it keeps. A node that still carries another session (the server has n
 crashed predecessor yet, or another process took the name) is deleted and re-created in one
 transaction, so watchers see the change and the node belongs to the live session. A connection
 that merely flaps keeps its session, and then nothing is written.
+
+Some nodes are bookkeeping that must never fail the caller (a client's ``/clients`` entry): put
+with ``keep_trying``, a failed write is logged once, counted and retried in the background.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 
 _WRITE_ATTEMPTS = 5
 _RETRY_AFTER_FAILURE = 1.0
+_RETRY_MAX_DELAY = 30.0
 
 
 def first_failure(results: list[object]) -> Exception | None:
@@ -47,6 +52,10 @@ class EphemeralNodes:
         # thread never takes it (its callbacks must not block).
         self._lock = threading.Lock()
         self._nodes: dict[str, bytes] = {}
+        self._prepare: dict[str, Callable[[], None]] = {}
+        # keep_trying nodes whose last write failed -> seconds until the next attempt
+        self._unwritten: dict[str, float] = {}
+        self._on_failure: dict[str, Callable[[], None]] = {}
         self._session_id: int | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -67,11 +76,56 @@ class EphemeralNodes:
         if self._worker is not None:
             self._worker.join()
 
-    def put(self, path: str, data: bytes) -> None:
-        """Make ``path`` an ephemeral node of the current session holding ``data``, and keep it."""
+    def put(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        prepare: Callable[[], None] | None = None,
+        keep_trying: bool = False,
+        on_failure: Callable[[], None] | None = None,
+    ) -> bool:
+        """Make ``path`` an ephemeral node of the current session holding ``data``, and keep it.
+
+        ``prepare`` runs before every write of the node (to make its parent, say). With
+        ``keep_trying`` a write that fails does not raise: it is logged (once until it
+        succeeds), reported to ``on_failure`` (each failed attempt) and retried in the
+        background, backing off to 30 s, until it is written or removed; False is returned then.
+        """
         with self._lock:
-            self._write(path, data)
+            if prepare is not None:
+                self._prepare[path] = prepare
+            if on_failure is not None:
+                self._on_failure[path] = on_failure
+            if not keep_trying:
+                self._write(path, data)
+                self._nodes[path] = data
+                return True
             self._nodes[path] = data
+            written = self._try_write(path, data)
+        if not written:
+            self._wake.set()
+        return written
+
+    def _try_write(self, path: str, data: bytes) -> bool:
+        """Write a keep_trying node; on failure schedule its retry. Holds the lock."""
+        try:
+            prepare = self._prepare.get(path)
+            if prepare is not None:
+                prepare()
+            self._write(path, data)
+        except Exception as exc:
+            on_failure = self._on_failure.get(path)
+            if on_failure is not None:
+                on_failure()
+            delay = self._unwritten.get(path)
+            if delay is None:
+                log.warning("could not write %s (%r); retrying in the background", path, exc)
+            self._unwritten[path] = min((delay or _RETRY_AFTER_FAILURE / 2) * 2, _RETRY_MAX_DELAY)
+            return False
+        if self._unwritten.pop(path, None) is not None:
+            log.info("wrote %s after earlier failures", path)
+        return True
 
     def remove(self, path: str) -> bool:
         """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
@@ -82,8 +136,12 @@ class EphemeralNodes:
         """
         with self._lock:
             data = self._nodes.pop(path, None)
+            self._prepare.pop(path, None)
+            self._on_failure.pop(path, None)
             if data is None:
                 return False
+            if self._unwritten.pop(path, None) is not None:
+                return True  # never written
             try:
                 self._delete_own(path)
             except BaseException:
@@ -118,6 +176,7 @@ class EphemeralNodes:
             timeout = None
             if self._zk.state != KazooState.CONNECTED:
                 continue
+            timeout = self._retry_unwritten()
             client_id = self._zk.client_id
             if client_id is None:
                 continue  # dropped again since the check above; the next CONNECTED wakes us
@@ -132,6 +191,7 @@ class EphemeralNodes:
                 log.exception("restoring ephemeral nodes failed; retrying")
                 timeout = _RETRY_AFTER_FAILURE
                 continue
+            timeout = self._retry_unwritten()
             self._session_id = session_id
             log.info("new ZooKeeper session 0x%x: re-created %d node(s)", session_id, restored)
 
@@ -140,11 +200,18 @@ class EphemeralNodes:
         for path in list(self._nodes):
             with self._lock:
                 data = self._nodes.get(path)
-                if data is None:
-                    continue  # removed meanwhile
+                if data is None or path in self._unwritten:
+                    continue  # removed meanwhile, or retried on its own schedule
                 self._write(path, data)
                 restored += 1
         return restored
+
+    def _retry_unwritten(self) -> float | None:
+        """Write the keep_trying nodes that failed; seconds until the next retry, if any."""
+        with self._lock:
+            for path in list(self._unwritten):
+                self._try_write(path, self._nodes[path])
+            return min(self._unwritten.values(), default=None)
 
     def _session(self) -> int:
         """The current session's id. kazoo clears it when the connection drops, which can

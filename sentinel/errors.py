@@ -135,6 +135,16 @@ class ClientKeyNotFound(AuthError):
     """The client has published no public key, so no credential can be encrypted to it."""
 
 
+class ClientNotEnrolled(AuthError):
+    """A secured namespace has no key slot for this client, or not one this identity may
+    write: the admin enrols it (``sentinel auth enroll``)."""
+
+
+class KeySlotNotOwned(AuthError):
+    """A client's key slot is not owned by the identity the admin enrolled for it (anyone,
+    or someone else, may have written the keys in it): nothing is encrypted to it."""
+
+
 class EnvelopeError(AuthError):
     """A credential envelope cannot be opened: the reason says which check failed.
 

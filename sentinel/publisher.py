@@ -10,8 +10,9 @@ import logging
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
+from sentinel.auth.acl import ensure_clients_node
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import ServiceConflict
 from sentinel.layout import instance_path, service_path
@@ -64,9 +65,11 @@ class Publisher:
         path = service_path(spec.service)
         try:
             self._zk.create(path, spec.to_bytes(path))
-            return spec
         except NodeExistsError:
             pass
+        else:
+            self._make_clients_node(spec.service)
+            return spec
         data, _ = self._zk.get(path)
         stored = ServiceSpec.from_bytes(spec.service, path, data)
         if strict and stored != spec:
@@ -77,6 +80,19 @@ class Publisher:
                 f"defaults={dict(spec.defaults)!r}"
             )
         return stored
+
+    def _make_clients_node(self, service: str) -> None:
+        """``/clients/<service>``, where its clients add themselves. In a secured namespace
+        only publishers may create it (so nobody else chooses its ACL); an identity that may
+        not is told, and ``sentinel init --secure`` creates what is missing."""
+        try:
+            ensure_clients_node(self._zk, service)
+        except NoAuthError:
+            log.warning(
+                "this identity may not create /clients/%s: its clients cannot announce "
+                "themselves until a publisher or `sentinel init --secure` creates it",
+                service,
+            )
 
     def register(self, instance: InstanceRecord) -> Registration:
         """Publish ``instance``, creating its service spec if it is missing.

@@ -254,6 +254,10 @@ class ClientCollector(Collector):
                 ("resyncs", "Full re-reads after a reconnection."),
                 ("read_throughs", "Shard keys read from ZooKeeper on a cache miss (Procedure 1)."),
                 ("negative_hits", "Shard-key misses answered by the negative cache."),
+                (
+                    "clients_write_failures",
+                    "Writes of this client's /clients entries that failed (retried).",
+                ),
             )
         }
         lookups: dict[tuple[str, str, str], int] = {}

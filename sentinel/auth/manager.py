@@ -28,7 +28,10 @@ from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.security import Id
 
+from sentinel.auth import acl
+from sentinel.auth.enrolment import owned_by, slot_owner
 from sentinel.auth.envelope import seal, validate_credential
 from sentinel.auth.keys import ManagerKey
 from sentinel.auth.store import (
@@ -88,6 +91,7 @@ def update_auth(
     validate_name("client", client)
     validate_credential(credential)
     keep = set(keep)
+    slot_owner(zk, client)  # refuses a key slot someone other than the client may have written
     recipient = read_public_keys(zk, client).keys[0]  # the newest key; read once, not per retry
 
     def change(current: AuthRecord | None) -> AuthRecord:
@@ -128,7 +132,11 @@ def withdraw(zk: KazooClient, service: str, client: str, versions: Iterable[int]
 
 
 def live_processes(
-    zk: KazooClient, service: str, watch: Callable[..., Any] | None = None
+    zk: KazooClient,
+    service: str,
+    watch: Callable[..., Any] | None = None,
+    *,
+    owners: Mapping[str, Id | None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Who uses ``service`` now: auth client -> {``/clients`` node name: applied version}.
 
@@ -136,6 +144,11 @@ def live_processes(
     its own); older nodes without the field are their own auth client. A node that cannot be
     decoded counts as its name's and as having confirmed nothing. ``watch`` is set on the list
     and on every node, so a waiter wakes on any change.
+
+    ``owners`` (in a secured namespace: auth client -> the identity enrolled for it, see
+    :func:`~sentinel.auth.enrolment.slot_owner`) makes a node that names one of those clients
+    count only if that identity owns it: anyone may add a node under ``/clients/<service>``,
+    and a forged one neither confirms for a client nor holds its rotation up.
     """
     parent = f"{CLIENTS}/{service}"
     try:
@@ -149,12 +162,30 @@ def live_processes(
         return (owner if isinstance(owner, str) else name), document.get("auth_version")
 
     decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
+    admin_ids = acl.admins(zk) if owners else frozenset()
     processes: dict[str, dict[str, Any]] = {}
-    for name, (owner, version) in decoded.items():
-        processes.setdefault(owner, {})[name] = version
+    for name, (client, version) in decoded.items():
+        if (
+            owners
+            and client in owners
+            and not _owned(zk, f"{parent}/{name}", owners[client], admin_ids)
+        ):
+            log.warning(
+                "ignoring %s/%s: not written by %s's enrolled identity", parent, name, client
+            )
+            continue
+        processes.setdefault(client, {})[name] = version
     for name in invalid:
         processes.setdefault(name, {})[name] = None
     return processes
+
+
+def _owned(zk: KazooClient, path: str, owner: Id | None, admin_ids: frozenset[Id]) -> bool:
+    try:
+        entries, _ = zk.get_acls(path)
+    except NoNodeError:
+        return False
+    return owned_by(entries, owner, admin_ids)
 
 
 @dataclass(frozen=True)
@@ -279,9 +310,14 @@ class Rotation:
             changed.set()
 
         deadline = time.monotonic() + timeout
+        owners = (
+            {client: slot_owner(self._zk, client) for client in versions}
+            if acl.is_secured(self._zk)
+            else None
+        )
         while True:
             changed.clear()
-            processes = live_processes(self._zk, self.service, watch=wake)
+            processes = live_processes(self._zk, self.service, watch=wake, owners=owners)
             laggards = sorted(
                 name
                 for client, version in versions.items()

@@ -13,11 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel.auth.envelope import envelope_version
 from sentinel.auth.keys import ClientKeyring, PublishedKeys
-from sentinel.errors import ClientKeyNotFound, DecodeError, RegistryConflict, ValidationError
+from sentinel.errors import (
+    ClientKeyNotFound,
+    ClientNotEnrolled,
+    DecodeError,
+    RegistryConflict,
+    ValidationError,
+)
 from sentinel.layout import auth_keys_path, auth_path
 from sentinel.records import decode, encode, fields_of
 
@@ -117,15 +123,31 @@ def read_public_keys(zk: KazooClient, client: str) -> PublishedKeys:
     try:
         data, _ = zk.get(path)
     except NoNodeError:
+        data = b""
+    if not data:  # an enrolled slot stays empty until its client publishes
         raise ClientKeyNotFound(
             f"client {client!r} has published no public key at {path}: start it with a key "
             "ring (Sentinel(auth_keys=...)) or run 'sentinel auth keygen --publish'"
-        ) from None
+        )
     return PublishedKeys.from_bytes(client, path, data)
 
 
 def publish_public_keys(zk: KazooClient, client: str, keyring: ClientKeyring) -> bool:
-    """Publish the ring's public keys unless they are there already; True if written."""
+    """Publish the ring's public keys unless they are there already; True if written.
+
+    In a secured namespace only the identity the admin enrolled for ``client`` may write its
+    key slot: anyone else gets :class:`~sentinel.errors.ClientNotEnrolled`.
+    """
+    try:
+        return _publish(zk, client, keyring)
+    except NoAuthError:
+        raise ClientNotEnrolled(
+            f"this identity may not publish keys at {auth_keys_path(client)}: the admin "
+            f"enrols the client for it with `sentinel auth enroll {client}`"
+        ) from None
+
+
+def _publish(zk: KazooClient, client: str, keyring: ClientKeyring) -> bool:
     path = auth_keys_path(client)
     published = keyring.published(client)
     data = published.to_bytes(path)
@@ -135,10 +157,10 @@ def publish_public_keys(zk: KazooClient, client: str, keyring: ClientKeyring) ->
         try:
             zk.create(path, data, makepath=True)
         except NodeExistsError:
-            return publish_public_keys(zk, client, keyring)
+            return _publish(zk, client, keyring)
         return True
     try:
-        if PublishedKeys.from_bytes(client, path, current) == published:
+        if current and PublishedKeys.from_bytes(client, path, current) == published:
             return False
     except DecodeError:
         pass  # replaced below

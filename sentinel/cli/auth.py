@@ -10,12 +10,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from sentinel.auth import acl
+from sentinel.auth.enrolment import enroll
 from sentinel.auth.keys import ClientKeyring, ManagerKey
 from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_json, print_table
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
-from sentinel.layout import AUTH, validate_name
+from sentinel.layout import AUTH, auth_keys_path, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
 from sentinel.registry import valid_children
 
@@ -47,6 +49,29 @@ def _keygen(args: argparse.Namespace) -> int:
             print(f"key ring {path}: keys {', '.join(ring.key_ids)} (newest first)")
     if args.json:
         print_json(document)
+    return EXIT_OK
+
+
+def _enroll(args: argparse.Namespace) -> int:
+    if (args.digest is None) == (args.identity_file is None):
+        raise ValidationError("give exactly one of --digest ID or --identity-file FILE")
+    if args.digest is not None:
+        owner = acl.parse_digest_id(args.digest)
+    else:
+        identity = acl.load_client_identity(args.identity_file, args.client, create_missing=True)
+        owner = acl.digest_id(identity)
+    admin = acl.load_identities(args.identities)["admin"] if args.identities else None
+    with connect(args, identity=admin) as zk:
+        changed = enroll(zk, args.client, owner, replace=args.replace)
+    document = {"client": args.client, "owner": owner.id, "changed": changed}
+    if args.json:
+        print_json(document)
+    else:
+        state = "enrolled" if changed else "already enrolled"
+        slot = auth_keys_path(args.client)
+        print(f"client {args.client} {state}: {owner.id.split(':')[0]} writes {slot}")
+        if args.identity_file:
+            print(f"the client connects with the identity in {args.identity_file}")
     return EXIT_OK
 
 
@@ -174,7 +199,7 @@ def _applied(processes: dict[str, object]) -> str:
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``auth keygen|set|rotate|status``."""
+    """Add ``auth enroll|keygen|set|rotate|status``."""
     group = commands.add_parser(
         "auth",
         help="client keys, credentials and their rotation (/auth)",
@@ -182,6 +207,26 @@ def register(commands: argparse._SubParsersAction) -> None:
         "and rotated by the paper's Procedure 2. See docs/auth.md.",
     )
     verbs = group.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    enrol = add_command(
+        verbs,
+        "enroll",
+        _enroll,
+        "give a client the key slot only its identity may publish keys in (admin)",
+        "Create /auth/.keys/CLIENT owned by the admin, writable by the identity given: "
+        "--digest user:HASH as ZooKeeper shows it (the admin never sees the password), or "
+        "--identity-file FILE, created with a new identity (mode 0600) when missing, for "
+        "the client to connect with. Runs as the admin: --identities FILE (from sentinel "
+        "init --secure) or $SENTINEL_ZK_IDENTITY. A slot enrolled for another identity is "
+        "handed over only with --replace, which also clears the keys published in it.",
+    )
+    enrol.add_argument("client", type=lambda v: validate_name("client", v), metavar="CLIENT")
+    enrol.add_argument("--digest", metavar="ID", help="the client's digest id (user:hash)")
+    enrol.add_argument("--identity-file", metavar="FILE", help="the client's identity file")
+    enrol.add_argument("--identities", metavar="FILE", help="act as the admin of this file")
+    enrol.add_argument(
+        "--replace", action="store_true", help="hand a slot over from another identity"
+    )
 
     keygen = add_command(
         verbs,

@@ -16,6 +16,7 @@ from kazoo.exceptions import NoNodeError
 
 from sentinel.auth import acl
 from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
     EXIT_OK,
     Progress,
     add_command,
@@ -48,7 +49,13 @@ def _init(args: argparse.Namespace) -> int:
         }
     if identities is not None:
         with connect(args, identity=identities["admin"]) as zk:
-            document["acl_nodes"] = acl.secure_namespace(zk, identities)
+            report = acl.secure_namespace(zk, identities)
+        document["acl_nodes"] = {
+            "checked": report.checked,
+            "changed": report.changed,
+            "reset_key_slots": list(report.reset_key_slots),
+            "unrepaired": list(report.unrepaired),
+        }
         document["identities"] = {role: i.split(":", 1)[0] for role, i in identities.items()}
     if args.json:
         print_json(document)
@@ -58,13 +65,26 @@ def _init(args: argparse.Namespace) -> int:
             f"({', '.join(SECTIONS)})"
         )
         if identities is not None:
+            nodes = document["acl_nodes"]
             print(
-                f"ACLs set on {document['acl_nodes']} node(s); each role's identity "
-                f"(user:password) is in {args.identities}:"
+                f"ACLs checked on {nodes['checked']} node(s), {nodes['changed']} changed; "
+                f"each role's identity (user:password) is in {args.identities}:"
             )
             for role, section in ROLE_SECTIONS.items():
                 print(f"  {role:<14} {document['identities'][role]:<14} writes {section}")
-    return EXIT_OK
+            for path in nodes["reset_key_slots"]:
+                name = path.rsplit("/", 1)[1]
+                print(
+                    f"key slot {path} was not enrolled by the admin: reset; "
+                    f"enrol it with `sentinel auth enroll {name}`"
+                )
+            for path in nodes["unrepaired"]:
+                print(
+                    f"could not repair {path}: its ACL shuts the admin out "
+                    "(a ZooKeeper superuser can; see docs/auth.md)",
+                    file=sys.stderr,
+                )
+    return EXIT_NOT_FOUND if identities is not None and report.unrepaired else EXIT_OK
 
 
 ROLE_SECTIONS = {
@@ -248,8 +268,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "and /clients (idempotent). With --secure, give each role a ZooKeeper digest "
         "identity and set ACLs so that only the authentication manager writes /auth, "
         "publishers /services, collectors /metrics and the shard manager /shard_info; "
-        "everyone reads, and clients add their own /clients nodes and public keys. Roles "
-        "then connect with $SENTINEL_ZK_IDENTITY=user:password (see docs/auth.md).",
+        "everyone reads, clients add their own /clients entries, and only the admin creates "
+        "client key slots (`sentinel auth enroll`). Re-running it re-applies the ACL of every "
+        "node of every section, existing ones included, and resets key slots the admin did "
+        "not enrol. Roles then connect with $SENTINEL_ZK_IDENTITY=user:password (see "
+        "docs/auth.md). Exit 1 when a node's ACL shuts the admin out.",
     )
     init.add_argument("--secure", action="store_true", help="set ACLs per role")
     init.add_argument(

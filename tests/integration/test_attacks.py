@@ -7,6 +7,7 @@ that ZooKeeper or Sentinel refuses it, and that the victim keeps working.
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -14,11 +15,21 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth import acl as acls
+from sentinel.auth.backends import FileBackend
+from sentinel.auth.enrolment import enroll
+from sentinel.auth.manager import Rotation
+from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed
+from sentinel.events import AuthChanged
 from sentinel.launcher import LocalZooKeeper
+from sentinel.layout import AUTH_KEYS, CLIENTS, SERVICES, auth_keys_path, client_path, service_path
+from sentinel.records import ServiceSpec
+from sentinel.testing import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 SERVICE = "billing-db"
@@ -56,12 +67,17 @@ class SecuredNamespace:
         kwargs.setdefault("announce", False)
         return self.sentinel(client_id or role, identity=self.identities[role], **kwargs)
 
+    def enroll(self, client: str, identity: str) -> None:
+        """The admin gives ``client``'s key slot to ``identity`` (sentinel auth enroll)."""
+        enroll(self.kazoo(self.identities["admin"]), client, acls.digest_id(identity))
+
     def app(self, client_id: str, **kwargs: object) -> Sentinel:
-        """An application client with an identity and a key ring of its own, trusting the
-        namespace's manager signing key."""
-        kwargs.setdefault("identity", f"{client_id}:{client_id}-password")
+        """An enrolled application client with an identity and a key ring of its own,
+        trusting the namespace's manager signing key."""
+        identity = kwargs.setdefault("identity", f"{client_id}:{client_id}-password")
         kwargs.setdefault("auth_keys", ClientKeyring.generate())
         kwargs.setdefault("auth_signer", self.signer.public_text)
+        self.enroll(str(kwargs.get("auth_client") or client_id), str(identity))
         return self.sentinel(client_id, **kwargs)
 
     def close(self) -> None:
@@ -87,9 +103,200 @@ def secured(
     space.close()
 
 
+@pytest.fixture
+def victim(secured: SecuredNamespace) -> Sentinel:
+    """billing-api, enrolled, holding signed credential v1 for billing-db."""
+    publisher = secured.role("publisher")
+    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    app = secured.app("billing-api")
+    manager = secured.role("auth_manager")
+    manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
+    assert wait_until(lambda: app.get_service(SERVICE).auth is not None) is not None
+    return app
+
+
+CREDENTIAL = {"user": "billing", "password": "v1-secret"}
+ANOTHER_CLIENT = "billing-batch:batch-password"
+
+
+def intruders(secured: SecuredNamespace) -> list[KazooClient]:
+    """An anonymous session and one with another (enrolled) client's identity."""
+    secured.enroll("billing-batch", ANOTHER_CLIENT)
+    return [secured.kazoo(), secured.kazoo(ANOTHER_CLIENT)]
+
+
+def refused(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except NoAuthError:
+        return True
+    return False
+
+
+def still_works(secured: SecuredNamespace, victim: Sentinel, password: str) -> None:
+    """The manager still reaches the victim: a new credential arrives and opens."""
+    manager = secured.role("auth_manager", "auth-manager-2")
+    version = manager.update_auth(
+        SERVICE, "billing-api", {"user": "billing", "password": password}, signer=secured.signer
+    )
+
+    def arrived() -> bool:
+        auth = victim.get_service(SERVICE).auth
+        return auth is not None and auth.version == version and auth["password"] == password
+
+    assert wait_until(arrived) is not None
+
+
 # --- key slots (enrolment) ------------------------------------------------------------------
 
+
+def test_squat_a_key_slot(secured: SecuredNamespace):
+    for intruder in intruders(secured):
+        assert refused(lambda i=intruder: i.create(auth_keys_path("billing-api"), b"{}"))
+        assert intruder.exists(auth_keys_path("billing-api")) is None
+    publisher = secured.role("publisher")
+    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    # Not even a real client with an identity claims a slot the admin did not give it.
+    with pytest.raises(ClientNotEnrolled):
+        secured.sentinel(
+            "billing-api", identity="billing-api:pw", auth_keys=ClientKeyring.generate()
+        )
+    victim = secured.app("billing-api")  # enrolled by the admin: starts and publishes
+    still_works(secured, victim, "after-squat")
+
+
+def test_replace_a_key_node(secured: SecuredNamespace, victim: Sentinel):
+    path = auth_keys_path("billing-api")
+    published = secured.kazoo().get(path)[0]
+    attacker_keys = ClientKeyring.generate().published("billing-api").to_bytes(path)
+    for intruder in intruders(secured):
+        assert refused(lambda i=intruder: i.set(path, attacker_keys))
+        assert refused(lambda i=intruder: i.delete(path))
+        assert refused(lambda i=intruder: i.set_acls(path, list(OPEN_ACL_UNSAFE)))
+    assert secured.kazoo().get(path)[0] == published
+    still_works(secured, victim, "after-replace")
+
+
+def test_a_key_slot_the_admin_opened_is_refused_by_the_manager(secured, victim):
+    path = auth_keys_path("billing-api")
+    admin = secured.kazoo(secured.identities["admin"])
+    admin.set_acls(path, list(OPEN_ACL_UNSAFE))  # a mistake: now anyone could swap the keys
+    manager = secured.role("auth_manager")
+    with pytest.raises(KeySlotNotOwned, match=path):
+        manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
+    assert victim.get_service(SERVICE).auth.version == 1  # nothing was written
+
+
+def test_a_slot_squatted_before_securing_is_reset(zookeeper, namespace, cli, tmp_path):
+    open_space = KazooClient(hosts=zookeeper.connect_string)
+    open_space.start(timeout=10)
+    open_space.ensure_path(f"{namespace}{AUTH_KEYS}")
+    open_space.chroot = namespace
+    try:
+        # Before `init --secure` anyone could create the slot, with an ACL of their choice.
+        squatter_keys = ClientKeyring.generate().published("billing-api")
+        path = auth_keys_path("billing-api")
+        open_space.create(path, squatter_keys.to_bytes(path), acl=list(READ_ACL_UNSAFE))
+        identities = tmp_path / "identities.json"
+        done = cli("init", "--secure", "--identities", str(identities), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)["acl_nodes"]
+        assert report["reset_key_slots"] == [path] and report["unrepaired"] == []
+        assert open_space.get(path)[0] == b""  # the squatter's key is gone
+        again = json.loads(
+            cli("init", "--secure", "--identities", str(identities), "--json").stdout
+        )
+        assert again["acl_nodes"]["changed"] == 0 and again["acl_nodes"]["reset_key_slots"] == []
+    finally:
+        open_space.stop()
+        open_space.close()
+
+
 # --- /clients -------------------------------------------------------------------------------
+
+
+def test_set_acls_on_clients(secured: SecuredNamespace, victim: Sentinel):
+    for intruder in intruders(secured):
+        for path in (CLIENTS, f"{CLIENTS}/{SERVICE}"):
+            assert refused(lambda i=intruder, p=path: i.set_acls(p, list(READ_ACL_UNSAFE)))
+    newcomer = secured.app("billing-report")
+    assert newcomer.get_service(SERVICE).port == 5432
+    entry = client_path(SERVICE, "billing-report")
+    assert wait_until(lambda: secured.kazoo().exists(entry)) is not None
+
+
+def test_delete_another_clients_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_path):
+    entry = client_path(SERVICE, "billing-api")
+    for intruder in intruders(secured):
+        assert refused(lambda i=intruder: i.delete(entry))
+    assert secured.kazoo().exists(entry) is not None
+    # So a rotation still waits for the victim while its application holds the switch.
+    release = threading.Event()
+    victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
+    manager = secured.role("auth_manager", "rotator")
+    try:
+        with pytest.raises(RotationFailed) as caught:
+            manager.rotate_auth(
+                SERVICE,
+                "billing-api",
+                FileBackend(tmp_path / "c.json"),
+                timeout=1.5,
+                signer=secured.signer,
+            )
+    finally:
+        release.set()
+    assert caught.value.laggards == ("billing-api",)
+
+
+def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_path):
+    release = threading.Event()
+    victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
+    forged = {"client_id": "billing-api-2", "auth_client": "billing-api", "auth_version": 99}
+    for name, intruder in zip(("forged-1", "forged-2"), intruders(secured), strict=True):
+        path = client_path(SERVICE, name)
+        intruder.create(path, json.dumps({**forged, "v": 1}).encode(), ephemeral=True)
+    manager = secured.role("auth_manager", "rotator")
+    try:
+        with pytest.raises(RotationFailed) as caught:
+            manager.rotate_auth(
+                SERVICE,
+                "billing-api",
+                FileBackend(tmp_path / "c.json"),
+                timeout=1.5,
+                signer=secured.signer,
+            )
+    finally:
+        release.set()
+    # The forged "already applied" entries did not stand in for the real process ...
+    assert caught.value.laggards == ("billing-api",)
+    # ... and forged laggards do not hold a rotation up: it finishes once the victim confirms.
+    result = Rotation(
+        manager._zk,
+        manager.namespace,
+        SERVICE,
+        ["billing-api"],
+        FileBackend(tmp_path / "c.json"),
+        signer=secured.signer,
+    ).resume(10)
+    assert result.revoked == {"billing-api": (1,)}
+
+
+def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli):
+    # The spec is written by the admin alone, so nobody created /clients/<service> for it.
+    admin = secured.kazoo(secured.identities["admin"])
+    spec = ServiceSpec("ledger", scheme="http")
+    section_acl = admin.get_acls(SERVICES)[0]
+    admin.create(service_path("ledger"), spec.to_bytes(service_path("ledger")), acl=section_acl)
+    secured.role("publisher").register_service("ledger", "p1", "10.0.0.9", 80)
+    app = secured.sentinel("ledger-app", identity="ledger-app:pw")
+    assert app.get_service("ledger").port == 80  # served although /clients refused it
+    assert app.cache_stats.clients_write_failures >= 1
+    assert admin.exists(client_path("ledger", "ledger-app")) is None
+    # Repaired by the admin, the entry is written by the background retry.
+    done = cli("init", "--secure", "--identities", str(secured.identities_file))
+    assert done.returncode == 0, done.stderr
+    assert wait_until(lambda: admin.exists(client_path("ledger", "ledger-app")), 10) is not None
+
 
 # --- rollback and signing -------------------------------------------------------------------
 

@@ -1,0 +1,91 @@
+"""Client key slots: the admin enrols a client, the client publishes its keys into its slot.
+
+In a secured namespace nobody may create nodes under ``/auth/.keys`` but the admin. Enrolling
+client ``C`` creates ``/auth/.keys/C`` owned by the admin, with READ and WRITE for the
+identity the admin names for ``C``; that identity publishes ``C``'s public keys there, and no
+one else can, or can change who may. Whoever encrypts to a key therefore first asks
+:func:`slot_owner` who wrote it: an identity the admin enrolled, or the admin itself.
+
+The same identity is what a rotation trusts in ``/clients``: a confirmation counts only from
+an entry owned by the identity enrolled for its auth client (:func:`owned_by`).
+"""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.security import ACL, Id
+
+from sentinel.auth import acl
+from sentinel.errors import KeySlotNotOwned
+from sentinel.layout import auth_keys_path, validate_name
+
+
+def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) -> bool:
+    """Create (or re-grant) ``client``'s key slot for ``owner``; True if anything changed.
+
+    ``zk`` acts as the admin. A slot enrolled for another identity is left alone unless
+    ``replace``: then the keys the old identity published are cleared with the grant, so
+    nothing is ever encrypted to them again. ValidationError on a bad client name.
+    """
+    validate_name("client", client)
+    path = auth_keys_path(client)
+    admin_ids = acl.admins(zk)
+    wanted = acl.key_slot_acl(admin_ids, owner)
+    try:
+        current, _ = zk.get_acls(path)
+    except NoNodeError:
+        zk.create(path, b"", acl=wanted, makepath=True)
+        return True
+    if sorted(current) == sorted(wanted):
+        return False
+    try:
+        previous = acl.enrolled_owner(current, admin_ids)
+    except ValueError:
+        previous = None  # not a slot's ACL (made before the namespace was secured)
+    if previous is not None and previous != owner and not replace:
+        raise KeySlotNotOwned(
+            f"{path} is enrolled for another identity ({previous.id.split(':')[0]}): "
+            "re-enrol with --replace to hand it over"
+        )
+    zk.set_acls(path, wanted)
+    if previous != owner:
+        zk.set(path, b"")  # published by someone else: never encrypt to those keys
+    return True
+
+
+def slot_owner(zk: KazooClient, client: str) -> Id | None:
+    """The identity enrolled to write ``client``'s keys (None: the admin wrote them).
+
+    In an open namespace there is nothing to check and None is returned. In a secured one,
+    :class:`~sentinel.errors.KeySlotNotOwned` names the slot when its ACL is not an enrolled
+    slot's (anyone may write it, or several identities, or one that may change its ACL).
+    """
+    if not acl.is_secured(zk):
+        return None
+    path = auth_keys_path(client)
+    try:
+        entries, _ = zk.get_acls(path)
+    except NoNodeError:
+        return None  # reading the keys says there are none, with the fix
+    try:
+        return acl.enrolled_owner(entries, acl.admins(zk))
+    except ValueError as exc:
+        raise KeySlotNotOwned(
+            f"{path} is not owned by client {client!r}'s enrolled identity ({exc}): "
+            f"refusing to encrypt to it; run `sentinel auth enroll {client}` as the admin"
+        ) from None
+
+
+def owned_by(entries: list[ACL], owner: Id | None, admin_ids: frozenset[Id]) -> bool:
+    """Whether a node with ACL ``entries`` can have been written only by ``owner`` (or by an
+    admin, when ``owner`` is None).
+
+    Compared by user name (:func:`~sentinel.auth.acl.principal`): ZooKeeper hides digest
+    hashes from sessions without ADMIN on a node, which a rotation's manager lacks on
+    clients' entries.
+    """
+    admins = {acl.principal(i) for i in admin_ids}
+    expected = {acl.principal(owner)} if owner is not None else set()
+    found = {acl.principal(i) for i in acl.writers(entries)} - admins
+    return not acl.world_writable(entries) and found == expected
