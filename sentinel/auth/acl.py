@@ -218,8 +218,12 @@ def clients_service_acl(zk: KazooClient) -> list[ACL]:
     section, _ = zk.get_acls(CLIENTS)
     if world_writable(section):
         return list(OPEN_ACL_UNSAFE)
-    owners = [ACL(Permissions.ALL, e.id) for e in section if e.perms & Permissions.ADMIN]
-    return [*owners, WORLD_READ_CREATE]
+    return clients_service_acl_for(e.id for e in section if e.perms & Permissions.ADMIN)
+
+
+def clients_service_acl_for(admin_ids: Iterable[Id]) -> list[ACL]:
+    """:func:`clients_service_acl` in a secured namespace with these admins."""
+    return [*(ACL(Permissions.ALL, i) for i in sorted(admin_ids)), WORLD_READ_CREATE]
 
 
 def ensure_clients_node(zk: KazooClient, service: str) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.security import Permissions
 
+from sentinel.auth import acl
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -77,18 +78,93 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
     return [Finding("ok", "namespace", f"{namespace} has all five sections")]
 
 
-def _acl(zk: KazooClient, namespace: str) -> Finding:
-    acls, _ = zk.get_acls("/")
-    open_write = any(a.id.scheme == "world" and a.perms & Permissions.WRITE for a in acls)
-    if open_write:
-        return Finding(
-            "warn",
-            "acl",
-            f"anyone can write under {namespace}",
-            f"sentinel init --secure --identities FILE --namespace {namespace} "
-            "(ACLs per role, see docs/auth.md)",
-        )
-    return Finding("ok", "acl", f"{namespace} is not world-writable")
+ACL_SAMPLE = 10_000
+
+
+def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
+    """Every section node's ACL against what ``init --secure`` sets (the first 10,000 nodes,
+    breadth first, in bigger namespaces: said in the finding)."""
+    if not acl.is_secured(zk):
+        return [
+            Finding(
+                "warn",
+                "acl",
+                f"anyone can write under {namespace}",
+                f"{_SECURE_FIX} --namespace {namespace} (ACLs per role, see docs/auth.md)",
+            )
+        ]
+    admins = acl.admins(zk)
+    findings: list[Finding] = []
+    queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
+    checked, truncated = 0, False
+    while queue:
+        parent, parent_acl = queue.popleft()
+        for child in _children(zk, parent):
+            if checked >= ACL_SAMPLE:
+                truncated = True
+                break
+            path = f"{parent}/{child}"
+            try:
+                entries, _ = zk.get_acls(path)
+            except NoNodeError:
+                continue
+            checked += 1
+            problem = _acl_problem(path, entries, parent_acl, admins)
+            if problem is not None:
+                findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
+            queue.append((path, parent_acl if parent != CLIENTS else entries))
+    scope = f"the first {checked:,} nodes (sampled)" if truncated else f"all {checked:,} nodes"
+    if not findings:
+        findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
+    elif truncated:
+        findings.append(Finding("warn", "acl", f"checked {scope} only"))
+    return findings
+
+
+_SECURE_FIX = "sentinel init --secure --identities FILE"
+
+
+def _acl_problem(
+    path: str, entries: list, section_acl: list, admins: frozenset
+) -> tuple[str, str] | None:
+    """What is wrong with one node's ACL and the fix, or None."""
+    parts = path.strip("/").split("/")
+    if path.startswith(f"{AUTH_KEYS}/") and len(parts) == 3:
+        try:
+            acl.enrolled_owner(entries, admins)
+        except ValueError as exc:
+            return f"key slot not as enrolled ({exc})", f"{_SECURE_FIX} (resets it), then " + (
+                f"sentinel auth enroll {parts[2]}"
+            )
+        return None
+    if path.startswith(f"{CLIENTS}/") and len(parts) == 2:
+        # Anyone may add an entry (READ|CREATE); nobody but the admins may do more.
+        if sorted(entries) != sorted(acl.clients_service_acl_for(admins)):
+            return "not admin-owned with create for all", _SECURE_FIX
+        return None
+    if path.startswith(f"{CLIENTS}/"):
+        if acl.world_writable(entries) or len(acl.writers(entries)) != 1:
+            return (
+                "a /clients entry with no owner: rotations do not count its confirmations",
+                "give the client an identity of its own (docs/auth.md)",
+            )
+        return None
+    if acl.world_writable(entries):
+        return "anyone may write it", _SECURE_FIX
+    outsiders = {acl.principal(i) for i in acl.writers(entries)} - {
+        acl.principal(i) for i in acl.writers(section_acl)
+    }
+    if outsiders:
+        names = ", ".join(sorted(i.id for i in outsiders))
+        return f"writable by {names}, outside its section's roles", _SECURE_FIX
+    return None
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
 
 
 def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Finding]:
@@ -220,7 +296,7 @@ def _doctor(args: argparse.Namespace) -> int:
         with connect(args) as zk:
             findings.append(_server(hosts))
             findings += _sections(zk, args.namespace)
-            findings.append(_acl(zk, args.namespace))
+            findings += _acls(zk, args.namespace)
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)

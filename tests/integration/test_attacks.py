@@ -301,3 +301,27 @@ def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace,
 # --- rollback and signing -------------------------------------------------------------------
 
 # --- secrets in logs ------------------------------------------------------------------------
+
+
+# --- what the admin sees and repairs ----------------------------------------------------------
+
+
+def test_doctor_flags_what_init_secure_repairs(secured: SecuredNamespace, victim: Sentinel, cli):
+    def doctor() -> tuple[int, list[dict]]:
+        done = cli("doctor", "--json")
+        return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
+
+    code, findings = doctor()
+    assert [f["severity"] for f in findings] == ["ok"], findings
+    admin = secured.kazoo(secured.identities["admin"])
+    slot = auth_keys_path("billing-api")
+    admin.set_acls(slot, list(OPEN_ACL_UNSAFE))  # a mistake the admin made by hand
+    secured.kazoo().create(client_path(SERVICE, "anonymous-app"), b"{}", ephemeral=True)
+    code, findings = doctor()
+    flagged = {f["detail"].split(":")[0]: f["fix"] for f in findings if f["severity"] == "error"}
+    assert code == 1
+    assert "sentinel auth enroll billing-api" in flagged[slot]
+    assert "identity" in flagged[client_path(SERVICE, "anonymous-app")]
+    done = cli("init", "--secure", "--identities", str(secured.identities_file), "--json")
+    assert json.loads(done.stdout)["acl_nodes"]["reset_key_slots"] == [slot]
+    assert admin.get(slot)[0] == b""  # keys anyone could have swapped are never used

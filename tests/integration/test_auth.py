@@ -11,7 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
-from sentinel.auth import ClientKeyring, ManagerKey
+from sentinel.auth import ClientKeyring, ManagerKey, acl
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.manager import Rotation
 from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
@@ -246,6 +246,17 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         assert password not in done.stdout + done.stderr
 
         hosts = zk.connect_string
+        enrolled = subprocess.run(
+            [
+                *(SENTINEL, "auth", "enroll", "an-app", "--digest", acl.digest_id("an-app:pw").id),
+                *("--identities", str(identities_file), "--zk", hosts, "--json"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert enrolled.returncode == 0, enrolled.stderr
+        assert json.loads(enrolled.stdout)["changed"] is True
         with (
             Sentinel(hosts, "the-publisher", identity=identities["publisher"]) as publisher,
             Sentinel(
@@ -275,7 +286,8 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
                 anonymous.create("/auth/db/an-app-2", b"{}")
             with pytest.raises(NoAuthError):
                 anonymous.set("/auth/.keys/an-app", b"{}")  # a client's key is its own
-            anonymous.create("/auth/.keys/newcomer", b"{}")  # but any client adds its own
+            with pytest.raises(NoAuthError):
+                anonymous.create("/auth/.keys/newcomer", b"{}")  # only the admin enrols
         finally:
             anonymous.stop()
             anonymous.close()
