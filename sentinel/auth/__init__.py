@@ -11,6 +11,7 @@ decrypts it in its cache and hands it out in :attr:`Endpoint.auth <sentinel.Endp
 - :mod:`sentinel.auth.manager`: ``update_auth`` and rotation with confirmed propagation;
 - :mod:`sentinel.auth.backends`: where credentials are created and revoked (a file, PostgreSQL);
 - :mod:`sentinel.auth.acl`: ZooKeeper ACLs that keep each role to its own section.
+- :mod:`sentinel.auth.enrolment`: client key slots, granted by the admin, written by the client.
 """
 
 from sentinel.auth.envelope import Credential
