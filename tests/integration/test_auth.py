@@ -246,24 +246,34 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         assert password not in done.stdout + done.stderr
 
         hosts = zk.connect_string
+        # A secured namespace requires signed credentials (see test_attacks.py for without).
+        signing_key = ManagerKey.generate()
         with (
             Sentinel(hosts, "the-publisher", identity=identities["publisher"]) as publisher,
             Sentinel(
                 hosts, "the-manager", identity=identities["auth_manager"], announce=False
             ) as auth_manager,
             Sentinel(
-                hosts, "an-app", auth_keys=ClientKeyring.generate(), identity="an-app:pw"
+                hosts,
+                "an-app",
+                auth_keys=ClientKeyring.generate(),
+                identity="an-app:pw",
+                auth_signer=signing_key.public_text,
             ) as app,
         ):
             publisher.register_service("db", "p1", "10.0.0.1", 5432)
             assert app.get_service("db").port == 5432  # clients read, and add /clients nodes
             with pytest.raises(AccessDenied):
-                publisher.update_auth("db", "an-app", {"user": "u", "password": "p"})
+                publisher.update_auth(
+                    "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
+                )
             with pytest.raises(AccessDenied):
                 auth_manager.register_service("db", "p1", "10.6.6.6", 1)
             with pytest.raises(AccessDenied):
                 app.update_metrics("db", "p1", "10.0.0.1_5432", {"lag": 0})
-            auth_manager.update_auth("db", "an-app", {"user": "u", "password": "p"})
+            auth_manager.update_auth(
+                "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
+            )
             assert wait_until(lambda: app.get_service("db").auth is not None) is not None
 
         anonymous = KazooClient(hosts=f"{hosts}/sentinel")
