@@ -830,10 +830,12 @@ class Sentinel:
         """Publish ``credential`` (``{"user": ..., "password": ...}``) for a client of a service.
 
         It is encrypted to the client's newest published public key (HPKE) and replaces the
-        credentials published before; returns its version. ``signer`` signs it for clients
-        that trust only the manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound`
-        when the client has published no key, :class:`~sentinel.errors.ValidationError` for a
-        malformed credential, in both cases before anything is written.
+        credentials published before; returns its version, one above every version published
+        or confirmed by the client. ``signer`` signs it for clients that trust only the
+        manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound` when the client has
+        published no key, :class:`~sentinel.errors.ValidationError` for a malformed
+        credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
+        namespace, in each case before anything is written.
         """
         self._require_started()
         return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
@@ -854,7 +856,8 @@ class Sentinel:
         the old one is revoked only once every live client has confirmed the new version
         (see :mod:`sentinel.auth.manager`). Raises :class:`~sentinel.errors.RotationFailed`
         naming the step (and, on a timeout, the clients that had not confirmed); the old
-        credential then still works.
+        credential then still works. Without ``signer`` in a secured namespace it raises
+        :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
         """
         self._require_started()
         names = [clients] if isinstance(clients, str) else list(clients)
