@@ -664,7 +664,11 @@ class RegistryCache:
     # --- auth ---------------------------------------------------------------------------------
 
     def _read_auth(self, service: str) -> Credential | None:
-        """This client's newest readable credential for ``service``, setting the watch."""
+        """This client's newest readable credential for ``service``, setting the watch.
+
+        Never one older than a credential applied before (see :mod:`sentinel.auth.reader`):
+        a replayed old version is logged, counted in ``auth_errors``, and the applied one kept.
+        """
         if self._credentials is None:
             return None
         path = auth_path(service, self._credentials.client)
@@ -672,6 +676,7 @@ class RegistryCache:
             data, stat = self._zk.get(path, watch=self._watch)
         except NoNodeError:
             self._zk.exists(path, watch=self._watch)  # to learn when it is created
+            self._credentials.forget(service)
             return None
         observe_propagation("auth", stat)
         try:

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry
 from sentinel.auth import acl
-from sentinel.auth.keys import ClientKeyring, ManagerKey, verify_key
+from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
@@ -34,6 +34,7 @@ from sentinel.errors import (
     NoInstanceAvailable,
     PartitionNotFound,
     SentinelError,
+    SigningRequired,
     SnapshotRejected,
     ValidationError,
     ZooKeeperUnavailable,
@@ -118,8 +119,14 @@ class Sentinel:
     ``auth_keys`` is this client's key ring (a :class:`~sentinel.auth.ClientKeyring` or the
     path of its file; default: ``$SENTINEL_AUTH_KEY_FILE`` or ``$SENTINEL_AUTH_KEY``). With
     one, the client publishes its public keys and every endpoint carries its decrypted
-    credential in ``auth``. ``auth_signer`` (the manager's public key text) makes it reject
-    credentials the manager did not sign. ``identity`` (``"user:password"``, default
+    credential in ``auth``. ``auth_signer`` (the manager's public key text, default
+    ``$SENTINEL_AUTH_SIGNER``) makes it reject credentials the manager did not sign.
+    ``require_signed`` says whether a client with a key ring must have one: None (default)
+    requires it when the namespace is secured (``sentinel init --secure``, checked once at
+    :meth:`start`), True always, False never. A client that must and has none fails at
+    :meth:`start` with :class:`~sentinel.errors.SigningRequired` (when it started from its
+    snapshot and learns it only on connecting, it logs that and refuses every credential).
+    ``identity`` (``"user:password"``, default
     ``$SENTINEL_ZK_IDENTITY``) is the ZooKeeper digest identity of a secured namespace
     (``sentinel init --secure``); nodes this client creates are writable by it alone.
     ``auth_client`` is the identity credentials are encrypted to (default: the client id): the
@@ -153,6 +160,7 @@ class Sentinel:
         app: str | None = None,
         auth_keys: ClientKeyring | str | os.PathLike[str] | None = None,
         auth_signer: str | None = None,
+        require_signed: bool | None = None,
         identity: str | None = None,
         auth_client: str | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
@@ -173,6 +181,10 @@ class Sentinel:
             self._keyring = auth_keys
         else:
             self._keyring = ClientKeyring.load(auth_keys)
+        auth_signer = auth_signer or os.environ.get(SIGNER_ENV) or None
+        self._require_signed = require_signed
+        if self._keyring is not None and auth_signer is None and require_signed:
+            raise SigningRequired(self._signer_missing("require_signed=True"))
         self._credentials = (
             None
             if self._keyring is None
@@ -227,6 +239,7 @@ class Sentinel:
                 self.namespace,
                 self.hosts,
                 snapshot_interval,
+                None if self._credentials is None else self._credentials.highest_versions,
             )
             self._cache.on_change = self._snapshot_writer.mark_dirty
 
@@ -280,14 +293,38 @@ class Sentinel:
         if self._exports is not None:
             self._exports.add(self)
 
-    def _prepare(self) -> None:
-        """Once connected: the namespace's sections, this client's public keys (with a key
-        ring), and the session's ephemeral nodes."""
+    def _prepare(self, serving: bool = False) -> None:
+        """Once connected: the namespace's sections, the signing requirement, this client's
+        public keys (with a key ring), and the session's ephemeral nodes. ``serving``: the
+        client already serves its snapshot, so a missing signer cannot fail :meth:`start`."""
         for section in SECTIONS:
             self._zk.ensure_path(section)
+        try:
+            self._check_signing()
+        except SigningRequired as exc:
+            if not serving or self._credentials is None:
+                raise
+            log.error("%s; until then every credential is refused", exc)
+            self._credentials.refuse_all("refused: the namespace requires signed credentials")
         if self._keyring is not None:
             publish_public_keys(self._zk, self.auth_client, self._keyring)
         self._nodes.start()
+
+    def _check_signing(self) -> None:
+        """A client with a key ring must verify the manager's signatures in a secured
+        namespace (unless ``require_signed=False``): SigningRequired otherwise."""
+        reader = self._credentials
+        if reader is None or reader.verifies_signatures or self._require_signed is False:
+            return
+        if acl.is_secured(self._zk):
+            raise SigningRequired(self._signer_missing(f"namespace {self.namespace} is secured"))
+
+    def _signer_missing(self, because: str) -> str:
+        return (
+            f"{because}, so client {self.client_id!r} accepts only signed credentials and needs "
+            f"the manager's public key: Sentinel(auth_signer=...) or ${SIGNER_ENV} "
+            "(the text 'sentinel auth keygen --manager' printed)"
+        )
 
     def _start_snapshot_writer(self) -> None:
         if self._snapshot_writer is not None:
@@ -330,7 +367,7 @@ class Sentinel:
             if not live.wait(0.2):
                 continue
             try:
-                self._prepare()
+                self._prepare(serving=True)
             except Exception as exc:  # the connection dropped again: wait for the next one
                 log.info("finishing the start failed (%s); retrying", exc)
                 time.sleep(0.2)
@@ -793,10 +830,12 @@ class Sentinel:
         """Publish ``credential`` (``{"user": ..., "password": ...}``) for a client of a service.
 
         It is encrypted to the client's newest published public key (HPKE) and replaces the
-        credentials published before; returns its version. ``signer`` signs it for clients
-        that trust only the manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound`
-        when the client has published no key, :class:`~sentinel.errors.ValidationError` for a
-        malformed credential, in both cases before anything is written.
+        credentials published before; returns its version, one above every version published
+        or confirmed by the client. ``signer`` signs it for clients that trust only the
+        manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound` when the client has
+        published no key, :class:`~sentinel.errors.ValidationError` for a malformed
+        credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
+        namespace, in each case before anything is written.
         """
         self._require_started()
         return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
@@ -817,7 +856,8 @@ class Sentinel:
         the old one is revoked only once every live client has confirmed the new version
         (see :mod:`sentinel.auth.manager`). Raises :class:`~sentinel.errors.RotationFailed`
         naming the step (and, on a timeout, the clients that had not confirmed); the old
-        credential then still works.
+        credential then still works. Without ``signer`` in a secured namespace it raises
+        :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
         """
         self._require_started()
         names = [clients] if isinstance(clients, str) else list(clients)

@@ -164,6 +164,18 @@ class SignatureInvalid(EnvelopeError):
     """The envelope is unsigned or not signed by the authentication manager the client trusts."""
 
 
+class CredentialRollback(EnvelopeError):
+    """The newest envelope this client can open is older than a credential it applied already
+    (an old credential written back: a replay); the client keeps the newer one."""
+
+
+class SigningRequired(AuthError, ValidationError):
+    """The namespace is secured (``sentinel init --secure``), so credentials must be signed,
+    and no key was configured: a client needs the manager's public key (``auth_signer``), a
+    manager its signing key. Raised before anything is written; the message names the setting.
+    """
+
+
 class RotationFailed(AuthError):
     """A credential rotation stopped at one step; the old credential is still valid.
 
@@ -174,6 +186,7 @@ class RotationFailed(AuthError):
     def __init__(self, step: str, message: str, laggards: tuple[str, ...] = ()) -> None:
         super().__init__(f"rotation failed at step {step!r}: {message}")
         self.step = step
+        self.detail = message
         self.laggards = laggards
 
 

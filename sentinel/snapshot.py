@@ -11,7 +11,10 @@ The file is JSON: ``format``, ``version``, the namespace and a fingerprint of th
 hosts (a snapshot of another environment is refused, not served), and every node in the form
 ZooKeeper held it, so it is decoded by the same codecs and trusted no more than ZooKeeper is.
 Decrypted credentials are never written: the encrypted envelope each credential was opened
-from is, and a client restoring the snapshot opens it again with its key ring. A file that
+from is, and a client restoring the snapshot opens it again with its key ring. The highest
+credential version the client applied per service is kept too (``auth_version``) and restored
+as the client's floor, so a restart from the snapshot cannot be rolled back to an older
+credential (see :mod:`sentinel.auth.reader`). A file that
 fails any check is rejected with one log line naming the reason, and the client starts as it
 would without one.
 """
@@ -26,7 +29,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,8 +85,11 @@ def dump_snapshot(
     shard_maps: Mapping[str, ShardMap | None],
     namespace: str,
     hosts: str,
+    auth_versions: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The document for the cache's current state (call with copies of the two dicts)."""
+    """The document for the cache's current state (call with copies of the two dicts);
+    ``auth_versions`` are the highest credential versions applied, per service."""
+    auth_versions = auth_versions or {}
     services = {}
     for name, snapshot in snapshots.items():
         services[name] = {
@@ -97,6 +103,7 @@ def dump_snapshot(
             },
             # The encrypted envelope the credential was opened from, never the credential.
             "auth": _envelope(snapshot),
+            "auth_version": auth_versions.get(name),
         }
     policies: dict[str, Any] = {}
     for policy, shard_map in shard_maps.items():
@@ -145,7 +152,8 @@ def load_snapshot(
 
     With ``credentials`` (the client's key ring) each service's stored envelope is opened
     again, so endpoints carry ``auth`` while the snapshot is served; one that does not open is
-    left out (logged), as it would be from ZooKeeper.
+    left out (logged), as it would be from ZooKeeper. The stored highest versions become the
+    reader's floors first.
     """
     try:
         document = json.loads(path.read_bytes())
@@ -166,6 +174,13 @@ def load_snapshot(
         )
     try:
         written_at = float(document["written_at"])
+        if credentials is not None:
+            credentials.restore_highest(
+                {
+                    name: _auth_version(entry.get("auth_version"))
+                    for name, entry in document["services"].items()
+                }
+            )
         shard_maps = {
             policy: _restore_map(policy, entry) for policy, entry in document["shard_maps"].items()
         }
@@ -207,6 +222,15 @@ def _restore_service(
     )
 
 
+def _auth_version(value: object) -> int:
+    """A stored ``auth_version``: a non-negative integer, 0 when absent (older snapshots)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("auth_version is not a non-negative integer")
+    return value
+
+
 def _envelope(snapshot: ServiceSnapshot) -> dict[str, Any] | None:
     auth = snapshot.auth
     return None if auth is None or auth.envelope is None else dict(auth.envelope)
@@ -232,7 +256,8 @@ class SnapshotWriter:
 
     :meth:`mark_dirty` only sets a flag (the cache's worker calls it after every change); the
     writing happens on this class's own thread, off both kazoo's thread and the cache's. A
-    write that would not change the file's contents is skipped.
+    write that would not change the file's contents is skipped. ``auth_versions`` returns the
+    highest credential version applied per service (the client's credential reader).
     """
 
     def __init__(
@@ -243,8 +268,10 @@ class SnapshotWriter:
         namespace: str,
         hosts: str,
         min_interval: float = 1.0,
+        auth_versions: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.path = path
+        self._auth_versions = auth_versions
         self._snapshots = snapshots
         self._shard_maps = shard_maps
         self._namespace = namespace
@@ -284,7 +311,11 @@ class SnapshotWriter:
         """Write the snapshot if the cache holds something new; errors are logged, not raised."""
         try:
             document = dump_snapshot(
-                dict(self._snapshots), dict(self._shard_maps), self._namespace, self._hosts
+                dict(self._snapshots),
+                dict(self._shard_maps),
+                self._namespace,
+                self._hosts,
+                None if self._auth_versions is None else self._auth_versions(),
             )
             comparable = {k: v for k, v in document.items() if k != "written_at"}
             if comparable == self._last or not document["services"]:

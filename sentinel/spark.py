@@ -63,7 +63,9 @@ class ClientConfig:
     each other. ``key_file`` is the path, on the executors, of the key ring of ``client_id``
     (a path travels, never the key): every worker then reads the credentials published for
     ``client_id`` (its ``auth_client``) into ``endpoint.auth``, and confirms each version in its
-    own entry, so a rotation waits for every worker. ``session_timeout`` is also how long a
+    own entry, so a rotation waits for every worker. ``auth_signer`` is the manager's public
+    key text (a plain value, not a secret): workers accept only credentials it signed, as a
+    secured namespace requires (see ``docs/auth.md``). ``session_timeout`` is also how long a
     crashed worker's ``/clients`` entries outlive it (PySpark ends workers without running exit
     handlers).
     """
@@ -72,6 +74,7 @@ class ClientConfig:
     namespace: str = DEFAULT_NAMESPACE
     client_id: str = "spark"
     key_file: str | None = None
+    auth_signer: str | None = None
     connect_timeout: float = 10.0
     session_timeout: float = 10.0
 
@@ -124,6 +127,7 @@ def get_client(config: ClientConfig) -> Sentinel:
                 app=config.client_id,
                 auth_keys=config.key_file,
                 auth_client=config.client_id,
+                auth_signer=config.auth_signer,
             ).start()
             _clients[config] = client
             log.info("worker %d connected to %s as %s", os.getpid(), config.hosts, client.client_id)

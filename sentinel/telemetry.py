@@ -251,6 +251,11 @@ class ClientCollector(Collector):
             for field, help_text in (
                 ("watch_events", "ZooKeeper watch events received by the cache."),
                 ("decode_errors", "Nodes the cache could not decode and skipped."),
+                (
+                    "auth_errors",
+                    "Credential envelopes refused (unreadable, unsigned, or older than the one "
+                    "applied).",
+                ),
                 ("resyncs", "Full re-reads after a reconnection."),
                 ("read_throughs", "Shard keys read from ZooKeeper on a cache miss (Procedure 1)."),
                 ("negative_hits", "Shard-key misses answered by the negative cache."),

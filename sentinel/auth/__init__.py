@@ -8,6 +8,8 @@ decrypts it in its cache and hands it out in :attr:`Endpoint.auth <sentinel.Endp
   public keys it publishes under ``/auth/.keys/<client>``;
 - :mod:`sentinel.auth.envelope`: sealing and opening one credential;
 - :mod:`sentinel.auth.store`: the ``/auth`` nodes, read and written defensively;
+- :mod:`sentinel.auth.reader`: the client's side: the newest credential it may apply, never an
+  older version than one it applied (a replay);
 - :mod:`sentinel.auth.manager`: ``update_auth`` and rotation with confirmed propagation;
 - :mod:`sentinel.auth.backends`: where credentials are created and revoked (a file, PostgreSQL);
 - :mod:`sentinel.auth.acl`: ZooKeeper ACLs that keep each role to its own section.

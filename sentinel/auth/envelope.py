@@ -8,9 +8,12 @@ envelope is a JSON object::
     {"version": 3, "key_id": "9f2c...", "suite": "...", "ct": "<base64>", "created_at": ...,
      "signer": "41aa...", "sig": "<base64>"}
 
-``signer``/``sig`` are present when the authentication manager signs (Ed25519, over ``info``,
-the key id and the ciphertext); a client that trusts a manager key rejects envelopes without
-a valid signature. Errors name the service, client, version and key id, never secret material.
+``signer``/``sig`` are present when the authentication manager signs: Ed25519 over
+:func:`signed_message`, which binds every field a client acts on (the ``info`` above, so the
+namespace, service, client and version; the key id, suite, ``created_at`` and ciphertext),
+behind the context string :data:`SIGNATURE_CONTEXT`. A client that trusts a manager key rejects
+envelopes without a valid signature. Errors name the service, client, version and key id,
+never secret material.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ SUITE_NAME = "DHKEM-X25519-HKDF-SHA256/HKDF-SHA256/ChaCha20Poly1305"
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
 MAX_FIELDS = 32
 MAX_CREDENTIAL_BYTES = 4096
+# Versioned: a signature of another format (version 1 signed info, key id and ciphertext only,
+# leaving created_at and the suite open to change) does not verify under this one.
+SIGNATURE_CONTEXT = b"sentinel-auth-signature/2"
 
 
 class Credential(Mapping[str, Any]):
@@ -112,8 +118,32 @@ def info(namespace: str, service: str, client: str, version: int) -> bytes:
     return f"sentinel-auth/1\0{namespace}\0{service}\0{client}\0{version}".encode()
 
 
-def _signed_bytes(context: bytes, key_id: str, ciphertext: bytes) -> bytes:
-    return b"\0".join((context, key_id.encode(), ciphertext))
+def signed_message(
+    context: bytes, key_id: str, suite: str, created_at: float, ciphertext: bytes
+) -> bytes:
+    """What the manager signs: :data:`SIGNATURE_CONTEXT`, the HPKE ``info`` (``context``), the
+    key id, the suite, ``created_at`` (as ``repr(float)``) and the ciphertext, each preceded by
+    its length (4 bytes, big-endian), so no field can borrow bytes from its neighbour."""
+    fields = (
+        SIGNATURE_CONTEXT,
+        context,
+        key_id.encode(),
+        suite.encode(),
+        repr(float(created_at)).encode(),
+        ciphertext,
+    )
+    return b"".join(len(field).to_bytes(4, "big") + field for field in fields)
+
+
+def _created_at(envelope: Mapping[str, Any]) -> float:
+    """The envelope's ``created_at``: a finite number (0 when absent), or ValidationError."""
+    value = envelope.get("created_at", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError("created_at is not a number")
+    created_at = float(value)
+    if not math.isfinite(created_at):
+        raise ValidationError("created_at is not finite")
+    return created_at
 
 
 def seal(
@@ -131,16 +161,18 @@ def seal(
     plaintext = json.dumps(validate_credential(values), separators=(",", ":")).encode()
     context = info(namespace, service, client, version)
     ciphertext = SUITE.encrypt(plaintext, recipient.key, info=context)
+    created_at = time.time() if created_at is None else created_at
     envelope: dict[str, Any] = {
         "version": version,
         "key_id": recipient.id,
         "suite": SUITE_NAME,
         "ct": b64(ciphertext),
-        "created_at": time.time() if created_at is None else created_at,
+        "created_at": created_at,
     }
     if signer is not None:
+        message = signed_message(context, recipient.id, SUITE_NAME, created_at, ciphertext)
         envelope["signer"] = signer.id
-        envelope["sig"] = b64(signer.sign(_signed_bytes(context, recipient.id, ciphertext)))
+        envelope["sig"] = b64(signer.sign(message))
     return envelope
 
 
@@ -174,8 +206,8 @@ def open_envelope(
         ciphertext = unb64(envelope["ct"], "ct")
         if not isinstance(key_id, str) or envelope["suite"] != SUITE_NAME:
             raise ValidationError("unsupported suite or key id")
-        created_at = float(envelope.get("created_at", 0.0))
-    except (KeyError, ValidationError, TypeError, ValueError) as exc:
+        created_at = _created_at(envelope)
+    except (KeyError, ValidationError, TypeError, ValueError, OverflowError) as exc:
         raise DecodeError(path, f"malformed envelope ({type(exc).__name__})") from None
     private = keyring.private_key(key_id)
     if private is None:
@@ -184,7 +216,8 @@ def open_envelope(
     if trusted_signer is not None:
         try:
             signature = unb64(envelope["sig"], "sig")
-            trusted_signer.verify(signature, _signed_bytes(context, key_id, ciphertext))
+            message = signed_message(context, key_id, SUITE_NAME, created_at, ciphertext)
+            trusted_signer.verify(signature, message)
         except (KeyError, ValidationError, InvalidSignature):
             raise SignatureInvalid(f"{what}: not signed by the trusted manager key") from None
     try:

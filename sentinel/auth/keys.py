@@ -6,8 +6,10 @@ the public halves are published under ``/auth/.keys/<client>`` for the authentic
 which encrypts new credentials to the newest one. Holding two keys lets the key itself rotate:
 add a key (``sentinel auth keygen --add``), let the manager re-encrypt, then drop the old one.
 
-The authentication manager may sign what it publishes with an Ed25519 :class:`ManagerKey`;
-clients given its public half reject credentials it did not sign.
+The authentication manager may sign what it publishes with an Ed25519 :class:`ManagerKey`
+(``$SENTINEL_AUTH_SIGNING_KEY_FILE`` names its file for the CLI); clients given its public
+half (``Sentinel(auth_signer=...)`` or ``$SENTINEL_AUTH_SIGNER``) reject credentials it did not
+sign. In a secured namespace both are required.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from sentinel.records import decode, encode, fields_of
 
 KEY_FILE_ENV = "SENTINEL_AUTH_KEY_FILE"
 KEY_ENV = "SENTINEL_AUTH_KEY"
+SIGNER_ENV = "SENTINEL_AUTH_SIGNER"  # the manager's public key text, for clients
+SIGNING_KEY_FILE_ENV = "SENTINEL_AUTH_SIGNING_KEY_FILE"  # the manager's signing key file
 MAX_KEYS = 4
 _KEY_RING_KIND = "sentinel-client-keys"
 _MANAGER_KIND = "sentinel-manager-key"
@@ -287,6 +291,12 @@ class ManagerKey:
             return cls(Ed25519PrivateKey.from_private_bytes(unb64(document["ed25519"], "key")))
         except (KeyError, ValueError):
             raise KeyFileError(f"key file {os.fspath(path)!r} holds no Ed25519 key") from None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ManagerKey | None:
+        """The key in the file ``$SENTINEL_AUTH_SIGNING_KEY_FILE`` names, None when unset."""
+        env = os.environ if env is None else env
+        return cls.load(env[SIGNING_KEY_FILE_ENV]) if env.get(SIGNING_KEY_FILE_ENV) else None
 
 
 def verify_key(public_text: str) -> Ed25519PublicKey:

@@ -12,9 +12,18 @@ only live one. :class:`Rotation` is the paper's Procedure 2 with confirmed propa
    credentials in the backend.
 
 A failure at any step raises :class:`~sentinel.errors.RotationFailed` with the step, and the old
-credential still works: after ``create`` or ``publish`` fails the new one is withdrawn; after
-``confirm`` times out both stay published (a lagging client still holds a valid one) and
-:meth:`Rotation.complete` finishes the job later.
+credential still works. New credentials already published stay published next to the old ones,
+valid: a client may have applied one already, and clients never go back to an older version
+(see :mod:`sentinel.auth.reader`), so withdrawing and revoking it would leave that client with
+a dead credential. After ``confirm`` times out, or ``create``/``publish`` fails for a later
+client, :meth:`Rotation.resume` finishes the job later.
+
+Versions only grow: a new one is above every version published for the client and every
+version a live process of it confirmed, so a node rewritten with an old credential (a replay)
+or removed and created again never makes the manager reuse a number clients have seen. In a
+secured namespace (``sentinel init --secure``) clients accept only signed credentials, so
+publishing without a signing key is refused (:class:`~sentinel.errors.SigningRequired`) before
+anything is written.
 """
 
 from __future__ import annotations
@@ -41,7 +50,13 @@ from sentinel.auth.store import (
     read_auth,
     read_public_keys,
 )
-from sentinel.errors import DecodeError, RotationFailed, SentinelError, ValidationError
+from sentinel.errors import (
+    DecodeError,
+    RotationFailed,
+    SentinelError,
+    SigningRequired,
+    ValidationError,
+)
 from sentinel.layout import CLIENTS, validate_name
 from sentinel.records import decode
 from sentinel.registry import decode_children
@@ -72,6 +87,37 @@ def live_versions(zk: KazooClient, service: str, client: str) -> tuple[int, ...]
     return () if record is None else record.versions
 
 
+def require_signing_key(zk: KazooClient, signer: ManagerKey | None) -> None:
+    """SigningRequired if the namespace is secured and there is no key to sign with: its
+    clients refuse unsigned credentials, so publishing one would only take theirs away."""
+    if signer is None and acl.is_secured(zk):
+        raise SigningRequired(
+            "the namespace is secured, so its clients accept only signed credentials: give "
+            "the manager's signing key (signer=ManagerKey.load(...), or --signing-key / "
+            "$SENTINEL_AUTH_SIGNING_KEY_FILE on the command line); nothing was written"
+        )
+
+
+def confirmation_owners(zk: KazooClient, clients: Iterable[str]) -> dict[str, Id | None] | None:
+    """In a secured namespace, the identity whose ``/clients`` entries speak for each client
+    (:func:`live_processes`' ``owners``); None in an open one, where every entry counts."""
+    if not acl.is_secured(zk):
+        return None
+    return {client: slot_owner(zk, client) for client in clients}
+
+
+def highest_confirmed(zk: KazooClient, service: str, client: str) -> int:
+    """The highest version a live process of ``client`` confirmed for ``service`` (0: none)."""
+    owners = confirmation_owners(zk, [client])
+    applied = live_processes(zk, service, owners=owners).get(client, {}).values()
+    return max((v for v in applied if _is_version(v)), default=0)
+
+
+def next_version(published: tuple[int, ...], confirmed: int) -> int:
+    """The version after every one published (newest first) and every one confirmed."""
+    return max(published[0] if published else 0, confirmed) + 1
+
+
 def update_auth(
     zk: KazooClient,
     namespace: str,
@@ -84,19 +130,21 @@ def update_auth(
 ) -> int:
     """Publish ``credential`` as the newest version for (service, client); return the version.
 
-    Versions older than the new one are dropped unless listed in ``keep``. Validation and
-    encryption happen before anything is written.
+    Versions older than the new one are dropped unless listed in ``keep``. Validation,
+    the signing requirement and encryption happen before anything is written. The version is
+    :func:`next_version` of what is published and what live processes confirmed.
     """
     validate_name("service", service)
     validate_name("client", client)
     validate_credential(credential)
+    require_signing_key(zk, signer)
     keep = set(keep)
     slot_owner(zk, client)  # refuses a key slot someone other than the client may have written
     recipient = read_public_keys(zk, client).keys[0]  # the newest key; read once, not per retry
+    confirmed = highest_confirmed(zk, service, client)
 
     def change(current: AuthRecord | None) -> AuthRecord:
-        versions = () if current is None else current.versions
-        version = (versions[0] if versions else 0) + 1
+        version = next_version(() if current is None else current.versions, confirmed)
         envelope = seal(
             credential,
             recipient,
@@ -230,7 +278,12 @@ class Rotation:
         return f"Rotation(service={self.service!r}, clients={self.clients!r})"
 
     def run(self, timeout: float = 30.0) -> RotationResult:
-        """Create, publish, confirm and revoke; see the module's description."""
+        """Create, publish, confirm and revoke; see the module's description.
+
+        Raises :class:`~sentinel.errors.SigningRequired` before the backend creates anything
+        when the namespace is secured and the rotation has no signing key.
+        """
+        require_signing_key(self._zk, self._signer)
         auth_rotation(self.service, "started")
         try:
             return self._run(timeout)
@@ -243,7 +296,8 @@ class Rotation:
         new: dict[str, int] = {}
         try:
             for client in self.clients:
-                version = (old[client][0] if old[client] else 0) + 1
+                confirmed = highest_confirmed(self._zk, self.service, client)
+                version = next_version(old[client], confirmed)
                 credential = self._step(
                     "create", self._backend.create, self.service, client, version
                 )
@@ -259,9 +313,17 @@ class Rotation:
                     keep=old[client],
                 )
                 new[client] = version
-        except RotationFailed:
-            self._abandon(new, old)
-            raise
+        except RotationFailed as failed:
+            if not new:
+                raise
+            # Published is kept (see the module's description): both live and valid.
+            published = ", ".join(f"{c} v{v}" for c, v in new.items())
+            raise RotationFailed(
+                failed.step,
+                f"{failed.detail}; new credentials stay published next to the old ones for "
+                f"{published}: finish with 'sentinel auth rotate --service {self.service} "
+                "--resume'",
+            ) from failed.__cause__
         return self.complete(new, timeout)
 
     def resume(self, timeout: float = 30.0) -> RotationResult:
@@ -293,15 +355,6 @@ class Rotation:
             detail = str(exc) if isinstance(exc, SentinelError) else type(exc).__name__
             raise RotationFailed(step, f"{detail}; the old credential is still valid") from exc
 
-    def _abandon(self, new: Mapping[str, int], old: Mapping[str, tuple[int, ...]]) -> None:
-        """Withdraw and revoke what a failed rotation created; the old credentials stay."""
-        for client, version in new.items():
-            try:
-                withdraw(self._zk, self.service, client, [version])
-                self._backend.revoke(self.service, client, version)
-            except Exception:
-                log.exception("could not withdraw v%d of %s/%s", version, self.service, client)
-
     def _confirm(self, versions: Mapping[str, int], timeout: float) -> None:
         """Wait until every live client reports its new version, woken by watches."""
         changed = threading.Event()
@@ -310,11 +363,7 @@ class Rotation:
             changed.set()
 
         deadline = time.monotonic() + timeout
-        owners = (
-            {client: slot_owner(self._zk, client) for client in versions}
-            if acl.is_secured(self._zk)
-            else None
-        )
+        owners = confirmation_owners(self._zk, versions)
         while True:
             changed.clear()
             processes = live_processes(self._zk, self.service, watch=wake, owners=owners)
@@ -339,5 +388,9 @@ class Rotation:
             changed.wait(min(remaining, 1.0))
 
 
+def _is_version(applied: object) -> bool:
+    return isinstance(applied, int) and not isinstance(applied, bool)
+
+
 def _reached(applied: object, version: int) -> bool:
-    return isinstance(applied, int) and not isinstance(applied, bool) and applied >= version
+    return _is_version(applied) and applied >= version  # type: ignore[operator]

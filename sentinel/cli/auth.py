@@ -12,7 +12,7 @@ from typing import Any
 
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enroll
-from sentinel.auth.keys import ClientKeyring, ManagerKey
+from sentinel.auth.keys import SIGNING_KEY_FILE_ENV, ClientKeyring, ManagerKey
 from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_json, print_table
@@ -91,7 +91,8 @@ def _credential(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _signer(args: argparse.Namespace) -> ManagerKey | None:
-    return ManagerKey.load(args.signing_key) if args.signing_key else None
+    """``--signing-key FILE``, else the file ``$SENTINEL_AUTH_SIGNING_KEY_FILE`` names."""
+    return ManagerKey.load(args.signing_key) if args.signing_key else ManagerKey.from_env()
 
 
 def _set(args: argparse.Namespace) -> int:
@@ -293,4 +294,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                 "--resume", action="store_true", help="finish a rotation that timed out"
             )
         if verb in ("set", "rotate"):
-            parser.add_argument("--signing-key", metavar="FILE", help="manager key to sign with")
+            parser.add_argument(
+                "--signing-key",
+                metavar="FILE",
+                help=f"manager key to sign with (default: ${SIGNING_KEY_FILE_ENV}); required "
+                "in a secured namespace",
+            )

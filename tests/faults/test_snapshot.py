@@ -12,8 +12,12 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
-from sentinel.errors import SnapshotRejected, ZooKeeperUnavailable
+from sentinel.auth.envelope import seal
+from sentinel.auth.reader import CredentialReader
+from sentinel.auth.store import AuthRecord
+from sentinel.errors import CredentialRollback, SnapshotRejected, ZooKeeperUnavailable
 from sentinel.launcher import LocalZooKeeper
+from sentinel.layout import auth_path
 from sentinel.snapshot import hosts_fingerprint, load_snapshot, write_atomically
 from sentinel.testing import cached_view, registry_view, wait_until
 
@@ -68,6 +72,67 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, cap
             assert app.deregister_service(registration)
         finally:
             app.close()
+
+
+@pytest.mark.slow
+def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credential(tmp_path):
+    path, keys = tmp_path / "cache.json", tmp_path / "app.keys"
+    ClientKeyring.generate().save(keys)
+
+    def password(client: Sentinel) -> tuple[int, str] | None:
+        auth = client.get_service("db", "acme").auth
+        return None if auth is None else (auth.version, auth["password"])
+
+    with (
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "writer", session_timeout=30) as writer,
+    ):
+        hosts, node = zk.connect_string, auth_path("db", "app")
+        with Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys) as app:
+            _world(writer)
+            writer.update_auth("db", "app", {"user": "app", "password": "one"})
+            assert wait_until(lambda: password(app) == (1, "one"))
+            v1_node, _ = writer._zk.get(node)
+            writer.update_auth("db", "app", {"user": "app", "password": "two"})
+            assert wait_until(lambda: password(app) == (2, "two"))
+            assert wait_until(lambda: '"auth_version":2' in path.read_text())
+        writer._zk.set(node, v1_node)  # the replay happens while the app is away
+        zk.members[0].stop()
+
+        app = Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
+        app.start()
+        try:
+            assert app.connection_state == "snapshot"
+            assert password(app) == (2, "two")
+            zk.members[0].restart()
+            assert wait_until(lambda: app.connection_state == "connected", timeout=30)
+            assert wait_until(lambda: app.cache_stats.auth_errors >= 1, timeout=15)
+            assert password(app) == (2, "two")
+        finally:
+            app.close()
+
+
+def test_the_snapshot_floor_holds_without_the_credential(tmp_path):
+    """A snapshot whose credential is gone (or unreadable) still carries the version floor."""
+    ring = ClientKeyring.generate()
+    path = tmp_path / "cache.json"
+    path.write_bytes(
+        _snapshot(db={"spec": SPEC, "instances": {}, "metrics": {}, "auth_version": 2})
+    )
+    reader = CredentialReader(ring, "/sentinel", "app")
+    load_snapshot(path, "/sentinel", "127.0.0.1:1", reader)
+    assert reader.highest_versions() == {"db": 2}
+    envelope = seal(
+        {"password": "old"},
+        ring.published("app").keys[0],
+        namespace="/sentinel",
+        service="db",
+        client="app",
+        version=1,
+    )
+    replayed = AuthRecord("db", "app", (envelope,)).to_bytes(auth_path("db", "app"))
+    credential, errors = reader.newest("db", auth_path("db", "app"), replayed)
+    assert credential is None and [type(e) for e in errors] == [CredentialRollback]
 
 
 def test_without_a_snapshot_the_start_fails_as_before(tmp_path, caplog):

@@ -23,11 +23,21 @@ from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth import acl as acls
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.enrolment import enroll
+from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
-from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed
+from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
+from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
 from sentinel.events import AuthChanged
 from sentinel.launcher import LocalZooKeeper
-from sentinel.layout import AUTH_KEYS, CLIENTS, SERVICES, auth_keys_path, client_path, service_path
+from sentinel.layout import (
+    AUTH_KEYS,
+    CLIENTS,
+    SERVICES,
+    auth_keys_path,
+    auth_path,
+    client_path,
+    service_path,
+)
 from sentinel.records import ServiceSpec
 from sentinel.testing import wait_until
 
@@ -159,7 +169,10 @@ def test_squat_a_key_slot(secured: SecuredNamespace):
     # Not even a real client with an identity claims a slot the admin did not give it.
     with pytest.raises(ClientNotEnrolled):
         secured.sentinel(
-            "billing-api", identity="billing-api:pw", auth_keys=ClientKeyring.generate()
+            "billing-api",
+            identity="billing-api:pw",
+            auth_keys=ClientKeyring.generate(),
+            auth_signer=secured.signer.public_text,
         )
     victim = secured.app("billing-api")  # enrolled by the admin: starts and publishes
     still_works(secured, victim, "after-squat")
@@ -299,6 +312,87 @@ def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace,
 
 
 # --- rollback and signing -------------------------------------------------------------------
+
+
+def _service_with_a_manager(secured: SecuredNamespace) -> Sentinel:
+    """The service published, and the authentication manager's client."""
+    publisher = secured.role("publisher")
+    publisher.ensure_service(SERVICE, scheme="postgresql")
+    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    return secured.role("auth_manager")
+
+
+def _has(app: Sentinel, version: int, password: str) -> bool:
+    auth = app.get_service(SERVICE).auth
+    return auth is not None and auth.version == version and auth["password"] == password
+
+
+def test_replay_an_older_credential_version(secured: SecuredNamespace) -> None:
+    manager = _service_with_a_manager(secured)
+    app = secured.app("billing-api")
+    app.get_service(SERVICE)
+    manager.update_auth(SERVICE, "billing-api", {"password": "one"}, signer=secured.signer)
+    assert wait_until(lambda: _has(app, 1, "one"))
+    attacker = secured.kazoo(secured.identities["auth_manager"])
+    signed_v1, _ = attacker.get(auth_path(SERVICE, "billing-api"))
+    manager.update_auth(SERVICE, "billing-api", {"password": "two"}, signer=secured.signer)
+    assert wait_until(lambda: _has(app, 2, "two"))
+    confirmed = client_path(SERVICE, app.client_id)
+    assert wait_until(lambda: json.loads(attacker.get(confirmed)[0])["auth_version"] == 2)
+
+    # The attacker writes back the old, validly signed v1 alone (v1 was revoked, or leaked).
+    errors = app.cache_stats.auth_errors
+    attacker.set(auth_path(SERVICE, "billing-api"), signed_v1)
+    assert wait_until(lambda: app.cache_stats.auth_errors > errors)
+    assert _has(app, 2, "two"), "the client went back to an older credential"
+
+    # The manager moves on past every version a client confirmed, and the client follows.
+    version = manager.update_auth(
+        SERVICE, "billing-api", {"password": "three"}, signer=secured.signer
+    )
+    assert version == 3
+    assert wait_until(lambda: _has(app, 3, "three"))
+
+
+def test_write_an_unsigned_credential_in_a_secured_namespace(
+    secured: SecuredNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SENTINEL_AUTH_SIGNER", raising=False)
+    manager = _service_with_a_manager(secured)
+    app = secured.app("billing-api")
+    app.get_service(SERVICE)
+    manager.update_auth(SERVICE, "billing-api", {"password": "signed"}, signer=secured.signer)
+    assert wait_until(lambda: _has(app, 1, "signed"))
+    attacker = secured.kazoo(secured.identities["auth_manager"])
+    before = attacker.get(auth_path(SERVICE, "billing-api"))
+
+    # The manager's own API refuses to publish unsigned here, before writing anything.
+    with pytest.raises(SigningRequired, match="signing key"):
+        manager.update_auth(SERVICE, "billing-api", {"password": "unsigned"})
+    assert attacker.get(auth_path(SERVICE, "billing-api")) == before
+
+    # A writer of /auth forges one anyway, encrypted to the app's real public key, in front.
+    recipient = read_public_keys(attacker, "billing-api").keys[0]
+    forged = seal(
+        {"password": "forged"},
+        recipient,
+        namespace=secured.namespace,
+        service=SERVICE,
+        client="billing-api",
+        version=2,
+    )
+    record, node_version = read_auth(attacker, SERVICE, "billing-api")
+    errors = app.cache_stats.auth_errors
+    write_auth(
+        attacker, AuthRecord(SERVICE, "billing-api", (forged, *record.envelopes)), node_version
+    )
+    assert wait_until(lambda: app.cache_stats.auth_errors > errors)
+    assert _has(app, 1, "signed"), "the client took an unsigned credential"
+
+    # A client with a key ring and no manager key to verify with does not start at all.
+    with pytest.raises(SigningRequired, match="auth_signer"):
+        secured.app("careless", auth_signer=None)
+
 
 # --- secrets in logs ------------------------------------------------------------------------
 

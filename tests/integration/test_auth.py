@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey, acl
 from sentinel.auth.backends import FileBackend
-from sentinel.auth.manager import Rotation
+from sentinel.auth.manager import Rotation, live_versions
 from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
 from sentinel.events import AuthChanged
 from sentinel.launcher import LocalZooKeeper
@@ -203,6 +203,34 @@ def test_a_failing_backend_leaves_the_old_credential(manager, make_client, tmp_p
     assert auth_of(client)["password"] == "old"
 
 
+def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
+    manager, make_client, tmp_path
+):
+    backend = FileBackend(tmp_path / "credentials.json")
+    api = make_client("api", auth_keys=ClientKeyring.generate())
+    manager.update_auth(SERVICE, "api", backend.create(SERVICE, "api", 1))
+    wait_for_version(api, 1)
+    old = dict(auth_of(api))
+
+    class FailsForFlaky(FileBackend):
+        def create(self, service, client, version):
+            if client == "flaky":
+                raise ConnectionError("backend down")
+            return super().create(service, client, version)
+
+    with pytest.raises(RotationFailed) as caught:
+        manager.rotate_auth(SERVICE, ["api", "flaky"], FailsForFlaky(backend.path), timeout=5)
+    assert caught.value.step == "create" and "--resume" in str(caught.value)
+    # api may have applied v2 already, and clients never go back a version: so v2 stays
+    # published and valid next to v1, as after a confirmation timeout.
+    wait_for_version(api, 2)
+    assert live_versions(manager._zk, SERVICE, "api") == (2, 1)
+    assert backend.accepts(SERVICE, "api", auth_of(api)) and backend.accepts(SERVICE, "api", old)
+    result = Rotation(manager._zk, manager.namespace, SERVICE, ["api"], backend).resume(10)
+    assert result.revoked == {"api": (1,)}
+    assert not backend.accepts(SERVICE, "api", old)
+
+
 def test_cli_set_status_and_rotate(manager, make_client, cli, tmp_path):
     make_client("cli-app", auth_keys=ClientKeyring.generate()).get_service(SERVICE)
     credential = json.dumps({"user": "cli", "password": "from-stdin"})
@@ -257,24 +285,34 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         )
         assert enrolled.returncode == 0, enrolled.stderr
         assert json.loads(enrolled.stdout)["changed"] is True
+        # A secured namespace requires signed credentials (see test_attacks.py for without).
+        signing_key = ManagerKey.generate()
         with (
             Sentinel(hosts, "the-publisher", identity=identities["publisher"]) as publisher,
             Sentinel(
                 hosts, "the-manager", identity=identities["auth_manager"], announce=False
             ) as auth_manager,
             Sentinel(
-                hosts, "an-app", auth_keys=ClientKeyring.generate(), identity="an-app:pw"
+                hosts,
+                "an-app",
+                auth_keys=ClientKeyring.generate(),
+                identity="an-app:pw",
+                auth_signer=signing_key.public_text,
             ) as app,
         ):
             publisher.register_service("db", "p1", "10.0.0.1", 5432)
             assert app.get_service("db").port == 5432  # clients read, and add /clients nodes
             with pytest.raises(AccessDenied):
-                publisher.update_auth("db", "an-app", {"user": "u", "password": "p"})
+                publisher.update_auth(
+                    "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
+                )
             with pytest.raises(AccessDenied):
                 auth_manager.register_service("db", "p1", "10.6.6.6", 1)
             with pytest.raises(AccessDenied):
                 app.update_metrics("db", "p1", "10.0.0.1_5432", {"lag": 0})
-            auth_manager.update_auth("db", "an-app", {"user": "u", "password": "p"})
+            auth_manager.update_auth(
+                "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
+            )
             assert wait_until(lambda: app.get_service("db").auth is not None) is not None
 
         anonymous = KazooClient(hosts=f"{hosts}/sentinel")
@@ -332,3 +370,41 @@ def test_cli_keygen_never_overwrites_a_key_file(cli, tmp_path):
     assert added.returncode == 0 and len(json.loads(added.stdout)["key_ids"]) == 2
     missing = cli("auth", "set", "--service", SERVICE, "--client", "x", str(tmp_path / "absent"))
     assert missing.returncode == 2 and "cannot read the credential file" in missing.stderr
+
+
+def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespace(
+    cli, make_client, tmp_path, monkeypatch
+):
+    identities = tmp_path / "identities.json"
+    done = cli("init", "--secure", "--identities", str(identities))
+    assert done.returncode == 0, done.stderr
+    roles = json.loads(identities.read_text())
+    signing_key, key_file = ManagerKey.generate(), tmp_path / "manager.key"
+    signing_key.save(key_file)
+    publisher = make_client("pub", identity=roles["publisher"], announce=False)
+    publisher.ensure_service(SERVICE, scheme="postgresql")
+    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    digest = acl.digest_id("signed-app:pw").id
+    enrolled = cli(
+        "auth", "enroll", "signed-app", "--digest", digest, "--identities", str(identities)
+    )
+    assert enrolled.returncode == 0, enrolled.stderr
+    app = make_client(
+        "signed-app",
+        auth_keys=ClientKeyring.generate(),
+        identity="signed-app:pw",
+        auth_signer=signing_key.public_text,
+    )
+    app.get_service(SERVICE)
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", roles["auth_manager"])
+    monkeypatch.delenv("SENTINEL_AUTH_SIGNING_KEY_FILE", raising=False)
+    credential = json.dumps({"user": "u", "password": "from-the-cli"})
+    args = ("auth", "set", "--service", SERVICE, "--client", "signed-app", "-")
+    refused = cli(*args, input=credential)
+    assert refused.returncode == 2, refused.stderr
+    assert "SENTINEL_AUTH_SIGNING_KEY_FILE" in refused.stderr
+    monkeypatch.setenv("SENTINEL_AUTH_SIGNING_KEY_FILE", str(key_file))
+    done = cli(*args, input=credential)
+    assert done.returncode == 0, done.stderr
+    wait_for_version(app, 1)
+    assert auth_of(app)["password"] == "from-the-cli"

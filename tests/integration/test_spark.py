@@ -15,7 +15,7 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 
 from policies import MinLag
-from sentinel.auth import ClientKeyring
+from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth.backends import FileBackend
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
@@ -296,6 +296,32 @@ def test_workers_given_the_key_file_read_the_clients_credential(
     seen = set(resolve_partitions(rdd, SERVICE, credential, key=0, config=config).collect())
 
     assert seen == {("etl", "s3cret", version)}
+
+
+def test_workers_given_the_manager_key_accept_only_signed_credentials(world, make_client, tmp_path):
+    keys, signing_key = tmp_path / "etl.keys", ManagerKey.generate()
+    ClientKeyring.generate().save(keys)
+    make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
+    world.publisher.update_auth(SERVICE, "etl", {"user": "etl", "password": "unsigned"})
+    config = dataclasses.replace(
+        world.config, key_file=str(keys), auth_signer=signing_key.public_text
+    )
+    assert cloudpickle.loads(cloudpickle.dumps(config)) == config  # plain values travel
+    worker = get_client(config)  # what each worker process does on its first task
+    try:
+        assert worker.get_service(SERVICE, "t00").auth is None
+        assert worker.cache_stats.auth_errors >= 1
+        world.publisher.update_auth(
+            SERVICE, "etl", {"user": "etl", "password": "signed"}, signer=signing_key
+        )
+
+        def signed() -> bool:
+            auth = worker.get_service(SERVICE, "t00").auth
+            return auth is not None and auth["password"] == "signed"
+
+        assert wait_until(signed)
+    finally:
+        worker.close()
 
 
 def test_a_credential_rotation_during_the_job_is_picked_up_without_failing_it(

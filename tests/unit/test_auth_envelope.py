@@ -8,12 +8,22 @@ import stat
 from pathlib import Path
 
 import pytest
+from cryptography.exceptions import InvalidSignature
 
-from sentinel.auth.envelope import Credential, open_envelope, seal
+from sentinel.auth.envelope import (
+    SIGNATURE_CONTEXT,
+    SUITE_NAME,
+    Credential,
+    info,
+    open_envelope,
+    seal,
+    signed_message,
+)
 from sentinel.auth.keys import ClientKeyring, ManagerKey, b64, unb64, verify_key
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
 from sentinel.errors import (
+    CredentialRollback,
     DecodeError,
     DecryptionFailed,
     KeyFileError,
@@ -134,6 +144,102 @@ def test_signed_envelopes(ring: ClientKeyring) -> None:
             ring,
             trusted_signer=trusted,
         )  # a signature moved onto another ciphertext
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [{"created_at": 1795326002.5}, {"created_at": 0}, {"key_id": "newer"}],
+    ids=["created_at", "created_at-zero", "key_id"],
+)
+def test_a_signature_does_not_survive_a_changed_field(ring: ClientKeyring, changed: dict) -> None:
+    manager = ManagerKey.generate()
+    ring = ring.with_new_key()  # two keys: the envelope can claim the other one
+    recipient = ring.published("x").keys[1]
+    good = seal(
+        {"password": SECRET}, recipient, **CONTEXT, version=1, signer=manager, created_at=10.0
+    )
+    trusted = verify_key(manager.public_text)
+    assert opened(good, ring, trusted_signer=trusted)["password"] == SECRET
+    if changed.get("key_id") == "newer":
+        changed = {"key_id": ring.key_ids[0]}
+    with pytest.raises(SignatureInvalid) as caught:
+        opened({**good, **changed}, ring, trusted_signer=trusted)
+    assert SECRET not in str(caught.value)
+    # A changed suite is refused before the signature is even looked at.
+    with pytest.raises(DecodeError):
+        opened({**good, "suite": "DHKEM-P256/HKDF-SHA256/AES128GCM"}, ring, trusted_signer=trusted)
+
+
+def test_the_signed_message_binds_each_field_behind_a_versioned_context() -> None:
+    manager = ManagerKey.generate()
+    trusted = verify_key(manager.public_text)
+    fields = {
+        "context": info("/prod", "billing-db", "billing-api", 2),
+        "key_id": "9f2c51d0e8a1b7c4",
+        "suite": SUITE_NAME,
+        "created_at": 1795326002.68,
+        "ciphertext": b"\x01" * 48,
+    }
+    signature = manager.sign(signed_message(**fields))
+    trusted.verify(signature, signed_message(**fields))
+    for name, other in (
+        ("context", info("/prod", "billing-db", "billing-api", 1)),
+        ("key_id", "9f2c51d0e8a1b7c5"),
+        ("suite", "another suite"),
+        ("created_at", 1795326002.69),
+        ("ciphertext", b"\x01" * 47),
+    ):
+        with pytest.raises(InvalidSignature):
+            trusted.verify(signature, signed_message(**{**fields, name: other}))
+    assert signed_message(**fields).startswith(len(SIGNATURE_CONTEXT).to_bytes(4, "big"))
+    assert SIGNATURE_CONTEXT.endswith(b"/2")
+
+
+def test_a_signature_of_the_old_format_does_not_verify(ring: ClientKeyring) -> None:
+    manager = ManagerKey.generate()
+    envelope = sealed(ring)
+    context = info(CONTEXT["namespace"], CONTEXT["service"], CONTEXT["client"], 1)
+    # Format 1 signed info, the key id and the ciphertext, joined by NUL bytes.
+    old = b"\0".join((context, envelope["key_id"].encode(), unb64(envelope["ct"], "ct")))
+    forged = {**envelope, "signer": manager.id, "sig": b64(manager.sign(old))}
+    with pytest.raises(SignatureInvalid):
+        opened(forged, ring, trusted_signer=verify_key(manager.public_text))
+
+
+def test_the_reader_never_goes_back_to_an_older_version(ring: ClientKeyring) -> None:
+    reader = CredentialReader(ring, "/prod", "billing-api")
+
+    def node(*versions: int) -> bytes:
+        envelopes = tuple(sealed(ring, version=v) for v in versions)
+        return AuthRecord("billing-db", "billing-api", envelopes).to_bytes(PATH)
+
+    v1_only = node(1)
+    credential, errors = reader.newest("billing-db", PATH, node(2, 1))  # a rotation: both live
+    assert (credential.version, errors) == (2, [])
+    kept, errors = reader.newest("billing-db", PATH, v1_only)  # v1 written back: a replay
+    assert kept is credential
+    assert [type(e) for e in errors] == [CredentialRollback]
+    assert "keeping v2" in str(errors[0]) and SECRET not in str(errors[0])
+    newer, errors = reader.newest("billing-db", PATH, node(3))
+    assert (newer.version, errors) == (3, [])
+    assert reader.highest_versions() == {"billing-db": 3}
+
+    # The floor outlives the node (and comes back from the last-known-good snapshot).
+    restarted = CredentialReader(ring, "/prod", "billing-api")
+    restarted.restore_highest({"billing-db": 2})
+    nothing, errors = restarted.newest("billing-db", PATH, v1_only)
+    assert nothing is None and [type(e) for e in errors] == [CredentialRollback]
+    reader.forget("billing-db")
+    nothing, errors = reader.newest("billing-db", PATH, node(2))
+    assert nothing is None and [type(e) for e in errors] == [CredentialRollback]
+
+
+def test_a_reader_told_to_refuse_everything_refuses_everything(ring: ClientKeyring) -> None:
+    reader = CredentialReader(ring, "/prod", "billing-api")
+    reader.refuse_all("refused: the namespace requires signed credentials")
+    data = AuthRecord("billing-db", "billing-api", (sealed(ring),)).to_bytes(PATH)
+    credential, errors = reader.newest("billing-db", PATH, data)
+    assert credential is None and [type(e) for e in errors] == [SignatureInvalid]
 
 
 def test_reader_takes_the_newest_it_can_open_and_reports_the_rest(
