@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import ServiceConflict
@@ -67,6 +67,12 @@ class Publisher:
             return spec
         except NodeExistsError:
             pass
+        except NoAuthError:
+            # ZooKeeper checks the permission to create before whether the node exists: a
+            # role that may not create services (a daemon announcing itself) still gets the
+            # stored spec back when there is nothing to create.
+            if self._zk.exists(path) is None:
+                raise
         data, _ = self._zk.get(path)
         stored = ServiceSpec.from_bytes(spec.service, path, data)
         if strict and stored != spec:
