@@ -216,6 +216,20 @@ def test_a_daemon_identity_writes_no_other_service(secured, make_client, raw_zk,
         daemon.ensure_service(SERVICE, scheme="http")
 
 
+def test_a_shard_manager_not_granted_stops_saying_what_to_do(
+    secured, zookeeper, namespace, make_client
+):
+    identity = secured.identities["shard_manager"]
+    maker = make_client("policy-maker", identity=identity, announce=False)
+    maker.create_shard_policy("later", "directory", partitions=["p1"], buckets=2)
+    manager = Daemon(zookeeper, namespace, identity, "shard", "serve", "--policy", "later")
+    code = manager.process.wait(60)
+    stderr = manager.stop()
+    assert code == 1, stderr
+    assert "sentinel grant --identities FILE shard_manager=shard-manager-later" in stderr
+    assert identity.split(":")[1] not in stderr
+
+
 def test_a_collector_in_a_cluster_not_granted_says_what_to_do(secured, make_client):
     sentinel = make_client("collector-x", identity=secured.identities["collector"], announce=False)
     config = parse_config(
