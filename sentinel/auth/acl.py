@@ -15,6 +15,8 @@ Each role has a digest identity (``user:password``). In a secured namespace:
 A client given ``identity`` creates its nodes writable by that identity alone (and readable by
 all), so with one identity per client nobody can replace another client's public key.
 Credentials are encrypted, so the world-readable ``/auth`` leaks nothing but their existence.
+The collector and the shard manager also write their own services under ``/services`` (and
+no others) once the admin grants them (:func:`grant_daemon_services`).
 """
 
 from __future__ import annotations
