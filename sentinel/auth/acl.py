@@ -219,11 +219,12 @@ def parse_grant(text: str) -> tuple[str, str]:
 
 def service_acl(identities: Mapping[str, str], role: str) -> list[ACL]:
     """The ACL of a service that ``role`` announces itself under: the ``/services`` owners',
-    plus all permissions for ``role``."""
+    and ``role`` may add and remove instances below it (not change the spec or the ACL)."""
+    user, password = split_identity(identities[role])
     return [
         owner_acl(identities["admin"]),
         owner_acl(identities[SECTION_OWNERS[SERVICES]]),
-        owner_acl(identities[role]),
+        make_digest_acl(user, password, read=True, create=True, delete=True),
         WORLD_READ,
     ]
 

@@ -126,6 +126,8 @@ def test_init_gives_a_daemon_service_to_its_role_alone(secured, raw_zk):
     users = {role: i.split(":")[0] for role, i in secured.identities.items()}
     assert writers == {users["admin"], users["publisher"], users["shard_manager"]}
     assert any(e.id.scheme == "world" and e.perms == Permissions.READ for e in acl)
+    [daemon] = [e for e in acl if e.id.id.startswith(f"{users['shard_manager']}:")]
+    assert daemon.perms == Permissions.READ | Permissions.CREATE | Permissions.DELETE
 
 
 def test_the_collector_runs_under_its_own_identity(secured, zookeeper, namespace, raw_zk, tmp_path):
