@@ -20,6 +20,13 @@ SECTIONS = (SERVICES, AUTH, SHARD_INFO, METRICS, CLIENTS)
 # Clients' public keys; '.keys' can never be a service name, so it cannot collide with one.
 AUTH_KEYS = f"{AUTH}/.keys"
 
+# The services the daemons announce themselves as (their cluster views, docs/topology.md): one
+# per collector cluster and one per shard policy's manager. ``sentinel init --secure`` lets each
+# daemon role write its own such services and no others (docs/auth.md).
+COLLECTOR_SERVICE_PREFIX = "metric-collector-"
+SHARD_MANAGER_SERVICE_PREFIX = "shard-manager-"
+DEFAULT_COLLECTOR_CLUSTER = "default"
+
 NAME_MAX_LENGTH = 128
 # ':' separates partition and label in an instance node name, so it is not allowed in names.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\Z")

@@ -67,6 +67,12 @@ class Publisher:
             self._zk.create(path, spec.to_bytes(path))
         except NodeExistsError:
             pass
+        except NoAuthError:
+            # ZooKeeper checks the permission to create before whether the node exists: a
+            # role that may not create services (a daemon announcing itself) still gets the
+            # stored spec back when there is nothing to create.
+            if self._zk.exists(path) is None:
+                raise
         else:
             self._make_clients_node(spec.service)
             return spec

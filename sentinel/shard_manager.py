@@ -23,9 +23,11 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from sentinel import telemetry
+from sentinel.auth.grants import not_granted
 from sentinel.client import Sentinel
-from sentinel.errors import DecodeError, SentinelError, ValidationError
+from sentinel.errors import AccessDenied, DecodeError, SentinelError, ValidationError
 from sentinel.events import ChangeEvent, InstancesChanged, Reporter
+from sentinel.layout import SHARD_MANAGER_SERVICE_PREFIX
 from sentinel.records import decode
 from sentinel.registry import services_sharded_by
 from sentinel.shards import (
@@ -41,7 +43,7 @@ log = logging.getLogger(__name__)
 
 def manager_service(policy: str) -> str:
     """The service the replicas of a policy's shard manager register as."""
-    return f"shard-manager-{policy}"
+    return f"{SHARD_MANAGER_SERVICE_PREFIX}{policy}"
 
 
 class ShardManager:
@@ -64,13 +66,16 @@ class ShardManager:
         self._leading = threading.Event()
         self._alerted: set[tuple[str, str]] = set()
         self._alert_lock = threading.Lock()  # the loop and the cache's thread both check
-        self.registration = sentinel.register_service(
-            manager_service(policy),
-            policy,
-            socket.gethostname(),
-            1 + os.getpid() % 65535,
-            label=sentinel.client_id,
-        )
+        try:
+            self.registration = sentinel.register_service(
+                manager_service(policy),
+                policy,
+                socket.gethostname(),
+                1 + os.getpid() % 65535,
+                label=sentinel.client_id,
+            )
+        except AccessDenied as exc:
+            raise not_granted("shard_manager", manager_service(policy)) from exc
         self._zk.ensure_path(requests_path(policy))
         self._topology = Topology(sentinel, manager_service(policy))
         self._topology.add_listener(self._on_topology)

@@ -18,6 +18,9 @@ Each role has a digest identity (``user:password``). In a secured namespace:
 Nobody claims a node someone else should own: the admin grants (a key slot, a service's
 ``/clients`` node), and nothing open to anyone lets its creator choose who controls it next.
 Credentials are encrypted, so the world-readable ``/auth`` leaks nothing but their existence.
+The collector and the shard manager also write their own services under ``/services`` (and
+no others) once the admin grants them (:mod:`sentinel.auth.grants`). Applying all of this to
+a namespace, and again whenever it may have drifted, is :mod:`sentinel.auth.securing`.
 """
 
 from __future__ import annotations
@@ -25,13 +28,12 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.security import (
     ACL,
     OPEN_ACL_UNSAFE,
@@ -232,166 +234,3 @@ def ensure_clients_node(zk: KazooClient, service: str) -> None:
     if zk.exists(path) is None:
         with contextlib.suppress(NodeExistsError):
             zk.create(path, acl=clients_service_acl(zk))
-
-
-@dataclass(frozen=True)
-class SecureReport:
-    """What :func:`secure_namespace` did: nodes checked and changed, key slots reset to the
-    admin (not enrolled), and nodes it could not repair (their ACL shuts the admin out)."""
-
-    checked: int
-    changed: int
-    reset_key_slots: tuple[str, ...]
-    unrepaired: tuple[str, ...]
-
-
-def secure_namespace(
-    zk: KazooClient,
-    identities: Mapping[str, str],
-    progress: Callable[[str], None] | None = None,
-) -> SecureReport:
-    """Apply :func:`namespace_acls` to the root, every section and every node below them.
-
-    Convergent: running it again re-applies every ACL, existing nodes included, and changes
-    only what differs. ``zk`` must be rooted at the namespace and authenticated as ``admin``
-    (or the nodes still open). Below the key slots and ``/clients/<service>`` the rules are:
-
-    * a key slot keeps its enrolled client only if ``/auth/.keys`` was already the admin's
-      before this run (its ACL then was set by the admin); any other slot, one made while
-      anyone could create key nodes, is reset to the admin and must be enrolled again;
-    * each service gets its ``/clients/<service>`` node; clients' own entries keep their
-      owners' ACLs.
-    """
-    acls = namespace_acls(identities)
-    admin = digest_id(identities["admin"])
-    zk.ensure_path(AUTH_KEYS)
-    slots_trusted = writers(zk.get_acls(AUTH_KEYS)[0]) == {admin}
-    plan = _Plan(zk, progress)
-    for path, acl in acls.items():
-        plan.apply(path, acl)
-    for section in SECTION_OWNERS:
-        skip = AUTH_KEYS if section == AUTH else None
-        plan.apply_below(section, acls[section], skip=skip)
-    reset = []
-    for slot in _children(zk, AUTH_KEYS):
-        path = f"{AUTH_KEYS}/{slot}"
-        acl = plan.current(path)
-        if acl is None:
-            continue
-        try:
-            # Only the admin can have made a slot in a /auth/.keys that was already its own.
-            if not slots_trusted or ACL(Permissions.ALL, admin) not in acl:
-                raise ValueError("not made by the admin")
-            owner = enrolled_owner(acl, {admin})
-        except ValueError:
-            # Made by someone never enrolled: made again, the admin's and empty, so that
-            # nothing is ever encrypted to the keys in it.
-            if plan.replace(path, key_slot_acl({admin}, None)):
-                reset.append(path)
-            continue
-        plan.apply(path, key_slot_acl({admin}, owner))
-        plan.apply_below(path, acls[AUTH_KEYS])
-    for service in _children(zk, SERVICES):
-        ensure_clients_node(zk, service)
-    for service in _children(zk, CLIENTS):
-        plan.apply(f"{CLIENTS}/{service}", clients_service_acl(zk))
-    return SecureReport(plan.checked, plan.changed, tuple(reset), tuple(plan.unrepaired))
-
-
-def key_slot_acl(admin_ids: Iterable[Id], owner: Id | None) -> list[ACL]:
-    """A client's key slot: the admins own it, the enrolled identity may write its keys."""
-    client = [] if owner is None else [ACL(Permissions.READ | Permissions.WRITE, owner)]
-    return [*(ACL(Permissions.ALL, i) for i in sorted(admin_ids)), *client, WORLD_READ]
-
-
-def enrolled_owner(acl: list[ACL], admin_ids: Iterable[Id]) -> Id | None:
-    """The one identity besides the admins that may write a key slot, or None if there is
-    none. ValueError if the ACL is not an enrolled slot's (world-writable, several writers,
-    or a writer that may change the ACL)."""
-    admin_ids = set(admin_ids)
-    if world_writable(acl):
-        raise ValueError("anyone may write it")
-    owners = [e for e in acl if grants_write(e) and e.id not in admin_ids]
-    if len(owners) > 1:
-        raise ValueError(f"{len(owners)} identities besides the admin may write it")
-    if owners and owners[0].perms & (Permissions.ADMIN | Permissions.CREATE | Permissions.DELETE):
-        raise ValueError("its writer may change its ACL or nodes below it")
-    return owners[0].id if owners else None
-
-
-class _Plan:
-    """Reads each node's ACL and sets it where it differs, counting what it did."""
-
-    def __init__(self, zk: KazooClient, progress: Callable[[str], None] | None) -> None:
-        self._zk = zk
-        self._progress = progress
-        self.checked = 0
-        self.changed = 0
-        self.unrepaired: list[str] = []
-
-    def current(self, path: str) -> list[ACL] | None:
-        try:
-            return self._zk.get_acls(path)[0]
-        except NoNodeError:
-            return None
-
-    def apply(self, path: str, acl: list[ACL], *, exact: bool = True) -> None:
-        """Set ``acl`` on ``path`` unless it has it; not ``exact``, a node that only ``acl``'s
-        writers may change and anyone may read is left as it is (a publisher's instance
-        node is its own, not the admin's)."""
-        current = self.current(path)
-        if current is None:
-            return
-        self.checked += 1
-        if sorted(current) == sorted(acl) or (not exact and _within(current, acl)):
-            return
-        try:
-            self._zk.set_acls(path, acl)
-        except NoNodeError:
-            return
-        except NoAuthError:
-            self.unrepaired.append(path)
-            return
-        self.changed += 1
-        if self._progress:
-            self._progress(path)
-
-    def replace(self, path: str, acl: list[ACL]) -> bool:
-        """Delete ``path`` (and what is below it) and create it empty with ``acl``; the
-        admin may do that where the ACL of the node itself shuts it out."""
-        self.checked += 1
-        try:
-            self._zk.delete(path, recursive=True)
-            self._zk.create(path, b"", acl=acl)
-        except (NoAuthError, NotEmptyError):
-            self.unrepaired.append(path)
-            return False
-        self.changed += 1
-        if self._progress:
-            self._progress(path)
-        return True
-
-    def apply_below(self, parent: str, acl: list[ACL], skip: str | None = None) -> None:
-        for child in _children(self._zk, parent):
-            path = f"{parent.rstrip('/')}/{child}"
-            if path != skip:
-                self.apply(path, acl, exact=False)
-                self.apply_below(path, acl, skip)
-
-
-def _within(current: list[ACL], wanted: list[ACL]) -> bool:
-    """Whether ``current`` lets nobody write whom ``wanted`` does not, and anyone read."""
-    readable = any(e.id == WORLD_READ.id and e.perms & Permissions.READ for e in current)
-    allowed = {principal(i) for i in writers(wanted)}
-    return (
-        readable
-        and not world_writable(current)
-        and {principal(i) for i in writers(current)} <= allowed
-    )
-
-
-def _children(zk: KazooClient, path: str) -> list[str]:
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []

@@ -10,6 +10,7 @@ Third-party backends register under the ``sentinel.auth_backends`` entry point.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -78,10 +79,20 @@ class FileBackend:
 
 
 _ROLE_UNSAFE = re.compile(r"[^a-z0-9_]")
+ROLE_NAME_MAX_BYTES = 63  # PostgreSQL's identifier limit (NAMEDATALEN - 1)
+ROLE_HASH_CHARS = 16  # 64 bits: no accidental collision, none worth searching for
+# The shape of a role name with the hash: a name of the old scheme with this shape might be
+# another (service, client)'s current role, so revoking never drops it as a legacy name.
+_HASHED_ROLE = re.compile(rf"_[0-9a-f]{{{ROLE_HASH_CHARS}}}_v[0-9]+\Z")
+
+
+def _readable(service: str, client: str) -> str:
+    """``<client>_<service>`` lower-case, ``_`` for every other character: not unique."""
+    return _ROLE_UNSAFE.sub("_", f"{client}_{service}".lower())
 
 
 class PostgresBackend:
-    """One PostgreSQL login role per (client, version): ``<client>_<service>_v<version>``.
+    """One PostgreSQL login role per (client, version), named by :meth:`role_name`.
 
     ``dsn`` connects as a role allowed to create roles (``CREATEROLE``). ``member_of`` names a
     group role whose privileges every generated role inherits, so grants are made once. Revoking
@@ -100,10 +111,24 @@ class PostgresBackend:
 
     @staticmethod
     def role_name(service: str, client: str, version: int) -> str:
-        """The role of one version: lower-case, at most 63 bytes (PostgreSQL's limit)."""
+        """The role of one version: ``<client>_<service>_<hash>_v<version>``, at most 63 bytes.
+
+        The readable part is lower-case with ``_`` for other characters, cut short when the
+        name would be too long; ``<hash>`` (16 hex digits of SHA-256 of the exact service and
+        client) keeps pairs apart that read the same, such as (``c``, ``a-b``) and
+        (``b-c``, ``a``). Deterministic: revoking finds the role that creating made.
+        """
+        exact = json.dumps([service, client], ensure_ascii=False).encode("utf-8")
+        digest = hashlib.sha256(exact).hexdigest()[:ROLE_HASH_CHARS]
+        suffix = f"_{digest}_v{version}"
+        return _readable(service, client)[: max(0, ROLE_NAME_MAX_BYTES - len(suffix))] + suffix
+
+    @staticmethod
+    def legacy_role_name(service: str, client: str, version: int) -> str:
+        """The name versions created before the hash was added have: ``<client>_<service>_v<n>``
+        (several pairs can share it). Revoking drops that role too, if it exists."""
         suffix = f"_v{version}"
-        base = _ROLE_UNSAFE.sub("_", f"{client}_{service}".lower())
-        return base[: 63 - len(suffix)] + suffix
+        return _readable(service, client)[: ROLE_NAME_MAX_BYTES - len(suffix)] + suffix
 
     def _execute(self, *statements: Any) -> None:
         import psycopg  # an optional dependency: the 'postgres' extra
@@ -139,17 +164,27 @@ class PostgresBackend:
         return credential | ({"dbname": self.dbname} if self.dbname else {})
 
     def revoke(self, service: str, client: str, version: int) -> None:
-        """End the role's sessions and drop it."""
-        from psycopg import sql
+        """End the role's sessions and drop it, and the same for a role of the version under
+        its :meth:`legacy_role_name` (created before an upgrade), unless that name has the
+        shape of a current one."""
+        roles = [self.role_name(service, client, version)]
+        legacy = self.legacy_role_name(service, client, version)
+        if not _HASHED_ROLE.search(legacy):
+            roles.append(legacy)
+        self._execute(*(statement for role in roles for statement in _drop_role(role)))
 
-        role = self.role_name(service, client, version)
-        self._execute(
-            sql.SQL(
-                "DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = {name}) "
-                "THEN ALTER ROLE {role} NOLOGIN; END IF; END$$"
-            ).format(name=sql.Literal(role), role=sql.Identifier(role)),
-            sql.SQL(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = {}"
-            ).format(sql.Literal(role)),
-            sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)),
-        )
+
+def _drop_role(role: str) -> list[Any]:
+    """The statements that disable ``role``, end its sessions and drop it (if it exists)."""
+    from psycopg import sql
+
+    return [
+        sql.SQL(
+            "DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = {name}) "
+            "THEN ALTER ROLE {role} NOLOGIN; END IF; END$$"
+        ).format(name=sql.Literal(role), role=sql.Identifier(role)),
+        sql.SQL("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = {}").format(
+            sql.Literal(role)
+        ),
+        sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)),
+    ]

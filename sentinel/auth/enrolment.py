@@ -12,9 +12,11 @@ an entry owned by the identity enrolled for its auth client (:func:`owned_by`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.security import ACL, Id
+from kazoo.security import ACL, Id, Permissions
 
 from sentinel.auth import acl
 from sentinel.errors import KeySlotNotOwned
@@ -31,7 +33,7 @@ def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) ->
     validate_name("client", client)
     path = auth_keys_path(client)
     admin_ids = acl.admins(zk)
-    wanted = acl.key_slot_acl(admin_ids, owner)
+    wanted = key_slot_acl(admin_ids, owner)
     try:
         current, _ = zk.get_acls(path)
     except NoNodeError:
@@ -40,7 +42,7 @@ def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) ->
     if sorted(current) == sorted(wanted):
         return False
     try:
-        previous = acl.enrolled_owner(current, admin_ids)
+        previous = enrolled_owner(current, admin_ids)
     except ValueError:
         previous = None  # not a slot's ACL (made before the namespace was secured)
     if previous is not None and previous != owner and not replace:
@@ -52,6 +54,27 @@ def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) ->
     if previous != owner:
         zk.set(path, b"")  # published by someone else: never encrypt to those keys
     return True
+
+
+def key_slot_acl(admin_ids: Iterable[Id], owner: Id | None) -> list[ACL]:
+    """A client's key slot: the admins own it, the enrolled identity may write its keys."""
+    client = [] if owner is None else [ACL(Permissions.READ | Permissions.WRITE, owner)]
+    return [*(ACL(Permissions.ALL, i) for i in sorted(admin_ids)), *client, acl.WORLD_READ]
+
+
+def enrolled_owner(entries: list[ACL], admin_ids: Iterable[Id]) -> Id | None:
+    """The one identity besides the admins that may write a key slot, or None if there is
+    none. ValueError if the ACL is not an enrolled slot's (world-writable, several writers,
+    or a writer that may change the ACL)."""
+    admin_ids = set(admin_ids)
+    if acl.world_writable(entries):
+        raise ValueError("anyone may write it")
+    owners = [e for e in entries if acl.grants_write(e) and e.id not in admin_ids]
+    if len(owners) > 1:
+        raise ValueError(f"{len(owners)} identities besides the admin may write it")
+    if owners and owners[0].perms & (Permissions.ADMIN | Permissions.CREATE | Permissions.DELETE):
+        raise ValueError("its writer may change its ACL or nodes below it")
+    return owners[0].id if owners else None
 
 
 def slot_owner(zk: KazooClient, client: str) -> Id | None:
@@ -69,7 +92,7 @@ def slot_owner(zk: KazooClient, client: str) -> Id | None:
     except NoNodeError:
         return None  # reading the keys says there are none, with the fix
     try:
-        return acl.enrolled_owner(entries, acl.admins(zk))
+        return enrolled_owner(entries, acl.admins(zk))
     except ValueError as exc:
         raise KeySlotNotOwned(
             f"{path} is not owned by client {client!r}'s enrolled identity ({exc}): "

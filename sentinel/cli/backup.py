@@ -15,6 +15,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sentinel.auth import acl
+from sentinel.auth.grants import grant_daemon_services, parse_grant
+from sentinel.auth.securing import secure_namespace
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -35,11 +37,14 @@ _BATCH_OPS = 200
 
 
 def _init(args: argparse.Namespace) -> int:
+    requested = [parse_grant(grant) for grant in args.grant]  # checked before any write
     identities = None
     if args.secure:
         if not args.identities:
             raise ValidationError("--secure needs --identities FILE (created when missing)")
         identities = acl.load_identities(args.identities, create_missing=True)
+    elif requested:
+        raise ValidationError("--grant needs --secure")
     with client(args) as sentinel:  # starting a client creates the namespace and sections
         document: dict[str, Any] = {
             "namespace": sentinel.namespace,
@@ -49,13 +54,14 @@ def _init(args: argparse.Namespace) -> int:
         }
     if identities is not None:
         with connect(args, identity=identities["admin"]) as zk:
-            report = acl.secure_namespace(zk, identities)
+            report = secure_namespace(zk, identities, requested)
         document["acl_nodes"] = {
             "checked": report.checked,
             "changed": report.changed,
             "reset_key_slots": list(report.reset_key_slots),
             "unrepaired": list(report.unrepaired),
         }
+        document["grants"] = report.grants
         document["identities"] = {role: i.split(":", 1)[0] for role, i in identities.items()}
     if args.json:
         print_json(document)
@@ -84,7 +90,31 @@ def _init(args: argparse.Namespace) -> int:
                     "(a ZooKeeper superuser can; see docs/auth.md)",
                     file=sys.stderr,
                 )
+            _print_grants(document["grants"], identities)
     return EXIT_NOT_FOUND if identities is not None and report.unrepaired else EXIT_OK
+
+
+def _print_grants(grants: dict[str, str], identities: dict[str, str]) -> None:
+    for service, role in grants.items():
+        user = identities[role].split(":", 1)[0]
+        print(f"  {role:<14} {user:<14} announces itself in /services/{service}")
+
+
+def _grant(args: argparse.Namespace) -> int:
+    requested = [parse_grant(grant) for grant in args.grants]  # checked before any write
+    identities = acl.load_identities(args.identities)
+    with connect(args, identity=identities["admin"]) as zk:
+        if not acl.is_secured(zk):
+            raise ValidationError(
+                f"namespace {args.namespace} is not secured: run 'sentinel init --secure' first"
+            )
+        grants = grant_daemon_services(zk, identities, requested)
+    if args.json:
+        print_json({"grants": grants})
+    else:
+        print(f"daemon services of {args.namespace}, each writable by its role:")
+        _print_grants(grants, identities)
+    return EXIT_OK
 
 
 ROLE_SECTIONS = {
@@ -272,7 +302,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "client key slots (`sentinel auth enroll`). Re-running it re-applies the ACL of every "
         "node of every section, existing ones included, and resets key slots the admin did "
         "not enrol. Roles then connect with $SENTINEL_ZK_IDENTITY=user:password (see "
-        "docs/auth.md). Exit 1 when a node's ACL shuts the admin out.",
+        "docs/auth.md). Exit 1 when a node's ACL shuts the admin out. "
+        "The collector and the shard manager also register themselves (their cluster "
+        "views) under their own identities: each may write its own services and no others, "
+        "by default metric-collector-default and shard-manager-POLICY for every shard policy; "
+        "--grant adds others, and 'sentinel grant' adds them later (after creating a shard "
+        "policy, or for a new collector cluster).",
     )
     init.add_argument("--secure", action="store_true", help="set ACLs per role")
     init.add_argument(
@@ -280,6 +315,39 @@ def register(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="JSON file of role -> 'user:password'; missing roles get generated ones "
         "(the file is written with mode 0600)",
+    )
+    init.add_argument(
+        "--grant",
+        action="append",
+        default=[],
+        metavar="ROLE=SERVICE",
+        help="with --secure: also let a daemon role announce itself as SERVICE, e.g. "
+        "collector=metric-collector-eu-1 (a collector cluster) or "
+        "shard_manager=shard-manager-tenants (a policy's manager); repeatable",
+    )
+
+    grant = add_command(
+        commands,
+        "grant",
+        _grant,
+        "let the collector or shard manager announce itself in a secured namespace",
+        "In a namespace secured by 'sentinel init --secure', let each daemon role register "
+        "itself (its cluster view) in its own services under its own identity, and in no "
+        "other service: the collector in metric-collector-CLUSTER, the shard manager in "
+        "shard-manager-POLICY. Grants the default collector cluster's, the manager's of "
+        "every shard policy, every such service that exists, and those named (creating "
+        "their specs). Run it after creating a shard policy or before starting a collector "
+        "cluster; it is idempotent. Acts as the admin (and the publisher, for specs the "
+        "publisher made) from the identities file.",
+    )
+    grant.add_argument(
+        "grants",
+        nargs="*",
+        metavar="ROLE=SERVICE",
+        help="e.g. collector=metric-collector-eu-1 or shard_manager=shard-manager-tenants",
+    )
+    grant.add_argument(
+        "--identities", required=True, metavar="FILE", help="the file 'init --secure' wrote"
     )
 
     export = add_command(

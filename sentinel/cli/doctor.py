@@ -11,6 +11,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sentinel.auth import acl
+from sentinel.auth.enrolment import enrolled_owner
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -131,7 +132,7 @@ def _acl_problem(
     parts = path.strip("/").split("/")
     if path.startswith(f"{AUTH_KEYS}/") and len(parts) == 3:
         try:
-            acl.enrolled_owner(entries, admins)
+            enrolled_owner(entries, admins)
         except ValueError as exc:
             return f"key slot not as enrolled ({exc})", f"{_SECURE_FIX} (resets it), then " + (
                 f"sentinel auth enroll {parts[2]}"

@@ -27,12 +27,12 @@ from typing import Any
 from sentinel.collector.options import Options
 from sentinel.collector.source import Source, build_source
 from sentinel.errors import CollectorConfigError, ValidationError
-from sentinel.layout import validate_name
+from sentinel.layout import DEFAULT_COLLECTOR_CLUSTER, validate_name
 
 DEFAULT_INTERVAL = 10.0
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_WORKERS = 16
-DEFAULT_CLUSTER = "default"
+DEFAULT_CLUSTER = DEFAULT_COLLECTOR_CLUSTER
 
 
 @dataclass(frozen=True)

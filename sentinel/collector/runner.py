@@ -31,10 +31,12 @@ from dataclasses import dataclass
 
 from balancers.sticky import rendezvous_score
 from sentinel import telemetry
+from sentinel.auth.grants import not_granted
 from sentinel.client import Sentinel
 from sentinel.collector.config import CollectorConfig, ServiceCollection
 from sentinel.endpoint import Endpoint
 from sentinel.errors import (
+    AccessDenied,
     SentinelError,
     ServiceNotFound,
     SourceTimeout,
@@ -42,7 +44,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.events import ChangeEvent, InstancesChanged, Reporter, ServiceSpecChanged
-from sentinel.layout import instance_name
+from sentinel.layout import COLLECTOR_SERVICE_PREFIX, instance_name
 from sentinel.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -52,7 +54,7 @@ MISSING_SERVICE_RETRY = 1.0
 
 def member_service(cluster: str) -> str:
     """The service the members of a collector cluster register as."""
-    return f"metric-collector-{cluster}"
+    return f"{COLLECTOR_SERVICE_PREFIX}{cluster}"
 
 
 def owner(key: str, members: Sequence[str]) -> str | None:
@@ -99,13 +101,16 @@ class MetricCollector:
         self._random = random.Random()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="sentinel-collect")
-        self.registration = sentinel.register_service(
-            member_service(config.cluster),
-            config.cluster,
-            socket.gethostname(),
-            1 + os.getpid() % 65535,
-            label=sentinel.client_id,
-        )
+        try:
+            self.registration = sentinel.register_service(
+                member_service(config.cluster),
+                config.cluster,
+                socket.gethostname(),
+                1 + os.getpid() % 65535,
+                label=sentinel.client_id,
+            )
+        except AccessDenied as exc:
+            raise not_granted("collector", member_service(config.cluster)) from exc
         self.member = instance_name(config.cluster, sentinel.client_id)
         self._topology = Topology(sentinel, member_service(config.cluster))
         self._topology.add_listener(lambda _event: self._changed())

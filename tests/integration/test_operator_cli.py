@@ -313,6 +313,7 @@ def test_every_command_has_help():
         "deps",
         "doctor",
         "init",
+        "grant",
         "export",
         "import",
         "prune",

@@ -1,0 +1,180 @@
+"""``sentinel init --secure``: apply :mod:`sentinel.auth.acl`'s ACLs to a whole namespace.
+
+Convergent: running it again re-applies every ACL, existing nodes included, and changes only
+what differs; a node whose own ACL shuts the admin out is reported, not skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError, NoNodeError, NotEmptyError
+from kazoo.security import ACL, Permissions
+
+from sentinel.auth.acl import (
+    AUTH_KEYS,
+    SECTION_OWNERS,
+    WORLD_READ,
+    clients_service_acl,
+    digest_id,
+    ensure_clients_node,
+    namespace_acls,
+    principal,
+    world_writable,
+    writers,
+)
+from sentinel.auth.enrolment import enrolled_owner, key_slot_acl
+from sentinel.auth.grants import daemon_grants, grant_daemon_services, service_acl
+from sentinel.layout import AUTH, CLIENTS, SERVICES, service_path
+
+
+@dataclass(frozen=True)
+class SecureReport:
+    """What :func:`secure_namespace` did: nodes checked and changed, key slots reset to the
+    admin (not enrolled), and nodes it could not repair (their ACL shuts the admin out)."""
+
+    checked: int
+    changed: int
+    reset_key_slots: tuple[str, ...]
+    unrepaired: tuple[str, ...]
+    grants: dict[str, str] = field(default_factory=dict)  # daemon service -> role
+
+
+def secure_namespace(
+    zk: KazooClient,
+    identities: Mapping[str, str],
+    grants: Iterable[tuple[str, str]] = (),
+    progress: Callable[[str], None] | None = None,
+) -> SecureReport:
+    """Apply :func:`namespace_acls` to the root, every section and every node below them.
+
+    Convergent: running it again re-applies every ACL, existing nodes included, and changes
+    only what differs. ``zk`` must be rooted at the namespace and authenticated as ``admin``
+    (or the nodes still open). Below the key slots and ``/clients/<service>`` the rules are:
+
+    * a key slot keeps its enrolled client only if ``/auth/.keys`` was already the admin's
+      before this run (its ACL then was set by the admin); any other slot, one made while
+      anyone could create key nodes, is reset to the admin and must be enrolled again;
+    * each service gets its ``/clients/<service>`` node; clients' own entries keep their
+      owners' ACLs;
+    * the daemons' services keep (or get: ``grants``, (role, service) pairs) their grants
+      (:func:`~sentinel.auth.grants.grant_daemon_services`).
+    """
+    acls = namespace_acls(identities)
+    admin = digest_id(identities["admin"])
+    zk.ensure_path(AUTH_KEYS)
+    slots_trusted = writers(zk.get_acls(AUTH_KEYS)[0]) == {admin}
+    granted = daemon_grants(zk, grants)
+    plan = _Plan(zk, progress)
+    for path, acl in acls.items():
+        plan.apply(path, acl)
+    skips = {AUTH: {AUTH_KEYS}, SERVICES: {service_path(service) for service in granted}}
+    for section in SECTION_OWNERS:
+        plan.apply_below(section, acls[section], skip=skips.get(section, set()))
+    reset = []
+    for slot in _children(zk, AUTH_KEYS):
+        path = f"{AUTH_KEYS}/{slot}"
+        acl = plan.current(path)
+        if acl is None:
+            continue
+        try:
+            # Only the admin can have made a slot in a /auth/.keys that was already its own.
+            if not slots_trusted or ACL(Permissions.ALL, admin) not in acl:
+                raise ValueError("not made by the admin")
+            owner = enrolled_owner(acl, {admin})
+        except ValueError:
+            # Made by someone never enrolled: made again, the admin's and empty, so that
+            # nothing is ever encrypted to the keys in it.
+            if plan.replace(path, key_slot_acl({admin}, None)):
+                reset.append(path)
+            continue
+        plan.apply(path, key_slot_acl({admin}, owner))
+        plan.apply_below(path, acls[AUTH_KEYS])
+    for service in _children(zk, SERVICES):
+        ensure_clients_node(zk, service)
+    for service in _children(zk, CLIENTS):
+        plan.apply(f"{CLIENTS}/{service}", clients_service_acl(zk))
+    granted = grant_daemon_services(zk, identities, grants)
+    for service, role in granted.items():
+        plan.apply_below(service_path(service), service_acl(identities, role))
+    return SecureReport(plan.checked, plan.changed, tuple(reset), tuple(plan.unrepaired), granted)
+
+
+class _Plan:
+    """Reads each node's ACL and sets it where it differs, counting what it did."""
+
+    def __init__(self, zk: KazooClient, progress: Callable[[str], None] | None) -> None:
+        self._zk = zk
+        self._progress = progress
+        self.checked = 0
+        self.changed = 0
+        self.unrepaired: list[str] = []
+
+    def current(self, path: str) -> list[ACL] | None:
+        try:
+            return self._zk.get_acls(path)[0]
+        except NoNodeError:
+            return None
+
+    def apply(self, path: str, acl: list[ACL], *, exact: bool = True) -> None:
+        """Set ``acl`` on ``path`` unless it has it; not ``exact``, a node that only ``acl``'s
+        writers may change and anyone may read is left as it is (a publisher's instance
+        node is its own, not the admin's)."""
+        current = self.current(path)
+        if current is None:
+            return
+        self.checked += 1
+        if sorted(current) == sorted(acl) or (not exact and _within(current, acl)):
+            return
+        try:
+            self._zk.set_acls(path, acl)
+        except NoNodeError:
+            return
+        except NoAuthError:
+            self.unrepaired.append(path)
+            return
+        self.changed += 1
+        if self._progress:
+            self._progress(path)
+
+    def replace(self, path: str, acl: list[ACL]) -> bool:
+        """Delete ``path`` (and what is below it) and create it empty with ``acl``; the
+        admin may do that where the ACL of the node itself shuts it out."""
+        self.checked += 1
+        try:
+            self._zk.delete(path, recursive=True)
+            self._zk.create(path, b"", acl=acl)
+        except (NoAuthError, NotEmptyError):
+            self.unrepaired.append(path)
+            return False
+        self.changed += 1
+        if self._progress:
+            self._progress(path)
+        return True
+
+    def apply_below(self, parent: str, acl: list[ACL], skip: set[str] | None = None) -> None:
+        for child in _children(self._zk, parent):
+            path = f"{parent.rstrip('/')}/{child}"
+            if path not in (skip or ()):
+                self.apply(path, acl, exact=False)
+                self.apply_below(path, acl, skip)
+
+
+def _within(current: list[ACL], wanted: list[ACL]) -> bool:
+    """Whether ``current`` lets nobody write whom ``wanted`` does not, and anyone read."""
+    readable = any(e.id == WORLD_READ.id and e.perms & Permissions.READ for e in current)
+    allowed = {principal(i) for i in writers(wanted)}
+    return (
+        readable
+        and not world_writable(current)
+        and {principal(i) for i in writers(current)} <= allowed
+    )
+
+
+def _children(zk: KazooClient, path: str) -> list[str]:
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
