@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 from kazoo.security import (
     ACL,
     OPEN_ACL_UNSAFE,
@@ -45,8 +45,9 @@ from kazoo.security import (
 )
 
 from sentinel.auth.keys import write_secret_file
-from sentinel.errors import KeyFileError, ValidationError
+from sentinel.errors import DecodeError, KeyFileError, ValidationError
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
+from sentinel.records import decode, encode
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
 SECTION_OWNERS = {
@@ -214,13 +215,21 @@ def namespace_acls(identities: Mapping[str, str]) -> dict[str, list[ACL]]:
     return acls
 
 
-def clients_service_acl(zk: KazooClient) -> list[ACL]:
+def clients_service_acl(zk: KazooClient) -> list[ACL] | None:
     """The ACL of ``/clients/<service>``: every client may add its own node, nobody but the
-    admins may delete one or change the ACL. Open when ``/clients`` itself is open."""
+    admins may delete one or change the ACL. Open when ``/clients`` itself is open.
+
+    ZooKeeper shows the admins' digest ids only to the admins (``user:x`` to the publisher
+    that creates the node), so ``init --secure`` also writes them into ``/clients``' data,
+    which nobody else may write. None when neither says who the admins are.
+    """
     section, _ = zk.get_acls(CLIENTS)
     if world_writable(section):
         return list(OPEN_ACL_UNSAFE)
-    return clients_service_acl_for(e.id for e in section if e.perms & Permissions.ADMIN)
+    admins = {e.id for e in section if e.perms & Permissions.ADMIN}
+    if any(i.scheme == "digest" and i.id.endswith(":x") for i in admins):
+        admins = _published_admins(zk, {principal(i) for i in admins})
+    return clients_service_acl_for(admins) if admins else None
 
 
 def clients_service_acl_for(admin_ids: Iterable[Id]) -> list[ACL]:
@@ -228,9 +237,37 @@ def clients_service_acl_for(admin_ids: Iterable[Id]) -> list[ACL]:
     return [*(ACL(Permissions.ALL, i) for i in sorted(admin_ids)), WORLD_READ_CREATE]
 
 
+def publish_admins(zk: KazooClient) -> None:
+    """Write the admins' ids into ``/clients``' data for :func:`clients_service_acl`; ``zk``
+    is an admin (it sees the ids whole)."""
+    section, _ = zk.get_acls(CLIENTS)
+    admins = (e.id for e in section if e.perms & Permissions.ADMIN)
+    ids = sorted(i.id for i in admins if i.scheme == "digest")
+    data = encode(CLIENTS, {"admins": ids})
+    if zk.get(CLIENTS)[0] != data:
+        zk.set(CLIENTS, data)
+
+
+def _published_admins(zk: KazooClient, principals: set[Id]) -> set[Id]:
+    """The admin ids ``/clients``' data names, kept only where its ACL agrees."""
+    try:
+        document = decode(CLIENTS, zk.get(CLIENTS)[0])
+    except DecodeError:
+        return set()
+    listed = document.get("admins")
+    if not isinstance(listed, list):
+        return set()
+    ids = {Id("digest", i) for i in listed if isinstance(i, str) and i.count(":") == 1}
+    return {i for i in ids if principal(i) in principals}
+
+
 def ensure_clients_node(zk: KazooClient, service: str) -> None:
     """Create ``/clients/<service>`` with :func:`clients_service_acl` unless it exists."""
     path = f"{CLIENTS}/{service}"
-    if zk.exists(path) is None:
-        with contextlib.suppress(NodeExistsError):
-            zk.create(path, acl=clients_service_acl(zk))
+    if zk.exists(path) is not None:
+        return
+    acl = clients_service_acl(zk)
+    if acl is None:
+        raise NoAuthError()  # nobody could repair it: leave it to `sentinel init --secure`
+    with contextlib.suppress(NodeExistsError):
+        zk.create(path, acl=acl)

@@ -22,6 +22,7 @@ from sentinel.auth.acl import (
     ensure_clients_node,
     namespace_acls,
     principal,
+    publish_admins,
     world_writable,
     writers,
 )
@@ -92,6 +93,7 @@ def secure_namespace(
             continue
         plan.apply(path, key_slot_acl({admin}, owner))
         plan.apply_below(path, acls[AUTH_KEYS])
+    publish_admins(zk)
     for service in _children(zk, SERVICES):
         ensure_clients_node(zk, service)
     for service in _children(zk, CLIENTS):

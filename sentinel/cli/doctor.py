@@ -9,9 +9,11 @@ from dataclasses import asdict, dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.security import Permissions
 
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
+from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -23,7 +25,7 @@ from sentinel.cli.common import (
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.launcher import four_letter_word
-from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS
+from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.records import ServiceSpec
 from sentinel.registry import list_services, read_metrics, read_service
 from sentinel.shards import ShardPolicySpec, iter_assignments, policy_path
@@ -113,7 +115,9 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
             problem = _acl_problem(path, entries, parent_acl, admins)
             if problem is not None:
                 findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
-            queue.append((path, parent_acl if parent != CLIENTS else entries))
+            # Below /clients/<service> and a daemon's service, their own ACL is the rule.
+            own_rule = parent == CLIENTS or _daemon_service(path)
+            queue.append((path, entries if own_rule else parent_acl))
     scope = f"the first {checked:,} nodes (sampled)" if truncated else f"all {checked:,} nodes"
     if not findings:
         findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
@@ -152,6 +156,9 @@ def _acl_problem(
         return None
     if acl.world_writable(entries):
         return "anyone may write it", _SECURE_FIX
+    if _daemon_service(path):
+        # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
+        entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
     outsiders = {acl.principal(i) for i in acl.writers(entries)} - {
         acl.principal(i) for i in acl.writers(section_acl)
     }
@@ -159,6 +166,12 @@ def _acl_problem(
         names = ", ".join(sorted(i.id for i in outsiders))
         return f"writable by {names}, outside its section's roles", _SECURE_FIX
     return None
+
+
+def _daemon_service(path: str) -> bool:
+    """Whether ``path`` is a daemon's own service node (:mod:`sentinel.auth.grants`)."""
+    parent, _, name = path.rpartition("/")
+    return parent == SERVICES and name.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
 
 
 def _children(zk: KazooClient, path: str) -> list[str]:
@@ -229,9 +242,11 @@ def _partitions(
     if spec.shard_policy is None:
         if live:
             return []
+        # A daemon's service waits for its daemon (init --secure creates the default ones).
+        daemon = spec.service.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
         return [
             Finding(
-                "error",
+                "warn" if daemon else "error",
                 "no live instance",
                 f"{spec.service} has no instance up",
                 f"start an instance that registers {spec.service}",

@@ -419,3 +419,22 @@ def test_doctor_flags_what_init_secure_repairs(secured: SecuredNamespace, victim
     done = cli("init", "--secure", "--identities", str(secured.identities_file), "--json")
     assert json.loads(done.stdout)["acl_nodes"]["reset_key_slots"] == [slot]
     assert admin.get(slot)[0] == b""  # keys anyone could have swapped are never used
+
+
+def test_init_secure_converges_on_a_namespace_in_use(secured: SecuredNamespace, victim, cli):
+    # Every role has written its own nodes, with its own ACLs, since the namespace was secured.
+    secured.role("shard_manager").create_shard_policy("tenants", "directory", partitions=["p1"])
+    secured.role("collector").update_metrics(SERVICE, "p1", "10.0.0.5_5432", {"lag": 0.5})
+
+    def init() -> dict:
+        done = cli("init", "--secure", "--identities", str(secured.identities_file), "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout)
+
+    first = init()
+    assert first["acl_nodes"]["unrepaired"] == [] and first["acl_nodes"]["reset_key_slots"] == []
+    assert "shard-manager-tenants" in first["grants"]  # the new policy's manager is granted
+    again = init()["acl_nodes"]
+    assert (again["changed"], again["unrepaired"], again["reset_key_slots"]) == (0, [], [])
+    assert again["checked"] > 10
+    still_works(secured, victim, "after-init")
