@@ -187,3 +187,14 @@ class EndpointFailed(SentinelError):
 class SnapshotRejected(SentinelError):
     """A last-known-good snapshot file cannot be served: missing, corrupt, or of another
     namespace or ensemble; the message says which."""
+
+
+class TlsConfigError(ValidationError):
+    """A TLS setting is unusable: a CA, certificate or key file that cannot be read or loaded,
+    or a certificate without its key; the message names the file, never its content."""
+
+
+class TlsHandshakeFailed(ZooKeeperUnavailable):
+    """ZooKeeper answered but no TLS session could be set up with it: its certificate is not
+    trusted (wrong or missing CA), does not name the host, or it refused the client's
+    certificate; the message carries the TLS library's reason."""

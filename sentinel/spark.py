@@ -39,6 +39,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
 from sentinel.layout import sanitize_name, validate_name, validate_namespace
+from sentinel.tls import TlsConfig
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -65,7 +66,8 @@ class ClientConfig:
     ``client_id`` (its ``auth_client``) into ``endpoint.auth``, and confirms each version in its
     own entry, so a rotation waits for every worker. ``session_timeout`` is also how long a
     crashed worker's ``/clients`` entries outlive it (PySpark ends workers without running exit
-    handlers).
+    handlers). ``tls`` holds the paths, on the executors, of the TLS files (a
+    :class:`~sentinel.tls.TlsConfig`; None: plain TCP).
     """
 
     hosts: str
@@ -74,6 +76,7 @@ class ClientConfig:
     key_file: str | None = None
     connect_timeout: float = 10.0
     session_timeout: float = 10.0
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         validate_namespace(self.namespace)
@@ -124,6 +127,7 @@ def get_client(config: ClientConfig) -> Sentinel:
                 app=config.client_id,
                 auth_keys=config.key_file,
                 auth_client=config.client_id,
+                tls=config.tls,
             ).start()
             _clients[config] = client
             log.info("worker %d connected to %s as %s", os.getpid(), config.hosts, client.client_id)
