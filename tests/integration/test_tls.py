@@ -13,12 +13,17 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from kazoo.exceptions import KazooException
 
 from sentinel import Sentinel, spark
-from sentinel.errors import TlsConfigError, TlsHandshakeFailed, ZooKeeperUnavailable
+from sentinel.errors import (
+    TlsConfigError,
+    TlsHandshakeFailed,
+    ZooKeeperUnavailable,
+)
 from sentinel.launcher import LocalZooKeeper, server_mode
 from sentinel.spark import ClientConfig, get_client
-from sentinel.testing import wait_until
+from sentinel.testing import expire_session, wait_until
 from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
 from tests.conftest import SENTINEL
 
@@ -99,6 +104,18 @@ def test_a_publisher_and_a_client_resolve_over_tls(tls_client):
         "orders-db", "main", "10.0.0.6", 5432, scheme="postgresql", label="b"
     )
     assert wait_until(lambda: len(reader.get_services("orders-db")) == 2) is not None
+
+
+def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):
+    publisher = tls_client("publisher")
+    registration = publisher.register_service("api", "main", "10.0.0.8", 80, scheme="http")
+    old_session = expire_session(publisher)  # the intruder joins the session over TLS too
+
+    def registered_again() -> bool:
+        node = publisher._zk.exists(registration.path)
+        return node is not None and node.ephemeralOwner == publisher.session_id != old_session
+
+    assert wait_until(registered_again, timeout=20, ignore=(KazooException,)) is not None
 
 
 def test_the_cli_lists_and_resolves_with_zk_tls_and_the_environment(tls_zk, tls_client):
