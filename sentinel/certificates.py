@@ -106,7 +106,8 @@ def _private_pem(key: rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, mode: int = 0o644) -> Path:
+def write_file(path: Path, data: bytes, mode: int = 0o644) -> Path:
+    """Write ``data`` to ``path`` with ``mode`` from its first byte (keys: 0600)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as file:
         file.write(data)
@@ -131,10 +132,10 @@ def make_local_pki(directory: Path) -> LocalPki:
     client_key = _key()
     client = _certificate("sentinel-client", client_key, issuer, ExtendedKeyUsageOID.CLIENT_AUTH)
     return LocalPki(
-        ca=_write(directory / "ca.pem", _pem(ca)),
-        server_keystore=_write(
+        ca=write_file(directory / "ca.pem", _pem(ca)),
+        server_keystore=write_file(
             directory / "server.pem", _private_pem(server_key) + _pem(server), 0o600
         ),
-        client_cert=_write(directory / "client.pem", _pem(client)),
-        client_key=_write(directory / "client-key.pem", _private_pem(client_key), 0o600),
+        client_cert=write_file(directory / "client.pem", _pem(client)),
+        client_key=write_file(directory / "client-key.pem", _private_pem(client_key), 0o600),
     )

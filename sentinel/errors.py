@@ -123,6 +123,11 @@ class AccessDenied(RegistryError):
     """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
 
 
+class AuthenticationFailed(RegistryError):
+    """ZooKeeper refused the client's identity when it connected (a SASL login with an unknown
+    user or a wrong password); the message never carries the password."""
+
+
 class AuthError(SentinelError):
     """Base class of the errors of credential distribution (``/auth``)."""
 

@@ -28,6 +28,10 @@ client certificate for clients to present. ``tls_client_auth`` is ZooKeeper's
 ``ssl.clientAuth``: ``need`` (the default, as in ZooKeeper: a client without a certificate
 signed by the CA is refused), ``want`` or ``none``. ``plaintext=False`` closes the plain port,
 so that nothing can reach the server without TLS; readiness probes then speak TLS too.
+
+``sasl_users={"publisher": "<password>", ...}`` turns on SASL DIGEST-MD5 authentication: a JAAS
+file (mode 0600) with ZooKeeper's ``DigestLoginModule`` and those users, and the SASL provider,
+so that clients with identity ``sasl:publisher:<password>`` get ``sasl:publisher`` ACL rights.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sentinel.certificates import LocalPki, make_local_pki
+from sentinel.certificates import LocalPki, make_local_pki, write_file
 from sentinel.errors import LauncherError, ZooKeeperNotInstalled, ZooKeeperStartFailed
 from sentinel.tls import TlsConfig
 
@@ -66,6 +70,8 @@ DEBIAN_NETTY_JARS = tuple(
 )
 NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
 CLIENT_AUTH_CHOICES = ("need", "want", "none")
+SASL_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+SASL_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 DOCKER_IMAGE = "zookeeper:3.8"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 INSTALL_HINT = (
@@ -223,6 +229,7 @@ class ZooKeeperServer:
         *,
         secure_port: int | None = None,
         probe_tls: TlsConfig | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         self.installation = installation
         self.directory = directory
@@ -230,6 +237,7 @@ class ZooKeeperServer:
         self.client_port = client_port
         self.secure_port = secure_port
         self._probe_context = None if probe_tls is None else probe_tls.ssl_context()
+        self._jvm_options = jvm_options
         self._config = dict(config)
         self._process: subprocess.Popen[bytes] | None = None
         self._container = None
@@ -305,6 +313,7 @@ class ZooKeeperServer:
         command = [
             self.installation.java or "java",
             *JVM_OPTIONS,
+            *self._jvm_options,
             "-cp",
             self.installation.classpath or "",
             MAIN_CLASS,
@@ -419,6 +428,17 @@ class ZooKeeperServer:
         self.wait_serving(timeout)
 
 
+def _checked_sasl_users(users: Mapping[str, str]) -> dict[str, str]:
+    """``users`` if each name and password can be written into a JAAS file as they are."""
+    for user, password in users.items():
+        if not user.isidentifier() or not password or any(c in password for c in '"\\\n'):
+            raise ValueError(
+                f"SASL user {user!r}: names are identifiers, passwords non-empty without quotes, "
+                "backslashes or newlines"
+            )
+    return dict(users)
+
+
 _running: set[LocalZooKeeper] = set()
 _running_lock = threading.Lock()
 
@@ -441,6 +461,7 @@ class LocalZooKeeper:
     ``tls=True`` adds a TLS port to each server (:attr:`secure_connect_string`, with
     :attr:`tls_client_config` for clients); ``tls_client_auth`` is ``need``, ``want`` or
     ``none`` (ZooKeeper's ``ssl.clientAuth``); ``plaintext=False`` closes the plain port.
+    ``sasl_users`` (user -> password) enables SASL DIGEST-MD5 logins for those users.
     """
 
     def __init__(
@@ -454,6 +475,7 @@ class LocalZooKeeper:
         tls: bool = False,
         plaintext: bool = True,
         tls_client_auth: str = "need",
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one server")
@@ -473,6 +495,7 @@ class LocalZooKeeper:
         self.plaintext = plaintext
         self.tls_client_auth = tls_client_auth
         self.pki: LocalPki | None = None
+        self._sasl_users = _checked_sasl_users(sasl_users or {})
         self.members: list[ZooKeeperServer] = []
 
     def __enter__(self) -> LocalZooKeeper:
@@ -519,7 +542,23 @@ class LocalZooKeeper:
             "authProvider.x509": "org.apache.zookeeper.server.auth.X509AuthenticationProvider",
         }
 
-    def _member_configs(self) -> list[tuple[int | None, int | None, dict[str, str]]]:
+    def _sasl_setup(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """``zoo.cfg`` settings and JVM options of SASL logins (none without ``sasl_users``)."""
+        if not self._sasl_users:
+            return {}, ()
+        users = "".join(
+            f'\n  user_{user}="{password}"' for user, password in self._sasl_users.items()
+        )
+        jaas = write_file(
+            self.directory / "jaas.conf",
+            f"Server {{\n  {SASL_LOGIN_MODULE} required{users};\n}};\n".encode(),
+            0o600,
+        )
+        return {"authProvider.sasl": SASL_PROVIDER}, (f"-Djava.security.auth.login.config={jaas}",)
+
+    def _member_configs(
+        self, extra: Mapping[str, str]
+    ) -> list[tuple[int | None, int | None, dict[str, str]]]:
         ports = free_ports((4 if self.tls else 3) * self.size)
         client_ports, quorum_ports = ports[: self.size], ports[self.size : 3 * self.size]
         secure_ports: list[int | None] = list(ports[3 * self.size :]) or [None] * self.size
@@ -529,7 +568,7 @@ class LocalZooKeeper:
         }
         members = []
         for client_port, secure_port in zip(client_ports, secure_ports, strict=True):
-            config = dict(DEFAULT_CONFIG)
+            config = {**DEFAULT_CONFIG, **extra}
             if self.plaintext:
                 config.update(clientPort=str(client_port), clientPortAddress="127.0.0.1")
             if secure_port is not None:
@@ -547,9 +586,10 @@ class LocalZooKeeper:
         if self.tls and self.pki is None:
             self.pki = make_local_pki(self.directory / "tls")
         probe_tls = None if self.pki is None else self.pki.client_config()
+        sasl_config, jvm_options = self._sasl_setup()
         for attempt in (1, 2):
             self.members = []
-            for i, (port, secure_port, config) in enumerate(self._member_configs()):
+            for i, (port, secure_port, config) in enumerate(self._member_configs(sasl_config)):
                 member_dir = self.directory / f"member-{i + 1}"
                 if attempt > 1:
                     shutil.rmtree(member_dir, ignore_errors=True)  # nothing from a failed try
@@ -562,6 +602,7 @@ class LocalZooKeeper:
                         config,
                         secure_port=secure_port,
                         probe_tls=probe_tls,
+                        jvm_options=jvm_options,
                     )
                 )
             if not self.detach:

@@ -1,6 +1,7 @@
 """ZooKeeper ACLs that keep each role to its own section (``sentinel init --secure``).
 
-Each role has a digest identity (``user:password``). In a secured namespace:
+Each role has a digest identity (``user:password``), or a SASL one (``sasl:user:password``,
+DIGEST-MD5 against the server's JAAS users). In a secured namespace:
 
 | node | who may write | everyone |
 | --- | --- | --- |
@@ -34,6 +35,8 @@ from sentinel.errors import KeyFileError, ValidationError
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
+# "sasl:user:password" authenticates with SASL DIGEST-MD5 instead of the digest scheme.
+SASL_PREFIX = "sasl:"
 SECTION_OWNERS = {
     SERVICES: "publisher",
     AUTH: "auth_manager",
@@ -53,7 +56,10 @@ def split_identity(identity: str) -> tuple[str, str]:
 
 
 def owner_acl(identity: str) -> ACL:
-    """All permissions for one digest identity."""
+    """All permissions for one identity: digest ``user:password``, or ``sasl:user:password``
+    (SASL DIGEST-MD5; the ACL names the user)."""
+    if identity.startswith(SASL_PREFIX):
+        return make_acl("sasl", split_identity(identity.removeprefix(SASL_PREFIX))[0], all=True)
     return make_digest_acl(*split_identity(identity), all=True)
 
 
@@ -61,7 +67,12 @@ def client_arguments(identity: str | None) -> dict[str, Any]:
     """kazoo arguments for a client acting as ``identity`` (none: anonymous, open ACLs)."""
     if identity is None:
         return {}
-    return {"auth_data": [("digest", identity)], "default_acl": [owner_acl(identity), WORLD_READ]}
+    default_acl = [owner_acl(identity), WORLD_READ]
+    if identity.startswith(SASL_PREFIX):
+        user, password = split_identity(identity.removeprefix(SASL_PREFIX))
+        sasl = {"mechanism": "DIGEST-MD5", "username": user, "password": password}
+        return {"sasl_options": sasl, "default_acl": default_acl}
+    return {"auth_data": [("digest", identity)], "default_acl": default_acl}
 
 
 def grants_write(entry: ACL) -> bool:
