@@ -1,8 +1,9 @@
 """Keep secrets out of kazoo's log records, at every level.
 
 At DEBUG kazoo logs each request it sends, the digest authentication included
-(``Auth(type=0, scheme='digest', auth='publisher:<password>')``), and at its BLATHER level the
-session password; with SASL it logs the tokens. ``sentinel -vv`` turns DEBUG on. A
+(``Auth(type=0, scheme='digest', auth='publisher:<password>')``), the session password of a
+reconnection (``Connect(..., passwd=b'...')``) and, with SASL, the tokens; at its BLATHER level
+the session password again. ``sentinel -vv`` turns DEBUG on. A
 :class:`KazooSecretFilter` on kazoo's loggers rewrites each record's message (after formatting
 its arguments) before any handler sees it: ``user:password`` becomes ``user:***``, SASL tokens
 and session passwords become ``***``.
@@ -24,8 +25,11 @@ REDACTED = "***"
 _AUTH = re.compile(
     r"""(?P<head>\bauth=b?(?P<q>['"])[^:'"\\]*:)(?:\\.|(?!(?P=q)).)*(?P=q)""", re.DOTALL
 )
-# SASL(challenge=b'...') and similar token fields of SASL requests and replies.
-_SASL = re.compile(r"""(?P<head>\b(?:challenge|token)=)b?(?P<q>['"])(?:\\.|(?!(?P=q)).)*(?P=q)""")
+# SASL(challenge=b'...') of SASL requests and replies, and Connect(..., passwd=b'...'), the
+# session password any client could join the session with.
+_TOKEN = re.compile(
+    r"""(?P<head>\b(?:challenge|token|passwd)=)b?(?P<q>['"])(?:\\.|(?!(?P=q)).)*(?P=q)"""
+)
 # kazoo's BLATHER lines "session_passwd: <hex>".
 _SESSION_PASSWORD = re.compile(r"(?P<head>\bsession_passwd: )\S+")
 
@@ -33,7 +37,7 @@ _SESSION_PASSWORD = re.compile(r"(?P<head>\bsession_passwd: )\S+")
 def redact(text: str) -> str:
     """``text`` with digest passwords, SASL tokens and session passwords replaced by ``***``."""
     text = _AUTH.sub(lambda m: f"{m['head']}{REDACTED}{m['q']}", text)
-    text = _SASL.sub(lambda m: f"{m['head']}{REDACTED}", text)
+    text = _TOKEN.sub(lambda m: f"{m['head']}{REDACTED}", text)
     return _SESSION_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}", text)
 
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 PASSWORD = "s3cret-pw"
 
 
-def test_kazoo_debug_logs_of_a_client_with_an_identity_never_carry_its_password(
+def test_kazoo_logs_of_a_client_with_an_identity_never_carry_its_passwords(
     zookeeper, namespace, caplog
 ):
     caplog.set_level(1, logger="kazoo")  # below DEBUG: kazoo's BLATHER too
@@ -29,10 +29,13 @@ def test_kazoo_debug_logs_of_a_client_with_an_identity_never_carry_its_password(
         prometheus_registry=None,
     ) as client:
         client.ensure_service("api", scheme="http")
+        _, session_password = client._zk.client_id  # joins the session: a secret too
     auth_records = [r for r in caplog.records if "Auth(" in r.getMessage()]
     assert auth_records, "kazoo logged no Auth request: the test would prove nothing"
     assert "auth='user:***'" in auth_records[0].getMessage()
     assert PASSWORD not in caplog.text
+    assert session_password.hex() not in caplog.text
+    assert repr(session_password)[2:-1] not in caplog.text
     assert all(PASSWORD not in f"{r.msg} {r.args}" for r in caplog.records)
 
 

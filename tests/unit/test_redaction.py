@@ -27,6 +27,10 @@ from sentinel.redaction import KazooSecretFilter, install_kazoo_redaction, redac
             "Using session_id: 72 session_passwd: 0a1b2c3d",
             "Using session_id: 72 session_passwd: ***",
         ),
+        (
+            "Connect(session_id=7, passwd=b'\\x00\\x01', read_only=False)",
+            "Connect(session_id=7, passwd=***, read_only=False)",
+        ),
         ("nothing secret here: auth scheme digest", "nothing secret here: auth scheme digest"),
     ],
 )
