@@ -21,7 +21,13 @@ apt_install() {
 }
 
 ensure_zookeeper() {
-    if [ -n "${ZOOKEEPER_HOME:-}${SENTINEL_ZK_CLASSPATH:-}" ] || [ -f /usr/share/java/zookeeper.jar ]; then
+    if [ -n "${ZOOKEEPER_HOME:-}${SENTINEL_ZK_CLASSPATH:-}" ]; then
+        return
+    fi
+    if [ -f /usr/share/java/zookeeper.jar ]; then
+        # TLS servers need Netty's codec, which Debian's manifest does not list.
+        [ -f /usr/share/java/netty-codec.jar ] || apt_install libnetty-java \
+            || echo "run.sh: libnetty-java not installed; TLS ZooKeeper servers will not start" >&2
         return
     fi
     apt_install zookeeper || die "no ZooKeeper found and it could not be installed: run

@@ -14,7 +14,11 @@ from sentinel.client import Sentinel
 from sentinel.errors import SentinelError
 from sentinel.publisher import Registration
 from sentinel.records import InstanceRecord, ServiceSpec
+from sentinel.redaction import install_kazoo_redaction
+from sentinel.tls import TlsConfig
 from sentinel.version import __version__
+
+install_kazoo_redaction()
 
 __all__ = [
     "InstanceRecord",
@@ -22,5 +26,6 @@ __all__ = [
     "Sentinel",
     "SentinelError",
     "ServiceSpec",
+    "TlsConfig",
     "__version__",
 ]

@@ -26,6 +26,7 @@ from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, u
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
+from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
@@ -51,7 +52,7 @@ from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.registry import ServiceListing, read_service
 from sentinel.snapshot import SnapshotWriter, load_snapshot
-from sentinel.transport import PollHandler
+from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
@@ -133,6 +134,13 @@ class Sentinel:
     processes of one application share it and its key ring, each with a client id of its own,
     and a rotation waits for every one of them.
 
+    ``tls`` connects to ZooKeeper's ``secureClientPort`` over TLS: a
+    :class:`~sentinel.tls.TlsConfig` (CA, client certificate and key files), or True for
+    :meth:`TlsConfig.from_env() <sentinel.tls.TlsConfig.from_env>` (``$SENTINEL_ZK_TLS_CA``,
+    ``_CERT``, ``_KEY``); default plain TCP. A file that cannot be loaded raises
+    :class:`~sentinel.errors.TlsConfigError` here; a server whose certificate does not verify
+    makes :meth:`start` raise :class:`~sentinel.errors.TlsHandshakeFailed`.
+
     ``prometheus_registry`` is where the client's telemetry is exported
     (:mod:`sentinel.telemetry`; default: ``prometheus_client``'s default registry); None turns
     it off.
@@ -163,6 +171,7 @@ class Sentinel:
         require_signed: bool | None = None,
         identity: str | None = None,
         auth_client: str | None = None,
+        tls: TlsConfig | bool | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         resync_jitter: float = 0.5,
         read_through_rate: float = 100.0,
@@ -195,16 +204,17 @@ class Sentinel:
                 None if auth_signer is None else verify_key(auth_signer),
             )
         )
-        identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
-        handler = PollHandler()
+        self.tls = TlsConfig.resolve(tls)
+        connection = client_arguments(identity, self.tls)
         self._zk = KazooClient(
             hosts=f"{self.hosts}{self.namespace}",
             timeout=session_timeout,
-            handler=handler,
             connection_retry=KazooRetry(
-                max_tries=-1, max_delay=RECONNECT_MAX_DELAY, sleep_func=handler.sleep_func
+                max_tries=-1,
+                max_delay=RECONNECT_MAX_DELAY,
+                sleep_func=connection["handler"].sleep_func,
             ),
-            **acl.client_arguments(identity),
+            **connection,
         )
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
@@ -270,11 +280,9 @@ class Sentinel:
                 warnings.filterwarnings("ignore", message="No chroot path exists")
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
-            unavailable = ZooKeeperUnavailable(
-                f"no ZooKeeper server at {self.hosts} answered within {self.connect_timeout:g}s"
-            )
-            if not self._serve_snapshot(unavailable):
-                raise unavailable from None
+            error = unavailable(self.hosts, self.connect_timeout, self._zk.handler)
+            if not self._serve_snapshot(error):
+                raise error from None
             return self
         try:
             self._prepare()

@@ -123,6 +123,11 @@ class AccessDenied(RegistryError):
     """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
 
 
+class AuthenticationFailed(RegistryError):
+    """ZooKeeper refused the client's identity when it connected (a SASL login with an unknown
+    user or a wrong password); the message never carries the password."""
+
+
 class AuthError(SentinelError):
     """Base class of the errors of credential distribution (``/auth``)."""
 
@@ -210,3 +215,14 @@ class EndpointFailed(SentinelError):
 class SnapshotRejected(SentinelError):
     """A last-known-good snapshot file cannot be served: missing, corrupt, or of another
     namespace or ensemble; the message says which."""
+
+
+class TlsConfigError(ValidationError):
+    """A TLS setting is unusable: a CA, certificate or key file that cannot be read or loaded,
+    or a certificate without its key; the message names the file, never its content."""
+
+
+class TlsHandshakeFailed(ZooKeeperUnavailable):
+    """ZooKeeper answered but no TLS session could be set up with it: its certificate is not
+    trusted (wrong or missing CA), does not name the host, or it refused the client's
+    certificate; the message carries the TLS library's reason."""

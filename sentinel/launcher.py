@@ -17,6 +17,21 @@ Example::
 
     with LocalZooKeeper(size=3) as zk:      # an ensemble; each member can be killed or paused
         zk.leader().kill()
+
+    with LocalZooKeeper(tls=True, plaintext=False) as zk:   # TLS only (secureClientPort)
+        Sentinel(zk.secure_connect_string, tls=zk.tls_client_config)
+
+With ``tls=True`` each server also listens on a ``secureClientPort`` (Netty's connection
+factory, which TLS needs) with a throwaway CA made at start (:mod:`sentinel.certificates`):
+PEM key and trust stores, a server certificate for ``localhost`` and ``127.0.0.1``, and a
+client certificate for clients to present. ``tls_client_auth`` is ZooKeeper's
+``ssl.clientAuth``: ``need`` (the default, as in ZooKeeper: a client without a certificate
+signed by the CA is refused), ``want`` or ``none``. ``plaintext=False`` closes the plain port,
+so that nothing can reach the server without TLS; readiness probes then speak TLS too.
+
+``sasl_users={"publisher": "<password>", ...}`` turns on SASL DIGEST-MD5 authentication: a JAAS
+file (mode 0600) with ZooKeeper's ``DigestLoginModule`` and those users, and the SASL provider,
+so that clients with identity ``sasl:publisher:<password>`` get ``sasl:publisher`` ACL rights.
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -36,13 +52,26 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from sentinel.certificates import LocalPki, make_local_pki, write_file
 from sentinel.errors import LauncherError, ZooKeeperNotInstalled, ZooKeeperStartFailed
+from sentinel.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
 # Debian ships slf4j-simple separately; with it the server logs warnings instead of nothing.
 DEBIAN_LOG_BINDING = Path("/usr/share/java/slf4j-simple.jar")
+# Netty jars Debian's manifest leaves out but Netty's connection factory (TLS) needs: the SSL
+# handler is a codec, and the transport resolves addresses. They come with libnetty-java, a
+# dependency of the package.
+DEBIAN_NETTY_JARS = tuple(
+    Path(f"/usr/share/java/{name}.jar")
+    for name in ("netty-codec", "netty-resolver", "netty-transport-native-unix-common")
+)
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+CLIENT_AUTH_CHOICES = ("need", "want", "none")
+SASL_PROVIDER = "org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
+SASL_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
 DOCKER_IMAGE = "zookeeper:3.8"
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 INSTALL_HINT = (
@@ -73,20 +102,31 @@ JVM_OPTIONS = (
 )
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a four-letter command (``ruok``, ``srvr``, ``mntr``...) and return the answer."""
-    with socket.create_connection((host, port), timeout=timeout) as conn:
+def four_letter_word(
+    host: str, port: int, word: str, timeout: float = 1.0, context: ssl.SSLContext | None = None
+) -> str:
+    """Send a four-letter command (``ruok``, ``srvr``, ``mntr``...) and return the answer;
+    over TLS with ``context`` (to a ``secureClientPort``)."""
+    chunks = []
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+        if context is not None:
+            conn = stack.enter_context(context.wrap_socket(conn, server_hostname=host))
         conn.sendall(word.encode("ascii"))
-        chunks = []
-        while chunk := conn.recv(65536):
-            chunks.append(chunk)
+        try:
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        except ssl.SSLEOFError:  # the server closes without TLS's close_notify: the answer ended
+            pass
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def server_mode(host: str, port: int, timeout: float = 1.0) -> str | None:
+def server_mode(
+    host: str, port: int, timeout: float = 1.0, context: ssl.SSLContext | None = None
+) -> str | None:
     """``standalone``, ``leader`` or ``follower`` while the server serves clients, else None."""
     try:
-        answer = four_letter_word(host, port, "srvr", timeout)
+        answer = four_letter_word(host, port, "srvr", timeout, context)
     except OSError:
         return None
     for line in answer.splitlines():
@@ -157,7 +197,8 @@ def find_installation(env: Mapping[str, str] | None = None) -> Installation:
             return Installation("java", "SENTINEL_ZK_CLASSPATH", java, explicit)
         return Installation("java", f"ZOOKEEPER_HOME={home}", java, _release_classpath(Path(home)))
     if DEBIAN_JAR.is_file() and java is not None:
-        jars = [DEBIAN_JAR] + ([DEBIAN_LOG_BINDING] if DEBIAN_LOG_BINDING.is_file() else [])
+        extra = (DEBIAN_LOG_BINDING, *DEBIAN_NETTY_JARS)
+        jars = [DEBIAN_JAR, *(jar for jar in extra if jar.is_file())]
         return Installation(
             "java", f"Debian package ({DEBIAN_JAR})", java, ":".join(map(str, jars))
         )
@@ -174,6 +215,8 @@ class ZooKeeperServer:
 
     It can be stopped (SIGTERM), killed (SIGKILL), paused (SIGSTOP), resumed (SIGCONT) and
     restarted with the same data directory and ports, which is what fault tests need.
+    ``client_port`` is None when the plain port is closed; ``secure_port`` is the TLS port
+    (None without TLS), probed with ``probe_tls`` when there is no plain port.
     """
 
     def __init__(
@@ -181,24 +224,52 @@ class ZooKeeperServer:
         installation: Installation,
         directory: Path,
         myid: int,
-        client_port: int,
+        client_port: int | None,
         config: Mapping[str, str],
+        *,
+        secure_port: int | None = None,
+        probe_tls: TlsConfig | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         self.installation = installation
         self.directory = directory
         self.myid = myid
         self.client_port = client_port
+        self.secure_port = secure_port
+        self._probe_context = None if probe_tls is None else probe_tls.ssl_context()
+        self._jvm_options = jvm_options
         self._config = dict(config)
         self._process: subprocess.Popen[bytes] | None = None
         self._container = None
 
     def __repr__(self) -> str:
-        return f"<ZooKeeperServer myid={self.myid} {self.connect_string} pid={self.pid}>"
+        ports = f"{self.client_port or '-'}/{self.secure_port or '-'}"
+        return f"<ZooKeeperServer myid={self.myid} 127.0.0.1:{ports} pid={self.pid}>"
 
     @property
     def connect_string(self) -> str:
-        """``host:port`` of this member alone."""
+        """``host:port`` of this member's plain port; LauncherError when it is closed."""
+        if self.client_port is None:
+            raise LauncherError(
+                f"member {self.myid} has no plain port (plaintext=False): "
+                "use secure_connect_string over TLS"
+            )
         return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def secure_connect_string(self) -> str:
+        """``host:port`` of this member's TLS port; LauncherError without TLS."""
+        if self.secure_port is None:
+            raise LauncherError(f"member {self.myid} was started without TLS (tls=True)")
+        return f"127.0.0.1:{self.secure_port}"
+
+    @property
+    def _probe(self) -> tuple[int, ssl.SSLContext | None]:
+        """The port readiness probes use, and their TLS context (None: plain)."""
+        if self.client_port is not None:
+            return self.client_port, None
+        assert self.secure_port is not None
+        return self.secure_port, self._probe_context
 
     @property
     def log_path(self) -> Path:
@@ -224,7 +295,8 @@ class ZooKeeperServer:
 
     def mode(self, timeout: float = 1.0) -> str | None:
         """``standalone``/``leader``/``follower`` while serving, else None (``srvr``)."""
-        return server_mode("127.0.0.1", self.client_port, timeout)
+        port, context = self._probe
+        return server_mode("127.0.0.1", port, timeout, context)
 
     def launch(self) -> None:
         """Start the process without waiting for it to serve (see :meth:`wait_serving`)."""
@@ -241,6 +313,7 @@ class ZooKeeperServer:
         command = [
             self.installation.java or "java",
             *JVM_OPTIONS,
+            *self._jvm_options,
             "-cp",
             self.installation.classpath or "",
             MAIN_CLASS,
@@ -297,7 +370,7 @@ class ZooKeeperServer:
                 )
             time.sleep(0.05)
         raise ZooKeeperStartFailed(
-            f"ZooKeeper member {self.myid} did not serve on {self.connect_string} within "
+            f"ZooKeeper member {self.myid} did not serve on port {self._probe[0]} within "
             f"{timeout:.0f}s; last output:\n{self.log_tail()}"
         )
 
@@ -355,6 +428,17 @@ class ZooKeeperServer:
         self.wait_serving(timeout)
 
 
+def _checked_sasl_users(users: Mapping[str, str]) -> dict[str, str]:
+    """``users`` if each name and password can be written into a JAAS file as they are."""
+    for user, password in users.items():
+        if not user.isidentifier() or not password or any(c in password for c in '"\\\n'):
+            raise ValueError(
+                f"SASL user {user!r}: names are identifiers, passwords non-empty without quotes, "
+                "backslashes or newlines"
+            )
+    return dict(users)
+
+
 _running: set[LocalZooKeeper] = set()
 _running_lock = threading.Lock()
 
@@ -373,6 +457,11 @@ class LocalZooKeeper:
     Servers get free ports and their own data directories under ``directory`` (a temporary
     directory by default, removed on :meth:`stop`). A context manager; servers it owns are
     also stopped when the interpreter exits, unless ``detach=True`` (the CLI's dev server).
+
+    ``tls=True`` adds a TLS port to each server (:attr:`secure_connect_string`, with
+    :attr:`tls_client_config` for clients); ``tls_client_auth`` is ``need``, ``want`` or
+    ``none`` (ZooKeeper's ``ssl.clientAuth``); ``plaintext=False`` closes the plain port.
+    ``sasl_users`` (user -> password) enables SASL DIGEST-MD5 logins for those users.
     """
 
     def __init__(
@@ -383,9 +472,17 @@ class LocalZooKeeper:
         installation: Installation | None = None,
         config: Mapping[str, str] | None = None,
         detach: bool = False,
+        tls: bool = False,
+        plaintext: bool = True,
+        tls_client_auth: str = "need",
+        sasl_users: Mapping[str, str] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one server")
+        if not plaintext and not tls:
+            raise ValueError("a server without its plain port needs tls=True")
+        if tls_client_auth not in CLIENT_AUTH_CHOICES:
+            raise ValueError(f"tls_client_auth must be one of {', '.join(CLIENT_AUTH_CHOICES)}")
         if size > 1 and installation is not None and installation.kind == "docker":
             raise LauncherError("ensembles need a local ZooKeeper installation, not Docker")
         self.size = size
@@ -394,6 +491,11 @@ class LocalZooKeeper:
         self._owns_directory = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="sentinel-zk-"))
         self._extra_config = dict(config or {})
+        self.tls = tls
+        self.plaintext = plaintext
+        self.tls_client_auth = tls_client_auth
+        self.pki: LocalPki | None = None
+        self._sasl_users = _checked_sasl_users(sasl_users or {})
         self.members: list[ZooKeeperServer] = []
 
     def __enter__(self) -> LocalZooKeeper:
@@ -407,40 +509,102 @@ class LocalZooKeeper:
 
     @property
     def connect_string(self) -> str:
-        """Comma-separated ``host:port`` of every member, for kazoo's ``hosts``."""
+        """Comma-separated ``host:port`` of every member's plain port, for kazoo's ``hosts``
+        (LauncherError when ``plaintext=False``)."""
         return ",".join(member.connect_string for member in self.members)
 
-    def _member_configs(self) -> list[tuple[int, dict[str, str]]]:
-        ports = free_ports(3 * self.size)
-        client_ports, quorum_ports = ports[: self.size], ports[self.size :]
+    @property
+    def secure_connect_string(self) -> str:
+        """Comma-separated ``host:port`` of every member's TLS port (LauncherError without
+        ``tls=True``)."""
+        return ",".join(member.secure_connect_string for member in self.members)
+
+    @property
+    def tls_client_config(self) -> TlsConfig:
+        """What a client needs to connect over TLS: the CA, a client certificate and its key."""
+        if self.pki is None:
+            raise LauncherError("this ZooKeeper was not started with tls=True")
+        return self.pki.client_config()
+
+    def _tls_config(self, secure_port: int) -> dict[str, str]:
+        """``zoo.cfg`` settings of a TLS port with the throwaway CA's PEM stores."""
+        assert self.pki is not None
+        return {
+            "serverCnxnFactory": NETTY_FACTORY,
+            "secureClientPort": str(secure_port),
+            "secureClientPortAddress": "127.0.0.1",
+            "ssl.keyStore.location": str(self.pki.server_keystore),
+            "ssl.keyStore.type": "PEM",
+            "ssl.trustStore.location": str(self.pki.ca),
+            "ssl.trustStore.type": "PEM",
+            "ssl.clientAuth": self.tls_client_auth,
+            # Client certificates become x509 identities (the provider is not loaded by default).
+            "authProvider.x509": "org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+        }
+
+    def _sasl_setup(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """``zoo.cfg`` settings and JVM options of SASL logins (none without ``sasl_users``)."""
+        if not self._sasl_users:
+            return {}, ()
+        users = "".join(
+            f'\n  user_{user}="{password}"' for user, password in self._sasl_users.items()
+        )
+        jaas = write_file(
+            self.directory / "jaas.conf",
+            f"Server {{\n  {SASL_LOGIN_MODULE} required{users};\n}};\n".encode(),
+            0o600,
+        )
+        return {"authProvider.sasl": SASL_PROVIDER}, (f"-Djava.security.auth.login.config={jaas}",)
+
+    def _member_configs(
+        self, extra: Mapping[str, str]
+    ) -> list[tuple[int | None, int | None, dict[str, str]]]:
+        ports = free_ports((4 if self.tls else 3) * self.size)
+        client_ports, quorum_ports = ports[: self.size], ports[self.size : 3 * self.size]
+        secure_ports: list[int | None] = list(ports[3 * self.size :]) or [None] * self.size
         peers = {
             f"server.{myid}": f"127.0.0.1:{quorum_ports[2 * myid - 2]}:{quorum_ports[2 * myid - 1]}"
             for myid in range(1, self.size + 1)
         }
-        return [
-            (
-                client_port,
-                {
-                    **DEFAULT_CONFIG,
-                    "clientPort": str(client_port),
-                    "clientPortAddress": "127.0.0.1",
-                    **(peers if self.size > 1 else {}),
-                    **self._extra_config,
-                },
-            )
-            for client_port in client_ports
-        ]
+        members = []
+        for client_port, secure_port in zip(client_ports, secure_ports, strict=True):
+            config = {**DEFAULT_CONFIG, **extra}
+            if self.plaintext:
+                config.update(clientPort=str(client_port), clientPortAddress="127.0.0.1")
+            if secure_port is not None:
+                config.update(self._tls_config(secure_port))
+            config.update(peers if self.size > 1 else {})
+            config.update(self._extra_config)
+            members.append((client_port if self.plaintext else None, secure_port, config))
+        return members
 
     def start(self, timeout: float = 60.0) -> LocalZooKeeper:
         """Start every member and wait until all serve; retry once if a port was taken."""
         installation = self._installation or find_installation()
+        if self.tls and installation.kind == "docker":
+            raise LauncherError("TLS needs a local ZooKeeper installation, not Docker")
+        if self.tls and self.pki is None:
+            self.pki = make_local_pki(self.directory / "tls")
+        probe_tls = None if self.pki is None else self.pki.client_config()
+        sasl_config, jvm_options = self._sasl_setup()
         for attempt in (1, 2):
             self.members = []
-            for i, (port, config) in enumerate(self._member_configs()):
+            for i, (port, secure_port, config) in enumerate(self._member_configs(sasl_config)):
                 member_dir = self.directory / f"member-{i + 1}"
                 if attempt > 1:
                     shutil.rmtree(member_dir, ignore_errors=True)  # nothing from a failed try
-                self.members.append(ZooKeeperServer(installation, member_dir, i + 1, port, config))
+                self.members.append(
+                    ZooKeeperServer(
+                        installation,
+                        member_dir,
+                        i + 1,
+                        port,
+                        config,
+                        secure_port=secure_port,
+                        probe_tls=probe_tls,
+                        jvm_options=jvm_options,
+                    )
+                )
             if not self.detach:
                 with _running_lock:
                     _running.add(self)
@@ -458,10 +622,11 @@ class LocalZooKeeper:
             else:
                 break
         log.info(
-            "ZooKeeper (%d member(s), %s) serving on %s",
+            "ZooKeeper (%d member(s), %s) serving on %s%s",
             self.size,
             installation.source,
-            self.connect_string,
+            self.connect_string if self.plaintext else "no plain port",
+            f", TLS on {self.secure_connect_string}" if self.tls else "",
         )
         return self
 

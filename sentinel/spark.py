@@ -39,6 +39,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
 from sentinel.layout import sanitize_name, validate_name, validate_namespace
+from sentinel.tls import TlsConfig
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -67,7 +68,8 @@ class ClientConfig:
     key text (a plain value, not a secret): workers accept only credentials it signed, as a
     secured namespace requires (see ``docs/auth.md``). ``session_timeout`` is also how long a
     crashed worker's ``/clients`` entries outlive it (PySpark ends workers without running exit
-    handlers).
+    handlers). ``tls`` holds the paths, on the executors, of the TLS files (a
+    :class:`~sentinel.tls.TlsConfig`; None: plain TCP).
     """
 
     hosts: str
@@ -77,6 +79,7 @@ class ClientConfig:
     auth_signer: str | None = None
     connect_timeout: float = 10.0
     session_timeout: float = 10.0
+    tls: TlsConfig | None = None
 
     def __post_init__(self) -> None:
         validate_namespace(self.namespace)
@@ -128,6 +131,7 @@ def get_client(config: ClientConfig) -> Sentinel:
                 auth_keys=config.key_file,
                 auth_client=config.client_id,
                 auth_signer=config.auth_signer,
+                tls=config.tls,
             ).start()
             _clients[config] = client
             log.info("worker %d connected to %s as %s", os.getpid(), config.hosts, client.client_id)

@@ -16,6 +16,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from sentinel.client import Sentinel
+from sentinel.connection import client_arguments
 from sentinel.registry import read_metrics
 from sentinel.shards import DirectoryMap, iter_assignments
 
@@ -28,7 +29,12 @@ def expire_session(client: Sentinel, timeout: float = 10.0) -> int:
     long garbage-collection pause or a partition, and connects again with a new one.
     """
     session_id, password = client._zk.client_id
-    intruder = KazooClient(hosts=client.hosts, client_id=(session_id, password), timeout=timeout)
+    intruder = KazooClient(
+        hosts=client.hosts,
+        client_id=(session_id, password),
+        timeout=timeout,
+        **client_arguments(tls=client.tls),
+    )
     intruder.start(timeout=timeout)
     intruder.stop()
     intruder.close()

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
@@ -15,7 +16,13 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.errors import AccessDenied, ConnectionInterrupted, RegistryError, SentinelError
+from sentinel.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    ConnectionInterrupted,
+    RegistryError,
+    SentinelError,
+)
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -33,6 +40,11 @@ def translate(exc: BaseException, operation: str) -> BaseException:
     if isinstance(exc, NoAuthError):
         return AccessDenied(
             f"ZooKeeper's ACLs refused {operation}: this client's identity may not write there"
+        )
+    if isinstance(exc, AuthFailedError):
+        return AuthenticationFailed(
+            f"ZooKeeper refused this client's identity during {operation}: the SASL login "
+            "failed (unknown user or wrong password)"
         )
     if isinstance(exc, KazooException) and not isinstance(exc, SentinelError):
         return RegistryError(f"ZooKeeper refused {operation}: {type(exc).__name__} {exc}")

@@ -1,6 +1,7 @@
 """ZooKeeper ACLs that keep each role to its own section (``sentinel init --secure``).
 
-Each role has a digest identity (``user:password``). In a secured namespace:
+Each role has a digest identity (``user:password``), or a SASL one (``sasl:user:password``,
+DIGEST-MD5 against the server's JAAS users). In a secured namespace:
 
 | node | who may write | everyone |
 | --- | --- | --- |
@@ -40,7 +41,6 @@ from kazoo.security import (
     Id,
     Permissions,
     make_acl,
-    make_digest_acl,
     make_digest_acl_credential,
 )
 
@@ -50,6 +50,8 @@ from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_I
 from sentinel.records import decode, encode
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
+# "sasl:user:password" authenticates with SASL DIGEST-MD5 instead of the digest scheme.
+SASL_PREFIX = "sasl:"
 SECTION_OWNERS = {
     SERVICES: "publisher",
     AUTH: "auth_manager",
@@ -72,15 +74,21 @@ def split_identity(identity: str) -> tuple[str, str]:
 
 
 def owner_acl(identity: str) -> ACL:
-    """All permissions for one digest identity."""
-    return make_digest_acl(*split_identity(identity), all=True)
+    """All permissions for one identity: digest ``user:password``, or ``sasl:user:password``
+    (SASL DIGEST-MD5; the ACL names the user)."""
+    return ACL(Permissions.ALL, identity_id(identity))
 
 
 def client_arguments(identity: str | None) -> dict[str, Any]:
     """kazoo arguments for a client acting as ``identity`` (none: anonymous, open ACLs)."""
     if identity is None:
         return {}
-    return {"auth_data": [("digest", identity)], "default_acl": [owner_acl(identity), WORLD_READ]}
+    default_acl = [owner_acl(identity), WORLD_READ]
+    if identity.startswith(SASL_PREFIX):
+        user, password = split_identity(identity.removeprefix(SASL_PREFIX))
+        sasl = {"mechanism": "DIGEST-MD5", "username": user, "password": password}
+        return {"sasl_options": sasl, "default_acl": default_acl}
+    return {"auth_data": [("digest", identity)], "default_acl": default_acl}
 
 
 def grants_write(entry: ACL) -> bool:
@@ -162,11 +170,12 @@ def _json_object(text: str) -> dict[str, str]:
     return document
 
 
-def digest_id(identity: str) -> Id:
-    """The ACL id ZooKeeper gives a session authenticated as ``identity`` (``user:password``).
-
-    It holds a hash of the password, not the password, and is what ``getACL`` shows anyone.
-    """
+def identity_id(identity: str) -> Id:
+    """The ACL id ZooKeeper gives a session authenticated as ``identity``: ``digest`` with a
+    hash of ``user:password`` (not the password; ``getACL`` shows it to admins), or ``sasl``
+    with the user name for ``sasl:user:password``."""
+    if identity.startswith(SASL_PREFIX):
+        return Id("sasl", split_identity(identity.removeprefix(SASL_PREFIX))[0])
     return Id("digest", make_digest_acl_credential(*split_identity(identity)))
 
 
@@ -207,7 +216,7 @@ def namespace_acls(identities: Mapping[str, str]) -> dict[str, list[ACL]]:
     admin = owner_acl(identities["admin"])
     acls = {
         "/": [admin, WORLD_READ],
-        CLIENTS: [admin, ACL(Permissions.CREATE, digest_id(identities["publisher"])), WORLD_READ],
+        CLIENTS: [admin, ACL(Permissions.CREATE, identity_id(identities["publisher"])), WORLD_READ],
     }
     for section, role in SECTION_OWNERS.items():
         acls[section] = [admin, owner_acl(identities[role]), WORLD_READ]

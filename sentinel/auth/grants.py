@@ -9,9 +9,9 @@ from collections.abc import Iterable, Mapping
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
-from kazoo.security import ACL, make_digest_acl
+from kazoo.security import ACL, Permissions
 
-from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, owner_acl, split_identity
+from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl
 from sentinel.errors import AccessDenied, ValidationError
 from sentinel.layout import (
     COLLECTOR_SERVICE_PREFIX,
@@ -59,11 +59,13 @@ def parse_grant(text: str) -> tuple[str, str]:
 def service_acl(identities: Mapping[str, str], role: str) -> list[ACL]:
     """The ACL of a service that ``role`` announces itself under: the ``/services`` owners',
     and ``role`` may add and remove instances below it (not change the spec or the ACL)."""
-    user, password = split_identity(identities[role])
     return [
         owner_acl(identities["admin"]),
         owner_acl(identities[SECTION_OWNERS[SERVICES]]),
-        make_digest_acl(user, password, read=True, create=True, delete=True),
+        ACL(
+            Permissions.READ | Permissions.CREATE | Permissions.DELETE,
+            identity_id(identities[role]),
+        ),
         WORLD_READ,
     ]
 

@@ -18,8 +18,8 @@ from sentinel.auth.acl import (
     SECTION_OWNERS,
     WORLD_READ,
     clients_service_acl,
-    digest_id,
     ensure_clients_node,
+    identity_id,
     namespace_acls,
     principal,
     publish_admins,
@@ -64,7 +64,7 @@ def secure_namespace(
       (:func:`~sentinel.auth.grants.grant_daemon_services`).
     """
     acls = namespace_acls(identities)
-    admin = digest_id(identities["admin"])
+    admin = identity_id(identities["admin"])
     zk.ensure_path(AUTH_KEYS)
     slots_trusted = writers(zk.get_acls(AUTH_KEYS)[0]) == {admin}
     granted = daemon_grants(zk, grants)

@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from kazoo.security import Id
+
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enroll
 from sentinel.auth.keys import SIGNING_KEY_FILE_ENV, ClientKeyring, ManagerKey
@@ -53,13 +55,18 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _enroll(args: argparse.Namespace) -> int:
-    if (args.digest is None) == (args.identity_file is None):
-        raise ValidationError("give exactly one of --digest ID or --identity-file FILE")
+    given = [a for a in (args.digest, args.sasl_user, args.identity_file) if a is not None]
+    if len(given) != 1:
+        raise ValidationError(
+            "give exactly one of --digest ID, --sasl-user USER or --identity-file FILE"
+        )
     if args.digest is not None:
         owner = acl.parse_digest_id(args.digest)
+    elif args.sasl_user is not None:
+        owner = Id("sasl", validate_name("SASL user", args.sasl_user))
     else:
         identity = acl.load_client_identity(args.identity_file, args.client, create_missing=True)
-        owner = acl.digest_id(identity)
+        owner = acl.identity_id(identity)
     admin = acl.load_identities(args.identities)["admin"] if args.identities else None
     with connect(args, identity=admin) as zk:
         changed = enroll(zk, args.client, owner, replace=args.replace)
@@ -215,7 +222,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         _enroll,
         "give a client the key slot only its identity may publish keys in (admin)",
         "Create /auth/.keys/CLIENT owned by the admin, writable by the identity given: "
-        "--digest user:HASH as ZooKeeper shows it (the admin never sees the password), or "
+        "--digest user:HASH as ZooKeeper shows it (the admin never sees the password), "
+        "--sasl-user USER for a client that logs in with SASL, or "
         "--identity-file FILE, created with a new identity (mode 0600) when missing, for "
         "the client to connect with. Runs as the admin: --identities FILE (from sentinel "
         "init --secure) or $SENTINEL_ZK_IDENTITY. A slot enrolled for another identity is "
@@ -223,6 +231,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     enrol.add_argument("client", type=lambda v: validate_name("client", v), metavar="CLIENT")
     enrol.add_argument("--digest", metavar="ID", help="the client's digest id (user:hash)")
+    enrol.add_argument("--sasl-user", metavar="USER", help="the client's SASL user name")
     enrol.add_argument("--identity-file", metavar="FILE", help="the client's identity file")
     enrol.add_argument("--identities", metavar="FILE", help="act as the admin of this file")
     enrol.add_argument(

@@ -16,8 +16,9 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import start_http_server
 
-from sentinel.auth import acl
+from sentinel import tls
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
+from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     LauncherError,
@@ -28,7 +29,6 @@ from sentinel.errors import (
 )
 from sentinel.layout import validate_namespace
 from sentinel.output import format_table
-from sentinel.transport import PollHandler
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing eligible, problems found
@@ -38,10 +38,24 @@ EXIT_LAUNCH_FAILED = 4
 
 
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """``--zk``, ``--namespace``, ``--timeout`` and ``--json`` for a command."""
+    """``--zk``, the ``--zk-tls`` options, ``--namespace``, ``--timeout`` and ``--json``."""
     parser.add_argument(
         "--zk", metavar="HOSTS", help="ensemble to use (default: $SENTINEL_ZK, then `sentinel zk`)"
     )
+    parser.add_argument(
+        "--zk-tls",
+        action="store_true",
+        help=f"connect over TLS (to secureClientPort); files from ${tls.CA_ENV}, "
+        f"${tls.CERT_ENV} and ${tls.KEY_ENV} unless given below",
+    )
+    for flag, dest, env, what in (
+        ("--zk-tls-ca", "zk_tls_ca", tls.CA_ENV, "CA certificate(s) to verify the server with"),
+        ("--zk-tls-cert", "zk_tls_cert", tls.CERT_ENV, "client certificate"),
+        ("--zk-tls-key", "zk_tls_key", tls.KEY_ENV, "client certificate's private key"),
+    ):
+        parser.add_argument(
+            flag, dest=dest, metavar="PEM", help=f"{what} (implies --zk-tls; default ${env})"
+        )
     parser.add_argument(
         "--namespace", default=DEFAULT_NAMESPACE, help="namespace root (default %(default)s)"
     )
@@ -135,6 +149,7 @@ def run_daemon(
         connect_timeout=args.timeout,
         session_timeout=args.session_timeout,
         announce=False,
+        tls=tls_config(args),
     ) as sentinel:
         daemon = start(sentinel)
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -153,6 +168,15 @@ def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Non
     print(format_table(rows, headers=headers) if rows else "(none)")
 
 
+def tls_config(args: argparse.Namespace) -> tls.TlsConfig | None:
+    """The TLS settings of ``--zk-tls`` and its file options (each file defaulting to its
+    environment variable), or None for plain TCP."""
+    files = {"ca": args.zk_tls_ca, "certfile": args.zk_tls_cert, "keyfile": args.zk_tls_key}
+    if not args.zk_tls and all(value is None for value in files.values()):
+        return None
+    return tls.TlsConfig.from_env(**files)
+
+
 @contextlib.contextmanager
 def connect(
     args: argparse.Namespace, *, create: bool = False, identity: str | None = None
@@ -160,7 +184,7 @@ def connect(
     """A plain kazoo client rooted at the namespace, for operator commands.
 
     It acts as ``identity`` (``user:password``; default ``$SENTINEL_ZK_IDENTITY``) in a
-    secured namespace.
+    secured namespace, and uses TLS as ``--zk-tls`` says.
 
     Raises ZooKeeperUnavailable, or NamespaceNotFound if the namespace does not exist and
     ``create`` is false (reading commands never create it).
@@ -170,17 +194,14 @@ def connect(
     zk = KazooClient(
         hosts=f"{hosts}{namespace}",
         timeout=max(args.timeout, 2.0),
-        handler=PollHandler(),
-        **acl.client_arguments(identity or os.environ.get(acl.IDENTITY_ENV) or None),
+        **client_arguments(identity, tls_config(args)),
     )
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="No chroot path exists")
             zk.start(timeout=args.timeout)
-    except KazooTimeoutError:
-        raise ZooKeeperUnavailable(
-            f"no ZooKeeper server at {hosts} answered within {args.timeout:g}s"
-        ) from None
+    except KazooTimeoutError:  # kazoo has stopped and closed the client
+        raise unavailable(hosts, args.timeout, zk.handler) from None
     try:
         if create:
             zk.ensure_path("/")
@@ -203,6 +224,7 @@ def client(args: argparse.Namespace) -> Sentinel:
         namespace=args.namespace,
         connect_timeout=args.timeout,
         announce=False,
+        tls=tls_config(args),
     ).start()
 
 

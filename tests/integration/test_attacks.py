@@ -79,7 +79,7 @@ class SecuredNamespace:
 
     def enroll(self, client: str, identity: str) -> None:
         """The admin gives ``client``'s key slot to ``identity`` (sentinel auth enroll)."""
-        enroll(self.kazoo(self.identities["admin"]), client, acls.digest_id(identity))
+        enroll(self.kazoo(self.identities["admin"]), client, acls.identity_id(identity))
 
     def app(self, client_id: str, **kwargs: object) -> Sentinel:
         """An enrolled application client with an identity and a key ring of its own,

@@ -276,7 +276,14 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         hosts = zk.connect_string
         enrolled = subprocess.run(
             [
-                *(SENTINEL, "auth", "enroll", "an-app", "--digest", acl.digest_id("an-app:pw").id),
+                *(
+                    SENTINEL,
+                    "auth",
+                    "enroll",
+                    "an-app",
+                    "--digest",
+                    acl.identity_id("an-app:pw").id,
+                ),
                 *("--identities", str(identities_file), "--zk", hosts, "--json"),
             ],
             capture_output=True,
@@ -384,7 +391,7 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     publisher = make_client("pub", identity=roles["publisher"], announce=False)
     publisher.ensure_service(SERVICE, scheme="postgresql")
     publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
-    digest = acl.digest_id("signed-app:pw").id
+    digest = acl.identity_id("signed-app:pw").id
     enrolled = cli(
         "auth", "enroll", "signed-app", "--digest", digest, "--identities", str(identities)
     )

@@ -9,9 +9,9 @@ from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner, key_slot_acl, owned_by
 from sentinel.errors import ValidationError
 
-ADMIN = acl.digest_id("admin:admin-password")
-CLIENT = acl.digest_id("billing-api:client-password")
-OTHER = acl.digest_id("billing-batch:other-password")
+ADMIN = acl.identity_id("admin:admin-password")
+CLIENT = acl.identity_id("billing-api:client-password")
+OTHER = acl.identity_id("billing-batch:other-password")
 
 
 def redacted(identity: Id) -> Id:
@@ -53,7 +53,7 @@ def test_a_secured_namespace_gives_nobody_unidentified_more_than_read():
     for path, entries in acls.items():
         world = [e for e in entries if e.id.scheme == "world"]
         assert all(e.perms == Permissions.READ for e in world), path
-    assert acl.writers(acls["/auth/.keys"]) == {acl.digest_id("admin:pw")}
+    assert acl.writers(acls["/auth/.keys"]) == {acl.identity_id("admin:pw")}
 
 
 def test_clients_service_nodes_let_anyone_add_and_only_admins_do_more():

@@ -1,8 +1,11 @@
-"""poll_select keeps select.select's contract (no server)."""
+"""poll_select keeps select.select's contract (no server), SSL sockets included."""
 
 import socket
+import ssl
+import threading
 import time
 
+from sentinel.certificates import make_local_pki
 from sentinel.transport import poll_select
 
 
@@ -32,3 +35,31 @@ def test_one_object_in_both_lists_is_reported_in_each():
         b.sendall(b"x")
         readable, writable, _ = poll_select([a], [a], [], 1)
         assert readable == [a] and writable == [a]
+
+
+def test_an_ssl_socket_with_decrypted_bytes_pending_is_readable_at_once(tmp_path):
+    """Two replies in one TLS record: after reading the first, the kernel has nothing to
+    report, but the second is waiting in the SSL socket; kazoo's loop must not sleep on it."""
+    pki = make_local_pki(tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(pki.server_keystore)
+    a, b = socket.socketpair()
+    with a, b:
+        client = (
+            pki.client_config()
+            .ssl_context()
+            .wrap_socket(a, server_hostname="localhost", do_handshake_on_connect=False)
+        )
+        server = server_context.wrap_socket(b, server_side=True, do_handshake_on_connect=False)
+        handshake = threading.Thread(target=server.do_handshake)
+        handshake.start()
+        client.do_handshake()
+        handshake.join()
+        server.sendall(b"first" + b"second")  # one write, one record
+        assert client.recv(5) == b"first"
+        assert client.pending() > 0
+        started = time.monotonic()
+        assert poll_select([client, server], [], [], 5.0) == ([client], [], [])
+        assert time.monotonic() - started < 1.0
+        assert client.recv(6) == b"second"
+        assert poll_select([client], [], [], 0.01) == ([], [], [])

@@ -1,0 +1,80 @@
+"""SASL DIGEST-MD5 identities (``sasl:user:password``) against a server with JAAS users.
+
+One server for the module, with two SASL users, its plain port and a TLS port.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kazoo.security import ACL, Id
+
+from sentinel import Sentinel
+from sentinel.errors import AccessDenied, AuthenticationFailed
+from sentinel.launcher import LocalZooKeeper
+
+pytestmark = pytest.mark.integration
+
+ALICE_PW = "al1ce-s3cret"
+BOB_PW = "b0b-s3cret"
+
+
+@pytest.fixture(scope="module")
+def sasl_zk() -> Iterator[LocalZooKeeper]:
+    with LocalZooKeeper(tls=True, sasl_users={"alice": ALICE_PW, "bob": BOB_PW}) as zk:
+        yield zk
+
+
+@pytest.fixture
+def connect(sasl_zk: LocalZooKeeper) -> Iterator:
+    namespace = f"/sasl-{uuid.uuid4().hex[:12]}"
+    clients: list[Sentinel] = []
+
+    def make(identity: str, *, tls: bool = False, **kwargs: object) -> Sentinel:
+        hosts = sasl_zk.secure_connect_string if tls else sasl_zk.connect_string
+        client = Sentinel(
+            hosts,
+            f"c{len(clients)}",
+            namespace,
+            identity=identity,
+            tls=sasl_zk.tls_client_config if tls else None,
+            prometheus_registry=None,
+            connect_timeout=5.0,
+            **kwargs,
+        )
+        clients.append(client)
+        return client.start()
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def test_nodes_of_a_sasl_identity_are_writable_by_that_user_alone(connect):
+    alice = connect(f"sasl:alice:{ALICE_PW}")
+    alice.ensure_service("api", scheme="http")
+    acl, _ = alice._zk.get_acls("/services/api")
+    assert ACL(31, Id("sasl", "alice")) in acl
+    assert all(entry.id.scheme != "digest" for entry in acl)
+    bob = connect(f"sasl:bob:{BOB_PW}", announce=False)  # /clients is alice's here too
+    with pytest.raises(AccessDenied):
+        bob.register_service("api", "main", "10.0.0.9", 80)
+    alice.register_service("api", "main", "10.0.0.9", 80)
+    assert bob.get_service("api").host == "10.0.0.9"
+
+
+def test_a_wrong_password_is_refused_at_once_and_typed(connect):
+    with pytest.raises(AuthenticationFailed, match="SASL login failed") as raised:
+        connect("sasl:alice:not-her-password")
+    assert "not-her-password" not in str(raised.value)
+
+
+def test_sasl_over_tls_and_no_password_or_token_in_kazoos_logs(connect, caplog):
+    caplog.set_level(1, logger="kazoo")
+    alice = connect(f"sasl:alice:{ALICE_PW}", tls=True)
+    alice.ensure_service("api", scheme="http")
+    assert any("SASL(challenge=***)" in r.getMessage() for r in caplog.records)
+    assert ALICE_PW not in caplog.text
+    assert "response=" not in caplog.text  # the DIGEST-MD5 answer is derived from the password
