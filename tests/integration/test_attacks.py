@@ -397,6 +397,29 @@ def test_write_an_unsigned_credential_in_a_secured_namespace(
 # --- secrets in logs ------------------------------------------------------------------------
 
 
+def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog, monkeypatch):
+    publisher = secured.identities["publisher"]
+    password = publisher.split(":", 1)[1]
+    # The library: kazoo's records at every level (BLATHER too) while a role connects.
+    caplog.set_level(1, logger="kazoo")
+    client = secured.role("publisher", "debug-publisher")
+    client.register_service(SERVICE, "p1", "10.0.0.5", 5432)
+    _, session_password = client._zk.client_id  # joins the session: a secret too
+    auth_records = [r for r in caplog.records if "Auth(" in r.getMessage()]
+    assert auth_records, "kazoo logged no Auth request: the test would prove nothing"
+    assert password not in caplog.text
+    assert session_password.hex() not in caplog.text
+    assert repr(session_password)[2:-1] not in caplog.text
+    assert all(password not in f"{r.msg} {r.args}" for r in caplog.records)
+    # The command line at its most verbose.
+    monkeypatch.setenv(acls.IDENTITY_ENV, publisher)
+    listed = cli("-vv", "ls")
+    assert listed.returncode == 0, listed.stderr
+    assert "scheme='digest', auth='publisher:***'" in listed.stderr
+    assert password not in listed.stderr + listed.stdout
+    assert "DEBUG" in listed.stderr
+
+
 # --- what the admin sees and repairs ----------------------------------------------------------
 
 
