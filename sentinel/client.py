@@ -32,6 +32,7 @@ from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
+    ClientNotEnrolled,
     NoInstanceAvailable,
     PartitionNotFound,
     SentinelError,
@@ -304,7 +305,8 @@ class Sentinel:
     def _prepare(self, serving: bool = False) -> None:
         """Once connected: the namespace's sections, the signing requirement, this client's
         public keys (with a key ring), and the session's ephemeral nodes. ``serving``: the
-        client already serves its snapshot, so a missing signer cannot fail :meth:`start`."""
+        client already serves its snapshot, so neither a missing signer nor a key slot it may
+        not write can fail :meth:`start` any more: they are logged."""
         for section in SECTIONS:
             self._zk.ensure_path(section)
         try:
@@ -315,7 +317,12 @@ class Sentinel:
             log.error("%s; until then every credential is refused", exc)
             self._credentials.refuse_all("refused: the namespace requires signed credentials")
         if self._keyring is not None:
-            publish_public_keys(self._zk, self.auth_client, self._keyring)
+            try:
+                publish_public_keys(self._zk, self.auth_client, self._keyring)
+            except ClientNotEnrolled as exc:
+                if not serving:
+                    raise
+                log.error("%s; credentials sealed to keys published before still open", exc)
         self._nodes.start()
 
     def _check_signing(self) -> None:
