@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -244,54 +245,39 @@ def test_delete_another_clients_confirmation(secured: SecuredNamespace, victim: 
         assert refused(lambda i=intruder: i.delete(entry))
     assert secured.kazoo().exists(entry) is not None
     # So a rotation still waits for the victim while its application holds the switch.
+    assert held_rotation(secured, victim, tmp_path).laggards == ("billing-api",)
+
+
+def held_rotation(secured: SecuredNamespace, victim: Sentinel, tmp_path: Path) -> RotationFailed:
+    """A rotation of the victim's credential while its application holds the switch (its
+    listener blocks): it must time out at ``confirm``."""
     release = threading.Event()
     victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
-    manager = secured.role("auth_manager", "rotator")
+    manager = secured.role("auth_manager", f"rotator-{uuid.uuid4().hex[:6]}")
+    backend = FileBackend(tmp_path / "credentials.json")
     try:
         with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(
-                SERVICE,
-                "billing-api",
-                FileBackend(tmp_path / "c.json"),
-                timeout=1.5,
-                signer=secured.signer,
-            )
+            manager.rotate_auth(SERVICE, "billing-api", backend, timeout=1.5, signer=secured.signer)
     finally:
         release.set()
-    assert caught.value.laggards == ("billing-api",)
+    assert caught.value.step == "confirm"
+    return caught.value
 
 
 def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_path):
-    release = threading.Event()
-    victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
     forged = {"client_id": "billing-api-2", "auth_client": "billing-api", "auth_version": 99}
     for name, intruder in zip(("forged-1", "forged-2"), intruders(secured), strict=True):
         path = client_path(SERVICE, name)
         intruder.create(path, json.dumps({**forged, "v": 1}).encode(), ephemeral=True)
-    manager = secured.role("auth_manager", "rotator")
-    try:
-        with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(
-                SERVICE,
-                "billing-api",
-                FileBackend(tmp_path / "c.json"),
-                timeout=1.5,
-                signer=secured.signer,
-            )
-    finally:
-        release.set()
     # The forged "already applied" entries did not stand in for the real process ...
-    assert caught.value.laggards == ("billing-api",)
+    assert held_rotation(secured, victim, tmp_path).laggards == ("billing-api",)
     # ... and forged laggards do not hold a rotation up: it finishes once the victim confirms.
-    result = Rotation(
-        manager._zk,
-        manager.namespace,
-        SERVICE,
-        ["billing-api"],
-        FileBackend(tmp_path / "c.json"),
-        signer=secured.signer,
-    ).resume(10)
-    assert result.revoked == {"billing-api": (1,)}
+    manager = secured.role("auth_manager", "resumer")
+    backend = FileBackend(tmp_path / "credentials.json")
+    rotation = Rotation(
+        manager._zk, manager.namespace, SERVICE, ["billing-api"], backend, signer=secured.signer
+    )
+    assert rotation.resume(10).revoked == {"billing-api": (1,)}
 
 
 def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli):

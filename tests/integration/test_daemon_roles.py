@@ -9,10 +9,6 @@ neither can write a service that applications resolve or the other daemon's.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,62 +17,13 @@ from kazoo.security import Permissions
 
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import AccessDenied, ServiceConflict
-from sentinel.launcher import LocalZooKeeper
 from sentinel.records import MetricsRecord
 from sentinel.testing import wait_until
+from tests.integration.daemons import Daemon
 
 pytestmark = pytest.mark.integration
 
-SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 SERVICE = "billing-db"
-
-
-class Daemon:
-    """A ``sentinel ... --json`` daemon process acting as one identity; its JSON lines are
-    collected as they come."""
-
-    def __init__(self, zookeeper: LocalZooKeeper, namespace: str, identity: str, *args: str):
-        self.process = subprocess.Popen(
-            [
-                SENTINEL,
-                *args,
-                "--json",
-                "--session-timeout",
-                "2",
-                "--zk",
-                zookeeper.connect_string,
-                "--namespace",
-                namespace,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "SENTINEL_ZK_IDENTITY": identity},
-        )
-        self.events: list[dict] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.events.append(json.loads(line))
-
-    def saw(self, kind: str, **details: object) -> bool:
-        return any(
-            e["event"] == kind and all(e.get(k) == v for k, v in details.items())
-            for e in self.events
-        )
-
-    def stop(self) -> str:
-        """Kill the process; returns what it wrote on stderr."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reader.join(5)
-        self.process.stdout.close()
-        stderr = self.process.stderr.read()
-        self.process.stderr.close()
-        return stderr
 
 
 @dataclass
@@ -145,11 +92,11 @@ def test_the_collector_runs_under_its_own_identity(secured, zookeeper, namespace
     collector = Daemon(
         zookeeper,
         namespace,
-        secured.identities["collector"],
         "collector",
         "run",
         "--config",
         str(config),
+        identity=secured.identities["collector"],
     )
     try:
         node = f"/metrics/{SERVICE}/p1:primary"
@@ -173,11 +120,8 @@ def test_the_shard_manager_runs_under_its_own_identity(secured, zookeeper, names
     manager = Daemon(
         zookeeper,
         namespace,
-        secured.identities["shard_manager"],
-        "shard",
-        "serve",
-        "--policy",
-        "tenants",
+        *("shard", "serve", "--policy", "tenants"),
+        identity=secured.identities["shard_manager"],
     )
     try:
         assert wait_until(lambda: manager.saw("leader"), timeout=30), manager.events
@@ -224,7 +168,7 @@ def test_a_shard_manager_not_granted_stops_saying_what_to_do(
     identity = secured.identities["shard_manager"]
     maker = make_client("policy-maker", identity=identity, announce=False)
     maker.create_shard_policy("later", "directory", partitions=["p1"], buckets=2)
-    manager = Daemon(zookeeper, namespace, identity, "shard", "serve", "--policy", "later")
+    manager = Daemon(zookeeper, namespace, "shard", "serve", "--policy", "later", identity=identity)
     code = manager.process.wait(60)
     stderr = manager.stop()
     assert code == 1, stderr

@@ -1,11 +1,8 @@
 """Two shard manager replicas as real processes: one leads, the other takes over."""
 
-import json
 import signal
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -13,61 +10,20 @@ from sentinel.events import ShardKeysChanged
 from sentinel.launcher import free_ports
 from sentinel.shards import iter_assignments
 from sentinel.testing import wait_until
+from tests.integration.daemons import SENTINEL, Daemon
 from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration
 
-SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 
-
-class Replica:
-    """A ``sentinel shard serve`` process whose JSON lines are collected as they come."""
+class Replica(Daemon):
+    """A ``sentinel shard serve`` process for the policy ``tenants``."""
 
     def __init__(self, zookeeper, namespace, *options):
-        self.process = subprocess.Popen(
-            [
-                SENTINEL,
-                "shard",
-                "serve",
-                "--policy",
-                "tenants",
-                "--json",
-                "--session-timeout",
-                "2",
-                "--zk",
-                zookeeper.connect_string,
-                "--namespace",
-                namespace,
-                *options,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.events = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.process.stdout:
-            self.events.append(json.loads(line))
-
-    def saw(self, kind, **details):
-        return any(
-            e["event"] == kind and all(e.get(k) == v for k, v in details.items())
-            for e in self.events
-        )
+        super().__init__(zookeeper, namespace, "shard", "serve", "--policy", "tenants", *options)
 
     def placed(self, key):
         return [e for e in self.events if e["event"] == "placed" and e["key"] == key]
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reader.join(5)
-        self.process.stdout.close()
-        self.process.stderr.close()
 
 
 @pytest.fixture
