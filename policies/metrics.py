@@ -29,6 +29,18 @@ def numeric(endpoint: Endpoint, metric: str) -> float | None:
     return None
 
 
+def bound(name: str, value: object, *, optional: bool = True) -> float | None:
+    """A policy's numeric argument checked when the policy is built: a finite number (or None
+    when ``optional``). Raises TypeError or ValueError naming the argument."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
 class MinMetric(SelectionPolicy):
     """The instances with the smallest value of ``metric`` (all of them on a tie).
 
@@ -39,8 +51,8 @@ class MinMetric(SelectionPolicy):
 
     def __init__(self, metric: str, cutoff: float | None = None, max_age: float | None = None):
         self.metric = metric
-        self.cutoff = cutoff
-        self.max_age = max_age
+        self.cutoff = bound("cutoff", cutoff)
+        self.max_age = bound("max_age", max_age)
         self.pure = max_age is None  # an age limit depends on the clock
 
     def select(self, endpoints: Endpoints) -> Endpoints:
@@ -95,8 +107,8 @@ class Threshold(SelectionPolicy):
         if below is None and above is None:
             raise ValueError("Threshold needs below=, above= or both")
         self.metric = metric
-        self.below = below
-        self.above = above
+        self.below = bound("below", below)
+        self.above = bound("above", above)
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints whose value lies inside the bounds."""
@@ -120,7 +132,7 @@ class FreshMetrics(SelectionPolicy):
     """
 
     def __init__(self, max_age: float) -> None:
-        self.max_age = max_age
+        self.max_age = bound("max_age", max_age, optional=False)
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints with fresh metrics."""

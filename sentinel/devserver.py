@@ -22,6 +22,8 @@ from sentinel.launcher import LocalZooKeeper, server_mode
 
 STATE_FILE = "zk.json"
 _HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
+# One ``host[:port]`` of a connect string: a name or IPv4 address, or a bracketed IPv6 one.
+_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(\d{1,5}))?\Z")
 
 
 def state_dir() -> Path:
@@ -112,13 +114,20 @@ def dev_server_mode(server: DevServer) -> str | None:
 
 
 def validate_hosts(hosts: object) -> str:
-    """Return a kazoo connect string (``host:port,host:port``) or raise ValidationError."""
-    if not isinstance(hosts, str) or not _HOSTS.match(hosts):
-        raise ValidationError(
-            f"hosts {hosts!r} must look like 'zk1:2181,zk2:2181' (no spaces; give the "
-            "chroot as namespace=, not in the connect string)"
-        )
-    return hosts
+    """Return a kazoo connect string (``host:port,host:port``) or raise ValidationError.
+
+    Each entry is ``host`` or ``host:port`` with a port from 1 to 65535 (an IPv6 address in
+    brackets), so that kazoo never meets a connect string it cannot parse.
+    """
+    entries = hosts.split(",") if isinstance(hosts, str) and _HOSTS.match(hosts) else [None]
+    for entry in entries:
+        match = None if entry is None else _HOST_PORT.match(entry)
+        if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
+            raise ValidationError(
+                f"hosts {hosts!r} must look like 'zk1:2181,zk2:2181' (ports 1-65535, no spaces; "
+                "give the chroot as namespace=, not in the connect string)"
+            )
+    return hosts  # type: ignore[return-value]  # a str: checked above
 
 
 def resolve_hosts(hosts: str | None = None) -> str:

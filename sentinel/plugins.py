@@ -28,8 +28,8 @@ def available(group: str) -> list[str]:
 def load(group: str, name: str, **arguments: Any) -> Any:
     """Build the policy or balancer registered as ``name``, with ``arguments``.
 
-    Raises :class:`ValidationError` for an unknown name (listing the known ones) or arguments
-    its class does not take.
+    Raises :class:`ValidationError` for an unknown name (listing the known ones), or arguments
+    its class does not take or refuses (its TypeError or ValueError).
     """
     found = entry_points(group=group, name=name)
     if not found:
@@ -37,7 +37,7 @@ def load(group: str, name: str, **arguments: Any) -> Any:
     factory = next(iter(found)).load()
     try:
         return factory(**arguments)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ValidationError(f"{group} {name!r}: {exc}") from None
 
 

@@ -2,20 +2,25 @@
 
 Exit codes: 0 success; 1 not found, nothing eligible or problems found; 2 usage or bad input;
 3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, or it failed).
+
+:func:`main` is the one place where a command's failure becomes an exit code and one line on
+stderr: no traceback reaches the user unless ``-v`` asks for it.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sentinel.cli import auth, backup, collector, deps, devzk, doctor, inspect, shard, watch
-from sentinel.cli.common import exit_code, fail
+from sentinel.cli.common import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, fail
 from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
@@ -53,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("kazoo").setLevel(logging.ERROR)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below
+        return code
     except SentinelError as exc:
         return fail(str(exc), exit_code(exc))
     except (KazooException, KazooTimeoutError) as exc:
@@ -61,6 +68,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(str(error), exit_code(error))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _reader_went_away()
+    except OSError as exc:
+        if exc.filename is None:
+            return _unexpected(exc, args.verbose)
+        # A file named on the command line that cannot be read or written: bad input.
+        return fail(f"{exc.filename}: {exc.strerror or exc}", EXIT_USAGE)
+    except Exception as exc:  # the last line of defence: one line, no traceback
+        return _unexpected(exc, args.verbose)
+
+
+def _reader_went_away() -> int:
+    """Output piped into a command that stopped reading (``sentinel ls | head -1``).
+
+    As Python's documentation on SIGPIPE recommends: point stdout at /dev/null so that the
+    interpreter's final flush does not fail again, and exit 1 without a word.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_NOT_FOUND
+
+
+def _unexpected(exc: BaseException, verbose: int) -> int:
+    """A failure no command expected (a bug): one line, and the traceback only with ``-v``."""
+    if verbose:
+        traceback.print_exception(exc, file=sys.stderr)
+        return fail(f"unexpected {type(exc).__name__}: {exc}", EXIT_NOT_FOUND)
+    return fail(
+        f"unexpected {type(exc).__name__}: {exc} (run with -v for the traceback)", EXIT_NOT_FOUND
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,15 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.keys import SIGNING_KEY_FILE_ENV, ClientKeyring, ManagerKey
 from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
-from sentinel.cli.common import EXIT_OK, add_command, client, connect, print_json, print_table
+from sentinel.cli.common import (
+    EXIT_OK,
+    add_command,
+    client,
+    connect,
+    print_json,
+    print_table,
+    seconds,
+)
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
 from sentinel.layout import AUTH, auth_keys_path, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
@@ -298,7 +306,7 @@ def register(commands: argparse._SubParsersAction) -> None:
                 help="backend argument (VALUE env:NAME reads it from the environment), "
                 "e.g. path=creds.json or dsn=env:PG_ADMIN_DSN",
             )
-            parser.add_argument("--timeout-confirm", type=float, default=30.0, metavar="SECONDS")
+            parser.add_argument("--timeout-confirm", type=seconds, default=30.0, metavar="SECONDS")
             parser.add_argument(
                 "--resume", action="store_true", help="finish a rotation that timed out"
             )

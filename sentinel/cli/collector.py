@@ -15,6 +15,7 @@ from sentinel.cli.common import (
     print_json,
     print_table,
     run_daemon,
+    seconds,
 )
 from sentinel.collector.config import CollectorConfig, load_config
 
@@ -96,7 +97,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     run.add_argument("--config", required=True, metavar="FILE", help=".toml, .yaml or .yml")
     run.add_argument(
         "--session-timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         help="seconds before a dead collector's instances pass to the others (default 10)",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -19,7 +20,7 @@ from prometheus_client import start_http_server
 from sentinel import tls
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.connection import client_arguments, unavailable
-from sentinel.devserver import resolve_hosts
+from sentinel.devserver import resolve_hosts, validate_hosts
 from sentinel.errors import (
     LauncherError,
     NamespaceNotFound,
@@ -37,10 +38,33 @@ EXIT_UNREACHABLE = 3
 EXIT_LAUNCH_FAILED = 4
 
 
+def zk_hosts(text: str) -> str:
+    """``--zk``: a connect string (``host:port,...``), checked while the arguments are parsed
+    so that a bad one is a usage error (exit 2)."""
+    try:
+        return validate_hosts(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds(text: str) -> float:
+    """A duration option (``--timeout``): a finite number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
 def add_connection_options(parser: argparse.ArgumentParser) -> None:
     """``--zk``, the ``--zk-tls`` options, ``--namespace``, ``--timeout`` and ``--json``."""
     parser.add_argument(
-        "--zk", metavar="HOSTS", help="ensemble to use (default: $SENTINEL_ZK, then `sentinel zk`)"
+        "--zk",
+        metavar="HOSTS",
+        type=zk_hosts,
+        help="ensemble to use (default: $SENTINEL_ZK, then `sentinel zk`)",
     )
     parser.add_argument(
         "--zk-tls",
@@ -60,7 +84,7 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         "--namespace", default=DEFAULT_NAMESPACE, help="namespace root (default %(default)s)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, help="seconds to wait for ZooKeeper (default 5)"
+        "--timeout", type=seconds, default=5.0, help="seconds to wait for ZooKeeper (default 5)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
 

@@ -6,7 +6,14 @@ import argparse
 import time
 from dataclasses import asdict
 
-from sentinel.cli.common import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNREACHABLE, print_json
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    print_json,
+    seconds,
+    zk_hosts,
+)
 from sentinel.client import DEFAULT_NAMESPACE
 from sentinel.devserver import (
     dev_server,
@@ -103,7 +110,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         action.set_defaults(handler=handler)
         if name == "start":
             action.add_argument(
-                "--timeout", type=float, default=60.0, help="seconds to wait for it to serve"
+                "--timeout", type=seconds, default=60.0, help="seconds to wait for it to serve"
             )
 
     demo = commands.add_parser(
@@ -117,7 +124,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "behind past the cut-off and another is killed; the job must read around both. "
         "Totals are checked against the primaries; exits 1 if a check fails.",
     )
-    demo.add_argument("--zk", metavar="HOSTS", help="use this ensemble instead of starting one")
+    demo.add_argument(
+        "--zk", metavar="HOSTS", type=zk_hosts, help="use this ensemble instead of starting one"
+    )
     demo.add_argument(
         "--namespace",
         default=f"{DEFAULT_NAMESPACE}-demo",

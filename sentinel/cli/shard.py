@@ -26,6 +26,7 @@ from sentinel.cli.common import (
     print_json,
     print_table,
     run_daemon,
+    seconds,
 )
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.records import InstanceRecord
@@ -425,7 +426,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--session-timeout",
-        type=float,
+        type=seconds,
         default=10.0,
         help="seconds before a dead replica's leadership passes on",
     )

@@ -18,10 +18,32 @@ def test_valid_connect_strings(hosts):
     assert validate_hosts(hosts) == hosts
 
 
-@pytest.mark.parametrize("hosts", ["", "zk1:2181/chroot", "zk1:2181, zk2:2181", "a,,b", None])
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        "",
+        "zk1:2181/chroot",
+        "zk1:2181, zk2:2181",
+        "a,,b",
+        None,
+        "localhost:abc",
+        "host:99999",
+        "host:0",
+        "host:",
+        ":2181",
+        "[::1",
+        "zk1:2181,zk2:-1",
+    ],
+)
 def test_invalid_connect_strings(hosts):
     with pytest.raises(ValidationError, match="must look like"):
         validate_hosts(hosts)
+
+
+@pytest.mark.parametrize("hosts", ["localhost:abc", "host:99999", ""])
+def test_the_client_refuses_bad_hosts_with_a_validation_error(hosts):
+    with pytest.raises(ValidationError, match="must look like"):
+        Sentinel(hosts=hosts)
 
 
 def test_explicit_hosts_win_over_the_environment(monkeypatch):

@@ -15,6 +15,8 @@ from policies import (
     Threshold,
     ZoneAffinity,
 )
+from sentinel.errors import ValidationError
+from sentinel.plugins import load_policy
 from tests.unit.endpoints import endpoint
 
 
@@ -168,3 +170,16 @@ def test_a_time_limited_policy_is_evaluated_every_time():
         endpoint(e.label, metrics=dict(e.metrics), metrics_at=time.time() - 60) for e in replicas
     )
     assert policy(stale) == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("min_lag", {"cutoff": "abc"}),
+        ("min_lag", {"cutoff": float("nan")}),
+        ("min_lag", {"max_age": True}),
+    ],
+)
+def test_a_policy_refuses_arguments_that_are_not_numbers_when_built(name, arguments):
+    with pytest.raises(ValidationError, match="must be a"):
+        load_policy(name, **arguments)
