@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import itertools
 import json
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import ACL
 
 from sentinel.auth import acl
 from sentinel.auth.grants import grant_daemon_services, parse_grant
@@ -24,16 +28,21 @@ from sentinel.cli.common import (
     add_command,
     client,
     connect,
+    interrupted,
+    parse_json,
     print_json,
+    read_input,
 )
 from sentinel.ephemeral import first_failure
-from sentinel.errors import ValidationError
-from sentinel.layout import METRICS, SECTIONS
+from sentinel.errors import AccessDenied, ValidationError
+from sentinel.layout import AUTH_KEYS, METRICS, SECTIONS, validate_namespace
 from sentinel.records import MAX_VALUE_BYTES
-from sentinel.registry import list_services, read_metrics, read_service
+from sentinel.registry import list_services, pipelined_reads, read_metrics, read_service
 
 EXPORT_VERSION = 1
-_BATCH_OPS = 200
+# Bytes of writes per multi request: half of ZooKeeper's default jute.maxbuffer (1 MB), which
+# a request must stay under; a single node is at most MAX_VALUE_BYTES.
+_BATCH_BYTES = 512 * 1024
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -136,10 +145,18 @@ def _walk(zk: KazooClient, path: str) -> Iterator[tuple[str, bytes, int]]:
 
 
 def _encode_data(data: bytes) -> dict[str, Any]:
+    """A node's data in an export: JSON when it is UTF-8 JSON that JSON can carry (no NaN or
+    Infinity, not nested past the parser), else base64, so that it comes back byte for byte."""
+    if not data:
+        return {"json": None}
     try:
-        return {"json": json.loads(data.decode("utf-8"))} if data else {"json": None}
-    except (UnicodeDecodeError, ValueError):
+        return {"json": json.loads(data.decode("utf-8"), parse_constant=_not_json)}
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {"base64": base64.b64encode(data).decode("ascii")}
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -165,14 +182,10 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _load_export(file: str) -> list[tuple[str, bytes]]:
-    """The persistent nodes of an export file, validated before anything is written."""
-    try:
-        with sys.stdin if file == "-" else open(file, encoding="utf-8") as source:
-            document = json.load(source)
-    except OSError as exc:
-        raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ValidationError(f"{file} is not JSON: {exc}") from None
+    """The persistent nodes of an export file, parents first, validated before anything is
+    written: UTF-8, JSON storable as such (no NaN, no lone surrogate), node paths and data.
+    Raises ValidationError with the line, node or path at fault."""
+    document = parse_json(read_input(file), file)
     if not isinstance(document, dict) or document.get("sentinel_export") != EXPORT_VERSION:
         raise ValidationError(f"{file} is not a sentinel export (version {EXPORT_VERSION})")
     nodes = document.get("nodes")
@@ -198,55 +211,164 @@ def _load_export(file: str) -> list[tuple[str, bytes]]:
             data = (
                 b""
                 if node["json"] is None
-                else json.dumps(node["json"], separators=(",", ":")).encode("utf-8")
+                else json.dumps(node["json"], separators=(",", ":"), allow_nan=False).encode()
             )
         else:
             raise ValidationError(f"{where} needs 'json' or 'base64' data")
         if len(data) > MAX_VALUE_BYTES:
             raise ValidationError(f"{where}: {len(data)} bytes is over the {MAX_VALUE_BYTES} limit")
         loaded.append((path, data))
+    duplicates = len(loaded) - len({path for path, _ in loaded})
+    if duplicates:
+        raise ValidationError(f"{file}: {duplicates} node path(s) appear more than once")
     return sorted(loaded, key=lambda item: item[0].count("/"))
+
+
+@dataclass(frozen=True)
+class _Write:
+    """One write of an import: create (``version`` None) or compare-and-set a node."""
+
+    path: str  # from the ensemble's root
+    data: bytes
+    version: int | None = None
+    acl: tuple[ACL, ...] | None = None
+
+    def size(self) -> int:
+        """An upper estimate of the bytes the write takes in a multi request."""
+        acl = sum(len(e.id.scheme) + len(e.id.id) + 16 for e in self.acl or ())
+        return len(self.path.encode()) + len(self.data) + acl + 32
+
+
+class _SectionAcls:
+    """The ACL each created node gets: that of the nearest existing node among the namespace
+    root, its sections and ``/auth/.keys`` above it, each read once (ZooKeeper's default
+    ACL when none of them exists yet: a new namespace)."""
+
+    def __init__(self, zk: KazooClient, root: str) -> None:
+        self._zk = zk
+        self._root = root
+        self._anchors = {f"{root}{path}" for path in (*SECTIONS, AUTH_KEYS)}
+        self._read: dict[str, tuple[ACL, ...] | None] = {}
+
+    def for_node(self, path: str) -> tuple[ACL, ...] | None:
+        """The ACL for creating ``path`` (None: ZooKeeper's default)."""
+        parent = path.rsplit("/", 1)[0]
+        while len(parent) > len(self._root):
+            if parent in self._anchors:
+                acl = self._acl_of(parent)
+                if acl is not None:
+                    return acl
+            parent = parent.rsplit("/", 1)[0]
+        return self._acl_of(self._root or "/")
+
+    def _acl_of(self, path: str) -> tuple[ACL, ...] | None:
+        if path not in self._read:
+            try:
+                acl, _ = self._zk.get_acls(path)
+            except NoNodeError:
+                self._read[path] = None
+                return None
+            hidden = [e for e in acl if e.id.scheme == "digest" and e.id.id.endswith(":x")]
+            if hidden:
+                raise AccessDenied(
+                    f"ZooKeeper hides the digest ids of {path}'s ACL from this identity "
+                    f"({hidden[0].id.id}): import as the namespace's admin "
+                    "($SENTINEL_ZK_IDENTITY) so that imported nodes get that ACL"
+                )
+            self._read[path] = tuple(acl)
+        return self._read[path]
+
+
+def _plan_import(
+    zk: KazooClient, root: str, nodes: list[tuple[str, bytes]]
+) -> tuple[list[_Write], int]:
+    """The writes that make the namespace at ``root`` hold ``nodes``, and how many nodes are
+    already as in the file. Refuses (ValidationError) a node whose parent is neither in the
+    file nor in ZooKeeper, before anything is written."""
+    acls = _SectionAcls(zk, root)
+    writes: list[_Write] = []
+    missing_root = [
+        prefix
+        for prefix in itertools.accumulate(f"/{p}" for p in root.strip("/").split("/"))
+        if zk.exists(prefix) is None
+    ]
+    writes += [_Write(path, b"") for path in missing_root]
+    in_file = {path for path, _ in nodes}
+    unchanged = 0
+    for (path, data), result in pipelined_reads(zk, nodes, lambda node: f"{root}{node[0]}"):
+        try:
+            current, stat = result.get()
+        except NoNodeError:
+            parent = path.rsplit("/", 1)[0]
+            if parent and parent not in in_file and zk.exists(f"{root}{parent}") is None:
+                raise ValidationError(
+                    f"node {path}: its parent {parent} is neither in the file nor in the namespace"
+                ) from None
+            full = f"{root}{path}"
+            writes.append(_Write(full, data, acl=acls.for_node(full)))
+            continue
+        if current == data:
+            unchanged += 1
+        else:
+            writes.append(_Write(f"{root}{path}", data, version=stat.version))
+    return writes, unchanged
+
+
+def _batches(writes: list[_Write]) -> list[list[_Write]]:
+    """Writes grouped in multi requests of at most _BATCH_BYTES each (one write per batch at
+    least: a node is at most MAX_VALUE_BYTES)."""
+    batches: list[list[_Write]] = []
+    size = _BATCH_BYTES
+    for write in writes:
+        if size + write.size() > _BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(write)
+        size += write.size()
+    return batches
+
+
+def _commit(zk: KazooClient, batches: list[list[_Write]]) -> None:
+    """Commit each batch as one multi; on a failure, raise an error saying which batches were
+    committed and how to resume."""
+    total = sum(map(len, batches))
+    progress = Progress(total, "importing")
+    done = 0
+    try:
+        for number, batch in enumerate(batches, start=1):
+            transaction = zk.transaction()
+            for write in batch:
+                if write.version is None:
+                    transaction.create(
+                        write.path, write.data, acl=list(write.acl) if write.acl else None
+                    )
+                else:
+                    transaction.set_data(write.path, write.data, version=write.version)
+            try:
+                failure = first_failure(transaction.commit())
+            except (KazooException, KazooTimeoutError) as exc:
+                failure = exc
+            if failure is not None:
+                raise interrupted(failure, "sentinel import", number, len(batches), done, total)
+            done += len(batch)
+            progress.advance(len(batch))
+    finally:
+        progress.close()
 
 
 def _import(args: argparse.Namespace) -> int:
     nodes = _load_export(args.file)
-    created = updated = unchanged = 0
-    with connect(args, create=not args.dry_run) as zk:
-        plan: list[tuple[str, str, bytes, int]] = []  # (op, path, data, version)
-        for path, data in nodes:
-            try:
-                current, stat = zk.get(path)
-            except NoNodeError:
-                plan.append(("create", path, data, -1))
-                continue
-            if current == data:
-                unchanged += 1
-            else:
-                plan.append(("set", path, data, stat.version))
+    root = validate_namespace(args.namespace).rstrip("/")
+    with connect(args, chroot=False) as zk:
+        writes, unchanged = _plan_import(zk, root, nodes)
+        batches = _batches(writes)
         if not args.dry_run:
-            progress = Progress(len(plan), "importing")
-            for start in range(0, len(plan), _BATCH_OPS):
-                batch = plan[start : start + _BATCH_OPS]
-                transaction = zk.transaction()
-                for op, path, data, version in batch:
-                    if op == "create":
-                        transaction.create(path, data)
-                    else:
-                        transaction.set_data(path, data, version=version)
-                failure = first_failure(transaction.commit())
-                if failure is not None:
-                    progress.close()
-                    raise ValidationError(
-                        f"import stopped: {type(failure).__name__} in a batch near "
-                        f"{batch[0][1]}; nodes changed meanwhile? Re-run to resume"
-                    )
-                progress.advance(len(batch))
-            progress.close()
-        created = sum(op == "create" for op, *_ in plan)
-        updated = len(plan) - created
+            _commit(zk, batches)
+    file_writes = [w for w in writes if w.path.startswith(f"{root}/")]
+    created = sum(w.version is None for w in file_writes)
     summary = {
         "created": created,
-        "updated": updated,
+        "updated": len(file_writes) - created,
         "unchanged": unchanged,
         "dry_run": args.dry_run,
     }
@@ -255,8 +377,14 @@ def _import(args: argparse.Namespace) -> int:
     else:
         verb = "would create" if args.dry_run else "created"
         print(
-            f"{verb} {created}, {'would update' if args.dry_run else 'updated'} {updated}, "
-            f"{unchanged} already as exported"
+            f"{verb} {created}, {'would update' if args.dry_run else 'updated'} "
+            f"{summary['updated']}, {unchanged} already as exported "
+            f"({len(batches)} batch(es))"
+            + (
+                f"; namespace {root} {'would be' if args.dry_run else 'was'} created"
+                if len(writes) > len(file_writes)
+                else ""
+            )
         )
     return EXIT_OK
 

@@ -11,9 +11,11 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import start_http_server
 
@@ -24,12 +26,14 @@ from sentinel.devserver import resolve_hosts, validate_hosts
 from sentinel.errors import (
     LauncherError,
     NamespaceNotFound,
+    RegistryError,
     SentinelError,
     ValidationError,
     ZooKeeperUnavailable,
 )
 from sentinel.layout import validate_namespace
 from sentinel.output import format_table
+from sentinel.zkerrors import translate
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing eligible, problems found
@@ -203,12 +207,18 @@ def tls_config(args: argparse.Namespace) -> tls.TlsConfig | None:
 
 @contextlib.contextmanager
 def connect(
-    args: argparse.Namespace, *, create: bool = False, identity: str | None = None
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    identity: str | None = None,
+    chroot: bool = True,
 ) -> Iterator[KazooClient]:
     """A plain kazoo client rooted at the namespace, for operator commands.
 
     It acts as ``identity`` (``user:password``; default ``$SENTINEL_ZK_IDENTITY``) in a
-    secured namespace, and uses TLS as ``--zk-tls`` says.
+    secured namespace, and uses TLS as ``--zk-tls`` says. With ``chroot`` false it is rooted at
+    the ensemble's root instead, and the namespace is neither checked nor created (``import``
+    creates it in its first write, so that a failed import leaves nothing behind).
 
     Raises ZooKeeperUnavailable, or NamespaceNotFound if the namespace does not exist and
     ``create`` is false (reading commands never create it).
@@ -216,7 +226,7 @@ def connect(
     hosts = resolve_hosts(args.zk)
     namespace = validate_namespace(args.namespace)
     zk = KazooClient(
-        hosts=f"{hosts}{namespace}",
+        hosts=f"{hosts}{namespace if chroot else ''}",
         timeout=max(args.timeout, 2.0),
         **client_arguments(identity, tls_config(args)),
     )
@@ -227,7 +237,9 @@ def connect(
     except KazooTimeoutError:  # kazoo has stopped and closed the client
         raise unavailable(hosts, args.timeout, zk.handler) from None
     try:
-        if create:
+        if not chroot:
+            pass
+        elif create:
             zk.ensure_path("/")
         elif zk.exists("/") is None:
             raise NamespaceNotFound(
@@ -295,3 +307,93 @@ class Progress:
         """End the line."""
         if self._shown:
             print(file=sys.stderr)
+
+
+def read_input(file: str) -> str:
+    """The text of an input file (``-``: stdin), which must be UTF-8.
+
+    Raises ValidationError naming the file, and the line of the first byte that is not UTF-8.
+    """
+    try:
+        raw = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValidationError(
+            f"{file}: line {line} is not UTF-8 (byte {raw[exc.start]:#04x})"
+        ) from None
+
+
+def parse_json(text: str, file: str) -> Any:
+    """An input file's JSON document, every part of it storable in ZooKeeper as UTF-8 JSON.
+
+    Raises ValidationError with the line of a syntax error, or the path inside the document
+    (``nodes[3].json.lag``) of a NaN or infinite number or of a string holding a lone
+    surrogate (``"\\ud800"``: no UTF-8 for it); a document nested deeper than Python's
+    parser goes is refused too.
+    """
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise ValidationError(f"{file}: JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise ValidationError(f"{file} is not JSON: {exc}") from None
+    stack: list[tuple[str, Any]] = [("", document)]
+    while stack:  # no recursion: the document may be as deep as the parser allowed
+        where, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError(
+                f"{file}: {where or 'the document'} is {value}: not a number JSON has"
+            )
+        if isinstance(value, str):
+            _check_encodable(value, file, where)
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                _check_encodable(key, file, f"{where} key {key!r}".lstrip())
+                stack.append((f"{where}.{key}" if where else key, child))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{index}]", child) for index, child in enumerate(value))
+    return document
+
+
+def _check_encodable(text: str, file: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            f"{file}: {where or 'the document'}: {text!r} holds a lone surrogate (not UTF-8)"
+        ) from None
+
+
+def interrupted(
+    exc: BaseException,
+    operation: str,
+    batch: int,
+    batches: int,
+    done: int,
+    total: int,
+    *,
+    atomic: bool = True,
+) -> BaseException:
+    """The error that ends a batched write which failed in batch ``batch`` (1-based) of
+    ``batches``: of the same kind as ``exc`` (so the exit code still says why), saying which
+    batches were committed and how to resume (run the same command again: it writes only what
+    still differs). A batch that is not ``atomic`` may have been committed in part."""
+    error = (
+        translate(exc, operation) if isinstance(exc, KazooException | KazooTimeoutError) else exc
+    )
+    if not isinstance(error, SentinelError):
+        return exc
+    committed = f"batches 1-{batch - 1} of {batches}" if batch > 1 else f"none of {batches} batches"
+    message = (
+        f"{error}; stopped in batch {batch}: {committed} are committed ({done} of {total} "
+        f"changes), the rest is not{'' if atomic else f' (or batch {batch} in part)'}; "
+        "run the same command again to resume"
+    )
+    try:
+        return type(error)(message)
+    except TypeError:  # an error class built from other arguments (DecodeError)
+        return RegistryError(message)

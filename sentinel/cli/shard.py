@@ -6,6 +6,7 @@ import argparse
 import collections
 import csv
 import io
+import itertools
 import json
 import os
 import socket
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
@@ -23,8 +26,11 @@ from sentinel.cli.common import (
     add_metrics_option,
     connect,
     event_printer,
+    interrupted,
+    parse_json,
     print_json,
     print_table,
+    read_input,
     run_daemon,
     seconds,
 )
@@ -33,7 +39,10 @@ from sentinel.records import InstanceRecord
 from sentinel.registry import read_service, services_sharded_by
 from sentinel.shards import (
     ShardPolicySpec,
+    bucket_of,
+    bucket_path,
     create_policy,
+    encode_bucket,
     iter_assignments,
     new_map,
     read_key,
@@ -241,17 +250,20 @@ def _validate(args: argparse.Namespace) -> int:
 
 def read_mapping(file: str) -> dict[str, str]:
     """``key -> partition`` from CSV (``key,partition`` lines, optional header) or JSON (an
-    object, or a list of pairs). Raises ValidationError naming the line or entry at fault."""
-    try:
-        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValidationError(f"cannot read {file}: {exc.strerror}") from None
+    object, or a list of pairs). The file must be UTF-8, and JSON storable as it is (no lone
+    surrogate). Raises ValidationError naming the line, entry or path at fault."""
+    text = read_input(file)
     if file.endswith(".json") or text.lstrip().startswith(("{", "[")):
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise ValidationError(f"{file} is not JSON: {exc}") from None
-        pairs = document.items() if isinstance(document, dict) else document
+        document = parse_json(text, file)
+        if isinstance(document, dict):
+            pairs: list[Any] = [list(item) for item in document.items()]
+        elif isinstance(document, list):
+            pairs = document
+        else:
+            raise ValidationError(
+                f"{file}: JSON must be an object of key -> partition or a list of "
+                f"[key, partition] pairs, not {type(document).__name__}"
+            )
         mapping = {}
         for number, pair in enumerate(pairs, start=1):
             if not (
@@ -260,7 +272,10 @@ def read_mapping(file: str) -> dict[str, str]:
                 and all(isinstance(x, str) for x in pair)
             ):
                 raise ValidationError(f"{file}: entry {number} must be a [key, partition] pair")
-            mapping[validate_key(pair[0])] = pair[1]
+            try:
+                mapping[validate_key(pair[0])] = pair[1]
+            except ValidationError as exc:
+                raise ValidationError(f"{file}: entry {number}: {exc}") from None
         return mapping
     mapping = {}
     for number, row in enumerate(csv.reader(io.StringIO(text)), start=1):
@@ -273,6 +288,19 @@ def read_mapping(file: str) -> dict[str, str]:
         except ValidationError as exc:
             raise ValidationError(f"{file}: line {number}: {exc}") from None
     return mapping
+
+
+def _check_buckets(spec: ShardPolicySpec, current: dict[str, str], changes: dict[str, str]) -> None:
+    """Encode every bucket the import changes as it will be written, so that a bucket over the
+    size limit is refused (ValueTooLarge) before the first write, by --dry-run as well."""
+    touched = {bucket_of(key, spec.buckets) for key in changes}
+    after: dict[int, dict[str, str]] = {index: {} for index in touched}
+    for key, partition in itertools.chain(current.items(), changes.items()):
+        index = bucket_of(key, spec.buckets)
+        if index in after:
+            after[index][key] = partition
+    for index, keys in after.items():
+        encode_bucket(bucket_path(spec.policy, index), keys)
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -290,15 +318,12 @@ def _import(args: argparse.Namespace) -> int:
                 raise ValidationError(f"{args.file}: key {key!r}: {exc}") from None
         current = dict(iter_assignments(zk, args.policy))
         changes = {k: p for k, p in mapping.items() if current.get(k) != p}
+        _check_buckets(spec, current, changes)
+        items = list(changes.items())
+        size = max(args.batch, 1)
+        batches = [dict(items[start : start + size]) for start in range(0, len(items), size)]
         if not args.dry_run:
-            progress = Progress(len(changes), "importing")
-            items = list(changes.items())
-            size = max(args.batch, 1)
-            for start in range(0, len(items), size):
-                batch = dict(items[start : start + size])
-                update_keys(zk, args.policy, batch)  # committed per batch: a re-run resumes
-                progress.advance(len(batch))
-            progress.close()
+            _write_batches(zk, args.policy, batches)
     summary = {
         "policy": args.policy,
         "keys": len(mapping),
@@ -314,6 +339,26 @@ def _import(args: argparse.Namespace) -> int:
             f"{len(mapping)} keys ({summary['unchanged']} already as in {args.file})"
         )
     return EXIT_OK
+
+
+def _write_batches(zk: KazooClient, policy: str, batches: list[dict[str, str]]) -> None:
+    """Commit each batch of keys (a re-run resumes: it writes only what still differs); on a
+    failure, raise an error saying which batches were committed."""
+    total = sum(map(len, batches))
+    progress = Progress(total, "importing")
+    done = 0
+    try:
+        for number, batch in enumerate(batches, start=1):
+            try:
+                update_keys(zk, policy, batch)
+            except (SentinelError, KazooException, KazooTimeoutError) as exc:
+                raise interrupted(
+                    exc, "sentinel shard import", number, len(batches), done, total, atomic=False
+                ) from None
+            done += len(batch)
+            progress.advance(len(batch))
+    finally:
+        progress.close()
 
 
 def _export(args: argparse.Namespace) -> int:
