@@ -1,15 +1,18 @@
 """Careless and hostile input to the ``sentinel`` command: an exit code and one line on stderr,
 never a traceback, and nothing half-written (issue 16, items 3 and 4)."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from sentinel import cli as sentinel_cli
 from sentinel.cli import inspect as inspect_commands
 from sentinel.launcher import free_ports
+from sentinel.shards import iter_assignments
 
 pytestmark = pytest.mark.integration
 
@@ -122,3 +125,185 @@ def test_an_unreachable_server_is_exit_3():
     for args in (("ls",), ("export", "-"), ("shard", "list", "--policy", "p")):
         result = run(*args, "--zk", f"127.0.0.1:{port}", "--timeout", "0.5")
         assert_one_line_error(result, 3)
+
+
+# --- sentinel import ----------------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def export_of(*nodes):
+    return json.dumps({"sentinel_export": 1, "nodes": list(nodes)})
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"42", "is not a sentinel export"),
+        (b"null", "is not a sentinel export"),
+        (b'{"sentinel_export": 1,\n "nodes": []}\n\xff\n', "line 3 is not UTF-8 (byte 0xff)"),
+        (DEEP.encode(), "nested too deeply"),
+        (
+            export_of({"path": "/services", "json": 1}).replace("/services", "/\\ud800").encode(),
+            "lone surrogate",
+        ),
+        (
+            export_of({"path": "/metrics", "json": {"lag": 1}}).replace("1}", "NaN}").encode(),
+            "nodes[0].json.lag is nan",
+        ),
+        (
+            export_of({"path": "/a", "json": 1}, {"path": "/a/b/c", "json": 1}).encode(),
+            "its parent /a/b is neither in the file nor in the namespace",
+        ),
+        (
+            export_of({"path": "/a", "json": 1}, {"path": "/a", "json": 2}).encode(),
+            "appear more than once",
+        ),
+    ],
+)
+def test_a_bad_import_file_is_exit_2_and_writes_nothing(
+    cli, namespace, tmp_path, content, fragment
+):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    target = f"{namespace}-new"
+    for dry_run in ((), ("--dry-run",)):
+        result = cli("import", str(bad), *dry_run, namespace_override=target)
+        assert_one_line_error(result, 2)
+        assert fragment in result.stderr
+    # Nothing written: not even the namespace.
+    assert "sentinel init" in cli("ls", namespace_override=target).stderr
+
+
+def test_dry_run_into_a_new_namespace_says_what_the_real_run_does(cli, namespace, tmp_path):
+    source = tmp_path / "in.json"
+    source.write_text(
+        export_of(
+            {"path": "/services", "json": None},
+            {"path": "/services/api", "json": {"v": 1, "scheme": "http"}},
+            {"path": "/services/api/p1:a", "json": {"v": 1}, "ephemeral": True},
+        )
+    )
+    target = f"{namespace}-new/deeper"
+    dry = cli("import", str(source), "--dry-run", "--json", namespace_override=target)
+    assert dry.returncode == 0, dry.stderr
+    assert "sentinel init" in cli("ls", namespace_override=target).stderr  # still nothing
+    real = cli("import", str(source), "--json", namespace_override=target)
+    assert real.returncode == 0, real.stderr
+    assert {**json.loads(dry.stdout), "dry_run": False} == json.loads(real.stdout)
+    assert json.loads(real.stdout)["created"] == 2
+    assert cli("ls", "--json", namespace_override=target).returncode == 0
+
+
+def test_nan_in_a_node_round_trips_as_its_bytes_never_as_json(cli, namespace, raw_zk, tmp_path):
+    raw_zk.ensure_path("/metrics")
+    raw_zk.create("/metrics/odd", b"NaN")
+    exported = tmp_path / "out.json"
+    assert cli("export", str(exported)).returncode == 0
+    node = next(n for n in json.loads(exported.read_text())["nodes"] if n["path"] == "/metrics/odd")
+    assert node == {"path": "/metrics/odd", "ephemeral": False, "base64": "TmFO"}
+
+
+def test_a_failed_batch_says_what_was_committed_and_a_rerun_resumes(
+    zookeeper, namespace, tmp_path, monkeypatch, capsys
+):
+    from sentinel.cli import backup
+
+    big = "x" * 200_000  # about three nodes per 512 KiB batch
+    source = tmp_path / "in.json"
+    source.write_text(
+        export_of(
+            {"path": "/metrics", "json": None},
+            *({"path": f"/metrics/n{i}", "json": {"blob": big}} for i in range(8)),
+        )
+    )
+    target = f"{namespace}-new"
+    other = KazooClient(hosts=zookeeper.connect_string)
+    other.start(timeout=10)
+    other.ensure_path(f"{target}/metrics")
+    plan = backup._batches
+
+    def racing(writes):
+        batches = plan(writes)
+        # Another writer creates a node of the second batch between the plan and the commit.
+        other.create(batches[1][0].path, b"theirs")
+        return batches
+
+    argv = ["import", str(source), "--zk", zookeeper.connect_string, "--namespace", target]
+    monkeypatch.setattr(backup, "_batches", racing)
+    assert sentinel_cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "stopped in batch 2: batches 1-1 of 4 are committed" in err
+    assert "run the same command again to resume" in err and len(err.splitlines()) == 1
+    monkeypatch.setattr(backup, "_batches", plan)
+    assert sentinel_cli.main([*argv, "--json"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed == {"created": 5, "updated": 1, "unchanged": 3, "dry_run": False}
+    assert sentinel_cli.main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unchanged"] == 9
+    other.stop()
+    other.close()
+
+
+def test_imported_nodes_get_their_sections_acl(cli, namespace, raw_zk, tmp_path, monkeypatch):
+    identities = tmp_path / "ids.json"
+    assert cli("init", "--secure", "--identities", str(identities)).returncode == 0
+    admin = json.loads(identities.read_text())["admin"]
+    source = tmp_path / "in.json"
+    source.write_text(
+        export_of(
+            {"path": "/metrics/api", "json": None},
+            {"path": "/metrics/api/p1:a", "json": {"v": 1, "measured_at": 1.0, "metrics": {}}},
+            {"path": "/shard_info/tenants", "json": {"v": 1}},
+        )
+    )
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", admin)
+    result = cli("import", str(source))
+    assert result.returncode == 0, result.stderr
+    for section, node in (
+        ("/metrics", "/metrics/api"),
+        ("/metrics", "/metrics/api/p1:a"),
+        ("/shard_info", "/shard_info/tenants"),
+    ):
+        assert raw_zk.get_acls(node)[0] == raw_zk.get_acls(section)[0], node
+    assert raw_zk.get_acls("/metrics")[0] != raw_zk.get_acls("/shard_info")[0]
+
+
+# --- sentinel shard import ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"42", "JSON must be an object of key -> partition"),
+        (b"null", "JSON must be an object of key -> partition"),
+        (b"key,partition\nacme,p1\n\xfe\xff,p2\n", "line 3 is not UTF-8 (byte 0xfe)"),
+        (DEEP.encode(), "nested too deeply"),
+        (b'{"acme": "p1", "\\ud800": "p2", "zeta": "p1"}', "lone surrogate"),
+        (b'[["acme", "p1"], ["b", NaN]]', "[1][1] is nan"),
+    ],
+)
+def test_a_bad_shard_import_file_is_exit_2_and_writes_nothing(
+    cli, make_client, raw_zk, tmp_path, content, fragment
+):
+    make_client("manager").create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    for dry_run in (("--dry-run",), ()):
+        result = cli("shard", "import", str(bad), "--policy", "tenants", *dry_run)
+        assert_one_line_error(result, 2)
+        assert fragment in result.stderr
+    assert dict(iter_assignments(raw_zk, "tenants")) == {}
+
+
+def test_a_bucket_over_the_size_limit_is_refused_by_the_dry_run_too(
+    cli, make_client, raw_zk, tmp_path
+):
+    make_client("manager").create_shard_policy("one", "directory", partitions=["p1"], buckets=1)
+    source = tmp_path / "keys.csv"
+    source.write_text("".join(f"{'k' * 200}-{i:06d},p1\n" for i in range(3000)))  # ~600 KB
+    for dry_run in (("--dry-run",), ()):
+        result = cli("shard", "import", str(source), "--policy", "one", *dry_run)
+        assert_one_line_error(result, 2)
+        assert "more buckets" in result.stderr
+    assert dict(iter_assignments(raw_zk, "one")) == {}
