@@ -2,6 +2,7 @@
 never a traceback, and nothing half-written (issue 16, items 3 and 4)."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -307,3 +308,42 @@ def test_a_bucket_over_the_size_limit_is_refused_by_the_dry_run_too(
         assert_one_line_error(result, 2)
         assert "more buckets" in result.stderr
     assert dict(iter_assignments(raw_zk, "one")) == {}
+
+
+# --- a large namespace --------------------------------------------------------------------
+
+
+def test_a_namespace_with_a_100000_key_map_exports_and_imports_identically(
+    cli, make_client, namespace, tmp_path
+):
+    # 256 buckets of about 8 KB each, 2 MB in all: more than one multi request may carry
+    # (batches of 200 nodes were over jute.maxbuffer and failed with ConnectionLoss).
+    manager = make_client("manager")
+    manager.create_shard_policy("tenants", "directory", partitions=["p0", "p1", "p2", "p3"])
+    manager.update_shard_info_many(
+        "tenants", {f"tenant-{i:07d}": f"p{i % 4}" for i in range(100_000)}
+    )
+    manager.register_service("db", "p0", "10.0.0.1", 5432, label="a")
+    exported, copied = tmp_path / "out.json", tmp_path / "copy.json"
+    assert cli("export", str(exported)).returncode == 0
+    target = f"{namespace}-copy"
+    first = cli("import", str(exported), "--json", namespace_override=target)
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["updated"] == 0 and summary["created"] > 256
+    text = cli("import", str(exported), "--dry-run", namespace_override=f"{target}-2").stdout
+    assert int(re.search(r"\((\d+) batch\(es\)\)", text).group(1)) >= 4, text
+    again = json.loads(cli("import", str(exported), "--json", namespace_override=target).stdout)
+    assert (again["created"], again["updated"]) == (0, 0)
+    assert cli("export", str(copied), namespace_override=target).returncode == 0
+
+    def persistent(path):
+        return [
+            (n["path"], n.get("json"), n.get("base64"))
+            for n in json.loads(path.read_text())["nodes"]
+            if not n["ephemeral"]
+        ]
+
+    assert persistent(exported) == persistent(copied)
+    listed = cli("shard", "list", "--policy", "tenants", "--json", namespace_override=target)
+    assert len(json.loads(listed.stdout)) == 100_000
