@@ -70,6 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _reader_went_away()
+    except UnicodeError as exc:
+        # Text that is not UTF-8 where ZooKeeper needs it: an argument given as bytes that are
+        # not UTF-8 (Python keeps them as lone surrogates) or such a value in an input file.
+        return fail(f"not UTF-8: {exc}", EXIT_USAGE)
     except OSError as exc:
         if exc.filename is None:
             return _unexpected(exc, args.verbose)

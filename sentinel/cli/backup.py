@@ -32,6 +32,7 @@ from sentinel.cli.common import (
     parse_json,
     print_json,
     read_input,
+    seconds_or_zero,
 )
 from sentinel.ephemeral import first_failure
 from sentinel.errors import AccessDenied, ValidationError
@@ -509,5 +510,5 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Delete /metrics nodes whose instance is no longer registered and whose "
         "values are older than --older-than seconds (an instance restarting is not pruned).",
     )
-    prune.add_argument("--older-than", type=float, default=600.0, metavar="SECONDS")
+    prune.add_argument("--older-than", type=seconds_or_zero, default=600.0, metavar="SECONDS")
     prune.add_argument("--dry-run", action="store_true", help="list them, delete nothing")

@@ -53,12 +53,38 @@ def zk_hosts(text: str) -> str:
 
 def seconds(text: str) -> float:
     """A duration option (``--timeout``): a finite number of seconds above zero."""
+    value = _seconds(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    return value
+
+
+def seconds_or_zero(text: str) -> float:
+    """An age option (``--older-than``): a finite number of seconds, 0 or more."""
+    value = _seconds(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds, 0 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
+
+
+def count(text: str) -> int:
+    """A count option (``-n``): a whole number of 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
 
 

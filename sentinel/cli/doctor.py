@@ -21,6 +21,7 @@ from sentinel.cli.common import (
     connect,
     print_json,
     print_table,
+    seconds_or_zero,
 )
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
@@ -349,7 +350,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     doctor.add_argument(
         "--stale-after",
-        type=float,
+        type=seconds_or_zero,
         default=300.0,
         metavar="SECONDS",
         help="metrics older than this are stale (default 300)",

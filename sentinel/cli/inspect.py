@@ -14,6 +14,7 @@ from sentinel.cli.common import (
     add_command,
     client,
     connect,
+    count,
     print_json,
     print_table,
 )
@@ -286,4 +287,4 @@ def register(commands: argparse._SubParsersAction) -> None:
     resolve.add_argument("key", nargs="?", metavar="KEY")
     resolve.add_argument("--policy", action="append", default=[], metavar="NAME[:ARGS]")
     resolve.add_argument("--balancer", metavar="NAME[:ARGS]")
-    resolve.add_argument("-n", "--count", type=int, default=1, help="calls to make (default 1)")
+    resolve.add_argument("-n", "--count", type=count, default=1, help="calls to make (default 1)")

@@ -43,7 +43,9 @@ def run(*args, timeout=60):
         (("demo", "--zk", "localhost:abc"), "must look like"),
         (("ls", "--zk", "127.0.0.1:1", "--timeout", "0"), "above 0"),
         (("ls", "--zk", "127.0.0.1:1", "--timeout", "-1"), "above 0"),
-        (("ls", "--zk", "127.0.0.1:1", "--timeout", "nan"), "above 0"),
+        (("ls", "--zk", "127.0.0.1:1", "--timeout", "nan"), "not a finite number"),
+        (("prune", "--zk", "127.0.0.1:1", "--older-than", "-1"), "0 or more"),
+        (("resolve", "db", "--zk", "127.0.0.1:1", "-n", "0"), "1 or more"),
         (("zk", "start", "--timeout", "0"), "above 0"),
     ],
 )
@@ -68,6 +70,29 @@ def published(make_client):
 def test_bad_policy_arguments_exit_2(cli, published, spec):
     result = cli("resolve", "db", "--policy", spec)
     assert_one_line_error(result, 2)
+
+
+def test_an_argument_that_is_not_utf8_is_exit_2(zookeeper, namespace, make_client):
+    make_client("manager").create_shard_policy("tenants", "directory", partitions=["p1"])
+    connection = [b"--zk", zookeeper.connect_string.encode(), b"--namespace", namespace.encode()]
+    result = subprocess.run(
+        [
+            SENTINEL.encode(),
+            b"shard",
+            b"assign",
+            b"\xff",
+            b"p1",
+            b"--policy",
+            b"tenants",
+            *connection,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert_one_line_error(result, 2)
+    assert "not UTF-8" in result.stderr
 
 
 def test_an_unwritable_file_is_exit_2_naming_it(cli, published, tmp_path):
