@@ -7,6 +7,7 @@ import base64
 import contextlib
 import itertools
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ EXPORT_VERSION = 1
 # Bytes of writes per multi request: half of ZooKeeper's default jute.maxbuffer (1 MB), which
 # a request must stay under; a single node is at most MAX_VALUE_BYTES.
 _BATCH_BYTES = 512 * 1024
+# Characters ZooKeeper refuses in a path (its PathUtils.validatePath).
+_NOT_IN_PATHS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -145,25 +148,22 @@ def _walk(zk: KazooClient, path: str) -> Iterator[tuple[str, bytes, int]]:
         yield from _walk(zk, child_path)
 
 
-def _encode_data(data: bytes) -> dict[str, Any]:
-    """A node's data in an export: JSON when it is UTF-8 JSON that JSON can carry (no NaN or
-    Infinity, not nested past the parser), else base64, so that it comes back byte for byte."""
+def _encode_data(path: str, data: bytes) -> dict[str, Any]:
+    """A node's data in an export: JSON when it is UTF-8 JSON that an import stores as it is
+    (:func:`parse_json`: no NaN or Infinity, no lone surrogate, not nested past the parser),
+    else base64, so that every node comes back byte for byte."""
     if not data:
         return {"json": None}
     try:
-        return {"json": json.loads(data.decode("utf-8"), parse_constant=_not_json)}
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        return {"json": parse_json(data.decode("utf-8"), path)}
+    except (UnicodeDecodeError, ValidationError):
         return {"base64": base64.b64encode(data).decode("ascii")}
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
 
 
 def _export(args: argparse.Namespace) -> int:
     with connect(args) as zk:
         nodes = [
-            {"path": path, "ephemeral": owner != 0, **_encode_data(data)}
+            {"path": path, "ephemeral": owner != 0, **_encode_data(path, data)}
             for path, data, owner in _walk(zk, "/")
         ]
     document = {
@@ -199,7 +199,12 @@ def _load_export(file: str) -> list[tuple[str, bytes]]:
             raise ValidationError(f"{where} needs a 'path'")
         path = node["path"]
         parts = path.split("/")
-        if not path.startswith("/") or path == "/" or any(p in ("", ".", "..") for p in parts[1:]):
+        if (
+            not path.startswith("/")
+            or path == "/"
+            or any(p in ("", ".", "..") for p in parts[1:])
+            or _NOT_IN_PATHS.search(path)
+        ):
             raise ValidationError(f"{where}: {path!r} is not an absolute node path")
         if node.get("ephemeral"):
             continue  # live state: it belongs to a session, not to a backup

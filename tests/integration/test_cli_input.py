@@ -185,6 +185,7 @@ def export_of(*nodes):
             export_of({"path": "/a", "json": 1}, {"path": "/a", "json": 2}).encode(),
             "appear more than once",
         ),
+        (export_of({"path": "/a\u0001", "json": 1}).encode(), "is not an absolute node path"),
     ],
 )
 def test_a_bad_import_file_is_exit_2_and_writes_nothing(
@@ -221,13 +222,34 @@ def test_dry_run_into_a_new_namespace_says_what_the_real_run_does(cli, namespace
     assert cli("ls", "--json", namespace_override=target).returncode == 0
 
 
-def test_nan_in_a_node_round_trips_as_its_bytes_never_as_json(cli, namespace, raw_zk, tmp_path):
+def test_nodes_json_cannot_carry_round_trip_as_their_bytes(cli, namespace, raw_zk, tmp_path):
+    hostile = {
+        "/metrics/nan": b"NaN",
+        "/metrics/surrogate": b'{"k": "\\ud800"}',
+        "/metrics/deep": b"[" * 100_000 + b"]" * 100_000,
+        "/metrics/huge": b"1" + b"0" * 5000,
+        "/metrics/bytes": b"\xff\xfe",
+        "/metrics/fine": b'{"v": 1}',
+    }
     raw_zk.ensure_path("/metrics")
-    raw_zk.create("/metrics/odd", b"NaN")
+    for path, data in hostile.items():
+        raw_zk.create(path, data)
     exported = tmp_path / "out.json"
     assert cli("export", str(exported)).returncode == 0
-    node = next(n for n in json.loads(exported.read_text())["nodes"] if n["path"] == "/metrics/odd")
-    assert node == {"path": "/metrics/odd", "ephemeral": False, "base64": "TmFO"}
+    nodes = {n["path"]: n for n in json.loads(exported.read_text())["nodes"]}
+    assert nodes["/metrics/nan"]["base64"] == "TmFO"
+    assert nodes["/metrics/fine"]["json"] == {"v": 1}
+    target = f"{namespace}-copy"
+    result = cli("import", str(exported), namespace_override=target)
+    assert result.returncode == 0, result.stderr
+    copy = KazooClient(hosts=f"{raw_zk.hosts[0][0]}:{raw_zk.hosts[0][1]}{target}")
+    copy.start(timeout=10)
+    try:
+        for path, data in hostile.items():
+            assert copy.get(path)[0] == (b'{"v":1}' if path.endswith("fine") else data), path
+    finally:
+        copy.stop()
+        copy.close()
 
 
 def test_a_failed_batch_says_what_was_committed_and_a_rerun_resumes(
