@@ -5,6 +5,7 @@ refused while the same instance restarting still replaces its stale node."""
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -85,3 +86,25 @@ def test_the_same_endpoint_restarted_replaces_its_stale_node(make_client, raw_zk
         data, stat = raw_zk.get(again.path)
         assert stat.ephemeralOwner == new.session_id != old.session_id
         assert json.loads(data)["host"] == spelling
+
+
+def test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_rest(
+    make_client, raw_zk, caplog
+):
+    """After a session expiry the client re-creates its nodes; when another instance took one
+    of its labels meanwhile, that one is logged and left to it, and the others come back."""
+    client = make_client("expired")
+    mine = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
+    other = client.register_service("api", "p1", "10.0.0.1", 81, label="b")
+    # What an expiry leaves: the session's nodes gone; a rival registers label "a" meanwhile.
+    raw_zk.delete(mine.path)
+    raw_zk.delete(other.path)
+    rival = make_client("rival")
+    rival.register_service("api", "p1", "10.0.0.2", 80, label="a")
+    with caplog.at_level(logging.ERROR, logger="sentinel.ephemeral"):
+        restored = client._nodes._restore_all()  # what the worker runs on a new session
+    assert restored == 1
+    assert "not re-creating /services/api/p1:a" in caplog.text and "10.0.0.2" in caplog.text
+    data, stat = raw_zk.get(mine.path)
+    assert (json.loads(data)["host"], stat.ephemeralOwner) == ("10.0.0.2", rival.session_id)
+    assert raw_zk.exists(other.path).ephemeralOwner == client.session_id
