@@ -14,7 +14,8 @@ both for readers connected for longer than ``BOUND`` (a cut-off reader serves it
 marked stale; that is counted, not a violation). At every checkpoint (the writer pauses, every
 fault is undone): (c) each reader's cache equals a fresh read, (d) a process publisher's
 registration exists iff its process lives, (e) threads, memory and the ensemble's watch count
-stay bounded (watches by what the readers follow).
+stay bounded (watches by what the readers follow). A lookup that raises anything but a
+``SentinelError`` answer, or a lookup thread that ends before the run, is a violation too.
 
     python -m benchmarks.chaos --minutes 30
     python -m benchmarks.chaos --seconds 60 --seed 7
@@ -104,6 +105,11 @@ class Outcome:
     violations: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    # per reader: lookups made, and whether its lookup thread was alive when the run ended
+    reader_lookups: Counter = field(default_factory=Counter)
+    readers_alive: dict[str, bool] = field(default_factory=dict)
+    # any exception a lookup raised that is not a SentinelError answer, by type
+    lookup_errors: Counter = field(default_factory=Counter)
 
     def violate(self, invariant: str, detail: str) -> None:
         self.violations[invariant] += 1
@@ -284,25 +290,37 @@ class Chaos:
     # --- lookups and invariants (a) and (b) -----------------------------------------------------
 
     def lookups(self, reader: Reader) -> None:
+        """One reader's loop. A lookup that raises anything but a :class:`SentinelError`
+        (an answer: nothing found, or a first load while cut off) is a violation recorded
+        with its type, and so is an exception of the checks themselves: the thread never
+        ends silently while the run goes on (``run`` also checks it is alive at the end)."""
         pick = random.Random(reader.name)
         while not self.stop.is_set():
-            since = reader.connected_since
-            started = time.time()
-            service = pick.choice(list(SERVICES))
-            key = pick.choice(KEYS) if SERVICES[service] else None
             try:
-                result: Any = reader.client.get_service(service, key)
-            except (NoInstanceAvailable, PartitionNotFound) as exc:
-                result = exc
-            except SentinelError as exc:  # a first load while cut off: nothing to check
-                result = exc
+                self._lookup(reader, pick)
+            except Exception as exc:
+                self.outcome.lookup_errors[type(exc).__name__] += 1
+                self.outcome.violate("lookup", f"{reader.name}: {type(exc).__name__}: {exc!r}")
             self.outcome.lookups += 1
-            if since is None or reader.connected_since != since:
-                self.outcome.stale_served += not isinstance(result, Exception)
-            elif started - since > BOUND:
-                self.outcome.checked += 1
-                self._check(reader, started, service, key, result)
+            self.outcome.reader_lookups[reader.name] += 1
             time.sleep(0.001)
+
+    def _lookup(self, reader: Reader, pick: random.Random) -> None:
+        since = reader.connected_since
+        started = time.time()
+        service = pick.choice(list(SERVICES))
+        key = pick.choice(KEYS) if SERVICES[service] else None
+        try:
+            result: Any = reader.client.get_service(service, key)
+        except (NoInstanceAvailable, PartitionNotFound) as exc:
+            result = exc
+        except SentinelError as exc:  # a first load while cut off: nothing to check
+            result = exc
+        if since is None or reader.connected_since != since:
+            self.outcome.stale_served += not isinstance(result, Exception)
+        elif started - since > BOUND:
+            self.outcome.checked += 1
+            self._check(reader, started, service, key, result)
 
     def _check(self, reader: Reader, at: float, service: str, key: Any, result: Any) -> None:
         with self.lock:
@@ -466,6 +484,10 @@ class Chaos:
                 self.checkpoint()
                 next_checkpoint = time.monotonic() + checkpoint_every
         self.checkpoint()
+        for reader, thread in zip(self.readers, threads[1:], strict=True):
+            self.outcome.readers_alive[reader.name] = thread.is_alive()
+            if not thread.is_alive():
+                self.outcome.violate("lookup", f"{reader.name}'s lookup thread ended early")
         self.stop.set()
         for thread in threads:
             thread.join()
@@ -556,6 +578,8 @@ def main(argv: list[str] | None = None) -> None:
             "writes": outcome.writes,
             "faults": dict(outcome.faults),
             "violations": dict(outcome.violations),
+            "reader_lookups": dict(outcome.reader_lookups),
+            "lookup_errors": dict(outcome.lookup_errors),
             "examples": outcome.examples,
             "checkpoints": points,
         },

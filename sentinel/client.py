@@ -44,6 +44,7 @@ from sentinel.errors import (
 from sentinel.feedback import InstanceFeedback
 from sentinel.layout import (
     SECTIONS,
+    default_label,
     metrics_path,
     sanitize_name,
     validate_name,
@@ -456,8 +457,12 @@ class Sentinel:
         """Publish a live instance of ``service`` serving ``partition`` at ``host:port``.
 
         The node is ephemeral and is re-created after a session expiry. ``label`` names the
-        instance within its partition (default: ``<host>_<port>``); registering the same
-        identity again replaces the earlier node. The service spec is created if missing.
+        instance within its partition (default: ``<host>_<port>``, one label per endpoint, see
+        :func:`~sentinel.layout.default_label`); registering the same identity again replaces
+        the earlier node: this client's own, or another session's node of the same host and
+        port (this instance restarted). A label another live instance (another host or port)
+        holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be
+        an IP address or a DNS name. The service spec is created if missing.
         Invalid input raises :class:`~sentinel.errors.ValidationError` before anything is
         written.
         """
@@ -465,7 +470,7 @@ class Sentinel:
         instance = InstanceRecord(
             service=service,
             partition=partition,
-            label=label if label is not None else sanitize_name(f"{host}_{port}"),
+            label=label if label is not None else default_label(host, port),
             host=host,
             port=port,
             scheme=scheme,

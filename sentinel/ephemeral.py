@@ -26,7 +26,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from sentinel.errors import RegistryConflict
+from sentinel.errors import LabelTaken, RegistryConflict
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class EphemeralNodes:
         # keep_trying nodes whose last write failed -> seconds until the next attempt
         self._unwritten: dict[str, float] = {}
         self._on_failure: dict[str, Callable[[], None]] = {}
+        # path -> check of another session's node before it is taken over (raises to refuse)
+        self._may_take_over: dict[str, Callable[[bytes], None]] = {}
         self._session_id: int | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -84,6 +86,7 @@ class EphemeralNodes:
         prepare: Callable[[], None] | None = None,
         keep_trying: bool = False,
         on_failure: Callable[[], None] | None = None,
+        may_take_over: Callable[[bytes], None] | None = None,
     ) -> bool:
         """Make ``path`` an ephemeral node of the current session holding ``data``, and keep it.
 
@@ -91,6 +94,9 @@ class EphemeralNodes:
         ``keep_trying`` a write that fails does not raise: it is logged (once until it
         succeeds), reported to ``on_failure`` (each failed attempt) and retried in the
         background, backing off to 30 s, until it is written or removed; False is returned then.
+        ``may_take_over`` sees the value of a node another session holds at ``path`` before it
+        is taken over, and raises (:class:`LabelTaken`) to refuse; the node is then left as it
+        is, and a refused re-creation after a session expiry is logged and skipped.
         """
         with self._lock:
             if prepare is not None:
@@ -98,8 +104,10 @@ class EphemeralNodes:
             if on_failure is not None:
                 self._on_failure[path] = on_failure
             if not keep_trying:
-                self._write(path, data)
+                self._write(path, data, may_take_over)
                 self._nodes[path] = data
+                if may_take_over is not None:
+                    self._may_take_over[path] = may_take_over
                 return True
             self._nodes[path] = data
             written = self._try_write(path, data)
@@ -138,6 +146,7 @@ class EphemeralNodes:
             data = self._nodes.pop(path, None)
             self._prepare.pop(path, None)
             self._on_failure.pop(path, None)
+            self._may_take_over.pop(path, None)
             if data is None:
                 return False
             if self._unwritten.pop(path, None) is not None:
@@ -202,7 +211,11 @@ class EphemeralNodes:
                 data = self._nodes.get(path)
                 if data is None or path in self._unwritten:
                     continue  # removed meanwhile, or retried on its own schedule
-                self._write(path, data)
+                try:
+                    self._write(path, data, self._may_take_over.get(path))
+                except LabelTaken as exc:
+                    log.error("not re-creating %s after the session expired: %s", path, exc)
+                    continue
                 restored += 1
         return restored
 
@@ -221,7 +234,9 @@ class EphemeralNodes:
             raise ConnectionLoss()
         return client_id[0]
 
-    def _write(self, path: str, data: bytes) -> None:
+    def _write(
+        self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
+    ) -> None:
         for _ in range(_WRITE_ATTEMPTS):
             try:
                 self._zk.create(path, data, ephemeral=True)
@@ -229,7 +244,7 @@ class EphemeralNodes:
             except NodeExistsError:
                 pass
             try:
-                _, stat = self._zk.get(path)
+                held, stat = self._zk.get(path)
             except NoNodeError:
                 continue
             if stat.ephemeralOwner == self._session():
@@ -238,6 +253,8 @@ class EphemeralNodes:
                     return
                 except (BadVersionError, NoNodeError):
                     continue
+            if may_take_over is not None:
+                may_take_over(held)
             log.warning("taking over %s from session 0x%x", path, stat.ephemeralOwner)
             transaction = self._zk.transaction()
             transaction.delete(path, version=stat.version)

@@ -76,6 +76,11 @@ class RegistryConflict(SentinelError):
     """Another writer kept changing the same node while Sentinel tried to write it."""
 
 
+class LabelTaken(RegistryConflict):
+    """The instance label is held, in that partition, by another live registration with another
+    host and port: registering would silently replace it, so nothing was written."""
+
+
 class ServiceNotFound(SentinelError):
     """No spec node exists for the service in this namespace."""
 

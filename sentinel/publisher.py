@@ -7,6 +7,7 @@ themselves after a session expiry and take over stale nodes of older sessions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -14,8 +15,8 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.ephemeral import EphemeralNodes
-from sentinel.errors import ServiceConflict
-from sentinel.layout import instance_path, service_path
+from sentinel.errors import LabelTaken, SentinelError, ServiceConflict
+from sentinel.layout import host_key, instance_name, instance_path, service_path
 from sentinel.records import InstanceRecord, ServiceSpec
 
 log = logging.getLogger(__name__)
@@ -108,15 +109,43 @@ class Publisher:
         """
         path = instance_path(instance.service, instance.partition, instance.label)
         data = instance.to_bytes(path)  # validates the size before anything is written
+        check = self._same_endpoint(instance, path)
         try:
-            self._nodes.put(path, data)
+            self._nodes.put(path, data, may_take_over=check)
         except NoNodeError:  # the first instance of a new service: create its spec, then retry
             self.ensure_service(ServiceSpec(instance.service, scheme=instance.scheme), strict=False)
-            self._nodes.put(path, data)
+            self._nodes.put(path, data, may_take_over=check)
         registration = Registration(instance, path)
         self._registrations[path] = registration
         log.info("registered %s (%s:%d)", path, instance.host, instance.port)
         return registration
+
+    @staticmethod
+    def _same_endpoint(instance: InstanceRecord, path: str) -> Callable[[bytes], None]:
+        """The check before another session's node at ``path`` is taken over.
+
+        The same endpoint (host and port, compared in :func:`host_key` form) is this instance
+        restarted, or re-registered after its session expired: its stale node is replaced.
+        Another endpoint is another live instance that holds the label: :class:`LabelTaken`.
+        A node that is not a valid instance protects nothing and is replaced.
+        """
+        mine = (host_key(instance.host), instance.port)
+        name = instance_name(instance.partition, instance.label)
+
+        def check(held: bytes) -> None:
+            try:
+                other = InstanceRecord.from_bytes(instance.service, name, path, held)
+            except SentinelError:
+                return
+            if (host_key(other.host), other.port) != mine:
+                raise LabelTaken(
+                    f"label {instance.label!r} of partition {instance.partition!r} of service "
+                    f"{instance.service!r} is held by another instance "
+                    f"({other.host} port {other.port}); choose another label, or deregister "
+                    "that instance first"
+                )
+
+        return check
 
     def deregister(self, registration: Registration) -> bool:
         """Remove a registration; False if this client did not hold it (already deregistered)."""

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
-from sentinel.layout import parse_instance_name, validate_name
+from sentinel.layout import parse_instance_name, validate_host, validate_name
 
 SCHEMA_VERSION = 1
 # ZooKeeper's jute.maxbuffer is 1 MB and a larger write makes the server drop the connection;
@@ -28,8 +28,6 @@ MAX_PROPERTY_KEY_LENGTH = 128
 STATUSES = frozenset({"up", "down", "starting", "draining"})
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
-# Hostnames, IPv4 and IPv6 literals (bracketed or not, with a zone index): no space, no '/'.
-_HOST = re.compile(r"[A-Za-z0-9._:%\[\]-]{1,253}\Z")
 
 
 def _plain(value: object) -> dict[str, Any]:
@@ -171,10 +169,7 @@ class InstanceRecord:
         validate_name("service", self.service)
         validate_name("partition", self.partition)
         validate_name("label", self.label)
-        if not isinstance(self.host, str) or not _HOST.match(self.host):
-            raise ValidationError(
-                f"host {self.host!r} must be a hostname or an IP address (at most 253 characters)"
-            )
+        validate_host(self.host)
         if isinstance(self.port, bool) or not isinstance(self.port, int):
             raise ValidationError(f"port must be an integer, got {type(self.port).__name__}")
         if not 1 <= self.port <= 65535:

@@ -1,11 +1,14 @@
 """The last-known-good snapshot: the client's cache on disk, for starting without ZooKeeper.
 
 With ``Sentinel(snapshot_path=...)`` a :class:`SnapshotWriter` thread writes the cache to a
-file after it changes, at most once per ``min_interval`` seconds, atomically (a temporary file
-in the same directory, flushed, then renamed over the old one), so a crash mid-write leaves the
-previous snapshot. When no server answers at start, :func:`load_snapshot` restores it and the
-client serves it, marked stale (``connection_state == "snapshot"``, ``staleness`` counted from
-when it was written), until the connection comes and the re-sync replaces it.
+file after it changes, at most once per ``min_interval`` seconds, atomically and readable by
+its owner only (:func:`~sentinel.private_files.write_private`: a temporary file made with
+``mkstemp`` in the same directory, fsynced, then renamed over the old one), so a crash
+mid-write leaves the previous snapshot. A file owned by another user or open to group or
+others is refused on load like a corrupt one. When no server answers at start,
+:func:`load_snapshot` restores it and the client serves it, marked stale
+(``connection_state == "snapshot"``, ``staleness`` counted from when it was written), until the
+connection comes and the re-sync replaces it.
 
 The file is JSON: ``format``, ``version``, the namespace and a fingerprint of the ensemble's
 hosts (a snapshot of another environment is refused, not served), and every node in the form
@@ -21,12 +24,9 @@ would without one.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,6 +41,7 @@ from sentinel.cache import ServiceSnapshot
 from sentinel.endpoint import Endpoint
 from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
 from sentinel.layout import METRICS, auth_path, service_path
+from sentinel.private_files import read_private, write_private
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.shards import (
     DirectoryMap,
@@ -130,21 +131,6 @@ def dump_snapshot(
     }
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old file or the new, never half."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
 def load_snapshot(
     path: Path, namespace: str, hosts: str, credentials: CredentialReader | None = None
 ) -> Restored:
@@ -156,7 +142,7 @@ def load_snapshot(
     reader's floors first.
     """
     try:
-        document = json.loads(path.read_bytes())
+        document = json.loads(read_private(path, "snapshot", SnapshotRejected))
     except FileNotFoundError:
         raise SnapshotRejected(f"snapshot {path} does not exist") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -320,7 +306,7 @@ class SnapshotWriter:
             comparable = {k: v for k, v in document.items() if k != "written_at"}
             if comparable == self._last or not document["services"]:
                 return
-            write_atomically(self.path, json.dumps(document, separators=(",", ":")).encode())
+            write_private(self.path, json.dumps(document, separators=(",", ":")).encode())
             self._last = comparable
             self.writes += 1
         except Exception:

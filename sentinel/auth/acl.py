@@ -44,7 +44,7 @@ from kazoo.security import (
     make_digest_acl_credential,
 )
 
-from sentinel.auth.keys import write_secret_file
+from sentinel.auth.keys import read_secret_file, write_secret_file
 from sentinel.errors import DecodeError, KeyFileError, ValidationError
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
 from sentinel.records import decode, encode
@@ -112,10 +112,7 @@ def is_secured(zk: KazooClient) -> bool:
 def load_identities(path: str | Path, *, create_missing: bool = False) -> dict[str, str]:
     """Every role's identity from a JSON file (mode 0600), generating missing ones if asked."""
     path = Path(path)
-    try:
-        identities = _json_object(path.read_text()) if path.exists() else {}
-    except OSError as exc:
-        raise KeyFileError(f"cannot read identities file {str(path)!r}: {exc.strerror}") from None
+    identities = _json_object(read_secret_file(path, "identities file")) if path.exists() else {}
     unknown = sorted(set(identities) - set(ROLES))
     if unknown:
         raise KeyFileError(f"identities file {str(path)!r} names unknown roles {unknown}")
@@ -141,10 +138,7 @@ def load_client_identity(path: str | Path, client: str, *, create_missing: bool 
         identity = f"{client}:{secrets.token_urlsafe(18)}"
         write_secret_file(path, {"client": client, "identity": identity})
         return identity
-    try:
-        document = _json_object(path.read_text())
-    except OSError as exc:
-        raise KeyFileError(f"cannot read identity file {str(path)!r}: {exc.strerror}") from None
+    document = _json_object(read_secret_file(path, "identity file"))
     if document.get("client") != client or "identity" not in document:
         raise KeyFileError(f"identity file {str(path)!r} is not client {client!r}'s")
     split_identity(document["identity"])
@@ -159,7 +153,7 @@ def parse_digest_id(text: str) -> Id:
     return Id("digest", text)
 
 
-def _json_object(text: str) -> dict[str, str]:
+def _json_object(text: str | bytes) -> dict[str, str]:
     """A JSON object of strings, or KeyFileError."""
     try:
         document = json.loads(text)

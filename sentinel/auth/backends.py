@@ -21,6 +21,7 @@ from typing import Any
 
 from sentinel.auth.keys import write_secret_file
 from sentinel.errors import AuthError
+from sentinel.private_files import read_private
 
 PASSWORD_BYTES = 24
 
@@ -45,7 +46,7 @@ class FileBackend:
 
     def _load(self) -> dict[str, dict[str, dict[str, Any]]]:
         try:
-            document = json.loads(self.path.read_text())
+            document = json.loads(read_private(self.path, "credential file", AuthError))
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:

@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from sentinel.errors import KeyFileError, ValidationError
+from sentinel.private_files import read_private, write_private
 from sentinel.records import decode, encode, fields_of
 
 KEY_FILE_ENV = "SENTINEL_AUTH_KEY_FILE"
@@ -73,26 +74,28 @@ def _raw_private(key: X25519PrivateKey | Ed25519PrivateKey) -> bytes:
 
 
 def write_secret_file(path: Path, document: Mapping[str, Any]) -> None:
-    """Write a secret file atomically, readable by its owner only, from its first byte."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(document, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    """Write a secret JSON file atomically, readable by its owner only, from its first byte
+    (:func:`~sentinel.private_files.write_private`)."""
+    write_private(path, json.dumps(document).encode("utf-8"))
+
+
+def read_secret_file(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of a secret file, refused with KeyFileError when it cannot be read or when
+    it is not private (owned by another user, or open to group or others)."""
+    try:
+        return read_private(path, what, KeyFileError)
+    except OSError as exc:
+        raise KeyFileError(
+            f"cannot read {what} {os.fspath(path)!r}: {exc.strerror or exc}"
+        ) from None
 
 
 def _read_private(source: str | os.PathLike[str], kind: str) -> dict[str, Any]:
-    try:
-        text = Path(source).read_text()
-    except OSError as exc:
-        raise KeyFileError(f"cannot read key file {os.fspath(source)!r}: {exc.strerror}") from None
+    text = read_secret_file(source, "key file")
     return _parse_private(text, f"key file {os.fspath(source)!r}", kind)
 
 
-def _parse_private(text: str, origin: str, kind: str) -> dict[str, Any]:
+def _parse_private(text: str | bytes, origin: str, kind: str) -> dict[str, Any]:
     try:
         document = json.loads(text)
     except ValueError:

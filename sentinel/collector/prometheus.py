@@ -14,15 +14,25 @@ Configuration::
 A selector is a sample name with optional labels; it must match exactly one sample (labels
 not named in the selector may take any value), so a selector that suddenly matches two series
 fails loudly instead of publishing an arbitrary one.
+
+One scrape has one deadline, the collection's timeout, for all of it: connecting, the TLS
+handshake, the request, the headers and the whole body (every socket operation waits at most
+until the deadline, so a server that drips a byte at a time cannot hold a worker past it).
+Redirects are not followed: a 3xx, like any status but 200, fails the collection, since the
+address of an instance's metrics is configuration, not something a server may move.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
 import re
-import urllib.error
-import urllib.request
+import socket
+import ssl
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client.parser import parse_labels, text_string_to_metric_families
 
@@ -102,15 +112,7 @@ class PrometheusSource:
     def collect(self, endpoint: Endpoint, timeout: float) -> dict[str, float]:
         """Scrape once and pick the selected samples."""
         url = self.url(endpoint)
-        try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
-                text = response.read(MAX_EXPOSITION_BYTES).decode("utf-8", "replace")
-        except TimeoutError:
-            raise SourceTimeout(f"{url} did not answer within {timeout:g}s") from None
-        except (OSError, urllib.error.URLError) as exc:
-            if isinstance(getattr(exc, "reason", None), TimeoutError):
-                raise SourceTimeout(f"{url} did not answer within {timeout:g}s") from None
-            raise SourceError(f"cannot scrape {url}: {exc}") from None
+        text = self._fetch(endpoint, url, timeout).decode("utf-8", "replace")
         try:
             samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
         except ValueError as exc:
@@ -124,3 +126,110 @@ class PrometheusSource:
                 )
             values[metric] = found[0]
         return values
+
+    def _fetch(self, endpoint: Endpoint, url: str, timeout: float) -> bytes:
+        """GET the exposition within one deadline of ``timeout`` seconds for the whole scrape."""
+        host, port = endpoint.host.strip("[]"), self.port or endpoint.port
+        context = ssl.create_default_context() if self.scheme == "https" else None
+        connection = _DeadlineConnection(host, port, time.monotonic() + timeout, context)
+        try:
+            connection.request("GET", self.path, headers={"Accept": "text/plain"})
+            response = connection.getresponse()
+            body = response.read(MAX_EXPOSITION_BYTES + 1)
+        except TimeoutError:
+            raise SourceTimeout(f"{url} did not answer within {timeout:g}s") from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise SourceError(f"cannot scrape {url}: {exc}") from None
+        finally:
+            connection.close()
+        if 300 <= response.status < 400:
+            raise SourceError(
+                f"{url} answered {response.status} (redirect to "
+                f"{response.getheader('Location')!r}); redirects are not followed"
+            )
+        if response.status != 200:
+            raise SourceError(f"{url} answered {response.status} {response.reason}")
+        if len(body) > MAX_EXPOSITION_BYTES:
+            raise SourceError(f"{url} sent more than {MAX_EXPOSITION_BYTES} bytes")
+        return body
+
+
+def _remaining(deadline: float) -> float:
+    """Seconds left before ``deadline``; TimeoutError once it has passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the scrape's deadline passed")
+    return remaining
+
+
+class _DeadlineSocket:
+    """What :class:`http.client.HTTPConnection` uses of a socket, every operation bound by one
+    deadline, so a server that sends a byte now and then cannot stretch the scrape past it.
+
+    Like a real socket, it is closed when both it and the response reading from it are.
+    """
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._users = 1
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.settimeout(_remaining(self._deadline))
+        self._sock.sendall(data)
+
+    def recv_into(self, buffer: Any) -> int:
+        self._sock.settimeout(_remaining(self._deadline))
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode: str = "rb", *args: object, **kwargs: object) -> io.BufferedReader:
+        self._users += 1
+        return io.BufferedReader(_Reader(self))
+
+    def close(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._sock.close()
+
+
+class _Reader(io.RawIOBase):
+    """The response's side of a :class:`_DeadlineSocket`."""
+
+    def __init__(self, sock: _DeadlineSocket) -> None:
+        self._sock: _DeadlineSocket | None = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        assert self._sock is not None
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        super().close()
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP (or, with ``context``, HTTPS) connection whose connect, TLS handshake, request
+    and response share one deadline. It never follows redirects (http.client does not)."""
+
+    def __init__(
+        self, host: str, port: int, deadline: float, context: ssl.SSLContext | None
+    ) -> None:
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.001))
+        self._deadline = deadline
+        self._context = context
+
+    def connect(self) -> None:
+        sock = socket.create_connection((self.host, self.port), _remaining(self._deadline))
+        try:
+            if self._context is not None:
+                sock.settimeout(_remaining(self._deadline))
+                sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = _DeadlineSocket(sock, self._deadline)  # type: ignore[assignment]

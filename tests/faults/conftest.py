@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
-from sentinel.errors import SentinelError, ZooKeeperUnavailable
+from sentinel.errors import ZooKeeperUnavailable
 from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
 from sentinel.testing import cached_view, registry_view, wait_until
@@ -61,14 +62,22 @@ def ensemble() -> Iterator[LocalZooKeeper]:
 
 class Prober:
     """Looks ``service`` up on ``client`` without pause, on a thread of its own, counting what
-    a caller would have seen: lookups, failures (any error), and answers served while the
-    client was not connected (stale but served)."""
+    a caller would have seen: lookups, failures (any exception, by type), and answers served
+    while the client was not connected (stale but served).
 
-    def __init__(self, client: Sentinel, service: str) -> None:
+    On exit it waits (bounded) for at least ``min_lookups`` lookups and records whether its
+    thread was still alive: :meth:`check` fails a test whose prober died or stalled, so "0
+    failed lookups" always means lookups were made and none failed.
+    """
+
+    def __init__(self, client: Sentinel, service: str, min_lookups: int = 50) -> None:
         self.client = client
         self.service = service
+        self.min_lookups = min_lookups
         self.lookups = self.failed = self.stale = 0
         self.errors: list[str] = []
+        self.error_types: Counter[str] = Counter()
+        self.alive_at_exit: bool | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="prober", daemon=True)
 
@@ -77,6 +86,10 @@ class Prober:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        wait_until(
+            lambda: self.lookups >= self.min_lookups or not self._thread.is_alive(), timeout=10
+        )
+        self.alive_at_exit = self._thread.is_alive()
         self._stop.set()
         self._thread.join()
 
@@ -84,14 +97,23 @@ class Prober:
         while not self._stop.is_set():
             try:
                 self.client.get_service(self.service)
-            except SentinelError as exc:
+            except Exception as exc:  # any exception is a failed lookup a caller would have seen
                 self.failed += 1
+                self.error_types[type(exc).__name__] += 1
                 if len(self.errors) < 5:
                     self.errors.append(repr(exc))
             else:
                 self.stale += self.client.connection_state != "connected"
             self.lookups += 1
             time.sleep(0.002)
+
+    def check(self) -> None:
+        """Assert the prober lived to the end, made ``min_lookups`` lookups and none failed."""
+        assert self.alive_at_exit, f"the prober's thread died after {self.lookups} lookups"
+        assert self.lookups >= self.min_lookups, (
+            f"the prober made {self.lookups} lookups, fewer than {self.min_lookups}"
+        )
+        assert self.failed == 0, (dict(self.error_types), self.errors)
 
 
 def when_possible(write: Callable[[], Any], timeout: float = 60) -> Any:

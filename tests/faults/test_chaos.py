@@ -16,3 +16,7 @@ def test_a_short_chaos_run_violates_no_invariant():
     assert outcome.checked > 1000, "too few lookups were checked against the bound to mean much"
     assert len(outcome.checkpoints) >= 2
     assert not outcome.violations, outcome.examples
+    assert not outcome.lookup_errors, outcome.lookup_errors
+    assert outcome.readers_alive and all(outcome.readers_alive.values()), outcome.readers_alive
+    assert len(outcome.reader_lookups) == len(outcome.readers_alive)
+    assert min(outcome.reader_lookups.values()) >= 1000, outcome.reader_lookups

@@ -18,7 +18,8 @@ from sentinel.auth.store import AuthRecord
 from sentinel.errors import CredentialRollback, SnapshotRejected, ZooKeeperUnavailable
 from sentinel.launcher import LocalZooKeeper
 from sentinel.layout import auth_path
-from sentinel.snapshot import hosts_fingerprint, load_snapshot, write_atomically
+from sentinel.private_files import write_private
+from sentinel.snapshot import hosts_fingerprint, load_snapshot
 from sentinel.testing import cached_view, registry_view, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -116,8 +117,8 @@ def test_the_snapshot_floor_holds_without_the_credential(tmp_path):
     """A snapshot whose credential is gone (or unreadable) still carries the version floor."""
     ring = ClientKeyring.generate()
     path = tmp_path / "cache.json"
-    path.write_bytes(
-        _snapshot(db={"spec": SPEC, "instances": {}, "metrics": {}, "auth_version": 2})
+    write_private(
+        path, _snapshot(db={"spec": SPEC, "instances": {}, "metrics": {}, "auth_version": 2})
     )
     reader = CredentialReader(ring, "/sentinel", "app")
     load_snapshot(path, "/sentinel", "127.0.0.1:1", reader)
@@ -187,7 +188,7 @@ def test_corrupt_or_foreign_snapshots_are_refused_with_the_reason(
     tmp_path, caplog, content, reason
 ):
     path = tmp_path / "cache.json"
-    path.write_bytes(content)
+    write_private(path, content)  # private, so only the content is at fault
     with pytest.raises(SnapshotRejected, match=reason):
         load_snapshot(path, "/sentinel", "127.0.0.1:1")
     client = Sentinel("127.0.0.1:1", "app", snapshot_path=path, connect_timeout=0.5)
@@ -201,14 +202,14 @@ def test_corrupt_or_foreign_snapshots_are_refused_with_the_reason(
 
 def test_an_interrupted_write_leaves_the_previous_snapshot(tmp_path, monkeypatch):
     path = tmp_path / "cache.json"
-    write_atomically(path, b"old")
+    write_private(path, b"old")
 
     def crash(_fd: int) -> None:
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(OSError, match="disk full"):
-        write_atomically(path, b"new")
+        write_private(path, b"new")
     assert path.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["cache.json"], "a temporary file was left behind"
 

@@ -83,8 +83,8 @@ def test_register_writes_an_ephemeral_node_with_versioned_json(make_client, raw_
 
 def test_default_label_is_derived_from_host_and_port(make_client, raw_zk):
     registration = make_client().register_service("api", "p1", "::1", 8080)
-    assert registration.label == "__1_8080"
-    assert raw_zk.exists("/services/api/p1:__1_8080") is not None
+    assert registration.label == "_6_--1_8080"  # ':' has no place in a label: see default_label
+    assert raw_zk.exists("/services/api/p1:_6_--1_8080") is not None
 
 
 def test_registering_the_same_identity_again_replaces_the_node(make_client, raw_zk):

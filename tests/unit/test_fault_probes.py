@@ -1,0 +1,76 @@
+"""The fault suite's own probes see every failure: an exception that is not a SentinelError is
+a failed lookup (fault prober) or a violation (chaos runner), recorded with its type, and a
+probe thread that died or stalled fails the test instead of reporting "0 failed"."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from benchmarks.chaos import Chaos, Outcome
+from sentinel.errors import NoInstanceAvailable
+from sentinel.testing import wait_until
+from tests.faults.conftest import Prober
+
+
+class _FlakyClient:
+    """Raises ``errors`` in turn on get_service, then answers."""
+
+    connection_state = "connected"
+
+    def __init__(self, *errors: BaseException) -> None:
+        self.errors = list(errors)
+
+    def get_service(self, service: str, key: Any = None) -> str:
+        if self.errors:
+            raise self.errors.pop(0)
+        return "endpoint"
+
+
+def test_the_prober_counts_any_exception_as_a_failed_lookup_by_type():
+    client = _FlakyClient(ValueError("boom"), KeyError("k"), NoInstanceAvailable("none"))
+    with Prober(client, "svc", min_lookups=10) as prober:  # type: ignore[arg-type]
+        pass
+    assert prober.failed == 3
+    assert prober.error_types == {"ValueError": 1, "KeyError": 1, "NoInstanceAvailable": 1}
+    with pytest.raises(AssertionError, match="ValueError"):
+        prober.check()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_prober_whose_thread_died_fails_its_check():
+    client = _FlakyClient(SystemExit())  # not an Exception: it ends the thread
+    with Prober(client, "svc", min_lookups=10) as prober:  # type: ignore[arg-type]
+        pass
+    assert prober.alive_at_exit is False
+    with pytest.raises(AssertionError, match="died"):
+        prober.check()
+
+
+def test_a_healthy_prober_passes_its_check():
+    with Prober(_FlakyClient(), "svc", min_lookups=10) as prober:  # type: ignore[arg-type]
+        pass
+    prober.check()
+    assert prober.lookups >= 10
+
+
+def test_a_chaos_reader_counts_any_exception_as_a_violation_with_its_type():
+    outcome = Outcome()
+    zk = SimpleNamespace(connect_string="127.0.0.1:1")  # never connected to
+    chaos = Chaos(zk, seed=1, outcome=outcome)  # type: ignore[arg-type]
+    client = _FlakyClient(TypeError("bad key"), OverflowError("big"))
+    reader = SimpleNamespace(name="r", client=client, connected_since=None)
+    thread = threading.Thread(target=chaos.lookups, args=(reader,), daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: outcome.reader_lookups["r"] >= 5, timeout=10)
+        assert thread.is_alive(), "an exception ended the lookup thread"
+    finally:
+        chaos.stop.set()
+        thread.join()
+    assert outcome.lookup_errors == {"TypeError": 1, "OverflowError": 1}
+    assert outcome.violations["lookup"] == 2
+    assert any("TypeError" in example for example in outcome.examples)
