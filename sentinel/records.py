@@ -74,7 +74,7 @@ def _bounded_int(literal: str) -> int:
 def _finite_float(literal: str) -> float:
     number = float(literal)
     if not math.isfinite(number):
-        raise _OutOfBounds(f"number {literal[:20]}... is out of float range")
+        raise _OutOfBounds("a number out of float range")
     return number
 
 
