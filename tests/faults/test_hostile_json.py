@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import KazooException
 
 from sentinel import Sentinel
+from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import live_processes
 from sentinel.errors import DecodeError
 from sentinel.registry import read_clients, read_metrics, read_service
@@ -109,14 +110,16 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
     caplog.clear()
     with (
         Sentinel(hosts, "writer", namespace) as writer,
-        Sentinel(hosts, "reader", namespace) as reader,
+        # With a key ring, so the reader also decodes its /auth node.
+        Sentinel(hosts, "reader", namespace, auth_keys=ClientKeyring.generate()) as reader,
         caplog.at_level(logging.WARNING, logger="sentinel"),
     ):
         writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("svc", shard_policy="tenants")
         writer.update_shard_info("tenants", GOOD_KEY, "pg")
         writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
-        reader.prefetch("svc")
+        writer.update_auth("svc", "reader", {"user": "u", "password": "p"})
+        assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
         raw = writer._zk
         for kind, target, data in operations:
             if kind == "node":
