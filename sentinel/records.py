@@ -350,6 +350,10 @@ def _metric_values(values: object) -> Mapping[str, MetricValue]:
                     f"metric {name!r} is a string of {len(value)} characters; "
                     f"at most {MAX_METRIC_TEXT} are allowed"
                 )
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError(
+                f"metric {name!r} must be a number or a string, got {type(value).__name__}"
+            )
         else:
             finite_number(f"metric {name!r}", value)
         checked[name] = value
