@@ -121,6 +121,12 @@ def to_json(path: str, value: Any) -> str:
 
     Writers use the readers' bounds: what a reader would skip is never written.
     """
+    return _round_trip(path, value)[0]
+
+
+def _round_trip(path: str, value: Any) -> tuple[str, Any]:
+    """``value`` as compact JSON and that JSON parsed back within the bounds, or
+    ValidationError."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain)
     except Exception as exc:  # RecursionError, ValueError, TypeError...
@@ -128,10 +134,9 @@ def to_json(path: str, value: Any) -> str:
             f"value for {path} is not JSON-serialisable ({exc.__class__.__name__})"
         ) from None
     try:
-        parse_json(path, text, max_bytes=None)
+        return text, parse_json(path, text, max_bytes=None)
     except DecodeError as exc:
         raise ValidationError(f"value for {path} is out of bounds: {exc.reason}") from None
-    return text
 
 
 def encode(path: str, document: Mapping[str, Any]) -> bytes:
@@ -204,7 +209,7 @@ def _properties(value: object) -> Mapping[str, Any]:
                 f"property key {key!r} must be a string of 1-{MAX_PROPERTY_KEY_LENGTH} characters"
             )
     # The bounded round trip copies deeply and refuses what a reader would refuse.
-    return MappingProxyType(json.loads(to_json("properties", dict(value))))
+    return MappingProxyType(_round_trip("properties", dict(value))[1])
 
 
 @dataclass(frozen=True)
