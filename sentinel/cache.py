@@ -68,7 +68,7 @@ from sentinel.layout import (
     service_path,
 )
 from sentinel.ratelimit import TokenBucket
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode, fields_of
 from sentinel.registry import decode_children, pipelined_reads
 from sentinel.shards import (
     DirectoryMap,
@@ -585,7 +585,8 @@ class RegistryCache:
         self, decode: Callable[..., Any], name: str, path: str, data: bytes, stat: Any
     ) -> Any:
         try:
-            return decode(name, path, data, stat)
+            with fields_of(path):
+                return decode(name, path, data, stat)
         except DecodeError as exc:
             self._skip(exc)
             return None

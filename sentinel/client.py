@@ -34,7 +34,6 @@ from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
     NoInstanceAvailable,
-    PartitionNotFound,
     SentinelError,
     SigningRequired,
     SnapshotRejected,
@@ -601,10 +600,12 @@ class Sentinel:
         shard_policy = snapshot.spec.shard_policy
         partition = None
         if shard_policy is not None:
+            if type(key) is not str:  # the one comparison a str key pays for the key rule
+                key = shards.shard_key(service, shard_policy, key)
             shard_map = self._shard_maps.get(shard_policy)
             partition = shard_map.lookup(key) if shard_map is not None else None
             if partition is None:
-                partition = self._read_through(service, shard_policy, key)
+                partition = self._cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
         if policy is not None and candidates:
             candidates = policy(candidates)  # type: ignore[operator]
@@ -645,9 +646,10 @@ class Sentinel:
 
     def _partition(self, shard_policy: str, service: str, key: object) -> str:
         """The key's partition: the cached map, else Procedure 1's read-through."""
+        key = shards.shard_key(service, shard_policy, key)
         shard_map = self._shard_maps.get(shard_policy)
         partition = shard_map.lookup(key) if shard_map is not None else None
-        return partition or self._read_through(service, shard_policy, key)
+        return partition or self._cache.read_through(service, shard_policy, key)
 
     def explain(self, service: str, key: object = None, policy: object = None) -> Explanation:
         """What ``get_service`` would consider for this call, step by step.
@@ -671,13 +673,6 @@ class Sentinel:
             steps.append(ExplainStep("reported down", tuple(e for e in eligible if e not in kept)))
             eligible = kept
         return Explanation(service, key, shard_policy, partition, instances, tuple(steps), eligible)
-
-    def _read_through(self, service: str, policy: str, key: object) -> str:
-        if key is None:
-            raise PartitionNotFound(
-                f"service {service!r} is sharded by policy {policy!r}: a key is required"
-            )
-        return self._cache.read_through(service, policy, key)
 
     def _nothing_eligible(
         self, service: str, key: object, partition: str | None, policy: object

@@ -30,6 +30,83 @@ STATUSES = frozenset({"up", "down", "starting", "draining"})
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
 
 
+# Bounds every reader and writer applies before trusting a JSON value (docs/reliability.md).
+# Records are flat; properties and defaults may nest a little. A deeper value is hostile, and
+# Python's parser would raise RecursionError (or exhaust the C stack) on it.
+MAX_JSON_DEPTH = 64
+# 10**300 still converts to a float; a longer literal is refused before int() builds it.
+MAX_INT_DIGITS = 300
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+class _OutOfBounds(ValueError):
+    """A JSON value over the nesting or number bounds."""
+
+
+def _json_depth(text: str) -> int:
+    """The deepest bracket nesting of ``text`` (JSON), found without recursion.
+
+    Counting the brackets is enough for nearly every value; only when there are more than the
+    limit are strings removed and the nesting followed.
+    """
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
+        return 0
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRING.sub("", text)):
+        if bracket in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_INT_DIGITS:
+        raise _OutOfBounds(f"an integer of {len(literal)} digits (at most {MAX_INT_DIGITS})")
+    return int(literal)
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):
+        raise _OutOfBounds("a number out of float range")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise _OutOfBounds(f"{name} is not a number JSON allows")
+
+
+def parse_json(path: str, data: bytes | str, *, max_bytes: int | None = MAX_VALUE_BYTES) -> Any:
+    """Parse untrusted JSON within the bounds; any failure is :class:`DecodeError` for ``path``.
+
+    Nesting deeper than :data:`MAX_JSON_DEPTH` is refused before parsing; integers longer than
+    :data:`MAX_INT_DIGITS` digits, floats out of range, ``NaN`` and ``Infinity`` while parsing.
+    This is the one place where a value read from ZooKeeper (or a snapshot file) becomes Python
+    objects, so no reader sees ``RecursionError``, ``OverflowError`` or ``MemoryError``.
+    """
+    if max_bytes is not None and len(data) > max_bytes:
+        raise DecodeError(path, f"value of {len(data)} bytes is over the limit of {max_bytes}")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        depth = _json_depth(text)
+        if depth > MAX_JSON_DEPTH:
+            raise _OutOfBounds(f"nesting of {depth} levels (at most {MAX_JSON_DEPTH})")
+        return json.loads(
+            text,
+            parse_int=_bounded_int,
+            parse_float=_finite_float,
+            parse_constant=_no_constant,
+        )
+    except _OutOfBounds as exc:
+        raise DecodeError(path, str(exc)) from None
+    except Exception as exc:  # whatever the parser raises, the node is skipped
+        raise DecodeError(path, f"not UTF-8 JSON ({exc.__class__.__name__})") from None
+
+
 def _plain(value: object) -> dict[str, Any]:
     """Let ``json`` write the read-only mappings records hold."""
     if isinstance(value, Mapping):
@@ -37,17 +114,32 @@ def _plain(value: object) -> dict[str, Any]:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def encode(path: str, document: Mapping[str, Any]) -> bytes:
-    """Encode ``document`` (with its ``"v"``) as compact JSON; refuse values over the limit."""
+def to_json(path: str, value: Any) -> str:
+    """``value`` as compact JSON that :func:`parse_json` accepts, or ValidationError.
+
+    Writers use the readers' bounds: what a reader would skip is never written.
+    """
+    return _round_trip(path, value)[0]
+
+
+def _round_trip(path: str, value: Any) -> tuple[str, Any]:
+    """``value`` as compact JSON and that JSON parsed back within the bounds, or
+    ValidationError."""
     try:
-        data = json.dumps(
-            {"v": SCHEMA_VERSION, **document},
-            separators=(",", ":"),
-            allow_nan=False,
-            default=_plain,
-        ).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"value for {path} is not JSON-serialisable: {exc}") from None
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain)
+    except Exception as exc:  # RecursionError, ValueError, TypeError...
+        raise ValidationError(
+            f"value for {path} is not JSON-serialisable ({exc.__class__.__name__})"
+        ) from None
+    try:
+        return text, parse_json(path, text, max_bytes=None)
+    except DecodeError as exc:
+        raise ValidationError(f"value for {path} is out of bounds: {exc.reason}") from None
+
+
+def encode(path: str, document: Mapping[str, Any]) -> bytes:
+    """Encode ``document`` (with its ``"v"``) as compact JSON; refuse values over the limits."""
+    data = to_json(path, {"v": SCHEMA_VERSION, **document}).encode("utf-8")
     if len(data) > MAX_VALUE_BYTES:
         raise ValueTooLarge(
             f"value for {path} is {len(data)} bytes encoded; at most {MAX_VALUE_BYTES} are allowed"
@@ -59,12 +151,7 @@ def decode(path: str, data: bytes | None) -> dict[str, Any]:
     """Decode a JSON object written by :func:`encode`; raise DecodeError on anything else."""
     if not data:
         raise DecodeError(path, "empty value")
-    if len(data) > MAX_VALUE_BYTES:
-        raise DecodeError(path, f"value of {len(data)} bytes is over the limit")
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise DecodeError(path, f"not UTF-8 JSON ({exc.__class__.__name__})") from None
+    document = parse_json(path, data)
     if not isinstance(document, dict):
         raise DecodeError(path, f"expected a JSON object, got {type(document).__name__}")
     version = document.pop("v", None)
@@ -75,14 +162,31 @@ def decode(path: str, data: bytes | None) -> dict[str, Any]:
 
 @contextmanager
 def fields_of(path: str) -> Iterator[None]:
-    """Turn a missing field, a wrong type or a failed check in a decoded document into
-    :class:`DecodeError` for ``path``: what another program wrote is data, not a crash."""
+    """Turn a missing field, a wrong type, a failed check or any other failure while building a
+    record from a decoded document into :class:`DecodeError` for ``path``: what another program
+    wrote is data, not a crash."""
     try:
         yield
+    except DecodeError:
+        raise
     except KeyError as exc:
         raise DecodeError(path, f"missing field {exc.args[0]!r}") from None
-    except (ValidationError, TypeError) as exc:
-        raise DecodeError(path, str(exc)) from None
+    except Exception as exc:  # ValidationError, TypeError, OverflowError...
+        raise DecodeError(path, str(exc) or exc.__class__.__name__) from None
+
+
+def finite_number(what: str, value: object, minimum: float | None = None) -> float | int:
+    """``value`` if it is an int or float (not bool) within float range and >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{what} must be a number, got {type(value).__name__}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int past float range
+        raise ValidationError(f"{what} is an integer too large for a float") from None
+    if not finite or (minimum is not None and value < minimum):
+        bound = f" >= {minimum}" if minimum is not None else ""
+        raise ValidationError(f"{what} {value!r} must be a finite number{bound}")
+    return value
 
 
 def _scheme(value: object) -> str:
@@ -102,11 +206,8 @@ def _properties(value: object) -> Mapping[str, Any]:
             raise ValidationError(
                 f"property key {key!r} must be a string of 1-{MAX_PROPERTY_KEY_LENGTH} characters"
             )
-    try:
-        copied = json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"properties are not JSON-serialisable: {exc}") from None
-    return MappingProxyType(copied)
+    # The bounded round trip copies deeply and refuses what a reader would refuse.
+    return MappingProxyType(_round_trip("properties", dict(value))[1])
 
 
 @dataclass(frozen=True)
@@ -177,13 +278,8 @@ class InstanceRecord:
         _scheme(self.scheme)
         if not isinstance(self.status, str) or self.status not in STATUSES:
             raise ValidationError(f"status {self.status!r} is not one of {sorted(STATUSES)}")
-        if (
-            isinstance(self.weight, bool)
-            or not isinstance(self.weight, int | float)
-            or not math.isfinite(self.weight)
-            or self.weight < 0
-        ):
-            raise ValidationError(f"weight {self.weight!r} must be a finite number >= 0")
+        finite_number("weight", self.weight, minimum=0)
+        finite_number("registered_at", self.registered_at)
         if self.zone is not None:
             validate_name("zone", self.zone)
         object.__setattr__(self, "properties", _properties(self.properties))
@@ -218,9 +314,7 @@ class InstanceRecord:
             partition, label = parse_instance_name(name)
             if (document.get("partition"), document.get("label")) != (partition, label):
                 raise DecodeError(path, "partition and label do not match the node name")
-            registered_at = document.get("registered_at", 0.0)
-            if not isinstance(registered_at, int | float) or isinstance(registered_at, bool):
-                raise DecodeError(path, "registered_at must be a number")
+            registered_at = finite_number("registered_at", document.get("registered_at", 0.0))
             return cls(
                 service=service,
                 partition=partition,
@@ -260,8 +354,8 @@ def _metric_values(values: object) -> Mapping[str, MetricValue]:
             raise ValidationError(
                 f"metric {name!r} must be a number or a string, got {type(value).__name__}"
             )
-        elif not math.isfinite(value):
-            raise ValidationError(f"metric {name!r} is {value}; only finite numbers are allowed")
+        else:
+            finite_number(f"metric {name!r}", value)
         checked[name] = value
     return MappingProxyType(checked)
 
@@ -285,12 +379,7 @@ class MetricsRecord:
         validate_name("partition", self.partition)
         validate_name("label", self.label)
         object.__setattr__(self, "values", _metric_values(self.values))
-        if (
-            isinstance(self.measured_at, bool)
-            or not isinstance(self.measured_at, int | float)
-            or not math.isfinite(self.measured_at)
-        ):
-            raise ValidationError(f"measured_at {self.measured_at!r} must be a finite number")
+        finite_number("measured_at", self.measured_at)
 
     def to_bytes(self, path: str) -> bytes:
         """The node's value."""

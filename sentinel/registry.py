@@ -19,7 +19,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
 from sentinel.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, decode
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, decode, fields_of
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,10 @@ def decode_children(
             data, stat = result.get()
         except NoNodeError:
             continue  # deleted between the listing and the read: churn, not an error
+        path = f"{parent}/{name}"
         try:
-            decoded[name] = decode(name, f"{parent}/{name}", data, stat)
+            with fields_of(path):  # whatever the decoder raises: a skipped node
+                decoded[name] = decode(name, path, data, stat)
         except DecodeError as exc:
             invalid[name] = exc
     return decoded, invalid

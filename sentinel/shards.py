@@ -31,6 +31,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from sentinel.ephemeral import first_failure
 from sentinel.errors import (
     DecodeError,
+    PartitionNotFound,
     RegistryConflict,
     ShardPolicyExists,
     ShardPolicyNotFound,
@@ -81,6 +82,22 @@ def validate_key(key: object) -> str:
             f"shard key {key!r} must be a string (or int) of 1-{MAX_KEY_LENGTH} characters"
         )
     return key
+
+
+def shard_key(service: str, policy: str, key: object) -> Key:
+    """The one key rule of every map kind (directory, range, hash), checked before any map is
+    consulted: a ``str`` or an ``int`` (not ``bool``). No key is :class:`PartitionNotFound`;
+    a key of another type (``True``, ``3.5``, bytes, ...) is :class:`ValidationError`.
+    """
+    if isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool)):
+        return key  # type: ignore[return-value]
+    if key is None:
+        raise PartitionNotFound(
+            f"service {service!r} is sharded by policy {policy!r}: a key is required"
+        )
+    raise ValidationError(
+        f"service {service!r}: shard key {key!r} must be a str or an int, not {type(key).__name__}"
+    )
 
 
 def jump_hash(key: int, buckets: int) -> int:

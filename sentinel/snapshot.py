@@ -42,7 +42,7 @@ from sentinel.endpoint import Endpoint
 from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
 from sentinel.layout import METRICS, auth_path, service_path
 from sentinel.private_files import read_private, write_private
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, parse_json
 from sentinel.shards import (
     DirectoryMap,
     ShardMap,
@@ -142,10 +142,12 @@ def load_snapshot(
     reader's floors first.
     """
     try:
-        document = json.loads(read_private(path, "snapshot", SnapshotRejected))
+        # The registry's bounded parser; the file holds many nodes, so no size limit.
+        data = read_private(path, "snapshot", SnapshotRejected)
+        document = parse_json(str(path), data, max_bytes=None)
     except FileNotFoundError:
         raise SnapshotRejected(f"snapshot {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, DecodeError) as exc:
         raise SnapshotRejected(f"snapshot {path} is unreadable: {exc}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise SnapshotRejected(f"{path} is not a Sentinel snapshot")
@@ -174,7 +176,7 @@ def load_snapshot(
             name: _restore_service(name, entry, credentials)
             for name, entry in document["services"].items()
         }
-    except (DecodeError, ValidationError, KeyError, TypeError, ValueError, AttributeError) as exc:
+    except Exception as exc:  # any failure rejects the whole file: ZooKeeper is the truth
         raise SnapshotRejected(f"snapshot {path} is corrupt: {exc!r}") from None
     return Restored(snapshots, shard_maps, written_at)
 

@@ -37,6 +37,7 @@ from sentinel.errors import (
     UnknownKeyId,
     ValidationError,
 )
+from sentinel.records import parse_json, to_json
 
 SUITE_NAME = "DHKEM-X25519-HKDF-SHA256/HKDF-SHA256/ChaCha20Poly1305"
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
@@ -99,16 +100,16 @@ def validate_credential(values: object) -> dict[str, Any]:
     for name, value in values.items():
         if not isinstance(name, str) or not 0 < len(name) <= 128:
             raise ValidationError("credential field names are strings of 1-128 characters")
-        ok = value is None or isinstance(value, str | bool | int)
-        ok = ok or (isinstance(value, float) and math.isfinite(value))
-        if not ok:
+        if not (value is None or isinstance(value, str | bool | int | float)):
             # Only the field's name and type: the value may be the secret itself.
             raise ValidationError(
                 f"credential field {name!r} must be text, a number, a boolean or null, "
                 f"not {type(value).__name__}"
             )
     plain = dict(values)
-    if len(json.dumps(plain).encode()) > MAX_CREDENTIAL_BYTES:
+    # The readers' bounds (no NaN, no float overflow, at most 300 digits): a credential its
+    # clients would refuse is refused here, before it is sealed.
+    if len(to_json("credential", plain)) > MAX_CREDENTIAL_BYTES:
         raise ValidationError(f"a credential is at most {MAX_CREDENTIAL_BYTES} bytes as JSON")
     return plain
 
@@ -228,7 +229,7 @@ def open_envelope(
             "from another node)"
         ) from None
     try:
-        values = validate_credential(json.loads(plaintext))
-    except (ValueError, ValidationError):
+        values = validate_credential(parse_json(path, plaintext))
+    except (DecodeError, ValidationError):
         raise DecodeError(path, "the decrypted credential is not a JSON object of fields") from None
     return Credential(version, values, created_at, envelope)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections import Counter
@@ -29,6 +28,7 @@ from sentinel.cli.common import (
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
 from sentinel.layout import AUTH, auth_keys_path, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
+from sentinel.records import parse_json
 from sentinel.registry import valid_children
 
 
@@ -97,8 +97,9 @@ def _credential(args: argparse.Namespace) -> dict[str, Any]:
     except OSError as exc:
         raise ValidationError(f"cannot read the credential file: {exc.strerror}") from None
     try:
-        document = json.loads(text)
-    except ValueError:
+        # The registry's bounded parser: deep nesting or huge numbers are bad input too.
+        document = parse_json("the credential", text, max_bytes=None)
+    except DecodeError:
         raise ValidationError("the credential must be a JSON object") from None
     if not isinstance(document, dict):
         raise ValidationError("the credential must be a JSON object")

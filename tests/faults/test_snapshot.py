@@ -182,6 +182,22 @@ SPEC = '{"v":1,"scheme":"http"}'
             ),
             "is corrupt",
         ),
+        # Hostile JSON (issue 16): bounded before parsing, never a raw RecursionError.
+        (b"[" * 100_000 + b"]" * 100_000, "is unreadable"),
+        (b'{"format": "sentinel-snapshot", "written_at": NaN}', "is unreadable"),
+        (b'{"format": "sentinel-snapshot", "written_at": ' + b"9" * 1000 + b"}", "is unreadable"),
+        (b'{"format": "sentinel-snapshot", "x": "\xed\xa0\x80"}', "is unreadable"),
+        (
+            _snapshot(
+                db={
+                    "spec": SPEC,
+                    "instances": {"p1:a": [1, '{"v":1,"weight":1e999}']},
+                    "metrics": {},
+                }
+            ),
+            "is corrupt",
+        ),
+        (_snapshot(db={"spec": "\ud800", "instances": {}, "metrics": {}}), "is corrupt"),
     ],
 )
 def test_corrupt_or_foreign_snapshots_are_refused_with_the_reason(

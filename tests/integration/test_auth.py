@@ -415,3 +415,13 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     assert done.returncode == 0, done.stderr
     wait_for_version(app, 1)
     assert auth_of(app)["password"] == "from-the-cli"
+
+
+@pytest.mark.parametrize("credential", [{"password": 10**400}, {"password": float("inf")}])
+def test_credentials_past_the_readers_bounds_are_refused_before_writing(
+    manager, make_client, raw_zk, credential
+):
+    make_client("bounded", auth_keys=ClientKeyring.generate())
+    with pytest.raises(ValidationError):
+        manager.update_auth(SERVICE, "bounded", credential)
+    assert raw_zk.exists(auth_path(SERVICE, "bounded")) is None

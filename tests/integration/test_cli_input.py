@@ -394,3 +394,35 @@ def test_a_namespace_with_a_100000_key_map_exports_and_imports_identically(
     assert persistent(exported) == persistent(copied)
     listed = cli("shard", "list", "--policy", "tenants", "--json", namespace_override=target)
     assert len(json.loads(listed.stdout)) == 100_000
+
+
+@pytest.mark.parametrize(
+    "credential",
+    ["[" * 5_000 + "]" * 5_000, '{"password": ' + "9" * 400 + "}", "42", "null", "{"],
+)
+def test_a_hostile_credential_for_auth_set_is_exit_2_and_writes_nothing(cli, raw_zk, credential):
+    args = ("auth", "set", "--service", "db", "--client", "app", "-")
+    assert_one_line_error(cli(*args, input=credential), 2)
+    assert raw_zk.exists("/auth/db/app") is None
+
+
+def test_auth_status_and_rotate_read_past_a_hostile_clients_node(cli, raw_zk, tmp_path):
+    raw_zk.ensure_path("/clients/db")
+    raw_zk.create("/clients/db/hostile", b"[" * 100_000 + b"]" * 100_000)
+    raw_zk.create("/clients/db/huge", b'{"v": 1, "auth_version": ' + b"9" * 1_000 + b"}")
+    status = cli("auth", "status", "--service", "db", "--json")
+    assert status.returncode == 0, status.stderr
+    rows = {row["client"]: row for row in json.loads(status.stdout)}
+    assert rows["hostile"]["processes"] == {"hostile": None}  # counted, confirming nothing
+    rotated = cli(
+        "auth",
+        "rotate",
+        "--service",
+        "db",
+        "--client",
+        "nobody",
+        "--option",
+        f"path={tmp_path / 'c.json'}",
+    )
+    assert_one_line_error(rotated, 1)
+    assert "step 'publish'" in rotated.stderr

@@ -240,3 +240,28 @@ def test_bad_input_raises_a_typed_error_and_writes_nothing(make_client, raw_zk, 
         client.register_service(**arguments)
     assert raw_zk.get_children("/services") == []
     assert client.registrations == ()
+
+
+def _deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_out_of_bounds_writes_are_validation_errors_and_write_nothing(make_client, raw_zk):
+    """Issue 16: numbers past float range and deep nesting are refused before any write."""
+    client = make_client("writer", announce=False)
+    client.ensure_service("db")
+    with pytest.raises(ValidationError):
+        client.register_service("db", "p1", "10.0.0.1", 80, label="a", weight=10**400)
+    with pytest.raises(ValidationError):
+        client.register_service(
+            "db", "p1", "10.0.0.1", 80, label="a", properties={"x": _deep(5_000)}
+        )
+    assert raw_zk.get_children("/services/db") == []
+    with pytest.raises(ValidationError):
+        client.update_metrics("db", "p1", "a", {"lag": 10**400})
+    with pytest.raises(ValidationError):
+        client.update_metrics("db", "p1", "a", {"lag": 1}, measured_at=10**400)
+    assert not raw_zk.exists("/metrics/db/p1:a")

@@ -85,6 +85,34 @@ def test_hash_policy_spreads_keys_over_its_partitions(make_client):
     )
 
 
+@pytest.mark.parametrize(
+    ("kind", "options"),
+    [
+        ("directory", {"partitions": ["p1", "p2"], "buckets": 4}),
+        ("range", {"boundaries": [(0, "p1"), (1000, "p2")], "key_type": "int"}),
+        ("range", {"boundaries": [("0", "p1"), ("5", "p2")]}),
+        ("hash", {"partitions": ["p1", "p2"]}),
+    ],
+)
+def test_one_key_rule_for_every_shard_kind(make_client, kind, options):
+    """Issue 16 item 2: no key is PartitionNotFound and only str and int keys are accepted,
+    whatever the policy's kind; the map is never consulted for a refused key."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.create_shard_policy("keys", kind, **options)
+    make_replicas(publisher, "svc", ["p1", "p2"], per_partition=1, policy="keys")
+    if kind == "directory":
+        publisher.update_shard_info_many("keys", {"7": "p1", "12": "p2"})
+    assert client.get_service("svc", 7).partition == client.get_service("svc", "7").partition
+    assert client.get_service("svc", 12).partition == client.get_service("svc", "12").partition
+    for call in (client.get_service, client.get_services, client.partition_of, client.explain):
+        with pytest.raises(PartitionNotFound, match="a key is required"):
+            call("svc", None)
+        for wrong in (True, False, 3.5, b"7", ("7",)):
+            with pytest.raises(ValidationError, match="must be a str or an int"):
+                call("svc", wrong)
+    assert client.lookup_counts[("svc", "ok")] == 4
+
+
 def test_key_changes_propagate_through_the_watch(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
     publisher.create_shard_policy("tenants", "directory", buckets=8)

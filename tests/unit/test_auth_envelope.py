@@ -18,6 +18,7 @@ from sentinel.auth.envelope import (
     open_envelope,
     seal,
     signed_message,
+    validate_credential,
 )
 from sentinel.auth.keys import ClientKeyring, ManagerKey, b64, unb64, verify_key
 from sentinel.auth.reader import CredentialReader
@@ -329,3 +330,14 @@ def test_credential_is_immutable() -> None:
     credential = Credential(1, {"user": "u"})
     with pytest.raises(TypeError):
         credential._values["user"] = "x"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [{"password": 10**400}, {"password": 10**5000}, {"password": float("nan")}, {"n": 1e308 * 10}],
+)
+def test_credentials_readers_would_refuse_are_validation_errors(credential: dict) -> None:
+    """Issue 16: nothing a client cannot decode is sealed; the error names no value."""
+    with pytest.raises(ValidationError) as caught:
+        validate_credential(credential)
+    assert "10000" not in str(caught.value)

@@ -7,7 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
-from sentinel.records import MAX_VALUE_BYTES, InstanceRecord, ServiceSpec, decode, encode
+from sentinel.records import (
+    MAX_VALUE_BYTES,
+    InstanceRecord,
+    MetricsRecord,
+    ServiceSpec,
+    decode,
+    encode,
+)
 
 PATH = "/services/db/p1:a"
 
@@ -227,4 +234,70 @@ shaped_documents = st.fixed_dictionaries(
 )
 def test_arbitrary_bytes_either_decode_or_raise_decode_error(data):
     with contextlib.suppress(DecodeError):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+
+
+def _deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"weight": 10**400},
+        {"weight": -(10**400)},
+        {"registered_at": 10**400},
+        {"properties": {"big": 10**400}},
+        {"properties": {"deep": _deep(5_000)}},
+        {"properties": {"nan": math.nan}},
+    ],
+)
+def test_writers_refuse_what_readers_would_refuse_with_validation_error(overrides):
+    """Issue 16: numbers past float range and deep nesting are typed errors before writing."""
+    with pytest.raises(ValidationError):
+        make_instance(**overrides).to_bytes(PATH)
+
+
+@pytest.mark.parametrize("values", [{"lag": 10**400}, {"lag": -(10**400)}, {"lag": math.inf}])
+def test_metrics_past_float_range_are_validation_errors(values):
+    with pytest.raises(ValidationError):
+        MetricsRecord("db", "p1", "a", values, measured_at=1.0)
+    with pytest.raises(ValidationError):
+        MetricsRecord("db", "p1", "a", {"lag": 1}, measured_at=10**400)
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nesting of 100000 levels"),
+        (b'{"a":' * 65 + b"1" + b"}" * 65, "nesting of 65 levels"),
+        (b'{"v":1,"x":' + str(10**1000).encode() + b"}", "an integer of 1001 digits"),
+        (b'{"v":1,"x":1e400}', "out of float range"),
+        (b'{"v":1,"x":-Infinity}', "-Infinity is not a number"),
+        (b'{"v":1,"x":NaN}', "NaN is not a number"),
+        (b'{"v":1,"x":"\xed\xa0\x80"}', "not UTF-8 JSON"),
+    ],
+)
+def test_decode_bounds_nesting_and_numbers_before_parsing(data, fragment):
+    with pytest.raises(DecodeError, match=fragment) as caught:
+        decode(PATH, data)
+    assert caught.value.path == PATH
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    data = json.dumps({"v": 1, "x": "[{" * 1000, "y": [[["ok"]]]}).encode()
+    assert decode(PATH, data)["y"] == [[["ok"]]]
+
+
+@pytest.mark.parametrize(
+    "field", [("weight", 10**400), ("registered_at", 10**300), ("port", 10**300)]
+)
+def test_numbers_that_break_a_record_are_decode_errors(field):
+    document = {"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 1, "scheme": "http"}
+    document[field[0]] = field[1]
+    data = json.dumps(document).encode()
+    with pytest.raises(DecodeError):
         InstanceRecord.from_bytes("db", "p1:a", PATH, data)

@@ -1,0 +1,151 @@
+"""Hostile JSON against a running client (issue 16, item 1): nesting up to 100,000 levels,
+integers up to 10**1000, NaN and Infinity, floats past range, unicode and lone surrogates as raw
+bytes, written as whole values and as single fields of otherwise valid documents into every
+section. No exception escapes a public call, the valid part is served, and a legitimate change
+made afterwards is applied."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kazoo.exceptions import KazooException
+
+from sentinel import Sentinel
+from sentinel.auth import ClientKeyring
+from sentinel.auth.manager import live_processes
+from sentinel.errors import DecodeError
+from sentinel.registry import read_clients, read_metrics, read_service
+from sentinel.shards import bucket_of, bucket_path
+from sentinel.testing import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+BUCKETS = 4
+GOOD_KEY = "k-good"
+
+# Hostile JSON values as raw bytes: json.dumps cannot write most of them.
+hostile_values = st.one_of(
+    st.integers(1, 100_000).map(lambda n: b"[" * n + b"]" * n),
+    st.integers(1, 100_000).map(lambda n: b'{"a":' * n + b"1" + b"}" * n),
+    st.integers(0, 1000).map(lambda n: str(10**n).encode()),
+    st.integers(0, 1000).map(lambda n: str(-(10**n)).encode()),
+    st.sampled_from([b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e999", b"1" * 5000]),
+    st.text(max_size=20).map(lambda t: json.dumps(t, ensure_ascii=False).encode("utf-8")),
+    st.sampled_from([b'"\xed\xa0\x80"', b'"\\ud800"', b'"\\udfff x"', b'"\xff\xfe"']),
+)
+# The fields of every record kind, so a hostile value reaches the code that builds the record.
+FIELDS = [
+    "host",
+    "port",
+    "weight",
+    "registered_at",
+    "properties",
+    "measured_at",
+    "metrics",
+    "partitions",
+    "kind",
+    "buckets",
+    "boundaries",
+    "defaults",
+    "shard_policy",
+    "scheme",
+    "auth_client",
+    "auth_version",
+    "envelopes",
+]
+
+
+def _instance(label: str, field: str, value: bytes) -> bytes:
+    document = {"v": 1, "partition": "pg", "label": label, "host": "10.0.0.9", "port": 80}
+    document.update(scheme="http", measured_at=1.0, metrics={"lag": 1})
+    text = json.dumps({k: v for k, v in document.items() if k != field}).encode()
+    return text[:-1] + b', "' + field.encode() + b'": ' + value + b"}"
+
+
+payloads = st.one_of(
+    hostile_values,
+    st.builds(_instance, st.just("bad"), st.sampled_from(FIELDS), hostile_values),
+)
+# (parent, node name) for every section; "" is the parent node itself (a spec).
+TARGETS = (
+    ("/services/svc", "pg:bad"),
+    ("/services/svc", ""),
+    ("/metrics/svc", "pg:bad"),
+    ("/metrics/svc", "pg:good"),
+    ("/shard_info/tenants", ""),
+    ("/auth/svc", "reader"),
+    ("/auth/svc", "other"),
+    ("/clients/svc", "hostile"),
+)
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("node"), st.sampled_from(TARGETS), payloads),
+        st.tuples(st.just("bucket"), st.integers(0, BUCKETS - 1), payloads),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _put(zk, path: str, data: bytes) -> None:
+    if zk.exists(path):
+        zk.set(path, data)
+    else:
+        zk.create(path, data, makepath=True)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(operations=operations)
+def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations):
+    namespace = f"/hostile-json-{os.urandom(6).hex()}"
+    hosts = zookeeper.connect_string
+    caplog.clear()
+    with (
+        Sentinel(hosts, "writer", namespace) as writer,
+        # With a key ring, so the reader also decodes its /auth node.
+        Sentinel(hosts, "reader", namespace, auth_keys=ClientKeyring.generate()) as reader,
+        caplog.at_level(logging.WARNING, logger="sentinel"),
+    ):
+        writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
+        writer.ensure_service("svc", shard_policy="tenants")
+        writer.update_shard_info("tenants", GOOD_KEY, "pg")
+        writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+        writer.update_auth("svc", "reader", {"user": "u", "password": "p"})
+        assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
+        raw = writer._zk
+        for kind, target, data in operations:
+            if kind == "node":
+                parent, name = target
+                path = f"{parent}/{name}" if name else parent
+            else:
+                if target == bucket_of(GOOD_KEY, BUCKETS):
+                    continue  # that bucket is the valid part this test keeps serving
+                path = bucket_path("tenants", target)
+            with contextlib.suppress(KazooException):  # a size ZooKeeper refuses
+                _put(raw, path, data)
+            # Every public read: the cache, and the one-shot reads of each section.
+            assert reader.get_service("svc", GOOD_KEY).label == "good"
+            assert "good" in {e.label for e in reader.instances("svc")}
+            try:
+                assert "good" in {i.label for i in read_service(raw, "svc").instances}
+            except DecodeError as exc:  # typed: a one-shot read has no last good spec
+                assert exc.path == "/services/svc"
+            read_metrics(raw, "svc")
+            read_clients(raw)
+            live_processes(raw, "svc")
+        # Not stuck: a valid change made after the garbage still arrives.
+        writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
+        assert wait_until(
+            lambda: {e.label for e in reader.instances("svc")} >= {"good", "good2"}, timeout=20
+        ), "the reader stopped following the service"
+        assert reader._cache._worker.is_alive()
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not failures, [r.getMessage() for r in failures]
