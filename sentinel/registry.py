@@ -115,6 +115,15 @@ def valid_children(zk: KazooClient, path: str) -> list[str]:
         return []
 
 
+def all_children(zk: KazooClient, path: str) -> list[str]:
+    """Every name under ``path``, sorted, valid or not (what an ACL check must see); none if
+    it does not exist (yet)."""
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
+
+
 def list_services(zk: KazooClient) -> list[str]:
     """The names under ``/services`` (valid names only), sorted."""
     return valid_children(zk, SERVICES)

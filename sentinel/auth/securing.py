@@ -29,6 +29,7 @@ from sentinel.auth.acl import (
 from sentinel.auth.enrolment import enrolled_owner, key_slot_acl
 from sentinel.auth.grants import daemon_grants, grant_daemon_services, service_acl
 from sentinel.layout import AUTH, CLIENTS, SERVICES, service_path
+from sentinel.registry import all_children
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def secure_namespace(
     for section in SECTION_OWNERS:
         plan.apply_below(section, acls[section], skip=skips.get(section, set()))
     reset = []
-    for slot in _children(zk, AUTH_KEYS):
+    for slot in all_children(zk, AUTH_KEYS):
         path = f"{AUTH_KEYS}/{slot}"
         acl = plan.current(path)
         if acl is None:
@@ -94,10 +95,11 @@ def secure_namespace(
         plan.apply(path, key_slot_acl({admin}, owner))
         plan.apply_below(path, acls[AUTH_KEYS])
     publish_admins(zk)
-    for service in _children(zk, SERVICES):
+    for service in all_children(zk, SERVICES):
         ensure_clients_node(zk, service)
-    for service in _children(zk, CLIENTS):
-        plan.apply(f"{CLIENTS}/{service}", clients_service_acl(zk))
+    clients_acl = clients_service_acl(zk)  # the admin sees the ids whole: never None here
+    for service in all_children(zk, CLIENTS):
+        plan.apply(f"{CLIENTS}/{service}", clients_acl)
     granted = grant_daemon_services(zk, identities, grants)
     for service, role in granted.items():
         plan.apply_below(service_path(service), service_acl(identities, role))
@@ -157,7 +159,7 @@ class _Plan:
         return True
 
     def apply_below(self, parent: str, acl: list[ACL], skip: set[str] | None = None) -> None:
-        for child in _children(self._zk, parent):
+        for child in all_children(self._zk, parent):
             path = f"{parent.rstrip('/')}/{child}"
             if path not in (skip or ()):
                 self.apply(path, acl, exact=False)
@@ -173,10 +175,3 @@ def _within(current: list[ACL], wanted: list[ACL]) -> bool:
         and not world_writable(current)
         and {principal(i) for i in writers(current)} <= allowed
     )
-
-
-def _children(zk: KazooClient, path: str) -> list[str]:
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []

@@ -28,7 +28,7 @@ from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.launcher import four_letter_word
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.records import ServiceSpec
-from sentinel.registry import list_services, read_metrics, read_service
+from sentinel.registry import all_children, list_services, read_metrics, read_service
 from sentinel.shards import ShardPolicySpec, iter_assignments, policy_path
 
 
@@ -103,7 +103,7 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
     checked, truncated = 0, False
     while queue:
         parent, parent_acl = queue.popleft()
-        for child in _children(zk, parent):
+        for child in all_children(zk, parent):
             if checked >= ACL_SAMPLE:
                 truncated = True
                 break
@@ -173,13 +173,6 @@ def _daemon_service(path: str) -> bool:
     """Whether ``path`` is a daemon's own service node (:mod:`sentinel.auth.grants`)."""
     parent, _, name = path.rpartition("/")
     return parent == SERVICES and name.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
-
-
-def _children(zk: KazooClient, path: str) -> list[str]:
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []
 
 
 def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Finding]:
