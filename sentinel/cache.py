@@ -228,6 +228,23 @@ def _key_diff(old: Mapping[str, str], new: Mapping[str, str]) -> dict[str, tuple
     return changes
 
 
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """One piece of the worker's work: a bound method of the cache and its arguments.
+
+    Equal tasks are equal values (a bound method equals another of the same object and
+    function), so repeated events for one node merge while the first is still queued.
+    ``changes_cache`` is False for work that only tells listeners.
+    """
+
+    run: Callable[..., None]
+    args: tuple[Any, ...] = ()
+    changes_cache: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.run.__name__}{self.args}"
+
+
 class RegistryCache:
     """The client's view of the registry, loaded per service on first use."""
 
@@ -261,8 +278,8 @@ class RegistryCache:
         self._listeners: dict[str | None, list[Listener]] = {}
         self._negative: TTLCache[tuple[str, str], bool] = TTLCache(negative_size, negative_ttl)
         self._negative_lock = threading.Lock()
-        self._tasks: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._pending: set[tuple[Any, ...]] = set()
+        self._tasks: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()  # None: stop
+        self._pending: set[_Task] = set()
         self._pending_lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self.stats = CacheStats()
@@ -287,7 +304,7 @@ class RegistryCache:
     def close(self) -> None:
         """Stop the worker."""
         self._zk.remove_listener(self._on_state)
-        self._tasks.put(("stop",))
+        self._tasks.put(None)
         if self._worker is not None:
             self._worker.join()
 
@@ -296,7 +313,7 @@ class RegistryCache:
     def load(self, service: str) -> ServiceSnapshot:
         """The snapshot of ``service``, loading it on the worker the first time."""
         future: Future[ServiceSnapshot] = Future()
-        self._tasks.put(("load", service, future))
+        self._tasks.put(_Task(self._serve_load, (service, future)))
         try:
             return future.result(timeout=self._load_timeout)
         except FutureTimeout:
@@ -377,7 +394,7 @@ class RegistryCache:
 
     # --- kazoo's thread: only queue work ------------------------------------------------------
 
-    def _enqueue(self, task: tuple[Any, ...]) -> None:
+    def _enqueue(self, task: _Task) -> None:
         with self._pending_lock:
             if task in self._pending:
                 return
@@ -388,27 +405,33 @@ class RegistryCache:
         if event.type == EventType.NONE:
             return  # the connection changed; the re-sync after reconnecting covers it
         self.stats.watch_events += 1
-        parts = event.path.split("/")
-        if len(parts) == 3 and parts[1] == SERVICES[1:]:
-            self._enqueue(("instances" if event.type == EventType.CHILD else "spec", parts[2]))
-        elif len(parts) == 4 and event.type == EventType.DELETED:
-            # Definitive: no read needed (a re-created node fires the parent's children watch).
-            section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
-            if section is not None:
-                self._enqueue(("gone", section, parts[2], parts[3]))
-        elif len(parts) == 4 and parts[1] == AUTH[1:]:
-            self._enqueue(("auth", parts[2]))  # only this client's own node is watched
-        elif len(parts) == 4 and parts[1] == SERVICES[1:]:
-            self._enqueue(("instance", parts[2], parts[3]))
-        elif len(parts) == 3 and parts[1] == METRICS[1:]:
-            self._enqueue(("metrics", parts[2]))  # children changed, or the section appeared
-        elif len(parts) == 4 and parts[1] == METRICS[1:]:
-            self._enqueue(("metric", parts[2], parts[3]))
-        elif len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
-            self._enqueue(("policy", parts[2]))
-        elif len(parts) == 4 and parts[1] == SHARD_INFO[1:] and len(parts[3]) == 4:
+        task = self._task_for(event.type, event.path)
+        if task is not None:
+            self._enqueue(task)
+
+    def _task_for(self, kind: str, path: str) -> _Task | None:
+        """The work one watch event asks for, named by the node's path alone."""
+        parts = path.split("/")
+        section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
+        if len(parts) == 3 and section == "instances":
+            if kind == EventType.CHILD:
+                return _Task(self._refresh_children, ("instances", parts[2]))
+            return _Task(self._refresh_service, (parts[2],))
+        if len(parts) == 3 and section == "metrics":  # children changed, or the section appeared
+            return _Task(self._refresh_children, ("metrics", parts[2]))
+        if len(parts) == 4 and section is not None:
+            if kind == EventType.DELETED:
+                # Definitive: no read needed (a re-created node fires the parent's children watch).
+                return _Task(self._forget_child, (section, parts[2], parts[3]))
+            return _Task(self._refresh_child, (section, parts[2], parts[3]))
+        if len(parts) == 4 and parts[1] == AUTH[1:]:
+            return _Task(self._refresh_auth, (parts[2],))  # only this client's own node is watched
+        if len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
+            return _Task(self._reload_policy, (parts[2],))
+        if len(parts) == 4 and parts[1] == SHARD_INFO[1:] and len(parts[3]) == 4:
             with contextlib.suppress(ValueError):  # only buckets are watched; be sure anyway
-                self._enqueue(("bucket", parts[2], int(parts[3], 16)))
+                return _Task(self._refresh_bucket, (parts[2], int(parts[3], 16)))
+        return None
 
     def _on_state(self, state: str) -> None:
         now = time.time()
@@ -422,13 +445,14 @@ class RegistryCache:
         events = self.stats.session_events
         events[self.connection_state] = events.get(self.connection_state, 0) + 1
         # Listeners hear of the connection first, then of what the re-sync found.
-        self._tasks.put(("notify", ConnectionChanged(self.connection_state, now)))
+        event = ConnectionChanged(self.connection_state, now)
+        self._tasks.put(_Task(self._emit, (None, event), changes_cache=False))
         if state == KazooState.CONNECTED:
-            self._tasks.put(("reconnected",))
+            self._tasks.put(_Task(self._schedule_resync))
 
     # --- the worker ---------------------------------------------------------------------------
 
-    def _next_task(self) -> tuple[Any, ...]:
+    def _next_task(self) -> _Task | None:
         """The next queued task, or the re-sync once its jittered time has come."""
         if self._resync_at is None:
             return self._tasks.get()
@@ -437,59 +461,33 @@ class RegistryCache:
             if wait > 0:
                 return self._tasks.get(timeout=wait)
         self._resync_at = None
-        return ("resync",)
+        return _Task(self._resync)
 
     def _run(self) -> None:
-        while True:
-            task = self._next_task()
-            kind = task[0]
-            if kind == "stop":
-                return
+        while (task := self._next_task()) is not None:
             with self._pending_lock:
                 self._pending.discard(task)
             try:
-                self._handle(kind, task)
-                if self.on_change is not None and kind != "notify":
+                task.run(*task.args)
+                if self.on_change is not None and task.changes_cache:
                     self.on_change()
             except Exception as exc:
-                if kind == "load":
-                    task[2].set_exception(translate(exc, f"loading service {task[1]!r}"))
-                elif isinstance(translate(exc, ""), ZooKeeperUnavailable):
+                if isinstance(translate(exc, ""), ZooKeeperUnavailable):
                     log.info("%s interrupted by the connection; the re-sync will cover it", task)
                 else:
                     log.exception("cache task %s failed", task)
 
-    def _handle(self, kind: str, task: tuple[Any, ...]) -> None:
-        if kind == "load":
-            service, future = task[1], task[2]
-            snapshot = self.snapshots.get(service) or self._load_service(service)
-            future.set_result(snapshot)
-        elif kind == "notify":
-            self._emit(None, task[1])
-        elif kind == "spec":
-            if task[1] in self.snapshots:
-                self._refresh_service(task[1])
-        elif kind in ("instances", "metrics"):  # a children event
-            if task[1] in self.snapshots:
-                self._refresh_children(kind, task[1])
-        elif kind in ("instance", "metric"):  # a data event
-            if task[1] in self.snapshots:
-                self._refresh_child(f"{kind}s", task[1], task[2])
-        elif kind == "gone":
-            if task[2] in self.snapshots:
-                self._forget_child(task[1], task[2], task[3])
-        elif kind == "auth":
-            if task[1] in self.snapshots:
-                self._refresh_auth(task[1])
-        elif kind == "policy":
-            if task[1] in self.shard_maps:
-                self._load_policy(task[1])
-        elif kind == "bucket":
-            self._refresh_bucket(task[1], task[2])
-        elif kind == "reconnected" and self._resync_at is None:
+    def _serve_load(self, service: str, future: Future[ServiceSnapshot]) -> None:
+        """A reader's :meth:`load`: the cached snapshot, or the service loaded now."""
+        try:
+            future.set_result(self.snapshots.get(service) or self._load_service(service))
+        except Exception as exc:
+            future.set_exception(translate(exc, f"loading service {service!r}"))
+
+    def _schedule_resync(self) -> None:
+        """After a reconnection: re-sync after the jitter; reconnections meanwhile share it."""
+        if self._resync_at is None:
             self._resync_at = time.monotonic() + random.uniform(0, self._resync_jitter)
-        elif kind == "resync":
-            self._resync()
 
     def _emit(self, service: str | None, event: ChangeEvent) -> None:
         listeners = list(self._listeners.get(None, ()))
@@ -687,14 +685,18 @@ class RegistryCache:
         return credential
 
     def _refresh_auth(self, service: str) -> None:
-        current = self.snapshots[service]
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
         auth = self._read_auth(service)
         if auth != current.auth:
             self._swap(service, current.rebuilt(auth=auth))
 
     def _refresh_service(self, service: str) -> None:
         """Re-read the spec and every node of the service, setting the watches again."""
-        current = self.snapshots[service]
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
         try:
             spec = self._read_spec(service, current.spec)
             endpoints, bad_instances = self._read_section("instances", service)
@@ -717,7 +719,9 @@ class RegistryCache:
 
     def _refresh_children(self, section: str, service: str) -> None:
         """After a children event: read the new children of one section."""
-        current = self.snapshots[service]
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
         parent, field, _ = self._section(section, service)
         try:
             children, bad = self._read_section(section, service, current)
@@ -731,7 +735,9 @@ class RegistryCache:
 
     def _refresh_child(self, section: str, service: str, name: str) -> None:
         """After a data event: read one child again (it may be gone, or now invalid)."""
-        current = self.snapshots[service]
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
         parent, field, decode = self._section(section, service)
         path = f"{parent}/{name}"
         children = dict(getattr(current, field))
@@ -755,7 +761,9 @@ class RegistryCache:
 
     def _forget_child(self, section: str, service: str, name: str) -> None:
         """After a deletion event: drop the child, with no round trip to ZooKeeper."""
-        current = self.snapshots[service]
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
         parent, field, _ = self._section(section, service)
         path = f"{parent}/{name}"
         children = getattr(current, field)
@@ -779,6 +787,11 @@ class RegistryCache:
     def _use_policy(self, policy: str, service: str) -> None:
         self._policy_users.setdefault(policy, set()).add(service)
         if policy not in self.shard_maps:
+            self._load_policy(policy)
+
+    def _reload_policy(self, policy: str) -> None:
+        """After an event on a policy's node: re-read it if the cache still holds it."""
+        if policy in self.shard_maps:
             self._load_policy(policy)
 
     def _load_policy(self, policy: str) -> None:
