@@ -16,19 +16,23 @@ read together, and reconnections within that delay share one re-sync.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
+import itertools
 import logging
+import operator
 import os
 import queue
 import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any
 
 from cachetools import TTLCache
@@ -89,6 +93,8 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[ChangeEvent], None]
 
+NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
+
 
 @dataclass(frozen=True, slots=True)
 class ServiceSnapshot:
@@ -127,16 +133,18 @@ class ServiceSnapshot:
     ) -> ServiceSnapshot:
         """Attach metrics and auth and index by partition, once per change, not per lookup."""
         endpoints = {name: _attach(e, metrics.get(name), auth) for name, e in endpoints.items()}
-        ordered = sorted(endpoints.values(), key=lambda e: (e.partition, e.label))
-        partitions: dict[str | None, list[Endpoint]] = {None: ordered}
-        for endpoint in ordered:
-            partitions.setdefault(endpoint.partition, []).append(endpoint)
+        groups: dict[str, list[Endpoint]] = {}
+        for endpoint in endpoints.values():
+            groups.setdefault(endpoint.partition, []).append(endpoint)
+        partitions = {p: tuple(sorted(g, key=_LABEL)) for p, g in groups.items()}
         return cls(
             spec=spec,
             endpoints=endpoints,
             metrics=dict(metrics),
-            partitions={p: tuple(e) for p, e in partitions.items()},
-            up={p: tuple(x for x in e if x.status == "up") for p, e in partitions.items()},
+            partitions=_with_all(partitions),
+            up=_with_all(
+                {p: tuple(e for e in g if e.status == "up") for p, g in partitions.items()}
+            ),
             invalid=invalid,
             balancer=balancer,
             auth=auth,
@@ -156,6 +164,115 @@ class ServiceSnapshot:
             "lookups": self.lookups,
         }
         return ServiceSnapshot.build(**(fields | changes))
+
+    def updated(
+        self,
+        invalid: frozenset[str],
+        endpoints: Mapping[str, Endpoint | None] = NO_CHANGES,
+        metrics: Mapping[str, MetricsRecord | None] = NO_CHANGES,
+    ) -> ServiceSnapshot:
+        """This snapshot with a few instances or metrics replaced (None: removed), or itself
+        when that changes nothing.
+
+        A change costs what it touches: untouched endpoints stay the same objects, and so do
+        the tuples of untouched partitions (a policy's or balancer's memo of them stays valid);
+        a touched partition's tuples are spliced at the changed labels. Only the copies of the
+        name maps and of the key None's tuple (every instance) grow with the service, at C
+        speed.
+        """
+        all_metrics = self.metrics
+        metrics = {n: r for n, r in metrics.items() if r != all_metrics.get(n)}
+        if metrics:
+            all_metrics = dict(all_metrics)
+            for name, record in metrics.items():
+                if record is None:
+                    del all_metrics[name]
+                else:
+                    all_metrics[name] = record
+        touched: dict[str, tuple[Endpoint | None, Endpoint | None]] = {}
+        for name in endpoints.keys() | metrics.keys():
+            old = self.endpoints.get(name)
+            bare = endpoints.get(name, old)  # None: the instance is gone
+            new = None if bare is None else _attach(bare, all_metrics.get(name), self.auth)
+            if not (new is old or new == old):
+                touched[name] = (old, new)
+        if not touched:
+            if not metrics and invalid == self.invalid:
+                return self
+            return replace(self, metrics=all_metrics, invalid=invalid, built_at=time.time())
+        all_endpoints = dict(self.endpoints)
+        gone: dict[str, list[Endpoint]] = {}
+        came: dict[str, list[Endpoint]] = {}
+        for name, (old, new) in touched.items():
+            if old is not None:
+                del all_endpoints[name]
+                gone.setdefault(old.partition, []).append(old)
+            if new is not None:
+                all_endpoints[name] = new
+                came.setdefault(new.partition, []).append(new)
+        partitions = _spliced_index(self.partitions, gone, came)
+        return replace(
+            self,
+            endpoints=all_endpoints,
+            metrics=all_metrics,
+            partitions=partitions,
+            up=_spliced_index(self.up, _up(gone), _up(came), partitions),
+            invalid=invalid,
+            built_at=time.time(),
+        )
+
+
+_LABEL = operator.attrgetter("label")
+
+
+def _with_all(
+    by_partition: Mapping[str, tuple[Endpoint, ...]],
+) -> dict[str | None, tuple[Endpoint, ...]]:
+    """``by_partition`` in partition order, under the key None every endpoint by partition
+    and label (the one partition's own tuple when there is one)."""
+    order = sorted(by_partition)
+    everything = by_partition[order[0]] if len(order) == 1 else ()
+    if len(order) > 1:
+        everything = tuple(itertools.chain.from_iterable(by_partition[p] for p in order))
+    return {None: everything} | {p: by_partition[p] for p in order}
+
+
+def _up(by_partition: Mapping[str, list[Endpoint]]) -> dict[str, list[Endpoint]]:
+    """The endpoints with status ``up``, by partition (every partition kept)."""
+    return {p: [e for e in group if e.status == "up"] for p, group in by_partition.items()}
+
+
+def _spliced_index(
+    index: Mapping[str | None, tuple[Endpoint, ...]],
+    gone: Mapping[str, list[Endpoint]],
+    came: Mapping[str, list[Endpoint]],
+    partitions: Mapping[str | None, object] | None = None,
+) -> dict[str | None, tuple[Endpoint, ...]]:
+    """A partition index (``partitions``, or ``up`` given the new ``partitions``) with
+    endpoints removed and added; untouched partitions keep their tuples. A partition with no
+    instance left goes; one whose instances are all down keeps an empty ``up`` tuple."""
+    by_partition = {p: members for p, members in index.items() if p is not None}
+    for partition in gone.keys() | came.keys():
+        members = _spliced(
+            by_partition.get(partition, ()), gone.get(partition, ()), came.get(partition, ())
+        )
+        if members if partitions is None else partition in partitions:
+            by_partition[partition] = members
+        else:
+            by_partition.pop(partition, None)
+    return _with_all(by_partition)
+
+
+def _spliced(
+    members: tuple[Endpoint, ...], removed: Iterable[Endpoint], added: Iterable[Endpoint]
+) -> tuple[Endpoint, ...]:
+    """``members`` (one partition's, in label order) without ``removed``, with ``added``."""
+    spliced = list(members)
+    for endpoint in removed:  # a label is unique within its partition: it names the node
+        del spliced[bisect.bisect_left(spliced, endpoint.label, key=_LABEL)]
+    for endpoint in added:
+        bisect.insort(spliced, endpoint, key=_LABEL)
+    return tuple(spliced)
 
 
 def _attach(endpoint: Endpoint, record: MetricsRecord | None, auth: Credential | None) -> Endpoint:
@@ -644,18 +761,40 @@ class RegistryCache:
     def _count_clients_failure(self) -> None:
         self.stats.clients_write_failures += 1
 
-    def _swap(self, service: str, snapshot: ServiceSnapshot) -> None:
+    def _swap(
+        self, service: str, snapshot: ServiceSnapshot, names: Iterable[str] | None = None
+    ) -> None:
+        """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
+        instances that may have (None: any)."""
         old = self.snapshots[service]
         self.snapshots[service] = snapshot
         if old.spec != snapshot.spec:
             self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
-        for event in _diff(service, old.endpoints, snapshot.endpoints):
+        before, after = old.endpoints, snapshot.endpoints
+        if names is not None:  # a diff of what was touched, not of the whole service
+            before = {n: before[n] for n in names if n in before}
+            after = {n: after[n] for n in names if n in after}
+        for event in _diff(service, before, after):
             self._emit(service, event)
         if old.auth != snapshot.auth:
             versions = [None if a is None else a.version for a in (old.auth, snapshot.auth)]
             self._emit(service, AuthChanged(service, *versions, snapshot.auth))
             # Confirmed only now that the listeners (the application's pools) have it.
             self._confirm(service, snapshot.auth)
+
+    def _update(
+        self,
+        service: str,
+        current: ServiceSnapshot,
+        field: str,
+        changes: Mapping[str, Any],
+        invalid: frozenset[str],
+    ) -> None:
+        """Swap in ``current`` with a few children of one section (``field``) replaced, None
+        for removed; nothing when that changes nothing."""
+        snapshot = current.updated(invalid, **{field: changes})
+        if snapshot is not current:
+            self._swap(service, snapshot, changes)
 
     # --- auth ---------------------------------------------------------------------------------
 
@@ -728,10 +867,11 @@ class RegistryCache:
         except ServiceNotFound:
             self._drop_service(service)
             return
+        known = getattr(current, field)
+        changes = dict.fromkeys(known.keys() - children.keys())  # removed: None
+        changes.update((n, children[n]) for n in children.keys() - known.keys())
         others = {path for path in current.invalid if not path.startswith(f"{parent}/")}
-        self._swap(
-            service, current.rebuilt(**{field: children, "invalid": frozenset(others | bad)})
-        )
+        self._update(service, current, field, changes, frozenset(others | bad))
 
     def _refresh_child(self, section: str, service: str, name: str) -> None:
         """After a data event: read one child again (it may be gone, or now invalid)."""
@@ -740,8 +880,7 @@ class RegistryCache:
             return
         parent, field, decode = self._section(section, service)
         path = f"{parent}/{name}"
-        children = dict(getattr(current, field))
-        invalid = set(current.invalid) - {path}
+        invalid = current.invalid - {path}
         try:
             data, stat = self._zk.get(path, watch=self._watch)
         except NoNodeError:
@@ -750,14 +889,8 @@ class RegistryCache:
             observe_propagation(section, stat)
             value = self._decode(decode, name, path, data, stat)
             if value is None:
-                invalid.add(path)
-        if value is None:
-            children.pop(name, None)
-        else:
-            children[name] = value
-        if children == getattr(current, field) and invalid == current.invalid:
-            return
-        self._swap(service, current.rebuilt(**{field: children, "invalid": frozenset(invalid)}))
+                invalid |= {path}
+        self._update(service, current, field, {name: value}, invalid)
 
     def _forget_child(self, section: str, service: str, name: str) -> None:
         """After a deletion event: drop the child, with no round trip to ZooKeeper."""
@@ -765,14 +898,8 @@ class RegistryCache:
         if current is None:  # dropped since the event (or never followed)
             return
         parent, field, _ = self._section(section, service)
-        path = f"{parent}/{name}"
-        children = getattr(current, field)
-        if name not in children and path not in current.invalid:
-            return
-        remaining = {k: v for k, v in children.items() if k != name}
-        self._swap(
-            service, current.rebuilt(**{field: remaining, "invalid": current.invalid - {path}})
-        )
+        invalid = current.invalid - {f"{parent}/{name}"}
+        self._update(service, current, field, {name: None}, invalid)
 
     def _drop_service(self, service: str) -> None:
         old = self.snapshots.pop(service, None)
