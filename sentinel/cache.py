@@ -204,12 +204,13 @@ class ServiceSnapshot:
         gone: dict[str, list[Endpoint]] = {}
         came: dict[str, list[Endpoint]] = {}
         for name, (old, new) in touched.items():
-            if old is not None:
+            if new is None:
                 del all_endpoints[name]
-                gone.setdefault(old.partition, []).append(old)
-            if new is not None:
+            else:  # replaced in place: a dict without deleted slots copies at memcpy speed
                 all_endpoints[name] = new
                 came.setdefault(new.partition, []).append(new)
+            if old is not None:
+                gone.setdefault(old.partition, []).append(old)
         partitions = _spliced_index(self.partitions, gone, came)
         return replace(
             self,
@@ -223,6 +224,7 @@ class ServiceSnapshot:
 
 
 _LABEL = operator.attrgetter("label")
+_PLACE = operator.attrgetter("partition", "label")
 
 
 def _with_all(
@@ -251,27 +253,47 @@ def _spliced_index(
     """A partition index (``partitions``, or ``up`` given the new ``partitions``) with
     endpoints removed and added; untouched partitions keep their tuples. A partition with no
     instance left goes; one whose instances are all down keeps an empty ``up`` tuple."""
-    by_partition = {p: members for p, members in index.items() if p is not None}
+    by_partition = dict(index)
+    everything = by_partition.pop(None)
+    appeared = False
     for partition in gone.keys() | came.keys():
+        appeared |= partition not in by_partition
         members = _spliced(
-            by_partition.get(partition, ()), gone.get(partition, ()), came.get(partition, ())
+            by_partition.get(partition, ()),
+            gone.get(partition, ()),
+            came.get(partition, ()),
+            _LABEL,
         )
         if members if partitions is None else partition in partitions:
             by_partition[partition] = members
         else:
             by_partition.pop(partition, None)
-    return _with_all(by_partition)
+    if appeared:
+        by_partition = dict(sorted(by_partition.items()))
+    if len(by_partition) <= 1:
+        everything = next(iter(by_partition.values()), ())
+    else:  # spliced too: slicing copies references, where a concatenation iterates
+        flat = itertools.chain.from_iterable
+        everything = _spliced(everything, flat(gone.values()), flat(came.values()), _PLACE)
+    return {None: everything} | by_partition
 
 
 def _spliced(
-    members: tuple[Endpoint, ...], removed: Iterable[Endpoint], added: Iterable[Endpoint]
+    members: tuple[Endpoint, ...],
+    removed: Iterable[Endpoint],
+    added: Iterable[Endpoint],
+    key: Callable[[Endpoint], Any],
 ) -> tuple[Endpoint, ...]:
-    """``members`` (one partition's, in label order) without ``removed``, with ``added``."""
+    """``members`` (in ``key`` order) without ``removed``, with ``added``.
+
+    The key is unique: a label within its partition (it names the node), or
+    ``(partition, label)`` within the service.
+    """
     spliced = list(members)
-    for endpoint in removed:  # a label is unique within its partition: it names the node
-        del spliced[bisect.bisect_left(spliced, endpoint.label, key=_LABEL)]
+    for endpoint in removed:
+        del spliced[bisect.bisect_left(spliced, key(endpoint), key=key)]
     for endpoint in added:
-        bisect.insort(spliced, endpoint, key=_LABEL)
+        bisect.insort(spliced, endpoint, key=key)
     return tuple(spliced)
 
 
