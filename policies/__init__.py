@@ -37,7 +37,7 @@ class SelectionPolicy:
 
     Set ``pure = True`` on a policy whose answer depends on its input alone (no clock, no
     outside state): ``get_service`` then reuses the answer while the cache hands over the
-    same endpoints, i.e. until the service changes.
+    same endpoints, i.e. until the partition's instances change.
     """
 
     pure = False

@@ -1,8 +1,11 @@
 """The watch-driven cache behind ``get_service``: per-service snapshots and shard maps.
 
 Readers never lock: a service's state is one immutable :class:`ServiceSnapshot`, replaced by a
-single dict store when anything changes. Directory shard maps are one flat dict updated a key at
-a time (see :class:`~sentinel.shards.DirectoryMap` for why).
+single dict store when anything changes. A change to one instance or its metrics derives the
+new snapshot from the old one (:meth:`ServiceSnapshot.updated`): only its partition's tuples
+are spliced and only it is diffed for the listeners (the rest is copied by reference, at C
+speed). Directory shard maps are one flat dict updated a key at a time (see
+:class:`~sentinel.shards.DirectoryMap` for why).
 
 All loading and updating happens on one worker thread. ZooKeeper watch callbacks run on kazoo's
 thread, which must never block, so they only queue a task naming what changed; the worker

@@ -1,9 +1,10 @@
 """Reusing work done on one immutable input while the same object keeps coming back.
 
-The cache hands a policy or balancer the same tuple of endpoints on every lookup until the
-service's snapshot changes, so whatever is derived from that tuple alone (the endpoints a
-policy keeps, a balancer's cumulative weights) can be computed once per snapshot rather than
-once per lookup. This module imports nothing from Sentinel, so plug-ins can use it freely.
+The cache hands a policy or balancer the same tuple of endpoints on every lookup until that
+partition changes (a change in another partition of the service keeps the tuple), so whatever
+is derived from that tuple alone (the endpoints a policy keeps, a balancer's cumulative
+weights) can be computed once per change of the partition rather than once per lookup. This
+module imports nothing from Sentinel, so plug-ins can use it freely.
 """
 
 from __future__ import annotations
