@@ -40,12 +40,12 @@ from sentinel.demo.job import Aggregate, Gate
 from sentinel.demo.world import Agents, Partition, Ticker, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
-from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
 from sentinel.registry import read_clients
 from sentinel.shard_manager import ShardManager
 from sentinel.spark import ClientConfig, resolve_partitions
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 SERVICE = "orders-db"
 JOB = "demo-etl"
