@@ -13,13 +13,14 @@ modules import from the module that defines what they need.
 
 from sentinel.shards.maps import shard_key
 from sentinel.shards.placement import request_placement
-from sentinel.shards.spec import DEFAULT_BUCKETS, ShardPolicySpec
+from sentinel.shards.spec import DEFAULT_BUCKETS, ShardPolicySpec, policy_path
 from sentinel.shards.store import create_policy, read_spec, update_keys
 
 __all__ = [
     "DEFAULT_BUCKETS",
     "ShardPolicySpec",
     "create_policy",
+    "policy_path",
     "read_spec",
     "request_placement",
     "shard_key",
