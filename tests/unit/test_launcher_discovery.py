@@ -1,5 +1,8 @@
 """Which ZooKeeper the launcher picks, and what it says when there is none (no server runs)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from sentinel.errors import ZooKeeperNotInstalled
@@ -82,3 +85,19 @@ def test_ensemble_of_docker_containers_is_refused():
 def test_free_ports_are_distinct():
     ports = zookeeper.free_ports(9)
     assert len(set(ports)) == 9 and all(1024 < port < 65536 for port in ports)
+
+
+def test_importing_the_client_does_not_load_the_launcher():
+    # The launcher lives in sentinel.testing; a client only resolves hosts (devserver).
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, sentinel.client, sentinel.devserver, sentinel.spark; "
+            "print(sorted(m for m in sys.modules if m.startswith('sentinel.testing')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "[]"
