@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
 from sentinel.events import MetricsChanged
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 def follower(hosts: str, service: str) -> None:
