@@ -94,7 +94,7 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[ChangeEvent], None]
 
-NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
+_NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +169,8 @@ class ServiceSnapshot:
     def updated(
         self,
         invalid: frozenset[str],
-        endpoints: Mapping[str, Endpoint | None] = NO_CHANGES,
-        metrics: Mapping[str, MetricsRecord | None] = NO_CHANGES,
+        endpoints: Mapping[str, Endpoint | None] = _NO_CHANGES,
+        metrics: Mapping[str, MetricsRecord | None] = _NO_CHANGES,
     ) -> ServiceSnapshot:
         """This snapshot with a few instances or metrics replaced (None: removed), or itself
         when that changes nothing.
