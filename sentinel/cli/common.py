@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
@@ -288,6 +288,17 @@ def run_daemon(
 def print_json(document: Any) -> None:
     """One JSON document on stdout."""
     print(json.dumps(document, indent=2, sort_keys=True, default=str))
+
+
+def colour_enabled(stream: TextIO) -> bool:
+    """Whether text for ``stream`` may be coloured: only on a terminal, and never when
+    ``NO_COLOR`` is set to anything (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def paint(text: str, colour: str | None) -> str:
+    """``text`` in an ANSI colour (``"31"``: red, ``"33"``: yellow); as it is for None."""
+    return f"\x1b[{colour}m{text}\x1b[0m" if colour else text
 
 
 def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:
