@@ -68,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
         "the current shell with eval or source, or install it where the shell looks for "
         "completions.",
         (
-            'eval "$(sentinel completion bash)"                       # this bash session',
             "sentinel completion bash > ~/.local/share/bash-completion/completions/sentinel",
-            "sentinel completion zsh > ~/.zfunc/_sentinel              # fpath+=(~/.zfunc)",
+            "sentinel completion zsh > ~/.zfunc/_sentinel    # with fpath+=(~/.zfunc) in .zshrc",
+            'eval "$(sentinel completion bash)"             # this bash session only',
         ),
     )
     completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
@@ -82,7 +82,7 @@ def _completion(args: argparse.Namespace) -> int:
     # shtab writes a static script from the parser: nothing runs at completion time.
     import shtab
 
-    print(shtab.complete(build_parser(), shell=args.shell), end="")
+    print(shtab.complete(build_parser(), shell=args.shell))
     return EXIT_OK
 
 

@@ -33,6 +33,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import validate_namespace
 from sentinel.output import format_table
+from sentinel.plugins import available
 from sentinel.zkerrors import translate
 
 EXIT_OK = 0
@@ -204,6 +205,22 @@ def add_command(
     add_connection_options(parser)
     parser.set_defaults(handler=handler)
     return parser
+
+
+SERVICE_HELP = "a service's name, as registered (`sentinel ls` lists them)"
+KEY_HELP = (
+    "a shard key (tenant, customer id...) of a sharded service: its shard policy maps it to "
+    "a partition; ignored by an unsharded service"
+)
+
+
+def plugin_help(group: str, what: str, example: str) -> str:
+    """The help of ``--policy`` or ``--balancer``: the syntax and the names registered now
+    (entry points of ``group``: this package's and any installed plug-in's)."""
+    return (
+        f"{what}: an entry-point name, with arguments as k=v,k=v (values read as JSON when "
+        f"they parse), e.g. {example}; registered: {', '.join(available(group))}"
+    )
 
 
 def add_metrics_option(parser: argparse.ArgumentParser) -> None:

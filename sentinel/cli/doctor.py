@@ -357,7 +357,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
         "instance, shard policies that are missing, stale metrics, metrics of instances that "
         "are gone, and /auth entries of clients that are not connected. Each finding comes "
-        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0).",
+        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0). "
+        "On a terminal ERROR lines are red and WARN lines yellow, unless NO_COLOR is set.",
+        (
+            "sentinel doctor",
+            "sentinel doctor --namespace /staging --stale-after 60",
+            "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
+        ),
     )
     doctor.add_argument(
         "--stale-after",
