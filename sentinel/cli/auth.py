@@ -290,8 +290,7 @@ def register(commands: argparse._SubParsersAction) -> None:
             "only live one.",
             (
                 "sentinel auth set --service orders-db --client etl cred.json",
-                "vault kv get -format=json -field=data db/etl | "
-                "sentinel auth set --service orders-db --client etl -",
+                "sentinel auth set --service orders-db --client etl - < cred.json   # from stdin",
             ),
         ),
         (

@@ -517,7 +517,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "assign keys from CSV or JSON (idempotent, resumable)",
         (
             "sentinel shard import keys.csv --policy tenants --dry-run",
-            "sentinel shard export - --policy old | sentinel shard import - --policy tenants",
+            "sentinel shard import - --policy tenants < keys.json",
         ),
         dry_run=True,
     )

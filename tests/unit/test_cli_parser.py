@@ -1,6 +1,8 @@
 """The ``sentinel`` argument parser: global options on either side, help, completion."""
 
 import argparse
+import itertools
+import shlex
 import shutil
 import subprocess
 
@@ -70,6 +72,25 @@ def test_every_command_has_examples_of_itself():
     for words, parser in leaves(build_parser()):
         help_text = parser.format_help()
         assert "Examples:\n  sentinel " + " ".join(words) in help_text, words
+
+
+def command_of(example: str) -> list[str]:
+    """The ``sentinel`` words of a shell line: before a pipe, a redirection or a comment, and
+    inside ``eval "$(...)"``."""
+    lexer = shlex.shlex(example, posix=True, punctuation_chars="|<>")
+    lexer.whitespace_split = True
+    words = list(itertools.takewhile(lambda word: word not in ("|", "<", ">"), lexer))
+    if words[0] == "eval":
+        return command_of(words[1].removeprefix("$(").removesuffix(")"))
+    return words
+
+
+def test_every_example_parses():
+    for words, parser in leaves(build_parser()):
+        for example in parser.epilog.splitlines()[1:]:
+            argv = command_of(example)
+            assert argv[: len(words) + 1] == ["sentinel", *words], example
+            parse(*argv[1:])  # exits (a failed test) on a usage error
 
 
 def test_resolve_help_explains_its_arguments_and_lists_the_registered_plugins():
