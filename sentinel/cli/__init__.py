@@ -1,7 +1,8 @@
 """The ``sentinel`` command line: one module per group of commands.
 
 Exit codes: 0 success; 1 not found, nothing eligible or problems found; 2 usage or bad input;
-3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, or it failed).
+3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, it failed, or
+its port is taken).
 
 :func:`main` is the one place where a command's failure becomes an exit code and one line on
 stderr: no traceback reaches the user unless ``-v`` asks for it. The options every command
