@@ -20,13 +20,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sentinel.errors import DevServerNotRunning, ValidationError, ZooKeeperStartFailed
-from sentinel.launcher import (
-    DEFAULT_CONFIG,
-    ZooKeeperServer,
-    find_installation,
-    free_ports,
-    server_mode,
-)
 
 STATE_FILE = "zk.json"
 PORT_FILE = "zk.port"  # the port of the last start, kept across stops
@@ -109,6 +102,13 @@ def start_dev_server(timeout: float = 60.0, port: int | None = None) -> tuple[De
     port is taken (by another process: two servers on one port would each answer the other's
     clients), and ValidationError when ``port`` differs from the running server's.
     """
+    from sentinel.testing.zookeeper import (  # the client never starts one
+        DEFAULT_CONFIG,
+        ZooKeeperServer,
+        find_installation,
+        free_ports,
+    )
+
     running = dev_server()
     if running is not None:
         if port and running.connect_string != f"127.0.0.1:{port}":
@@ -174,6 +174,8 @@ def stop_dev_server(timeout: float = 10.0) -> bool:
 
 def dev_server_mode(server: DevServer) -> str | None:
     """What ``srvr`` says of the development server (None when it does not answer)."""
+    from sentinel.testing.zookeeper import server_mode  # the client never asks
+
     host, _, port = server.connect_string.rpartition(":")
     return server_mode(host, int(port))
 

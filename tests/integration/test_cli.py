@@ -11,7 +11,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
