@@ -5,6 +5,7 @@ import pytest
 
 from benchmarks.compare import aggregate, spread
 from benchmarks.propagation import delays_of
+from benchmarks.zkcost import CHANGES, per_client, shares
 
 
 def _write(op: str, change_id: str, t: float, done: float) -> dict:
@@ -83,3 +84,40 @@ def test_a_side_missing_from_every_run_is_a_dash_and_one_run_has_no_spread():
 def test_spread_leaves_out_runs_without_the_figure():
     assert spread([None, 2.0, 4.0]) == {"median": 3.0, "min": 2.0, "max": 4.0}
     assert spread([None]) is None
+
+
+def _cost_row(clients, watches, heap, reads, reconnect_reads=0):
+    counters = {"reads": reads, "read_bytes": 10 * reads, "bytes_sent": 0, "watches_fired": 0}
+    row = {
+        "mode": "one-shot",
+        "clients": clients,
+        "watches": watches,
+        "sessions": clients + 1,
+        "heap_mb": heap,
+        **{kind: counters for kind in CHANGES},
+    }
+    if clients:
+        row["reconnect"] = {**counters, "reads": reconnect_reads}
+    return row
+
+
+def test_zkcost_charges_each_client_its_share_above_the_writer_alone():
+    rows = [
+        _cost_row(0, 2, 20.0, reads=1),
+        _cost_row(10, 212, 30.0, reads=11, reconnect_reads=90),
+        _cost_row(50, 1052, 31.0, reads=51, reconnect_reads=450),
+    ]
+    ten, fifty = per_client(rows)
+    assert ten["watches"] == 21 and fifty["watches"] == 21
+    assert ten["sessions"] == 1
+    assert ten["metric"]["reads"] == 1 and ten["metric"]["read_bytes"] == 10
+    assert ten["reconnect"]["reads"] == 9
+    # Heap: no slope from 0 clients (the server's warm-up); from 10 to 50, 1 MB / 40 clients.
+    assert "heap_kb" not in ten
+    assert fifty["heap_kb"] == pytest.approx(1024 / 40)
+
+
+def test_zkcost_spreads_clients_over_workers_evenly():
+    assert shares(10, 4) == [3, 3, 2, 2]
+    assert shares(1, 4) == [1, 0, 0, 0]
+    assert sum(shares(200, 3)) == 200
