@@ -16,7 +16,11 @@ itself is asked, through four-letter words:
   fired, one notification each (``zk_sum_node_{changed,children,deleted,created}_watch_count``).
   The packet counters (``zk_packets_sent``/``_received``, ``zk_bytes_received_count``) are left
   out: each four-letter word the benchmark sends moves them;
-* ``jcmd <pid> GC.run`` then ``GC.heap_info``: the server's heap in use after a full collection.
+
+Then, on a ZooKeeper of its own, the server's heap per session and per watch:
+``--probe-sessions`` bare sessions, then each with an ``exists`` watch on the same
+``--probe-paths`` paths, the live heap (``jcmd <pid> GC.class_histogram``, which runs a full
+collection first) read before and after each step.
 
 A change is one of: a metric rewritten, an instance registered, an instance deregistered (in the
 first service); each is measured ``--changes`` times: counters before the write, the write, every
@@ -44,6 +48,8 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+
+from kazoo.client import KazooClient
 
 from benchmarks.common import report
 from sentinel import Sentinel
@@ -97,20 +103,62 @@ def watches(host: str, port: int) -> int:
     return int(answer.rsplit("Total watches:", 1)[1].strip())
 
 
-def heap_used_mb(pid: int | None) -> float | None:
-    """The server JVM's heap in use after a full collection (``jcmd``), None without it."""
+def live_heap_bytes(pid: int | None) -> int | None:
+    """Bytes of live objects in the server's heap (``jcmd GC.class_histogram``, which collects
+    first), None without ``jcmd`` or a local process."""
     if pid is None:
         return None
     try:
-        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, check=True, timeout=60)
-        info = subprocess.run(
-            ["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, check=True
+        histogram = subprocess.run(
+            ["jcmd", str(pid), "GC.class_histogram"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    # "def new generation total 4928K, used 1051K [...]" / "tenured generation total ..., used"
-    generations = re.findall(r"generation\s+total \d+K, used (\d+)K", info)
-    return sum(int(kb) for kb in generations) / 1024 if generations else None
+    total = re.search(r"^Total\s+\d+\s+(\d+)", histogram, re.MULTILINE)
+    return int(total.group(1)) if total else None
+
+
+def server_memory(sessions: int, paths: int) -> dict[str, float | None]:
+    """What a session and a watch cost the server's heap, on a ZooKeeper of their own.
+
+    ``sessions`` bare kazoo sessions (no watch), then each sets an ``exists`` watch on the same
+    ``paths`` absent paths (no write, so ZooKeeper's log of recent proposals does not move), as a
+    fleet watches the same nodes. Live heap after a full collection, before and after each step.
+    """
+    with LocalZooKeeper() as zk, ExitStack() as stack:
+        pid = zk.members[0].pid
+        start = live_heap_bytes(pid)
+        clients = []
+        for _ in range(sessions):
+            client = KazooClient(zk.connect_string)
+            client.start()
+            stack.callback(client.stop)
+            clients.append(client)
+        connected = live_heap_bytes(pid)
+        for client in clients:
+            for result in [
+                client.exists_async(f"{NAMESPACE}/probe-{i}", watch=lambda _event: None)
+                for i in range(paths)
+            ]:
+                result.get()
+        watching = live_heap_bytes(pid)
+        held = watches(*_host_port(zk.connect_string))
+    if None in (start, connected, watching):
+        return {"bytes_per_session": None, "bytes_per_watch": None, "watches": held}
+    return {
+        "bytes_per_session": (connected - start) / sessions,
+        "bytes_per_watch": (watching - connected) / held,
+        "watches": held,
+    }
+
+
+def _host_port(connect_string: str) -> tuple[str, int]:
+    host, port = connect_string.split(":")
+    return host, int(port)
 
 
 def quiet(host: str, port: int, seconds: float = 0.5) -> Counters:
@@ -236,8 +284,7 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[dict]:
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "zkcost-writer", NAMESPACE, announce=False) as writer,
     ):
-        host, port_text = zk.connect_string.split(":")
-        port = int(port_text)
+        host, port = _host_port(zk.connect_string)
         for service in services:
             for i in range(args.instances):
                 writer.register_service(service, "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
@@ -261,7 +308,6 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[dict]:
                     "watches": watches(host, port),
                     "sessions": int(m["zk_global_sessions"]),
                     "connections": int(m["zk_num_alive_connections"]),
-                    "heap_mb": heap_used_mb(zk.members[0].pid),
                 }
                 for kind in CHANGES:
                     deltas = []
@@ -304,16 +350,11 @@ def _median_counters(deltas: list[Counters]) -> dict[str, float]:
 
 
 def per_client(rows: list[dict]) -> list[dict]:
-    """Per-client costs: (figure at n clients - figure at 0 clients) / n, for n > 0; the
-    server's heap per client is the slope from the previous fleet size (at 0 and 1 client the
-    heap still holds the server's own warm-up, which a difference from 0 would charge to one
-    client)."""
+    """Per-client costs: (figure at n clients - figure at 0 clients) / n, for n > 0."""
     derived = []
-    previous: dict[str, dict] = {}
     for row in rows:
         n, mode = row["clients"], row["mode"]
         if not n:
-            previous[mode] = row
             continue
         zero = next(r for r in rows if r["mode"] == mode and r["clients"] == 0)
         entry = {
@@ -323,14 +364,10 @@ def per_client(rows: list[dict]) -> list[dict]:
             "watches": (row["watches"] - zero["watches"]) / n,
             "sessions": (row["sessions"] - zero["sessions"]) / n,
         }
-        last = previous[mode]
-        if row["heap_mb"] is not None and last["heap_mb"] is not None and last["clients"]:
-            entry["heap_kb"] = (row["heap_mb"] - last["heap_mb"]) * 1024 / (n - last["clients"])
         for kind in CHANGES:
             entry[kind] = {f: (row[kind][f] - zero[kind][f]) / n for f in row[kind]}
         entry["reconnect"] = {f: v / n for f, v in row["reconnect"].items()}
         derived.append(entry)
-        previous[mode] = row
     return derived
 
 
@@ -346,6 +383,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, default=10, help="instances per service")
     parser.add_argument("--workers", type=int, default=4, help="client processes")
     parser.add_argument("--changes", type=int, default=3, help="repeats of each change")
+    parser.add_argument("--probe-sessions", type=int, default=50)
+    parser.add_argument("--probe-paths", type=int, default=200)
     parser.add_argument(
         "--watch-mode",
         default="one-shot",
@@ -367,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     rows = [row for mode in modes for row in measure_mode(mode, args)]
     derived = per_client(rows)
+    memory = server_memory(args.probe_sessions, args.probe_paths)
     table = [
         (
             d["mode"],
@@ -374,7 +414,6 @@ def main(argv: list[str] | None = None) -> None:
             d["watches_held"],
             f"{d['watches']:.1f}",
             f"{d['sessions']:.2f}",
-            f"{d['heap_kb']:.1f}" if "heap_kb" in d else "-",
             *(f"{d[kind]['reads']:.2f} / {d[kind]['bytes_sent']:.0f}" for kind in CHANGES),
             f"{d['reconnect']['reads']:.1f} / {d['reconnect']['bytes_sent']:.0f}",
         )
@@ -391,12 +430,12 @@ def main(argv: list[str] | None = None) -> None:
             "watches held",
             "watches/client",
             "sessions/client",
-            "server heap KB/added client",
             *(f"{kind}: reads / bytes" for kind in CHANGES),
             "reconnection: reads / bytes",
         ),
         table,
         {
+            "server_memory": memory,
             "rows": rows,
             "per_client": derived,
             "services": args.services,
@@ -405,6 +444,14 @@ def main(argv: list[str] | None = None) -> None:
             "changes": args.changes,
         },
     )
+    if memory["bytes_per_watch"] is None:
+        print("server heap per session and per watch: not measured (needs jcmd)")
+    else:
+        print(
+            f"server heap: {memory['bytes_per_session']:,.0f} bytes per session, "
+            f"{memory['bytes_per_watch']:,.0f} bytes per watch ({memory['watches']:,} watches of "
+            f"{args.probe_sessions} sessions on the same {args.probe_paths} paths)"
+        )
 
 
 if __name__ == "__main__":

@@ -86,14 +86,13 @@ def test_spread_leaves_out_runs_without_the_figure():
     assert spread([None]) is None
 
 
-def _cost_row(clients, watches, heap, reads, reconnect_reads=0):
+def _cost_row(clients, watches, reads, reconnect_reads=0):
     counters = {"reads": reads, "read_bytes": 10 * reads, "bytes_sent": 0, "watches_fired": 0}
     row = {
         "mode": "one-shot",
         "clients": clients,
         "watches": watches,
         "sessions": clients + 1,
-        "heap_mb": heap,
         **{kind: counters for kind in CHANGES},
     }
     if clients:
@@ -103,18 +102,16 @@ def _cost_row(clients, watches, heap, reads, reconnect_reads=0):
 
 def test_zkcost_charges_each_client_its_share_above_the_writer_alone():
     rows = [
-        _cost_row(0, 2, 20.0, reads=1),
-        _cost_row(10, 212, 30.0, reads=11, reconnect_reads=90),
-        _cost_row(50, 1052, 31.0, reads=51, reconnect_reads=450),
+        _cost_row(0, 2, reads=1),
+        _cost_row(10, 212, reads=11, reconnect_reads=90),
+        _cost_row(50, 1052, reads=51, reconnect_reads=450),
     ]
     ten, fifty = per_client(rows)
     assert ten["watches"] == 21 and fifty["watches"] == 21
     assert ten["sessions"] == 1
     assert ten["metric"]["reads"] == 1 and ten["metric"]["read_bytes"] == 10
-    assert ten["reconnect"]["reads"] == 9
-    # Heap: no slope from 0 clients (the server's warm-up); from 10 to 50, 1 MB / 40 clients.
-    assert "heap_kb" not in ten
-    assert fifty["heap_kb"] == pytest.approx(1024 / 40)
+    assert ten["reconnect"]["reads"] == 9 and fifty["reconnect"]["reads"] == 9
+    assert fifty["watches_held"] == 1052
 
 
 def test_zkcost_spreads_clients_over_workers_evenly():
