@@ -51,9 +51,10 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 
-from benchmarks.common import report
+from benchmarks.common import RESULTS, report
 from sentinel import Sentinel
 from sentinel.launcher import LocalZooKeeper, four_letter_word
+from sentinel.output import format_table
 from sentinel.testing import TcpProxy, wait_until
 
 NAMESPACE = "/zkcost"
@@ -371,6 +372,80 @@ def per_client(rows: list[dict]) -> list[dict]:
     return derived
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The fleet ``--extrapolate`` sizes ZooKeeper for."""
+
+    hosts: int
+    processes_per_host: int
+    services_followed: int  # S, by every process
+    instances: int  # I, per service (each with a metrics node)
+    services: int  # in the whole registry
+    servers: int  # members and observers that clients connect to
+
+
+def watches_per_client(services: int, instances: int) -> int:
+    """One-shot mode: a data watch per instance node and per metrics node, and one more per
+    service (``wchs`` agrees at every measured size: 63 for 3 services of 10 instances)."""
+    return services * (2 * instances + 1)
+
+
+def reads_per_resync(services: int, instances: int) -> int:
+    """One-shot mode: a re-sync reads each service's spec, its two listings and every node."""
+    return services * (2 * instances + 3)
+
+
+def extrapolate(results: Mapping, fleet: Fleet) -> list[tuple[str, str, str]]:
+    """The one-shot mode's cost for ``fleet``, from the constants ``results`` measured; each row
+    as one session per process and as one shared session per host."""
+    measured = results["per_client"][-1]
+    expected = watches_per_client(results["services"], results["instances"])
+    if measured["watches"] != expected:
+        raise SystemExit(f"measured {measured['watches']} watches per client, model {expected}")
+    memory = results["server_memory"]
+    bytes_per_resync_read = measured["reconnect"]["bytes_sent"] / measured["reconnect"]["reads"]
+    s, i = fleet.services_followed, fleet.instances
+    followers = fleet.hosts * fleet.processes_per_host * s / fleet.services  # per service
+
+    def figures(sessions: int) -> list[float]:
+        per_service = followers * sessions / (fleet.hosts * fleet.processes_per_host)
+        watches = sessions * watches_per_client(s, i)
+        storm = sessions * reads_per_resync(s, i)
+        return [
+            sessions,
+            sessions / fleet.servers,
+            watches,
+            watches / fleet.servers,
+            watches / fleet.servers * memory["bytes_per_watch"] / 2**30,
+            sessions * memory["bytes_per_session"] / 2**30,
+            per_service,
+            per_service * measured["metric"]["reads"],
+            per_service * measured["metric"]["bytes_sent"] / 2**20,
+            storm,
+            storm * bytes_per_resync_read / 2**30,
+        ]
+
+    names = [
+        "sessions",
+        "sessions per server",
+        "watches held",
+        "watches per server",
+        "heap for watches per server (GiB)",
+        "heap for sessions (GiB, each server tracks every session)",
+        "followers of one service",
+        "reads for one metric change (one per follower)",
+        "bytes sent for one metric change (MiB)",
+        "reads for a reconnect storm (every session re-syncs)",
+        "bytes sent for that storm (GiB)",
+    ]
+    per_process = figures(fleet.hosts * fleet.processes_per_host)
+    per_host = figures(fleet.hosts)
+    return [
+        (name, f"{a:,.1f}" if a < 100 else f"{a:,.0f}", f"{b:,.1f}" if b < 100 else f"{b:,.0f}")
+        for name, a, b in zip(names, per_process, per_host, strict=True)
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -390,11 +465,36 @@ def main(argv: list[str] | None = None) -> None:
         default="one-shot",
         help=f"comma-separated, measured one after the other (available: {', '.join(WATCH_MODES)})",
     )
+    parser.add_argument(
+        "--extrapolate",
+        metavar="HOSTSxPROCESSES",
+        help="size a fleet from benchmarks/results/zkcost.json instead of measuring (10000x20)",
+    )
+    parser.add_argument("--follow", type=int, default=5, help="with --extrapolate: S")
+    parser.add_argument("--size", type=int, default=100, help="with --extrapolate: I")
+    parser.add_argument("--registry", type=int, default=500, help="with --extrapolate: services")
+    parser.add_argument("--servers", type=int, default=5, help="with --extrapolate")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         hosts, mode, *services = args.worker
         worker(hosts, mode, services)
+        return
+    if args.extrapolate:
+        hosts, processes = (int(n) for n in args.extrapolate.split("x"))
+        fleet = Fleet(hosts, processes, args.follow, args.size, args.registry, args.servers)
+        results = json.loads((RESULTS / "zkcost.json").read_text())
+        print(
+            f"one-shot mode, {hosts:,} hosts x {processes} processes, each following "
+            f"{fleet.services_followed} of {fleet.services:,} services of {fleet.instances:,} "
+            f"instances, clients spread over {fleet.servers} servers"
+        )
+        print(
+            format_table(
+                extrapolate(results, fleet),
+                headers=("figure", "a session per process", "a session per host"),
+            )
+        )
         return
     modes = args.watch_mode.split(",")
     unknown = [m for m in modes if m not in WATCH_MODES]

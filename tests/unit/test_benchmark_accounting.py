@@ -5,7 +5,7 @@ import pytest
 
 from benchmarks.compare import aggregate, spread
 from benchmarks.propagation import delays_of
-from benchmarks.zkcost import CHANGES, per_client, shares
+from benchmarks.zkcost import CHANGES, Fleet, extrapolate, per_client, shares
 
 
 def _write(op: str, change_id: str, t: float, done: float) -> dict:
@@ -118,3 +118,34 @@ def test_zkcost_spreads_clients_over_workers_evenly():
     assert shares(10, 4) == [3, 3, 2, 2]
     assert shares(1, 4) == [1, 0, 0, 0]
     assert sum(shares(200, 3)) == 200
+
+
+def test_the_extrapolation_scales_the_measured_constants_and_divides_by_sharing_a_session():
+    counters = {"reads": 1.0, "read_bytes": 150.0, "bytes_sent": 150.0, "watches_fired": 1.0}
+    results = {
+        "services": 3,
+        "instances": 10,
+        "server_memory": {"bytes_per_session": 4096.0, "bytes_per_watch": 128.0},
+        "per_client": [
+            {
+                "watches": 63.0,
+                "metric": counters,
+                "reconnect": {**counters, "reads": 69.0, "bytes_sent": 69.0 * 200},
+            }
+        ],
+    }
+    fleet = Fleet(
+        hosts=10, processes_per_host=20, services_followed=5, instances=100, services=50, servers=2
+    )
+    rows = {name: (shared_not, shared) for name, shared_not, shared in extrapolate(results, fleet)}
+    assert rows["sessions"] == ("200", "10.0")
+    assert rows["watches held"] == (f"{200 * 5 * 201:,}", f"{10 * 5 * 201:,}")
+    assert rows["followers of one service"] == ("20.0", "1.0")  # 200 x 5 / 50 services
+    assert rows["reads for a reconnect storm (every session re-syncs)"][0] == f"{200 * 5 * 203:,}"
+
+
+def test_the_extrapolation_refuses_constants_that_break_its_watch_formula():
+    results = {"services": 3, "instances": 10, "per_client": [{"watches": 64.0}]}
+    fleet = Fleet(1, 1, 1, 1, 1, 1)
+    with pytest.raises(SystemExit, match="64"):
+        extrapolate(results, fleet)
