@@ -417,9 +417,10 @@ def extrapolate(results: Mapping, fleet: Fleet) -> list[tuple[str, str, str]]:
             watches,
             watches / fleet.servers,
             watches / fleet.servers * memory["bytes_per_watch"] / 2**30,
-            sessions * memory["bytes_per_session"] / 2**30,
+            sessions / fleet.servers * memory["bytes_per_session"] / 2**30,
             per_service,
             per_service * measured["metric"]["reads"],
+            per_service * measured["register"]["reads"],
             per_service * measured["metric"]["bytes_sent"] / 2**20,
             storm,
             storm * bytes_per_resync_read / 2**30,
@@ -431,9 +432,10 @@ def extrapolate(results: Mapping, fleet: Fleet) -> list[tuple[str, str, str]]:
         "watches held",
         "watches per server",
         "heap for watches per server (GiB)",
-        "heap for sessions (GiB, each server tracks every session)",
+        "heap for its sessions per server (GiB)",
         "followers of one service",
-        "reads for one metric change (one per follower)",
+        "reads for one metric change",
+        "reads for one instance registered",
         "bytes sent for one metric change (MiB)",
         "reads for a reconnect storm (every session re-syncs)",
         "bytes sent for that storm (GiB)",
@@ -441,9 +443,13 @@ def extrapolate(results: Mapping, fleet: Fleet) -> list[tuple[str, str, str]]:
     per_process = figures(fleet.hosts * fleet.processes_per_host)
     per_host = figures(fleet.hosts)
     return [
-        (name, f"{a:,.1f}" if a < 100 else f"{a:,.0f}", f"{b:,.1f}" if b < 100 else f"{b:,.0f}")
+        (name, _figure(a), _figure(b))
         for name, a, b in zip(names, per_process, per_host, strict=True)
     ]
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> None:

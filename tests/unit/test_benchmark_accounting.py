@@ -130,6 +130,7 @@ def test_the_extrapolation_scales_the_measured_constants_and_divides_by_sharing_
             {
                 "watches": 63.0,
                 "metric": counters,
+                "register": {**counters, "reads": 2.0},
                 "reconnect": {**counters, "reads": 69.0, "bytes_sent": 69.0 * 200},
             }
         ],
@@ -138,9 +139,9 @@ def test_the_extrapolation_scales_the_measured_constants_and_divides_by_sharing_
         hosts=10, processes_per_host=20, services_followed=5, instances=100, services=50, servers=2
     )
     rows = {name: (shared_not, shared) for name, shared_not, shared in extrapolate(results, fleet)}
-    assert rows["sessions"] == ("200", "10.0")
+    assert rows["sessions"] == ("200", "10")
     assert rows["watches held"] == (f"{200 * 5 * 201:,}", f"{10 * 5 * 201:,}")
-    assert rows["followers of one service"] == ("20.0", "1.0")  # 200 x 5 / 50 services
+    assert rows["followers of one service"] == ("20", "1.00")  # 200 x 5 / 50 services
     assert rows["reads for a reconnect storm (every session re-syncs)"][0] == f"{200 * 5 * 203:,}"
 
 
