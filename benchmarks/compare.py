@@ -380,6 +380,7 @@ def plot(runs: list[dict]) -> None:
         axis.legend()
     for axis in (left, middle, right):
         axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         axis.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     path = RESULTS / "compare.png"
