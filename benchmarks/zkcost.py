@@ -12,10 +12,10 @@ itself is asked, through four-letter words:
   (``zk_num_alive_connections``), and the counters differenced around each change and each
   reconnection: reads served under the namespace (``zk_cnt_<ns>_read_per_namespace``), the bytes
   of their replies (``zk_sum_<ns>_read_per_namespace``), the bytes of every reply the server
-  sent (``zk_response_bytes``; pings' replies included, four-letter words not) and the watches
+  sent (``zk_response_bytes``; four-letter words' answers are not counted) and the watches
   fired, one notification each (``zk_sum_node_{changed,children,deleted,created}_watch_count``).
   The packet counters (``zk_packets_sent``/``_received``, ``zk_bytes_received_count``) are left
-  out: each four-letter word the benchmark sends moves them;
+  out: each four-letter word the benchmark sends moves them.
 
 Then, on a ZooKeeper of its own, the server's heap per session and per watch:
 ``--probe-sessions`` bare sessions, then each with an ``exists`` watch on the same
