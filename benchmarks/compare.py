@@ -4,7 +4,9 @@ One ZooKeeper; for each round and each scenario, ours and Curator's run one afte
 that both see the same machine. Curator runs as ``benchmarks/peers/CuratorBench.java``,
 compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scenarios:
 
-* warm lookup: 20 instances, round robin, timed call by call (one thread);
+* warm lookup: 20 instances, round robin, timed call by call (one thread), both sides
+  subtracting the same timer cost: the median of an empty clock pair (``timer_overhead`` in
+  ``benchmarks.lookup``, ``timerOverhead`` in ``CuratorBench.java``), never an empty call;
 * propagation: 50 registrations then 50 deregistrations, 20 ms apart, until a cache of
   another session shows them (ours: a writer process; Curator: a writer client in its JVM);
 * client round trip: ``exists("/")`` through each client library (kazoo; Curator's ZooKeeper
