@@ -36,7 +36,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from balancers import Balancer, RoundRobin
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
@@ -81,6 +80,7 @@ from sentinel.shards import (
     read_key,
     validate_key,
 )
+from sentinel.strategies import Balancer, RoundRobin
 from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from balancers import RoundRobin
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
 from sentinel.cache import ServiceSnapshot
@@ -54,6 +53,7 @@ from sentinel.shards import (
     new_map,
     policy_path,
 )
+from sentinel.strategies import RoundRobin
 from sentinel.telemetry import LookupCounts
 
 log = logging.getLogger(__name__)
