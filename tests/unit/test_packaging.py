@@ -45,6 +45,51 @@ def mypy(*paths: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_python(code: str) -> str:
+    """``code`` in a fresh interpreter (nothing imported yet); its output."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_importing_a_submodule_does_not_import_the_client():
+    loaded = run_python(
+        "import sys, sentinel.errors, sentinel.strategies, sentinel.rendezvous\n"
+        "print(' '.join(sorted(sys.modules)))"
+    ).split()
+    assert "sentinel.strategies" in loaded
+    assert not [m for m in loaded if m in ("sentinel.client", "sentinel.cache", "balancers")]
+    assert not [m for m in loaded if m == "kazoo" or m.startswith("kazoo.")]
+
+
+def test_the_package_exports_what_users_touch_on_first_use():
+    out = run_python(
+        "import sys, sentinel\n"
+        "from sentinel import Sentinel, Endpoint, Registration, SentinelError\n"
+        "print(Sentinel.__module__, Endpoint.__module__, Registration.__module__)\n"
+        "print(all(getattr(sentinel, n) is not None for n in sentinel.__all__))\n"
+        "print(set(sentinel.__all__) <= set(dir(sentinel)))\n"
+        "from sentinel import records  # a submodule, not an export\n"
+        "print(records.__name__)\n"
+        "try:\n"
+        "    sentinel.NotExported\n"
+        "except AttributeError as exc:\n"
+        "    print(exc)\n"
+    ).splitlines()
+    assert out == [
+        "sentinel.client sentinel.endpoint sentinel.publisher",
+        "True",
+        "True",
+        "sentinel.records",
+        "module 'sentinel' has no attribute 'NotExported'",
+    ]
+    import sentinel
+
+    assert {"ResolutionError", "InstancesChanged", "TlsConfig", "__version__"} <= set(
+        sentinel.__all__
+    )
+
+
 def test_mypy_strict_passes_on_the_typed_example_and_fails_on_a_wrong_use(tmp_path):
     checked = mypy(*CHECKED)
     assert checked.returncode == 0, checked.stdout + checked.stderr
