@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "tests" / "typing" / "typed_usage.py"
+EXAMPLE = ROOT / "tests" / "typecheck" / "typed_usage.py"
 # The typed example, the plug-in contracts and the plug-in packages, checked as a user's code
 # is; the rest of the library is followed for its types but not held to --strict here.
 CHECKED = [
