@@ -2,7 +2,7 @@
 
 A balancer is an object with one method, :meth:`~sentinel.strategies.Balancer.pick`; its state
 lives in the object and must be safe to share between threads. The endpoints it is given are an
-immutable tuple that stays the same object until the service changes, so work derived from them
+immutable tuple that stays the same object until that partition changes, so work derived from them
 alone can be kept (see :class:`sentinel.memo.IdentityMemo`). The contract and the default
 :class:`~sentinel.strategies.RoundRobin` live in the core (:mod:`sentinel.strategies`,
 re-exported here), so this package imports the core and never the other way round. A balancer

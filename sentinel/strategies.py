@@ -48,7 +48,7 @@ class SelectionPolicy:
     Policies compose with ``&``; any plain callable from endpoints to endpoints works as a
     policy too. Set ``pure = True`` on a policy whose answer depends on its input alone (no
     clock, no outside state): ``get_service`` then reuses the answer while the cache hands over
-    the same endpoints, i.e. until the service changes.
+    the same endpoints, i.e. until the partition's instances change.
     """
 
     pure = False
@@ -93,7 +93,7 @@ class Balancer:
     """Base class of load balancers: :meth:`pick` chooses one endpoint.
 
     Its state lives in the object and must be safe to share between threads. The endpoints it
-    is given are an immutable tuple that stays the same object until the service changes, so
+    is given are an immutable tuple that stays the same object until that partition changes, so
     work derived from them alone can be kept (see :class:`sentinel.memo.IdentityMemo`).
     """
 
