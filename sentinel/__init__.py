@@ -114,7 +114,7 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown nam
         """Import an exported name's module the first time the name is used."""
         module = _EXPORTS.get(name)
         if module is None:
-            # Not an export: ``from sentinel import launcher`` then imports the submodule.
+            # Not an export: ``from sentinel import records`` then imports the submodule.
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         value = getattr(import_module(module), name)
         globals()[name] = value
