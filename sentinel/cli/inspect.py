@@ -11,16 +11,19 @@ from typing import Any
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
+    KEY_HELP,
+    SERVICE_HELP,
     add_command,
     client,
     connect,
     count,
+    plugin_help,
     print_json,
     print_table,
 )
 from sentinel.endpoint import Endpoint
 from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
-from sentinel.plugins import load_balancer, load_policy
+from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
 from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.registry import list_services, read_metrics, read_service
 
@@ -269,8 +272,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Without SERVICE: every service with its instance counts per partition "
         "and how many are up. With SERVICE: its instances with partition, label, address, "
         "zone, weight, status, age, last metrics and their age. Reads ZooKeeper directly.",
+        ("sentinel ls", "sentinel ls orders-db", "sentinel ls orders-db --json | jq '.[].uri'"),
     )
-    ls.add_argument("service", nargs="?", metavar="SERVICE")
+    ls.add_argument("service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: all")
 
     resolve = add_command(
         commands,
@@ -282,9 +286,34 @@ def register(commands: argparse._SubParsersAction) -> None:
         "calls. Policies and balancers are named as registered in the sentinel.policies and "
         "sentinel.balancers entry points, with arguments: --policy min_lag:cutoff=5. Several "
         "--policy options chain. Exit 1 when nothing is eligible.",
+        (
+            "sentinel resolve api",
+            "sentinel resolve orders-db acme --policy min_lag:cutoff=5 -n 4",
+            "sentinel resolve orders-db acme --policy zone_affinity:zone=z-a "
+            "--policy min_lag:cutoff=5",
+            "sentinel resolve api --balancer weighted_random -n 10 --json",
+        ),
     )
-    resolve.add_argument("service", metavar="SERVICE")
-    resolve.add_argument("key", nargs="?", metavar="KEY")
-    resolve.add_argument("--policy", action="append", default=[], metavar="NAME[:ARGS]")
-    resolve.add_argument("--balancer", metavar="NAME[:ARGS]")
+    resolve.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
+    resolve.add_argument("key", nargs="?", metavar="KEY", help=KEY_HELP)
+    resolve.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME[:ARGS]",
+        help=plugin_help(
+            POLICIES,
+            "a selection policy, filtering the instances (repeat to chain)",
+            "min_lag:cutoff=5",
+        ),
+    )
+    resolve.add_argument(
+        "--balancer",
+        metavar="NAME[:ARGS]",
+        help=plugin_help(
+            BALANCERS,
+            "the balancer picking among the eligible (default round_robin)",
+            "sticky:key=web-1",
+        ),
+    )
     resolve.add_argument("-n", "--count", type=count, default=1, help="calls to make (default 1)")

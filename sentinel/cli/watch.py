@@ -12,7 +12,7 @@ from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch
 
-from sentinel.cli.common import EXIT_OK, add_command, client, connect
+from sentinel.cli.common import EXIT_OK, SERVICE_HELP, add_command, client, connect
 from sentinel.cli.inspect import metrics_text
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
@@ -196,5 +196,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "deregistrations (-), instance updates (~), metrics, shard-key moves, spec changes and "
         "the connection's state. Without SERVICE, every service, including new ones. "
         "--json prints one JSON object per line. Ctrl-C (or SIGTERM) stops it cleanly.",
+        (
+            "sentinel watch",
+            "sentinel watch orders-db",
+            "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
+        ),
     )
-    watch.add_argument("service", nargs="?", metavar="SERVICE")
+    watch.add_argument(
+        "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
+    )
