@@ -36,7 +36,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from balancers import Balancer, RoundRobin
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
@@ -79,6 +78,7 @@ from sentinel.shards.spec import (
     validate_key,
 )
 from sentinel.shards.store import read_key
+from sentinel.strategies import Balancer, RoundRobin
 from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate

@@ -57,8 +57,7 @@ from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
-    from balancers import Balancer
-    from policies import Endpoints, SelectionPolicy
+    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
 
