@@ -129,6 +129,7 @@ class _AddWatch(NamedTuple):
     path: str
     mode: AddWatchMode
     callback: Watcher
+    known: Callable[[], Iterable[str]] | None
     type = ADD_WATCH
 
     def serialize(self) -> bytes:
@@ -305,6 +306,10 @@ class PersistentWatches:
         self._persistent: dict[str, list[Watcher]] = {}
         self._recursive: dict[str, list[Watcher]] = {}
         self._absent: set[str] = set()  # kazoo data watches set by exists() on no node
+        self._known: dict[str, Callable[[], Iterable[str]]] = {}  # add_watch(known=...)
+        # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
+        self._resync_data: set[str] = set()
+        self._resync_children: set[str] = set()
         self._stock_reset = client._reset_watchers
         client._reset_watchers = self._reset_watchers
         connection = client._connection
@@ -327,7 +332,14 @@ class PersistentWatches:
 
     # --- public operations -------------------------------------------------------------
 
-    def add_watch(self, path: str, watcher: Watcher, mode: AddWatchMode) -> None:
+    def add_watch(
+        self,
+        path: str,
+        watcher: Watcher,
+        mode: AddWatchMode,
+        *,
+        known: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
         """Watch ``path`` until :meth:`remove_watches`, calling ``watcher`` for every event.
 
         PERSISTENT: created/deleted/data-changed events of ``path`` and children-changed of
@@ -335,11 +347,19 @@ class PersistentWatches:
         PERSISTENT_RECURSIVE: created/deleted/data-changed events of ``path`` and every node
         below it (no children-changed events). Raises
         :class:`~kazoo.exceptions.UnimplementedError` in fallback mode.
+
+        ZooKeeper does not tell what changed below a persistent watch while the connection was
+        down. ``known``, if given, returns the paths at or below ``path`` that the caller holds
+        (read at each reconnection within the session, on the connection thread: no I/O);
+        they go into the reconnection's ``SetWatches2`` as one-shot watches with the last
+        zxid, so the server reports the ones changed or deleted meanwhile (data changed,
+        deleted) and the parents whose children changed (children-changed, for creations),
+        all to ``watcher``; the ones that did not fire are removed again before any other
+        request, so the server goes back to holding one watch.
         """
         if not self._probe():
             raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
-        request = _AddWatch(self._server_path(path), AddWatchMode(mode), watcher)
-        self._call(request)
+        self._call(_AddWatch(self._server_path(path), AddWatchMode(mode), watcher, known))
 
     def remove_watches(self, path: str, watcher_type: WatcherType) -> None:
         """Remove the watches of ``watcher_type`` on ``path`` (kazoo's one-shot ones included
@@ -363,6 +383,7 @@ class PersistentWatches:
             with self._lock:
                 self._persistent.pop(server_path, None)
                 self._recursive.pop(server_path, None)
+                self._known.pop(server_path, None)
         self._call(_RemoveWatches(server_path, WatcherType(watcher_type)))
 
     def get_many(self, data: Iterable[str] = (), children: Iterable[str] = ()) -> ReadResults:
@@ -394,14 +415,58 @@ class PersistentWatches:
             log.debug("ZooKeeper 3.6 watches %s", "on" if self._supported else "unavailable")
         if not (resumed and self._supported):
             return
-        packets = [
-            _SetWatches2(self._client.last_zxid, *batch) for batch in _batches(self._watch_lists())
-        ]
+        lists = self._watch_lists()
+        self._resync_data, self._resync_children = self._resync_paths(lists)
+        lists[0] += sorted(self._resync_data)
+        lists[2] += sorted(self._resync_children)
+        packets = [_SetWatches2(self._client.last_zxid, *batch) for batch in _batches(lists)]
         failures = [code for code in connection._exchange(packets, timeout) if code]
         if failures:
             # No watch this session had can be trusted now: fail over as on a lost session.
             log.warning("SetWatches2 refused (%s): dropping the session's watches", failures)
             self._drop_all(KeeperState.CONNECTED)
+            return
+        # The server fired the changed ones while it handled SetWatches2, before its reply;
+        # the rest would stay on the server until they fire: remove them.
+        with self._lock:
+            held = set(self._persistent) | set(self._recursive)
+        removals = [_RemoveWatches(p, WatcherType.DATA) for p in self._resync_data] + [
+            _RemoveWatches(p, WatcherType.CHILDREN)
+            for p in self._resync_children
+            if p not in held  # removing a child watch there could take the persistent one
+        ]
+        if removals:
+            connection._exchange(removals, timeout)  # NoWatcher after a race is fine
+        self._resync_data, self._resync_children = set(), set()
+
+    def _resync_paths(self, lists: list[list[str]]) -> tuple[set[str], set[str]]:
+        """The one-shot data and child watches that let the server report what changed below
+        persistent watches with ``known`` paths: every known node, and every parent of one at
+        or below the watch (and the watch's path itself when known), that no other watch of
+        the connection covers already."""
+        with self._lock:
+            providers = list(self._known.items())
+            persistent = set(self._persistent) | set(self._recursive)
+        data: set[str] = set()
+        children: set[str] = set()
+        for root, known in providers:
+            try:
+                paths = {self._server_path(path) for path in known()}
+            except Exception:  # a caller's bug must not take the connection thread down
+                log.exception("known paths of the watch on %s failed: no re-sync", root)
+                continue
+            below = root.rstrip("/") + "/"
+            data |= paths
+            children |= {
+                parent
+                for parent in (path.rsplit("/", 1)[0] or "/" for path in paths)
+                if parent == root or parent.startswith(below)
+            }
+            if root in paths:
+                children.add(root)
+        data -= set(lists[0]) | set(lists[1]) | persistent
+        children -= set(lists[2])
+        return data, children
 
     def _watch_lists(self) -> list[list[str]]:
         client = self._client
@@ -424,6 +489,8 @@ class PersistentWatches:
             table = self._persistent if request.mode == AddWatchMode.PERSISTENT else self._recursive
             with self._lock:
                 table.setdefault(request.path, []).append(request.callback)
+                if request.known is not None:
+                    self._known[request.path] = request.known
         elif isinstance(request, Exists) and request.watcher is not None:
             if code == NoNodeError.code:
                 self._absent.add(request.path)
@@ -437,15 +504,19 @@ class PersistentWatches:
         the one-shot ones); the server sends one event per connection for all of them."""
         if watch.type not in EVENT_TYPE_MAP or self._client._stopped.is_set():
             return
+        kind = EVENT_TYPE_MAP[watch.type]
         with self._lock:
             watchers = list(self._persistent.get(watch.path, ()))
-            if EVENT_TYPE_MAP[watch.type] != EventType.CHILD:
+            # children-changed events reach recursive watchers only from a re-sync's watches
+            if kind != EventType.CHILD or watch.path in self._resync_children:
                 for path in _ancestors(watch.path):
                     watchers.extend(self._recursive.get(path, ()))
+            if kind != EventType.CHILD:
+                self._resync_data.discard(watch.path)
+            if kind != EventType.CHANGED:
+                self._resync_children.discard(watch.path)
         if watchers:
-            event = WatchedEvent(
-                EVENT_TYPE_MAP[watch.type], self._client._state, self._client.unchroot(watch.path)
-            )
+            event = WatchedEvent(kind, self._client._state, self._client.unchroot(watch.path))
             self._deliver(watchers, event)
 
     def _reset_watchers(self) -> None:
@@ -467,6 +538,7 @@ class PersistentWatches:
             ]
             self._persistent.clear()
             self._recursive.clear()
+            self._known.clear()
         self._deliver(dropped, WatchedEvent(EventType.NONE, state, None))
 
     # --- helpers -------------------------------------------------------------------------

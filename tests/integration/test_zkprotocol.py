@@ -310,3 +310,43 @@ def test_session_expiry_drops_persistent_watches_and_tells_the_watcher(watched, 
     raw_zk.create("/marker")
     assert marker.wait_for(EventType.CREATED, {"/marker"})
     assert events.of(EventType.CREATED) == set()
+
+
+def test_known_paths_let_the_server_report_what_changed_below_a_recursive_watch(
+    watched, raw_zk, zookeeper, namespace
+):
+    ours = watched()
+    names = [f"/svc/i{i}" for i in range(200)]
+    raw_zk.ensure_path("/svc")
+    _wait_all([raw_zk.create_async(name, b"0") for name in names])
+    held = ["/svc", *names]  # what a cache following /svc holds
+    events = Events()
+    ours.watches.add_watch(
+        "/svc", events, AddWatchMode.PERSISTENT_RECURSIVE, known=lambda: list(held)
+    )
+    only_the_watch = [f"{raw_zk.chroot}/svc"]
+    reads_before = reads_served(zookeeper, namespace)
+
+    ours.cut_and_restore(lambda: None)  # nothing changes: nothing reported, nothing read
+    assert wait_until(lambda: watches_held(zookeeper, ours.client) == only_the_watch)
+
+    def while_away() -> None:
+        raw_zk.set("/svc/i1", b"changed")
+        raw_zk.delete("/svc/i2")
+        raw_zk.create("/svc/new")
+
+    ours.cut_and_restore(while_away)
+    assert events.wait_for(EventType.CHANGED, {"/svc/i1"})
+    assert events.wait_for(EventType.DELETED, {"/svc/i2"})
+    assert events.wait_for(EventType.CHILD, {"/svc"})  # a creation: list /svc again
+    # the one-shot watches that did not fire are gone again: the server holds one watch
+    assert wait_until(lambda: watches_held(zookeeper, ours.client) == only_the_watch)
+    raw_zk.create("/svc/later")
+    assert events.wait_for(EventType.CREATED, {"/svc/later"})
+    assert [(e.type, e.path) for e in events.seen] == [
+        (EventType.CHANGED, "/svc/i1"),
+        (EventType.DELETED, "/svc/i2"),
+        (EventType.CHILD, "/svc"),
+        (EventType.CREATED, "/svc/later"),
+    ]  # the server handles SetWatches2's data watches before its child watches
+    assert reads_served(zookeeper, namespace) == reads_before  # nothing was read again

@@ -42,7 +42,7 @@ def test_set_watches2_wire_format():
 
 
 def test_add_watch_wire_format():
-    assert _AddWatch("/a", AddWatchMode.PERSISTENT_RECURSIVE, print).serialize() == (
+    assert _AddWatch("/a", AddWatchMode.PERSISTENT_RECURSIVE, print, None).serialize() == (
         int_struct.pack(2) + b"/a" + int_struct.pack(1)
     )
 
