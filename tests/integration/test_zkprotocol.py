@@ -16,8 +16,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError, NoWatcherError, UnimplementedError
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 
-from sentinel.launcher import LocalZooKeeper, four_letter_word
-from sentinel.testing import TcpProxy, wait_until
+from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 from sentinel.zkprotocol import (
     SET_WATCHES_MAX_LENGTH,
     AddWatchMode,

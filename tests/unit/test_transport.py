@@ -9,7 +9,7 @@ import threading
 import time
 
 from sentinel.certificates import make_local_pki
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 from sentinel.transport import poll_select
 
 
