@@ -514,7 +514,7 @@ def run_demo(
         check(
             f"{len(workers)} worker processes ran the {tasks} tasks with one ZooKeeper session "
             "each (their /clients entries)",
-            sorted(d["pid"] for d in entries if d["app"] == config.client_id) == sorted(workers),
+            sorted(r.pid for r in entries if r.app == config.client_id) == sorted(workers),
         )
 
     emit(
