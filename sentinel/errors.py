@@ -104,6 +104,10 @@ class ShardPolicyExists(SentinelError):
     """A shard policy of that name already exists."""
 
 
+class ShardPolicyConflict(ShardPolicyExists):
+    """``ensure_shard_policy``: the policy exists with another spec (kind, partitions...)."""
+
+
 class PartitionNotFound(SentinelError):
     """The key maps to no partition (unknown key, or below the first range boundary)."""
 
