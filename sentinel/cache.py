@@ -324,10 +324,7 @@ class RegistryCache:
                 self.stats.negative_hits += 1
             elif not self._read_budget(service).take():
                 self.stats.throttled_reads += 1
-                raise ReadThroughThrottled(
-                    f"service {service!r}: key {key!r} is not cached and the service's "
-                    f"{self._read_through_rate:g} direct reads/s are spent; retry shortly"
-                )
+                raise ReadThroughThrottled(service, key, self._read_through_rate)
             else:
                 self.stats.read_throughs += 1
                 try:
@@ -347,7 +344,7 @@ class RegistryCache:
                 f"it is below the first boundary of range policy {policy!r}, "
                 f"or not a {shard_map.spec.key_type}"
             )
-        raise PartitionNotFound(f"service {service!r}: key {key!r} maps to no partition ({reason})")
+        raise PartitionNotFound(service, key, policy, reason)
 
     def _read_budget(self, service: str) -> TokenBucket:
         budget = self._read_budgets.get(service)
@@ -521,14 +518,14 @@ class RegistryCache:
         try:
             data, _ = self._zk.get(path, watch=self._watch)
         except NoNodeError:
-            raise ServiceNotFound(f"service {service!r} is not registered") from None
+            raise ServiceNotFound(service) from None
         try:
             return ServiceSpec.from_bytes(service, path, data)
         except DecodeError as exc:
             self._skip(exc)
             if last_good is not None:
                 return last_good
-            raise ServiceNotFound(f"service {service!r} has an unreadable spec: {exc}") from None
+            raise ServiceNotFound(service, f"has an unreadable spec: {exc}") from None
 
     def _read_section(
         self, section: str, service: str, known: ServiceSnapshot | None = None
@@ -545,7 +542,7 @@ class RegistryCache:
             names = self._zk.get_children(parent, watch=self._watch)
         except NoNodeError:
             if section == "instances":
-                raise ServiceNotFound(f"service {service!r} is not registered") from None
+                raise ServiceNotFound(service) from None
             self._zk.exists(parent, watch=self._watch)  # to learn when it appears
             return {}, set()
         decoded: dict[str, Any] = {}

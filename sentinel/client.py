@@ -736,7 +736,9 @@ class Sentinel:
             f"{'status up' if policy is None else repr(policy)}"
             + (f" ({down} reported down)" if down else "")
         )
-        return NoInstanceAvailable(f"{where} {reason}")
+        return NoInstanceAvailable(
+            f"{where} {reason}", service=service, key=key, partition=partition, policy=policy
+        )
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
         """Tell Sentinel how using ``endpoint`` went (``latency`` in seconds).

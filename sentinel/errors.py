@@ -1,15 +1,82 @@
 """The exception hierarchy: every error Sentinel raises derives from :class:`SentinelError`.
 
-Catch ``SentinelError`` to handle anything the SDK raises; catch a subclass to handle one cause.
-Input errors also derive from :class:`ValueError` so that code written against plain Python
-conventions keeps working.
+Catch ``SentinelError`` to handle anything the SDK raises; catch a group's base to handle one
+kind of failure, or a leaf for one cause. Input errors also derive from :class:`ValueError`, so
+code written against plain Python conventions keeps working. Errors pickle with their fields
+(Spark carries them from executors to the driver)::
+
+    SentinelError
+    ├── ValidationError (ValueError)         input: refused before anything was written
+    │   ├── InvalidName
+    │   ├── ValueTooLarge
+    │   ├── CollectorConfigError
+    │   ├── TlsConfigError
+    │   └── SigningRequired (also AuthError)
+    ├── DecodeError                          a znode that is not a record we understand
+    ├── ResolutionError                      lookup: .service .key .partition .policy
+    │   ├── ServiceNotFound
+    │   ├── PartitionNotFound                permanent for that key (.shard_policy)
+    │   ├── NoInstanceAvailable
+    │   └── ReadThroughThrottled             temporary: retry after .retry_after seconds
+    ├── EndpointFailed                       work kept failing on resolved endpoints
+    ├── SnapshotRejected
+    ├── ClientClosed
+    ├── ZooKeeperUnavailable                 connection
+    │   ├── ConnectionInterrupted
+    │   └── TlsHandshakeFailed
+    ├── NamespaceNotFound
+    ├── RegistryError                        ZooKeeper refused an operation
+    │   ├── AccessDenied
+    │   └── AuthenticationFailed
+    ├── RegistryConflict                     writes
+    │   └── LabelTaken
+    ├── ServiceConflict
+    ├── ShardPolicyNotFound
+    ├── ShardPolicyExists
+    │   └── ShardPolicyConflict              ensure_shard_policy: another spec is stored
+    ├── AuthError                            credentials (/auth)
+    │   ├── KeyFileError
+    │   ├── ClientKeyNotFound
+    │   ├── ClientNotEnrolled
+    │   ├── KeySlotNotOwned
+    │   ├── RotationFailed                   .step .laggards
+    │   └── EnvelopeError
+    │       ├── UnknownKeyId
+    │       ├── DecryptionFailed
+    │       ├── SignatureInvalid
+    │       └── CredentialRollback
+    ├── SourceError                          the metric collector's sources
+    │   └── SourceTimeout
+    └── LauncherError                        the local ZooKeeper/PostgreSQL servers
+        ├── ZooKeeperNotInstalled
+        ├── ZooKeeperStartFailed
+        ├── DevServerNotRunning
+        ├── PostgresNotInstalled
+        └── PostgresStartFailed
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def _restore(cls: type[SentinelError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class SentinelError(Exception):
     """Base class of every error raised by Sentinel."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception pickles as ``cls(*args)``, which breaks every subclass whose constructor
+        # takes fields rather than the message; restore the message and the fields instead.
+        return _restore, (type(self), self.args, self.__dict__)
+
+
+# --- input ------------------------------------------------------------------------------------
 
 
 class ValidationError(SentinelError, ValueError):
@@ -36,40 +103,134 @@ class DecodeError(SentinelError):
         self.reason = reason
 
 
-class ServiceConflict(SentinelError):
-    """A service spec already exists with different settings than the ones asked for."""
+# --- resolution -------------------------------------------------------------------------------
+
+
+class ResolutionError(SentinelError):
+    """``get_service`` (or ``get_partition``) could not give an endpoint for this call.
+
+    The fields say which call, so callers branch on them rather than on the message: ``service``,
+    ``key``, ``partition`` (once the key mapped to one) and ``policy`` (the selection policy
+    given), each ``None`` where it does not apply.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        service: str | None = None,
+        key: object = None,
+        partition: str | None = None,
+        policy: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.service = service
+        self.key = key
+        self.partition = partition
+        self.policy = policy
+
+
+class ServiceNotFound(ResolutionError):
+    """No spec node exists for the service in this namespace (or it cannot be read)."""
+
+    def __init__(self, service: str, reason: str = "is not registered") -> None:
+        super().__init__(f"service {service!r} {reason}", service=service)
+
+
+class PartitionNotFound(ResolutionError):
+    """The key maps to no partition (no key, unknown key, or below the first range boundary).
+
+    Permanent for that key until the shard map changes; ``shard_policy`` names the map.
+    """
+
+    def __init__(self, service: str, key: object, shard_policy: str, reason: str) -> None:
+        super().__init__(
+            f"service {service!r}: key {key!r} maps to no partition ({reason})",
+            service=service,
+            key=key,
+        )
+        self.shard_policy = shard_policy
+
+
+class NoInstanceAvailable(ResolutionError):
+    """The partition is known but no instance is eligible (none live, or the policy refused all)."""
+
+
+class ReadThroughThrottled(ResolutionError):
+    """A temporary failure: the key is not in the cached map and this service's budget of
+    direct reads is spent.
+
+    Unlike :class:`PartitionNotFound` it says nothing about the key: retry after
+    ``retry_after`` seconds, or let the shard map's watch bring the key. Procedure 1's reads
+    are rate-limited per service (``read_through_rate``).
+    """
+
+    def __init__(self, service: str, key: object, rate: float) -> None:
+        super().__init__(
+            f"service {service!r}: key {key!r} is not cached and the service's "
+            f"{rate:g} direct reads/s are spent; retry shortly",
+            service=service,
+            key=key,
+        )
+        self.retry_after = 1.0 / rate if rate > 0 else 1.0
+
+
+class EndpointFailed(SentinelError):
+    """Work kept failing on freshly resolved endpoints; the last failure is the ``__cause__``."""
+
+
+class SnapshotRejected(SentinelError):
+    """A last-known-good snapshot file cannot be served: missing, corrupt, or of another
+    namespace or ensemble; the message says which."""
 
 
 class ClientClosed(SentinelError):
     """The client was used before :meth:`~sentinel.Sentinel.start` or after ``close()``."""
 
 
+# --- connection -------------------------------------------------------------------------------
+
+
 class ZooKeeperUnavailable(SentinelError):
     """No ZooKeeper server answered within the timeout."""
 
 
-class LauncherError(SentinelError):
-    """Base class for errors of the local ZooKeeper launcher."""
+class ConnectionInterrupted(ZooKeeperUnavailable):
+    """The connection to ZooKeeper was lost during a call; it may or may not have taken effect.
+
+    The client reconnects by itself; retry the call once it has.
+    """
 
 
-class ZooKeeperNotInstalled(LauncherError):
-    """No ZooKeeper installation was found; the message says what to install."""
+class TlsHandshakeFailed(ZooKeeperUnavailable):
+    """ZooKeeper answered but no TLS session could be set up with it: its certificate is not
+    trusted (wrong or missing CA), does not name the host, or it refused the client's
+    certificate; the message carries the TLS library's reason."""
 
 
-class ZooKeeperStartFailed(LauncherError):
-    """A ZooKeeper server process did not come up; the message holds the tail of its log."""
+class TlsConfigError(ValidationError):
+    """A TLS setting is unusable: a CA, certificate or key file that cannot be read or loaded,
+    or a certificate without its key; the message names the file, never its content."""
 
 
-class DevServerNotRunning(LauncherError):
-    """No local development server is running, and no connect string was given."""
+class NamespaceNotFound(SentinelError):
+    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
 
 
-class PostgresNotInstalled(LauncherError):
-    """No PostgreSQL server binaries were found; the message says what to install."""
+class RegistryError(SentinelError):
+    """ZooKeeper refused an operation for a reason other than a lost connection."""
 
 
-class PostgresStartFailed(LauncherError):
-    """A PostgreSQL server command failed; the message holds its error and the log's tail."""
+class AccessDenied(RegistryError):
+    """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
+
+
+class AuthenticationFailed(RegistryError):
+    """ZooKeeper refused the client's identity when it connected (a SASL login with an unknown
+    user or a wrong password); the message never carries the password."""
+
+
+# --- writes -----------------------------------------------------------------------------------
 
 
 class RegistryConflict(SentinelError):
@@ -81,19 +242,8 @@ class LabelTaken(RegistryConflict):
     host and port: registering would silently replace it, so nothing was written."""
 
 
-class ServiceNotFound(SentinelError):
-    """No spec node exists for the service in this namespace."""
-
-
-class ConnectionInterrupted(ZooKeeperUnavailable):
-    """The connection to ZooKeeper was lost during a call; it may or may not have taken effect.
-
-    The client reconnects by itself; retry the call once it has.
-    """
-
-
-class RegistryError(SentinelError):
-    """ZooKeeper refused an operation for a reason other than a lost connection."""
+class ServiceConflict(SentinelError):
+    """A service spec already exists with different settings than the ones asked for."""
 
 
 class ShardPolicyNotFound(SentinelError):
@@ -108,33 +258,7 @@ class ShardPolicyConflict(ShardPolicyExists):
     """``ensure_shard_policy``: the policy exists with another spec (kind, partitions...)."""
 
 
-class PartitionNotFound(SentinelError):
-    """The key maps to no partition (unknown key, or below the first range boundary)."""
-
-
-class ReadThroughThrottled(PartitionNotFound):
-    """The key is not in the cached map and this service's budget of direct reads is spent.
-
-    Procedure 1's reads are rate-limited per service (``read_through_rate``); retry shortly,
-    or let the shard map's watch bring the key.
-    """
-
-
-class NoInstanceAvailable(SentinelError):
-    """The partition is known but no instance is eligible (none live, or the policy refused all)."""
-
-
-class NamespaceNotFound(SentinelError):
-    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
-
-
-class AccessDenied(RegistryError):
-    """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
-
-
-class AuthenticationFailed(RegistryError):
-    """ZooKeeper refused the client's identity when it connected (a SASL login with an unknown
-    user or a wrong password); the message never carries the password."""
+# --- credentials ------------------------------------------------------------------------------
 
 
 class AuthError(SentinelError):
@@ -204,6 +328,9 @@ class RotationFailed(AuthError):
         self.laggards = laggards
 
 
+# --- the metric collector -----------------------------------------------------------------
+
+
 class CollectorConfigError(ValidationError):
     """A metric collector's configuration file is unreadable or invalid; the message says
     which file, which entry and what is wrong."""
@@ -217,21 +344,28 @@ class SourceTimeout(SourceError):
     """A metric source did not answer within the collection's timeout."""
 
 
-class EndpointFailed(SentinelError):
-    """Work kept failing on freshly resolved endpoints; the last failure is the ``__cause__``."""
+# --- the local servers (launcher) ------------------------------------------------------------
 
 
-class SnapshotRejected(SentinelError):
-    """A last-known-good snapshot file cannot be served: missing, corrupt, or of another
-    namespace or ensemble; the message says which."""
+class LauncherError(SentinelError):
+    """Base class for errors of the local ZooKeeper launcher."""
 
 
-class TlsConfigError(ValidationError):
-    """A TLS setting is unusable: a CA, certificate or key file that cannot be read or loaded,
-    or a certificate without its key; the message names the file, never its content."""
+class ZooKeeperNotInstalled(LauncherError):
+    """No ZooKeeper installation was found; the message says what to install."""
 
 
-class TlsHandshakeFailed(ZooKeeperUnavailable):
-    """ZooKeeper answered but no TLS session could be set up with it: its certificate is not
-    trusted (wrong or missing CA), does not name the host, or it refused the client's
-    certificate; the message carries the TLS library's reason."""
+class ZooKeeperStartFailed(LauncherError):
+    """A ZooKeeper server process did not come up; the message holds the tail of its log."""
+
+
+class DevServerNotRunning(LauncherError):
+    """No local development server is running, and no connect string was given."""
+
+
+class PostgresNotInstalled(LauncherError):
+    """No PostgreSQL server binaries were found; the message says what to install."""
+
+
+class PostgresStartFailed(LauncherError):
+    """A PostgreSQL server command failed; the message holds its error and the log's tail."""

@@ -99,7 +99,7 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
         data, _ = zk.get(path)
         names = zk.get_children(path)
     except NoNodeError:
-        raise ServiceNotFound(f"service {service!r} is not registered") from None
+        raise ServiceNotFound(service) from None
     spec = ServiceSpec.from_bytes(service, path, data)
     instances, invalid = decode_children(
         zk, path, sorted(names), lambda n, p, d, _: InstanceRecord.from_bytes(service, n, p, d)

@@ -93,7 +93,7 @@ def shard_key(service: str, policy: str, key: object) -> Key:
         return key  # type: ignore[return-value]
     if key is None:
         raise PartitionNotFound(
-            f"service {service!r} is sharded by policy {policy!r}: a key is required"
+            service, key, policy, f"sharded by policy {policy!r}: a key is required"
         )
     raise ValidationError(
         f"service {service!r}: shard key {key!r} must be a str or an int, not {type(key).__name__}"

@@ -42,6 +42,7 @@ from sentinel.errors import (
     ClientClosed,
     NoInstanceAvailable,
     PartitionNotFound,
+    ReadThroughThrottled,
     ServiceNotFound,
     ValidationError,
     ZooKeeperUnavailable,
@@ -78,6 +79,7 @@ class LookupCounts:
 LOOKUP_RESULTS = (
     (ServiceNotFound, "service_not_found"),
     (PartitionNotFound, "partition_not_found"),
+    (ReadThroughThrottled, "throttled"),
     (NoInstanceAvailable, "no_instance"),
     (ValidationError, "invalid"),
     (ClientClosed, "closed"),

@@ -141,7 +141,7 @@ def _watch(args: argparse.Namespace) -> int:
         if args.service is not None:
             follow([args.service], new=False)
             if args.service not in watched:
-                raise ServiceNotFound(f"service {args.service!r} is not registered")
+                raise ServiceNotFound(args.service)
             print(f"watching {args.service}; Ctrl-C to stop", file=sys.stderr, flush=True)
             _wait(stop)
             return EXIT_OK

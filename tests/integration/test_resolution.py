@@ -12,6 +12,7 @@ from sentinel.errors import (
     InvalidName,
     NoInstanceAvailable,
     PartitionNotFound,
+    ResolutionError,
     ServiceNotFound,
     ShardPolicyExists,
     ShardPolicyNotFound,
@@ -190,23 +191,39 @@ def test_typed_errors_name_service_key_and_partition(make_client):
     publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
     make_replicas(publisher, "orders", ["p1"], policy="tenants")
     publisher.update_shard_info_many("tenants", {"acme": "p1", "empty-co": "p2"})
-    with pytest.raises(ServiceNotFound, match="'nothing'"):
+    with pytest.raises(ServiceNotFound, match="'nothing'") as raised:
         client.get_service("nothing")
+    assert fields(raised.value) == ("nothing", None, None, None)
     with pytest.raises(InvalidName):
         client.get_service("bad/name")
-    with pytest.raises(PartitionNotFound, match=r"service 'orders'.*key 'unknown'.*'tenants'"):
+    with pytest.raises(
+        PartitionNotFound, match=r"service 'orders'.*key 'unknown'.*'tenants'"
+    ) as raised:
         client.get_service("orders", "unknown")
+    assert fields(raised.value) == ("orders", "unknown", None, None)
+    assert raised.value.shard_policy == "tenants"
     with pytest.raises(PartitionNotFound, match="a key is required"):
         client.get_service("orders")
-    with pytest.raises(NoInstanceAvailable, match="'orders', key 'empty-co', partition 'p2'"):
+    with pytest.raises(
+        NoInstanceAvailable, match="'orders', key 'empty-co', partition 'p2'"
+    ) as raised:
         client.get_service("orders", "empty-co")
+    assert fields(raised.value) == ("orders", "empty-co", "p2", None)
 
     class NoneEligible(SelectionPolicy):
         def select(self, endpoints):
             return ()
 
-    with pytest.raises(NoInstanceAvailable, match=r"2 instance\(s\) but none is eligible"):
-        client.get_service("orders", "acme", policy=NoneEligible())
+    refusing = NoneEligible()
+    with pytest.raises(
+        NoInstanceAvailable, match=r"2 instance\(s\) but none is eligible"
+    ) as raised:
+        client.get_service("orders", "acme", policy=refusing)
+    assert fields(raised.value) == ("orders", "acme", "p1", refusing)
+
+
+def fields(error: ResolutionError) -> tuple[object, ...]:
+    return error.service, error.key, error.partition, error.policy
 
 
 def test_policies_and_balancers_plug_in(make_client):
