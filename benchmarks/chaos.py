@@ -43,8 +43,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.events import ConnectionChanged
-from sentinel.launcher import LocalZooKeeper, four_letter_word
-from sentinel.testing import (
+from sentinel.testing.helpers import (
     PublisherProcess,
     TcpProxy,
     cached_view,
@@ -53,6 +52,7 @@ from sentinel.testing import (
     registry_view,
     wait_until,
 )
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 SESSION_TIMEOUT = 4.0  # readers and publisher processes
 WRITER_SESSION_TIMEOUT = 20.0  # the writer's instances must not vanish with an election

@@ -14,7 +14,7 @@ import time
 
 from benchmarks.common import build_world, report
 from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 def main(argv=None) -> None:

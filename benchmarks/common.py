@@ -12,8 +12,8 @@ from pathlib import Path
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
-from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -33,7 +33,7 @@ from benchmarks.common import RESULTS, percentiles, report
 from benchmarks.lookup import measure
 from benchmarks.propagation import one_round, prepare
 from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 PEER = Path(__file__).resolve().parent / "peers" / "CuratorBench.java"
 JARS = (

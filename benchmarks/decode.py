@@ -13,7 +13,7 @@ import timeit
 
 from benchmarks.common import report
 from sentinel.records import InstanceRecord, decode
-from sentinel.shards import decode_bucket, encode_bucket
+from sentinel.shards.spec import decode_bucket, encode_bucket
 
 
 def main(argv: list[str] | None = None) -> None:

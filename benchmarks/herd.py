@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from benchmarks.common import report
 from sentinel import Sentinel
 from sentinel.events import ConnectionChanged
-from sentinel.launcher import LocalZooKeeper, four_letter_word
-from sentinel.testing import TcpProxy, wait_until
+from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 NAMESPACE = "/herd"
 BUCKETS = 16

@@ -16,7 +16,7 @@ import time
 
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import Sentinel
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 
 def _timed(call, args_list) -> list[float]:

@@ -15,7 +15,7 @@ import sys
 
 from benchmarks.common import build_world, report
 from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 def rss_mb() -> float:

@@ -22,7 +22,7 @@ from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
 from sentinel.errors import ShardPolicyExists
 from sentinel.events import AuthChanged, InstancesChanged, MetricsChanged, ShardKeysChanged
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 def writer(hosts: str, count: int, interval: float) -> None:

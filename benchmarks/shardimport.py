@@ -22,7 +22,7 @@ from pathlib import Path
 
 from benchmarks.common import report
 from sentinel import Sentinel
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 

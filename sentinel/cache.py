@@ -2,7 +2,7 @@
 
 Readers never lock: a service's state is one immutable :class:`ServiceSnapshot`, replaced by a
 single dict store when anything changes. Directory shard maps are one flat dict updated a key at
-a time (see :class:`~sentinel.shards.DirectoryMap` for why).
+a time (see :class:`~sentinel.shards.maps.DirectoryMap` for why).
 
 All loading and updating happens on one worker thread. ZooKeeper watch callbacks run on kazoo's
 thread, which must never block, so they only queue a task naming what changed; the worker
@@ -70,17 +70,15 @@ from sentinel.layout import (
 from sentinel.ratelimit import TokenBucket
 from sentinel.records import ClientRecord, InstanceRecord, MetricsRecord, ServiceSpec, fields_of
 from sentinel.registry import decode_children, pipelined_reads
-from sentinel.shards import (
-    DirectoryMap,
-    ShardMap,
+from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
+from sentinel.shards.spec import (
     ShardPolicySpec,
     bucket_path,
     decode_bucket,
-    new_map,
     policy_path,
-    read_key,
     validate_key,
 )
+from sentinel.shards.store import read_key
 from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sentinel.errors import DevServerNotRunning, ValidationError
-from sentinel.launcher import LocalZooKeeper, server_mode
 
 STATE_FILE = "zk.json"
 _HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
@@ -72,6 +71,8 @@ def dev_server() -> DevServer | None:
 
 def start_dev_server(timeout: float = 60.0) -> tuple[DevServer, bool]:
     """Start the development server unless it runs; return it and whether it was started now."""
+    from sentinel.testing.zookeeper import LocalZooKeeper  # the client never starts one
+
     running = dev_server()
     if running is not None:
         return running, False
@@ -109,6 +110,8 @@ def stop_dev_server(timeout: float = 10.0) -> bool:
 
 def dev_server_mode(server: DevServer) -> str | None:
     """What ``srvr`` says of the development server (None when it does not answer)."""
+    from sentinel.testing.zookeeper import server_mode  # the client never asks
+
     host, _, port = server.connect_string.rpartition(":")
     return server_mode(host, int(port))
 

@@ -30,12 +30,8 @@ from sentinel.events import ChangeEvent, InstancesChanged, Reporter
 from sentinel.layout import SHARD_MANAGER_SERVICE_PREFIX
 from sentinel.records import decode
 from sentinel.registry import services_sharded_by
-from sentinel.shards import (
-    iter_assignments,
-    place_key,
-    read_spec,
-    requests_path,
-)
+from sentinel.shards.placement import place_key, requests_path
+from sentinel.shards.store import iter_assignments, read_spec
 from sentinel.topology import Topology, TopologyEvent
 
 log = logging.getLogger(__name__)

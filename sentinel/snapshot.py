@@ -43,15 +43,13 @@ from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
 from sentinel.layout import METRICS, auth_path, service_path
 from sentinel.private_files import read_private, write_private
 from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, parse_json
-from sentinel.shards import (
-    DirectoryMap,
-    ShardMap,
+from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
+from sentinel.shards.spec import (
     ShardPolicySpec,
     bucket_of,
     bucket_path,
     decode_bucket,
     encode_bucket,
-    new_map,
     policy_path,
 )
 from sentinel.telemetry import LookupCounts

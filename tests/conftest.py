@@ -14,8 +14,8 @@ from kazoo.client import KazooClient
 
 from sentinel import Sentinel
 from sentinel.errors import PostgresNotInstalled
-from sentinel.launcher import LocalZooKeeper
-from sentinel.pgserver import LocalPostgres
+from sentinel.testing.postgres import LocalPostgres
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 @pytest.fixture(scope="session")

@@ -25,11 +25,12 @@ from sentinel.cli.common import (
 )
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
-from sentinel.launcher import four_letter_word
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.records import ServiceSpec
 from sentinel.registry import all_children, list_services, read_metrics, read_service
-from sentinel.shards import ShardPolicySpec, iter_assignments, policy_path
+from sentinel.shards.spec import ShardPolicySpec, policy_path
+from sentinel.shards.store import iter_assignments
+from sentinel.testing.zookeeper import four_letter_word
 
 
 @dataclass(frozen=True)

@@ -37,19 +37,15 @@ from sentinel.cli.common import (
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.records import InstanceRecord
 from sentinel.registry import read_service, services_sharded_by
-from sentinel.shards import (
+from sentinel.shards.maps import new_map
+from sentinel.shards.spec import (
     ShardPolicySpec,
     bucket_of,
     bucket_path,
-    create_policy,
     encode_bucket,
-    iter_assignments,
-    new_map,
-    read_key,
-    read_spec,
-    update_keys,
     validate_key,
 )
+from sentinel.shards.store import create_policy, iter_assignments, read_key, read_spec, update_keys
 
 IMPORT_BATCH = 5_000
 

@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,18 @@ from kazoo.client import KazooClient
 from policies import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.manager import RotationResult
 from sentinel.client import Sentinel
 from sentinel.demo.job import Aggregate, Gate
 from sentinel.demo.world import Agents, Partition, Ticker, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
-from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
 from sentinel.registry import read_clients
 from sentinel.shard_manager import ShardManager
 from sentinel.spark import ClientConfig, resolve_partitions
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 SERVICE = "orders-db"
 JOB = "demo-etl"
@@ -180,7 +182,91 @@ def _spark_session(master: str, workdir: Path) -> Iterator[Callable[[], Any]]:
             holder["session"].stop()
 
 
-def _place_tenants(
+@dataclass(frozen=True)
+class _Stage:
+    """What every step after the first works with: where to report, clean up, and connect."""
+
+    emit: Callable[[str], None]
+    stack: contextlib.ExitStack
+    workdir: Path
+    hosts: str
+    namespace: str
+    admin: Sentinel
+    tenants: list[str]
+    partitions: list[str]
+    master: str
+
+
+@dataclass(frozen=True)
+class _World:
+    """What step 3 built: the databases, their agents, the observer's events, the job's key."""
+
+    placement: dict[str, str]
+    dbs: dict[str, Partition]
+    labels: list[str]
+    agents: Agents
+    waiter: _EventWaiter
+    rng: random.Random
+    keys: Path
+    logins: FileBackend
+
+
+@dataclass(frozen=True)
+class _HalfWay:
+    """What step 5 did half-way through the job, for the checks."""
+
+    lagging: str
+    killed: str
+    late: list[str]
+    killed_at: float
+    rotation: RotationResult
+    released: float
+
+
+@dataclass(frozen=True)
+class _JobRun:
+    """The finished job: its rows (or error), every read attempt, and what happened meanwhile."""
+
+    outcome: dict[str, Any]
+    took: float
+    tasks: int
+    progress: _Progress
+    half_way: _HalfWay
+    vanished: tuple[float, ChangeEvent] | None
+
+
+def _start_zookeeper(
+    emit: Callable[[str], None], stack: contextlib.ExitStack, hosts: str | None, master: str
+) -> str:
+    """[1/6] A throw-away ZooKeeper unless ``hosts`` names one; returns its connect string."""
+    if hosts is not None:
+        emit(f"[1/6] using ZooKeeper at {hosts}; starting Spark ({master}) meanwhile ...")
+        return hosts
+    emit(f"[1/6] starting a throw-away ZooKeeper, and Spark ({master}) meanwhile ...")
+    started = time.monotonic()
+    hosts = stack.enter_context(LocalZooKeeper()).connect_string
+    emit(f"  ZooKeeper serving on {hosts} after {time.monotonic() - started:.2f}s")
+    return hosts
+
+
+def _place_tenants(stage: _Stage) -> dict[str, str]:
+    """[2/6] A shard manager places every tenant on a partition; returns the placement."""
+    tenants, partitions = stage.tenants, stage.partitions
+    stage.emit(
+        f"[2/6] the shard manager places {len(tenants)} tenants on {len(partitions)} partitions"
+    )
+    placement, took = _run_shard_manager(stage.admin, tenants, partitions)
+    stage.emit(f"  placed in {took * 1000:.0f} ms:")
+    stage.emit(
+        format_table(
+            [(p, ", ".join(t for t in tenants if placement[t] == p)) for p in partitions],
+            headers=("PARTITION", "TENANTS"),
+        )
+    )
+    return placement
+
+
+def _run_shard_manager(
     sentinel: Sentinel, tenants: list[str], partitions: list[str]
 ) -> tuple[dict[str, str], float]:
     """Let a shard manager place every tenant; returns the placement and the seconds it took."""
@@ -210,6 +296,333 @@ def _place_tenants(
     return placed, time.monotonic() - started
 
 
+def _start_databases(stage: _Stage, placement: dict[str, str], replicas: int) -> _World:
+    """[3/6] Per partition a primary and replicas, each replica registered by an agent, their
+    lags published by the collector sidecar; then the job's credential."""
+    labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
+    stage.emit(
+        f"[3/6] databases: per partition a primary and {replicas} replicas (SQLite in "
+        f"{stage.workdir}), each replica registered by its own agent process"
+    )
+    dbs = {p: Partition(stage.workdir, p, labels) for p in stage.partitions}
+    rng = random.Random(8)
+    for p, db in dbs.items():
+        here = [t for t in stage.tenants if placement[t] == p]
+        db.write([(t, rng.randint(1, 500)) for _ in range(ORDERS_PER_TENANT) for t in here])
+        db.replay()
+    stage.admin.ensure_service(SERVICE, scheme="sqlite", shard_policy=POLICY)
+    agents = _start_agents(stage, dbs)
+    observer = stage.stack.enter_context(Sentinel(stage.hosts, "demo-observer", stage.namespace))
+    waiter = _EventWaiter()
+    observer.prefetch(SERVICE)
+    observer.listen(SERVICE, waiter)
+    _start_collector(stage, observer, dbs, len(labels))
+    keys, logins = _create_credential(stage)
+    return _World(placement, dbs, labels, agents, waiter, rng, keys, logins)
+
+
+def _start_agents(stage: _Stage, dbs: dict[str, Partition]) -> Agents:
+    """One agent process per replica, registering it; returns once every one has."""
+    agents = Agents()
+    stage.stack.callback(agents.stop)
+    for i, (p, db) in enumerate(dbs.items()):
+        for j, (label, path) in enumerate(db.replicas.items()):
+            port = str(15432 + 10 * i + j)
+            agents.start(
+                f"{p}:{label}",
+                stage.hosts,
+                stage.namespace,
+                SERVICE,
+                p,
+                label,
+                port,
+                str(path),
+                str(db.primary),
+            )
+    agents.wait_ready(WAIT)
+    return agents
+
+
+def _start_collector(
+    stage: _Stage, observer: Sentinel, dbs: dict[str, Partition], replicas: int
+) -> None:
+    """Replicas replay every 0.2 s; the collector sidecar publishes their lags. Returns once
+    the observer sees every replica's lag."""
+
+    def replicate() -> None:
+        for db in dbs.values():
+            db.replay()
+
+    ticker = Ticker(replicate, 0.2)
+    ticker.start()
+    stage.stack.callback(ticker.stop)
+    started = time.monotonic()
+    sidecar = collector_sidecar(stage.hosts, stage.namespace, SERVICE, stage.workdir)
+    stage.stack.callback(_stop_process, sidecar)
+    expected = len(dbs) * replicas
+
+    def all_measured() -> bool:
+        if sidecar.poll() is not None:
+            raise RuntimeError(f"the collector sidecar exited with {sidecar.returncode}")
+        found = observer.instances(SERVICE)
+        return len(found) == expected and all("replication_lag" in e.metrics for e in found)
+
+    if wait_until(all_measured, WAIT) is None:
+        raise RuntimeError("the collector sidecar never published every replica's lag")
+    stage.emit(
+        f"  {expected} replicas registered; the collector sidecar (`sentinel "
+        f"collector run`, every 0.2 s) had published all their lags after "
+        f"{time.monotonic() - started:.1f}s"
+    )
+
+
+def _create_credential(stage: _Stage) -> tuple[Path, FileBackend]:
+    """The job's key ring (public keys in /auth/.keys) and its first credential, made by a
+    backend and published in /auth; returns the key file and the backend."""
+    keys = stage.workdir / f"{JOB}.keys"
+    ClientKeyring.generate().save(keys)
+    stage.stack.enter_context(  # the job's key ring: its public keys go to /auth/.keys
+        Sentinel(
+            stage.hosts,
+            f"{JOB}-keys",
+            stage.namespace,
+            auth_keys=keys,
+            auth_client=JOB,
+            announce=False,
+        )
+    )
+    logins = FileBackend(stage.workdir / "logins.json")  # the logins the databases accept
+    first_login = stage.admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
+    stage.emit(
+        f"  {JOB}'s credential v{first_login.versions[JOB]} created by the backend and "
+        "published in /auth, encrypted to the job's key (HPKE)"
+    )
+    return keys, logins
+
+
+def _wait_for_spark(stage: _Stage, spark: Callable[[], Any]) -> Any:
+    """[4/6] The Spark session started in step 1; returns it once it is ready."""
+    stage.emit("[4/6] waiting for Spark ...")
+    started = time.monotonic()
+    session = spark()
+    stage.stack.callback(session.stop)  # before ZooKeeper stops under its workers' clients
+    stage.emit(
+        f"  Spark {session.version} on {stage.master} ready "
+        f"(waited {time.monotonic() - started:.1f}s more)"
+    )
+    return session
+
+
+def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
+    """[5/6] The Spark job reads every tenant; half-way through, :func:`_disrupt` strikes."""
+    tenants = stage.tenants
+    tasks = max(4, (len(tenants) + 1) // 2)
+    slices = [
+        tenants[i * len(tenants) // tasks : (i + 1) * len(tenants) // tasks] for i in range(tasks)
+    ]
+    first_half = tasks // 2
+    config = ClientConfig(
+        hosts=stage.hosts, namespace=stage.namespace, client_id=JOB, key_file=str(world.keys)
+    )
+    progress = _Progress(stage.workdir / "progress.jsonl", stage.emit)
+    go = stage.workdir / "go"
+    rows = (
+        session.sparkContext.parallelize(slices, tasks)
+        .flatMap(lambda tenants: [(t,) for t in tenants])
+        .mapPartitionsWithIndex(Gate(config, SERVICE, first_half, str(go), str(progress.path)))
+    )
+    policy = MinLag(cutoff=CUTOFF)
+    job = resolve_partitions(
+        rows,
+        SERVICE,
+        Aggregate(str(progress.path), str(world.logins.path), JOB),
+        key=0,
+        policy=policy,
+        config=config,
+        retry_on=(sqlite3.Error,),
+    )
+    stage.emit(
+        f"[5/6] Spark job: orders per tenant in {tasks} tasks, each tenant read from the "
+        f"replica {policy!r} picks in its partition"
+    )
+    outcome: dict[str, Any] = {}
+
+    def run_job() -> None:
+        try:
+            outcome["rows"] = job.collect()
+        except Exception as exc:
+            outcome["error"] = exc
+
+    started = time.monotonic()
+    runner = threading.Thread(target=run_job, name="demo-job", daemon=True)
+    runner.start()
+    first = {t for s in slices[:first_half] for t in s}
+    deadline = time.monotonic() + WAIT
+    try:
+        while not first <= progress.tenants_read() and runner.is_alive():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the first half of the job did not finish")
+            progress.poll()
+            time.sleep(0.05)
+        half_way = _disrupt(stage, world, {t for s in slices[first_half:] for t in s})
+        go.write_text(json.dumps({"replica": half_way.lagging, "cutoff": CUTOFF}))
+        while runner.is_alive():
+            progress.poll()
+            runner.join(0.05)
+    finally:
+        go.touch()
+        runner.join()
+    progress.poll()
+    took = time.monotonic() - started
+    vanished = world.waiter.wait(
+        lambda e: (
+            isinstance(e, InstancesChanged) and any(n.name == half_way.killed for n in e.removed)
+        )
+    )
+    return _JobRun(outcome, took, tasks, progress, half_way, vanished)
+
+
+def _disrupt(stage: _Stage, world: _World, second_half: set[str]) -> _HalfWay:
+    """Half-way: one replica stops replaying while its primary takes new orders, another's
+    agent is killed and its database removed, and the job's credential is rotated."""
+    emit, labels = stage.emit, world.labels
+    lag_db, killed_db = list(world.dbs.values())[:2]
+    lagging, killed = f"{lag_db.name}:{labels[0]}", f"{killed_db.name}:{labels[0]}"
+    emit(f"  -- half-way: {lagging} stops replaying while its primary takes new orders")
+    lag_db.paused.add(labels[0])
+    late = sorted(t for t in second_half if world.placement[t] == lag_db.name)
+    lag_db.write([(t, world.rng.randint(1, 500)) for _ in range(3) for t in late])
+    seen = world.waiter.wait(
+        lambda e: (
+            isinstance(e, MetricsChanged)
+            and any(
+                n.name == lagging and n.metrics.get("replication_lag", 0) > CUTOFF
+                for _, n in e.updated
+            )
+        )
+    )
+    if seen is not None:
+        at, event = seen
+        measured = next(n for _, n in event.updated if n.name == lagging)
+        emit(
+            f"     its lag reached {measured.metrics['replication_lag']:.2f} s > "
+            f"cut-off {CUTOFF:g} s; from measurement to the observer's cache: "
+            f"{(at - (measured.metrics_at or at)) * 1000:.1f} ms"
+        )
+    emit(f"  -- half-way: {killed}'s agent is killed and its database file removed")
+    killed_at = time.time()
+    world.agents.kill(killed)
+    killed_db.destroy(labels[0])
+    emit(f"  -- half-way: {JOB}'s credential is rotated (Procedure 2)")
+    rotation = stage.admin.rotate_auth(SERVICE, JOB, world.logins, timeout=WAIT)
+    emit(
+        f"     v{rotation.versions[JOB]} published next to the old one, confirmed by "
+        f"every live worker in {rotation.confirmed_in * 1000:.0f} ms, then "
+        f"v{', v'.join(map(str, rotation.revoked[JOB]))} revoked"
+    )
+    return _HalfWay(lagging, killed, late, killed_at, rotation, released=time.time())
+
+
+def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
+    """[6/6] Every tenant's total against its primary, and what the job must have avoided."""
+    tenants = stage.tenants
+    emit, placement, half_way = stage.emit, world.placement, run.half_way
+    lagging, killed, released = half_way.lagging, half_way.killed, half_way.released
+    events = run.progress.events
+    checks: list[bool] = []
+
+    def check(what: str, ok: bool) -> None:
+        checks.append(ok)
+        emit(f"  {'ok  ' if ok else 'FAIL'} {what}")
+
+    emit("[6/6] results, checked against the primaries")
+    check(
+        f"the job finished in {run.took:.1f}s"
+        + (f": {run.outcome['error']!r}" if "error" in run.outcome else ""),
+        "rows" in run.outcome,
+    )
+    results = {row[0]: row for row in run.outcome.get("rows", [])}
+    truth = {
+        t: db.primary_totals([t]).get(t, (0, 0))
+        for db in world.dbs.values()
+        for t in tenants
+        if placement[t] == db.name
+    }
+    table = []
+    for tenant in tenants:
+        row = results.get(tenant)
+        got = None if row is None else (row[1], row[2])
+        served = "-" if row is None else f"{row[3]}:{row[4]}"
+        ok = got == truth[tenant]
+        table.append(
+            (
+                tenant,
+                placement[tenant],
+                served,
+                *(got or ("-", "-")),
+                truth[tenant][1],
+                "ok" if ok else "WRONG",
+            )
+        )
+    emit(
+        format_table(
+            table,
+            headers=("TENANT", "PARTITION", "SERVED BY", "ORDERS", "TOTAL", "PRIMARY", ""),
+        )
+    )
+    wrong = [row[0] for row in table if row[-1] != "ok"]
+    check(
+        f"every tenant's total equals its primary's "
+        f"({len(tenants) - len(wrong)} of {len(tenants)})",
+        not wrong,
+    )
+    after = [e for e in events if "tenants" in e and e["at"] >= released]
+    check(
+        f"after half-way no read came from {lagging} (lag past the cut-off; "
+        f"{len(half_way.late)} tenants there had new orders)",
+        bool(after) and all(e["replica"] != lagging for e in after if e["ok"]),
+    )
+    waited = [e["waited"] for e in events if "saw_lag" in e]
+    if waited:
+        emit(
+            f"  the second half's workers waited {max(waited) * 1000:.1f} ms at most for "
+            f"{lagging}'s lag to reach their own caches"
+        )
+    failed = [e for e in after if not e["ok"]]
+    check(
+        f"no read was served by the dead {killed}: {len(failed)} attempt(s) failed on it "
+        "and were resolved again",
+        all(e["replica"] == killed for e in failed)
+        and not any(e["ok"] and e["replica"] == killed for e in after),
+    )
+    vanished = run.vanished
+    check(
+        f"{killed}'s registration left the caches with its agent's session, "
+        + (
+            "never"
+            if vanished is None
+            else f"{vanished[0] - half_way.killed_at:.1f} s after the kill"
+        ),
+        vanished is not None,
+    )
+    new_version = half_way.rotation.versions[JOB]
+    logged_in = [e for e in events if e.get("ok")]
+    check(
+        f"every read logged in with a credential the databases accepted: "
+        f"v{new_version} (the rotated one) for all {len(after)} reads after half-way",
+        all(e["auth"] == new_version for e in logged_in if e["at"] >= released)
+        and all(e["auth"] is not None for e in logged_in),
+    )
+    workers = {e["pid"] for e in events}
+    entries = read_clients(stage.admin._zk).get(SERVICE, {}).values()
+    check(
+        f"{len(workers)} worker processes ran the {run.tasks} tasks with one ZooKeeper session "
+        "each (their /clients entries)",
+        sorted(r.pid for r in entries if r.app == JOB) == sorted(workers),
+    )
+    return checks
+
+
 def run_demo(
     emit: Callable[[str], None],
     hosts: str | None = None,
@@ -225,297 +638,24 @@ def run_demo(
         raise ValueError("the demo needs 2+ partitions, 2+ replicas and 2+ tenants per partition")
     if hosts is not None:
         hosts = resolve_hosts(hosts)  # bad input fails here, before anything starts
-    checks: list[bool] = []
-
-    def check(what: str, ok: bool) -> None:
-        checks.append(ok)
-        emit(f"  {'ok  ' if ok else 'FAIL'} {what}")
-
     own_server = hosts is None
+    names = [f"t{i:02d}" for i in range(tenants)]
+    partition_names = [f"p{i + 1}" for i in range(partitions)]
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sentinel-demo-")))
         spark = stack.enter_context(_spark_session(master, workdir))
-        if hosts is None:
-            emit(f"[1/6] starting a throw-away ZooKeeper, and Spark ({master}) meanwhile ...")
-            started = time.monotonic()
-            hosts = stack.enter_context(LocalZooKeeper()).connect_string
-            emit(f"  ZooKeeper serving on {hosts} after {time.monotonic() - started:.2f}s")
-        else:
-            emit(f"[1/6] using ZooKeeper at {hosts}; starting Spark ({master}) meanwhile ...")
+        hosts = _start_zookeeper(emit, stack, hosts, master)
         admin = stack.enter_context(Sentinel(hosts, "demo-admin", namespace))
         stack.callback(_remove_namespace, hosts, namespace)
-
-        names = [f"t{i:02d}" for i in range(tenants)]
-        partition_names = [f"p{i + 1}" for i in range(partitions)]
-        emit(f"[2/6] the shard manager places {tenants} tenants on {partitions} partitions")
-        placement, took = _place_tenants(admin, names, partition_names)
-        emit(f"  placed in {took * 1000:.0f} ms:")
-        emit(
-            format_table(
-                [(p, ", ".join(t for t in names if placement[t] == p)) for p in partition_names],
-                headers=("PARTITION", "TENANTS"),
-            )
+        stage = _Stage(
+            emit, stack, workdir, hosts, namespace, admin, names, partition_names, master
         )
 
-        labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
-        emit(
-            f"[3/6] databases: per partition a primary and {replicas} replicas (SQLite in "
-            f"{workdir}), each replica registered by its own agent process"
-        )
-        dbs = {p: Partition(workdir, p, labels) for p in partition_names}
-        rng = random.Random(8)
-        for p, db in dbs.items():
-            here = [t for t in names if placement[t] == p]
-            db.write([(t, rng.randint(1, 500)) for _ in range(ORDERS_PER_TENANT) for t in here])
-            db.replay()
-        admin.ensure_service(SERVICE, scheme="sqlite", shard_policy=POLICY)
-        agents = Agents()
-        stack.callback(agents.stop)
-        for i, (p, db) in enumerate(dbs.items()):
-            for j, (label, path) in enumerate(db.replicas.items()):
-                port = str(15432 + 10 * i + j)
-                agents.start(
-                    f"{p}:{label}",
-                    hosts,
-                    namespace,
-                    SERVICE,
-                    p,
-                    label,
-                    port,
-                    str(path),
-                    str(db.primary),
-                )
-        agents.wait_ready(WAIT)
-        observer = stack.enter_context(Sentinel(hosts, "demo-observer", namespace))
-        waiter = _EventWaiter()
-        observer.prefetch(SERVICE)
-        observer.listen(SERVICE, waiter)
-
-        def replicate() -> None:
-            for db in dbs.values():
-                db.replay()
-
-        ticker = Ticker(replicate, 0.2)
-        ticker.start()
-        stack.callback(ticker.stop)
-        started = time.monotonic()
-        sidecar = collector_sidecar(hosts, namespace, SERVICE, workdir)
-        stack.callback(_stop_process, sidecar)
-
-        def all_measured() -> bool:
-            if sidecar.poll() is not None:
-                raise RuntimeError(f"the collector sidecar exited with {sidecar.returncode}")
-            found = observer.instances(SERVICE)
-            return len(found) == partitions * replicas and all(
-                "replication_lag" in e.metrics for e in found
-            )
-
-        if wait_until(all_measured, WAIT) is None:
-            raise RuntimeError("the collector sidecar never published every replica's lag")
-        emit(
-            f"  {partitions * replicas} replicas registered; the collector sidecar (`sentinel "
-            f"collector run`, every 0.2 s) had published all their lags after "
-            f"{time.monotonic() - started:.1f}s"
-        )
-
-        keys = workdir / f"{JOB}.keys"
-        ClientKeyring.generate().save(keys)
-        stack.enter_context(  # the job's key ring: its public keys go to /auth/.keys
-            Sentinel(
-                hosts, f"{JOB}-keys", namespace, auth_keys=keys, auth_client=JOB, announce=False
-            )
-        )
-        logins = FileBackend(workdir / "logins.json")  # the logins the databases accept
-        first_login = admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
-        emit(
-            f"  {JOB}'s credential v{first_login.versions[JOB]} created by the backend and "
-            "published in /auth, encrypted to the job's key (HPKE)"
-        )
-
-        emit("[4/6] waiting for Spark ...")
-        started = time.monotonic()
-        session = spark()
-        stack.callback(session.stop)  # before ZooKeeper stops under its workers' clients
-        emit(
-            f"  Spark {session.version} on {master} ready "
-            f"(waited {time.monotonic() - started:.1f}s more)"
-        )
-
-        lag_db, killed_db = dbs[partition_names[0]], dbs[partition_names[1]]
-        lagging, killed = f"{lag_db.name}:{labels[0]}", f"{killed_db.name}:{labels[0]}"
-        tasks = max(4, (tenants + 1) // 2)
-        slices = [names[i * tenants // tasks : (i + 1) * tenants // tasks] for i in range(tasks)]
-        first_half = tasks // 2
-        second_half = {t for s in slices[first_half:] for t in s}
-        config = ClientConfig(hosts=hosts, namespace=namespace, client_id=JOB, key_file=str(keys))
-        progress = _Progress(workdir / "progress.jsonl", emit)
-        go = workdir / "go"
-        rows = (
-            session.sparkContext.parallelize(slices, tasks)
-            .flatMap(lambda tenants: [(t,) for t in tenants])
-            .mapPartitionsWithIndex(Gate(config, SERVICE, first_half, str(go), str(progress.path)))
-        )
-        policy = MinLag(cutoff=CUTOFF)
-        job = resolve_partitions(
-            rows,
-            SERVICE,
-            Aggregate(str(progress.path), str(logins.path), JOB),
-            key=0,
-            policy=policy,
-            config=config,
-            retry_on=(sqlite3.Error,),
-        )
-        emit(
-            f"[5/6] Spark job: orders per tenant in {tasks} tasks, each tenant read from the "
-            f"replica {policy!r} picks in its partition"
-        )
-        outcome: dict[str, Any] = {}
-
-        def run_job() -> None:
-            try:
-                outcome["rows"] = job.collect()
-            except Exception as exc:
-                outcome["error"] = exc
-
-        started = time.monotonic()
-        runner = threading.Thread(target=run_job, name="demo-job", daemon=True)
-        runner.start()
-        first = {t for s in slices[:first_half] for t in s}
-        released = float("inf")
-        rotation = None
-        deadline = time.monotonic() + WAIT
-        try:
-            while not first <= progress.tenants_read() and runner.is_alive():
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the first half of the job did not finish")
-                progress.poll()
-                time.sleep(0.05)
-            emit(f"  -- half-way: {lagging} stops replaying while its primary takes new orders")
-            lag_db.paused.add(labels[0])
-            late = sorted(t for t in second_half if placement[t] == lag_db.name)
-            lag_db.write([(t, rng.randint(1, 500)) for _ in range(3) for t in late])
-            seen = waiter.wait(
-                lambda e: (
-                    isinstance(e, MetricsChanged)
-                    and any(
-                        n.name == lagging and n.metrics.get("replication_lag", 0) > CUTOFF
-                        for _, n in e.updated
-                    )
-                )
-            )
-            if seen is not None:
-                at, event = seen
-                measured = next(n for _, n in event.updated if n.name == lagging)
-                emit(
-                    f"     its lag reached {measured.metrics['replication_lag']:.2f} s > "
-                    f"cut-off {CUTOFF:g} s; from measurement to the observer's cache: "
-                    f"{(at - (measured.metrics_at or at)) * 1000:.1f} ms"
-                )
-            emit(f"  -- half-way: {killed}'s agent is killed and its database file removed")
-            killed_at = time.time()
-            agents.kill(killed)
-            killed_db.destroy(labels[0])
-            emit(f"  -- half-way: {JOB}'s credential is rotated (Procedure 2)")
-            rotation = admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
-            emit(
-                f"     v{rotation.versions[JOB]} published next to the old one, confirmed by "
-                f"every live worker in {rotation.confirmed_in * 1000:.0f} ms, then "
-                f"v{', v'.join(map(str, rotation.revoked[JOB]))} revoked"
-            )
-            released = time.time()
-            go.write_text(json.dumps({"replica": lagging, "cutoff": CUTOFF}))
-            while runner.is_alive():
-                progress.poll()
-                runner.join(0.05)
-        finally:
-            go.touch()
-            runner.join()
-        progress.poll()
-        took = time.monotonic() - started
-        vanished = waiter.wait(
-            lambda e: isinstance(e, InstancesChanged) and any(n.name == killed for n in e.removed)
-        )
-
-        emit("[6/6] results, checked against the primaries")
-        check(
-            f"the job finished in {took:.1f}s"
-            + (f": {outcome['error']!r}" if "error" in outcome else ""),
-            "rows" in outcome,
-        )
-        results = {row[0]: row for row in outcome.get("rows", [])}
-        truth = {
-            t: db.primary_totals([t]).get(t, (0, 0))
-            for db in dbs.values()
-            for t in names
-            if placement[t] == db.name
-        }
-        table = []
-        for tenant in names:
-            row = results.get(tenant)
-            got = None if row is None else (row[1], row[2])
-            served = "-" if row is None else f"{row[3]}:{row[4]}"
-            ok = got == truth[tenant]
-            table.append(
-                (
-                    tenant,
-                    placement[tenant],
-                    served,
-                    *(got or ("-", "-")),
-                    truth[tenant][1],
-                    "ok" if ok else "WRONG",
-                )
-            )
-        emit(
-            format_table(
-                table,
-                headers=("TENANT", "PARTITION", "SERVED BY", "ORDERS", "TOTAL", "PRIMARY", ""),
-            )
-        )
-        wrong = [row[0] for row in table if row[-1] != "ok"]
-        check(
-            f"every tenant's total equals its primary's "
-            f"({len(names) - len(wrong)} of {len(names)})",
-            not wrong,
-        )
-        after = [e for e in progress.events if "tenants" in e and e["at"] >= released]
-        check(
-            f"after half-way no read came from {lagging} (lag past the cut-off; "
-            f"{len(late)} tenants there had new orders)",
-            bool(after) and all(e["replica"] != lagging for e in after if e["ok"]),
-        )
-        waited = [e["waited"] for e in progress.events if "saw_lag" in e]
-        if waited:
-            emit(
-                f"  the second half's workers waited {max(waited) * 1000:.1f} ms at most for "
-                f"{lagging}'s lag to reach their own caches"
-            )
-        failed = [e for e in after if not e["ok"]]
-        check(
-            f"no read was served by the dead {killed}: {len(failed)} attempt(s) failed on it "
-            "and were resolved again",
-            all(e["replica"] == killed for e in failed)
-            and not any(e["ok"] and e["replica"] == killed for e in after),
-        )
-        check(
-            f"{killed}'s registration left the caches with its agent's session, "
-            + ("never" if vanished is None else f"{vanished[0] - killed_at:.1f} s after the kill"),
-            vanished is not None,
-        )
-        new_version = rotation.versions[JOB] if rotation else None
-        logged_in = [e for e in progress.events if e.get("ok")]
-        check(
-            f"every read logged in with a credential the databases accepted: "
-            f"v{new_version} (the rotated one) for all {len(after)} reads after half-way",
-            all(e["auth"] == new_version for e in logged_in if e["at"] >= released)
-            and all(e["auth"] is not None for e in logged_in),
-        )
-        workers = {e["pid"] for e in progress.events}
-        entries = read_clients(admin._zk).get(SERVICE, {}).values()
-        check(
-            f"{len(workers)} worker processes ran the {tasks} tasks with one ZooKeeper session "
-            "each (their /clients entries)",
-            sorted(r.pid for r in entries if r.app == config.client_id) == sorted(workers),
-        )
+        placement = _place_tenants(stage)
+        world = _start_databases(stage, placement, replicas)
+        session = _wait_for_spark(stage, spark)
+        run = _run_job(stage, world, session)
+        checks = _check_results(stage, world, run)
 
     emit(
         "cleaned up: agents and Spark stopped, databases and namespace removed"

@@ -20,7 +20,7 @@ from sentinel.auth.backends import FileBackend
 from sentinel.demo.world import connect, totals
 from sentinel.endpoint import Endpoint
 from sentinel.spark import ClientConfig, get_client
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 WAIT = 120.0
 

@@ -14,9 +14,9 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.errors import ZooKeeperUnavailable
-from sentinel.launcher import LocalZooKeeper
 from sentinel.output import format_table
-from sentinel.testing import cached_view, registry_view, wait_until
+from sentinel.testing.helpers import cached_view, registry_view, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 HEADERS = ("fault", "recovery s", "lookups", "failed", "stale-served", "note")
 

@@ -13,7 +13,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.layout import CLIENTS
-from sentinel.testing import PublisherProcess, TcpProxy, flap, wait_until
+from sentinel.testing.helpers import PublisherProcess, TcpProxy, flap, wait_until
 from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]

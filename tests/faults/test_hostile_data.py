@@ -18,8 +18,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 
 from sentinel import Sentinel
-from sentinel.shards import bucket_of, bucket_path
-from sentinel.testing import wait_until
+from sentinel.shards.spec import bucket_of, bucket_path
+from sentinel.testing.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

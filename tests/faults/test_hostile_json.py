@@ -21,8 +21,8 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import live_processes
 from sentinel.errors import DecodeError
 from sentinel.registry import read_clients, read_metrics, read_service
-from sentinel.shards import bucket_of, bucket_path
-from sentinel.testing import wait_until
+from sentinel.shards.spec import bucket_of, bucket_path
+from sentinel.testing.helpers import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

@@ -16,11 +16,11 @@ from sentinel.auth.envelope import seal
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
 from sentinel.errors import CredentialRollback, SnapshotRejected, ZooKeeperUnavailable
-from sentinel.launcher import LocalZooKeeper
 from sentinel.layout import auth_path
 from sentinel.private_files import write_private
 from sentinel.snapshot import hosts_fingerprint, load_snapshot
-from sentinel.testing import cached_view, registry_view, wait_until
+from sentinel.testing.helpers import cached_view, registry_view, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

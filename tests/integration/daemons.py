@@ -7,7 +7,7 @@ import os
 import subprocess
 import threading
 
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import SENTINEL
 
 

@@ -29,7 +29,6 @@ from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
 from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
 from sentinel.events import AuthChanged
-from sentinel.launcher import LocalZooKeeper
 from sentinel.layout import (
     AUTH_KEYS,
     CLIENTS,
@@ -40,7 +39,8 @@ from sentinel.layout import (
     service_path,
 )
 from sentinel.records import ServiceSpec
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 SERVICE = "billing-db"

@@ -7,8 +7,8 @@ import pytest
 
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
-from sentinel.pgserver import LocalPostgres
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.postgres import LocalPostgres
 
 pytestmark = pytest.mark.integration
 SERVICE = "orders-db"

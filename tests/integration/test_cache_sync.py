@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from sentinel import Sentinel
 from sentinel.events import ConnectionChanged, InstancesChanged, ShardKeysChanged
-from sentinel.launcher import LocalZooKeeper
-from sentinel.shards import iter_assignments
-from sentinel.testing import TcpProxy, wait_until
+from sentinel.shards.store import iter_assignments
+from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = pytest.mark.integration
 
@@ -169,7 +169,7 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     assert "p1:bad1" in caplog.text
 
     # A bucket overwritten with garbage: its keys are dropped, the other bucket keeps serving.
-    from sentinel.shards import bucket_of, bucket_path
+    from sentinel.shards.spec import bucket_of, bucket_path
 
     publisher.update_shard_info("tenants", "other", "p1")
     acme_bucket = bucket_of("acme", 2)

@@ -12,8 +12,8 @@ from kazoo.client import KazooClient
 
 from sentinel import cli as sentinel_cli
 from sentinel.cli import inspect as inspect_commands
-from sentinel.launcher import free_ports
-from sentinel.shards import iter_assignments
+from sentinel.shards.store import iter_assignments
+from sentinel.testing.zookeeper import free_ports
 
 pytestmark = pytest.mark.integration
 

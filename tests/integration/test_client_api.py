@@ -14,7 +14,7 @@ from sentinel.errors import (
 from sentinel.layout import client_path
 from sentinel.records import ClientRecord
 from sentinel.registry import read_clients
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Gauge, start_http_ser
 from policies import MinLag
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable
-from sentinel.launcher import free_ports
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import free_ports
 from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from sentinel.collector import MetricCollector, parse_config
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from kazoo.client import KazooState
 
 from sentinel import Sentinel
 from sentinel.errors import ZooKeeperUnavailable
-from sentinel.launcher import LocalZooKeeper, free_ports
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
 
 pytestmark = pytest.mark.integration
 

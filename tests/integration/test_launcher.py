@@ -4,8 +4,8 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.errors import ConnectionInterrupted
-from sentinel.launcher import LocalZooKeeper, four_letter_word
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 pytestmark = pytest.mark.integration
 

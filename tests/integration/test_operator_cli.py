@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.launcher import free_ports
+from sentinel.testing.zookeeper import free_ports
 
 pytestmark = pytest.mark.integration
 

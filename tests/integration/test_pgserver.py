@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from sentinel.errors import PostgresNotInstalled
-from sentinel.pgserver import LocalPostgres, find_bindir
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.postgres import LocalPostgres, find_bindir
 
 
 def test_replica_streams_the_primarys_writes_and_refuses_its_own(postgres: LocalPostgres) -> None:
@@ -52,7 +52,7 @@ def test_bindir_from_the_environment_first(tmp_path: Path) -> None:
 
 
 def test_missing_binaries_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sentinel.pgserver.DEBIAN_ROOT", Path("/nonexistent"))
+    monkeypatch.setattr("sentinel.testing.postgres.DEBIAN_ROOT", Path("/nonexistent"))
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(PostgresNotInstalled, match="apt-get install postgresql"):
         find_bindir({})

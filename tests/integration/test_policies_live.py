@@ -8,7 +8,7 @@ from policies import FreshMetrics, MinLag
 from sentinel.errors import InvalidName, NoInstanceAvailable, ValidationError
 from sentinel.events import InstancesChanged, MetricsChanged
 from sentinel.feedback import InstanceFeedback
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration

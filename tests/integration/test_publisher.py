@@ -17,7 +17,7 @@ from sentinel.errors import (
     ValueTooLarge,
 )
 from sentinel.records import MAX_VALUE_BYTES
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from sentinel.errors import (
 )
 from sentinel.events import InstancesChanged, ServiceSpecChanged, ShardKeysChanged
 from sentinel.records import ServiceSpec
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
@@ -363,7 +363,7 @@ def test_bulk_updates_split_into_transactions_and_survive_races(make_client, raw
         thread.start()
     for thread in threads:
         thread.join()
-    from sentinel.shards import iter_assignments
+    from sentinel.shards.store import iter_assignments
 
     stored = dict(iter_assignments(raw_zk, "tenants"))
     assert len(stored) == 60_600

@@ -13,7 +13,7 @@ from kazoo.security import ACL, Id
 
 from sentinel import Sentinel
 from sentinel.errors import AccessDenied, AuthenticationFailed
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.shards import iter_assignments
-from sentinel.testing import wait_until
+from sentinel.shards.store import iter_assignments
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 

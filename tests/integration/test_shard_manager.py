@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from sentinel.events import ShardKeysChanged
-from sentinel.launcher import free_ports
-from sentinel.shards import iter_assignments
-from sentinel.testing import wait_until
+from sentinel.shards.store import iter_assignments
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import free_ports
 from tests.integration.daemons import SENTINEL, Daemon
 from tests.integration.exposition import scrape
 
@@ -83,7 +83,7 @@ def test_a_request_for_a_key_placed_meanwhile_is_dropped_not_placed_again(
 ):
     # A request left behind (its leader died after placing, before deleting it) is only
     # cleaned up by the next leader.
-    from sentinel.shards import request_node
+    from sentinel.shards.placement import request_node
 
     client = make_client("app")
     client.update_shard_info("tenants", "done", "p1")

@@ -28,7 +28,7 @@ from sentinel.spark import (
     resolve_partitions,
     with_endpoint,
 )
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 

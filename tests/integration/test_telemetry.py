@@ -5,7 +5,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
 from sentinel.errors import NoInstanceAvailable, ServiceNotFound
 from sentinel.events import MetricsChanged
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 from tests.integration.exposition import scrape
 from tests.integration.recorder import Recorder
 

@@ -21,9 +21,9 @@ from sentinel.errors import (
     TlsHandshakeFailed,
     ZooKeeperUnavailable,
 )
-from sentinel.launcher import LocalZooKeeper, server_mode
 from sentinel.spark import ClientConfig, get_client
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing.helpers import expire_session, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, server_mode
 from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
 from tests.conftest import SENTINEL
 

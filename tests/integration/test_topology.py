@@ -3,7 +3,7 @@
 import pytest
 
 from sentinel.errors import ConnectionInterrupted
-from sentinel.testing import expire_session, wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.topology import ClusterView, Topology, TopologyEventType
 from tests.integration.recorder import Recorder
 

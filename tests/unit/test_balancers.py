@@ -21,7 +21,7 @@ from balancers import (
 from sentinel.errors import ValidationError
 from sentinel.feedback import InstanceFeedback
 from sentinel.plugins import BALANCERS, POLICIES, available, load_balancer, load_policy
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 from tests.unit.endpoints import endpoint
 
 

@@ -17,7 +17,7 @@ import pytest
 from sentinel.collector.command import DEFAULT_MAX_OUTPUT, CommandSource
 from sentinel.collector.config import parse_config
 from sentinel.errors import CollectorConfigError, SourceError, SourceTimeout
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 from tests.unit.test_collector_config import endpoint
 
 SECRETS = {

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.chaos import Chaos, Outcome
 from sentinel.errors import NoInstanceAvailable
-from sentinel.testing import wait_until
+from sentinel.testing.helpers import wait_until
 from tests.faults.conftest import Prober
 
 

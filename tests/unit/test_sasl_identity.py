@@ -7,7 +7,7 @@ from kazoo.security import ACL, Id
 
 from sentinel.auth import acl
 from sentinel.errors import ValidationError
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 
 def test_a_sasl_identity_logs_in_with_digest_md5_and_owns_its_nodes_by_user_name():

@@ -8,16 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
-from sentinel.shards import (
-    DirectoryMap,
-    HashMap,
-    RangeMap,
+from sentinel.shards.maps import DirectoryMap, HashMap, RangeMap, jump_hash
+from sentinel.shards.spec import (
     ShardPolicySpec,
     bucket_name,
     bucket_of,
     decode_bucket,
     encode_bucket,
-    jump_hash,
     validate_key,
 )
 

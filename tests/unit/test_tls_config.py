@@ -12,7 +12,7 @@ from sentinel.cli import build_parser
 from sentinel.cli.common import tls_config
 from sentinel.connection import client_arguments, unavailable
 from sentinel.errors import TlsConfigError, TlsHandshakeFailed, ZooKeeperUnavailable
-from sentinel.launcher import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
 
 ENV = {CA_ENV: "/etc/zk/ca.pem", CERT_ENV: "/etc/zk/me.pem", KEY_ENV: "/etc/zk/me.key"}

@@ -18,7 +18,8 @@ from kazoo.client import KazooClient
 from sentinel.client import Sentinel
 from sentinel.connection import client_arguments
 from sentinel.registry import read_metrics
-from sentinel.shards import DirectoryMap, iter_assignments
+from sentinel.shards.maps import DirectoryMap
+from sentinel.shards.store import iter_assignments
 
 
 def expire_session(client: Sentinel, timeout: float = 10.0) -> int:
@@ -210,7 +211,7 @@ class PublisherProcess:
         self.label = label
         arguments = [hosts, namespace, service, partition, label, str(session_timeout)]
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "sentinel.testing", *arguments],
+            [sys.executable, "-m", "sentinel.testing.helpers", *arguments],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from sentinel.errors import PostgresNotInstalled, PostgresStartFailed
-from sentinel.launcher import free_ports
+from sentinel.testing.zookeeper import free_ports
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,154 @@
+"""Shard policies in ZooKeeper: read a spec, create a policy, and write keys to its buckets.
+
+A directory's buckets are written with versioned compare-and-set, several per transaction: a
+bucket another writer changed meanwhile is re-read and written again, so that concurrent
+writers never lose each other's keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sentinel.ephemeral import first_failure
+from sentinel.errors import (
+    RegistryConflict,
+    ShardPolicyExists,
+    ShardPolicyNotFound,
+    ValidationError,
+)
+from sentinel.layout import SHARD_INFO, validate_name
+from sentinel.records import MAX_VALUE_BYTES
+from sentinel.registry import pipelined_reads
+from sentinel.shards.spec import (
+    Key,
+    ShardPolicySpec,
+    bucket_of,
+    bucket_path,
+    decode_bucket,
+    encode_bucket,
+    policy_path,
+    validate_key,
+)
+
+# A bucket that loses this many races in a row is contended: say so rather than spin.
+CAS_ATTEMPTS = 10
+# One transaction stays well under ZooKeeper's 1 MB request limit.
+_TRANSACTION_BYTES = MAX_VALUE_BYTES
+
+
+def read_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
+    """Read a policy's spec; ShardPolicyNotFound if it does not exist."""
+    path = policy_path(validate_name("shard policy", policy))
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError:
+        raise ShardPolicyNotFound(f"shard policy {policy!r} does not exist") from None
+    return ShardPolicySpec.from_bytes(policy, path, data)
+
+
+def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
+    """Create the policy node and, for a directory, all its buckets, in one transaction."""
+    path = policy_path(spec.policy)
+    zk.ensure_path(SHARD_INFO)  # a namespace no client has started in yet lacks it
+    transaction = zk.transaction()
+    transaction.create(path, spec.to_bytes(path))
+    if spec.kind == "directory":
+        for index in range(spec.buckets):
+            bucket = bucket_path(spec.policy, index)
+            transaction.create(bucket, encode_bucket(bucket, {}))
+    failure = first_failure(transaction.commit())
+    if isinstance(failure, NodeExistsError):
+        raise ShardPolicyExists(f"shard policy {spec.policy!r} already exists")
+    if failure is not None:
+        raise failure
+
+
+def read_directory_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
+    """Read a policy's spec; ValidationError unless it is a directory (which takes keys)."""
+    spec = read_spec(zk, policy)
+    if spec.kind != "directory":
+        raise ValidationError(
+            f"shard policy {policy!r} is a {spec.kind} policy: keys follow from its "
+            f"{'boundaries' if spec.kind == 'range' else 'partitions'}, not assignments"
+        )
+    return spec
+
+
+def update_keys(zk: KazooClient, policy: str, changes: Mapping[Key, str | None]) -> int:
+    """Assign keys to partitions (``None`` removes a key) in a directory policy.
+
+    Buckets are updated with versioned compare-and-set, several per transaction and each
+    transaction under the size limit; a bucket another writer changed meanwhile is re-read and
+    retried. Everything is validated before the first write. Returns the number of buckets
+    written.
+    """
+    spec = read_directory_spec(zk, policy)
+    by_bucket: dict[int, dict[str, str | None]] = {}
+    for key, partition in changes.items():
+        text = validate_key(key)
+        target = None if partition is None else spec.check_partition(partition)
+        by_bucket.setdefault(bucket_of(text, spec.buckets), {})[text] = target
+    written = 0
+    pending = by_bucket
+    for _ in range(CAS_ATTEMPTS):
+        if not pending:
+            return written
+        conflicted = _write_buckets(zk, spec, pending)
+        written += len(pending) - len(conflicted)
+        pending = {index: by_bucket[index] for index in conflicted}
+    raise RegistryConflict(f"buckets {sorted(pending)} of {policy!r} kept changing")
+
+
+def _write_buckets(
+    zk: KazooClient, spec: ShardPolicySpec, by_bucket: Mapping[int, Mapping[str, str | None]]
+) -> set[int]:
+    """One compare-and-set pass; returns the buckets that lost a race and need another."""
+    batches: list[list[tuple[int, str, bytes, int]]] = [[]]
+    size = 0
+    for index, result in pipelined_reads(zk, by_bucket, lambda i: bucket_path(spec.policy, i)):
+        path = bucket_path(spec.policy, index)
+        data, stat = result.get()
+        keys = decode_bucket(path, data)
+        for key, partition in by_bucket[index].items():
+            if partition is None:
+                keys.pop(key, None)
+            else:
+                keys[key] = partition
+        value = encode_bucket(path, keys)
+        if size + len(value) > _TRANSACTION_BYTES and batches[-1]:
+            batches.append([])
+            size = 0
+        batches[-1].append((index, path, value, stat.version))
+        size += len(value)
+    conflicted: set[int] = set()
+    for batch in batches:
+        transaction = zk.transaction()
+        for _, path, value, version in batch:
+            transaction.set_data(path, value, version=version)
+        failure = first_failure(transaction.commit())
+        if isinstance(failure, BadVersionError | NoNodeError):
+            conflicted.update(index for index, *_ in batch)
+        elif failure is not None:
+            raise failure
+    return conflicted
+
+
+def read_key(zk: KazooClient, spec: ShardPolicySpec, key: Key) -> str | None:
+    """Read one key's partition straight from ZooKeeper (the paper's Procedure 1)."""
+    text = validate_key(key)
+    path = bucket_path(spec.policy, bucket_of(text, spec.buckets))
+    try:
+        data, _ = zk.get(path)
+    except NoNodeError:
+        return None
+    return decode_bucket(path, data).get(text)
+
+
+def iter_assignments(zk: KazooClient, policy: str) -> Iterable[tuple[str, str]]:
+    """Every ``(key, partition)`` of a directory policy, read bucket by bucket."""
+    spec = read_directory_spec(zk, policy)
+    for index, result in pipelined_reads(zk, range(spec.buckets), lambda i: bucket_path(policy, i)):
+        yield from decode_bucket(bucket_path(policy, index), result.get()[0]).items()
