@@ -21,7 +21,7 @@ from sentinel.cli.common import (
     print_json,
     print_table,
 )
-from sentinel.endpoint import Endpoint
+from sentinel.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
 from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
 from sentinel.records import InstanceRecord, MetricsRecord
@@ -44,17 +44,10 @@ def metrics_text(values: Any) -> str:
 
 
 def _instance_document(record: InstanceRecord, metrics: MetricsRecord | None) -> dict[str, Any]:
+    shown = {name: getattr(record, name) for name in RECORD_FIELDS if name != "service"}
     return {
-        "partition": record.partition,
-        "label": record.label,
-        "host": record.host,
-        "port": record.port,
-        "scheme": record.scheme,
-        "status": record.status,
-        "weight": record.weight,
-        "zone": record.zone,
+        **shown,
         "properties": dict(record.properties),
-        "registered_at": record.registered_at,
         "metrics": dict(metrics.values) if metrics else {},
         "metrics_measured_at": metrics.measured_at if metrics else None,
     }
@@ -169,18 +162,6 @@ def parse_plugin(spec: str) -> tuple[str, dict[str, Any]]:
     return name, arguments
 
 
-def _endpoint_document(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "partition": endpoint.partition,
-        "label": endpoint.label,
-        "uri": endpoint.uri,
-        "status": endpoint.status,
-        "zone": endpoint.zone,
-        "weight": endpoint.weight,
-        "metrics": dict(endpoint.metrics),
-    }
-
-
 def _resolve(args: argparse.Namespace) -> int:
     policies = [
         load_policy(name, **arguments) for name, arguments in map(parse_plugin, args.policy)
@@ -215,14 +196,14 @@ def _resolve(args: argparse.Namespace) -> int:
                 "shard_policy": explanation.shard_policy,
                 "partition": explanation.partition,
                 "instances": [
-                    {**_endpoint_document(e), "verdict": verdicts.get(e.name, "eligible")}
+                    {**e.to_dict(), "verdict": verdicts.get(e.name, "eligible")}
                     for e in explanation.instances
                 ],
                 "steps": [
                     {"filter": s.name, "excluded": [e.name for e in s.excluded]}
                     for s in explanation.steps
                 ],
-                "picks": [_endpoint_document(e) for e in picks],
+                "picks": [e.to_dict() for e in picks],
                 "error": error,
             }
         )

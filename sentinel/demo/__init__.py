@@ -621,7 +621,7 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
     check(
         f"{len(workers)} worker processes ran the {run.tasks} tasks with one ZooKeeper session "
         "each (their /clients entries)",
-        sorted(d["pid"] for d in entries if d["app"] == JOB) == sorted(workers),
+        sorted(r.pid for r in entries if r.app == JOB) == sorted(workers),
     )
     return checks
 
