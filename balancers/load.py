@@ -7,7 +7,7 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from balancers import Balancer
+from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
     from sentinel.endpoint import Endpoint

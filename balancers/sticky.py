@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from balancers import Balancer
 from sentinel.memo import IdentityMemo
+from sentinel.rendezvous import rendezvous_score
+from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
     from sentinel.endpoint import Endpoint
-
-
-def rendezvous_score(key: str, endpoint_name: str) -> int:
-    """The highest-random-weight score of ``endpoint_name`` for ``key`` (64 bits)."""
-    digest = hashlib.blake2b(f"{key}\0{endpoint_name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
 
 
 class Sticky(Balancer):

@@ -10,8 +10,8 @@ from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from balancers import Balancer
 from sentinel.memo import IdentityMemo
+from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
     from sentinel.endpoint import Endpoint

@@ -19,6 +19,11 @@ stay bounded (watches by what the readers follow). A lookup that raises anything
 
     python -m benchmarks.chaos --minutes 30
     python -m benchmarks.chaos --seconds 60 --seed 7
+    python -m benchmarks.chaos --seconds 40 --broken-client   # the runner's own check
+
+``--broken-client`` checks the checker: the readers' re-sync after a reconnection is disabled
+(``RegistryCache._resync`` only counts itself, in this process), so a reader misses every change
+made while it was away, and the run must report violations.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 
 from benchmarks.common import report
 from sentinel import Sentinel
+from sentinel.cache import RegistryCache
 from sentinel.errors import (
     NoInstanceAvailable,
     PartitionNotFound,
@@ -535,6 +541,11 @@ def run(seconds: float, seed: int = 1, checkpoint_every: float = 60.0) -> Outcom
     return outcome
 
 
+def _resync_disabled(cache: RegistryCache) -> None:
+    """The broken client's re-sync: counted (so the runner waits for it), reads nothing."""
+    cache.stats.resyncs += 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
@@ -542,7 +553,14 @@ def main(argv: list[str] | None = None) -> None:
     length.add_argument("--seconds", type=float, help="run length in seconds (default 60)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS")
+    parser.add_argument(
+        "--broken-client",
+        action="store_true",
+        help="disable the readers' re-sync after a reconnection: the run must find violations",
+    )
     args = parser.parse_args(argv)
+    if args.broken_client:
+        RegistryCache._resync = _resync_disabled
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # every fault is a "connection dropped"
     seconds = args.minutes * 60 if args.minutes is not None else args.seconds or 60.0
     outcome = run(seconds, args.seed, args.checkpoint_every)

@@ -4,7 +4,9 @@ One ZooKeeper; for each round and each scenario, ours and Curator's run one afte
 that both see the same machine. Curator runs as ``benchmarks/peers/CuratorBench.java``,
 compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scenarios:
 
-* warm lookup: 20 instances, round robin, timed call by call (one thread);
+* warm lookup: 20 instances, round robin, timed call by call (one thread), both sides
+  subtracting the same timer cost: the median of an empty clock pair (``timer_overhead`` in
+  ``benchmarks.lookup``, ``timerOverhead`` in ``CuratorBench.java``), never an empty call;
 * propagation: 50 registrations then 50 deregistrations, 20 ms apart, until a cache of
   another session shows them (ours: a writer process; Curator: a writer client in its JVM);
 * client round trip: ``exists("/")`` through each client library (kazoo; Curator's ZooKeeper
@@ -14,7 +16,11 @@ compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scen
 
 Without Java or the jars, the Curator column is skipped with a note saying what to install
 (``apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java``).
-The plot needs matplotlib (``pip install -e '.[benchmarks]'``).
+``--runs N`` repeats the whole run N times, each on a fresh ZooKeeper: every figure is reported
+as the median over runs and its spread (min-max), the factor taken run by run, and every run's
+samples go into ``benchmarks/results/compare.json``. The plot (``compare.png``: the CDFs of
+every run pooled, and each run's factor per figure) needs matplotlib
+(``pip install -e '.[benchmarks]'``).
 """
 
 from __future__ import annotations
@@ -126,35 +132,27 @@ def run_ours(script: str, *arguments: str) -> dict:
     return json.loads(run.stdout)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=200_000)
-    parser.add_argument("--changes", type=int, default=50)
-    parser.add_argument("--instances", type=int, default=1_000)
-    args = parser.parse_args(argv)
+def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, dict]:
+    """One whole run on a fresh ZooKeeper: ``args.rounds`` alternating rounds of every scenario.
 
+    Returns our samples and Curator's (empty lists when Curator cannot run)."""
     mine: dict[str, list] = {"lookup": [], "register": [], "deregister": [], "rtt": [], "cold": []}
     theirs: dict[str, list] = {k: [] for k in mine}
     with (
-        tempfile.TemporaryDirectory() as build,
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "compare-writer") as writer,
         Sentinel(zk.connect_string, "compare-reader", announce=False) as reader,
     ):
-        java, why_not = curator_classpath(Path(build))
-        if java is None:
-            print(f"Curator column skipped: {why_not}", file=sys.stderr)
         for i in range(20):
             writer.register_service("api", "p", f"10.1.0.{i}", 80, label=f"a{i}")
         for i in range(args.instances):
             writer.register_service("big", "p", f"10.{i // 250}.{i % 250}.1", 80, label=f"b{i}")
         reader.prefetch("api")
         for round_number in range(args.rounds):
-            print(f"round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
+            print(f"  round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             mine["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
             prepare(writer, args.changes)
-            delays = one_round(zk.connect_string, args.changes, 0.02)
+            delays = one_round(zk.connect_string, args.changes, 0.02).rows
             mine["register"] += delays["register"]
             mine["deregister"] += delays["deregister"]
             mine["rtt"].append(run_ours(OUR_RTT, zk.connect_string, "2000"))
@@ -168,17 +166,44 @@ def main(argv=None) -> None:
             theirs["rtt"].append(curator(java, zk.connect_string, "rtt", "2000"))
             cold = curator(java, zk.connect_string, "coldstart", str(args.instances), "1")
             theirs["cold"].append({"total_s": cold["total_s"][0], "rss_mb": cold["rss_mb"]})
+    return mine, theirs
 
-    rows, figures = table(mine, theirs, args)
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--runs", type=int, default=1, help="whole runs, each on a fresh ZooKeeper (default 1)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per run")
+    parser.add_argument("--calls", type=int, default=200_000)
+    parser.add_argument("--changes", type=int, default=50)
+    parser.add_argument("--instances", type=int, default=1_000)
+    args = parser.parse_args(argv)
+
+    runs = []
+    with tempfile.TemporaryDirectory() as build:
+        java, why_not = curator_classpath(Path(build))
+        if java is None:
+            print(f"Curator column skipped: {why_not}", file=sys.stderr)
+        for run_number in range(args.runs):
+            print(f"run {run_number + 1}/{args.runs}", file=sys.stderr, flush=True)
+            mine, theirs = whole_run(java, args)
+            runs.append(
+                {"ours": mine, "curator": theirs, "figures": figures_of(mine, theirs, args)}
+            )
+
+    rows, summary = aggregate([run["figures"] for run in runs])
+    spread = " (min-max)" if args.runs > 1 else ""
     report(
         "compare",
-        f"Sentinel vs Apache Curator 5.4 on one ZooKeeper, {args.rounds} alternating rounds "
-        "(medians of rounds; propagation percentiles over every change)",
+        f"Sentinel vs Apache Curator 5.4 on one ZooKeeper: {args.runs} whole run(s) of "
+        f"{args.rounds} alternating rounds; each figure is the median over runs{spread} of a "
+        "run's figure (the median of its rounds; propagation percentiles over its every change)",
         ("figure", "Sentinel", "Curator", "Sentinel better by", "paper"),
         rows,
-        {"figures": figures, "ours": mine, "curator": theirs, "curator_skipped": why_not},
+        {"figures": summary, "runs": runs, "curator_skipped": why_not},
     )
-    plot(mine, theirs)
+    plot(runs)
 
 
 def _median(section: str, field: str):
@@ -198,7 +223,8 @@ def _delay(op: str, q: str):
     return read
 
 
-def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dict]:
+def figures_of(ours: dict, theirs: dict, args: argparse.Namespace) -> dict[str, dict]:
+    """One run's figures: per row, Sentinel's, Curator's, the factor and the paper's."""
     propagation = f"< {PAPER['propagation_p99_ms']:g}"
     specs = [  # (row, reader, paper, whether more is better)
         ("lookup p50 (µs)", _median("lookup", "p50_us"), None, False),
@@ -219,7 +245,7 @@ def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dic
         (f"cold start, {args.instances:,} instances (s)", _median("cold", "total_s"), None, False),
         ("process RSS after cold start (MB)", _median("cold", "rss_mb"), None, False),
     ]
-    rows, figures = [], {}
+    figures = {}
     for name, read, paper, higher_is_better in specs:
         mine, peer = read(ours), read(theirs)
         # A factor above 1 favours Sentinel: less time or memory, or more calls per second.
@@ -227,10 +253,50 @@ def table(ours: dict, theirs: dict, args: argparse.Namespace) -> tuple[list, dic
         if mine and peer:
             ratio = mine / peer if higher_is_better else peer / mine
         figures[name] = {"sentinel": mine, "curator": peer, "ratio": ratio, "paper": paper}
+    return figures
+
+
+def spread(values: list[float | None]) -> dict[str, float] | None:
+    """Median, min and max of a figure over runs (runs without it left out), or None."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"median": statistics.median(present), "min": min(present), "max": max(present)}
+
+
+def aggregate(runs: list[dict[str, dict]]) -> tuple[list, dict]:
+    """Table rows and a summary of several runs' figures: per row and side, the median and the
+    spread (min-max) over runs; the factor's too, taken run by run (both sides in one run)."""
+    rows, summary = [], {}
+    for name in runs[0]:
+        per_run = [run[name] for run in runs]
+        entry = {
+            side: spread([figures[side] for figures in per_run])
+            for side in ("sentinel", "curator", "ratio")
+        }
+        entry["paper"] = per_run[0]["paper"]
+        summary[name] = entry
         rows.append(
-            (name, _fmt(mine), _fmt(peer), "-" if ratio is None else f"x{ratio:.2f}", paper or "-")
+            (
+                name,
+                _fmt_spread(entry["sentinel"]),
+                _fmt_spread(entry["curator"]),
+                _fmt_spread(entry["ratio"], prefix="x"),
+                entry["paper"] or "-",
+            )
         )
-    return rows, figures
+    return rows, summary
+
+
+def _fmt_spread(figure: dict[str, float] | None, prefix: str = "") -> str:
+    if figure is None:
+        return "-"
+    if figure["min"] == figure["max"]:
+        return f"{prefix}{_fmt(figure['median'])}"
+    return (
+        f"{prefix}{_fmt(figure['median'])} "
+        f"({prefix}{_fmt(figure['min'])}-{prefix}{_fmt(figure['max'])})"
+    )
 
 
 def _fmt(value: float | None) -> str:
@@ -239,7 +305,16 @@ def _fmt(value: float | None) -> str:
     return f"{value / 1e6:.2f} M" if value >= 1e5 else f"{value:.2f}"
 
 
-def plot(ours: dict, theirs: dict) -> None:
+def pooled(runs: list[dict], side: str) -> dict[str, list]:
+    """One side's samples of every run together (for the CDFs)."""
+    merged: dict[str, list] = {}
+    for run in runs:
+        for section, samples in run[side].items():
+            merged.setdefault(section, []).extend(samples)
+    return merged
+
+
+def plot(runs: list[dict]) -> None:
     try:
         import matplotlib
 
@@ -252,9 +327,15 @@ def plot(ours: dict, theirs: dict) -> None:
             file=sys.stderr,
         )
         return
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    figure, (left, middle, right) = plt.subplots(
+        1, 3, figsize=(18, 5), gridspec_kw={"width_ratios": [1, 1, 1.3]}
+    )
     percent = list(range(101))
-    for side, name, colour in ((ours, "Sentinel", "tab:blue"), (theirs, "Curator", "tab:red")):
+    sides = (
+        (pooled(runs, "ours"), "Sentinel", "tab:blue"),
+        (pooled(runs, "curator"), "Curator", "tab:red"),
+    )
+    for side, name, colour in sides:
         if side["lookup"]:
             quantiles = [
                 statistics.median(r["quantiles_us"][q] for r in side["lookup"]) for q in percent
@@ -263,29 +344,46 @@ def plot(ours: dict, theirs: dict) -> None:
         for op, style in (("register", "-"), ("deregister", "--")):
             values = sorted(v for v in side[op] if v is not None)
             if values:
-                right.plot(
+                middle.plot(
                     values,
                     [100 * (i + 1) / len(values) for i in range(len(values))],
                     style,
                     label=f"{name} {op}",
                     color=colour,
                 )
+    names = list(runs[0]["figures"])
+    for row, name in enumerate(names):
+        ratios = [run["figures"][name]["ratio"] for run in runs]
+        present = [r for r in ratios if r is not None]
+        right.scatter(present, [row] * len(present), color="tab:blue", alpha=0.6, s=18)
+        if present:
+            right.scatter([statistics.median(present)], [row], color="black", marker="|", s=200)
+    right.axvline(1.0, color="grey", linestyle=":")
+    right.set_yticks(range(len(names)), names, fontsize=8)
+    right.invert_yaxis()
     left.set(
         xscale="log",
         xlabel="get_service / getInstance latency (µs)",
         ylabel="percentile",
-        title="Warm lookup, 20 instances, round robin",
+        title=f"Warm lookup, 20 instances, round robin ({len(runs)} runs pooled)",
     )
-    right.set(
+    middle.set(
         xscale="log",
         xlabel="write issued -> applied in another cache (ms)",
         ylabel="percentile",
-        title="Change propagation",
+        title=f"Change propagation ({len(runs)} runs pooled)",
     )
-    for axis in (left, right):
-        axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        axis.grid(True, which="both", alpha=0.3)
+    right.set(
+        xscale="log",
+        xlabel="Sentinel better by (x; > 1 favours Sentinel); | is the median",
+        title="Each run's factor",
+    )
+    for axis in (left, middle):
         axis.legend()
+    for axis in (left, middle, right):
+        axis.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        axis.grid(True, which="both", alpha=0.3)
     figure.tight_layout()
     path = RESULTS / "compare.png"
     figure.savefig(path, dpi=110)

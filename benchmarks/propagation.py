@@ -5,6 +5,12 @@ and publishes credentials (encrypted to the reader's key, decrypted in its cache
 wall-clock time just before each write; this process's client records when each change reaches
 its cache (the listener call, made right after the snapshot swap). Both use the same clock, so
 a delay is "write issued" to "applied in the reader's cache", round trips included.
+
+Metrics and credentials rewrite one node, so a value can be overwritten before the reader
+reads it (one-shot watches); such a superseded write counts with its real delay (the arrival of
+the later value minus its own start), inside the percentiles, and the table says how many there
+were. Registrations and deregistrations each touch a node of their own and are never superseded,
+the only kinds ``CuratorBench.java`` measures, so it has no such notion.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass
 
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
@@ -75,7 +83,50 @@ def writer(hosts: str, count: int, interval: float) -> None:
 OVERWRITES = ("metric", "auth")
 
 
-def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]:
+@dataclass(frozen=True)
+class Delays:
+    """One round's delays in milliseconds per row (a kind of change, or a part of its path),
+    and how many writes of each kind were superseded (their delays are in the rows)."""
+
+    rows: dict[str, list[float]]
+    superseded: Counter[str]
+
+
+def delays_of(writes: list[dict], arrivals: dict[tuple[str, str], float]) -> Delays:
+    """Milliseconds from each write to its arrival, per kind of change (and derived rows).
+
+    A write of a node rewritten again and again (``OVERWRITES``) may never be seen as such: a
+    watch is one-shot, so a value overwritten before the reader's read is skipped and the reader
+    goes straight to a later one. Such a *superseded* write is counted with its real delay, the
+    first arrival of any later value of the same kind minus its own start, stays in the
+    percentiles, and is counted in ``superseded``.
+    """
+    delays: dict[str, list[float]] = {}
+    superseded: Counter[str] = Counter()
+    for index, write in enumerate(writes):
+        op = write["op"]
+        arrived = arrivals.get((op, write["id"]))
+        if arrived is None and op in OVERWRITES:
+            later = [
+                arrivals[(w["op"], w["id"])]
+                for w in writes[index + 1 :]
+                if w["op"] == op and (w["op"], w["id"]) in arrivals
+            ]
+            if later:
+                arrived = min(later)
+                superseded[op] += 1
+        if arrived is None:
+            raise RuntimeError(f"change never arrived: {write}")
+        delays.setdefault(op, []).append((arrived - write["t"]) * 1000)
+        delays.setdefault(f"{op} (writer's call)", []).append((write["done"] - write["t"]) * 1000)
+        # The server sends the watch event and the writer's reply together, so this can be < 0.
+        delays.setdefault(f"{op} (after the call returned)", []).append(
+            (arrived - write["done"]) * 1000
+        )
+    return Delays(delays, superseded)
+
+
+def one_round(hosts: str, count: int, interval: float) -> Delays:
     arrivals: dict[tuple[str, str], float] = {}
     lock = threading.Lock()
 
@@ -121,30 +172,7 @@ def one_round(hosts: str, count: int, interval: float) -> dict[str, list[float]]
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and len(arrivals) < len(writes):
             time.sleep(0.05)
-    delays: dict[str, list[float]] = {}
-    for index, write in enumerate(writes):
-        arrived = arrivals.get((write["op"], write["id"]))
-        later = (w for w in writes[index:] if w["op"] == write["op"])
-        if (
-            arrived is None
-            and write["op"] in OVERWRITES
-            and any((w["op"], w["id"]) in arrivals for w in later)
-        ):
-            # One node rewritten: a watch is one-shot, so a value overwritten before the
-            # reader's read is never seen. Fine when a later value of the same node arrived.
-            delays.setdefault(f"{write['op']} (superseded)", []).append(0.0)
-            continue
-        if arrived is None:
-            raise RuntimeError(f"change never arrived: {write}")
-        delays.setdefault(write["op"], []).append((arrived - write["t"]) * 1000)
-        delays.setdefault(f"{write['op']} (writer's call)", []).append(
-            (write["done"] - write["t"]) * 1000
-        )
-        # The server sends the watch event and the writer's reply together, so this can be < 0.
-        delays.setdefault(f"{write['op']} (after the call returned)", []).append(
-            (arrived - write["done"]) * 1000
-        )
-    return delays
+    return delays_of(writes, arrivals)
 
 
 def prepare(setup: Sentinel, count: int) -> None:
@@ -177,18 +205,17 @@ def main(argv=None) -> None:
     config = {"forceSync": "no"} if args.no_fsync else {}
     with LocalZooKeeper(config=config) as zk, Sentinel(zk.connect_string, "bench-setup") as setup:
         samples: dict[str, list[float]] = {}
+        superseded: Counter[str] = Counter()
         for _ in range(args.rounds):
             prepare(setup, args.count)
-            for op, delays in one_round(zk.connect_string, args.count, args.interval).items():
+            measured = one_round(zk.connect_string, args.count, args.interval)
+            superseded.update(measured.superseded)
+            for op, delays in measured.rows.items():
                 samples.setdefault(op, []).extend(delays)
 
     rows, figures = [], {}
     for op, delays in samples.items():
-        if op.endswith("(superseded)"):
-            figures[op] = {"count": len(delays)}
-            rows.append((op, "-", "-", "-", "-", len(delays)))
-            continue
-        figures[op] = percentiles(delays)
+        figures[op] = {**percentiles(delays), "superseded": superseded[op]}
         rows.append(
             (
                 op,
@@ -197,6 +224,7 @@ def main(argv=None) -> None:
                 f"{figures[op]['p99']:.2f}",
                 f"{figures[op]['max']:.2f}",
                 len(delays),
+                superseded[op] if op in OVERWRITES else "-",
             )
         )
     report(
@@ -204,7 +232,7 @@ def main(argv=None) -> None:
         f"change propagation, write issued -> applied in another process's cache, loopback, "
         f"ZooKeeper forceSync={'no' if args.no_fsync else 'yes'} "
         f"({args.rounds} rounds x {args.count} changes of each kind)",
-        ("change", "p50 ms", "p95 ms", "p99 ms", "max ms", "n"),
+        ("change", "p50 ms", "p95 ms", "p99 ms", "max ms", "n", "of which superseded"),
         rows,
         {"figures": figures, "target_p99_ms": 15.0, "force_sync": not args.no_fsync},
     )

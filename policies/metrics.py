@@ -11,7 +11,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from policies import Endpoints, SelectionPolicy
+from sentinel.strategies import Endpoints, SelectionPolicy
 
 if TYPE_CHECKING:
     from sentinel.endpoint import Endpoint
@@ -29,16 +29,19 @@ def numeric(endpoint: Endpoint, metric: str) -> float | None:
     return None
 
 
-def bound(name: str, value: object, *, optional: bool = True) -> float | None:
-    """A policy's numeric argument checked when the policy is built: a finite number (or None
-    when ``optional``). Raises TypeError or ValueError naming the argument."""
-    if value is None and optional:
-        return None
+def number(name: str, value: object) -> float:
+    """A policy's numeric argument checked when the policy is built: a finite number. Raises
+    TypeError or ValueError naming the argument."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a number, got {value!r}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be a finite number, got {value!r}")
     return value
+
+
+def bound(name: str, value: object) -> float | None:
+    """An optional numeric argument: None, or a :func:`number`."""
+    return None if value is None else number(name, value)
 
 
 class MinMetric(SelectionPolicy):
@@ -132,7 +135,7 @@ class FreshMetrics(SelectionPolicy):
     """
 
     def __init__(self, max_age: float) -> None:
-        self.max_age = bound("max_age", max_age, optional=False)
+        self.max_age = number("max_age", max_age)
 
     def select(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints with fresh metrics."""

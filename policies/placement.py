@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies import Endpoints, SelectionPolicy
+from sentinel.strategies import Endpoints, SelectionPolicy
 
 
 class ZoneAffinity(SelectionPolicy):

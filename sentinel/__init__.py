@@ -7,25 +7,120 @@ The entry point is :class:`Sentinel`, a client that is also a context manager::
     with Sentinel(hosts="127.0.0.1:2181") as sentinel:
         sentinel.register_service("billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
 
-Errors derive from :class:`sentinel.errors.SentinelError`.
+This package also exports what a user of the client touches: :class:`Endpoint` (what
+``get_service`` returns), :class:`Registration`, the records, the change events, the bases of
+each group of errors (the whole tree is drawn in :mod:`sentinel.errors`; every error derives
+from :class:`SentinelError`) and :class:`TlsConfig`.
+
+The names are loaded on first use (PEP 562), so that importing one module of the package, say
+``sentinel.errors`` or ``sentinel.strategies`` from a plug-in, does not import the client and
+everything it needs.
 """
 
-from sentinel.client import Sentinel
-from sentinel.errors import SentinelError
-from sentinel.publisher import Registration
-from sentinel.records import InstanceRecord, ServiceSpec
-from sentinel.redaction import install_kazoo_redaction
-from sentinel.tls import TlsConfig
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from sentinel.version import __version__
 
-install_kazoo_redaction()
+if TYPE_CHECKING:
+    from sentinel.client import Sentinel
+    from sentinel.endpoint import Endpoint
+    from sentinel.errors import (
+        AuthError,
+        RegistryConflict,
+        RegistryError,
+        ResolutionError,
+        SentinelError,
+        ValidationError,
+        ZooKeeperUnavailable,
+    )
+    from sentinel.events import (
+        AuthChanged,
+        ChangeEvent,
+        ConnectionChanged,
+        InstancesChanged,
+        MetricsChanged,
+        ServiceSpecChanged,
+        ShardKeysChanged,
+    )
+    from sentinel.publisher import Registration
+    from sentinel.records import InstanceRecord, ServiceSpec
+    from sentinel.tls import TlsConfig
+
+# Each exported name and the module that defines it.
+_EXPORTS = {
+    "Sentinel": "sentinel.client",
+    "Endpoint": "sentinel.endpoint",
+    "Registration": "sentinel.publisher",
+    "InstanceRecord": "sentinel.records",
+    "ServiceSpec": "sentinel.records",
+    "TlsConfig": "sentinel.tls",
+    **dict.fromkeys(
+        (
+            "SentinelError",
+            "ValidationError",
+            "ResolutionError",
+            "ZooKeeperUnavailable",
+            "RegistryError",
+            "RegistryConflict",
+            "AuthError",
+        ),
+        "sentinel.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "ChangeEvent",
+            "InstancesChanged",
+            "MetricsChanged",
+            "ServiceSpecChanged",
+            "ShardKeysChanged",
+            "ConnectionChanged",
+            "AuthChanged",
+        ),
+        "sentinel.events",
+    ),
+}
 
 __all__ = [
+    "AuthChanged",
+    "AuthError",
+    "ChangeEvent",
+    "ConnectionChanged",
+    "Endpoint",
     "InstanceRecord",
+    "InstancesChanged",
+    "MetricsChanged",
     "Registration",
+    "RegistryConflict",
+    "RegistryError",
+    "ResolutionError",
     "Sentinel",
     "SentinelError",
     "ServiceSpec",
+    "ServiceSpecChanged",
+    "ShardKeysChanged",
     "TlsConfig",
+    "ValidationError",
+    "ZooKeeperUnavailable",
     "__version__",
 ]
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown name is an error
+
+    def __getattr__(name: str) -> object:
+        """Import an exported name's module the first time the name is used."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            # Not an export: ``from sentinel import records`` then imports the submodule.
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    """The exported names with the module's own."""
+    return sorted({*globals(), *__all__})

@@ -43,7 +43,6 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from balancers import Balancer, RoundRobin
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
@@ -75,7 +74,7 @@ from sentinel.layout import (
     service_path,
 )
 from sentinel.ratelimit import TokenBucket
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, encode, fields_of
+from sentinel.records import ClientRecord, InstanceRecord, MetricsRecord, ServiceSpec, fields_of
 from sentinel.registry import decode_children, pipelined_reads
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import (
@@ -86,6 +85,7 @@ from sentinel.shards.spec import (
     validate_key,
 )
 from sentinel.shards.store import read_key
+from sentinel.strategies import Balancer, RoundRobin
 from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
@@ -762,20 +762,21 @@ class RegistryCache:
         background (:meth:`EphemeralNodes.put` with ``keep_trying``).
         """
         path = client_path(service, self._client_id)
-        document = {
-            "client_id": self._client_id,
-            "app": self._app,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
+        record = ClientRecord(
+            service=service,
+            client_id=self._client_id,
+            app=self._app,
+            host=socket.gethostname(),
+            pid=os.getpid(),
             # When it began to use the service; confirmations of new credentials keep it.
-            "started": self._announced_at.setdefault(service, time.time()),
-            "sentinel_version": __version__,
-            "auth_client": None if self._credentials is None else self._credentials.client,
-            "auth_version": None if auth is None else auth.version,
-        }
+            started=self._announced_at.setdefault(service, time.time()),
+            sentinel_version=__version__,
+            auth_client=None if self._credentials is None else self._credentials.client,
+            auth_version=None if auth is None else auth.version,
+        )
         self._nodes.put(
             path,
-            encode(path, document),
+            record.to_bytes(path),
             prepare=functools.partial(ensure_clients_node, self._zk, service),
             keep_trying=True,
             on_failure=self._count_clients_failure,

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -35,6 +35,8 @@ from sentinel.errors import (
     ClientNotEnrolled,
     NoInstanceAvailable,
     SentinelError,
+    ShardPolicyConflict,
+    ShardPolicyExists,
     SigningRequired,
     SnapshotRejected,
     ValidationError,
@@ -50,15 +52,14 @@ from sentinel.layout import (
     validate_namespace,
 )
 from sentinel.publisher import Publisher, Registration
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec
+from sentinel.records import InstanceRecord, MetricsRecord, MetricValue, ServiceSpec, decode
 from sentinel.registry import ServiceListing, read_service
 from sentinel.snapshot import SnapshotWriter, load_snapshot
 from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
-    from balancers import Balancer
-    from policies import Endpoints, SelectionPolicy
+    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -108,50 +109,85 @@ class Sentinel:
             ...
             sentinel.drain(registration)
 
-    ``hosts`` defaults to ``$SENTINEL_ZK``, then to the development server (``sentinel zk
-    start``). ``namespace`` is the root every path lives under, so that several environments
-    can share one ensemble. ``session_timeout`` is how long ZooKeeper keeps this client's
-    ephemeral nodes after it stops answering. ``negative_ttl`` is how long a shard key found
-    nowhere is remembered as missing before ZooKeeper is asked again. ``feedback`` holds what
-    :meth:`report` learns (default: 3 errors in 30 s mark an instance down for 30 s).
-    ``announce=False`` keeps the client out of ``/clients`` (tools that only look, such as
-    the CLI, should not appear as dependents). ``app`` names the service this client belongs
-    to, so that ``sentinel deps`` can draw service-to-service edges (default: the client id).
+    Every parameter but the first three is keyword-only; all have defaults.
 
-    ``auth_keys`` is this client's key ring (a :class:`~sentinel.auth.ClientKeyring` or the
-    path of its file; default: ``$SENTINEL_AUTH_KEY_FILE`` or ``$SENTINEL_AUTH_KEY``). With
-    one, the client publishes its public keys and every endpoint carries its decrypted
-    credential in ``auth``. ``auth_signer`` (the manager's public key text, default
-    ``$SENTINEL_AUTH_SIGNER``) makes it reject credentials the manager did not sign.
-    ``require_signed`` says whether a client with a key ring must have one: None (default)
-    requires it when the namespace is secured (``sentinel init --secure``, checked once at
-    :meth:`start`), True always, False never. A client that must and has none fails at
-    :meth:`start` with :class:`~sentinel.errors.SigningRequired` (when it started from its
-    snapshot and learns it only on connecting, it logs that and refuses every credential).
-    ``identity`` (``"user:password"``, default
-    ``$SENTINEL_ZK_IDENTITY``) is the ZooKeeper digest identity of a secured namespace
-    (``sentinel init --secure``); nodes this client creates are writable by it alone.
-    ``auth_client`` is the identity credentials are encrypted to (default: the client id): the
-    processes of one application share it and its key ring, each with a client id of its own,
-    and a rotation waits for every one of them.
+    Parameters
+    ----------
+    **Connection**
 
-    ``tls`` connects to ZooKeeper's ``secureClientPort`` over TLS: a
-    :class:`~sentinel.tls.TlsConfig` (CA, client certificate and key files), or True for
-    :meth:`TlsConfig.from_env() <sentinel.tls.TlsConfig.from_env>` (``$SENTINEL_ZK_TLS_CA``,
-    ``_CERT``, ``_KEY``); default plain TCP. A file that cannot be loaded raises
-    :class:`~sentinel.errors.TlsConfigError` here; a server whose certificate does not verify
-    makes :meth:`start` raise :class:`~sentinel.errors.TlsHandshakeFailed`.
+    hosts : str, default ``$SENTINEL_ZK``, else the development server (``sentinel zk start``)
+        ZooKeeper's connect string, ``host:port,...``.
+    namespace : str, default ``"/sentinel"``
+        The root every path lives under, so several environments can share one ensemble.
+    connect_timeout : float, default 10.0
+        Seconds :meth:`start` (and a service's first load) waits for a server; then
+        :class:`~sentinel.errors.ZooKeeperUnavailable`.
+    session_timeout : float, default 10.0
+        How long ZooKeeper keeps this client's ephemeral nodes after it stops answering.
+    tls : TlsConfig or bool or None, default None (plain TCP)
+        Connect to ``secureClientPort`` over TLS: a :class:`~sentinel.tls.TlsConfig`, or True
+        for :meth:`TlsConfig.from_env() <sentinel.tls.TlsConfig.from_env>`
+        (``$SENTINEL_ZK_TLS_CA``, ``_CERT``, ``_KEY``). A file that cannot be loaded raises
+        :class:`~sentinel.errors.TlsConfigError` here; a certificate that does not verify
+        makes :meth:`start` raise :class:`~sentinel.errors.TlsHandshakeFailed`.
+    identity : str or None, default ``$SENTINEL_ZK_IDENTITY``
+        ``"user:password"``, the ZooKeeper digest identity of a secured namespace
+        (``sentinel init --secure``); nodes this client creates are writable by it alone.
 
-    ``prometheus_registry`` is where the client's telemetry is exported
-    (:mod:`sentinel.telemetry`; default: ``prometheus_client``'s default registry); None turns
-    it off.
+    **Identity and credentials**
 
-    Reliability settings (see ``docs/reliability.md``): ``resync_jitter`` spreads the re-read
-    after a reconnection over a random delay of up to that many seconds; ``read_through_rate``
-    caps Procedure 1's direct reads per service and second. ``snapshot_path`` names a file the
-    cache is written to (at most every ``snapshot_interval`` seconds); when no server answers at
-    :meth:`start`, the client serves that last-known-good snapshot, marked stale, and keeps
-    connecting in the background.
+    client_id : str, default ``<hostname>-<pid>``
+        This process's name in ``/clients`` and in logs; unique per process.
+    app : str or None, default None (the client id)
+        The service this client belongs to, so ``sentinel deps`` draws service-to-service
+        edges.
+    announce : bool, default True
+        False keeps the client out of ``/clients`` (tools that only look, such as the CLI,
+        should not appear as dependents).
+    auth_keys : ClientKeyring or path or None, default ``$SENTINEL_AUTH_KEY_FILE`` or
+        ``$SENTINEL_AUTH_KEY``
+        This client's key ring (:class:`~sentinel.auth.ClientKeyring` or its file). With one,
+        the client publishes its public keys and every endpoint carries its decrypted
+        credential in ``auth``.
+    auth_client : str or None, default None (the client id)
+        The identity credentials are encrypted to: the processes of one application share it
+        and its key ring, each with a client id of its own, and a rotation waits for all.
+    auth_signer : str or None, default ``$SENTINEL_AUTH_SIGNER``
+        The manager's public key text: credentials it did not sign are rejected.
+    require_signed : bool or None, default None
+        Whether a client with a key ring must have ``auth_signer``: None when the namespace is
+        secured (checked at :meth:`start`), True always, False never. One that must and has
+        none fails at :meth:`start` with :class:`~sentinel.errors.SigningRequired` (serving
+        its snapshot, it logs that and refuses every credential).
+
+    **Cache and resolution** (see ``docs/resolution.md`` and ``docs/reliability.md``)
+
+    negative_ttl : float, default 1.0
+        Seconds a shard key found nowhere is remembered as missing before ZooKeeper is asked
+        again.
+    read_through_rate : float, default 100.0
+        Cap on Procedure 1's direct reads of uncached keys, per service and second.
+    resync_jitter : float, default 0.5
+        The re-read after a reconnection waits a random delay of up to this many seconds, so
+        a fleet does not re-read at once.
+    feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
+        Holds what :meth:`report` learns; lookups skip instances it marks down.
+    snapshot_path : path or None, default None (no snapshot)
+        A file the cache is written to; when no server answers at :meth:`start`, the client
+        serves that last-known-good snapshot, marked stale, and keeps connecting.
+    snapshot_interval : float, default 1.0
+        The snapshot is written at most this often (seconds).
+
+    **Publishing**
+
+    drain_wait : float, default 1.0
+        Seconds :meth:`drain` waits after deregistering, for clients to see it.
+
+    **Telemetry**
+
+    prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
+        Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
+        them off.
     """
 
     def __init__(
@@ -433,10 +469,17 @@ class Sentinel:
     ) -> ServiceSpec:
         """Create the spec of ``service`` unless it exists; return the stored spec.
 
-        Raises :class:`~sentinel.errors.ServiceConflict` if it exists with other settings.
+        Raises :class:`~sentinel.errors.ShardPolicyNotFound` if ``shard_policy`` names no
+        policy (create it first: :meth:`ensure_shard_policy`), and
+        :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
+        either way nothing is written.
         """
         self._require_started()
         spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
+        if spec.shard_policy is not None:
+            # A service partitioned by a policy that does not exist would fail every keyed
+            # lookup; refusing it here names the mistake where it is made.
+            shards.read_spec(self._zk, spec.shard_policy)
         return self._publisher.ensure_service(spec)
 
     @translate_zk_errors
@@ -734,16 +777,40 @@ class Sentinel:
 
     # --- metrics (the metric collector's writer API) --------------------------------------------
 
-    @translate_zk_errors
+    @overload
     def update_metrics(
         self,
-        service: str,
+        instance: Registration,
+        metrics: Mapping[str, MetricValue],
+        /,
+        *,
+        measured_at: float | None = None,
+    ) -> MetricsRecord: ...
+
+    @overload
+    def update_metrics(
+        self,
+        instance: str,
         partition: str,
         label: str,
-        metrics: Mapping[str, float | int | str],
+        metrics: Mapping[str, MetricValue],
+        /,
+        *,
         measured_at: float | None = None,
+    ) -> MetricsRecord: ...
+
+    @translate_zk_errors
+    def update_metrics(
+        self, instance: Registration | str, *args: Any, measured_at: float | None = None
     ) -> MetricsRecord:
         """Publish an instance's run-time metrics, replacing the ones published before.
+
+        The instance is the :class:`Registration` that :meth:`register_service` returned, or
+        its service, partition and label (a collector publishing for instances that other
+        processes registered)::
+
+            sentinel.update_metrics(registration, {"replication_lag": 2.5})
+            sentinel.update_metrics("orders-db", "p1", "replica-a", {"replication_lag": 2.5})
 
         Values are finite numbers or strings of at most 256 characters, at most 256 metrics.
         ``measured_at`` (Unix seconds, default now) is when they were measured, so policies can
@@ -751,6 +818,17 @@ class Sentinel:
         and their age says how much to trust them.
         """
         self._require_started()
+        identity = (
+            (instance.service, instance.partition, instance.label)
+            if isinstance(instance, Registration)
+            else (instance,)
+        )
+        if len(identity) + len(args) != 4:
+            raise TypeError(
+                "update_metrics() takes (registration, metrics) or "
+                "(service, partition, label, metrics)"
+            )
+        service, partition, label, metrics = *identity, *args
         record = MetricsRecord(
             service=service,
             partition=partition,
@@ -787,18 +865,45 @@ class Sentinel:
         ``directory``: explicit assignments, optionally restricted to ``partitions``; keys are
         stored in ``buckets`` hash buckets. ``range``: ``boundaries`` as ``(lower bound,
         partition)`` pairs, compared as ``key_type``. ``hash``: ``partitions`` by jump hash.
-        Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists.
+        Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists (see
+        :meth:`ensure_shard_policy` for the idempotent form).
         """
         self._require_started()
-        spec = shards.ShardPolicySpec(
-            policy=policy,
-            kind=kind,
-            partitions=None if partitions is None else tuple(partitions),
-            boundaries=tuple(boundaries or ()),
-            key_type=key_type,
-            buckets=buckets,
-        )
+        spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         shards.create_policy(self._zk, spec)
+        return spec
+
+    @translate_zk_errors
+    def ensure_shard_policy(
+        self,
+        policy: str,
+        kind: str = "directory",
+        partitions: list[str] | tuple[str, ...] | None = None,
+        boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None = None,
+        *,
+        key_type: str = "str",
+        buckets: int = shards.DEFAULT_BUCKETS,
+    ) -> shards.ShardPolicySpec:
+        """Create shard policy ``policy`` unless it exists; return the stored spec.
+
+        The idempotent twin of :meth:`create_shard_policy` (same arguments), as
+        :meth:`ensure_service` is for services: set-up code that runs on every start calls
+        this. Raises :class:`~sentinel.errors.ShardPolicyConflict` (a
+        :class:`~sentinel.errors.ShardPolicyExists`) if the policy exists with another spec,
+        and then writes nothing; its keys are never touched.
+        """
+        self._require_started()
+        spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
+        try:
+            shards.create_policy(self._zk, spec)
+        except ShardPolicyExists:
+            stored = shards.read_spec(self._zk, spec.policy)
+            conflict = _spec_conflict(stored, spec)
+            if conflict:
+                raise ShardPolicyConflict(
+                    f"shard policy {spec.policy!r} exists with other settings: {conflict}"
+                ) from None
+            return stored
         return spec
 
     @translate_zk_errors
@@ -880,3 +985,35 @@ class Sentinel:
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)
+
+
+def _shard_policy_spec(
+    policy: str,
+    kind: str,
+    partitions: list[str] | tuple[str, ...] | None,
+    boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None,
+    key_type: str,
+    buckets: int,
+) -> shards.ShardPolicySpec:
+    """The spec :meth:`Sentinel.create_shard_policy`'s arguments describe (validated)."""
+    return shards.ShardPolicySpec(
+        policy=policy,
+        kind=kind,
+        partitions=None if partitions is None else tuple(partitions),
+        boundaries=tuple(boundaries or ()),
+        key_type=key_type,
+        buckets=buckets,
+    )
+
+
+def _spec_conflict(stored: shards.ShardPolicySpec, asked: shards.ShardPolicySpec) -> str:
+    """How ``asked`` differs from ``stored`` as the node holds them (``kind='range'``, asked
+    ``'hash'``; ...), empty when they are the same. Compared in stored form, so settings a kind
+    does not keep (the buckets of a hash policy) never conflict."""
+    path = shards.policy_path(stored.policy)
+    have, want = (decode(path, spec.to_bytes(path)) for spec in (stored, asked))
+    return "; ".join(
+        f"{name}={have.get(name)!r}, asked {want.get(name)!r}"
+        for name in sorted(have.keys() | want.keys())
+        if have.get(name) != want.get(name)
+    )

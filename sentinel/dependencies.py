@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from sentinel.records import ClientRecord
 
 
 @dataclass(frozen=True)
@@ -19,14 +20,12 @@ class DependencyGraph:
     edges: Mapping[str, Mapping[str, tuple[str, ...]]]
 
     @classmethod
-    def from_clients(
-        cls, clients: Mapping[str, Mapping[str, Mapping[str, Any]]]
-    ) -> DependencyGraph:
-        """Build it from ``registry.read_clients``: service → client id → document."""
+    def from_clients(cls, clients: Mapping[str, Mapping[str, ClientRecord]]) -> DependencyGraph:
+        """Build it from ``registry.read_clients``: service → client id → record."""
         edges: dict[str, dict[str, list[str]]] = {}
         for service, by_client in clients.items():
-            for client_id, document in by_client.items():
-                source = document.get("app") or client_id
+            for client_id, record in by_client.items():
+                source = record.app or client_id
                 edges.setdefault(source, {}).setdefault(service, []).append(client_id)
         return cls(
             {

@@ -1,10 +1,11 @@
 """The local development ZooKeeper, and how a client finds the ensemble to talk to.
 
 ``sentinel zk start`` runs one standalone server in the background and records its connect
-string in a state file. Every client and command then picks its ensemble in this order:
-an explicit ``hosts`` / ``--zk``, the ``SENTINEL_ZK`` environment variable, the running
-development server. The state lives in ``$SENTINEL_STATE_DIR`` (default
-``$XDG_STATE_HOME/sentinel``, i.e. ``~/.local/state/sentinel``).
+string in a state file. A stop keeps the data directory and the port, so the next start serves
+the same data at the same address and clients that outlived the stop reconnect by themselves.
+Every client and command picks its ensemble in this order: an explicit ``hosts`` / ``--zk``,
+the ``SENTINEL_ZK`` environment variable, the running development server. The state lives in
+``$SENTINEL_STATE_DIR`` (default ``$XDG_STATE_HOME/sentinel``, i.e. ``~/.local/state/sentinel``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ import json
 import os
 import re
 import signal
+import socket
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sentinel.errors import DevServerNotRunning, ValidationError
+from sentinel.errors import DevServerNotRunning, ValidationError, ZooKeeperStartFailed
 
 STATE_FILE = "zk.json"
+PORT_FILE = "zk.port"  # the port of the last start, kept across stops
 _HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
 # One ``host[:port]`` of a connect string: a name or IPv4 address, or a bracketed IPv6 one.
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(\d{1,5}))?\Z")
@@ -69,27 +72,88 @@ def dev_server() -> DevServer | None:
     return None
 
 
-def start_dev_server(timeout: float = 60.0) -> tuple[DevServer, bool]:
-    """Start the development server unless it runs; return it and whether it was started now."""
-    from sentinel.testing.zookeeper import LocalZooKeeper  # the client never starts one
+def recorded_port() -> int | None:
+    """The port the development server served on last (kept across stops), or None."""
+    try:
+        port = int((state_dir() / PORT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
+
+
+def _port_taken(port: int) -> bool:
+    """Whether something listens on loopback ``port`` (a socket in TIME_WAIT does not count:
+    ZooKeeper binds with SO_REUSEADDR too)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def start_dev_server(timeout: float = 60.0, port: int | None = None) -> tuple[DevServer, bool]:
+    """Start the development server unless it runs; return it and whether it was started now.
+
+    It serves on ``port`` if given (0: any free port), else on the port of its last start, so
+    that clients and ``sentinel watch`` that outlived a stop find it again, else on a free
+    port. Its data directory is the same on every start. Raises ZooKeeperStartFailed when the
+    port is taken (by another process: two servers on one port would each answer the other's
+    clients), and ValidationError when ``port`` differs from the running server's.
+    """
+    from sentinel.testing.zookeeper import (  # the client never starts one
+        DEFAULT_CONFIG,
+        ZooKeeperServer,
+        find_installation,
+        free_ports,
+    )
 
     running = dev_server()
     if running is not None:
+        if port and running.connect_string != f"127.0.0.1:{port}":
+            raise ValidationError(
+                f"the development server already runs on {running.connect_string}: "
+                "stop it first (sentinel zk stop) to move it to another port"
+            )
         return running, False
+    chosen = port if port is not None else recorded_port()
+    chosen = chosen or free_ports(1)[0]
+    if _port_taken(chosen):
+        raise ZooKeeperStartFailed(
+            f"port {chosen} on 127.0.0.1 is taken by another process: stop that process, or "
+            "start on another port with `sentinel zk start --port PORT` (0: any free port; "
+            "running clients of the old port then need the new connect string)"
+        )
     directory = state_dir() / "zk"
-    directory.mkdir(parents=True, exist_ok=True)
-    zk = LocalZooKeeper(directory=directory, detach=True).start(timeout)
-    member = zk.members[0]
+    member = ZooKeeperServer(
+        find_installation(),
+        directory / "member-1",  # where earlier versions kept the data too
+        1,
+        chosen,
+        {**DEFAULT_CONFIG, "clientPort": str(chosen), "clientPortAddress": "127.0.0.1"},
+    )
+    member.launch()
+    try:
+        member.wait_serving(timeout)
+    except ZooKeeperStartFailed:
+        member.stop()
+        raise
     server = DevServer(
         pid=member.pid or 0,
-        connect_string=zk.connect_string,
+        connect_string=member.connect_string,
         directory=str(directory),
         started_at=time.time(),
     )
-    temporary = _state_path().with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(server), indent=2))
-    temporary.replace(_state_path())
+    _write_atomically(_state_path(), json.dumps(asdict(server), indent=2))
+    _write_atomically(state_dir() / PORT_FILE, f"{chosen}\n")
     return server, True
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f"{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 def stop_dev_server(timeout: float = 10.0) -> bool:

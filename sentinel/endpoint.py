@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 from sentinel.records import InstanceRecord, MetricValue
 
 NO_METRICS: Mapping[str, MetricValue] = MappingProxyType({})
+# An endpoint carries every field of its instance record under the same name, so the two
+# convert by these names: a field added to InstanceRecord is one more field declared below.
+RECORD_FIELDS = tuple(f.name for f in fields(InstanceRecord))
 
 
 def format_uri(scheme: str, host: str, port: int) -> str:
@@ -53,36 +56,24 @@ class Endpoint:
     def from_record(cls, record: InstanceRecord, joined: int = 0) -> Endpoint:
         """The endpoint of a decoded instance record (``joined``: its node's creation zxid)."""
         return cls(
-            service=record.service,
-            partition=record.partition,
-            label=record.label,
-            scheme=record.scheme,
-            host=record.host,
-            port=record.port,
+            **{name: getattr(record, name) for name in RECORD_FIELDS},
             uri=format_uri(record.scheme, record.host, record.port),
-            status=record.status,
-            weight=record.weight,
-            zone=record.zone,
-            properties=record.properties,
-            registered_at=record.registered_at,
             joined=joined,
         )
 
     def record(self) -> InstanceRecord:
         """The instance record this endpoint was built from (never its ``auth``)."""
-        return InstanceRecord(
-            service=self.service,
-            partition=self.partition,
-            label=self.label,
-            host=self.host,
-            port=self.port,
-            scheme=self.scheme,
-            status=self.status,
-            weight=self.weight,
-            zone=self.zone,
-            properties=self.properties,
-            registered_at=self.registered_at,
-        )
+        return InstanceRecord(**{name: getattr(self, name) for name in RECORD_FIELDS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field but ``auth`` (a secret), plus ``name``, as JSON-able values: what
+        ``sentinel resolve --json``, ``sentinel watch --json`` and the collector's command
+        source show of an instance."""
+        document: dict[str, Any] = {"name": self.name}
+        for name in SHOWN_FIELDS:
+            value = getattr(self, name)
+            document[name] = dict(value) if isinstance(value, Mapping) else value
+        return document
 
     @property
     def metrics_age(self) -> float | None:
@@ -93,3 +84,7 @@ class Endpoint:
     def name(self) -> str:
         """The instance's node name, ``<partition>:<label>``."""
         return f"{self.partition}:{self.label}"
+
+
+# ``auth`` holds the client's decrypted credential: never shown, logged or exported.
+SHOWN_FIELDS = tuple(f.name for f in fields(Endpoint) if f.name != "auth")

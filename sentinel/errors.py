@@ -33,6 +33,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ServiceConflict
     ├── ShardPolicyNotFound
     ├── ShardPolicyExists
+    │   └── ShardPolicyConflict              ensure_shard_policy: another spec is stored
     ├── AuthError                            credentials (/auth)
     │   ├── KeyFileError
     │   ├── ClientKeyNotFound
@@ -251,6 +252,10 @@ class ShardPolicyNotFound(SentinelError):
 
 class ShardPolicyExists(SentinelError):
     """A shard policy of that name already exists."""
+
+
+class ShardPolicyConflict(ShardPolicyExists):
+    """``ensure_shard_policy``: the policy exists with another spec (kind, partitions...)."""
 
 
 # --- credentials ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -398,3 +398,83 @@ class MetricsRecord:
                 values=document["metrics"],
                 measured_at=document["measured_at"],
             )
+
+
+MAX_CLIENT_TEXT = 256
+
+
+def _check_optional_text(what: str, value: object) -> None:
+    """None, or a string of at most :data:`MAX_CLIENT_TEXT` characters."""
+    if value is not None and (not isinstance(value, str) or len(value) > MAX_CLIENT_TEXT):
+        raise ValidationError(f"{what} must be a string of at most {MAX_CLIENT_TEXT} characters")
+
+
+def _check_optional_count(what: str, value: object, minimum: int) -> None:
+    """None, or an integer (not bool) of at least ``minimum``."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value < minimum
+    ):
+        raise ValidationError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ClientRecord:
+    """A process that uses a service: the ephemeral node ``/clients/<service>/<client_id>``.
+
+    The client writes it on its first lookup of the service and again each time it applies a
+    new credential. Rotations read ``auth_client`` and ``auth_version`` (Procedure 2 waits for
+    every node of the client to confirm), ``sentinel deps`` reads ``app``. The node name is the
+    identity; every other field may be absent (None) in what older clients or other programs
+    wrote, and a present field that fails its check makes the node undecodable.
+    """
+
+    service: str
+    client_id: str
+    app: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    started: float | None = None
+    sentinel_version: str | None = None
+    auth_client: str | None = None
+    auth_version: int | None = None
+
+    def __post_init__(self) -> None:
+        validate_name("service", self.service)
+        validate_name("client", self.client_id)
+        for what, name in (("app", self.app), ("auth client", self.auth_client)):
+            if name is not None:
+                validate_name(what, name)
+        _check_optional_text("host", self.host)
+        _check_optional_text("sentinel_version", self.sentinel_version)
+        _check_optional_count("pid", self.pid, minimum=1)
+        _check_optional_count("auth_version", self.auth_version, minimum=0)
+        if self.started is not None:
+            finite_number("started", self.started)
+
+    @property
+    def confirms_for(self) -> str:
+        """The auth client this node speaks for in a rotation: ``auth_client``, else the
+        node's own name (nodes of older clients name none)."""
+        return self.auth_client or self.client_id
+
+    def to_bytes(self, path: str) -> bytes:
+        """The node's value."""
+        return encode(
+            path,
+            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "service"},
+        )
+
+    @classmethod
+    def from_bytes(cls, service: str, name: str, path: str, data: bytes | None) -> ClientRecord:
+        """Decode and validate the client node ``name``; raise DecodeError if it is not one.
+
+        The node name is the client id: a ``client_id`` in the value is not trusted over it.
+        """
+        document = decode(path, data)
+        with fields_of(path):
+            described = {
+                f.name: document.get(f.name)
+                for f in fields(cls)
+                if f.name not in ("service", "client_id")
+            }
+            return cls(service=service, client_id=name, **described)

@@ -9,9 +9,10 @@ its arguments) before any handler sees it: ``user:password`` becomes ``user:***`
 and session passwords become ``***``.
 
 Logger filters only see records logged on their own logger, so the filter is put on every
-``kazoo`` logger that exists; :func:`install_kazoo_redaction` is idempotent and runs when
-``sentinel`` is imported and again whenever a connection is built (kazoo modules imported
-later get theirs then).
+``kazoo`` logger that exists; :func:`install_kazoo_redaction` is idempotent and runs whenever a
+connection's arguments are built (:func:`sentinel.connection.client_arguments`, which every
+Sentinel ``KazooClient`` is made from), after kazoo's modules are imported and before the
+client sends its credentials.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
 from sentinel.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, decode, fields_of
+from sentinel.records import ClientRecord, InstanceRecord, MetricsRecord, ServiceSpec, fields_of
 
 log = logging.getLogger(__name__)
 
@@ -154,27 +154,22 @@ def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord
     return records, _skip_logged(invalid)
 
 
-def read_clients(zk: KazooClient) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every ``/clients/<service>/<client>`` document, by service then client id."""
-    result: dict[str, dict[str, dict[str, Any]]] = {}
-    for service in valid_children(zk, CLIENTS):
-        parent = f"{CLIENTS}/{service}"
-        try:
-            names = zk.get_children(parent)
-        except NoNodeError:
-            continue
-        documents, invalid = decode_children(zk, parent, sorted(names), _client_document)
-        _skip_logged(invalid)
-        result[service] = documents
-    return result
+def read_clients(zk: KazooClient) -> dict[str, dict[str, ClientRecord]]:
+    """Every decodable ``/clients/<service>/<client>`` node, by service then client id."""
+    return {service: _read_clients_of(zk, service) for service in valid_children(zk, CLIENTS)}
 
 
-def _client_document(name: str, path: str, data: bytes, _: ZnodeStat) -> dict[str, Any]:
-    document = decode(path, data)
-    app = document.get("app")
-    if app is not None and not _is_name(app):
-        raise DecodeError(path, f"app {app!r} is not a valid name")
-    return {**document, "client_id": name}
+def _read_clients_of(zk: KazooClient, service: str) -> dict[str, ClientRecord]:
+    parent = f"{CLIENTS}/{service}"
+    try:
+        names = zk.get_children(parent)
+    except NoNodeError:
+        return {}
+    records, invalid = decode_children(
+        zk, parent, sorted(names), lambda n, p, d, _: ClientRecord.from_bytes(service, n, p, d)
+    )
+    _skip_logged(invalid)
+    return records
 
 
 def _is_name(value: object) -> bool:

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from balancers import RoundRobin
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
 from sentinel.cache import ServiceSnapshot
@@ -52,6 +51,7 @@ from sentinel.shards.spec import (
     encode_bucket,
     policy_path,
 )
+from sentinel.strategies import RoundRobin
 from sentinel.telemetry import LookupCounts
 
 log = logging.getLogger(__name__)

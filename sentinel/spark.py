@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from pyspark import RDD
     from pyspark.sql import DataFrame
 
-    from policies import Endpoints, SelectionPolicy
+    from sentinel.strategies import Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -50,8 +50,6 @@ from sentinel.errors import (
 
 if TYPE_CHECKING:
     from kazoo.protocol.states import ZnodeStat
-
-    from sentinel.client import Sentinel
 
 # Distinct (service, result) pairs of failed lookups a client keeps apart; beyond that they
 # are counted under OTHER_SERVICE, so arbitrary names asked for cannot grow the exposition.
@@ -200,6 +198,46 @@ def auth_rotation(service: str, outcome: str) -> None:
 # --- per-client state, read at scrape time ----------------------------------------------------
 
 
+class CacheCounters(Protocol):
+    """The counters of a client's cache that are exported (``sentinel.cache.CacheStats``)."""
+
+    @property
+    def session_events(self) -> Mapping[str, int]: ...
+    @property
+    def watch_events(self) -> int: ...
+    @property
+    def decode_errors(self) -> int: ...
+    @property
+    def auth_errors(self) -> int: ...
+    @property
+    def resyncs(self) -> int: ...
+    @property
+    def read_throughs(self) -> int: ...
+    @property
+    def negative_hits(self) -> int: ...
+    @property
+    def clients_write_failures(self) -> int: ...
+
+
+class ExportedClient(Protocol):
+    """What :class:`ClientCollector` reads from a client at scrape time; a
+    :class:`~sentinel.Sentinel` is one. A protocol rather than the client class, so that this
+    module, which the client and its cache import, imports neither of them."""
+
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def lookup_counts(self) -> Mapping[tuple[str, str], int]: ...
+    @property
+    def snapshot_ages(self) -> Mapping[str, float]: ...
+    @property
+    def connection_state(self) -> str: ...
+    @property
+    def staleness(self) -> float: ...
+    @property
+    def cache_stats(self) -> CacheCounters: ...
+
+
 class ClientCollector(Collector):
     """Exports the state of the clients registered with one registry, read at scrape time.
 
@@ -208,19 +246,19 @@ class ClientCollector(Collector):
     """
 
     def __init__(self) -> None:
-        self._clients: weakref.WeakSet[Sentinel] = weakref.WeakSet()
+        self._clients: weakref.WeakSet[ExportedClient] = weakref.WeakSet()
 
-    def add(self, client: Sentinel) -> None:
+    def add(self, client: ExportedClient) -> None:
         """Export ``client`` from now on."""
         self._clients.add(client)
 
-    def discard(self, client: Sentinel) -> None:
+    def discard(self, client: ExportedClient) -> None:
         """Stop exporting ``client``."""
         self._clients.discard(client)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         """The metric families of every registered client (called by the registry)."""
-        families = {
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "lookups": CounterMetricFamily(
                 "sentinel_lookups",
                 "get_service/get_services calls by service and result.",
@@ -287,12 +325,12 @@ class ClientCollector(Collector):
                 session[(cid, event)] = session.get((cid, event), 0) + count
             for field, values in stats.items():
                 values[cid] = values.get(cid, 0) + getattr(cache_stats, field)
-        for labels, count in sorted(lookups.items()):
-            families["lookups"].add_metric(list(labels), count)
-        for labels, age in sorted(ages.items()):
-            families["age"].add_metric(list(labels), age)
-        for labels, count in sorted(session.items()):
-            families["session"].add_metric(list(labels), count)
+        for lookup, count in sorted(lookups.items()):
+            families["lookups"].add_metric(list(lookup), count)
+        for series, age in sorted(ages.items()):
+            families["age"].add_metric(list(series), age)
+        for event_series, count in sorted(session.items()):
+            families["session"].add_metric(list(event_series), count)
         for field, family in stats_families.items():
             for cid, count in sorted(stats[field].items()):
                 family.add_metric([cid], count)

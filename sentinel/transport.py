@@ -19,13 +19,35 @@ gives up can then say why.
 
 from __future__ import annotations
 
+import errno
+import os
 import select
 import ssl
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-_READABLE = select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR | select.POLLNVAL
+# select.select's sets, as Linux fills them from poll's events (fs/select.c): an error makes a
+# descriptor both readable and writable, a hang-up readable, priority data exceptional.
+_READABLE = select.POLLIN | select.POLLHUP | select.POLLERR
+_WRITABLE = select.POLLOUT | select.POLLERR
+
+
+def _fileno(obj: Any) -> int:
+    """The descriptor ``select.select`` would use for ``obj``, with its errors."""
+    if isinstance(obj, int):
+        fd = obj
+    else:
+        try:
+            fileno = obj.fileno
+        except AttributeError:
+            raise TypeError("argument must be an int, or have a fileno() method.") from None
+        fd = fileno()
+        if not isinstance(fd, int):
+            raise TypeError("fileno() returned a non-integer")
+    if fd < 0:
+        raise ValueError(f"file descriptor cannot be a negative integer ({fd})")
+    return fd
 
 
 def poll_select(
@@ -33,29 +55,33 @@ def poll_select(
 ) -> tuple[list[Any], list[Any], list[Any]]:
     """``select.select``'s contract on top of ``poll`` (timeout in seconds).
 
-    A hung-up or failed descriptor is reported readable, so the reader meets the error; so is
-    an SSL socket that holds decrypted bytes not read yet, without waiting.
+    As ``select.select``: each list comes back filtered in its own order, an object only in
+    the lists it was given in; a negative timeout is a ValueError, an object without
+    ``fileno()`` a TypeError, a closed descriptor an ``OSError(EBADF)``. A hung-up or failed
+    descriptor is readable, so the reader meets the error; so is an SSL socket that holds
+    decrypted bytes not read yet, without waiting.
     """
+    if timeout is not None:
+        if not isinstance(timeout, (int, float)):
+            raise TypeError("timeout must be a float or None")
+        if timeout < 0:
+            raise ValueError("timeout must be non-negative")
+    given = [[(obj, _fileno(obj)) for obj in objects] for objects in (rlist, wlist, xlist)]
+    masks: dict[int, int] = {}
+    for entries, mask in zip(given, (select.POLLIN, select.POLLOUT, select.POLLPRI), strict=True):
+        for _, fd in entries:
+            masks[fd] = masks.get(fd, 0) | mask
     buffered = [obj for obj in rlist if isinstance(obj, ssl.SSLSocket) and obj.pending()]
-    if buffered:
-        timeout = 0
     poller = select.poll()
-    wanted: dict[int, list[Any]] = {}
-    for objects, mask in ((rlist, select.POLLIN | select.POLLPRI), (wlist, select.POLLOUT)):
-        for obj in objects:
-            fd = obj if isinstance(obj, int) else obj.fileno()
-            entry = wanted.setdefault(fd, [0, obj])
-            entry[0] |= mask
-    for fd, (mask, _) in wanted.items():
+    for fd, mask in masks.items():
         poller.register(fd, mask)
-    readable, writable = buffered, []
-    for fd, events in poller.poll(None if timeout is None else timeout * 1000):
-        obj = wanted[fd][1]
-        if events & _READABLE and obj not in buffered:
-            readable.append(obj)
-        if events & select.POLLOUT:
-            writable.append(obj)
-    return readable, writable, []
+    ready = dict(poller.poll(0 if buffered else None if timeout is None else timeout * 1000))
+    if any(events & select.POLLNVAL for events in ready.values()):
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+    readable = [obj for obj, fd in given[0] if ready.get(fd, 0) & _READABLE or obj in buffered]
+    writable = [obj for obj, fd in given[1] if ready.get(fd, 0) & _WRITABLE]
+    exceptional = [obj for obj, fd in given[2] if ready.get(fd, 0) & select.POLLPRI]
+    return readable, writable, exceptional
 
 
 class PollHandler(SequentialThreadingHandler):

@@ -3,6 +3,10 @@
 //
 //   java CuratorBench CONNECT_STRING SCENARIO [ARGS...]
 //   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS | rtt CALLS | coldstart INSTANCES ROUNDS
+//
+// Lookup timing is symmetric with benchmarks/lookup.py: each call is timed between two clock
+// reads and the median of an empty clock pair (two reads, nothing between: timerOverhead) is
+// subtracted; neither side subtracts the cost of an empty method or function call.
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -106,6 +110,7 @@ public final class CuratorBench {
             calls / seconds, quantiles);
     }
 
+    /** Median of an empty System.nanoTime() pair: benchmarks.lookup.timer_overhead's twin. */
     private static long timerOverhead(int calls) {
         long[] samples = new long[calls];
         for (int i = 0; i < calls; i++) {

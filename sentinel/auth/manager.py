@@ -58,7 +58,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.layout import CLIENTS, validate_name
-from sentinel.records import decode
+from sentinel.records import ClientRecord
 from sentinel.registry import decode_children
 from sentinel.telemetry import auth_rotation
 
@@ -204,10 +204,9 @@ def live_processes(
     except NoNodeError:
         return {}
 
-    def confirmation(name: str, path: str, data: bytes, _stat: Any) -> tuple[str, Any]:
-        document = decode(path, data)
-        owner = document.get("auth_client")
-        return (owner if isinstance(owner, str) else name), document.get("auth_version")
+    def confirmation(name: str, path: str, data: bytes, _stat: Any) -> tuple[str, int | None]:
+        record = ClientRecord.from_bytes(service, name, path, data)
+        return record.confirms_for, record.auth_version
 
     decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
     admin_ids = acl.admins(zk) if owners else frozenset()

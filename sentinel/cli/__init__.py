@@ -1,10 +1,13 @@
 """The ``sentinel`` command line: one module per group of commands.
 
 Exit codes: 0 success; 1 not found, nothing eligible or problems found; 2 usage or bad input;
-3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, or it failed).
+3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, it failed, or
+its port is taken).
 
 :func:`main` is the one place where a command's failure becomes an exit code and one line on
-stderr: no traceback reaches the user unless ``-v`` asks for it.
+stderr: no traceback reaches the user unless ``-v`` asks for it. The options every command
+shares (``-v``, ``--zk``, ``--namespace``, the ``--zk-tls`` ones) go before or after the
+command's name.
 """
 
 from __future__ import annotations
@@ -20,7 +23,17 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sentinel.cli import auth, backup, collector, deps, devzk, doctor, inspect, shard, watch
-from sentinel.cli.common import EXIT_NOT_FOUND, EXIT_USAGE, exit_code, fail
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    HelpFormatter,
+    add_parser,
+    add_verbose_option,
+    add_zk_options,
+    exit_code,
+    fail,
+)
 from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
@@ -28,22 +41,50 @@ from sentinel.zkerrors import translate
 COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup, auth, collector)
 
 
+SHELLS = ("bash", "zsh")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``sentinel`` command."""
     parser = argparse.ArgumentParser(
         prog="sentinel",
-        description="Service discovery on ZooKeeper for partitioned, multi-tenant services.",
+        description="Service discovery on ZooKeeper for partitioned, multi-tenant services. "
+        "-v, --zk, --namespace and the --zk-tls options go before or after COMMAND; "
+        "`sentinel COMMAND --help` shows a command's options and examples.",
         epilog="Exit codes: 0 ok, 1 not found / nothing eligible / problems found, 2 bad "
         "input, 3 ZooKeeper unreachable, 4 ZooKeeper could not be started.",
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sentinel {__version__}")
-    parser.add_argument(
-        "-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)"
-    )
+    add_verbose_option(parser, top=True)
+    add_zk_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in COMMAND_GROUPS:
         group.register(commands)
+    completion = add_parser(
+        commands,
+        "completion",
+        "print a shell completion script (bash or zsh)",
+        "Print a script that completes sentinel's commands and options in SHELL. Load it in "
+        "the current shell with eval or source, or install it where the shell looks for "
+        "completions.",
+        (
+            "sentinel completion bash > ~/.local/share/bash-completion/completions/sentinel",
+            "sentinel completion zsh > ~/.zfunc/_sentinel    # with fpath+=(~/.zfunc) in .zshrc",
+            'eval "$(sentinel completion bash)"             # this bash session only',
+        ),
+    )
+    completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
+    completion.set_defaults(handler=_completion)
     return parser
+
+
+def _completion(args: argparse.Namespace) -> int:
+    # shtab writes a static script from the parser: nothing runs at completion time.
+    import shtab
+
+    print(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,9 @@ from sentinel.auth.manager import Rotation, live_processes, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import (
     EXIT_OK,
+    SERVICE_HELP,
     add_command,
+    add_parser,
     client,
     connect,
     print_json,
@@ -217,11 +219,18 @@ def _applied(processes: dict[str, object]) -> str:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``auth enroll|keygen|set|rotate|status``."""
-    group = commands.add_parser(
+    group = add_parser(
+        commands,
         "auth",
-        help="client keys, credentials and their rotation (/auth)",
-        description="Credentials are encrypted per client (HPKE to the client's public key) "
+        "client keys, credentials and their rotation (/auth)",
+        "Credentials are encrypted per client (HPKE to the client's public key) "
         "and rotated by the paper's Procedure 2. See docs/auth.md.",
+        (
+            "sentinel auth keygen --out etl.keys --client etl --publish",
+            "sentinel auth set --service orders-db --client etl cred.json",
+            "sentinel auth status --service orders-db",
+            "sentinel auth VERB --help               # each verb's options and examples",
+        ),
     )
     verbs = group.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -237,6 +246,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the client to connect with. Runs as the admin: --identities FILE (from sentinel "
         "init --secure) or $SENTINEL_ZK_IDENTITY. A slot enrolled for another identity is "
         "handed over only with --replace, which also clears the keys published in it.",
+        (
+            "sentinel auth enroll etl --identity-file etl.identity --identities identities.json",
+            "sentinel auth enroll etl --digest etl:HASH           # as ZooKeeper shows it",
+        ),
     )
     enrol.add_argument("client", type=lambda v: validate_name("client", v), metavar="CLIENT")
     enrol.add_argument("--digest", metavar="ID", help="the client's digest id (user:hash)")
@@ -255,6 +268,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Write a new X25519 key ring to --out (mode 0600). --add puts a new key in front of "
         "an existing ring, so the key itself can rotate; --publish writes the public keys to "
         "/auth/.keys/<client>. --manager writes an Ed25519 signing key for the manager instead.",
+        (
+            "sentinel auth keygen --out etl.keys --client etl --publish",
+            "sentinel auth keygen --out etl.keys --client etl --add --publish   # rotate the key",
+            "sentinel auth keygen --out manager.key --manager",
+        ),
     )
     keygen.add_argument("--out", required=True, metavar="FILE")
     keygen.add_argument("--add", action="store_true", help="add a key to an existing ring")
@@ -262,7 +280,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     keygen.add_argument("--client", type=lambda v: validate_name("client", v), metavar="ID")
     keygen.add_argument("--manager", action="store_true", help="a manager signing key")
 
-    for verb, handler, summary, description in (
+    for verb, handler, summary, description, examples in (
         (
             "set",
             _set,
@@ -270,6 +288,10 @@ def register(commands: argparse._SubParsersAction) -> None:
             "Encrypt the credential (a JSON object read from FILE, or - for stdin; never "
             "from the command line) to the client's newest public key and make it the "
             "only live one.",
+            (
+                "sentinel auth set --service orders-db --client etl cred.json",
+                "sentinel auth set --service orders-db --client etl - < cred.json   # from stdin",
+            ),
         ),
         (
             "rotate",
@@ -278,6 +300,12 @@ def register(commands: argparse._SubParsersAction) -> None:
             "Create new credentials through a backend, publish them next to the old ones, "
             "wait until every live client confirms it applied them, then revoke the old ones. "
             "Exit 1 naming the step on failure; the old credentials then still work.",
+            (
+                "sentinel auth rotate --service orders-db --option path=creds.json",
+                "sentinel auth rotate --service orders-db --backend postgres "
+                "--option dsn=env:PG_ADMIN_DSN --client etl",
+                "sentinel auth rotate --service orders-db --resume",
+            ),
         ),
         (
             "status",
@@ -285,10 +313,14 @@ def register(commands: argparse._SubParsersAction) -> None:
             "which clients have which credential versions",
             "For each client of the service: published versions, whether it is live, the "
             "version it confirmed, and its key ids.",
+            (
+                "sentinel auth status --service orders-db",
+                "sentinel auth status --service api --json",
+            ),
         ),
     ):
-        parser = add_command(verbs, verb, handler, summary, description)
-        parser.add_argument("--service", required=True)
+        parser = add_command(verbs, verb, handler, summary, description, examples)
+        parser.add_argument("--service", required=True, help=SERVICE_HELP)
         if verb == "set":
             parser.add_argument("--client", required=True)
             parser.add_argument("credential", metavar="FILE")

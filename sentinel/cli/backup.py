@@ -442,6 +442,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "by default metric-collector-default and shard-manager-POLICY for every shard policy; "
         "--grant adds others, and 'sentinel grant' adds them later (after creating a shard "
         "policy, or for a new collector cluster).",
+        (
+            "sentinel init",
+            "sentinel init --namespace /staging",
+            "sentinel init --secure --identities identities.json",
+            "sentinel init --secure --identities identities.json "
+            "--grant collector=metric-collector-eu-1",
+        ),
     )
     init.add_argument("--secure", action="store_true", help="set ACLs per role")
     init.add_argument(
@@ -473,6 +480,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "their specs). Run it after creating a shard policy or before starting a collector "
         "cluster; it is idempotent. Acts as the admin (and the publisher, for specs the "
         "publisher made) from the identities file.",
+        (
+            "sentinel grant --identities identities.json",
+            "sentinel grant --identities identities.json shard_manager=shard-manager-tenants",
+        ),
     )
     grant.add_argument(
         "grants",
@@ -491,6 +502,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "write the whole namespace as JSON (backup, migration)",
         "Every node under the namespace, parents first, with its data as JSON "
         "(or base64 when it is not JSON) and whether it is ephemeral.",
+        (
+            "sentinel export backup.json",
+            "sentinel export - --namespace /staging | gzip > s.json.gz",
+        ),
     )
     export.add_argument("file", metavar="FILE", help="output file, or - for stdout")
 
@@ -503,6 +518,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "whose data differs, in multi-op batches. Ephemeral nodes (live instances, clients) "
         "are skipped: they belong to sessions. The file is validated before anything is "
         "written; re-running an import that completed changes nothing.",
+        (
+            "sentinel import backup.json --dry-run",
+            "sentinel import backup.json --namespace /sentinel-copy",
+        ),
     )
     imp.add_argument("file", metavar="FILE", help="export file, or - for stdin")
     imp.add_argument("--dry-run", action="store_true", help="say what would change")
@@ -514,6 +533,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "remove metrics of instances that are gone",
         "Delete /metrics nodes whose instance is no longer registered and whose "
         "values are older than --older-than seconds (an instance restarting is not pruned).",
+        ("sentinel prune --dry-run", "sentinel prune --older-than 3600"),
     )
-    prune.add_argument("--older-than", type=seconds_or_zero, default=600.0, metavar="SECONDS")
+    prune.add_argument(
+        "--older-than",
+        type=seconds_or_zero,
+        default=600.0,
+        metavar="SECONDS",
+        help="only metrics older than this (default 600)",
+    )
     prune.add_argument("--dry-run", action="store_true", help="list them, delete nothing")

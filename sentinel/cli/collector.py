@@ -11,6 +11,7 @@ from sentinel.cli.common import (
     EXIT_OK,
     add_command,
     add_metrics_option,
+    add_parser,
     event_printer,
     print_json,
     print_table,
@@ -77,13 +78,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``collector`` and its actions."""
-    collector = commands.add_parser(
+    collector = add_parser(
+        commands,
         "collector",
-        help="the metric collector sidecar: publish instances' metrics into /metrics",
-        description="Collect each live instance's run-time metrics (Prometheus endpoint, "
+        "the metric collector sidecar: publish instances' metrics into /metrics",
+        "Collect each live instance's run-time metrics (Prometheus endpoint, "
         "PostgreSQL replica lag, a command, or a Python plug-in) and publish them for the "
         "selection policies. Collectors with the same cluster share the instances. Exit 2 on "
         "a bad configuration (nothing is published), 3 when ZooKeeper is unreachable.",
+        (
+            "sentinel collector check --config collector.toml",
+            "sentinel collector run --config collector.toml",
+        ),
     )
     actions = collector.add_subparsers(dest="collector_command", required=True, metavar="ACTION")
     run = add_command(
@@ -93,6 +99,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "collect and publish until interrupted",
         "Collect and publish until SIGINT or SIGTERM. Prints one line per event: "
         "'assigned' (instances owned), 'failing', 'recovered' (--json: JSON lines).",
+        (
+            "sentinel collector run --config collector.toml",
+            "sentinel collector run --config collector.yaml --metrics-port 9465 --json",
+        ),
     )
     run.add_argument("--config", required=True, metavar="FILE", help=".toml, .yaml or .yml")
     run.add_argument(
@@ -103,10 +113,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--client-id", help="this member's name (default collector-CLUSTER-HOST-PID)")
     add_metrics_option(run)
-    check = actions.add_parser(
+    check = add_parser(
+        actions,
         "check",
-        help="validate a configuration file",
-        description="Validate a configuration and print what it collects; exit 2 if invalid.",
+        "validate a configuration file",
+        "Validate a configuration and print what it collects; exit 2 if invalid.",
+        (
+            "sentinel collector check --config collector.toml",
+            "sentinel collector check --config c.yaml --json",
+        ),
     )
     check.add_argument("--config", required=True, metavar="FILE", help=".toml, .yaml or .yml")
     check.add_argument("--json", action="store_true", help="print JSON for scripts")

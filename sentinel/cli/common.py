@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
@@ -33,6 +33,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import validate_namespace
 from sentinel.output import format_table
+from sentinel.plugins import available
 from sentinel.zkerrors import translate
 
 EXIT_OK = 0
@@ -88,19 +89,60 @@ def count(text: str) -> int:
     return value
 
 
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """``--zk``, the ``--zk-tls`` options, ``--namespace``, ``--timeout`` and ``--json``."""
+def port(text: str) -> int:
+    """A port option (``--port``, ``--metrics-port``): 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 0 to 65535")
+    return value
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps descriptions as argparse does, but keeps an ``Examples:`` epilog's lines as
+    written (RawDescriptionHelpFormatter would leave the long descriptions unwrapped too)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("Examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def add_verbose_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``-v``, accepted before and after the subcommand (see :func:`add_zk_options`)."""
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0 if top else argparse.SUPPRESS,
+        help="log more (-v info, -vv debug)",
+    )
+
+
+def add_zk_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--zk``, the ``--zk-tls`` options and ``--namespace``, accepted before and after the
+    subcommand.
+
+    The top-level parser (``top``) holds the defaults; each subcommand's copy has
+    ``default=SUPPRESS``, because argparse copies a subparser's defaults over the values the
+    top-level parser already read (``sentinel --zk H ls`` would lose its ``--zk``).
+    """
+    default: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     parser.add_argument(
         "--zk",
         metavar="HOSTS",
         type=zk_hosts,
-        help="ensemble to use (default: $SENTINEL_ZK, then `sentinel zk`)",
+        help="ensemble to use, host:port,... (default: $SENTINEL_ZK, then `sentinel zk`)",
+        **default,
     )
     parser.add_argument(
         "--zk-tls",
         action="store_true",
         help=f"connect over TLS (to secureClientPort); files from ${tls.CA_ENV}, "
         f"${tls.CERT_ENV} and ${tls.KEY_ENV} unless given below",
+        **default,
     )
     for flag, dest, env, what in (
         ("--zk-tls-ca", "zk_tls_ca", tls.CA_ENV, "CA certificate(s) to verify the server with"),
@@ -108,11 +150,42 @@ def add_connection_options(parser: argparse.ArgumentParser) -> None:
         ("--zk-tls-key", "zk_tls_key", tls.KEY_ENV, "client certificate's private key"),
     ):
         parser.add_argument(
-            flag, dest=dest, metavar="PEM", help=f"{what} (implies --zk-tls; default ${env})"
+            flag,
+            dest=dest,
+            metavar="PEM",
+            help=f"{what} (implies --zk-tls; default ${env})",
+            **default,
         )
     parser.add_argument(
-        "--namespace", default=DEFAULT_NAMESPACE, help="namespace root (default %(default)s)"
+        "--namespace",
+        help=f"namespace root (default {DEFAULT_NAMESPACE})",
+        **({"default": DEFAULT_NAMESPACE} if top else default),
     )
+
+
+def add_parser(
+    commands: argparse._SubParsersAction,
+    name: str,
+    summary: str,
+    description: str,
+    examples: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """A subcommand's parser: its one-line summary, its description, ``-v``, and the
+    ``examples`` (command lines, ``# comment`` lines allowed) that end its ``--help``."""
+    parser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog="Examples:\n" + "".join(f"  {line}\n" for line in examples) if examples else None,
+        formatter_class=HelpFormatter,
+    )
+    add_verbose_option(parser)
+    return parser
+
+
+def add_connection_options(parser: argparse.ArgumentParser) -> None:
+    """The ZooKeeper options (:func:`add_zk_options`), ``--timeout`` and ``--json``."""
+    add_zk_options(parser)
     parser.add_argument(
         "--timeout", type=seconds, default=5.0, help="seconds to wait for ZooKeeper (default 5)"
     )
@@ -125,19 +198,36 @@ def add_command(
     handler: Callable[[argparse.Namespace], int],
     summary: str,
     description: str,
+    examples: Sequence[str] = (),
 ) -> argparse.ArgumentParser:
     """A subcommand that talks to ZooKeeper: its parser, connection options and handler."""
-    parser = commands.add_parser(name, help=summary, description=description)
+    parser = add_parser(commands, name, summary, description, examples)
     add_connection_options(parser)
     parser.set_defaults(handler=handler)
     return parser
+
+
+SERVICE_HELP = "a service's name, as registered (`sentinel ls` lists them)"
+KEY_HELP = (
+    "a shard key (tenant, customer id...) of a sharded service: its shard policy maps it to "
+    "a partition; ignored by an unsharded service"
+)
+
+
+def plugin_help(group: str, what: str, example: str) -> str:
+    """The help of ``--policy`` or ``--balancer``: the syntax and the names registered now
+    (entry points of ``group``: this package's and any installed plug-in's)."""
+    return (
+        f"{what}: an entry-point name, with arguments as k=v,k=v (values read as JSON when "
+        f"they parse), e.g. {example}; registered: {', '.join(available(group))}"
+    )
 
 
 def add_metrics_option(parser: argparse.ArgumentParser) -> None:
     """``--metrics-port`` and ``--metrics-addr`` for a daemon that serves Prometheus metrics."""
     parser.add_argument(
         "--metrics-port",
-        type=int,
+        type=port,
         metavar="PORT",
         help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port; "
         "default: not served)",
@@ -215,6 +305,17 @@ def run_daemon(
 def print_json(document: Any) -> None:
     """One JSON document on stdout."""
     print(json.dumps(document, indent=2, sort_keys=True, default=str))
+
+
+def colour_enabled(stream: TextIO) -> bool:
+    """Whether text for ``stream`` may be coloured: only on a terminal, and never when
+    ``NO_COLOR`` is set to anything (https://no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def paint(text: str, colour: str | None) -> str:
+    """``text`` in an ANSI colour (``"31"``: red, ``"33"``: yellow); as it is for None."""
+    return f"\x1b[{colour}m{text}\x1b[0m" if colour else text
 
 
 def print_table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> None:

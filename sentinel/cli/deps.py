@@ -7,6 +7,7 @@ import argparse
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
+    SERVICE_HELP,
     add_command,
     connect,
     print_json,
@@ -69,7 +70,22 @@ def register(commands: argparse._SubParsersAction) -> None:
         "from every root; DOT for Graphviz (edges on a cycle are red); JSON. --impact "
         "SERVICE lists everything that depends on SERVICE, directly or not. Cycles are "
         "flagged in every format. --json is --format json.",
+        (
+            "sentinel deps",
+            "sentinel deps api",
+            "sentinel deps --impact orders-db        # who breaks if orders-db goes down",
+            "sentinel deps --format dot | dot -Tsvg > deps.svg",
+        ),
     )
-    deps.add_argument("service", nargs="?", metavar="SERVICE")
-    deps.add_argument("--format", choices=("tree", "dot", "json"), default="tree")
-    deps.add_argument("--impact", metavar="SERVICE")
+    deps.add_argument(
+        "service",
+        nargs="?",
+        metavar="SERVICE",
+        help=f"{SERVICE_HELP}: the tree from it; default: from every root",
+    )
+    deps.add_argument(
+        "--format", choices=("tree", "dot", "json"), default="tree", help="default tree"
+    )
+    deps.add_argument(
+        "--impact", metavar="SERVICE", help="list what depends on SERVICE, directly or not"
+    )

@@ -10,6 +10,8 @@ from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_UNREACHABLE,
+    add_parser,
+    port,
     print_json,
     seconds,
     zk_hosts,
@@ -18,6 +20,7 @@ from sentinel.client import DEFAULT_NAMESPACE
 from sentinel.devserver import (
     dev_server,
     dev_server_mode,
+    recorded_port,
     start_dev_server,
     state_dir,
     stop_dev_server,
@@ -33,7 +36,7 @@ def _show(args: argparse.Namespace, document: dict, rows: list[tuple[str, object
 
 
 def _start(args: argparse.Namespace) -> int:
-    server, started = start_dev_server(timeout=args.timeout)
+    server, started = start_dev_server(timeout=args.timeout, port=args.port)
     _show(
         args,
         {**asdict(server), "started": started},
@@ -50,7 +53,12 @@ def _start(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     server = dev_server()
     if server is None:
-        _show(args, {"running": False, "state_dir": str(state_dir())}, [("status", "not running")])
+        next_port = recorded_port()
+        _show(
+            args,
+            {"running": False, "state_dir": str(state_dir()), "port": next_port},
+            [("status", "not running"), ("next start", f"port {next_port or 'any free'}")],
+        )
         return EXIT_NOT_FOUND
     mode = dev_server_mode(server)
     uptime = time.time() - server.started_at
@@ -92,40 +100,75 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register(commands: argparse._SubParsersAction) -> None:
     """Add ``zk`` and ``demo``."""
-    zk = commands.add_parser(
+    zk = add_parser(
+        commands,
         "zk",
-        help="run a local development ZooKeeper",
-        description="Start, stop or inspect a local standalone ZooKeeper that other commands "
+        "run a local development ZooKeeper",
+        "Start, stop or inspect a local standalone ZooKeeper that other commands "
         "and clients use when neither --zk nor SENTINEL_ZK is given. Its data lives in "
-        "$SENTINEL_STATE_DIR (default ~/.local/state/sentinel).",
+        "$SENTINEL_STATE_DIR (default ~/.local/state/sentinel) and is kept across stops; a "
+        "start serves on the port of the last one, so running clients reconnect by themselves.",
+        ("sentinel zk start", "sentinel zk status --json", "sentinel zk stop"),
     )
     actions = zk.add_subparsers(dest="zk_command", required=True, metavar="ACTION")
-    for name, handler, text in (
-        ("start", _start, "start the server in the background (no-op if it runs)"),
-        ("status", _status, "show whether it runs and where (exit 1 if not running)"),
-        ("stop", _stop, "stop it (exit 1 if it was not running)"),
+    for name, handler, text, examples in (
+        (
+            "start",
+            _start,
+            "start the server in the background (no-op if it runs) on the port of its last "
+            "start, else on a free one; exit 4 if that port is taken",
+            (
+                "sentinel zk start",
+                "sentinel zk start --port 2181      # this port from now on",
+                "sentinel zk start --port 0         # a new free port",
+            ),
+        ),
+        (
+            "status",
+            _status,
+            "show whether it runs and where (exit 1 if not running)",
+            ("sentinel zk status", "sentinel zk status --json | jq -r .connect_string"),
+        ),
+        ("stop", _stop, "stop it, keeping its data and port (exit 1 if it was not running)", ()),
     ):
-        action = actions.add_parser(name, help=text, description=text)
+        action = add_parser(actions, name, text, text, examples or (f"sentinel zk {name}",))
         action.add_argument("--json", action="store_true", help="print JSON for scripts")
         action.set_defaults(handler=handler)
         if name == "start":
             action.add_argument(
                 "--timeout", type=seconds, default=60.0, help="seconds to wait for it to serve"
             )
+            action.add_argument(
+                "--port",
+                type=port,
+                help="port to serve on from now on (0: any free port; default: the last "
+                "start's, else a free one)",
+            )
 
-    demo = commands.add_parser(
+    demo = add_parser(
+        commands,
         "demo",
-        help="run the end-to-end demonstration against a real ZooKeeper",
-        description="Starts a throw-away ZooKeeper (unless --zk is given); a shard manager "
+        "run the end-to-end demonstration against a real ZooKeeper",
+        "Starts a throw-away ZooKeeper (unless --zk is given); a shard manager "
         "places tenants on partitions; each partition gets a primary and replica SQLite "
         "databases, each replica registered by an agent process, and a collector publishes "
         "their replication lag. A PySpark job then totals every tenant's orders, reading each "
         "tenant from the least-lagging replica of its partition. Half-way, one replica falls "
         "behind past the cut-off and another is killed; the job must read around both. "
-        "Totals are checked against the primaries; exits 1 if a check fails.",
+        "Totals are checked against the primaries; exits 1 if a check fails. Its --namespace "
+        "is its own (it is removed at the end): give it after `demo`.",
+        (
+            "sentinel demo",
+            "sentinel demo --zk 127.0.0.1:2181 --tenants 24 --partitions 4",
+            "sentinel demo --master spark://spark-master:7077",
+        ),
     )
     demo.add_argument(
-        "--zk", metavar="HOSTS", type=zk_hosts, help="use this ensemble instead of starting one"
+        "--zk",
+        metavar="HOSTS",
+        type=zk_hosts,
+        default=argparse.SUPPRESS,
+        help="use this ensemble instead of starting one",
     )
     demo.add_argument(
         "--namespace",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from typing import TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -18,14 +20,16 @@ from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     add_command,
+    colour_enabled,
     connect,
+    paint,
     print_json,
-    print_table,
     seconds_or_zero,
 )
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
+from sentinel.output import format_table
 from sentinel.records import ServiceSpec
 from sentinel.registry import all_children, list_services, read_metrics, read_service
 from sentinel.shards.spec import ShardPolicySpec, policy_path
@@ -316,17 +320,31 @@ def _doctor(args: argparse.Namespace) -> int:
             _server(hosts),
             Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
         ]
-    problems = [f for f in findings if f.severity == "error"]
     if args.json:
         print_json([asdict(f) for f in findings])
     else:
-        print_table(
-            [(f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings],
-            ("STATUS", "CHECK", "FINDING", "FIX"),
-        )
-        warnings = sum(f.severity == "warn" for f in findings)
-        print(f"{len(problems)} problem(s), {warnings} warning(s)")
-    return EXIT_NOT_FOUND if problems else EXIT_OK
+        print_findings(findings, sys.stdout)
+    return EXIT_NOT_FOUND if any(f.severity == "error" for f in findings) else EXIT_OK
+
+
+_COLOURS = {"error": "31", "warn": "33"}  # red, yellow
+
+
+def print_findings(findings: list[Finding], stream: TextIO) -> None:
+    """The findings as a table and a count of problems and warnings; ERROR lines red and WARN
+    lines yellow when ``stream`` is a terminal and ``NO_COLOR`` is not set."""
+    table = format_table(
+        [(f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings],
+        ("STATUS", "CHECK", "FINDING", "FIX"),
+    ).splitlines()
+    if colour_enabled(stream):  # painted after aligning: escape codes have no width
+        table[1:] = [
+            paint(line, _COLOURS.get(f.severity))
+            for line, f in zip(table[1:], findings, strict=True)
+        ]
+    problems = sum(f.severity == "error" for f in findings)
+    warnings = sum(f.severity == "warn" for f in findings)
+    print(*table, f"{problems} problem(s), {warnings} warning(s)", sep="\n", file=stream)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -340,7 +358,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
         "instance, shard policies that are missing, stale metrics, metrics of instances that "
         "are gone, and /auth entries of clients that are not connected. Each finding comes "
-        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0).",
+        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0). "
+        "On a terminal ERROR lines are red and WARN lines yellow, unless NO_COLOR is set.",
+        (
+            "sentinel doctor",
+            "sentinel doctor --namespace /staging --stale-after 60",
+            "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
+        ),
     )
     doctor.add_argument(
         "--stale-after",

@@ -11,16 +11,19 @@ from typing import Any
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
+    KEY_HELP,
+    SERVICE_HELP,
     add_command,
     client,
     connect,
     count,
+    plugin_help,
     print_json,
     print_table,
 )
-from sentinel.endpoint import Endpoint
+from sentinel.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
-from sentinel.plugins import load_balancer, load_policy
+from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
 from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.registry import list_services, read_metrics, read_service
 
@@ -41,17 +44,10 @@ def metrics_text(values: Any) -> str:
 
 
 def _instance_document(record: InstanceRecord, metrics: MetricsRecord | None) -> dict[str, Any]:
+    shown = {name: getattr(record, name) for name in RECORD_FIELDS if name != "service"}
     return {
-        "partition": record.partition,
-        "label": record.label,
-        "host": record.host,
-        "port": record.port,
-        "scheme": record.scheme,
-        "status": record.status,
-        "weight": record.weight,
-        "zone": record.zone,
+        **shown,
         "properties": dict(record.properties),
-        "registered_at": record.registered_at,
         "metrics": dict(metrics.values) if metrics else {},
         "metrics_measured_at": metrics.measured_at if metrics else None,
     }
@@ -166,18 +162,6 @@ def parse_plugin(spec: str) -> tuple[str, dict[str, Any]]:
     return name, arguments
 
 
-def _endpoint_document(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "partition": endpoint.partition,
-        "label": endpoint.label,
-        "uri": endpoint.uri,
-        "status": endpoint.status,
-        "zone": endpoint.zone,
-        "weight": endpoint.weight,
-        "metrics": dict(endpoint.metrics),
-    }
-
-
 def _resolve(args: argparse.Namespace) -> int:
     policies = [
         load_policy(name, **arguments) for name, arguments in map(parse_plugin, args.policy)
@@ -212,14 +196,14 @@ def _resolve(args: argparse.Namespace) -> int:
                 "shard_policy": explanation.shard_policy,
                 "partition": explanation.partition,
                 "instances": [
-                    {**_endpoint_document(e), "verdict": verdicts.get(e.name, "eligible")}
+                    {**e.to_dict(), "verdict": verdicts.get(e.name, "eligible")}
                     for e in explanation.instances
                 ],
                 "steps": [
                     {"filter": s.name, "excluded": [e.name for e in s.excluded]}
                     for s in explanation.steps
                 ],
-                "picks": [_endpoint_document(e) for e in picks],
+                "picks": [e.to_dict() for e in picks],
                 "error": error,
             }
         )
@@ -269,8 +253,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Without SERVICE: every service with its instance counts per partition "
         "and how many are up. With SERVICE: its instances with partition, label, address, "
         "zone, weight, status, age, last metrics and their age. Reads ZooKeeper directly.",
+        ("sentinel ls", "sentinel ls orders-db", "sentinel ls orders-db --json | jq '.[].uri'"),
     )
-    ls.add_argument("service", nargs="?", metavar="SERVICE")
+    ls.add_argument("service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: all")
 
     resolve = add_command(
         commands,
@@ -282,9 +267,34 @@ def register(commands: argparse._SubParsersAction) -> None:
         "calls. Policies and balancers are named as registered in the sentinel.policies and "
         "sentinel.balancers entry points, with arguments: --policy min_lag:cutoff=5. Several "
         "--policy options chain. Exit 1 when nothing is eligible.",
+        (
+            "sentinel resolve api",
+            "sentinel resolve orders-db acme --policy min_lag:cutoff=5 -n 4",
+            "sentinel resolve orders-db acme --policy zone_affinity:zone=z-a "
+            "--policy min_lag:cutoff=5",
+            "sentinel resolve api --balancer weighted_random -n 10 --json",
+        ),
     )
-    resolve.add_argument("service", metavar="SERVICE")
-    resolve.add_argument("key", nargs="?", metavar="KEY")
-    resolve.add_argument("--policy", action="append", default=[], metavar="NAME[:ARGS]")
-    resolve.add_argument("--balancer", metavar="NAME[:ARGS]")
+    resolve.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
+    resolve.add_argument("key", nargs="?", metavar="KEY", help=KEY_HELP)
+    resolve.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="NAME[:ARGS]",
+        help=plugin_help(
+            POLICIES,
+            "a selection policy, filtering the instances (repeat to chain)",
+            "min_lag:cutoff=5",
+        ),
+    )
+    resolve.add_argument(
+        "--balancer",
+        metavar="NAME[:ARGS]",
+        help=plugin_help(
+            BALANCERS,
+            "the balancer picking among the eligible (default round_robin)",
+            "sticky:key=web-1",
+        ),
+    )
     resolve.add_argument("-n", "--count", type=count, default=1, help="calls to make (default 1)")

@@ -12,7 +12,7 @@ from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch
 
-from sentinel.cli.common import EXIT_OK, add_command, client, connect
+from sentinel.cli.common import EXIT_OK, SERVICE_HELP, add_command, client, connect
 from sentinel.cli.inspect import metrics_text
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
@@ -67,17 +67,6 @@ def describe(event: ChangeEvent) -> list[tuple[str, str]]:
 
 def document(event: ChangeEvent) -> dict[str, Any]:
     """The event as JSON-able data, for ``--json`` lines."""
-
-    def endpoint(e: Endpoint) -> dict[str, Any]:
-        return {
-            "name": e.name,
-            "uri": e.uri,
-            "status": e.status,
-            "weight": e.weight,
-            "zone": e.zone,
-            "metrics": dict(e.metrics),
-        }
-
     kind = type(event).__name__
     if isinstance(event, ConnectionChanged):
         return {"event": kind, "state": event.state}
@@ -85,15 +74,15 @@ def document(event: ChangeEvent) -> dict[str, Any]:
         return {
             "event": kind,
             "service": event.service,
-            "added": [endpoint(e) for e in event.added],
-            "removed": [endpoint(e) for e in event.removed],
-            "updated": [[endpoint(o), endpoint(n)] for o, n in event.updated],
+            "added": [e.to_dict() for e in event.added],
+            "removed": [e.to_dict() for e in event.removed],
+            "updated": [[o.to_dict(), n.to_dict()] for o, n in event.updated],
         }
     if isinstance(event, MetricsChanged):
         return {
             "event": kind,
             "service": event.service,
-            "updated": [endpoint(n) for _, n in event.updated],
+            "updated": [n.to_dict() for _, n in event.updated],
         }
     if isinstance(event, ShardKeysChanged):
         return {
@@ -196,5 +185,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "deregistrations (-), instance updates (~), metrics, shard-key moves, spec changes and "
         "the connection's state. Without SERVICE, every service, including new ones. "
         "--json prints one JSON object per line. Ctrl-C (or SIGTERM) stops it cleanly.",
+        (
+            "sentinel watch",
+            "sentinel watch orders-db",
+            "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
+        ),
     )
-    watch.add_argument("service", nargs="?", metavar="SERVICE")
+    watch.add_argument(
+        "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
+    )

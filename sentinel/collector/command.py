@@ -11,10 +11,10 @@ Configuration::
 The program gets an allow-listed environment, never the collector's own: the variables named
 by ``environment`` that the collector has (default ``PATH``, ``LANG``, ``LC_ALL``, ``TZ``,
 ``HOME``), plus the instance's fields (``SENTINEL_SERVICE``, ``SENTINEL_PARTITION``,
-``SENTINEL_LABEL``, ``SENTINEL_INSTANCE``, ``SENTINEL_HOST``, ``SENTINEL_PORT``,
-``SENTINEL_SCHEME``, ``SENTINEL_URI``, ``SENTINEL_STATUS``, ``SENTINEL_ZONE``). ``SENTINEL_*``
-names cannot be allow-listed, so the collector's identity and keys (``SENTINEL_ZK_IDENTITY``,
-``SENTINEL_AUTH_KEY*``) never reach a command.
+``SENTINEL_LABEL``, ``SENTINEL_INSTANCE``, ``SENTINEL_HOST``, ``SENTINEL_PORT`` and every other
+plain field of the endpoint: :func:`~sentinel.collector.source.instance_environment`).
+``SENTINEL_*`` names cannot be allow-listed, so the collector's identity and keys
+(``SENTINEL_ZK_IDENTITY``, ``SENTINEL_AUTH_KEY*``) never reach a command.
 
 It must print one JSON object of metric name to number or string, and exit 0. It runs in a
 process group of its own; when the collection's timeout passes, or it prints more than

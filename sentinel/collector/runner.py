@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from balancers.sticky import rendezvous_score
 from sentinel import telemetry
 from sentinel.auth.grants import not_granted
 from sentinel.client import Sentinel
@@ -45,6 +44,7 @@ from sentinel.errors import (
 )
 from sentinel.events import ChangeEvent, InstancesChanged, Reporter, ServiceSpecChanged
 from sentinel.layout import COLLECTOR_SERVICE_PREFIX, instance_name
+from sentinel.rendezvous import rendezvous_score
 from sentinel.topology import Topology
 
 log = logging.getLogger(__name__)

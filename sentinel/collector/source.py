@@ -50,16 +50,14 @@ def build_source(options: Options) -> Source:
 
 
 def instance_environment(endpoint: Endpoint) -> dict[str, str]:
-    """The instance's fields as ``SENTINEL_*`` variables (for commands and plug-ins)."""
-    return {
-        "SENTINEL_SERVICE": endpoint.service,
-        "SENTINEL_PARTITION": endpoint.partition,
-        "SENTINEL_LABEL": endpoint.label,
-        "SENTINEL_INSTANCE": endpoint.name,
-        "SENTINEL_SCHEME": endpoint.scheme,
-        "SENTINEL_HOST": endpoint.host,
-        "SENTINEL_PORT": str(endpoint.port),
-        "SENTINEL_URI": endpoint.uri,
-        "SENTINEL_STATUS": endpoint.status,
-        "SENTINEL_ZONE": endpoint.zone or "",
-    }
+    """The instance's plain fields of :meth:`Endpoint.to_dict` as ``SENTINEL_<FIELD>``
+    variables (for commands and plug-ins); its ``name`` is ``SENTINEL_INSTANCE``, a field that
+    is None is empty. Mappings (properties, metrics) are left out: a command that needs them
+    reads them itself."""
+    environment = {}
+    for field, value in endpoint.to_dict().items():
+        if isinstance(value, Mapping):
+            continue
+        variable = "SENTINEL_INSTANCE" if field == "name" else f"SENTINEL_{field.upper()}"
+        environment[variable] = "" if value is None else str(value)
+    return environment

@@ -465,7 +465,10 @@ def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
             progress.poll()
             time.sleep(0.05)
         half_way = _disrupt(stage, world, {t for s in slices[first_half:] for t in s})
-        go.write_text(json.dumps({"replica": half_way.lagging, "cutoff": CUTOFF}))
+        # Written aside and renamed: a worker polling for the file must never read it half-written.
+        staged = go.with_suffix(".tmp")
+        staged.write_text(json.dumps({"replica": half_way.lagging, "cutoff": CUTOFF}))
+        staged.replace(go)
         while runner.is_alive():
             progress.poll()
             runner.join(0.05)
@@ -618,7 +621,7 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
     check(
         f"{len(workers)} worker processes ran the {run.tasks} tasks with one ZooKeeper session "
         "each (their /clients entries)",
-        sorted(d["pid"] for d in entries if d["app"] == JOB) == sorted(workers),
+        sorted(r.pid for r in entries if r.app == JOB) == sorted(workers),
     )
     return checks
 

@@ -2,13 +2,16 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from sentinel import Sentinel
+from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +61,59 @@ def test_dev_server_life_cycle(cli_env, monkeypatch):
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert run("zk", "status", env=cli_env).returncode == 1
     assert run("zk", "stop", env=cli_env).returncode == 1
+
+
+def test_dev_server_keeps_its_port_and_data_so_clients_reconnect(cli_env, monkeypatch):
+    first = json.loads(run("zk", "start", "--json", env=cli_env).stdout)
+    hosts = first["connect_string"]
+    monkeypatch.setenv("SENTINEL_STATE_DIR", cli_env["SENTINEL_STATE_DIR"])
+    monkeypatch.delenv("SENTINEL_ZK", raising=False)
+    with Sentinel(client_id="restart-test") as client:
+        client.register_service("api", "p1", "10.0.0.1", 80)
+        assert client.get_service("api").port == 80
+        zk = KazooClient(hosts=hosts)
+        zk.start(timeout=10)
+        zk.create("/kept", b"across restarts")
+        zk.stop()
+        zk.close()
+
+        assert run("zk", "stop", env=cli_env).returncode == 0
+        assert wait_until(lambda: client.connection_state != "connected", timeout=30) is not None
+        stopped = run("zk", "status", "--json", env=cli_env)
+        assert stopped.returncode == 1
+        assert f"127.0.0.1:{json.loads(stopped.stdout)['port']}" == hosts
+
+        # A taken port is refused before anything starts: exit 4, saying so.
+        with socket.socket() as squatter:
+            squatter.bind(("127.0.0.1", 0))
+            squatter.listen()
+            taken = run("zk", "start", "--port", str(squatter.getsockname()[1]), env=cli_env)
+        assert taken.returncode == 4, taken.stderr
+        assert "is taken by another process" in taken.stderr and "Traceback" not in taken.stderr
+
+        again = json.loads(run("zk", "start", "--json", env=cli_env).stdout)
+        assert again["started"] is True and again["connect_string"] == hosts
+        # The client was never told anything: it finds the server again at the same address.
+        assert wait_until(lambda: client.connection_state == "connected", timeout=30) is not None
+        assert client.get_service("api").port == 80
+        zk = KazooClient(hosts=hosts)
+        zk.start(timeout=10)
+        assert zk.get("/kept")[0] == b"across restarts"
+        zk.stop()
+        zk.close()
+
+
+def test_dev_server_port_is_chosen_with_port(cli_env):
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    wanted = free.getsockname()[1]
+    free.close()
+    started = run("zk", "start", "--port", str(wanted), "--json", env=cli_env)
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["connect_string"] == f"127.0.0.1:{wanted}"
+    moved = run("zk", "start", "--port", str(wanted + 1 if wanted < 65535 else 1025), env=cli_env)
+    assert moved.returncode == 2 and "already runs on" in moved.stderr
+    assert run("zk", "start", "--port", "70000", env=cli_env).returncode == 2
 
 
 def test_demo_runs_every_check(zookeeper):

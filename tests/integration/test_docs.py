@@ -12,15 +12,40 @@ pytestmark = pytest.mark.integration
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_readme_quick_start_runs_and_prints_what_it_says():
+def quick_start() -> str:
     block = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S)
     assert block, "README has no Quick start python block"
+    return block.group(1)
+
+
+def run_python(code: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", block.group(1)],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "postgresql://10.0.0.5:5432"
+    return result.stdout
+
+
+def test_readme_quick_start_runs_and_prints_what_it_says():
+    assert run_python(quick_start()).strip() == "postgresql://10.0.0.5:5432"
+
+
+def test_readme_quick_start_runs_twice_against_one_server(zookeeper, namespace):
+    """As against ``sentinel zk start``: the second run finds what the first one created."""
+    code = quick_start()
+    # The test's server and a namespace of its own in place of the example's fresh server.
+    edits = {
+        "LocalZooKeeper() as zk": "contextlib.nullcontext(types.SimpleNamespace("
+        f"connect_string={zookeeper.connect_string!r})) as zk",
+        "hosts=zk.connect_string,": f"hosts=zk.connect_string, namespace={namespace!r},",
+    }
+    for old, new in edits.items():
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    code = "import contextlib, types\n" + code
+    for _ in range(2):
+        assert run_python(code).strip() == "postgresql://10.0.0.5:5432"

@@ -177,6 +177,8 @@ def test_a_stale_node_of_another_session_is_taken_over_and_watchers_fire(
 
 def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk):
     client = make_client()
+    for policy in ("tenants", "regions"):
+        client.create_shard_policy(policy, "hash", partitions=["p1"])
     spec = client.ensure_service(
         "orders", scheme="postgresql", shard_policy="tenants", defaults={"pool": 5}
     )

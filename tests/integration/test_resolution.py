@@ -19,6 +19,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.events import InstancesChanged, ServiceSpecChanged, ShardKeysChanged
+from sentinel.records import ServiceSpec
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.integration.recorder import Recorder
 
@@ -380,9 +381,13 @@ def test_a_closed_client_refuses_lookups_even_of_loaded_services(make_client):
         client.get_services("other")
 
 
-def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client):
+def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw_zk):
     publisher, client = make_client("publisher"), make_client("reader")
-    make_replicas(publisher, "orders", ["p1"], policy="later")
+    # ensure_service refuses a policy that does not exist, but a spec naming one can still be
+    # met (written by another program, or its policy deleted since): written here directly.
+    path = "/services/orders"
+    raw_zk.create(path, ServiceSpec("orders", "postgresql", "later").to_bytes(path))
+    publisher.register_service("orders", "p1", "10.0.0.1", 5432, scheme="postgresql")
     with pytest.raises(PartitionNotFound, match="'later' does not exist"):
         client.get_service("orders", "acme")
     recorder = Recorder()

@@ -38,6 +38,10 @@ INSTANCE_FIELDS = {
     "SENTINEL_URI",
     "SENTINEL_STATUS",
     "SENTINEL_ZONE",
+    "SENTINEL_WEIGHT",
+    "SENTINEL_REGISTERED_AT",
+    "SENTINEL_JOINED",
+    "SENTINEL_METRICS_AT",
 }
 # Python may set LC_CTYPE itself when it coerces a C locale (PEP 538).
 SET_BY_PYTHON = {"LC_CTYPE"}

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
 from sentinel.records import (
+    MAX_CLIENT_TEXT,
     MAX_VALUE_BYTES,
+    ClientRecord,
     InstanceRecord,
     MetricsRecord,
     ServiceSpec,
@@ -301,3 +303,87 @@ def test_numbers_that_break_a_record_are_decode_errors(field):
     data = json.dumps(document).encode()
     with pytest.raises(DecodeError):
         InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+
+
+# --- /clients (issue 17) -------------------------------------------------------------------
+
+CLIENT_PATH = "/clients/db/billing-api-3"
+CLIENT_DOCUMENT = {
+    "client_id": "billing-api-3",
+    "app": "billing-api",
+    "host": "app-3",
+    "pid": 4121,
+    "started": 1795317000.2,
+    "sentinel_version": "0.1.0",
+    "auth_client": "billing-api",
+    "auth_version": 3,
+}
+
+
+def test_client_record_round_trip_keeps_the_documented_layout():
+    record = ClientRecord(service="db", **CLIENT_DOCUMENT)
+    data = record.to_bytes(CLIENT_PATH)
+    assert json.loads(data) == {"v": 1, **CLIENT_DOCUMENT}  # docs/znodes.md's example
+    assert ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data) == record
+    assert record.confirms_for == "billing-api"
+
+
+def test_client_record_fields_but_the_identity_are_optional():
+    """Nodes of older clients (and a bare ``{"v": 1}``) decode; each names its own client."""
+    bare = ClientRecord.from_bytes("db", "old-7", CLIENT_PATH, b'{"v": 1}')
+    assert (bare.client_id, bare.app, bare.auth_client, bare.auth_version) == (
+        "old-7",
+        None,
+        None,
+        None,
+    )
+    assert bare.confirms_for == "old-7"
+
+
+def test_client_record_trusts_the_node_name_over_the_client_id_it_holds():
+    data = json.dumps({"v": 1, "client_id": "someone-else", "auth_version": 2}).encode()
+    record = ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)
+    assert (record.client_id, record.auth_version) == ("billing-api-3", 2)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("app", "not a name"),
+        ("app", 7),
+        ("auth_client", "../etc"),
+        ("auth_client", ["billing-api"]),
+        ("auth_version", -1),
+        ("auth_version", "3"),
+        ("auth_version", True),
+        ("auth_version", 2.5),
+        ("pid", 0),
+        ("pid", "4121"),
+        ("started", "yesterday"),
+        ("host", "h" * (MAX_CLIENT_TEXT + 1)),
+        ("host", {"name": "h"}),
+        ("sentinel_version", 1),
+    ],
+)
+def test_client_record_refuses_garbage_as_decode_errors(field, value):
+    data = json.dumps({"v": 1, **CLIENT_DOCUMENT, field: value}).encode()
+    with pytest.raises(DecodeError) as caught:
+        ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)
+    assert caught.value.path == CLIENT_PATH
+    with pytest.raises(ValidationError):  # and the writer never writes it
+        ClientRecord(service="db", **{**CLIENT_DOCUMENT, field: value})
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"[]", b'{"v": 2}', b"\xff", b"[" * 100_000, b'{"v": 1, "pid": ' + b"9" * 1_000 + b"}"],
+)
+def test_client_record_refuses_undecodable_nodes(data):
+    with pytest.raises(DecodeError):
+        ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)
+
+
+@given(data=st.binary(max_size=200) | st.builds(lambda v: json.dumps(v).encode(), json_values))
+def test_arbitrary_bytes_either_decode_as_a_client_record_or_raise_decode_error(data):
+    with contextlib.suppress(DecodeError):
+        ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)

@@ -66,3 +66,16 @@ def test_installing_twice_adds_one_filter_to_every_kazoo_logger(caplog):
     logging.getLogger("kazoo.client").debug("sending %r", "Auth(auth='admin:topsecret')")
     assert "topsecret" not in caplog.text
     assert "admin:***" in caplog.text
+
+
+def test_building_a_connection_installs_the_filter_before_kazoo_can_log(monkeypatch, caplog):
+    from sentinel.connection import client_arguments
+    from sentinel.redaction import _FILTER
+
+    for name in ("kazoo", "kazoo.client", "kazoo.protocol.connection"):
+        monkeypatch.setattr(logging.getLogger(name), "filters", [])
+    client_arguments(identity="publisher:hunter2")
+    caplog.set_level(logging.DEBUG, logger="kazoo")
+    logging.getLogger("kazoo.protocol.connection").debug("Auth(auth='publisher:hunter2')")
+    assert "hunter2" not in caplog.text
+    assert _FILTER in logging.getLogger("kazoo.client").filters

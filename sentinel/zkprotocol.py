@@ -1,0 +1,596 @@
+"""ZooKeeper 3.6+ watches for kazoo: persistent and recursive watches kept across reconnects.
+
+kazoo 2.11 speaks ZooKeeper's 3.4 protocol: its watches are one-shot, and on every connection
+loss it drops them all (``KazooClient._reset_watchers`` on SUSPENDED), so a client re-reads
+everything it follows after each reconnect. The Java client instead re-registers its watches
+with the last zxid it saw (``SetWatches``), and the server fires only for nodes that changed.
+This module brings the Java client's behaviour to kazoo, as a plug-in that depends only on
+kazoo and the standard library (it reaches into kazoo's connection the way a patch upstream
+would, so it is pinned to the kazoo versions it was tested with):
+
+* ``addWatch`` (opcode 106): PERSISTENT and PERSISTENT_RECURSIVE watches, which stay until
+  removed; a recursive one reports every create, change and delete below its path;
+* ``SetWatches2`` (opcode 105) sent on reconnection within the session, before any other
+  request: kazoo's one-shot data, exist and child watches and the persistent ones, with the
+  last zxid seen, in packets under 128 KB as the Java client splits them; watches are then
+  kept through SUSPENDED and dropped only when the session ends (LOST);
+* ``removeWatches`` (opcode 18) and multi-read (opcode 22: many getData/getChildren in one
+  request, with an error per path).
+
+Against a server older than 3.6 (detected at connection with an empty multi-read, which such a
+server answers UNIMPLEMENTED) or when forced (``force_fallback=True``), the extension stands
+aside: kazoo behaves exactly as stock, :attr:`PersistentWatches.supported` is False, and
+:meth:`~PersistentWatches.add_watch` raises :class:`~kazoo.exceptions.UnimplementedError`, so
+callers use kazoo's one-shot watches.
+
+What the server reports after a reconnect within the session: for one-shot watches, every node
+that changed since the last zxid (``NodeDataChanged``, ``NodeDeleted``, ``NodeCreated``,
+``NodeChildrenChanged``). Persistent watches are re-registered as they are: ZooKeeper's
+``DataTree.setWatches`` does not compare them with the zxid, so changes made below them while
+the connection was down are not reported; events from the reconnect on are. When the session
+ends, every persistent watcher receives one :class:`~kazoo.protocol.states.WatchedEvent` of type
+``NONE`` (as kazoo's one-shot watchers do): its watch is gone and what it followed must be read
+again.
+
+Usage::
+
+    watches = install(client)
+    if watches.supported:
+        watches.add_watch("/services/api", on_event, AddWatchMode.PERSISTENT_RECURSIVE)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    EXCEPTIONS,
+    ConnectionDropped,
+    KazooException,
+    NoNodeError,
+    UnimplementedError,
+)
+from kazoo.protocol.connection import WATCH_XID, ConnectionHandler
+from kazoo.protocol.paths import _prefix_root
+from kazoo.protocol.serialization import (
+    Exists,
+    GetChildren,
+    GetData,
+    MultiHeader,
+    Watch,
+    int_struct,
+    long_struct,
+    multiheader_struct,
+    read_buffer,
+    read_string,
+    stat_struct,
+    write_string,
+)
+from kazoo.protocol.states import (
+    EVENT_TYPE_MAP,
+    Callback,
+    EventType,
+    KeeperState,
+    WatchedEvent,
+    ZnodeStat,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AddWatchMode",
+    "PersistentWatches",
+    "ReadResults",
+    "WatcherType",
+    "install",
+]
+
+Watcher = Callable[[WatchedEvent], Any]
+
+# ZooDefs.OpCode
+REMOVE_WATCHES = 18
+MULTI_READ = 22
+SET_WATCHES2 = 105
+ADD_WATCH = 106
+# ClientCnxn: the xid of SetWatches packets (the server echoes it), and the size the Java
+# client keeps each under, well below the server's 1 MB jute.maxbuffer (ZOOKEEPER-706).
+SET_WATCHES_XID = -8
+SET_WATCHES_MAX_LENGTH = 128 * 1024
+_ERROR_RESULT = -1  # ZooDefs.OpCode.error: a multi's per-operation error
+
+
+class AddWatchMode(IntEnum):
+    """``org.apache.zookeeper.AddWatchMode``."""
+
+    PERSISTENT = 0  # data and child events of the path, until removed
+    PERSISTENT_RECURSIVE = 1  # created/deleted/changed events of the path and all below it
+
+
+class WatcherType(IntEnum):
+    """``org.apache.zookeeper.Watcher.WatcherType``: what :meth:`PersistentWatches.remove_watches`
+    removes."""
+
+    CHILDREN = 1
+    DATA = 2
+    ANY = 3
+    PERSISTENT = 4
+    PERSISTENT_RECURSIVE = 5
+
+
+class _AddWatch(NamedTuple):
+    """``AddWatchRequest {path, mode}``; the watcher is registered when the reply arrives."""
+
+    path: str
+    mode: AddWatchMode
+    callback: Watcher
+    known: Callable[[], Iterable[str]] | None
+    type = ADD_WATCH
+
+    def serialize(self) -> bytes:
+        return write_string(self.path) + int_struct.pack(self.mode)
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> bool:
+        return True
+
+
+class _RemoveWatches(NamedTuple):
+    """``RemoveWatchesRequest {path, type}``."""
+
+    path: str
+    watcher_type: WatcherType
+    type = REMOVE_WATCHES
+
+    def serialize(self) -> bytes:
+        return write_string(self.path) + int_struct.pack(self.watcher_type)
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> bool:
+        return True
+
+
+class _SetWatches2(NamedTuple):
+    """``SetWatches2 {relativeZxid, dataWatches, existWatches, childWatches,
+    persistentWatches, persistentRecursiveWatches}``."""
+
+    relative_zxid: int
+    data: list[str]
+    exist: list[str]
+    child: list[str]
+    persistent: list[str]
+    recursive: list[str]
+    type = SET_WATCHES2
+
+    def serialize(self) -> bytes:
+        out = bytearray(long_struct.pack(self.relative_zxid))
+        for paths in (self.data, self.exist, self.child, self.persistent, self.recursive):
+            out += int_struct.pack(len(paths))
+            for path in paths:
+                out += write_string(path)
+        return bytes(out)
+
+
+class _MultiRead(NamedTuple):
+    """``MultiOperationRecord`` of GetData/GetChildren requests (no watches set)."""
+
+    operations: tuple[GetData | GetChildren, ...]
+    type = MULTI_READ
+
+    def serialize(self) -> bytes:
+        out = bytearray()
+        for op in self.operations:
+            out += MultiHeader(op.type, False, -1).serialize() + op.serialize()
+        return bytes(out + multiheader_struct.pack(-1, True, -1))
+
+    @classmethod
+    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
+        """One result per operation: ``(bytes, ZnodeStat)``, a child list or an exception."""
+        results: list[Any] = []
+        while True:
+            header, offset = MultiHeader.deserialize(data, offset)
+            if header.done:
+                return results
+            if header.type == GetData.type:
+                value, offset = read_buffer(data, offset)
+                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
+                offset += stat_struct.size
+                results.append((value or b"", stat))
+            elif header.type == GetChildren.type:
+                (count,) = int_struct.unpack_from(data, offset)
+                offset += int_struct.size
+                children = []
+                for _ in range(max(count, 0)):
+                    child, offset = read_string(data, offset)
+                    children.append(child)
+                results.append(children)
+            elif header.type == _ERROR_RESULT:
+                (code,) = int_struct.unpack_from(data, offset)
+                offset += int_struct.size
+                results.append(EXCEPTIONS[code]())
+            else:
+                raise ConnectionDropped(f"unexpected multi-read result type {header.type}")
+
+
+@dataclass(frozen=True)
+class ReadResults:
+    """What :meth:`PersistentWatches.get_many` read, by the path asked for: the data and stat,
+    or the children, or the error of that one path (e.g. :class:`~kazoo.exceptions.NoNodeError`)."""
+
+    data: dict[str, tuple[bytes, ZnodeStat] | KazooException]
+    children: dict[str, list[str] | KazooException]
+
+
+def _ancestors(path: str) -> Iterator[str]:
+    """``path`` and every path above it, up to ``/``."""
+    yield path
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        yield path
+
+
+def _batches(lists: Sequence[list[str]]) -> Iterator[list[list[str]]]:
+    """Split the five watch lists into batches of about SET_WATCHES_MAX_LENGTH bytes of paths,
+    in the Java client's order (the last path of a batch may overshoot a little, as there)."""
+    position = [0] * len(lists)
+    while any(position[i] < len(paths) for i, paths in enumerate(lists)):
+        batch: list[list[str]] = [[] for _ in lists]
+        size = 0
+        for i, paths in enumerate(lists):
+            while position[i] < len(paths) and size < SET_WATCHES_MAX_LENGTH:
+                path = paths[position[i]]
+                batch[i].append(path)
+                size += len(path.encode("utf-8")) + int_struct.size
+                position[i] += 1
+        yield batch
+
+
+class _Connection(ConnectionHandler):
+    """kazoo's connection with the extension's hooks (its class is swapped in by install)."""
+
+    _extension: PersistentWatches
+
+    def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
+        session = self.client._session_id
+        read_timeout, connect_timeout = super()._connect(host, hostip, port)
+        resumed = session is not None and session == self.client._session_id
+        self._extension._primed(self, resumed, connect_timeout / 1000.0)
+        return read_timeout, connect_timeout
+
+    def _exchange(self, requests: Sequence[Any], timeout: float) -> list[int]:
+        """Send ``requests`` before anything else on this connection and return their error
+        codes, dispatching the watch events the server sends before its replies."""
+        for request in requests:
+            self._submit(request, timeout, SET_WATCHES_XID)
+        codes: list[int] = []
+        while len(codes) < len(requests):
+            header, buffer, offset = self._read_header(timeout)
+            if header.xid == WATCH_XID:
+                self._read_watch_event(buffer, offset)
+            elif header.xid == SET_WATCHES_XID:
+                if header.zxid > 0:
+                    self.client.last_zxid = header.zxid
+                codes.append(header.err)
+            else:
+                raise ConnectionDropped(f"unexpected reply xid {header.xid} while priming")
+        return codes
+
+    def _read_watch_event(self, buffer: bytes, offset: int) -> None:
+        self._extension._dispatch(Watch.deserialize(buffer, offset)[0])
+        super()._read_watch_event(buffer, offset)
+
+    def _read_response(self, header: Any, buffer: bytes, offset: int) -> Any:
+        if self.client._pending:
+            self._extension._replied(self.client._pending[0][0], header.err)
+        return super()._read_response(header, buffer, offset)
+
+
+class PersistentWatches:
+    """The extension installed on one :class:`~kazoo.client.KazooClient` (see :func:`install`).
+
+    Watchers are called on kazoo's event thread with a
+    :class:`~kazoo.protocol.states.WatchedEvent` whose path is relative to the client's chroot,
+    as kazoo's own watchers are, and must not block it.
+    """
+
+    def __init__(self, client: KazooClient, *, force_fallback: bool = False) -> None:
+        self._client = client
+        self._supported: bool | None = False if force_fallback else None
+        self._lock = threading.Lock()
+        # server paths (chroot included) -> watchers, as kazoo keys its one-shot watchers
+        self._persistent: dict[str, list[Watcher]] = {}
+        self._recursive: dict[str, list[Watcher]] = {}
+        self._absent: set[str] = set()  # kazoo data watches set by exists() on no node
+        self._known: dict[str, Callable[[], Iterable[str]]] = {}  # add_watch(known=...)
+        # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
+        self._resync_data: set[str] = set()
+        self._resync_children: set[str] = set()
+        self._stock_reset = client._reset_watchers
+        client._reset_watchers = self._reset_watchers
+        connection = client._connection
+        connection._extension = self
+        connection.__class__ = _Connection
+
+    @property
+    def supported(self) -> bool:
+        """True when the server has the 3.6 opcodes; False in fallback or while not connected.
+
+        The connection learns it before any request of the caller's; asked before that (just
+        after ``start()``), it waits for the answer.
+        """
+        return self._probe()
+
+    @property
+    def fallback(self) -> bool:
+        """True when kazoo's stock one-shot behaviour is in force (old server, or forced)."""
+        return self._supported is False
+
+    # --- public operations -------------------------------------------------------------
+
+    def add_watch(
+        self,
+        path: str,
+        watcher: Watcher,
+        mode: AddWatchMode,
+        *,
+        known: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        """Watch ``path`` until :meth:`remove_watches`, calling ``watcher`` for every event.
+
+        PERSISTENT: created/deleted/data-changed events of ``path`` and children-changed of
+        its children, as an ``exists`` + ``get`` + ``get_children`` watch would give once.
+        PERSISTENT_RECURSIVE: created/deleted/data-changed events of ``path`` and every node
+        below it (no children-changed events). Raises
+        :class:`~kazoo.exceptions.UnimplementedError` in fallback mode.
+
+        ZooKeeper does not tell what changed below a persistent watch while the connection was
+        down. ``known``, if given, returns the paths at or below ``path`` that the caller holds
+        (read at each reconnection within the session, on the connection thread: no I/O);
+        they go into the reconnection's ``SetWatches2`` as one-shot watches with the last
+        zxid, so the server reports the ones changed or deleted meanwhile (data changed,
+        deleted) and the parents whose children changed (children-changed, for creations),
+        all to ``watcher``; the ones that did not fire are removed again before any other
+        request, so the server goes back to holding one watch.
+        """
+        if not self._probe():
+            raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
+        self._call(_AddWatch(self._server_path(path), AddWatchMode(mode), watcher, known))
+
+    def remove_watches(self, path: str, watcher_type: WatcherType) -> None:
+        """Remove the watches of ``watcher_type`` on ``path`` (kazoo's one-shot ones included
+        for DATA, CHILDREN and ANY) on the server and here: no event for them is dispatched
+        from now on. Raises :class:`~kazoo.exceptions.NoWatcherError` if the server had none.
+
+        ZooKeeper before 3.9 removes persistent watches only with ANY (ZOOKEEPER-4472; it
+        answers PERSISTENT and PERSISTENT_RECURSIVE with an error and closes the connection),
+        so those two are sent as ANY: every watch on ``path`` goes, here as on the server.
+        """
+        if WatcherType(watcher_type) in (WatcherType.PERSISTENT, WatcherType.PERSISTENT_RECURSIVE):
+            watcher_type = WatcherType.ANY
+        server_path = self._server_path(path)
+        client = self._client
+        if watcher_type != WatcherType.CHILDREN:
+            client._data_watchers.pop(server_path, None)
+            self._absent.discard(server_path)
+        if watcher_type != WatcherType.DATA:
+            client._child_watchers.pop(server_path, None)
+        if watcher_type == WatcherType.ANY:
+            with self._lock:
+                self._persistent.pop(server_path, None)
+                self._recursive.pop(server_path, None)
+                self._known.pop(server_path, None)
+        self._call(_RemoveWatches(server_path, WatcherType(watcher_type)))
+
+    def get_many(self, data: Iterable[str] = (), children: Iterable[str] = ()) -> ReadResults:
+        """Read the data of the ``data`` paths and the children of the ``children`` paths in one
+        request (multi-read), with an error per path rather than for the whole; no watches.
+
+        In fallback mode the reads are pipelined kazoo requests, with the same results. The
+        reply must fit the server's jute.maxbuffer (1 MB by default): batch large reads.
+        """
+        data, children = list(data), list(children)
+        if not self._probe():
+            return self._get_many_pipelined(data, children)
+        operations = tuple(GetData(self._server_path(path), None) for path in data) + tuple(
+            GetChildren(self._server_path(path), None) for path in children
+        )
+        results = self._call(_MultiRead(operations)) if operations else []
+        return ReadResults(
+            dict(zip(data, results[: len(data)], strict=True)),
+            dict(zip(children, results[len(data) :], strict=True)),
+        )
+
+    # --- the hooks kazoo's connection calls -------------------------------------------
+
+    def _primed(self, connection: _Connection, resumed: bool, timeout: float) -> None:
+        """On the connection thread, right after connect and auth: learn whether the server
+        has the 3.6 opcodes, and re-register the session's watches on a resumed session."""
+        if self._supported is None:
+            self._supported = connection._exchange([_MultiRead(())], timeout) == [0]
+            log.debug("ZooKeeper 3.6 watches %s", "on" if self._supported else "unavailable")
+        if not (resumed and self._supported):
+            return
+        lists = self._watch_lists()
+        self._resync_data, self._resync_children = self._resync_paths(lists)
+        lists[0] += sorted(self._resync_data)
+        lists[2] += sorted(self._resync_children)
+        packets = [_SetWatches2(self._client.last_zxid, *batch) for batch in _batches(lists)]
+        failures = [code for code in connection._exchange(packets, timeout) if code]
+        if failures:
+            # No watch this session had can be trusted now: fail over as on a lost session.
+            log.warning("SetWatches2 refused (%s): dropping the session's watches", failures)
+            self._drop_all(KeeperState.CONNECTED)
+            return
+        # The server fired the changed ones while it handled SetWatches2, before its reply;
+        # the rest would stay on the server until they fire: remove them.
+        with self._lock:
+            held = set(self._persistent) | set(self._recursive)
+        removals = [_RemoveWatches(p, WatcherType.DATA) for p in self._resync_data] + [
+            _RemoveWatches(p, WatcherType.CHILDREN)
+            for p in self._resync_children
+            if p not in held  # removing a child watch there could take the persistent one
+        ]
+        if removals:
+            connection._exchange(removals, timeout)  # NoWatcher after a race is fine
+        self._resync_data, self._resync_children = set(), set()
+
+    def _resync_paths(self, lists: list[list[str]]) -> tuple[set[str], set[str]]:
+        """The one-shot data and child watches that let the server report what changed below
+        persistent watches with ``known`` paths: every known node, and every parent of one at
+        or below the watch (and the watch's path itself when known), that no other watch of
+        the connection covers already."""
+        with self._lock:
+            providers = list(self._known.items())
+            persistent = set(self._persistent) | set(self._recursive)
+        data: set[str] = set()
+        children: set[str] = set()
+        for root, known in providers:
+            try:
+                paths = {self._server_path(path) for path in known()}
+            except Exception:  # a caller's bug must not take the connection thread down
+                log.exception("known paths of the watch on %s failed: no re-sync", root)
+                continue
+            below = root.rstrip("/") + "/"
+            data |= paths
+            children |= {
+                parent
+                for parent in (path.rsplit("/", 1)[0] or "/" for path in paths)
+                if parent == root or parent.startswith(below)
+            }
+            if root in paths:
+                children.add(root)
+        data -= set(lists[0]) | set(lists[1]) | persistent
+        children -= set(lists[2])
+        return data, children
+
+    def _watch_lists(self) -> list[list[str]]:
+        client = self._client
+        data_paths = [path for path, watchers in list(client._data_watchers.items()) if watchers]
+        self._absent.intersection_update(data_paths)
+        with self._lock:
+            persistent, recursive = list(self._persistent), list(self._recursive)
+        return [
+            [path for path in data_paths if path not in self._absent],
+            [path for path in data_paths if path in self._absent],
+            [path for path, watchers in list(client._child_watchers.items()) if watchers],
+            persistent,
+            recursive,
+        ]
+
+    def _replied(self, request: Any, code: int) -> None:
+        """A reply is about to complete ``request``: register before the caller wakes, and
+        before the connection thread reads any event the watch causes."""
+        if isinstance(request, _AddWatch) and not code:
+            table = self._persistent if request.mode == AddWatchMode.PERSISTENT else self._recursive
+            with self._lock:
+                table.setdefault(request.path, []).append(request.callback)
+                if request.known is not None:
+                    self._known[request.path] = request.known
+        elif isinstance(request, Exists) and request.watcher is not None:
+            if code == NoNodeError.code:
+                self._absent.add(request.path)
+            elif not code:
+                self._absent.discard(request.path)
+        elif isinstance(request, GetData) and request.watcher is not None and not code:
+            self._absent.discard(request.path)
+
+    def _dispatch(self, watch: Watch) -> None:
+        """Hand an event to the persistent watchers it concerns (kazoo's own code then serves
+        the one-shot ones); the server sends one event per connection for all of them."""
+        if watch.type not in EVENT_TYPE_MAP or self._client._stopped.is_set():
+            return
+        kind = EVENT_TYPE_MAP[watch.type]
+        with self._lock:
+            watchers = list(self._persistent.get(watch.path, ()))
+            # children-changed events reach recursive watchers only from a re-sync's watches
+            if kind != EventType.CHILD or watch.path in self._resync_children:
+                for path in _ancestors(watch.path):
+                    watchers.extend(self._recursive.get(path, ()))
+            if kind != EventType.CHILD:
+                self._resync_data.discard(watch.path)
+            if kind != EventType.CHANGED:
+                self._resync_children.discard(watch.path)
+        if watchers:
+            event = WatchedEvent(kind, self._client._state, self._client.unchroot(watch.path))
+            self._deliver(watchers, event)
+
+    def _reset_watchers(self) -> None:
+        """kazoo calls this on SUSPENDED and when the session ends: keep every watch while the
+        session may resume (the server still holds them), drop them all when it ended."""
+        if self._client._state == KeeperState.CONNECTING and self._supported:
+            return
+        self._drop_all(self._client._state)
+
+    def _drop_all(self, state: str) -> None:
+        self._stock_reset()
+        self._absent.clear()
+        with self._lock:
+            dropped = [
+                w
+                for table in (self._persistent, self._recursive)
+                for ws in table.values()
+                for w in ws
+            ]
+            self._persistent.clear()
+            self._recursive.clear()
+            self._known.clear()
+        self._deliver(dropped, WatchedEvent(EventType.NONE, state, None))
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _deliver(self, watchers: Iterable[Watcher], event: WatchedEvent) -> None:
+        for watcher in watchers:
+            self._client.handler.dispatch_callback(Callback("watch", watcher, (event,)))
+
+    def _probe(self) -> bool:
+        """Ask now when the connection has not told yet (installed on a running client)."""
+        if self._supported is None and self._client.connected:
+            try:
+                self._call(_MultiRead(()))
+                self._supported = True
+            except UnimplementedError:
+                self._supported = False
+        return bool(self._supported)
+
+    def _server_path(self, path: str) -> str:
+        return _prefix_root(self._client.chroot, path)
+
+    def _call(self, request: Any) -> Any:
+        result = self._client.handler.async_result()
+        self._client._call(request, result)
+        return result.get()
+
+    def _get_many_pipelined(self, data: list[str], children: list[str]) -> ReadResults:
+        client = self._client
+        pending_data = {path: client.get_async(path) for path in data}
+        pending_children = {path: client.get_children_async(path) for path in children}
+        return ReadResults(
+            {path: _outcome(result) for path, result in pending_data.items()},
+            {path: _outcome(result) for path, result in pending_children.items()},
+        )
+
+
+def _outcome(result: Any) -> Any:
+    try:
+        return result.get()
+    except KazooException as exc:
+        return exc
+
+
+def install(client: KazooClient, *, force_fallback: bool = False) -> PersistentWatches:
+    """Install the extension on ``client`` (before or after ``start()``) and return it; the
+    same object again if it is installed already.
+
+    From then on the client keeps its watches (kazoo's one-shot ones too) across reconnects
+    within the session. ``force_fallback=True`` keeps kazoo's stock behaviour, as against a
+    ZooKeeper older than 3.6 (for tests of callers' fallback paths).
+    """
+    existing = getattr(client._connection, "_extension", None)
+    if existing is not None:
+        return existing
+    return PersistentWatches(client, force_fallback=force_fallback)

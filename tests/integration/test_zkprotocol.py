@@ -1,0 +1,352 @@
+"""sentinel.zkprotocol on a real ZooKeeper: persistent and recursive watches, watches kept
+across a cut connection (SetWatches2), removeWatches, multi-read, fallback and expiry.
+
+The server's own accounts are the evidence: ``wchc`` lists the watches it holds per session,
+``mntr``'s ``read_per_namespace`` counts the reads it served under the test's namespace.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NoNodeError, NoWatcherError, UnimplementedError
+from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
+
+from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
+from sentinel.zkprotocol import (
+    SET_WATCHES_MAX_LENGTH,
+    AddWatchMode,
+    PersistentWatches,
+    WatcherType,
+    install,
+)
+
+pytestmark = pytest.mark.integration
+
+
+class Events:
+    """A watcher that records what it is given, for bounded waits on it."""
+
+    def __init__(self) -> None:
+        self.seen: list[WatchedEvent] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: WatchedEvent) -> None:
+        with self._lock:
+            self.seen.append(event)
+
+    def of(self, kind: str) -> set[str]:
+        with self._lock:
+            return {event.path for event in self.seen if event.type == kind}
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return sum(event.type == kind for event in self.seen)
+
+    def wait_for(self, kind: str, paths: set[str], timeout: float = 10.0) -> bool:
+        return wait_until(lambda: paths <= self.of(kind), timeout) is not None
+
+
+class Watched:
+    """A kazoo client through a cuttable proxy with the extension installed, and its states."""
+
+    def __init__(self, zookeeper: LocalZooKeeper, namespace: str, **install_args: bool) -> None:
+        self.proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+        self.client = KazooClient(hosts=f"{self.proxy.address}{namespace}", timeout=10)
+        self.watches: PersistentWatches = install(self.client, **install_args)
+        self.states: list[KazooState] = []
+        self.client.add_listener(self.states.append)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="No chroot path exists")
+            self.client.start(timeout=10)
+
+    def cut_and_restore(self, while_away: Callable[[], None]) -> None:
+        """Cut the link, run ``while_away`` once kazoo knows, restore it; same session."""
+        session = self.client.client_id[0]
+        self.proxy.cut()
+        assert wait_until(lambda: KazooState.SUSPENDED in self.states, 10) is not None
+        while_away()
+        self.proxy.restore()
+        assert wait_until(lambda: self.client.connected, 15) is not None
+        assert self.client.client_id[0] == session
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+        self.proxy.close()
+
+
+@pytest.fixture
+def watched(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[Callable[..., Watched]]:
+    made: list[Watched] = []
+
+    def make(**install_args: bool) -> Watched:
+        made.append(Watched(zookeeper, namespace, **install_args))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
+
+
+def watches_held(zookeeper: LocalZooKeeper, client: KazooClient) -> list[str]:
+    """The paths the server holds watches on for ``client``'s session (4lw ``wchc``)."""
+    host, port = zookeeper.connect_string.split(":")
+    session = f"0x{client.client_id[0]:x}"
+    held: list[str] = []
+    current = None
+    for line in four_letter_word(host, int(port), "wchc", timeout=5).splitlines():
+        if line.startswith("0x"):
+            current = line.strip()
+        elif line.strip() and current == session:
+            held.append(line.strip())
+    return held
+
+
+def reads_served(zookeeper: LocalZooKeeper, namespace: str) -> int:
+    """Reads the server has served under ``namespace`` (mntr)."""
+    host, port = zookeeper.connect_string.split(":")
+    word = f"zk_cnt_{namespace.strip('/')}_read_per_namespace"
+    for line in four_letter_word(host, int(port), "mntr", timeout=5).splitlines():
+        name, _, value = line.partition("\t")
+        if name == word:
+            return int(value)
+    return 0
+
+
+def _wait_all(results: list) -> None:
+    for result in results:
+        result.get(timeout=30)
+
+
+def test_one_recursive_watch_follows_1000_children_every_time(watched, raw_zk, zookeeper):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    _wait_all([raw_zk.create_async(f"/svc/i{i}", b"0") for i in range(1000)])
+    events = Events()
+    ours.watches.add_watch("/svc", events, AddWatchMode.PERSISTENT_RECURSIVE)
+    assert ours.watches.supported
+    paths = {f"/svc/i{i}" for i in range(1000)}
+
+    for round_ in (1, 2):  # the watch is not one-shot: every change of every round arrives
+        _wait_all([raw_zk.set_async(path, str(round_).encode()) for path in sorted(paths)])
+        expected = 1000 * round_
+        assert wait_until(lambda n=expected: events.count(EventType.CHANGED) >= n) is not None
+        assert events.of(EventType.CHANGED) == paths
+    assert events.count(EventType.CHANGED) == 2000
+    _wait_all([raw_zk.delete_async(f"/svc/i{i}") for i in range(10)])
+    _wait_all([raw_zk.create_async(f"/svc/new{i}/deep", makepath=True) for i in range(5)])
+    assert events.wait_for(EventType.DELETED, {f"/svc/i{i}" for i in range(10)})
+    new = {f"/svc/new{i}" for i in range(5)} | {f"/svc/new{i}/deep" for i in range(5)}
+    assert events.wait_for(EventType.CREATED, new)
+    assert EventType.CHILD not in {event.type for event in events.seen}
+    # the server holds one watch for all of it (a one-shot cache holds one per node)
+    assert watches_held(zookeeper, ours.client) == [f"{raw_zk.chroot}/svc"]
+
+
+def test_a_persistent_watch_reports_the_node_and_its_children(watched, raw_zk):
+    ours = watched()
+    events = Events()
+    ours.watches.add_watch("/node", events, AddWatchMode.PERSISTENT)
+    raw_zk.create("/node", b"a")
+    raw_zk.set("/node", b"b")
+    raw_zk.create("/node/child")
+    raw_zk.create("/node/child/grandchild")
+    raw_zk.set("/node/child", b"not ours")
+    raw_zk.delete("/node", recursive=True)
+    assert events.wait_for(EventType.DELETED, {"/node"})
+    assert [(e.type, e.path) for e in events.seen] == [
+        (EventType.CREATED, "/node"),
+        (EventType.CHANGED, "/node"),
+        (EventType.CHILD, "/node"),  # child created
+        (EventType.CHILD, "/node"),  # child deleted by the recursive delete
+        (EventType.DELETED, "/node"),
+    ]
+
+
+def test_watches_survive_a_cut_connection_and_nothing_is_read_again(
+    watched, raw_zk, zookeeper, namespace
+):
+    ours = watched()
+    for path in ("/svc/a", "/svc/b", "/svc/quiet"):
+        raw_zk.create(path, b"0", makepath=True)
+    recursive, data, exist, children, quiet = Events(), Events(), Events(), Events(), Events()
+    ours.watches.add_watch("/svc", recursive, AddWatchMode.PERSISTENT_RECURSIVE)
+    ours.client.get("/svc/a", watch=data)
+    ours.client.exists("/svc/absent", watch=exist)
+    ours.client.get_children("/svc", watch=children)
+    ours.client.get("/svc/quiet", watch=quiet)
+    reads_before = reads_served(zookeeper, namespace)
+
+    def while_away() -> None:
+        raw_zk.set("/svc/a", b"changed while away")
+        raw_zk.create("/svc/absent")
+        raw_zk.set("/svc/b", b"changed while away, under the recursive watch only")
+
+    ours.cut_and_restore(while_away)
+    # the one-shot watches, re-registered with the last zxid, report what changed...
+    assert data.wait_for(EventType.CHANGED, {"/svc/a"})
+    assert exist.wait_for(EventType.CREATED, {"/svc/absent"})
+    assert children.wait_for(EventType.CHILD, {"/svc"})
+    # ...and none fired for the reconnection itself (stock kazoo sends each a NONE event)
+    assert EventType.NONE not in {e.type for e in data.seen + exist.seen + children.seen}
+    # the unchanged one is still held, and the recursive one, without being added again
+    held = watches_held(zookeeper, ours.client)
+    assert {f"{raw_zk.chroot}/svc", f"{raw_zk.chroot}/svc/quiet"} <= set(held)
+    assert f"{raw_zk.chroot}/svc/a" not in held  # it fired: one-shot
+    raw_zk.set("/svc/quiet", b"after")
+    raw_zk.create("/svc/later")
+    assert quiet.wait_for(EventType.CHANGED, {"/svc/quiet"})
+    assert recursive.wait_for(EventType.CREATED, {"/svc/later"})
+    # ZooKeeper re-registers persistent watches without comparing zxids (DataTree.setWatches):
+    # a change below one made while away is not reported unless a one-shot watch covered it
+    assert "/svc/b" not in recursive.of(EventType.CHANGED)
+    assert {"/svc/a", "/svc/absent"} <= recursive.of(EventType.CHANGED) | recursive.of(
+        EventType.CREATED
+    )
+    assert reads_served(zookeeper, namespace) == reads_before  # nothing was read again
+
+
+def test_thousands_of_watches_are_restored_in_packets_under_the_limit(watched, raw_zk, zookeeper):
+    ours = watched()
+    names = [f"/n{i:04d}-" + "x" * 120 for i in range(1500)]  # ~190 KB of paths: 2 packets
+    assert sum(len(n) + 4 for n in names) > SET_WATCHES_MAX_LENGTH
+    _wait_all([raw_zk.create_async(name) for name in names])
+    events = Events()
+    _wait_all([ours.client.get_async(name, watch=events) for name in names])
+    assert len(watches_held(zookeeper, ours.client)) == 1500
+    ours.cut_and_restore(lambda: raw_zk.set(names[-1], b"changed while away"))
+    assert events.wait_for(EventType.CHANGED, {names[-1]})
+    assert len(watches_held(zookeeper, ours.client)) == 1499
+
+
+def test_remove_watches_stops_events(watched, raw_zk, zookeeper):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    events, marker = Events(), Events()
+    ours.watches.add_watch("/svc", events, AddWatchMode.PERSISTENT_RECURSIVE)
+    raw_zk.create("/svc/one")
+    assert events.wait_for(EventType.CREATED, {"/svc/one"})
+    ours.watches.remove_watches("/svc", WatcherType.PERSISTENT_RECURSIVE)
+    assert watches_held(zookeeper, ours.client) == []
+    raw_zk.create("/svc/two")
+    # events arrive in order on one connection: once the marker's has, /svc/two's would have
+    ours.client.exists("/marker", watch=marker)
+    raw_zk.create("/marker")
+    assert marker.wait_for(EventType.CREATED, {"/marker"})
+    assert events.of(EventType.CREATED) == {"/svc/one"}
+    ours.client.get("/svc/one", watch=events)
+    ours.watches.remove_watches("/svc/one", WatcherType.DATA)
+    assert watches_held(zookeeper, ours.client) == []
+    with pytest.raises(NoWatcherError):  # nothing left to remove
+        ours.watches.remove_watches("/svc/one", WatcherType.DATA)
+
+
+def test_multi_read_returns_data_children_and_errors_per_path(
+    watched, raw_zk, zookeeper, namespace
+):
+    raw_zk.create("/svc/a", b"alpha", makepath=True)
+    raw_zk.create("/svc/b", b"")
+    answers, reads = [], []
+    for mode in ({}, {"force_fallback": True}):
+        ours = watched(**mode)
+        reads_before = reads_served(zookeeper, namespace)
+        got = ours.watches.get_many(data=["/svc/a", "/svc/b", "/gone"], children=["/svc", "/no"])
+        reads.append(reads_served(zookeeper, namespace) - reads_before)
+        answers.append(got)
+    assert reads == [3, 3]  # one read per node found (the server counts no failed read)
+    for got in answers:
+        assert got.data["/svc/a"][0] == b"alpha" and got.data["/svc/a"][1].version == 0
+        assert got.data["/svc/b"][0] == b""
+        assert isinstance(got.data["/gone"], NoNodeError)
+        assert sorted(got.children["/svc"]) == ["a", "b"]
+        assert isinstance(got.children["/no"], NoNodeError)
+    assert answers[0].data["/svc/a"] == answers[1].data["/svc/a"]
+
+
+def test_forced_fallback_behaves_as_stock_kazoo(watched, raw_zk, zookeeper):
+    ours = watched(force_fallback=True)
+    assert not ours.watches.supported and ours.watches.fallback
+    with pytest.raises(UnimplementedError):
+        ours.watches.add_watch("/svc", Events(), AddWatchMode.PERSISTENT_RECURSIVE)
+    raw_zk.create("/svc", b"0")
+    events = Events()
+    ours.client.get("/svc", watch=events)
+    raw_zk.set("/svc", b"1")
+    raw_zk.set("/svc", b"2")
+    assert events.wait_for(EventType.CHANGED, {"/svc"})
+    ours.client.get("/svc", watch=events)
+    ours.cut_and_restore(lambda: raw_zk.set("/svc", b"while away"))
+    # as stock kazoo: the watch was dropped at SUSPENDED with a NONE event, not restored
+    assert wait_until(lambda: any(e.type == EventType.NONE for e in events.seen)) is not None
+    assert watches_held(zookeeper, ours.client) == []
+    assert [e.type for e in events.seen] == [EventType.CHANGED, EventType.NONE]
+
+
+def test_session_expiry_drops_persistent_watches_and_tells_the_watcher(watched, raw_zk, zookeeper):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    events = Events()
+    ours.watches.add_watch("/svc", events, AddWatchMode.PERSISTENT_RECURSIVE)
+    old_session, password = ours.client.client_id
+    intruder = KazooClient(hosts=zookeeper.connect_string, client_id=(old_session, password))
+    intruder.start(timeout=10)
+    intruder.stop()  # closing the borrowed session ends it on the server
+    intruder.close()
+    assert wait_until(lambda: any(e.type == EventType.NONE for e in events.seen), 15)
+    (gone,) = [e for e in events.seen if e.type == EventType.NONE]
+    assert gone.state == KeeperState.EXPIRED_SESSION and gone.path is None
+    assert wait_until(lambda: ours.client.connected, 15) is not None
+    assert ours.client.client_id[0] != old_session
+    assert watches_held(zookeeper, ours.client) == []
+    raw_zk.create("/svc/after-expiry")
+    marker = Events()
+    ours.client.exists("/marker", watch=marker)
+    raw_zk.create("/marker")
+    assert marker.wait_for(EventType.CREATED, {"/marker"})
+    assert events.of(EventType.CREATED) == set()
+
+
+def test_known_paths_let_the_server_report_what_changed_below_a_recursive_watch(
+    watched, raw_zk, zookeeper, namespace
+):
+    ours = watched()
+    names = [f"/svc/i{i}" for i in range(200)]
+    raw_zk.ensure_path("/svc")
+    _wait_all([raw_zk.create_async(name, b"0") for name in names])
+    held = ["/svc", *names]  # what a cache following /svc holds
+    events = Events()
+    ours.watches.add_watch(
+        "/svc", events, AddWatchMode.PERSISTENT_RECURSIVE, known=lambda: list(held)
+    )
+    only_the_watch = [f"{raw_zk.chroot}/svc"]
+    reads_before = reads_served(zookeeper, namespace)
+
+    ours.cut_and_restore(lambda: None)  # nothing changes: nothing reported, nothing read
+    assert wait_until(lambda: watches_held(zookeeper, ours.client) == only_the_watch)
+
+    def while_away() -> None:
+        raw_zk.set("/svc/i1", b"changed")
+        raw_zk.delete("/svc/i2")
+        raw_zk.create("/svc/new")
+
+    ours.cut_and_restore(while_away)
+    assert events.wait_for(EventType.CHANGED, {"/svc/i1"})
+    assert events.wait_for(EventType.DELETED, {"/svc/i2"})
+    assert events.wait_for(EventType.CHILD, {"/svc"})  # a creation: list /svc again
+    # the one-shot watches that did not fire are gone again: the server holds one watch
+    assert wait_until(lambda: watches_held(zookeeper, ours.client) == only_the_watch)
+    raw_zk.create("/svc/later")
+    assert events.wait_for(EventType.CREATED, {"/svc/later"})
+    assert [(e.type, e.path) for e in events.seen] == [
+        (EventType.CHANGED, "/svc/i1"),
+        (EventType.DELETED, "/svc/i2"),
+        (EventType.CHILD, "/svc"),
+        (EventType.CREATED, "/svc/later"),
+    ]  # the server handles SetWatches2's data watches before its child watches
+    assert reads_served(zookeeper, namespace) == reads_before  # nothing was read again

@@ -1,0 +1,76 @@
+"""A small typed program against the public API; tests/unit/test_typing.py runs mypy on it.
+
+It is checked, not run: it shows what a user's type checker sees of ``sentinel``.
+"""
+
+from __future__ import annotations
+
+from sentinel import (
+    Endpoint,
+    InstancesChanged,
+    Registration,
+    ResolutionError,
+    Sentinel,
+    SentinelError,
+    ZooKeeperUnavailable,
+)
+from sentinel.events import ChangeEvent
+from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
+
+
+class InZone(SelectionPolicy):
+    """Instances in one zone."""
+
+    pure = True
+
+    def __init__(self, zone: str) -> None:
+        self.zone = zone
+
+    def select(self, endpoints: Endpoints) -> Endpoints:
+        return tuple(e for e in endpoints if e.zone == self.zone)
+
+
+class First(Balancer):
+    """Always the first eligible instance."""
+
+    def pick(self, endpoints: Endpoints) -> Endpoint:
+        return endpoints[0]
+
+
+def address(endpoint: Endpoint) -> tuple[str, int]:
+    return endpoint.host, endpoint.port
+
+
+joined: list[Endpoint] = []
+
+
+def on_change(event: ChangeEvent) -> None:
+    if isinstance(event, InstancesChanged):
+        joined.extend(event.added)
+
+
+def serve(hosts: str) -> Registration:
+    with Sentinel(hosts=hosts, client_id="billing-api") as sentinel:
+        registration: Registration = sentinel.register_service(
+            "billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql"
+        )
+        stop = sentinel.listen("billing-db", on_change)
+        stop()
+        return registration
+
+
+def lookup(sentinel: Sentinel, tenant: str) -> str | None:
+    try:
+        endpoint = sentinel.get_service(
+            "billing-db", key=tenant, policy=InZone("eu"), balancer=First()
+        )
+    except ResolutionError as exc:
+        missing: str | None = exc.partition
+        return missing
+    except ZooKeeperUnavailable:
+        return None
+    except SentinelError:
+        raise
+    host, port = address(endpoint)
+    every: tuple[Endpoint, ...] = sentinel.get_services("billing-db", key=tenant)
+    return f"{endpoint.uri} {host}:{port + 1} of {len(every)}"

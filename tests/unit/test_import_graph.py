@@ -1,0 +1,165 @@
+"""The import graph of sentinel, policies and balancers, drawn from the source, has no circle,
+and the core never loads a plug-in package when it is imported.
+
+Only imports that run when a module is imported count: those at module level, in module-level
+``if``/``try``/``with`` blocks, but not under ``if TYPE_CHECKING:`` and not inside functions.
+``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``. Importing
+``a.b`` also runs ``a/__init__``, but no edge is drawn to parent packages: ``sentinel/__init__``
+is lazy, and counting it would make every module of a package depend on all of it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("sentinel", "policies", "balancers")
+PLUGINS = ("policies", "balancers")
+# An application of the SDK shipped with it (``sentinel demo``): it uses the built-in policies as
+# any application would. The CLI imports it only when the demo runs, and the check below makes
+# sure no other module reaches it at import time.
+APPLICATIONS = ("sentinel.demo",)
+
+
+def modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
+    """Every module of ``packages`` under ``root``, by dotted name."""
+    found = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return ast.unparse(test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+def _import_time_statements(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _import_time_statements(node.body)
+            yield from _import_time_statements(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _import_time_statements(block)
+        elif isinstance(node, ast.With):
+            yield from _import_time_statements(node.body)
+
+
+def graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's import-time imports among ``known``."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {}
+    for module, path in known.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets: set[str | None] = set()
+        for node in _import_time_statements(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                targets.update(resolve(alias.name) for alias in node.names)
+                continue
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            source = ".".join(filter(None, (base if node.level else "", node.module or "")))
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                targets.add(submodule if submodule in known else resolve(source))
+        edges[module] = {t for t in targets if t is not None and t != module}
+    return edges
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph, as the modules along it (first repeated last), or None."""
+    state: dict[str, str] = {}  # "open" while on the current path, "done" after
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(edges.get(module, ())):
+            if state.get(target) == "open":
+                return [*path[path.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        state[module] = "done"
+        path.pop()
+        return None
+
+    for module in sorted(edges):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> dict[str, str]:
+    """The modules ``start`` imports directly or not, each with the module that imports it."""
+    via: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for target in edges.get(module, ()):
+            if target not in via and target != start:
+                via[target] = module
+                todo.append(target)
+    return via
+
+
+def _within(module: str, packages: Iterable[str]) -> bool:
+    return any(module == p or module.startswith(f"{p}.") for p in packages)
+
+
+EDGES = graph(modules(ROOT, PACKAGES))
+
+
+def test_the_import_graph_has_no_cycle():
+    cycle = find_cycle(EDGES)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_core_never_imports_a_plug_in_package_when_it_is_imported():
+    core = [m for m in EDGES if _within(m, ("sentinel",)) and not _within(m, APPLICATIONS)]
+    assert "sentinel.client" in core and "sentinel.cache" in core
+    for module in core:
+        via = reachable(EDGES, module)
+        for plugin in (m for m in via if _within(m, PLUGINS)):
+            chain = [plugin]
+            while chain[-1] != module:
+                chain.append(via[chain[-1]])
+            raise AssertionError(f"{module} imports a plug-in: {' -> '.join(reversed(chain))}")
+
+
+def test_the_walker_sees_cycles_through_packages_and_ignores_type_only_imports(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from pkg.a import A\n")
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from pkg.c import C\n"
+        "def later():\n    from pkg import c\n"
+        "A = 1\n"
+    )
+    (package / "b.py").write_text("try:\n    from . import c\nexcept ImportError:\n    pass\n")
+    (package / "c.py").write_text("from pkg import A\n")
+    edges = graph(modules(tmp_path, ["pkg"]))
+    assert edges == {"pkg": {"pkg.a"}, "pkg.a": set(), "pkg.b": {"pkg.c"}, "pkg.c": {"pkg"}}
+    assert find_cycle(edges) is None
+
+    (package / "a.py").write_text("from pkg import b\nA = 1\n")
+    cycle = find_cycle(graph(modules(tmp_path, ["pkg"])))
+    assert cycle == ["pkg", "pkg.a", "pkg.b", "pkg.c", "pkg"]
+    assert reachable(graph(modules(tmp_path, ["pkg"])), "pkg.c") == {
+        "pkg": "pkg.c",
+        "pkg.a": "pkg",
+        "pkg.b": "pkg.a",
+    }

@@ -1,0 +1,146 @@
+"""What users install: the wheel's contents, and what a type checker sees of the public API."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "tests" / "typecheck" / "typed_usage.py"
+# The typed example, the plug-in contracts and the plug-in packages, checked as a user's code
+# is; the rest of the library is followed for its types but not held to --strict here.
+CHECKED = [
+    EXAMPLE,
+    ROOT / "sentinel" / "__init__.py",
+    ROOT / "sentinel" / "strategies.py",
+    ROOT / "sentinel" / "rendezvous.py",
+    ROOT / "sentinel" / "memo.py",
+    ROOT / "sentinel" / "telemetry.py",
+    ROOT / "policies",
+    ROOT / "balancers",
+]
+
+
+def mypy(*paths: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--follow-imports=silent",  # as for an installed package: its own errors are not ours
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            *map(str, paths),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def run_python(code: str) -> str:
+    """``code`` in a fresh interpreter (nothing imported yet); its output."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_importing_a_submodule_does_not_import_the_client():
+    loaded = run_python(
+        "import sys, sentinel.errors, sentinel.strategies, sentinel.rendezvous\n"
+        "print(' '.join(sorted(sys.modules)))"
+    ).split()
+    assert "sentinel.strategies" in loaded
+    assert not [m for m in loaded if m in ("sentinel.client", "sentinel.cache", "balancers")]
+    assert not [m for m in loaded if m == "kazoo" or m.startswith("kazoo.")]
+
+
+def test_the_package_exports_what_users_touch_on_first_use():
+    out = run_python(
+        "import sys, sentinel\n"
+        "from sentinel import Sentinel, Endpoint, Registration, SentinelError\n"
+        "print(Sentinel.__module__, Endpoint.__module__, Registration.__module__)\n"
+        "print(all(getattr(sentinel, n) is not None for n in sentinel.__all__))\n"
+        "print(set(sentinel.__all__) <= set(dir(sentinel)))\n"
+        "from sentinel import records  # a submodule, not an export\n"
+        "print(records.__name__)\n"
+        "try:\n"
+        "    sentinel.NotExported\n"
+        "except AttributeError as exc:\n"
+        "    print(exc)\n"
+    ).splitlines()
+    assert out == [
+        "sentinel.client sentinel.endpoint sentinel.publisher",
+        "True",
+        "True",
+        "sentinel.records",
+        "module 'sentinel' has no attribute 'NotExported'",
+    ]
+    import sentinel
+
+    assert {"ResolutionError", "InstancesChanged", "TlsConfig", "__version__"} <= set(
+        sentinel.__all__
+    )
+
+
+def test_mypy_strict_passes_on_the_typed_example_and_fails_on_a_wrong_use(tmp_path):
+    checked = mypy(*CHECKED)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    wrong = tmp_path / "wrong_usage.py"
+    wrong.write_text(
+        "from sentinel import Endpoint, NotExported, Sentinel\n"  # line 1: no such export
+        "\n"
+        "\n"
+        "def port_text(endpoint: Endpoint) -> str:\n"
+        '    return endpoint.port + "x"\n'  # line 5: int + str
+        "\n"
+        "\n"
+        "def count(sentinel: Sentinel) -> int:\n"
+        '    return sentinel.get_service("billing-db")\n'  # line 9: an Endpoint is not an int
+    )
+    refused = mypy(wrong)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    lines = {int(line.split(":")[1]) for line in refused.stdout.splitlines() if ": error:" in line}
+    assert lines == {1, 5, 9}, refused.stdout
+
+
+def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
+    # A copy of the sources, so that the build's scratch files never land in the worktree.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("sentinel", "policies", "balancers", "benchmarks"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(source),
+            "--no-deps",
+            "--no-build-isolation",  # the venv's setuptools: no index needed
+            "--quiet",
+            "--wheel-dir",
+            str(tmp_path / "dist"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    [wheel] = (tmp_path / "dist").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"sentinel", "policies", "balancers"}
+    assert "sentinel/py.typed" in names
+    assert "policies/__init__.py" in names and "balancers/__init__.py" in names
+    assert not any(name.startswith("benchmarks/") for name in names)
