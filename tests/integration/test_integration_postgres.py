@@ -8,6 +8,9 @@ PostgreSQL's own ``pg_stat_activity``.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.integration
 SERVICE = "orders-db"
 PASSWORD_VARIABLE = "SENTINEL_TEST_PG_PASSWORD"
 CUTOFF = 1.0  # seconds of replication lag
+DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 
 
 def served_by(pools: ReplicaPools, key: object = None) -> int:
@@ -190,3 +194,29 @@ def sessions(server) -> set[str]:
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         rows = conn.execute("SELECT usename FROM pg_stat_activity").fetchall()
     return {row[0] for row in rows if row[0]}
+
+
+def postgres_examples() -> list[str]:
+    text = DOC.read_text()
+    section = text.split("\n## PostgreSQL\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def test_the_documented_examples_run(postgres, make_client, capsys):
+    """docs/integrations.md's PostgreSQL examples, with ``client`` and ``tenant`` given."""
+    manager = make_client("auth-manager", announce=False)
+    manager.ensure_service(SERVICE, scheme="postgresql")
+    registration = manager.register_service(
+        SERVICE, "p1", postgres.host, postgres.port, scheme="postgresql", label="primary"
+    )
+    manager.update_metrics(registration, {"replication_lag": 0})
+    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
+    app.get_service(SERVICE)
+    manager.rotate_auth(SERVICE, "orders-api", PostgresBackend(postgres.dsn(), dbname="postgres"))
+    assert wait_until(lambda: app.get_service(SERVICE).metrics and app.get_service(SERVICE).auth)
+    examples = postgres_examples()
+    assert len(examples) == 3  # ReplicaPools, connect, SQLAlchemy's creator=
+    for code in examples:
+        exec(code, {"client": app, "tenant": "acme"})
+    role = PostgresBackend.role_name(SERVICE, "orders-api", 1)
+    assert capsys.readouterr().out.split() == [role] * 3
