@@ -52,6 +52,51 @@ def resolve_avoiding(
         return client.get_service(service, key, policy)
 
 
+class Attempts:
+    """The state of one bounded retry: which endpoint to try next, and what a failure does.
+
+    A caller loops: ``endpoint = attempts.next()``, try it, and on a failure
+    ``attempts.failed(endpoint, exc)``, which reports the endpoint down
+    (``client.report(endpoint, ok=False)``) and, once ``retries`` more attempts have failed,
+    raises :class:`~sentinel.errors.EndpointFailed` from ``exc``. The same loop serves
+    blocking and ``await``-ing callers (see :func:`first_success`).
+    """
+
+    def __init__(
+        self,
+        client: Sentinel,
+        service: str,
+        key: object,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
+        retries: int,
+    ) -> None:
+        self.client = client
+        self.service = service
+        self.key = key
+        self.policy = policy
+        self.retries = retries
+        self.made = 0
+        self._failed: frozenset[str] = frozenset()
+
+    def next(self) -> Endpoint:
+        """The endpoint of the next attempt, avoiding those that failed."""
+        self.made += 1
+        return resolve_avoiding(self.client, self.service, self.key, self.policy, self._failed)
+
+    def failed(self, endpoint: Endpoint, exc: BaseException) -> None:
+        """Report ``endpoint`` down; raise EndpointFailed when no attempt is left."""
+        self.client.report(endpoint, ok=False)
+        self._failed |= {endpoint.name}
+        if self.made > self.retries:
+            raise EndpointFailed(
+                f"{self.service}: {self.made} attempt(s) failed, the last on {endpoint.name} "
+                f"({type(exc).__name__})"
+            ) from exc
+        log.warning(
+            "%s: %s failed (%s); resolving again", self.service, endpoint.name, type(exc).__name__
+        )
+
+
 def first_success(
     client: Sentinel,
     service: str,
@@ -63,25 +108,12 @@ def first_success(
     retry_on: tuple[type[BaseException], ...],
 ) -> Result:
     """``attempt(endpoint)`` on a resolved endpoint; when it raises one of ``retry_on``, the
-    endpoint is reported down (``client.report(endpoint, ok=False)``) and the attempt made
-    again on another one, at most ``retries`` more times, then
-    :class:`~sentinel.errors.EndpointFailed` is raised from the last failure.
-    """
-    failed: frozenset[str] = frozenset()
-    attempts = 0
+    endpoint is reported down and the attempt made again on another one, at most ``retries``
+    more times (see :class:`Attempts`)."""
+    attempts = Attempts(client, service, key, policy, retries)
     while True:
-        attempts += 1
-        endpoint = resolve_avoiding(client, service, key, policy, failed)
+        endpoint = attempts.next()
         try:
             return attempt(endpoint)
         except retry_on as exc:
-            client.report(endpoint, ok=False)
-            failed |= {endpoint.name}
-            if attempts > retries:
-                raise EndpointFailed(
-                    f"{service}: {attempts} attempt(s) failed, the last on {endpoint.name} "
-                    f"({type(exc).__name__})"
-                ) from exc
-            log.warning(
-                "%s: %s failed (%s); resolving again", service, endpoint.name, type(exc).__name__
-            )
+            attempts.failed(endpoint, exc)

@@ -23,25 +23,28 @@ Requires the ``postgres`` extra (``psycopg[binary]``, ``psycopg-pool``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolClosed
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ClientClosed
 from sentinel.events import AuthChanged, ChangeEvent, InstancesChanged
-from sentinel.retry import first_success
+from sentinel.retry import Attempts, first_success
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
     from sentinel.strategies import Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
+
+Pool = TypeVar("Pool", ConnectionPool[Any], AsyncConnectionPool[Any])
 
 DEFAULT_RETRIES = 2
 # The fields of a credential that are libpq connection parameters (PostgresBackend's).
@@ -88,13 +91,119 @@ def _version(endpoint: Endpoint) -> int | None:
     return getattr(endpoint.auth, "version", None)
 
 
-def _drain(pool: ConnectionPool[Any]) -> None:
-    # No wait for the pool's threads (we may be on the cache's worker thread): idle
-    # connections close now, connections in use when they are returned.
-    pool.close(timeout=0)
+async def aconnect(
+    client: Sentinel,
+    service: str,
+    key: object = None,
+    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+    *,
+    retries: int = DEFAULT_RETRIES,
+    **kw: Any,
+) -> psycopg.AsyncConnection[Any]:
+    """:func:`connect` on ``psycopg.AsyncConnection`` (resolution never blocks the loop)."""
+    attempts = Attempts(client, service, key, policy, retries)
+    while True:
+        endpoint = attempts.next()
+        try:
+            return await psycopg.AsyncConnection.connect(**connection_params(endpoint, kw))
+        except psycopg.OperationalError as exc:
+            attempts.failed(endpoint, exc)
 
 
-class ReplicaPools:
+class _PoolSet(Generic[Pool]):
+    """The bookkeeping both pool sets share: one pool per (instance, credential version),
+    replaced or dropped as the cache's events say; subclasses open and close pools."""
+
+    def __init__(
+        self,
+        client: Sentinel,
+        service: str,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
+        retries: int,
+        pool_kwargs: dict[str, Any],
+    ) -> None:
+        self.client = client
+        self.service = service
+        self.policy = policy
+        self.retries = retries
+        self._connect_kwargs: dict[str, Any] = dict(pool_kwargs.pop("kwargs", None) or {})
+        self._pool_kwargs = pool_kwargs
+        self._lock = threading.Lock()  # events arrive on the cache's thread, requests elsewhere
+        # instance name -> (credential version, pool)
+        self._pools: dict[str, tuple[int | None, Pool]] = {}
+        self._closed = False
+        self._unlisten = client.listen(service, self._on_event)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.service!r}, pools={sorted(self._pools)})"
+
+    def _new_pool(self, endpoint: Endpoint) -> Pool:
+        raise NotImplementedError
+
+    def _drain(self, pool: Pool) -> None:
+        """Close ``pool`` without waiting: idle connections now, the others when returned."""
+        raise NotImplementedError
+
+    def _pool_for(self, endpoint: Endpoint) -> tuple[Pool, bool]:
+        """The pool of ``endpoint`` for its current credential, and whether it is new."""
+        version = _version(endpoint)
+        with self._lock:
+            if self._closed:
+                raise ClientClosed(f"the pools of {self.service} are closed")
+            held = self._pools.get(endpoint.name)
+            if held is not None and held[0] == version:
+                return held[1], False
+            pool = self._new_pool(endpoint)
+            self._pools[endpoint.name] = (version, pool)
+        if held is not None:
+            self._drain(held[1])
+        log.debug("%s: pool opened for %s (credential v%s)", self.service, endpoint.name, version)
+        return pool, True
+
+    def _pool_kwargs_for(self, endpoint: Endpoint) -> dict[str, Any]:
+        return {
+            "kwargs": connection_params(endpoint, self._connect_kwargs),
+            "name": f"{self.service}/{endpoint.name}",
+            **self._pool_kwargs,
+        }
+
+    def _discard(self, name: str, pool: Pool) -> None:
+        """Forget and drain ``pool`` after a failure: its threads would keep reconnecting."""
+        with self._lock:
+            held = self._pools.get(name)
+            if held is not None and held[1] is pool:
+                del self._pools[name]
+        self._drain(pool)
+
+    def _take(self, keep: Callable[[str, int | None], bool]) -> list[Pool]:
+        """Remove the pools that ``keep(name, version)`` rejects; return them."""
+        with self._lock:
+            gone = [name for name, (version, _) in self._pools.items() if not keep(name, version)]
+            return [self._pools.pop(name)[1] for name in gone]
+
+    def _on_event(self, event: ChangeEvent) -> None:
+        # On the cache's worker thread: nothing here waits for a server or a thread.
+        if isinstance(event, InstancesChanged) and event.removed:
+            left = {endpoint.name for endpoint in event.removed}
+            stale = self._take(lambda name, _version: name not in left)
+        elif isinstance(event, AuthChanged):
+            current = event.new_version
+            stale = self._take(lambda _name, version: version == current)
+        else:
+            return
+        for pool in stale:
+            self._drain(pool)
+
+    def _close_all(self) -> list[Pool]:
+        self._unlisten()
+        with self._lock:
+            self._closed = True
+            pools = [pool for _, pool in self._pools.values()]
+            self._pools.clear()
+        return pools
+
+
+class ReplicaPools(_PoolSet[ConnectionPool[Any]]):
     """One ``psycopg_pool.ConnectionPool`` per live instance of ``service``, created on first
     use; :meth:`connection` hands out a connection of the instance the policy picks.
 
@@ -114,20 +223,8 @@ class ReplicaPools:
         retries: int = DEFAULT_RETRIES,
         **pool_kwargs: Any,
     ) -> None:
-        self.client = client
-        self.service = service
-        self.policy = policy
-        self.retries = retries
-        self._connect_kwargs: dict[str, Any] = dict(pool_kwargs.pop("kwargs", None) or {})
-        self._pool_kwargs = {"check": ConnectionPool.check_connection, **pool_kwargs}
-        self._lock = threading.Lock()
-        # instance name -> (credential version, pool)
-        self._pools: dict[str, tuple[int | None, ConnectionPool[Any]]] = {}
-        self._closed = False
-        self._unlisten = client.listen(service, self._on_event)
-
-    def __repr__(self) -> str:
-        return f"ReplicaPools({self.service!r}, pools={sorted(self._pools)})"
+        pool_kwargs.setdefault("check", ConnectionPool.check_connection)
+        super().__init__(client, service, policy, retries, pool_kwargs)
 
     def __enter__(self) -> ReplicaPools:
         return self
@@ -148,7 +245,7 @@ class ReplicaPools:
         :class:`~sentinel.errors.EndpointFailed` is raised.
         """
         with contextlib.ExitStack() as stack:
-            conn = first_success(
+            yield first_success(
                 self.client,
                 self.service,
                 key,
@@ -157,7 +254,6 @@ class ReplicaPools:
                 retries=self.retries,
                 retry_on=(psycopg.OperationalError,),
             )
-            yield conn
 
     def _checkout(
         self, stack: contextlib.ExitStack, endpoint: Endpoint, timeout: float | None
@@ -169,63 +265,100 @@ class ReplicaPools:
             except PoolClosed:
                 continue  # drained by a concurrent event: the next pool() makes a new one
             except psycopg.OperationalError:
-                # Its background threads would keep reconnecting to a dead server.
                 self._discard(endpoint.name, pool)
                 raise
 
     def pool(self, endpoint: Endpoint) -> ConnectionPool[Any]:
         """The pool of ``endpoint`` for its current credential, created (opening its
         connections in the background) when there is none yet."""
-        version = _version(endpoint)
-        with self._lock:
-            if self._closed:
-                raise ClientClosed(f"the pools of {self.service} are closed")
-            held = self._pools.get(endpoint.name)
-            if held is not None and held[0] == version:
-                return held[1]
-            pool: ConnectionPool[Any] = ConnectionPool(
-                kwargs=connection_params(endpoint, self._connect_kwargs),
-                name=f"{self.service}/{endpoint.name}",
-                open=True,
-                **self._pool_kwargs,
-            )
-            self._pools[endpoint.name] = (version, pool)
-        if held is not None:
-            _drain(held[1])
-        log.debug("%s: pool opened for %s (credential v%s)", self.service, endpoint.name, version)
-        return pool
+        return self._pool_for(endpoint)[0]
 
-    def _discard(self, name: str, pool: ConnectionPool[Any]) -> None:
-        with self._lock:
-            if self._pools.get(name, (None, None))[1] is pool:
-                del self._pools[name]
-        _drain(pool)
+    def _new_pool(self, endpoint: Endpoint) -> ConnectionPool[Any]:
+        return ConnectionPool(open=True, **self._pool_kwargs_for(endpoint))
 
-    def _take(self, keep: Callable[[str, int | None], bool]) -> list[ConnectionPool[Any]]:
-        """Remove the pools that ``keep(name, version)`` rejects; return them."""
-        with self._lock:
-            gone = [name for name, (version, _) in self._pools.items() if not keep(name, version)]
-            return [self._pools.pop(name)[1] for name in gone]
-
-    def _on_event(self, event: ChangeEvent) -> None:
-        # On the cache's worker thread: nothing here waits for a server or a thread.
-        if isinstance(event, InstancesChanged) and event.removed:
-            left = {endpoint.name for endpoint in event.removed}
-            stale = self._take(lambda name, _version: name not in left)
-        elif isinstance(event, AuthChanged):
-            current = event.new_version
-            stale = self._take(lambda _name, version: version == current)
-        else:
-            return
-        for pool in stale:
-            _drain(pool)
+    def _drain(self, pool: ConnectionPool[Any]) -> None:
+        pool.close(timeout=0)
 
     def close(self) -> None:
         """Stop following the cache and close every pool (waiting for their threads)."""
-        self._unlisten()
-        with self._lock:
-            self._closed = True
-            pools = [pool for _, pool in self._pools.values()]
-            self._pools.clear()
-        for pool in pools:
+        for pool in self._close_all():
             pool.close()
+
+
+class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
+    """:class:`ReplicaPools` on ``psycopg_pool.AsyncConnectionPool``, for one event loop.
+
+    Create it on the loop that will use it (``async with AsyncReplicaPools(...) as pools``):
+    the cache's events, which arrive on its worker thread, close pools through that loop.
+    """
+
+    def __init__(
+        self,
+        client: Sentinel,
+        service: str,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        **pool_kwargs: Any,
+    ) -> None:
+        pool_kwargs.setdefault("check", AsyncConnectionPool.check_connection)
+        self._loop = asyncio.get_running_loop()
+        self._draining: set[asyncio.Future[None]] = set()
+        super().__init__(client, service, policy, retries, pool_kwargs)
+
+    async def __aenter__(self) -> AsyncReplicaPools:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, key: object = None, timeout: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """:meth:`ReplicaPools.connection`, awaited."""
+        async with contextlib.AsyncExitStack() as stack:
+            attempts = Attempts(self.client, self.service, key, self.policy, self.retries)
+            while True:
+                endpoint = attempts.next()
+                try:
+                    conn = await self._checkout(stack, endpoint, timeout)
+                    break
+                except psycopg.OperationalError as exc:
+                    attempts.failed(endpoint, exc)
+            yield conn
+
+    async def _checkout(
+        self, stack: contextlib.AsyncExitStack, endpoint: Endpoint, timeout: float | None
+    ) -> psycopg.AsyncConnection[Any]:
+        while True:
+            pool, new = self._pool_for(endpoint)
+            if new:
+                await pool.open()  # returns at once: connections open in the background
+            try:
+                return await stack.enter_async_context(pool.connection(timeout))
+            except PoolClosed:
+                continue
+            except psycopg.OperationalError:
+                self._discard(endpoint.name, pool)
+                raise
+
+    def _new_pool(self, endpoint: Endpoint) -> AsyncConnectionPool[Any]:
+        return AsyncConnectionPool(open=False, **self._pool_kwargs_for(endpoint))
+
+    def _drain(self, pool: AsyncConnectionPool[Any]) -> None:
+        def close() -> None:
+            task = self._loop.create_task(pool.close(timeout=0))
+            self._draining.add(task)
+            task.add_done_callback(self._draining.discard)
+
+        try:
+            self._loop.call_soon_threadsafe(close)
+        except RuntimeError:  # the loop is closed, and the pool's tasks with it
+            log.debug("%s: loop closed; pool %s dropped", self.service, pool.name)
+
+    async def close(self) -> None:
+        """Stop following the cache and close every pool."""
+        for pool in self._close_all():
+            await pool.close()
+        await asyncio.gather(*self._draining)

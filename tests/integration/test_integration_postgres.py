@@ -8,6 +8,7 @@ PostgreSQL's own ``pg_stat_activity``.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
-from sentinel.integrations.postgres import ReplicaPools, connect
+from sentinel.feedback import InstanceFeedback
+from sentinel.integrations.postgres import AsyncReplicaPools, ReplicaPools, aconnect, connect
 from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -116,12 +118,27 @@ def test_connections_follow_the_least_lagging_replica_under_the_cutoff(
         standby2.execute("SELECT pg_wal_replay_resume()")
 
 
+async def served_by_async(pools: AsyncReplicaPools) -> int:
+    async with pools.connection() as conn:
+        return (await (await conn.execute("SELECT inet_server_port()")).fetchone())[0]
+
+
 def test_a_killed_replica_costs_no_request_and_is_reported_down(postgres, make_client):
     r1, r2 = start_replicas(postgres, make_client("publisher"), 2)
-    app = make_client("orders-api")
-    with ReplicaPools(app, SERVICE, min_size=1, timeout=2, kwargs=superuser(postgres)) as pools:
+    app = make_client("orders-api")  # three failures mark an instance down, by default
+    async_app = make_client("orders-async", feedback=InstanceFeedback(errors=1))
+    settings = {"min_size": 1, "timeout": 1, "kwargs": superuser(postgres)}
+
+    async def with_async_pools(kill):
+        async with AsyncReplicaPools(async_app, SERVICE, **settings) as pools:
+            assert {await served_by_async(pools) for _ in range(4)} == {r1.port, r2.port}
+            kill()
+            assert {await served_by_async(pools) for _ in range(8)} == {r2.port}
+            assert "p1:r1" not in repr(pools)
+
+    with ReplicaPools(app, SERVICE, **settings) as pools:
         assert {served_by(pools) for _ in range(4)} == {r1.port, r2.port}
-        r1.stop("immediate")
+        asyncio.run(with_async_pools(lambda: r1.stop("immediate")))
         # Every request succeeds: the dead replica's failures stay inside the bounded retries.
         assert {served_by(pools) for _ in range(8)} == {r2.port}
         assert [e.label for e in app.get_services(SERVICE)] == ["r2"]  # marked down
@@ -133,6 +150,12 @@ def test_connect_reports_a_dead_endpoint_and_gives_up_after_the_retries(postgres
     app = make_client("orders-api")
     with connect(app, SERVICE, connect_timeout=5, **superuser(postgres)) as conn:
         assert conn.execute("SELECT inet_server_port()").fetchone() == (r1.port,)
+
+    async def open_async():
+        async with await aconnect(app, SERVICE, **superuser(postgres)) as conn:
+            return await (await conn.execute("SELECT inet_server_port()")).fetchone()
+
+    assert asyncio.run(open_async()) == (r1.port,)
     r1.stop("immediate")
     with pytest.raises(EndpointFailed) as failure:  # three attempts, all on the only replica
         connect(app, SERVICE, connect_timeout=5, **superuser(postgres))
@@ -178,16 +201,35 @@ def test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential(post
         with pools.connection() as conn:
             return conn.execute("SELECT current_user").fetchone()[0]
 
-    with ReplicaPools(app, SERVICE, min_size=2, kwargs={"dbname": "postgres"}) as pools:
-        assert current_user(pools) == v1
-        assert wait_until(lambda: v1 in sessions(postgres), 10)  # both idle ones logged in
-        result = manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
-        assert result.revoked == {"orders-api": (1,)}
-        # The pools dropped v1's idle connections before the client confirmed v2, so that
-        # the manager found none of them when it revoked v1.
-        assert v1 not in backend.logged_in_at_revoke
-        assert [current_user(pools) for _ in range(4)] == [v2] * 4
-        assert v1 not in sessions(postgres) and v2 in sessions(postgres)
+    async def current_user_async(pools):
+        async with pools.connection() as conn:
+            return (await (await conn.execute("SELECT current_user")).fetchone())[0]
+
+    def count_v1():
+        with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+            query = "SELECT count(*) FROM pg_stat_activity WHERE usename = %s"
+            return conn.execute(query, (v1,)).fetchone()[0]
+
+    async def rotate_under_both():
+        settings = {"min_size": 2, "kwargs": {"dbname": "postgres"}}
+        async with AsyncReplicaPools(app, SERVICE, **settings) as async_pools:
+            with ReplicaPools(app, SERVICE, **settings) as pools:
+                assert current_user(pools) == v1
+                assert await current_user_async(async_pools) == v1
+                # Both pools' idle connections logged in.
+                assert await asyncio.to_thread(wait_until, lambda: count_v1() == 4, 10)
+                result = await asyncio.to_thread(
+                    manager.rotate_auth, SERVICE, "orders-api", backend, timeout=20
+                )
+                assert result.revoked == {"orders-api": (1,)}
+                # The pools dropped v1's idle connections before the client confirmed v2,
+                # so that the manager found none of them when it revoked v1.
+                assert v1 not in backend.logged_in_at_revoke
+                assert [current_user(pools) for _ in range(3)] == [v2] * 3
+                assert [await current_user_async(async_pools) for _ in range(3)] == [v2] * 3
+                assert v1 not in sessions(postgres) and v2 in sessions(postgres)
+
+    asyncio.run(rotate_under_both())
 
 
 def sessions(server) -> set[str]:
