@@ -257,8 +257,8 @@ def test_the_documented_examples_run(postgres, make_client, capsys):
     manager.rotate_auth(SERVICE, "orders-api", PostgresBackend(postgres.dsn(), dbname="postgres"))
     assert wait_until(lambda: app.get_service(SERVICE).metrics and app.get_service(SERVICE).auth)
     examples = postgres_examples()
-    assert len(examples) == 3  # ReplicaPools, connect, SQLAlchemy's creator=
+    assert len(examples) == 4  # ReplicaPools, connect, SQLAlchemy's creator=, asyncio
     for code in examples:
         exec(code, {"client": app, "tenant": "acme"})
     role = PostgresBackend.role_name(SERVICE, "orders-api", 1)
-    assert capsys.readouterr().out.split() == [role] * 3
+    assert capsys.readouterr().out.split() == [role] * 4
