@@ -114,31 +114,36 @@ class _PoolSet(Generic[Pool]):
     """The bookkeeping both pool sets share: one pool per (instance, credential version),
     replaced or dropped as the cache's events say; subclasses open and close pools."""
 
+    pool_class: type[Pool]
+    open_at_creation: bool  # async pools are opened by an awaited call instead
+
     def __init__(
         self,
         client: Sentinel,
         service: str,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
-        retries: int,
-        pool_kwargs: dict[str, Any],
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        *,
+        retries: int = DEFAULT_RETRIES,
+        **pool_kwargs: Any,
     ) -> None:
         self.client = client
         self.service = service
         self.policy = policy
         self.retries = retries
         self._connect_kwargs: dict[str, Any] = dict(pool_kwargs.pop("kwargs", None) or {})
-        self._pool_kwargs = pool_kwargs
+        self._pool_kwargs = {"check": self.pool_class.check_connection, **pool_kwargs}
         self._lock = threading.Lock()  # events arrive on the cache's thread, requests elsewhere
         # instance name -> (credential version, pool)
         self._pools: dict[str, tuple[int | None, Pool]] = {}
         self._closed = False
+        self._bind()
         self._unlisten = client.listen(service, self._on_event)
+
+    def _bind(self) -> None:
+        """Set up what :meth:`_drain` needs before the first event can arrive."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.service!r}, pools={sorted(self._pools)})"
-
-    def _new_pool(self, endpoint: Endpoint) -> Pool:
-        raise NotImplementedError
 
     def _drain(self, pool: Pool) -> None:
         """Close ``pool`` without waiting: idle connections now, the others when returned."""
@@ -153,19 +158,17 @@ class _PoolSet(Generic[Pool]):
             held = self._pools.get(endpoint.name)
             if held is not None and held[0] == version:
                 return held[1], False
-            pool = self._new_pool(endpoint)
+            pool = self.pool_class(
+                open=self.open_at_creation,
+                kwargs=connection_params(endpoint, self._connect_kwargs),
+                name=f"{self.service}/{endpoint.name}",
+                **self._pool_kwargs,
+            )
             self._pools[endpoint.name] = (version, pool)
         if held is not None:
             self._drain(held[1])
         log.debug("%s: pool opened for %s (credential v%s)", self.service, endpoint.name, version)
         return pool, True
-
-    def _pool_kwargs_for(self, endpoint: Endpoint) -> dict[str, Any]:
-        return {
-            "kwargs": connection_params(endpoint, self._connect_kwargs),
-            "name": f"{self.service}/{endpoint.name}",
-            **self._pool_kwargs,
-        }
 
     def _discard(self, name: str, pool: Pool) -> None:
         """Forget and drain ``pool`` after a failure: its threads would keep reconnecting."""
@@ -214,17 +217,8 @@ class ReplicaPools(_PoolSet[ConnectionPool[Any]]):
     rather than given to the application. Close with :meth:`close` or a ``with`` block.
     """
 
-    def __init__(
-        self,
-        client: Sentinel,
-        service: str,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
-        *,
-        retries: int = DEFAULT_RETRIES,
-        **pool_kwargs: Any,
-    ) -> None:
-        pool_kwargs.setdefault("check", ConnectionPool.check_connection)
-        super().__init__(client, service, policy, retries, pool_kwargs)
+    pool_class = ConnectionPool
+    open_at_creation = True
 
     def __enter__(self) -> ReplicaPools:
         return self
@@ -273,9 +267,6 @@ class ReplicaPools(_PoolSet[ConnectionPool[Any]]):
         connections in the background) when there is none yet."""
         return self._pool_for(endpoint)[0]
 
-    def _new_pool(self, endpoint: Endpoint) -> ConnectionPool[Any]:
-        return ConnectionPool(open=True, **self._pool_kwargs_for(endpoint))
-
     def _drain(self, pool: ConnectionPool[Any]) -> None:
         pool.close(timeout=0)
 
@@ -292,19 +283,12 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
     the cache's events, which arrive on its worker thread, close pools through that loop.
     """
 
-    def __init__(
-        self,
-        client: Sentinel,
-        service: str,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
-        *,
-        retries: int = DEFAULT_RETRIES,
-        **pool_kwargs: Any,
-    ) -> None:
-        pool_kwargs.setdefault("check", AsyncConnectionPool.check_connection)
+    pool_class = AsyncConnectionPool
+    open_at_creation = False
+
+    def _bind(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._draining: set[asyncio.Future[None]] = set()
-        super().__init__(client, service, policy, retries, pool_kwargs)
 
     async def __aenter__(self) -> AsyncReplicaPools:
         return self
@@ -342,9 +326,6 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
             except psycopg.OperationalError:
                 self._discard(endpoint.name, pool)
                 raise
-
-    def _new_pool(self, endpoint: Endpoint) -> AsyncConnectionPool[Any]:
-        return AsyncConnectionPool(open=False, **self._pool_kwargs_for(endpoint))
 
     def _drain(self, pool: AsyncConnectionPool[Any]) -> None:
         def close() -> None:

@@ -165,6 +165,21 @@ def test_connect_reports_a_dead_endpoint_and_gives_up_after_the_retries(postgres
         app.get_service(SERVICE)
 
 
+def primary_with_a_credential(primary, make_client, backend):
+    """The primary registered by an auth manager that issued the app its first credential:
+    (manager, app, registration)."""
+    manager = make_client("auth-manager", announce=False)
+    manager.ensure_service(SERVICE, scheme="postgresql")
+    registration = manager.register_service(
+        SERVICE, "p1", primary.host, primary.port, scheme="postgresql", label="primary"
+    )
+    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
+    app.get_service(SERVICE)
+    manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    assert wait_until(lambda: app.get_service(SERVICE).auth is not None, 10)
+    return manager, app, registration
+
+
 class RecordingBackend(PostgresBackend):
     """PostgresBackend that looks at the server's sessions when a version is revoked."""
 
@@ -186,15 +201,7 @@ class RecordingBackend(PostgresBackend):
 
 def test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential(postgres, make_client):
     backend = RecordingBackend(postgres)
-    manager = make_client("auth-manager", announce=False)
-    manager.ensure_service(SERVICE, scheme="postgresql")
-    manager.register_service(
-        SERVICE, "p1", postgres.host, postgres.port, scheme="postgresql", label="primary"
-    )
-    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
-    app.get_service(SERVICE)
-    manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
-    assert wait_until(lambda: app.get_service(SERVICE).auth is not None, 10)
+    manager, app, _ = primary_with_a_credential(postgres, make_client, backend)
     v1, v2 = (PostgresBackend.role_name(SERVICE, "orders-api", v) for v in (1, 2))
 
     def current_user(pools):
@@ -246,16 +253,10 @@ def postgres_examples() -> list[str]:
 
 def test_the_documented_examples_run(postgres, make_client, capsys):
     """docs/integrations.md's PostgreSQL examples, with ``client`` and ``tenant`` given."""
-    manager = make_client("auth-manager", announce=False)
-    manager.ensure_service(SERVICE, scheme="postgresql")
-    registration = manager.register_service(
-        SERVICE, "p1", postgres.host, postgres.port, scheme="postgresql", label="primary"
-    )
+    backend = PostgresBackend(postgres.dsn(), dbname="postgres")
+    manager, app, registration = primary_with_a_credential(postgres, make_client, backend)
     manager.update_metrics(registration, {"replication_lag": 0})
-    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
-    app.get_service(SERVICE)
-    manager.rotate_auth(SERVICE, "orders-api", PostgresBackend(postgres.dsn(), dbname="postgres"))
-    assert wait_until(lambda: app.get_service(SERVICE).metrics and app.get_service(SERVICE).auth)
+    assert wait_until(lambda: app.get_service(SERVICE).metrics, 10)
     examples = postgres_examples()
     assert len(examples) == 4  # ReplicaPools, connect, SQLAlchemy's creator=, asyncio
     for code in examples:
