@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel, default_client_id
 from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
-from sentinel.errors import EndpointFailed, NoInstanceAvailable
+from sentinel.errors import EndpointFailed
 from sentinel.layout import sanitize_name, validate_name, validate_namespace
+from sentinel.retry import resolve_avoiding
 from sentinel.tls import TlsConfig
 
 if TYPE_CHECKING:
@@ -150,19 +151,6 @@ def _key_function(key: str | Callable[[Any], object]) -> Callable[[Any], object]
     return key if callable(key) else operator.itemgetter(key)
 
 
-def _without(
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None, failed: frozenset[str]
-) -> Callable[[Endpoints], Endpoints]:
-    """``policy`` over the endpoints that have not failed (before it, so that a MinLag picks
-    the best of the others rather than nothing)."""
-
-    def select(endpoints: Endpoints) -> Endpoints:
-        kept = tuple(e for e in endpoints if e.name not in failed)
-        return policy(kept) if policy is not None and kept else kept
-
-    return select
-
-
 def resolve_groups(
     client: Sentinel,
     service: str,
@@ -193,7 +181,7 @@ def resolve_groups(
     )
     while pending:
         partition, group, attempts, failed = pending.popleft()
-        endpoint = _resolve(client, service, key_of(group[0]), policy, failed)
+        endpoint = resolve_avoiding(client, service, key_of(group[0]), policy, failed)
         if partition is not None and endpoint.partition != partition:
             # The shard map changed between grouping and resolving: group these rows again.
             if attempts >= retries:
@@ -233,22 +221,6 @@ def _group(
     for row in rows:
         groups.setdefault(client.partition_of(service, key_of(row)), []).append(row)
     return list(groups.items())
-
-
-def _resolve(
-    client: Sentinel,
-    service: str,
-    key: object,
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
-    failed: frozenset[str],
-) -> Endpoint:
-    if not failed:
-        return client.get_service(service, key, policy)
-    try:
-        return client.get_service(service, key, _without(policy, failed))
-    except NoInstanceAvailable:
-        # Every eligible endpoint failed once: a fresh try may find one of them back.
-        return client.get_service(service, key, policy)
 
 
 def resolve_partitions(
