@@ -109,6 +109,65 @@ def test_deregister_removes_the_node_once(make_client, raw_zk):
     assert client.registrations == (other,)
 
 
+def _requests_sent(client, action) -> list[str]:
+    """The ZooKeeper requests ``action`` sends from this thread (the cache's and the
+    ephemeral worker's own requests run on other threads and are not counted)."""
+    sent: list[str] = []
+    me = threading.get_ident()
+    call = client._zk._call
+
+    def counting(request, async_object):
+        if threading.get_ident() == me:
+            sent.append(type(request).__name__)
+        return call(request, async_object)
+
+    client._zk._call = counting
+    try:
+        action()
+    finally:
+        del client._zk._call
+    return sent
+
+
+def test_deregistration_costs_one_read_and_one_conditional_delete(make_client, raw_zk):
+    # The floor while the guarantee below holds (docs/design-notes.md, "Issue 18:
+    # deregistration in one round trip"): no request beyond the ownership read and the delete.
+    client = make_client()
+    registration = client.register_service("api", "p1", "h", 80)
+    sent = _requests_sent(client, lambda: client.deregister_service(registration))
+    assert sent == ["Exists", "Delete"]
+    assert raw_zk.exists(registration.path) is None
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["rolling-restart", "after-expiry"])
+def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, expired):
+    old = make_client("old")
+    stale = old.register_service("api", "p1", "10.0.0.9", 80, label="a")
+    if expired:
+        before = expire_session(old)
+        restored = wait_until(
+            lambda: raw_zk.exists(stale.path).ephemeralOwner not in (None, before),
+            timeout=10,
+            ignore=(AttributeError,),
+        )
+        assert restored is not None, "the old process did not restore its node"
+    _, old_stat = raw_zk.get(stale.path)
+    successor = make_client("successor")
+    current = successor.register_service("api", "p1", "10.0.0.9", 80, label="a")
+    _, stat = raw_zk.get(current.path)
+    assert stat.ephemeralOwner == successor.session_id
+    # Same path and the same data version as the old node: a delete conditional on the
+    # version alone would remove the successor's node.
+    assert (current.path, stat.version) == (stale.path, old_stat.version)
+
+    sent = _requests_sent(old, lambda: old.deregister_service(stale))
+
+    assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
+    assert sent == ["Exists"]  # the read showed another owner: no delete was sent
+    assert old.registrations == ()
+    assert successor.registrations == (current,)
+
+
 def test_close_removes_every_registration_at_once(make_client, raw_zk):
     client = make_client()
     for partition in ("p1", "p2", "p3"):
