@@ -1,0 +1,2 @@
+"""Sentinel inside application code: database connections and HTTP calls that resolve through
+the client."""
