@@ -1,0 +1,106 @@
+"""What SentinelTransport adds to an HTTP call: ``python -m benchmarks.http_overhead``.
+
+One keep-alive HTTP server on loopback, registered in a fresh ZooKeeper. Each round sends the
+same number of GET requests (body read) through two httpx clients in turn, the order
+alternating between rounds: one on httpx's own transport to ``http://127.0.0.1:<port>/``, one on
+:class:`~sentinel.integrations.httpx.SentinelTransport` to ``http://bench.sentinel/`` (lookup,
+URL rewrite, latency report). A round's figure is the mean time per request of each; the
+overhead is the ratio of the medians over rounds, minus one. Target: below 5 % of a loopback
+round trip.
+
+The loopback round trip varies by more than the routing costs on a shared machine, so the same
+two clients also run over ``httpx.MockTransport`` (an answer made in-process, no socket): the
+difference between those two is the routing's own cost, which the last row sets against the
+loopback round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import httpx
+
+from benchmarks.common import median_of, report
+from sentinel import Sentinel
+from sentinel.integrations.httpx import SentinelTransport
+from sentinel.testing.httpserver import LoopbackHTTPServer
+from sentinel.testing.zookeeper import LocalZooKeeper
+
+TARGET = 0.05
+
+
+def per_request(http: httpx.Client, url: str, requests: int) -> float:
+    """Mean seconds per GET of ``url``, response body read."""
+    start = time.perf_counter()
+    for _ in range(requests):
+        http.get(url).read()
+    return (time.perf_counter() - start) / requests
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the rounds, print the table and write ``benchmarks/results/http_overhead.json``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--requests", type=int, default=500, help="per client and round")
+    args = parser.parse_args(argv)
+    canned = httpx.MockTransport(lambda request: httpx.Response(200, content=b"{}"))
+    with (
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "bench-http") as sentinel,
+        LoopbackHTTPServer("bench", keep_alive=True) as server,
+        httpx.Client(transport=httpx.HTTPTransport()) as plain,
+        httpx.Client(transport=SentinelTransport(sentinel)) as routed,
+        httpx.Client(transport=canned) as plain_canned,
+        httpx.Client(transport=SentinelTransport(sentinel, canned)) as routed_canned,
+    ):
+        sentinel.register_service("bench", "p1", "127.0.0.1", server.port)
+        direct_url = f"http://127.0.0.1:{server.port}/"
+        clients = {
+            "httpx": (plain, direct_url),
+            "sentinel": (routed, "http://bench.sentinel/"),
+            "httpx_mock": (plain_canned, direct_url),
+            "sentinel_mock": (routed_canned, "http://bench.sentinel/"),
+        }
+        for http, url in clients.values():  # connections opened, service loaded
+            per_request(http, url, 50)
+        rounds = []
+        for i in range(args.rounds):
+            order = list(clients)[i % 4 :] + list(clients)[: i % 4]  # each goes first in turn
+            rounds.append({name: per_request(*clients[name], args.requests) for name in order})
+    direct, through = median_of(rounds, "httpx"), median_of(rounds, "sentinel")
+    overhead = through / direct - 1
+    routing = median_of(rounds, "sentinel_mock") - median_of(rounds, "httpx_mock")
+    rows = [
+        ["httpx's HTTPTransport, loopback", f"{direct * 1e6:.0f}", ""],
+        ["SentinelTransport, loopback", f"{through * 1e6:.0f}", f"{overhead:+.1%}"],
+        ["httpx.MockTransport", f"{median_of(rounds, 'httpx_mock') * 1e6:.1f}", ""],
+        [
+            "SentinelTransport over MockTransport",
+            f"{median_of(rounds, 'sentinel_mock') * 1e6:.1f}",
+            f"+{routing * 1e6:.1f} µs = {routing / direct:.1%} of the loopback round trip",
+        ],
+    ]
+    report(
+        "http_overhead",
+        f"GET on loopback, keep-alive: medians of {args.rounds} interleaved rounds of "
+        f"{args.requests} requests (target overhead < {TARGET:.0%}: "
+        f"{'met' if overhead < TARGET and routing / direct < TARGET else 'missed'})",
+        ["transport", "µs per request", "overhead"],
+        rows,
+        {
+            "rounds": rounds,
+            "requests": args.requests,
+            "median_httpx_s": direct,
+            "median_sentinel_s": through,
+            "overhead": overhead,
+            "routing_s": routing,
+            "routing_share": routing / direct,
+            "target": TARGET,
+            "met": overhead < TARGET and routing / direct < TARGET,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
