@@ -14,6 +14,7 @@ from balancers.load import PowerOfTwoChoices
 from balancers.weighted import WeightedRandom
 from sentinel.errors import ServiceNotFound
 from sentinel.integrations.httpx import AsyncSentinelTransport, SentinelTransport
+from sentinel.testing.helpers import wait_until
 from sentinel.testing.httpserver import LoopbackHTTPServer
 
 pytestmark = pytest.mark.integration
@@ -141,17 +142,20 @@ def test_latency_feedback_shifts_load_away_from_a_slow_instance(make_client, ser
     fast = [servers("fast-1"), servers("fast-2")]
     register(publisher, "api", [*fast, servers("slow", delay=0.05)])
     url = "http://api.sentinel/"
-    with httpx.Client(transport=SentinelTransport(client)) as http:
-        names(http, url, 3)  # round robin: one latency report for each instance
     balancer = PowerOfTwoChoices(feedback=client.feedback, seed=3)
     with httpx.Client(transport=SentinelTransport(client, balancer=balancer)) as http:
         shares = names(http, url, 150)
-    # Without the reported latencies every instance would get a third; the slow one now
-    # gets one only when the machine's noise makes a fast one look slower still.
-    assert shares["slow"] / 150 < 0.1
-    assert shares["fast-1"] > 40 and shares["fast-2"] > 40
-    slow = client.feedback.latency(endpoint_of(client, "api", "slow"))
-    assert slow is not None and slow >= 0.05
+        # Without the reported latencies every instance would get a third; the slow one gets
+        # its first tries (each instance is measured), then one only when the machine's noise
+        # makes a fast one look slower still.
+        assert shares["slow"] / 150 < 0.1
+        assert shares["fast-1"] > 40 and shares["fast-2"] > 40
+        slow = client.feedback.latency(endpoint_of(client, "api", "slow"))
+        assert slow is not None and slow >= 0.05
+        # A new instance is tried, measured, and gets its share.
+        register(publisher, "api", [servers("fast-3")])
+        assert wait_until(lambda: len(client.instances("api")) == 4)
+        assert names(http, url, 90)["fast-3"] >= 15
 
 
 def test_unknown_hosts_pass_through_untouched(make_client, servers):
