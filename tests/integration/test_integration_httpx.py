@@ -226,11 +226,15 @@ def test_the_async_transport_spreads_retries_and_reports(make_client, servers):
     assert client.feedback.is_down(endpoint_of(client, "api", "b"))
 
 
-def test_the_documented_example_runs():
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text().split("## HTTP (httpx)")[1], re.S)
-    assert blocks, "docs/integrations.md has no python example under ## HTTP (httpx)"
+@pytest.mark.parametrize(
+    ("index", "printed"), [(0, ["a", "b", "a", "acme->p1", "down:True"]), (1, ["fast"])]
+)
+def test_the_documented_examples_run_and_print_what_they_say(index, printed):
+    section = DOC.read_text().split("## HTTP (httpx)")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "docs/integrations.md: two python examples under ## HTTP (httpx)"
     result = subprocess.run(
-        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", blocks[index]], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["a", "b", "a", "acme->p1", "down:True"]
+    assert result.stdout.split() == printed
