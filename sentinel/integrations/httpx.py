@@ -95,6 +95,7 @@ class _Router(Generic[_T]):
         self.transport = transport if transport is not None else self._default_transport()
         self.suffix = suffix.lower()
         self.key_header = key_header
+        self._dropped_headers = frozenset({b"host", key_header.lower().encode("ascii")})
         self.policy = policy
         self.balancer = balancer
         self.retries = retries
@@ -137,15 +138,18 @@ class _Call:
         """The request to send to ``endpoint``: its scheme, host and port, the path, query,
         body and headers of the original but the shard key's, and ``Host`` set to it."""
         request = self._request
+        url = routed_url(request.url, self.endpoint)
+        # One pass over the raw headers: Headers.pop() of a missing name costs an exception.
+        dropped = self._router._dropped_headers
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
+        headers.append((b"Host", url.netloc))
         routed = httpx.Request(
             request.method,
-            routed_url(request.url, self.endpoint),
-            headers=request.headers,
+            url,
+            headers=headers,
             stream=request.stream,
             extensions=request.extensions,
         )
-        routed.headers.pop(self._router.key_header, None)
-        routed.headers["Host"] = routed.url.netloc.decode("ascii")
         self._started = time.perf_counter()
         return routed
 
