@@ -9,6 +9,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a burst of concurrent connections would see SYNs
+    # dropped and retried a second later, which is the test's machine, not the code, failing.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class LoopbackHTTPServer:
     """An HTTP server on ``127.0.0.1`` (a free port) that answers every request with JSON:
     its ``name``, the request's ``method``, ``path`` and ``headers`` (names in lower case).
@@ -54,8 +61,7 @@ class LoopbackHTTPServer:
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: tests and benchmarks send thousands of requests."""
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"http-{name}", daemon=True
