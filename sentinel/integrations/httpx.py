@@ -92,7 +92,7 @@ class _Router(Generic[_T]):
         if not suffix.startswith(".") or retries < 0:
             raise ValueError("suffix must start with '.' and retries must be >= 0")
         self.client = client
-        self.transport = transport if transport is not None else self._default_transport()
+        self.transport: _T = transport if transport is not None else self._default_transport()
         self.suffix = suffix.lower()
         self.key_header = key_header
         self._dropped_headers = frozenset({b"host", key_header.lower().encode("ascii")})
@@ -122,7 +122,7 @@ class _Call:
         "endpoint",
     )
 
-    def __init__(self, router: _Router, request: httpx.Request, service: str) -> None:
+    def __init__(self, router: _Router[Any], request: httpx.Request, service: str) -> None:
         self._router = router
         self._request = request
         self._service = service
