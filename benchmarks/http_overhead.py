@@ -1,13 +1,12 @@
 """What SentinelTransport adds to an HTTP call: ``python -m benchmarks.http_overhead``.
 
 One keep-alive HTTP server on loopback, registered in a fresh ZooKeeper. Each round sends the
-same number of GET requests (body read) through two httpx clients in turn, the order
-alternating between rounds: one on httpx's own transport to ``http://127.0.0.1:<port>/``, one on
-:class:`~sentinel.integrations.httpx.SentinelTransport` to ``http://bench.sentinel/`` (lookup,
-URL rewrite, latency report). A round's figure is the mean time per request of each; the
-overhead is the median over rounds of each round's ratio, minus one (pairs of the same round
-share the machine's load of that moment). Target: below 5 % of a loopback
-round trip.
+same number of GET requests (body read) through two httpx clients that take turns request by
+request (which goes first rotates between rounds): one on httpx's own transport to
+``http://127.0.0.1:<port>/``, one on :class:`~sentinel.integrations.httpx.SentinelTransport`
+to ``http://bench.sentinel/`` (lookup, URL rewrite, latency report). A round's figure is the
+mean time per request of each; the overhead is the median over rounds of each round's ratio,
+minus one. Target: below 5 % of a loopback round trip.
 
 The loopback round trip varies by more than the routing costs on a shared machine, so the same
 two clients also run over ``httpx.MockTransport`` (an answer made in-process, no socket): the
@@ -31,12 +30,22 @@ from sentinel.testing.zookeeper import LocalZooKeeper
 TARGET = 0.05
 
 
-def per_request(http: httpx.Client, url: str, requests: int) -> float:
-    """Mean seconds per GET of ``url``, response body read."""
-    start = time.perf_counter()
+def one_round(
+    clients: dict[str, tuple[httpx.Client, str]], requests: int, first: int
+) -> dict[str, float]:
+    """Mean seconds per GET of each client, the clients taking turns request by request (so
+    that a burst of load from elsewhere hits all of them), ``first`` starting each turn."""
+    names = list(clients)
+    names = names[first:] + names[:first]
+    totals = dict.fromkeys(names, 0.0)
+    clock = time.perf_counter
     for _ in range(requests):
-        http.get(url).read()
-    return (time.perf_counter() - start) / requests
+        for name in names:
+            http, url = clients[name]
+            start = clock()
+            http.get(url).read()
+            totals[name] += clock() - start
+    return {name: total / requests for name, total in totals.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,12 +72,10 @@ def main(argv: list[str] | None = None) -> None:
             "httpx_mock": (plain_canned, direct_url),
             "sentinel_mock": (routed_canned, "http://bench.sentinel/"),
         }
-        for http, url in clients.values():  # connections opened, service loaded
-            per_request(http, url, 50)
+        one_round(clients, 50, 0)  # connections opened, service loaded
         rounds = []
         for i in range(args.rounds):
-            order = list(clients)[i % 4 :] + list(clients)[: i % 4]  # each goes first in turn
-            rounds.append({name: per_request(*clients[name], args.requests) for name in order})
+            rounds.append(one_round(clients, args.requests, i % len(clients)))
     for r in rounds:
         r["ratio"] = r["sentinel"] / r["httpx"]
         r["routing"] = r["sentinel_mock"] - r["httpx_mock"]
