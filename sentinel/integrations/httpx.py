@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 
-from sentinel.errors import NoInstanceAvailable
+from sentinel.errors import NoInstanceAvailable, ValidationError
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -90,7 +90,7 @@ class _Router(Generic[_T]):
         server_errors_fail: bool = False,
     ) -> None:
         if not suffix.startswith(".") or retries < 0:
-            raise ValueError("suffix must start with '.' and retries must be >= 0")
+            raise ValidationError("suffix must start with '.' and retries must be >= 0")
         self.client = client
         self.transport: _T = transport if transport is not None else self._default_transport()
         self.suffix = suffix.lower()

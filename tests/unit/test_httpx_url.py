@@ -1,4 +1,5 @@
-"""The routed URL of the httpx integration equals httpx's own copy_with(), which it replaces."""
+"""The httpx integration without a server: its routed URL equals httpx's own copy_with(), which
+it replaces, and its settings are checked."""
 
 import dataclasses
 
@@ -6,7 +7,8 @@ import httpx
 import pytest
 
 from sentinel.endpoint import format_uri
-from sentinel.integrations.httpx import routed_url
+from sentinel.errors import ValidationError
+from sentinel.integrations.httpx import SentinelTransport, routed_url
 from tests.unit.endpoints import endpoint
 
 
@@ -37,3 +39,9 @@ def test_routed_url_is_what_copy_with_gives(url, scheme, host, port):
         expected.raw_path,
         expected.netloc,
     )
+
+
+@pytest.mark.parametrize("settings", [{"suffix": "sentinel"}, {"retries": -1}])
+def test_a_transport_refuses_a_suffix_without_a_dot_or_negative_retries(settings):
+    with pytest.raises(ValidationError):
+        SentinelTransport(None, **settings)  # checked before the client is used
