@@ -1,8 +1,9 @@
 """What SentinelTransport adds to an HTTP call: ``python -m benchmarks.http_overhead``.
 
-One keep-alive HTTP server on loopback, registered in a fresh ZooKeeper. Each round sends the
-same number of GET requests (body read) through two httpx clients that take turns request by
-request (which goes first rotates between rounds): one on httpx's own transport to
+One keep-alive HTTP server on loopback (a process of its own), registered in a fresh
+ZooKeeper. Each round sends the same number of GET requests (body read) through two httpx
+clients that take turns request by request (which goes first rotates between rounds): one on
+httpx's own transport to
 ``http://127.0.0.1:<port>/``, one on :class:`~sentinel.integrations.httpx.SentinelTransport`
 to ``http://bench.sentinel/`` (lookup, URL rewrite, latency report). A round's figure is the
 mean time per request of each; the overhead is the median over rounds of each round's ratio,
@@ -17,17 +18,42 @@ which the last row sets against the loopback round trip of the same round.
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 
 from benchmarks.common import median_of, report
 from sentinel import Sentinel
 from sentinel.integrations.httpx import SentinelTransport
-from sentinel.testing.httpserver import LoopbackHTTPServer
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 TARGET = 0.05
+SERVE = """
+import sys
+from sentinel.testing.httpserver import LoopbackHTTPServer
+with LoopbackHTTPServer("bench", keep_alive=True) as server:
+    print(server.port, flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextmanager
+def server_process() -> Iterator[int]:
+    """A keep-alive loopback server in a process of its own (in this one, its threads would
+    share the benchmark's interpreter lock); yields its port, stops it on exit."""
+    with subprocess.Popen(
+        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            yield int(process.stdout.readline())
+        finally:
+            process.stdin.close()  # end of input: the server returns and exits
+            process.wait(timeout=10)
 
 
 def one_round(
@@ -52,20 +78,20 @@ def main(argv: list[str] | None = None) -> None:
     """Run the rounds, print the table and write ``benchmarks/results/http_overhead.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--requests", type=int, default=500, help="per client and round")
+    parser.add_argument("--requests", type=int, default=300, help="per client and round")
     args = parser.parse_args(argv)
     canned = httpx.MockTransport(lambda request: httpx.Response(200, content=b"{}"))
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "bench-http") as sentinel,
-        LoopbackHTTPServer("bench", keep_alive=True) as server,
+        server_process() as port,
         httpx.Client(transport=httpx.HTTPTransport()) as plain,
         httpx.Client(transport=SentinelTransport(sentinel)) as routed,
         httpx.Client(transport=canned) as plain_canned,
         httpx.Client(transport=SentinelTransport(sentinel, canned)) as routed_canned,
     ):
-        sentinel.register_service("bench", "p1", "127.0.0.1", server.port)
-        direct_url = f"http://127.0.0.1:{server.port}/"
+        sentinel.register_service("bench", "p1", "127.0.0.1", port)
+        direct_url = f"http://127.0.0.1:{port}/"
         clients = {
             "httpx": (plain, direct_url),
             "sentinel": (routed, "http://bench.sentinel/"),
