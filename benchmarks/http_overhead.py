@@ -2,12 +2,12 @@
 
 One keep-alive HTTP server on loopback (a process of its own), registered in a fresh
 ZooKeeper. Each round sends the same number of GET requests (body read) through two httpx
-clients that take turns request by request (which goes first rotates between rounds): one on
-httpx's own transport to
-``http://127.0.0.1:<port>/``, one on :class:`~sentinel.integrations.httpx.SentinelTransport`
-to ``http://bench.sentinel/`` (lookup, URL rewrite, latency report). A round's figure is the
-mean time per request of each; the overhead is the median over rounds of each round's ratio,
-minus one. Target: below 5 % of a loopback round trip.
+clients that take turns request by request, in an order reversed at every turn: one on
+httpx's own transport to ``http://127.0.0.1:<port>/``, one on
+:class:`~sentinel.integrations.httpx.SentinelTransport` to ``http://bench.sentinel/`` (lookup,
+URL rewrite, latency report). A round's figure is the mean time per request of each; the
+overhead is the median over rounds of each round's ratio, minus one. Target: below 5 % of a
+loopback round trip.
 
 The loopback round trip varies by more than the routing costs on a shared machine, so the same
 two clients also run over ``httpx.MockTransport`` (an answer made in-process, no socket): the
@@ -56,18 +56,16 @@ def server_process() -> Iterator[int]:
             process.wait(timeout=10)
 
 
-def one_round(
-    clients: dict[str, tuple[httpx.Client, str]], requests: int, first: int
-) -> dict[str, float]:
-    """Mean seconds per GET of each client, the clients taking turns request by request (so
-    that a burst of load from elsewhere hits all of them), ``first`` starting each turn."""
-    names = list(clients)
-    names = names[first:] + names[:first]
+def one_round(pair: dict[str, tuple[httpx.Client, str]], requests: int) -> dict[str, float]:
+    """Mean seconds per GET of each of two clients taking turns request by request (a burst of
+    load from elsewhere hits both), in an order reversed at every turn: each follows the other
+    and itself as often, and the one that follows runs on caches (and a server) just woken."""
+    names = list(pair)
     totals = dict.fromkeys(names, 0.0)
     clock = time.perf_counter
-    for _ in range(requests):
-        for name in names:
-            http, url = clients[name]
+    for turn in range(requests):
+        for name in names if turn % 2 == 0 else reversed(names):
+            http, url = pair[name]
             start = clock()
             http.get(url).read()
             totals[name] += clock() - start
@@ -92,16 +90,16 @@ def main(argv: list[str] | None = None) -> None:
     ):
         sentinel.register_service("bench", "p1", "127.0.0.1", port)
         direct_url = f"http://127.0.0.1:{port}/"
-        clients = {
-            "httpx": (plain, direct_url),
-            "sentinel": (routed, "http://bench.sentinel/"),
+        loopback = {"httpx": (plain, direct_url), "sentinel": (routed, "http://bench.sentinel/")}
+        mock = {
             "httpx_mock": (plain_canned, direct_url),
             "sentinel_mock": (routed_canned, "http://bench.sentinel/"),
         }
-        one_round(clients, 50, 0)  # connections opened, service loaded
-        rounds = []
-        for i in range(args.rounds):
-            rounds.append(one_round(clients, args.requests, i % len(clients)))
+        one_round(loopback, 50)  # connections opened, service loaded
+        rounds = [
+            {**one_round(loopback, args.requests), **one_round(mock, args.requests)}
+            for _ in range(args.rounds)
+        ]
     for r in rounds:
         r["ratio"] = r["sentinel"] / r["httpx"]
         r["routing"] = r["sentinel_mock"] - r["httpx_mock"]
