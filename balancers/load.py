@@ -19,7 +19,9 @@ class PowerOfTwoChoices(Balancer):
 
     Load is ``metric`` when given (lower is better; an endpoint without it counts as the most
     loaded), else the latency the application reported through ``Sentinel.report`` (pass
-    ``feedback=sentinel.feedback``); with neither, the first of the two. Compared with always
+    ``feedback=sentinel.feedback``; an endpoint not measured yet counts as the least loaded, so
+    that a new instance is tried and measured rather than never chosen); with neither, the
+    first of the two. Compared with always
     taking the least loaded, it avoids every client herding onto the same instance.
     """
 
@@ -34,13 +36,13 @@ class PowerOfTwoChoices(Balancer):
         self._random = random.Random(seed)
 
     def load(self, endpoint: Endpoint) -> float:
-        """The load figure compared (infinity when unknown)."""
+        """The load figure compared (a metric missing: infinity; a latency missing: 0)."""
         if self.metric is not None:
             value = endpoint.metrics.get(self.metric)
             return float(value) if type(value) is int or type(value) is float else math.inf
         if self.feedback is not None:
             latency = self.feedback.latency(endpoint)
-            return math.inf if latency is None else latency
+            return 0.0 if latency is None else latency
         return 0.0
 
     def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:

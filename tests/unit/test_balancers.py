@@ -166,6 +166,14 @@ def test_power_of_two_uses_reported_latency():
     assert {balancer.pick([slow, fast]).label for _ in range(20)} == {"e0"}
 
 
+def test_power_of_two_tries_an_instance_not_measured_yet():
+    feedback = InstanceFeedback()
+    measured, new = pool(2)
+    feedback.report(measured, latency=0.001)
+    balancer = PowerOfTwoChoices(feedback=feedback, seed=4)
+    assert balancer.pick([measured, new]).label == "e1"
+
+
 def test_feedback_marks_an_instance_down_after_n_errors_in_the_window():
     feedback = InstanceFeedback(errors=3, window=10, down_for=0.3)
     flaky, healthy = pool(2)

@@ -1,0 +1,240 @@
+"""SentinelTransport against real HTTP servers on loopback, registered in a real ZooKeeper."""
+
+import asyncio
+import collections
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from balancers.load import PowerOfTwoChoices
+from balancers.weighted import WeightedRandom
+from sentinel.errors import ServiceNotFound
+from sentinel.integrations.httpx import AsyncSentinelTransport, SentinelTransport
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.httpserver import LoopbackHTTPServer
+
+pytestmark = pytest.mark.integration
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
+
+
+class Counting(httpx.BaseTransport):
+    """httpx's own transport, noting the port of every request it sends."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.ports: list[int | None] = []
+        self.requests: list[httpx.Request] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.ports.append(request.url.port)
+        self.requests.append(request)
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def servers():
+    """Start loopback HTTP servers by name; all are stopped after the test."""
+    started = []
+
+    def start(name, **kwargs):
+        server = LoopbackHTTPServer(name, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def register(publisher, service, servers, partition="p1", **kwargs):
+    for server in servers:
+        publisher.register_service(
+            service, partition, "127.0.0.1", server.port, label=server.name, **kwargs
+        )
+
+
+def names(http, url, count, **kwargs):
+    return collections.Counter(http.get(url, **kwargs).json()["name"] for _ in range(count))
+
+
+def endpoint_of(client, service, label):
+    return next(e for e in client.instances(service) if e.label == label)
+
+
+def test_requests_are_spread_by_the_balancer_and_keep_path_and_query(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    a, b, c = servers("a"), servers("b"), servers("c")
+    register(publisher, "api", [a, b, c])
+    with httpx.Client(transport=SentinelTransport(client)) as http:
+        answer = http.get("http://api.sentinel/items/7?sort=desc").json()
+        assert answer["path"] == "/items/7?sort=desc"
+        port = {"a": a.port, "b": b.port, "c": c.port}[answer["name"]]
+        assert answer["headers"]["host"] == f"127.0.0.1:{port}"
+        # The default balancer, round robin: exactly a third each.
+        assert names(http, "http://api.sentinel/", 90) == {"a": 30, "b": 30, "c": 30}
+
+    heavy = servers("heavy")
+    publisher.register_service("weighted", "p1", "127.0.0.1", heavy.port, label="heavy", weight=3)
+    register(publisher, "weighted", [servers("light")])
+    transport = SentinelTransport(client, balancer=WeightedRandom(seed=7))
+    with httpx.Client(transport=transport) as http:
+        shares = names(http, "http://weighted.sentinel/", 400)
+    assert 0.65 < shares["heavy"] / 400 < 0.85  # weights 3:1, so 0.75
+
+
+def test_a_killed_instance_costs_at_most_the_retries_and_is_reported_down(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    a, b, c = servers("a"), servers("b"), servers("c")
+    register(publisher, "api", [a, b, c])
+    counting = Counting()
+    with httpx.Client(transport=SentinelTransport(client, counting, retries=2)) as http:
+        assert set(names(http, "http://api.sentinel/", 9)) == {"a", "b", "c"}
+        b.stop()  # still registered: its process died, its session has not expired yet
+        del counting.ports[:]
+        answered = names(http, "http://api.sentinel/", 60)
+    assert answered["b"] == 0 and answered.total() == 60  # no request failed
+    failed = counting.ports.count(b.port)
+    # Three failures (the feedback's default) mark it down; later lookups skip it.
+    assert 1 <= failed <= client.feedback.errors
+    assert len(counting.ports) == 60 + failed  # each failure cost one retry, nothing more
+    assert client.feedback.is_down(endpoint_of(client, "api", "b"))
+    assert not client.feedback.is_down(endpoint_of(client, "api", "a"))
+
+
+def test_a_post_is_never_retried_and_retries_are_bounded(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    a, b, c = servers("a"), servers("b"), servers("c")
+    register(publisher, "api", [a, b, c])
+    b.stop()
+    counting = Counting()
+    with httpx.Client(transport=SentinelTransport(client, counting)) as http:
+        outcomes = []
+        for _ in range(3):  # round robin: one of the three goes to b
+            try:
+                outcomes.append(http.post("http://api.sentinel/", content=b"x").json()["name"])
+            except httpx.ConnectError:
+                outcomes.append("refused")
+        assert sorted(outcomes) == ["a", "c", "refused"]
+        assert len(counting.ports) == 3  # sent once each
+        # An idempotent request with a body goes to another endpoint, body and all.
+        answers = [http.put("http://api.sentinel/", content=b"y").json() for _ in range(3)]
+        assert {x["name"] for x in answers} == {"a", "c"}
+        assert all(x["headers"]["content-length"] == "1" for x in answers)
+        a.stop()
+        c.stop()
+        del counting.ports[:]
+        with pytest.raises(httpx.ConnectError):
+            http.get("http://api.sentinel/")
+        # One attempt per live instance (at most 1 + retries): none is tried twice.
+        assert len(counting.ports) == len(set(counting.ports)) <= 3
+
+
+def test_latency_feedback_shifts_load_away_from_a_slow_instance(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    fast = [servers("fast-1"), servers("fast-2")]
+    register(publisher, "api", [*fast, servers("slow", delay=0.05)])
+    url = "http://api.sentinel/"
+    balancer = PowerOfTwoChoices(feedback=client.feedback, seed=3)
+    with httpx.Client(transport=SentinelTransport(client, balancer=balancer)) as http:
+        shares = names(http, url, 150)
+        # Without the reported latencies every instance would get a third; the slow one gets
+        # its first tries (each instance is measured), then one only when the machine's noise
+        # makes a fast one look slower still.
+        assert shares["slow"] / 150 < 0.1
+        assert shares["fast-1"] > 40 and shares["fast-2"] > 40
+        slow = client.feedback.latency(endpoint_of(client, "api", "slow"))
+        assert slow is not None and slow >= 0.05
+        # A new instance is tried, measured, and gets its share.
+        register(publisher, "api", [servers("fast-3")])
+        assert wait_until(lambda: len(client.instances("api")) == 4)
+        assert names(http, url, 90)["fast-3"] >= 15
+
+
+def test_unknown_hosts_pass_through_untouched(make_client, servers):
+    client = make_client("reader")
+    direct = servers("direct")
+    counting = Counting()
+    with httpx.Client(transport=SentinelTransport(client, counting)) as http:
+        answer = http.get(
+            f"http://127.0.0.1:{direct.port}/x?y=1", headers={"X-Sentinel-Key": "kept"}
+        ).json()
+        assert answer["name"] == "direct" and answer["path"] == "/x?y=1"
+        assert answer["headers"]["x-sentinel-key"] == "kept"
+        assert counting.requests[0].url.host == "127.0.0.1"
+        assert client.lookup_counts == {}  # never resolved anything
+        with pytest.raises(ServiceNotFound):
+            http.get("http://missing.sentinel/")
+
+
+def test_the_shard_key_selects_the_partition(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.ensure_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    publisher.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2"})
+    publisher.ensure_service("orders", shard_policy="tenants")
+    register(publisher, "orders", [servers("p1-a"), servers("p1-b")], partition="p1")
+    register(publisher, "orders", [servers("p2-a")], partition="p2")
+    with httpx.Client(transport=SentinelTransport(client)) as http:
+        by_extension = names(
+            http, "http://orders.sentinel/", 6, extensions={"sentinel_key": "acme"}
+        )
+        assert by_extension == {"p1-a": 3, "p1-b": 3}
+        answer = http.get("http://orders.sentinel/", headers={"X-Sentinel-Key": "globex"}).json()
+        assert answer["name"] == "p2-a"
+        assert "x-sentinel-key" not in answer["headers"]  # the key is not forwarded
+        both = http.get(
+            "http://orders.sentinel/",
+            headers={"X-Sentinel-Key": "globex"},
+            extensions={"sentinel_key": "acme"},
+        )
+        assert both.json()["name"].startswith("p1-")  # the extension wins
+    transport = SentinelTransport(client, suffix=".mesh", key_header="X-Tenant")
+    with httpx.Client(transport=transport) as http:
+        answer = http.get("http://orders.mesh/", headers={"X-Tenant": "globex"}).json()
+        assert answer["name"] == "p2-a" and "x-tenant" not in answer["headers"]
+
+
+def test_the_async_transport_spreads_retries_and_reports(make_client, servers):
+    publisher, client = make_client("publisher"), make_client("reader")
+    a, b, c = servers("a"), servers("b"), servers("c")
+    register(publisher, "api", [a, b, c])
+
+    async def main():
+        async with httpx.AsyncClient(transport=AsyncSentinelTransport(client)) as http:
+            first = [(await http.get("http://api.sentinel/")).json()["name"] for _ in range(30)]
+            b.stop()
+            refused = 0
+            for _ in range(3):  # round robin: one goes to b, and a POST is not retried
+                try:
+                    await http.post("http://api.sentinel/", content=b"x")
+                except httpx.ConnectError:
+                    refused += 1
+            assert refused == 1
+            answers = await asyncio.gather(*(http.get("http://api.sentinel/") for _ in range(30)))
+            return first, [r.json()["name"] for r in answers]
+
+    first, after = asyncio.run(main())
+    assert collections.Counter(first) == {"a": 10, "b": 10, "c": 10}
+    assert len(after) == 30 and "b" not in after
+    assert client.feedback.is_down(endpoint_of(client, "api", "b"))
+
+
+@pytest.mark.parametrize(
+    ("index", "printed"), [(0, ["a", "b", "a", "acme->p1", "down:True"]), (1, ["fast"])]
+)
+def test_the_documented_examples_run_and_print_what_they_say(index, printed):
+    section = DOC.read_text().split("## HTTP (httpx)")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "docs/integrations.md: two python examples under ## HTTP (httpx)"
+    result = subprocess.run(
+        [sys.executable, "-c", blocks[index]], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == printed
