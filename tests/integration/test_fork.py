@@ -56,9 +56,7 @@ def _exit_code(pid: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(
-    make_client, raw_zk
-):
+def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(make_client, raw_zk):
     writer = make_client("writer")
     writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
     writer.register_service("cache", "p1", "10.0.0.9", 6379, label="c")
@@ -119,9 +117,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(
     assert wait_until(lambda: len(parent.get_services("db")) == 3, timeout=PROPAGATION_BOUND)
 
 
-def test_a_child_closing_its_inherited_client_leaves_the_parent_session_alone(
-    make_client, raw_zk
-):
+def test_a_child_closing_its_inherited_client_leaves_the_parent_session_alone(make_client, raw_zk):
     parent = make_client("app")
     mine = parent.register_service("web", "p1", "10.0.1.1", 8080, label="w")
     parent_session = parent.session_id
