@@ -4,17 +4,24 @@ the parent's session, cache and ephemeral nodes are never touched from the child
 
 from __future__ import annotations
 
+import json
 import multiprocessing.connection
 import os
+import re
+import socket
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sentinel import Sentinel
 from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +168,88 @@ def test_a_used_child_that_closes_ends_only_its_own_session(make_client, raw_zk)
     assert raw_zk.get("/clients/db/app")[1].ephemeralOwner == parent_session
     assert parent.session_id == parent_session
     assert parent.get_service("db").label == "a"
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "resolution.md"
+
+
+def _docs_app() -> str:
+    """The gunicorn app of docs/resolution.md, as printed there."""
+    for block in re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S):
+        if "def application" in block:
+            return block
+    raise AssertionError("docs/resolution.md has no gunicorn app")
+
+
+def _ask(port: int, path: str, hold: socket.socket | None = None) -> dict[str, Any]:
+    """GET ``path``; with ``hold`` (a connection already accepted by one worker) the request
+    goes on that connection, else on a new one."""
+    sock = hold or socket.create_connection(("127.0.0.1", port), timeout=REPLY_TIMEOUT)
+    with sock:
+        sock.sendall(f"GET {path} HTTP/1.0\r\nHost: test\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") or head.startswith(b"HTTP/1.0 200"), answer
+    return json.loads(body)
+
+
+def _both_workers(port: int, path: str) -> list[dict[str, Any]]:
+    """One answer from each of two sync workers: a connection held open (its worker blocks
+    reading it) sends the next request to the other worker."""
+    held = socket.create_connection(("127.0.0.1", port), timeout=REPLY_TIMEOUT)
+    other = _ask(port, path)
+    return [other, _ask(port, path, hold=held)]
+
+
+@pytest.fixture
+def gunicorn() -> str:
+    try:
+        import gunicorn as _  # noqa: F401
+    except ImportError:
+        pytest.skip("gunicorn is not installed (pip install -e '.[test]')")
+    return str(Path(sys.executable).with_name("gunicorn"))
+
+
+def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations(
+    gunicorn, zookeeper, namespace, make_client, raw_zk, tmp_path
+):
+    writer = make_client("writer")
+    old = writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    writer.register_service("cache", "p1", "10.0.0.9", 6379, label="c")
+    (tmp_path / "app.py").write_text(_docs_app())
+    (port,) = free_ports(1)
+    env = os.environ | {"SENTINEL_ZK": zookeeper.connect_string, "WEB_NAMESPACE": namespace}
+    command = [gunicorn, "--preload", "-w", "2", "-b", f"127.0.0.1:{port}", "app:application"]
+    server = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        assert wait_until(lambda: _ask(port, "/db"), timeout=REPLY_TIMEOUT, ignore=(OSError,)), (
+            server.stderr.read1().decode() if server.poll() is not None else "no answer"
+        )
+        # After the fork: a new instance, and the old one gone, so only a fresh view answers b.
+        writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
+        writer.deregister_service(old)
+        answers: dict[int, dict[str, Any]] = {}
+
+        def both_answer_b() -> bool:
+            for answer in _both_workers(port, "/db"):
+                answers[answer["pid"]] = answer
+            return len(answers) == 2 and all(
+                a["uri"] == "http://10.0.0.2:5432" for a in answers.values()
+            )
+
+        assert wait_until(both_answer_b, timeout=PROPAGATION_BOUND), answers
+        assert {a["client_id"] for a in answers.values()} == {f"web-{pid}" for pid in answers}
+        never_loaded = _both_workers(port, "/cache")
+        assert {a["uri"] for a in never_loaded} == {"http://10.0.0.9:6379"}
+        # The master announced itself once; each worker under its own id and session.
+        clients = raw_zk.get_children("/clients/db")
+        assert sorted(clients) == sorted(["web", *(f"web-{pid}" for pid in answers)])
+        owners = {raw_zk.get(f"/clients/db/{name}")[1].ephemeralOwner for name in clients}
+        assert len(owners) == 3
+    finally:
+        server.terminate()
+        server.communicate(timeout=REPLY_TIMEOUT)
