@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
+from sentinel.events import InstancesChanged
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import free_ports
 
@@ -71,6 +72,8 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     mine = parent.register_service("web", "p1", "10.0.1.1", 8080, label="w")
     assert parent.get_service("db").label == "a"  # warm before the fork
     parent_session = parent.session_id
+    heard: list[InstancesChanged] = []
+    parent.listen("db", lambda event: isinstance(event, InstancesChanged) and heard.append(event))
 
     def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
         started = time.monotonic()
@@ -85,6 +88,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
         )
         return {
             "seen_after": seen,
+            "heard": [[e.label for e in event.added] for event in heard],
             "never_loaded": client.get_service("cache").label,
             "session": client.session_id,
             "client_id": client.client_id,
@@ -112,6 +116,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     assert result["resyncs"] >= 1
     assert result["registrations"] == 0  # the parent's registration stays the parent's
     assert result["clients_db"] == ["app", f"app-{pid}"]  # each process announces itself
+    assert ["b"] in result["heard"]  # the parent's listener, delivered in the child too
 
     # The parent: same session, its ephemeral node still its own, its cache still current.
     assert parent.session_id == parent_session
