@@ -326,6 +326,7 @@ class Sentinel:
         self._forked_at = time.time()
         self._shard_maps = {}
         self._snapshots = {}
+        self.feedback._after_fork()
 
     def _check_fork(self) -> None:
         """In a process other than the one whose session this client holds (a forked child):
@@ -353,14 +354,17 @@ class Sentinel:
             self._cache_options["app"] = self._cache_options["app"] or parent
             self.client_id = sanitize_name(f"{parent}-{os.getpid()}")
             self._snapshot_writer = None
+            # Until the pid is stored, last, other threads' lookups miss the new (empty) dicts
+            # and wait for this lock in _check_fork.
             self._new_session()
             self._cache.adopt_listeners(inherited)
-            self._pid = os.getpid()
             started, self._started = self._started, False
+            if started and serve:
+                stale_since = inherited.disconnected_at or self._forked_at or time.time()
+                self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+            self._forked_at = None
+            self._pid = os.getpid()
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
-        if started and serve:
-            stale_since = inherited.disconnected_at or self._forked_at or time.time()
-            self._serve_restored(dict(inherited.snapshots), dict(inherited.shard_maps), stale_since)
 
     def __repr__(self) -> str:
         state = self._zk.state if self._started and self._pid == os.getpid() else "not started"
@@ -466,7 +470,8 @@ class Sentinel:
         except SnapshotRejected as exc:
             log.warning("%s; not serving it", exc)
             return False
-        self._serve_restored(restored.snapshots, restored.shard_maps, restored.written_at)
+        with self._lifecycle_lock:
+            self._serve_restored(restored.snapshots, restored.shard_maps, restored.written_at)
         log.warning(
             "%s; serving the snapshot %s written %.0fs ago (%d services) until it connects",
             unavailable,
@@ -483,15 +488,17 @@ class Sentinel:
         stale_since: float,
     ) -> None:
         """Serve a state from elsewhere (a snapshot file, a parent process), marked stale
-        since ``stale_since``, and connect in the background; the re-sync replaces it."""
+        since ``stale_since``, and connect in the background; the re-sync replaces it.
+
+        Called holding the lifecycle lock: kazoo's start_async() builds the connection's
+        sockets in steps and a stop() in between finds them half made, so close() waits for
+        it. Begun here, a load queued from now on waits for the connection rather than
+        failing on a client that is not connecting yet.
+        """
         self._cache.restore(snapshots, shard_maps, stale_since)
         self._cache.start()
         self._mark_started()
-        # kazoo's start_async() builds the connection's sockets in steps; a stop() in between
-        # finds them half made, so close() waits for it. Begun here, a load queued from now on
-        # waits for the connection rather than failing on a client not yet connecting.
-        with self._lifecycle_lock:
-            live = self._zk.start_async()
+        live = self._zk.start_async()
         threading.Thread(
             target=self._connect_later, args=(live,), name="sentinel-connect", daemon=True
         ).start()
