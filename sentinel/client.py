@@ -367,7 +367,9 @@ class Sentinel:
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
 
     def __repr__(self) -> str:
-        state = self._zk.state if self._started and self._pid == os.getpid() else "not started"
+        state = self._zk.state if self._started else "not started"
+        if self._pid != os.getpid():
+            state = "forked, renewed on first use"
         return (
             f"<Sentinel client_id={self.client_id!r} hosts={self.hosts!r} "
             f"namespace={self.namespace!r} {state}>"
@@ -866,8 +868,8 @@ class Sentinel:
     @property
     def connection_state(self) -> str:
         """``connected``, ``suspended`` (serving the last known state), ``lost``, or
-        ``snapshot`` (serving the last-known-good snapshot, or in a forked child the
-        parent's, not yet connected)."""
+        ``snapshot`` (serving the last-known-good snapshot, or in a forked child the parent's
+        cache, until the first re-sync has re-read it)."""
         self._check_fork()
         return self._cache.connection_state if self._started else "closed"
 
