@@ -258,3 +258,35 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
     finally:
         server.terminate()
         server.communicate(timeout=REPLY_TIMEOUT)
+
+
+_POOL_CLIENT: Sentinel | None = None  # a global, as an application's module would hold it
+
+
+def _resolve_in_worker(service: str) -> tuple[int, str, int | None, str]:
+    assert _POOL_CLIENT is not None
+    endpoint = _POOL_CLIENT.get_service(service)  # "db": served from the inherited snapshot
+    wait_until(lambda: _POOL_CLIENT.session_id is not None, timeout=REPLY_TIMEOUT)
+    return os.getpid(), endpoint.uri, _POOL_CLIENT.session_id, _POOL_CLIENT.client_id
+
+
+def test_multiprocessing_fork_pool_workers_resolve_on_sessions_of_their_own(make_client):
+    global _POOL_CLIENT
+    writer = make_client("writer")
+    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    parent = _POOL_CLIENT = make_client("app")
+    parent.get_service("db")
+    parent_session = parent.session_id
+    try:
+        with multiprocessing.get_context("fork").Pool(2) as pool:
+            # Registered after the workers were forked: they load it on their own sessions.
+            writer.register_service("queue", "p1", "10.0.0.7", 5672, label="q")
+            results = pool.map(_resolve_in_worker, ["queue", "db"] * 4, chunksize=1)
+    finally:
+        _POOL_CLIENT = None
+    assert {uri for _, uri, _, _ in results} == {"http://10.0.0.7:5672", "http://10.0.0.1:5432"}
+    assert {pid for pid, _, _, _ in results}.isdisjoint({os.getpid()})
+    assert all(session not in (None, parent_session) for _, _, session, _ in results)
+    assert all(cid == f"app-{pid}" for pid, _, _, cid in results)
+    assert parent.session_id == parent_session
+    assert parent.get_service("db").uri == "http://10.0.0.1:5432"
