@@ -227,12 +227,14 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
     (port,) = free_ports(1)
     env = os.environ | {"SENTINEL_ZK": zookeeper.connect_string, "WEB_NAMESPACE": namespace}
     command = [gunicorn, "--preload", "-w", "2", "-b", f"127.0.0.1:{port}", "app:application"]
-    server = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    log = tmp_path / "gunicorn.log"  # a file, not a pipe: a full pipe would stall gunicorn
+    with log.open("wb") as stderr:
+        server = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
     try:
         assert wait_until(lambda: _ask(port, "/db"), timeout=REPLY_TIMEOUT, ignore=(OSError,)), (
-            server.stderr.read1().decode() if server.poll() is not None else "no answer"
+            log.read_text()
         )
         # After the fork: a new instance, and the old one gone, so only a fresh view answers b.
         writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
@@ -257,7 +259,7 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
         assert len(owners) == 3
     finally:
         server.terminate()
-        server.communicate(timeout=REPLY_TIMEOUT)
+        server.wait(timeout=REPLY_TIMEOUT)
 
 
 _POOL_CLIENT: Sentinel | None = None  # a global, as an application's module would hold it
