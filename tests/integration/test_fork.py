@@ -96,6 +96,11 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
             "staleness": client.staleness,
             "resyncs": client.cache_stats.resyncs,
             "registrations": len(client.registrations),
+            # Written by the re-sync once it has re-read the inherited services.
+            "announced": wait_until(
+                lambda: client._zk.exists(f"/clients/db/{client.client_id}"),
+                timeout=PROPAGATION_BOUND,
+            ),
             "clients_db": sorted(client._zk.get_children("/clients/db")),
         }
 
@@ -115,6 +120,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     assert result["state"] == "connected" and result["staleness"] == 0.0
     assert result["resyncs"] >= 1
     assert result["registrations"] == 0  # the parent's registration stays the parent's
+    assert result["announced"] is not None
     assert result["clients_db"] == ["app", f"app-{pid}"]  # each process announces itself
     assert ["b"] in result["heard"]  # the parent's listener, delivered in the child too
 
@@ -253,8 +259,13 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
         never_loaded = _both_workers(port, "/cache")
         assert {a["uri"] for a in never_loaded} == {"http://10.0.0.9:6379"}
         # The master announced itself once; each worker under its own id and session.
+        expected = sorted(["web", *(f"web-{pid}" for pid in answers)])
+        # Each worker's entry is written when its re-sync has re-read the inherited services.
+        assert wait_until(
+            lambda: sorted(raw_zk.get_children("/clients/db")) == expected,
+            timeout=PROPAGATION_BOUND,
+        ), raw_zk.get_children("/clients/db")
         clients = raw_zk.get_children("/clients/db")
-        assert sorted(clients) == sorted(["web", *(f"web-{pid}" for pid in answers)])
         owners = {raw_zk.get(f"/clients/db/{name}")[1].ephemeralOwner for name in clients}
         assert len(owners) == 3
     finally:
