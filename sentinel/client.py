@@ -511,12 +511,17 @@ class Sentinel:
             if not live.wait(0.2):
                 continue
             try:
-                self._prepare(serving=True)
+                # Under the lock, so a close() meanwhile either comes after the threads this
+                # starts (and joins them) or before (and they never start).
+                with self._lifecycle_lock:
+                    if not self._started:
+                        return
+                    self._prepare(serving=True)
+                    self._start_snapshot_writer()
             except Exception as exc:  # the connection dropped again: wait for the next one
                 log.info("finishing the start failed (%s); retrying", exc)
                 time.sleep(0.2)
                 continue
-            self._start_snapshot_writer()
             log.info("connected to %s%s; re-syncing the snapshot", self.hosts, self.namespace)
             return
 
