@@ -425,6 +425,10 @@ class RegistryCache:
         self.stats = CacheStats()
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
+        # Services restore() served and no re-sync has re-read yet: stale, and not yet in
+        # /clients under this client's id (the re-sync announces them).
+        self._restored: frozenset[str] = frozenset()
+        self._state_lock = threading.Lock()  # held for assignments only (kazoo's thread takes it)
         self._resync_jitter = resync_jitter
         self._resync_at: float | None = None  # monotonic; only the worker touches it
         self._read_through_rate = read_through_rate
@@ -521,6 +525,12 @@ class RegistryCache:
         self.snapshots.update(snapshots)
         self.connection_state = "snapshot"
         self.disconnected_at = written_at
+        self._restored = frozenset(snapshots)
+
+    def adopt_listeners(self, inherited: RegistryCache) -> None:
+        """Deliver to ``inherited``'s listeners (call before :meth:`start`): a forked child's
+        new cache keeps the listeners the application added in the parent."""
+        self._listeners = inherited._listeners
 
     def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
         """Add a listener for ``service`` (None: every service); returns its remover."""
@@ -575,17 +585,22 @@ class RegistryCache:
 
     def _on_state(self, state: str) -> None:
         now = time.time()
-        if state == KazooState.CONNECTED:
-            self.connection_state = "connected"
-            self.disconnected_at = None
-        else:
-            self.connection_state = "suspended" if state == KazooState.SUSPENDED else "lost"
-            if self.disconnected_at is None:
-                self.disconnected_at = now
+        reached = {KazooState.CONNECTED: "connected", KazooState.SUSPENDED: "suspended"}
+        reached_state = reached.get(state, "lost")
         events = self.stats.session_events
-        events[self.connection_state] = events.get(self.connection_state, 0) + 1
+        events[reached_state] = events.get(reached_state, 0) + 1
+        with self._state_lock:
+            if state == KazooState.CONNECTED and self._restored:
+                # Still serving a restored state: stale until the re-sync has re-read it.
+                self._tasks.put(_Task(self._schedule_resync))
+                return
+            self.connection_state = reached_state
+            if state == KazooState.CONNECTED:
+                self.disconnected_at = None
+            elif self.disconnected_at is None:
+                self.disconnected_at = now
         # Listeners hear of the connection first, then of what the re-sync found.
-        event = ConnectionChanged(self.connection_state, now)
+        event = ConnectionChanged(reached_state, now)
         self._tasks.put(_Task(self._emit, (None, event), changes_cache=False))
         if state == KazooState.CONNECTED:
             self._tasks.put(_Task(self._schedule_resync))
@@ -1021,3 +1036,18 @@ class RegistryCache:
         for service in list(self.snapshots):
             self._refresh_service(service)
         self.stats.resyncs += 1
+        if self._restored:
+            self._end_restored()
+
+    def _end_restored(self) -> None:
+        """The first re-sync after :meth:`restore` is done: announce the services restored
+        (this client uses them, with their credential applied) and stop marking them stale."""
+        for service in sorted(self._restored & self.snapshots.keys()):
+            self._confirm(service, self.snapshots[service].auth)
+        with self._state_lock:
+            self._restored = frozenset()
+            if self._zk.state != KazooState.CONNECTED:
+                return  # lost again meanwhile: _on_state has said so
+            self.connection_state = "connected"
+            self.disconnected_at = None
+        self._emit(None, ConnectionChanged("connected", time.time()))

@@ -67,6 +67,11 @@ class InstanceFeedback:
                 failures.clear()
                 self.down[key] = now + self.down_for
 
+    def _after_fork(self) -> None:
+        """In a forked child (the client's at-fork hook): a lock another thread of the parent
+        held at the fork is held forever in the child, so it is replaced."""
+        self._lock = threading.Lock()
+
     def latency(self, endpoint: Endpoint) -> float | None:
         """The smoothed latency reported for ``endpoint`` (None before any report)."""
         return self._latency.get(_key(endpoint))
