@@ -696,8 +696,10 @@ class RegistryCache:
         except NoNodeError:
             if section == "instances":
                 raise ServiceNotFound(service) from None
-            self._zk.exists(parent, watch=self._watch)  # to learn when it appears
-            return {}, set()
+            if self._zk.exists(parent, watch=self._watch) is None:  # to learn when it appears
+                return {}, set()
+            # Created between the two reads: its data watch would never report the children.
+            return self._read_section(section, service, known)
         decoded: dict[str, Any] = {}
         invalid: set[str] = set()
         unread = names

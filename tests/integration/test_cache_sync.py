@@ -11,6 +11,7 @@ import threading
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kazoo.exceptions import NoNodeError
 
 from sentinel import Sentinel
 from sentinel.events import ConnectionChanged, InstancesChanged, ShardKeysChanged
@@ -256,3 +257,25 @@ def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper
             )
 
         assert wait_until(lambda: cached() == fresh(), timeout=10), (cached(), fresh())
+
+
+def test_a_metrics_section_created_while_the_service_loads_is_followed(make_client, monkeypatch):
+    """The metrics section appears between the cache's children read (no node yet) and its
+    exists watch: that data watch would never report the section's children, so the cache
+    reads them at once instead of serving no metrics until the next re-sync."""
+    publisher, reader = make_client("publisher"), make_client("reader")
+    publisher.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    zk = reader._zk
+    read_children = zk.get_children
+
+    def racing(path, *args, **kwargs):
+        try:
+            return read_children(path, *args, **kwargs)
+        except NoNodeError:
+            if path.endswith("/metrics/db"):  # the section and its first child appear now
+                publisher.update_metrics("db", "p1", "a", {"lag": 1})
+            raise
+
+    monkeypatch.setattr(zk, "get_children", racing)
+    reader.get_service("db")
+    assert wait_until(lambda: reader.get_service("db").metrics == {"lag": 1}, 5)
