@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from sentinel.errors import NoInstanceAvailable, ValidationError
+from sentinel.retry import without
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -175,7 +176,10 @@ class _Call:
         if retry:
             try:
                 self.endpoint = router.client.get_service(
-                    self._service, self._key, self._without_failed, router.balancer
+                    self._service,
+                    self._key,
+                    without(router.policy, frozenset(self._failed)),
+                    router.balancer,
                 )
             except NoInstanceAvailable:
                 retry = False
@@ -188,12 +192,6 @@ class _Call:
             f"; trying {self.endpoint.name}" if retry else "",
         )
         return retry
-
-    def _without_failed(self, endpoints: Endpoints) -> Endpoints:
-        # Before the policy, so that it picks the best of the others rather than nothing.
-        kept = tuple(e for e in endpoints if e.name not in self._failed)
-        policy = self._router.policy
-        return policy(kept) if policy is not None and kept else kept
 
 
 class SentinelTransport(_Router[httpx.BaseTransport], httpx.BaseTransport):
