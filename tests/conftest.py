@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import subprocess
 import sys
 import uuid
@@ -82,16 +85,51 @@ def cli(zookeeper: LocalZooKeeper, namespace: str) -> Callable[..., subprocess.C
     def run(
         *args: str, namespace_override: str | None = None, timeout: float = 60, input: str = ""
     ) -> subprocess.CompletedProcess:
-        command = [
-            SENTINEL,
-            *args,
-            "--zk",
-            zookeeper.connect_string,
-            "--namespace",
-            namespace_override or namespace,
-        ]
+        command = [SENTINEL, *args, *_zk_arguments(zookeeper, namespace_override or namespace)]
         return subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, check=False, input=input
+        )
+
+    return run
+
+
+def _zk_arguments(zookeeper: LocalZooKeeper, namespace: str) -> list[str]:
+    return ["--zk", zookeeper.connect_string, "--namespace", namespace]
+
+
+@pytest.fixture
+def cli_in_process(
+    zookeeper: LocalZooKeeper, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., subprocess.CompletedProcess]:
+    """``cli`` without the interpreter: ``sentinel.cli.main`` run in this process.
+
+    The same parser, handlers and exit codes (``SystemExit`` from argparse included), with
+    stdin, stdout and stderr as strings; it saves starting Python and importing the CLI (about
+    half a second of a CI core per call). For tests of what a command does, not of the process
+    (signals, console script, a process's own log output): those keep ``cli``. ``main`` turns
+    kazoo's logger down to ERROR; that is put back after each call.
+    """
+
+    from sentinel.cli import main
+
+    def run(
+        *args: str, namespace_override: str | None = None, input: str = ""
+    ) -> subprocess.CompletedProcess:
+        command = [*args, *_zk_arguments(zookeeper, namespace_override or namespace)]
+        stdout, stderr = io.StringIO(), io.StringIO()
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
+        kazoo_logger = logging.getLogger("kazoo")
+        kazoo_level = kazoo_logger.level
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    code = main(command)
+                except SystemExit as exc:  # argparse's usage errors
+                    code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            kazoo_logger.setLevel(kazoo_level)
+        return subprocess.CompletedProcess(
+            ["sentinel", *command], code, stdout.getvalue(), stderr.getvalue()
         )
 
     return run
