@@ -97,40 +97,46 @@ def _zk_arguments(zookeeper: LocalZooKeeper, namespace: str) -> list[str]:
     return ["--zk", zookeeper.connect_string, "--namespace", namespace]
 
 
-@pytest.fixture
-def cli_in_process(
-    zookeeper: LocalZooKeeper, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., subprocess.CompletedProcess]:
-    """``cli`` without the interpreter: ``sentinel.cli.main`` run in this process.
+def sentinel_in_process(*args: str, input: str = "") -> subprocess.CompletedProcess:
+    """``sentinel ARGS`` without the interpreter: ``sentinel.cli.main`` run in this process.
 
     The same parser, handlers and exit codes (``SystemExit`` from argparse included), with
     stdin, stdout and stderr as strings; it saves starting Python and importing the CLI (about
     half a second of a CI core per call). For tests of what a command does, not of the process
-    (signals, console script, a process's own log output): those keep ``cli``. ``main`` turns
-    kazoo's logger down to ERROR; that is put back after each call.
+    (signals, the console script, a process's own log output): those run ``SENTINEL``.
+    ``main`` turns kazoo's logger down to ERROR; that is put back after each call.
     """
-
     from sentinel.cli import main
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    stdin, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(input.encode()))
+    kazoo_logger = logging.getLogger("kazoo")
+    kazoo_level = kazoo_logger.level
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.stdin = stdin
+        kazoo_logger.setLevel(kazoo_level)
+    return subprocess.CompletedProcess(
+        ["sentinel", *args], code, stdout.getvalue(), stderr.getvalue()
+    )
+
+
+@pytest.fixture
+def cli_in_process(
+    zookeeper: LocalZooKeeper, namespace: str
+) -> Callable[..., subprocess.CompletedProcess]:
+    """``cli``'s calls run by :func:`sentinel_in_process`."""
 
     def run(
         *args: str, namespace_override: str | None = None, input: str = ""
     ) -> subprocess.CompletedProcess:
-        command = [*args, *_zk_arguments(zookeeper, namespace_override or namespace)]
-        stdout, stderr = io.StringIO(), io.StringIO()
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(input.encode())))
-        kazoo_logger = logging.getLogger("kazoo")
-        kazoo_level = kazoo_logger.level
-        try:
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-                try:
-                    code = main(command)
-                except SystemExit as exc:  # argparse's usage errors
-                    code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
-        finally:
-            kazoo_logger.setLevel(kazoo_level)
-        return subprocess.CompletedProcess(
-            ["sentinel", *command], code, stdout.getvalue(), stderr.getvalue()
-        )
+        zk = _zk_arguments(zookeeper, namespace_override or namespace)
+        return sentinel_in_process(*args, *zk, input=input)
 
     return run
 
