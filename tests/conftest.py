@@ -102,16 +102,19 @@ def sentinel_in_process(*args: str, input: str = "") -> subprocess.CompletedProc
 
     The same parser, handlers and exit codes (``SystemExit`` from argparse included), with
     stdin, stdout and stderr as strings; it saves starting Python and importing the CLI (about
-    half a second of a CI core per call). For tests of what a command does, not of the process
-    (signals, the console script, a process's own log output): those run ``SENTINEL``.
-    ``main`` turns kazoo's logger down to ERROR; that is put back after each call.
+    half a second of a CI core per call). ``main`` configures logging as in a fresh process
+    (its ``basicConfig`` handler writes to the captured stderr, so a secret logged at WARNING
+    shows there as it would), and the root and kazoo loggers are put back afterwards. For tests
+    of what a command does, not of the process (signals, the console script): those run
+    ``SENTINEL``.
     """
     from sentinel.cli import main
 
     stdout, stderr = io.StringIO(), io.StringIO()
     stdin, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(input.encode()))
-    kazoo_logger = logging.getLogger("kazoo")
-    kazoo_level = kazoo_logger.level
+    root, kazoo = logging.getLogger(), logging.getLogger("kazoo")
+    handlers, level, kazoo_level = root.handlers[:], root.level, kazoo.level
+    root.handlers = []  # as in a fresh process, so that main's basicConfig takes effect
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
@@ -120,7 +123,9 @@ def sentinel_in_process(*args: str, input: str = "") -> subprocess.CompletedProc
                 code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
     finally:
         sys.stdin = stdin
-        kazoo_logger.setLevel(kazoo_level)
+        root.handlers = handlers
+        root.setLevel(level)
+        kazoo.setLevel(kazoo_level)
     return subprocess.CompletedProcess(
         ["sentinel", *args], code, stdout.getvalue(), stderr.getvalue()
     )

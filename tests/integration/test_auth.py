@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sentinel.events import AuthChanged
 from sentinel.layout import auth_path
 from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
-from tests.conftest import SENTINEL
+from tests.conftest import sentinel_in_process
 from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
@@ -257,19 +256,8 @@ def test_cli_set_status_and_rotate(manager, make_client, cli_in_process, tmp_pat
 def test_acls_keep_each_role_to_its_section(tmp_path: Path):
     identities_file = tmp_path / "identities.json"
     with LocalZooKeeper() as zk:
-        done = subprocess.run(
-            [
-                SENTINEL,
-                "init",
-                "--zk",
-                zk.connect_string,
-                "--secure",
-                "--identities",
-                str(identities_file),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        done = sentinel_in_process(
+            "init", "--zk", zk.connect_string, "--secure", "--identities", str(identities_file)
         )
         assert done.returncode == 0, done.stderr
         identities = json.loads(identities_file.read_text())
@@ -278,21 +266,9 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         assert password not in done.stdout + done.stderr
 
         hosts = zk.connect_string
-        enrolled = subprocess.run(
-            [
-                *(
-                    SENTINEL,
-                    "auth",
-                    "enroll",
-                    "an-app",
-                    "--digest",
-                    acl.identity_id("an-app:pw").id,
-                ),
-                *("--identities", str(identities_file), "--zk", hosts, "--json"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        enrolled = sentinel_in_process(
+            *("auth", "enroll", "an-app", "--digest", acl.identity_id("an-app:pw").id),
+            *("--identities", str(identities_file), "--zk", hosts, "--json"),
         )
         assert enrolled.returncode == 0, enrolled.stderr
         assert json.loads(enrolled.stdout)["changed"] is True
