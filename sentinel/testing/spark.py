@@ -31,13 +31,13 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from sentinel.errors import SparkNotInstalled, SparkStartFailed
 from sentinel.testing.zookeeper import free_ports
@@ -48,14 +48,16 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 INSTALL_HINT = "install the 'spark' extra (pip install 'sentinel-discovery[spark]') and Java 17+"
 # Read by the master and the workers from the cluster's own SPARK_CONF_DIR, so that a user's
-# spark-defaults.conf does not reach them. A taken port fails the start rather than moving
-# silently to the next one, away from master_url.
+# spark-defaults.conf does not reach them. A taken port fails the daemon (and the start begins
+# again on new ports) rather than moving silently to the next one, away from master_url.
 # The master's REST submission server is off: it would listen on the fixed port 6066.
 DAEMON_DEFAULTS = {"spark.port.maxRetries": "0", "spark.master.rest.enabled": "false"}
 DAEMON_MEMORY = "512m"  # heap of the master and worker JVMs: they only schedule
 # Short-lived JVMs on a small machine: the client compiler only and one GC thread halve the CPU
 # a cluster takes to start (measured: 28 s to 14 s of CPU for a master and two workers).
 JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+PORT_TAKEN = "Address already in use"  # in the log of a daemon whose port was taken
+START_ATTEMPTS = 3
 
 
 def find_spark_home(env: Mapping[str, str] | None = None) -> Path:
@@ -81,14 +83,6 @@ def find_spark_home(env: Mapping[str, str] | None = None) -> Path:
     ):
         raise SparkNotInstalled(f"no 'java' on PATH or in JAVA_HOME: {INSTALL_HINT}")
     return home
-
-
-def _listens(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
-    except OSError:
-        return False
-    return True
 
 
 class SparkDaemon:
@@ -120,13 +114,16 @@ class SparkDaemon:
         """Whether the JVM has not exited."""
         return self._process.poll() is None
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines the daemon logged, for error messages."""
+    def log_text(self) -> str:
+        """What the daemon logged so far."""
         try:
-            text = self.log_path.read_text("utf-8", "replace")
+            return self.log_path.read_text("utf-8", "replace")
         except OSError:
             return ""
-        return "\n".join(text.splitlines()[-lines:])
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines the daemon logged, for error messages."""
+        return "\n".join(self.log_text().splitlines()[-lines:])
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a worker's shutdown hook ends its executors), SIGKILL after ``timeout``;
@@ -214,17 +211,24 @@ class LocalSparkCluster:
         """Process ids of the worker JVMs (executors are their children)."""
         return [daemon.pid for daemon in self.daemons if daemon.name.startswith("worker")]
 
-    def status(self, timeout: float = 2.0) -> dict[str, object]:
+    def status(self, timeout: float = 2.0) -> dict[str, Any]:
         """The master's own description of the cluster (its web UI's ``/json/``)."""
         with urllib.request.urlopen(f"{self.web_url}/json/", timeout=timeout) as answer:
-            return json.load(answer)
+            status: dict[str, Any] = json.load(answer)
+        return status
+
+    def _answer(self) -> dict[str, Any]:
+        """The master's status; empty while it does not answer, or when what answers on its
+        web port is not this cluster's master (the port was taken meanwhile)."""
+        try:
+            status = self.status(timeout=1.0)
+        except (OSError, ValueError):
+            return {}
+        return status if status.get("url") == self.master_url else {}
 
     def alive_workers(self) -> int:
         """Workers the master counts alive (0 while it does not answer)."""
-        try:
-            return int(self.status(timeout=1.0).get("aliveworkers", 0))
-        except OSError:
-            return 0
+        return int(self._answer().get("aliveworkers", 0))
 
     def _environment(self, home: Path) -> dict[str, str]:
         conf_dir = self.directory / "conf"
@@ -241,7 +245,7 @@ class LocalSparkCluster:
         }
 
     def _launch(self, home: Path, env: Mapping[str, str], deadline: float) -> None:
-        """Start the master; once it listens, the workers (a worker that finds no master
+        """Start the master; once it serves, the workers (a worker that finds no master
         retries only 5 to 15 s later)."""
         master_port, web_port, *ports = free_ports(2 + 2 * self.workers)
         self._master_port, self._web_port = master_port, web_port
@@ -251,7 +255,7 @@ class LocalSparkCluster:
         command += ["--webui-port", str(web_port)]
         master = SparkDaemon("master", command, env, self.directory / "master.log")
         self.daemons = [master]
-        self._wait(lambda: _listens(master_port), deadline, "the master to listen")
+        self._wait(lambda: self._answer().get("status") == "ALIVE", deadline, "the master")
         for i in range(self.workers):
             work_dir = self.directory / "work" / f"worker-{i + 1}"
             work_dir.mkdir(parents=True, exist_ok=True)
@@ -286,14 +290,26 @@ class LocalSparkCluster:
     def start(self, timeout: float = 90.0) -> LocalSparkCluster:
         """Start the master, then the workers, and wait until the master counts every worker
         alive; SparkStartFailed (with the daemons' last output) if that takes over ``timeout``
-        seconds or a daemon exits. Every JVM started is stopped if the start fails."""
+        seconds or a daemon exits. A port another process took between its choice and the
+        daemon's bind costs a retry with new ports (twice at most). Every JVM started is
+        stopped if the start fails."""
         home = self._spark_home or find_spark_home()
+        env = self._environment(home)
         started = time.monotonic()
-        try:
-            self._launch(home, self._environment(home), started + timeout)
-        except BaseException:
-            self.stop()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._launch(home, env, started + timeout)
+                break
+            except SparkStartFailed:
+                taken = any(PORT_TAKEN in daemon.log_text() for daemon in self.daemons)
+                self._stop_daemons()
+                if not taken or attempt == START_ATTEMPTS:
+                    self.stop()
+                    raise
+                log.info("a Spark port was taken meanwhile; starting again on new ports")
+            except BaseException:
+                self.stop()
+                raise
         log.info(
             "Spark standalone cluster at %s: %d worker(s) alive after %.1fs (%s)",
             self.master_url,
