@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-INSTALL_HINT = "install the 'spark' extra (pip install 'sentinel-discovery[spark]') and Java 17+"
+INSTALL_HINT = "install the 'spark' extra (pip install -e '.[spark]') and Java 17+"
 # Read by the master and the workers from the cluster's own SPARK_CONF_DIR, so that a user's
 # spark-defaults.conf does not reach them. A taken port fails the daemon (and the start begins
 # again on new ports) rather than moving silently to the next one, away from master_url.
@@ -110,9 +110,15 @@ class SparkDaemon:
         """The JVM's process id (spark-class execs the JVM, so it is the process started)."""
         return self._process.pid
 
+    def _exited(self) -> bool:
+        # waitid(WNOWAIT) looks without reaping (Popen.poll() would reap): see stop().
+        if self._process.returncode is not None:
+            return True
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
     def is_running(self) -> bool:
         """Whether the JVM has not exited."""
-        return self._process.poll() is None
+        return not self._exited()
 
     def log_text(self) -> str:
         """What the daemon logged so far."""
@@ -127,17 +133,16 @@ class SparkDaemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a worker's shutdown hook ends its executors), SIGKILL after ``timeout``;
-        then SIGKILL whatever is left of the process group."""
+        then SIGKILL whatever is left of the process group, and reap the JVM."""
         if self._process.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            self._process.terminate()
+        # The JVM stays unreaped until the sweep: an unreaped process keeps its pid, hence the
+        # group's id, from being reused, so the sweep can only reach what this daemon started
+        # (its executors and their Python workers), even after the JVM itself died.
+        if not self._exited():
+            os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        # Wait without reaping: the unreaped JVM keeps its pid, hence the group's id, from being
-        # reused, so the sweep below can only reach processes this daemon started.
-        while os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() > deadline:
-                break
+        while not self._exited() and time.monotonic() < deadline:
             time.sleep(0.05)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)

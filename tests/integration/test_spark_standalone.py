@@ -100,4 +100,5 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
     listed = {int(sid, 16) for sid in re.findall(r"sid=0x([0-9a-f]+)", connections)}
     assert opened <= listed
     # Stopping the cluster ended every JVM it started, the executors' and their workers' too.
-    assert not any(alive(pid) for pid in [*workers, *executor_hosts, *daemons, *sessions])
+    started = [*workers, *executor_hosts, *daemons, *sessions]
+    assert wait_until(lambda: not any(alive(pid) for pid in started), 10) is not None
