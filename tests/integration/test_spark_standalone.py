@@ -49,7 +49,11 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
         (cluster.directory / "driver.log").open("w") as driver_log,
     ):
         out = cluster.directory / "reports.json"
-        conf = {**cluster.driver_conf, "spark.python.worker.reuse": "true"}
+        conf = {
+            **cluster.driver_conf,
+            "spark.python.worker.reuse": "true",
+            "spark.ui.enabled": "false",  # the driver's web UI: a Jetty server nobody reads
+        }
         settings = {"conf": conf, "config": config, "service": SERVICE, "tasks": TASKS}
         arguments = [cluster.master_url, json.dumps({**settings, "out": str(out)})]
         driver = subprocess.Popen(
@@ -61,7 +65,8 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
             env={**os.environ, "PYSPARK_PYTHON": sys.executable},
         )
         try:
-            assert wait_until(lambda: out.exists() or driver.poll() is not None, 180), "no job"
+            finished = wait_until(lambda: out.exists() or driver.poll() is not None, 180)
+            assert finished is not None, "the driver neither reported nor exited in 180 s"
             assert out.exists(), (cluster.directory / "driver.log").read_text()[-3000:]
             reports = json.loads(out.read_text())
             # Read while the driver holds its executors, whose workers hold their sessions.
