@@ -118,7 +118,8 @@ def _standalone_cluster(stack: contextlib.ExitStack) -> LocalSparkCluster:
     started = time.monotonic()
     stack.callback(print, "Spark cluster stopped: its master, workers and executors")
     cluster = stack.enter_context(LocalSparkCluster(workers=2))
-    print(f"  master {cluster.master_url}, 2 workers alive after {time.monotonic() - started:.1f}s")
+    took = time.monotonic() - started
+    print(f"  master {cluster.master_url}, {cluster.workers} workers alive after {took:.1f}s")
     return cluster
 
 
