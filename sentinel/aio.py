@@ -176,12 +176,14 @@ class EventStream:
     async def _follow(self) -> None:
         """Load the service (off the loop) so that the cache watches it: only services the
         client follows have events."""
-        if self._followed or self.service is None:
+        if self._followed or self.service is None or not self._unlisten.alive:
             return
         try:
             await self._client.prefetch(self.service)
-        except BaseException:
-            await self.aclose()
+        except Exception:
+            if not self._unlisten.alive:  # closed meanwhile (with the client): the end
+                return
+            await self.aclose()  # a service it cannot follow (ServiceNotFound) ends it
             raise
         self._followed = True
 

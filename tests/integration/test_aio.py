@@ -11,6 +11,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.aio import AsyncSentinel, EventsMissed
+from sentinel.errors import ServiceNotFound
 from sentinel.events import InstancesChanged
 from sentinel.testing.helpers import TcpProxy, wait_until
 
@@ -73,9 +74,18 @@ def test_events_arrive_in_order_and_closing_the_stream_removes_its_listener(zook
             del stream
             assert await released(feed)
 
-            # Closing the client ends a consumer that waits for an event.
-            waiting = asyncio.create_task(anext(client.events(None), "ended"))
+            # A service it cannot follow ends the stream (closed, as above).
+            stream = client.events("missing")
+            with pytest.raises(ServiceNotFound):
+                await anext(stream)
+            assert await anext(stream, "ended") == "ended"
+
+            # Closing the client ends a consumer that waits for an event; one consumer at a time.
+            everything = client.events(None)
+            waiting = asyncio.create_task(anext(everything, "ended"))
             await asyncio.sleep(0)  # it waits now (no service to follow first)
+            with pytest.raises(RuntimeError, match="already waiting"):
+                await anext(everything)
         assert await asyncio.wait_for(waiting, 5) == "ended"
         return received
 
