@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import threading
 import weakref
 from collections import deque
@@ -41,10 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sentinel.client import Sentinel
+from sentinel.errors import ValidationError
 from sentinel.events import ChangeEvent
 from sentinel.publisher import Registration
-
-log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -146,7 +144,7 @@ class EventStream:
 
     def __init__(self, client: AsyncSentinel, service: str | None, maxsize: int) -> None:
         if maxsize < 1:
-            raise ValueError("maxsize must be at least 1")
+            raise ValidationError(f"maxsize must be at least 1, not {maxsize}")
         self.service = service
         self._client = client
         # The cache holds only the feed, never the stream: a stream dropped without aclose()
