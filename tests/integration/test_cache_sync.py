@@ -66,8 +66,9 @@ def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zo
         process.stdout.close()
 
 
+@pytest.mark.parametrize("persistent_watches", [True, False], ids=["persistent", "one-shot"])
 def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
-    make_client, zookeeper, namespace
+    make_client, zookeeper, namespace, persistent_watches
 ):
     writer = make_client("writer")
     writer.create_shard_policy("tenants", "directory", buckets=8)
@@ -79,7 +80,13 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
     host, port = zookeeper.connect_string.split(":")
     proxy = TcpProxy(host, int(port))
     try:
-        client = make_client("partitioned", hosts=proxy.address, session_timeout=10.0)
+        client = make_client(
+            "partitioned",
+            hosts=proxy.address,
+            session_timeout=10.0,
+            persistent_watches=persistent_watches,
+        )
+        assert client.persistent_watches == persistent_watches
         assert client.get_service("orders", "moves").partition == "p1"
         events, lock = [], threading.Lock()
 
