@@ -9,12 +9,25 @@ speed). Directory shard maps are one flat dict updated a key at a time (see
 
 All loading and updating happens on one worker thread. ZooKeeper watch callbacks run on kazoo's
 thread, which must never block, so they only queue a task naming what changed; the worker
-re-reads that node (setting the watch again), builds the new state, swaps it in and tells the
-listeners. Repeated events for the same node coalesce into one read. kazoo drops every watch
-when the connection is suspended, so each reconnection queues a full re-sync that re-reads
-everything this client uses and reports exactly what changed meanwhile. The re-sync starts after
-a random delay of up to ``resync_jitter`` seconds, so a fleet that reconnects together does not
-read together, and reconnections within that delay share one re-sync.
+applies it, builds the new state, swaps it in and tells the listeners. Repeated events for the
+same node coalesce into one task.
+
+How ZooKeeper is followed depends on the server (see :mod:`sentinel.zkprotocol`):
+
+* persistent mode (ZooKeeper 3.6+, the default): one persistent recursive watch per followed
+  subtree (a service's node and instances, its metrics, this client's credential node, a shard
+  policy and its buckets), added before the subtree is read with multi-reads. Events are
+  applied from their path: a deletion drops the node with no read, a creation or change reads
+  that one node. The watches are kept across reconnections within the session, and the server
+  reports what changed while the connection was down (the cache hands it the paths it holds),
+  so an unchanged client reads nothing after a reconnection. A session's end takes the watches
+  with it: each subtree is followed and read again.
+* one-shot mode (older servers, or ``persistent_watches=False``): kazoo's watches, set again by
+  each read; kazoo drops them all when the connection is suspended, so each reconnection queues
+  a full re-sync that re-reads everything this client uses and reports exactly what changed.
+
+The re-sync starts after a random delay of up to ``resync_jitter`` seconds, so a fleet that
+reconnects together does not read together, and reconnections within that delay share one.
 """
 
 from __future__ import annotations
