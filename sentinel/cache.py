@@ -44,7 +44,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
@@ -746,7 +746,9 @@ class RegistryCache:
         if not self.persistent:
             self._zk.exists(path, watch=self._watch)
 
-    def _reads(self, items: Iterable[Any], path_of: Callable[[Any], str]) -> Any:
+    def _reads(
+        self, items: Iterable[Any], path_of: Callable[[Any], str]
+    ) -> Iterator[tuple[Any, Any]]:
         """``(item, result)`` for the node of each item, setting one-shot watches in fallback
         mode; multi-reads of MULTI_READ_BATCH nodes each in persistent mode."""
         if not self.persistent:

@@ -2,7 +2,8 @@
 
 ``wchs`` counts the watches the server holds; ``mntr``'s ``read_per_namespace`` counts the reads
 it served under the test's namespace (the changes below are written with a raw kazoo client,
-which reads nothing).
+which reads nothing). The clients ask for persistent watches whatever ``SENTINEL_TEST_WATCHES``
+says: these are that mode's properties.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def test_a_client_of_a_1000_instance_service_costs_the_server_a_handful_of_watch
 ):
     populate(make_client, raw_zk, 1000)
     before = watches_total(zookeeper)
-    client = make_client("reader", announce=False)
+    client = make_client("reader", announce=False, persistent_watches=True)
     assert client.persistent_watches
     assert len(client.get_services("api")) == 1000
     # one recursive watch on /services/api and one on /metrics/api (one-shot: 1,002)
@@ -76,7 +77,13 @@ def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything
     populate(make_client, raw_zk, 20)
     proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
     try:
-        client = make_client("reader", hosts=proxy.address, announce=False, resync_jitter=0)
+        client = make_client(
+            "reader",
+            hosts=proxy.address,
+            announce=False,
+            resync_jitter=0,
+            persistent_watches=True,
+        )
         assert client.persistent_watches
         assert len(client.get_services("api")) == 20
 
