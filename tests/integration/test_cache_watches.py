@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.zkcost import mntr, watches
 from sentinel.layout import instance_path, metrics_path
 from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
-from sentinel.testing.zookeeper import four_letter_word
 
 pytestmark = pytest.mark.integration
 
@@ -21,19 +21,13 @@ pytestmark = pytest.mark.integration
 def watches_total(zookeeper) -> int:
     """``wchs``: every watch the server holds."""
     host, port = zookeeper.connect_string.split(":")
-    answer = four_letter_word(host, int(port), "wchs", timeout=5)
-    return int(answer.rsplit("Total watches:", 1)[1].strip())
+    return watches(host, int(port))
 
 
 def reads_served(zookeeper, namespace: str) -> int:
     """Reads the server has served under ``namespace`` (``mntr``)."""
     host, port = zookeeper.connect_string.split(":")
-    word = f"zk_cnt_{namespace.strip('/')}_read_per_namespace"
-    for line in four_letter_word(host, int(port), "mntr", timeout=5).splitlines():
-        name, _, value = line.partition("\t")
-        if name == word:
-            return int(value)
-    return 0
+    return int(mntr(host, int(port)).get(f"zk_cnt_{namespace.strip('/')}_read_per_namespace", 0))
 
 
 def instance(label: str, weight: float = 1) -> tuple[str, bytes]:
