@@ -623,6 +623,7 @@ class RegistryCache:
         parts = path.split("/")
         section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
         gone = persistent and kind == EventType.DELETED
+        deleted = (True,) if gone else ()  # the ``gone`` argument of the no-read deletions
         if len(parts) == 3 and section == "instances":
             if kind == EventType.CHILD:
                 return _Task(self._refresh_children, ("instances", parts[2]))
@@ -640,14 +641,14 @@ class RegistryCache:
             return _Task(self._refresh_child, (section, parts[2], parts[3]))
         if len(parts) == 4 and parts[1] == AUTH[1:]:
             # only this client's own node is watched
-            return _Task(self._refresh_auth, (parts[2], gone))
+            return _Task(self._refresh_auth, (parts[2], *deleted))
         if len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
             if persistent and kind == EventType.CHILD:
                 return None  # every bucket is watched itself; the rest is not the cache's
-            return _Task(self._reload_policy, (parts[2], gone))
+            return _Task(self._reload_policy, (parts[2], *deleted))
         if len(parts) == 4 and parts[1] == SHARD_INFO[1:] and len(parts[3]) == 4:
             with contextlib.suppress(ValueError):  # only buckets are watched; be sure anyway
-                return _Task(self._refresh_bucket, (parts[2], int(parts[3], 16), gone))
+                return _Task(self._refresh_bucket, (parts[2], int(parts[3], 16), *deleted))
         return None
 
     def _on_state(self, state: str) -> None:
