@@ -11,6 +11,11 @@ within ``resync_jitter`` share one), and a re-sync reads each followed node once
 
 and one drop costs each client one reconnection (more only if a loaded machine makes a client
 miss its heartbeat meanwhile).
+
+``--watch-mode`` (see ``benchmarks.zkcost.WATCH_MODES``): ``one-shot`` watches are dropped on
+every disconnection, so each reconnection re-reads as above; ``persistent`` watches are kept
+within the session and the server reports only what changed while the connection was down, so
+an unchanged fleet reads nothing (bound 0). The default measures both, one after the other.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from benchmarks.common import report
+from benchmarks.zkcost import WATCH_MODES
 from sentinel import Sentinel
 from sentinel.events import ConnectionChanged
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -38,6 +44,7 @@ INSTANCES = 5
 class Storm:
     """What one storm cost: reads counted by ZooKeeper, against the design's bound."""
 
+    mode: str
     clients: int
     jitter: float
     drops: int
@@ -62,10 +69,11 @@ def reads_counted(zk: LocalZooKeeper) -> int:
     return total
 
 
-def reads_per_resync() -> int:
-    """What one client's re-sync reads: the policy's spec and buckets, then the service's
-    spec, its two listings (instances, metrics) and every node in them."""
-    return (1 + BUCKETS) + (1 + 2 + 2 * INSTANCES)
+def reads_per_resync(mode: str = "one-shot") -> int:
+    """What one client's re-sync reads when nothing changed. One-shot: the policy's spec and
+    buckets, then the service's spec, its two listings (instances, metrics) and every node in
+    them. Persistent: nothing (the watches were kept; the server reported no change)."""
+    return (1 + BUCKETS) + (1 + 2 + 2 * INSTANCES) if mode == "one-shot" else 0
 
 
 @contextmanager
@@ -83,7 +91,9 @@ def world(zk: LocalZooKeeper) -> Iterator[None]:
 
 
 @contextmanager
-def fleet(zk: LocalZooKeeper, clients: int, jitter: float) -> Iterator[tuple[TcpProxy, list]]:
+def fleet(
+    zk: LocalZooKeeper, clients: int, jitter: float, mode: str
+) -> Iterator[tuple[TcpProxy, list]]:
     """``clients`` started clients, all through one relay, each following the service."""
     (member,) = zk.members
     proxy = TcpProxy("127.0.0.1", member.client_port)
@@ -92,7 +102,12 @@ def fleet(zk: LocalZooKeeper, clients: int, jitter: float) -> Iterator[tuple[Tcp
         sentinels = []
         for i in range(clients):
             client = Sentinel(
-                proxy.address, f"herd-{i}", NAMESPACE, resync_jitter=jitter, session_timeout=30
+                proxy.address,
+                f"herd-{i}",
+                NAMESPACE,
+                resync_jitter=jitter,
+                session_timeout=30,
+                **WATCH_MODES[mode],
             )
             stack.enter_context(client)
             client.prefetch("db")
@@ -100,9 +115,11 @@ def fleet(zk: LocalZooKeeper, clients: int, jitter: float) -> Iterator[tuple[Tcp
         yield proxy, sentinels
 
 
-def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> Storm:
+def storm(
+    zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1, mode: str = "one-shot"
+) -> Storm:
     """Drop every connection ``drops`` times (0.1 s apart) and count the re-syncs' reads."""
-    with fleet(zk, clients, jitter) as (proxy, sentinels):
+    with fleet(zk, clients, jitter, mode) as (proxy, sentinels):
         reconnections: list[float] = []  # list.append is atomic: no lock needed
         for client in sentinels:
             client.listen(None, lambda e: _count_reconnection(e, reconnections))
@@ -144,11 +161,12 @@ def storm(zk: LocalZooKeeper, clients: int, jitter: float, drops: int = 1) -> St
         reads = reads_counted(zk) - before
         resyncs = sum(c.cache_stats.resyncs for c in sentinels) - resyncs_before
     return Storm(
+        mode=mode,
         clients=clients,
         jitter=jitter,
         drops=drops,
         reads=reads,
-        bound=len(reconnections) * reads_per_resync(),
+        bound=len(reconnections) * reads_per_resync(mode),
         resyncs=resyncs,
         reconnections=len(reconnections),
         peak_reads_per_100ms=_peak(samples, 0.1),
@@ -184,6 +202,7 @@ def _peak(samples: list[tuple[float, int]], window: float) -> int:
 
 def _row(s: Storm) -> tuple[object, ...]:
     return (
+        s.mode,
         s.jitter,
         s.drops,
         s.reconnections,
@@ -198,17 +217,31 @@ def _row(s: Storm) -> tuple[object, ...]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument(
+        "--watch-mode",
+        default="one-shot,persistent",
+        help=f"comma-separated, measured one after the other ({', '.join(WATCH_MODES)})",
+    )
     args = parser.parse_args(argv)
+    modes = args.watch_mode.split(",")
+    if unknown := [m for m in modes if m not in WATCH_MODES]:
+        parser.error(
+            f"unknown watch mode {', '.join(unknown)} (available: {', '.join(WATCH_MODES)})"
+        )
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # 200 clients x "connection dropped"
     results = []
     with LocalZooKeeper() as zk, world(zk):
-        for jitter, drops in ((0.0, 1), (0.5, 1), (0.5, 5)):
-            results.append(storm(zk, args.clients, jitter, drops))
+        for mode in modes:
+            for jitter, drops in ((0.0, 1), (0.5, 1), (0.5, 5)):
+                results.append(storm(zk, args.clients, jitter, drops, mode))
     report(
         "herd",
         f"Reconnect storm: {args.clients} clients, one relay dropped; reads counted by "
-        f"ZooKeeper (bound: reconnections x {reads_per_resync()} reads per re-sync)",
+        f"ZooKeeper (bound: reconnections x reads per re-sync of an unchanged client: "
+        + ", ".join(f"{m} {reads_per_resync(m)}" for m in modes)
+        + ")",
         (
+            "mode",
             "jitter s",
             "drops",
             "reconnections",
@@ -219,7 +252,10 @@ def main(argv: list[str] | None = None) -> None:
             "settled s",
         ),
         [_row(s) for s in results],
-        {"storms": [s.__dict__ for s in results], "reads_per_resync": reads_per_resync()},
+        {
+            "storms": [s.__dict__ for s in results],
+            "reads_per_resync": {m: reads_per_resync(m) for m in modes},
+        },
     )
 
 

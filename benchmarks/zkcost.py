@@ -30,9 +30,9 @@ client is connected again and has re-synced. Per-client figures are (at n client
 These are counts, not times: the shared machine's load does not move them.
 
 ``--watch-mode`` names how the cache follows ZooKeeper; ``WATCH_MODES`` maps each mode to the
-``Sentinel`` options that select it. Today the cache has one mode, one-shot watches (kazoo's);
-the persistent recursive mode (``addWatch``, issue 18) is added there when the cache has it, and
-``--watch-mode one-shot,persistent`` then measures both, one after the other, in one table.
+``Sentinel`` options that select it: ``one-shot`` (kazoo's watches, re-read after every
+reconnection) and ``persistent`` (one recursive watch per followed subtree, kept across
+reconnections within the session); the default measures both, one after the other, in one table.
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 NAMESPACE = "/zkcost"
 # How each watch mode is selected: the Sentinel options that give it.
-WATCH_MODES: dict[str, dict[str, object]] = {"one-shot": {}}
+WATCH_MODES: dict[str, dict[str, object]] = {
+    "one-shot": {"persistent_watches": False},
+    "persistent": {"persistent_watches": True},
+}
 CHANGES = ("metric", "register", "deregister")
 FIRED = ("changed", "children", "deleted", "created")
 
@@ -384,33 +387,44 @@ class Fleet:
     servers: int  # members and observers that clients connect to
 
 
-def watches_per_client(services: int, instances: int) -> int:
+def watches_per_client(services: int, instances: int, mode: str = "one-shot") -> int:
     """One-shot mode: a data watch per instance node and per metrics node, and one more per
-    service (``wchs`` agrees at every measured size: 63 for 3 services of 10 instances)."""
-    return services * (2 * instances + 1)
+    service (``wchs`` agrees at every measured size: 63 for 3 services of 10 instances).
+    Persistent mode: one recursive watch on each service's node and one on its metrics node,
+    whatever the instances."""
+    return services * (2 * instances + 1) if mode == "one-shot" else 2 * services
 
 
-def reads_per_resync(services: int, instances: int) -> int:
-    """One-shot mode: a re-sync reads each service's spec, its two listings and every node."""
-    return services * (2 * instances + 3)
+def reads_per_resync(services: int, instances: int, mode: str = "one-shot") -> int:
+    """Reads of one reconnection within the session when nothing changed. One-shot mode: a
+    re-sync reads each service's spec, its two listings and every node. Persistent mode:
+    none (the server reports what changed, and nothing did)."""
+    return services * (2 * instances + 3) if mode == "one-shot" else 0
 
 
-def extrapolate(results: Mapping, fleet: Fleet) -> list[tuple[str, str, str]]:
-    """The one-shot mode's cost for ``fleet``, from the constants ``results`` measured; each row
+def extrapolate(
+    results: Mapping, fleet: Fleet, mode: str = "one-shot"
+) -> list[tuple[str, str, str]]:
+    """One watch mode's cost for ``fleet``, from the constants ``results`` measured; each row
     as one session per process and as one shared session per host."""
-    measured = results["per_client"][-1]
-    expected = watches_per_client(results["services"], results["instances"])
+    measured = [row for row in results["per_client"] if row.get("mode", "one-shot") == mode][-1]
+    expected = watches_per_client(results["services"], results["instances"], mode)
     if measured["watches"] != expected:
         raise SystemExit(f"measured {measured['watches']} watches per client, model {expected}")
     memory = results["server_memory"]
-    bytes_per_resync_read = measured["reconnect"]["bytes_sent"] / measured["reconnect"]["reads"]
+    # What a re-read costs per read, from the one-shot re-sync (the persistent mode's storm
+    # reads nothing, and an expiry re-reads as the one-shot mode does).
+    one_shot = [row for row in results["per_client"] if row.get("mode", "one-shot") == "one-shot"][
+        -1
+    ]
+    bytes_per_resync_read = one_shot["reconnect"]["bytes_sent"] / one_shot["reconnect"]["reads"]
     s, i = fleet.services_followed, fleet.instances
     followers = fleet.hosts * fleet.processes_per_host * s / fleet.services  # per service
 
     def figures(sessions: int) -> list[float]:
         per_service = followers * sessions / (fleet.hosts * fleet.processes_per_host)
-        watches = sessions * watches_per_client(s, i)
-        storm = sessions * reads_per_resync(s, i)
+        watches = sessions * watches_per_client(s, i, mode)
+        storm = sessions * reads_per_resync(s, i, mode)
         return [
             sessions,
             sessions / fleet.servers,
@@ -468,8 +482,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probe-paths", type=int, default=200)
     parser.add_argument(
         "--watch-mode",
-        default="one-shot",
-        help=f"comma-separated, measured one after the other (available: {', '.join(WATCH_MODES)})",
+        default="one-shot,persistent",
+        help="comma-separated, measured one after the other (available: "
+        f"{', '.join(WATCH_MODES)}); with --extrapolate, the one mode to size (default one-shot)",
     )
     parser.add_argument(
         "--extrapolate",
@@ -490,14 +505,15 @@ def main(argv: list[str] | None = None) -> None:
         hosts, processes = (int(n) for n in args.extrapolate.split("x"))
         fleet = Fleet(hosts, processes, args.follow, args.size, args.registry, args.servers)
         results = json.loads((RESULTS / "zkcost.json").read_text())
+        mode = args.watch_mode if args.watch_mode in WATCH_MODES else "one-shot"
         print(
-            f"one-shot mode, {hosts:,} hosts x {processes} processes, each following "
+            f"{mode} mode, {hosts:,} hosts x {processes} processes, each following "
             f"{fleet.services_followed} of {fleet.services:,} services of {fleet.instances:,} "
             f"instances, clients spread over {fleet.servers} servers"
         )
         print(
             format_table(
-                extrapolate(results, fleet),
+                extrapolate(results, fleet, mode),
                 headers=("figure", "a session per process", "a session per host"),
             )
         )

@@ -1,6 +1,7 @@
 """Sentinel for Python: ZooKeeper-based service discovery for partitioned, multi-tenant services.
 
-The entry point is :class:`Sentinel`, a client that is also a context manager::
+The entry point is :class:`Sentinel`, a client that is also a context manager (and
+:class:`AsyncSentinel`, its asyncio twin, see :mod:`sentinel.aio`)::
 
     from sentinel import Sentinel
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from sentinel.version import __version__
 
 if TYPE_CHECKING:
+    from sentinel.aio import AsyncSentinel, EventsMissed
     from sentinel.client import Sentinel
     from sentinel.endpoint import Endpoint
     from sentinel.errors import (
@@ -52,6 +54,8 @@ if TYPE_CHECKING:
 # Each exported name and the module that defines it.
 _EXPORTS = {
     "Sentinel": "sentinel.client",
+    "AsyncSentinel": "sentinel.aio",
+    "EventsMissed": "sentinel.aio",
     "Endpoint": "sentinel.endpoint",
     "Registration": "sentinel.publisher",
     "InstanceRecord": "sentinel.records",
@@ -84,11 +88,13 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AsyncSentinel",
     "AuthChanged",
     "AuthError",
     "ChangeEvent",
     "ConnectionChanged",
     "Endpoint",
+    "EventsMissed",
     "InstanceRecord",
     "InstancesChanged",
     "MetricsChanged",

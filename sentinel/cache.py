@@ -9,12 +9,25 @@ speed). Directory shard maps are one flat dict updated a key at a time (see
 
 All loading and updating happens on one worker thread. ZooKeeper watch callbacks run on kazoo's
 thread, which must never block, so they only queue a task naming what changed; the worker
-re-reads that node (setting the watch again), builds the new state, swaps it in and tells the
-listeners. Repeated events for the same node coalesce into one read. kazoo drops every watch
-when the connection is suspended, so each reconnection queues a full re-sync that re-reads
-everything this client uses and reports exactly what changed meanwhile. The re-sync starts after
-a random delay of up to ``resync_jitter`` seconds, so a fleet that reconnects together does not
-read together, and reconnections within that delay share one re-sync.
+applies it, builds the new state, swaps it in and tells the listeners. Repeated events for the
+same node coalesce into one task.
+
+How ZooKeeper is followed depends on the server (see :mod:`sentinel.zkprotocol`):
+
+* persistent mode (ZooKeeper 3.6+, the default): one persistent recursive watch per followed
+  subtree (a service's node and instances, its metrics, this client's credential node, a shard
+  policy and its buckets), added before the subtree is read with multi-reads. Events are
+  applied from their path: a deletion drops the node with no read, a creation or change reads
+  that one node. The watches are kept across reconnections within the session, and the server
+  reports what changed while the connection was down (the cache hands it the paths it holds),
+  so an unchanged client reads nothing after a reconnection. A session's end takes the watches
+  with it: each subtree is followed and read again.
+* one-shot mode (older servers, or ``persistent_watches=False``): kazoo's watches, set again by
+  each read; kazoo drops them all when the connection is suspended, so each reconnection queues
+  a full re-sync that re-reads everything this client uses and reports exactly what changed.
+
+The re-sync starts after a random delay of up to ``resync_jitter`` seconds, so a fleet that
+reconnects together does not read together, and reconnections within that delay share one.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, replace
@@ -40,7 +53,7 @@ from typing import Any
 
 from cachetools import TTLCache
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, NoWatcherError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from sentinel.auth.acl import ensure_clients_node
@@ -89,12 +102,15 @@ from sentinel.strategies import Balancer, RoundRobin
 from sentinel.telemetry import LookupCounts, auth_version_applied, observe_propagation
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
+from sentinel.zkprotocol import AddWatchMode, PersistentWatches, WatcherType
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[ChangeEvent], None]
 
 _NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
+# Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
+MULTI_READ_BATCH = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +385,18 @@ def _key_diff(old: Mapping[str, str], new: Mapping[str, str]) -> dict[str, tuple
 
 
 @dataclass(frozen=True, slots=True)
+class _Read:
+    """One node of a multi-read, with a kazoo async result's ``get``."""
+
+    outcome: Any  # (data, stat), or the exception of that node
+
+    def get(self) -> Any:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+@dataclass(frozen=True, slots=True)
 class _Task:
     """One piece of the worker's work: a bound method of the cache and its arguments.
 
@@ -402,8 +430,14 @@ class RegistryCache:
         credentials: CredentialReader | None = None,
         resync_jitter: float = 0.5,
         read_through_rate: float = 100.0,
+        watches: PersistentWatches | None = None,
     ) -> None:
         self._zk = zk
+        self._watches = watches
+        # Persistent mode: the subtrees this session has a recursive watch on (a session's
+        # end pops them on kazoo's thread), and the last event of each node not yet applied.
+        self._followed: dict[str, bool] = {}
+        self._latest: dict[str, str] = {}
         self._credentials = credentials
         self._announced_at: dict[str, float] = {}
         self._client_id = client_id
@@ -559,15 +593,46 @@ class RegistryCache:
         if task is not None:
             self._enqueue(task)
 
-    def _task_for(self, kind: str, path: str) -> _Task | None:
-        """The work one watch event asks for, named by the node's path alone."""
+    def _on_persistent(self, root: str, event: WatchedEvent) -> None:
+        """An event of the recursive watch on ``root``'s subtree (persistent mode).
+
+        A node's events are applied in one task that reads the latest event's kind when it
+        runs: events queued meanwhile (changed, deleted, created again) coalesce into what is
+        true last, with at most one read.
+        """
+        if event.type == EventType.NONE:  # the session ended and took the watch with it
+            self._followed.pop(root, None)
+            self._enqueue(_Task(self._follow_all))
+            return
+        self.stats.watch_events += 1
+        if event.type == EventType.CHILD:  # a re-sync's report: a parent's children changed
+            task = self._task_for(event.type, event.path, persistent=True)
+        else:
+            self._latest[event.path] = event.type
+            task = _Task(self._apply_event, (event.path,))
+        if task is not None:
+            self._enqueue(task)
+
+    def _task_for(self, kind: str, path: str, persistent: bool = False) -> _Task | None:
+        """The work one watch event asks for, named by the node's path alone.
+
+        ``persistent``: the node stays watched, so a deletion is applied with no read (a
+        one-shot watch must be set again, by a read or an ``exists``), and a service's node
+        changing is its spec alone (its children report their own changes).
+        """
         parts = path.split("/")
         section = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}.get(parts[1])
+        gone = persistent and kind == EventType.DELETED
+        deleted = (True,) if gone else ()  # the ``gone`` argument of the no-read deletions
         if len(parts) == 3 and section == "instances":
             if kind == EventType.CHILD:
                 return _Task(self._refresh_children, ("instances", parts[2]))
+            if persistent:
+                return _Task(self._drop_service if gone else self._refresh_spec, (parts[2],))
             return _Task(self._refresh_service, (parts[2],))
         if len(parts) == 3 and section == "metrics":  # children changed, or the section appeared
+            if gone:
+                return _Task(self._forget_section, ("metrics", parts[2]))
             return _Task(self._refresh_children, ("metrics", parts[2]))
         if len(parts) == 4 and section is not None:
             if kind == EventType.DELETED:
@@ -575,12 +640,15 @@ class RegistryCache:
                 return _Task(self._forget_child, (section, parts[2], parts[3]))
             return _Task(self._refresh_child, (section, parts[2], parts[3]))
         if len(parts) == 4 and parts[1] == AUTH[1:]:
-            return _Task(self._refresh_auth, (parts[2],))  # only this client's own node is watched
+            # only this client's own node is watched
+            return _Task(self._refresh_auth, (parts[2], *deleted))
         if len(parts) == 3 and parts[1] == SHARD_INFO[1:]:
-            return _Task(self._reload_policy, (parts[2],))
+            if persistent and kind == EventType.CHILD:
+                return None  # every bucket is watched itself; the rest is not the cache's
+            return _Task(self._reload_policy, (parts[2], *deleted))
         if len(parts) == 4 and parts[1] == SHARD_INFO[1:] and len(parts[3]) == 4:
             with contextlib.suppress(ValueError):  # only buckets are watched; be sure anyway
-                return _Task(self._refresh_bucket, (parts[2], int(parts[3], 16)))
+                return _Task(self._refresh_bucket, (parts[2], int(parts[3], 16), *deleted))
         return None
 
     def _on_state(self, state: str) -> None:
@@ -662,6 +730,108 @@ class RegistryCache:
         self.stats.decode_errors += 1
         log.warning("skipping %s", exc)
 
+    # --- how ZooKeeper is followed: one-shot watches, or persistent recursive ones ------------
+
+    @property
+    def persistent(self) -> bool:
+        """Persistent mode: the server has ZooKeeper 3.6's watches and they are not refused."""
+        return self._watches is not None and self._watches.supported
+
+    @property
+    def _one_shot(self) -> Callable[[WatchedEvent], None] | None:
+        """The watch a read sets: kazoo's one-shot one, or none under a recursive watch."""
+        return None if self.persistent else self._watch
+
+    def _watch_absent(self, path: str) -> None:
+        """Learn when ``path`` (absent) is created: a recursive watch above it tells already."""
+        if not self.persistent:
+            self._zk.exists(path, watch=self._watch)
+
+    def _reads(
+        self, items: Iterable[Any], path_of: Callable[[Any], str]
+    ) -> Iterator[tuple[Any, Any]]:
+        """``(item, result)`` for the node of each item, setting one-shot watches in fallback
+        mode; multi-reads of MULTI_READ_BATCH nodes each in persistent mode."""
+        if not self.persistent:
+            yield from pipelined_reads(self._zk, items, path_of, self._watch)
+            return
+        assert self._watches is not None
+        pending = list(items)
+        for start in range(0, len(pending), MULTI_READ_BATCH):
+            batch = pending[start : start + MULTI_READ_BATCH]
+            paths = [path_of(item) for item in batch]
+            results = self._watches.get_many(data=paths).data
+            for item, path in zip(batch, paths, strict=True):
+                yield item, _Read(results[path])
+
+    def _service_roots(self, service: str) -> list[str]:
+        """The subtrees one recursive watch each follows for ``service``."""
+        roots = [service_path(service), f"{METRICS}/{service}"]
+        if self._credentials is not None:
+            roots.append(auth_path(service, self._credentials.client))
+        return roots
+
+    def _follow(self, root: str) -> bool:
+        """Persistent mode: watch ``root``'s subtree, unless this session does already; True
+        when the watch is new (what it covers must be read now)."""
+        if not self.persistent or root in self._followed:
+            return False
+        assert self._watches is not None
+        self._followed[root] = True  # before the request: a session ending meanwhile pops it
+        try:
+            self._watches.add_watch(
+                root,
+                functools.partial(self._on_persistent, root),
+                AddWatchMode.PERSISTENT_RECURSIVE,
+                known=functools.partial(self._known_paths, root),
+            )
+        except BaseException:
+            self._followed.pop(root, None)
+            raise
+        return True
+
+    def _unfollow(self, roots: Iterable[str]) -> None:
+        """Persistent mode: stop watching subtrees the cache no longer holds."""
+        for root in roots:
+            if self._followed.pop(root, None) and self._watches is not None:
+                with contextlib.suppress(NoWatcherError):  # gone with a session meanwhile
+                    self._watches.remove_watches(root, WatcherType.PERSISTENT_RECURSIVE)
+
+    def _follow_all(self) -> None:
+        """Persistent mode: watch again every subtree in use whose watch went with a session,
+        and re-read those; with every watch in place (a resumed session) nothing is read."""
+        for policy in list(self.shard_maps):
+            if self._follow(policy_path(policy)):
+                self._load_policy(policy)
+        for service in list(self.snapshots):
+            # every root is followed before the service is read (a list, not any())
+            if any([self._follow(root) for root in self._service_roots(service)]):
+                self._refresh_service(service)
+
+    def _known_paths(self, root: str) -> list[str]:
+        """The nodes the cache holds under ``root``, for the server to report which changed
+        while the connection was down (see :meth:`PersistentWatches.add_watch`). Called on
+        kazoo's connection thread: reads the immutable snapshots, no I/O, no lock."""
+        _, top, name, *_ = root.split("/")
+        if top == SHARD_INFO[1:]:
+            shard_map = self.shard_maps.get(name)
+            buckets = shard_map.spec.buckets if isinstance(shard_map, DirectoryMap) else 0
+            return [root, *(bucket_path(name, i) for i in range(buckets))]
+        snapshot = self.snapshots.get(name)
+        if snapshot is None or top == AUTH[1:]:
+            return [root]
+        held = snapshot.endpoints if top == SERVICES[1:] else snapshot.metrics
+        below = f"{root}/"
+        invalid = [path for path in snapshot.invalid if path.startswith(below)]
+        return [root, *(below + child for child in list(held)), *invalid]
+
+    def _apply_event(self, path: str) -> None:
+        """Persistent mode: apply the latest event of one node (see :meth:`_on_persistent`)."""
+        kind = self._latest.pop(path, EventType.CHANGED)  # popped by a run meanwhile: read it
+        task = self._task_for(kind, path, persistent=True)
+        if task is not None:
+            task.run(*task.args)
+
     # --- services -----------------------------------------------------------------------------
 
     def _read_spec(self, service: str, last_good: ServiceSpec | None = None) -> ServiceSpec:
@@ -669,7 +839,7 @@ class RegistryCache:
         served keeps its ``last_good`` spec (one bad write must not unlist it everywhere)."""
         path = service_path(service)
         try:
-            data, _ = self._zk.get(path, watch=self._watch)
+            data, _ = self._zk.get(path, watch=self._one_shot)
         except NoNodeError:
             raise ServiceNotFound(service) from None
         try:
@@ -692,10 +862,12 @@ class RegistryCache:
         """
         parent, field, decode = self._section(section, service)
         try:
-            names = self._zk.get_children(parent, watch=self._watch)
+            names = self._zk.get_children(parent, watch=self._one_shot)
         except NoNodeError:
             if section == "instances":
                 raise ServiceNotFound(service) from None
+            if self.persistent:  # followed since before the listing: its creation will tell
+                return {}, set()
             if self._zk.exists(parent, watch=self._watch) is None:  # to learn when it appears
                 return {}, set()
             # Created between the two reads: its data watch would never report the children.
@@ -709,7 +881,7 @@ class RegistryCache:
             invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
             decode = _timed(section, decode)  # new children of a live service: a change
-        fresh, failed = decode_children(self._zk, parent, unread, decode, self._watch)
+        fresh, failed = decode_children(self._zk, parent, unread, decode, reads=self._reads)
         for exc in failed.values():
             self._skip(exc)
         decoded.update(fresh)
@@ -744,7 +916,14 @@ class RegistryCache:
             return None
 
     def _load_service(self, service: str) -> ServiceSnapshot:
-        spec = self._read_spec(service)
+        roots = self._service_roots(service)
+        for root in roots:  # before any read: what changes from now on is reported
+            self._follow(root)
+        try:
+            spec = self._read_spec(service)
+        except ServiceNotFound:
+            self._unfollow(roots)
+            raise
         endpoints, bad_instances = self._read_section("instances", service)
         metrics, bad_metrics = self._read_section("metrics", service)
         if spec.shard_policy is not None:
@@ -849,9 +1028,9 @@ class RegistryCache:
             return None
         path = auth_path(service, self._credentials.client)
         try:
-            data, stat = self._zk.get(path, watch=self._watch)
+            data, stat = self._zk.get(path, watch=self._one_shot)
         except NoNodeError:
-            self._zk.exists(path, watch=self._watch)  # to learn when it is created
+            self._watch_absent(path)
             self._credentials.forget(service)
             return None
         observe_propagation("auth", stat)
@@ -864,11 +1043,15 @@ class RegistryCache:
             log.warning("skipping a credential: %s", error)  # messages hold no secrets
         return credential
 
-    def _refresh_auth(self, service: str) -> None:
+    def _refresh_auth(self, service: str, gone: bool = False) -> None:
+        """After an event on this client's credential node; ``gone``: it was deleted (no
+        read: there is no credential)."""
         current = self.snapshots.get(service)
         if current is None:  # dropped since the event (or never followed)
             return
-        auth = self._read_auth(service)
+        if gone and self._credentials is not None:
+            self._credentials.forget(service)
+        auth = None if gone else self._read_auth(service)
         if auth != current.auth:
             self._swap(service, current.rebuilt(auth=auth))
 
@@ -923,7 +1106,7 @@ class RegistryCache:
         path = f"{parent}/{name}"
         invalid = current.invalid - {path}
         try:
-            data, stat = self._zk.get(path, watch=self._watch)
+            data, stat = self._zk.get(path, watch=self._one_shot)
         except NoNodeError:
             value = None
         else:
@@ -932,6 +1115,31 @@ class RegistryCache:
             if value is None:
                 invalid |= {path}
         self._update(service, current, field, {name: value}, invalid)
+
+    def _refresh_spec(self, service: str) -> None:
+        """Persistent mode, after an event on the service's node: re-read its spec alone."""
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
+        try:
+            spec = self._read_spec(service, current.spec)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        if spec.shard_policy is not None:
+            self._use_policy(spec.shard_policy, service)
+        if spec != current.spec:
+            self._swap(service, current.rebuilt(spec=spec))
+
+    def _forget_section(self, section: str, service: str) -> None:
+        """Persistent mode, after a section's parent was deleted: drop its children, no read."""
+        current = self.snapshots.get(service)
+        if current is None:  # dropped since the event (or never followed)
+            return
+        parent, field, _ = self._section(section, service)
+        invalid = {path for path in current.invalid if not path.startswith(f"{parent}/")}
+        changes = dict.fromkeys(getattr(current, field))
+        self._update(service, current, field, changes, frozenset(invalid))
 
     def _forget_child(self, section: str, service: str, name: str) -> None:
         """After a deletion event: drop the child, with no round trip to ZooKeeper."""
@@ -946,6 +1154,7 @@ class RegistryCache:
         old = self.snapshots.pop(service, None)
         if old is None:
             return
+        self._unfollow(self._service_roots(service))
         self._emit(service, ServiceSpecChanged(service, old.spec, None))
         if old.endpoints:
             self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
@@ -957,20 +1166,25 @@ class RegistryCache:
         if policy not in self.shard_maps:
             self._load_policy(policy)
 
-    def _reload_policy(self, policy: str) -> None:
-        """After an event on a policy's node: re-read it if the cache still holds it."""
+    def _reload_policy(self, policy: str, gone: bool = False) -> None:
+        """After an event on a policy's node: re-read it if the cache still holds it;
+        ``gone``: it was deleted (no read)."""
         if policy in self.shard_maps:
-            self._load_policy(policy)
+            self._load_policy(policy, gone)
 
-    def _load_policy(self, policy: str) -> None:
-        """(Re-)read a policy's spec and, for a directory, every bucket, setting watches."""
+    def _load_policy(self, policy: str, gone: bool = False) -> None:
+        """(Re-)read a policy's spec and, for a directory, every bucket, setting watches
+        (following the policy's subtree first in persistent mode)."""
         path = policy_path(policy)
+        self._follow(path)
         old = self.shard_maps.get(policy)
         try:
-            data, _ = self._zk.get(path, watch=self._watch)
+            if gone:
+                raise NoNodeError
+            data, _ = self._zk.get(path, watch=self._one_shot)
             spec = ShardPolicySpec.from_bytes(policy, path, data)
         except NoNodeError:
-            self._zk.exists(path, watch=self._watch)  # to learn when it is created
+            self._watch_absent(path)
             spec = None
         except DecodeError as exc:
             self._skip(exc)
@@ -987,9 +1201,7 @@ class RegistryCache:
         shard_map: ShardMap = old if keep else new_map(spec)  # type: ignore[assignment]
         changes: dict[str, tuple[Any, Any]] = {}
         if isinstance(shard_map, DirectoryMap):
-            reads = pipelined_reads(
-                self._zk, range(spec.buckets), lambda i: bucket_path(policy, i), self._watch
-            )
+            reads = self._reads(range(spec.buckets), lambda i: bucket_path(policy, i))
             for index, result in reads:
                 bucket_changes = shard_map.apply_bucket(
                     index, self._bucket_keys(policy, index, result)
@@ -1014,14 +1226,18 @@ class RegistryCache:
             self._skip(exc)
             return {}
 
-    def _refresh_bucket(self, policy: str, index: int) -> None:
+    def _refresh_bucket(self, policy: str, index: int, gone: bool = False) -> None:
+        """After an event on a bucket: re-read it; ``gone``: it was deleted (no read)."""
         shard_map = self.shard_maps.get(policy)
         if not isinstance(shard_map, DirectoryMap) or index >= shard_map.spec.buckets:
             return
-        result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
-        changes = shard_map.apply_bucket(index, self._bucket_keys(policy, index, result))
-        if result.successful():
-            observe_propagation("shard_info", result.value[1])
+        keys: dict[str, str] = {}
+        if not gone:
+            result = self._zk.get_async(bucket_path(policy, index), watch=self._one_shot)
+            keys = self._bucket_keys(policy, index, result)
+            if result.successful():
+                observe_propagation("shard_info", result.value[1])
+        changes = shard_map.apply_bucket(index, keys)
         if changes:
             self._emit_keys(policy, changes)
 
@@ -1032,11 +1248,18 @@ class RegistryCache:
     # --- re-sync ------------------------------------------------------------------------------
 
     def _resync(self) -> None:
-        """Re-read everything in use after a reconnection; report only real changes."""
-        for policy in list(self.shard_maps):
-            self._load_policy(policy)
-        for service in list(self.snapshots):
-            self._refresh_service(service)
+        """After a reconnection: re-read what the connection may have missed and report only
+        real changes. One-shot watches were dropped: everything in use is read. Persistent
+        watches are kept within the session (the server reported what changed meanwhile, and
+        those events are applied as any): only subtrees whose watch went with an ended session
+        are read again."""
+        if self.persistent:
+            self._follow_all()
+        else:
+            for policy in list(self.shard_maps):
+                self._load_policy(policy)
+            for service in list(self.snapshots):
+                self._refresh_service(service)
         self.stats.resyncs += 1
         if self._restored:
             self._end_restored()

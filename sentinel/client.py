@@ -20,7 +20,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import shards, telemetry
+from sentinel import shards, telemetry, zkprotocol
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -183,6 +183,10 @@ class Sentinel:
     resync_jitter : float, default 0.5
         The re-read after a reconnection waits a random delay of up to this many seconds, so
         a fleet does not re-read at once.
+    persistent_watches : bool, default True
+        Follow each section with one ZooKeeper 3.6 persistent recursive watch, kept across
+        reconnections within the session (:mod:`sentinel.zkprotocol`); False, or a server
+        older than 3.6, keeps kazoo's one-shot watches, re-read after every reconnection.
     feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
         Holds what :meth:`report` learns; lookups skip instances it marks down.
     snapshot_path : path or None, default None (no snapshot)
@@ -227,6 +231,7 @@ class Sentinel:
         read_through_rate: float = 100.0,
         snapshot_path: str | os.PathLike[str] | None = None,
         snapshot_interval: float = 1.0,
+        persistent_watches: bool = True,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -257,6 +262,7 @@ class Sentinel:
         self.tls = TlsConfig.resolve(tls)
         self._identity = identity
         self._session_timeout = session_timeout
+        self._persistent_watches = persistent_watches
         self._cache_options: dict[str, Any] = {
             "load_timeout": connect_timeout,
             "negative_ttl": negative_ttl,
@@ -304,9 +310,14 @@ class Sentinel:
             ),
             **connection,
         )
+        # Installed with the cache that relies on it: once installed, kazoo keeps its
+        # one-shot watches across reconnections too (see sentinel.zkprotocol).
+        watches = zkprotocol.install(self._zk, force_fallback=not self._persistent_watches)
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
-        self._cache = RegistryCache(self._zk, self.client_id, self._nodes, **self._cache_options)
+        self._cache = RegistryCache(
+            self._zk, self.client_id, self._nodes, watches=watches, **self._cache_options
+        )
         # The hot path reads these two dicts directly: one attribute lookup less per call.
         # Stored in this order so a concurrent lookup that sees the new snapshots also sees
         # the new cache and shard maps.
@@ -884,6 +895,13 @@ class Sentinel:
         self._check_fork()
         since = self._cache.disconnected_at
         return 0.0 if since is None else max(time.time() - since, 0.0)
+
+    @property
+    def persistent_watches(self) -> bool:
+        """True when the cache follows ZooKeeper with persistent recursive watches kept across
+        reconnections (asked for, and a ZooKeeper 3.6 or later); False: one-shot watches."""
+        self._check_fork()
+        return self._cache.persistent
 
     @property
     def cache_stats(self) -> CacheStats:

@@ -7,6 +7,7 @@ listing and the read; that is normal churn, not an error.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +28,8 @@ T = TypeVar("T")
 # Enough reads in flight to hide the round trip, few enough that a large load never holds
 # every response (a million-key shard map is tens of MB) in memory at once.
 PIPELINE_WINDOW = 64
+# A reader of many nodes: (items, path_of) -> (item, result) pairs, result.get() as kazoo's.
+Reads = Callable[[Iterable[Any], Callable[[Any], str]], Iterator[tuple[Any, Any]]]
 
 
 def pipelined_reads(
@@ -55,15 +58,18 @@ def decode_children(
     names: Iterable[str],
     decode: Callable[[str, str, bytes, ZnodeStat], T],
     watch: Callable[..., Any] | None = None,
+    reads: Reads | None = None,
 ) -> tuple[dict[str, T], dict[str, DecodeError]]:
-    """Read and decode the children ``names`` of ``parent`` (optionally setting watches).
+    """Read and decode the children ``names`` of ``parent`` (optionally setting watches), with
+    :func:`pipelined_reads` or ``reads`` (same contract, e.g. multi-reads).
 
     ``decode(name, path, data, stat)`` builds a value or raises DecodeError. Returns the decoded
     children and the ones that failed, by name; children deleted meanwhile are left out.
     """
     decoded: dict[str, T] = {}
     invalid: dict[str, DecodeError] = {}
-    for name, result in pipelined_reads(zk, names, lambda n: f"{parent}/{n}", watch):
+    reads = reads or functools.partial(pipelined_reads, zk, watch=watch)
+    for name, result in reads(names, lambda n: f"{parent}/{n}"):
         try:
             data, stat = result.get()
         except NoNodeError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import subprocess
 import sys
 import uuid
@@ -19,6 +20,8 @@ from sentinel import Sentinel
 from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.postgres import LocalPostgres
 from sentinel.testing.zookeeper import LocalZooKeeper
+
+WATCHES_ENV = "SENTINEL_TEST_WATCHES"
 
 
 @pytest.fixture(scope="session")
@@ -42,6 +45,8 @@ def make_client(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[Callable[
     def make(client_id: str = "test-client", **kwargs: object) -> Sentinel:
         kwargs.setdefault("hosts", zookeeper.connect_string)
         kwargs.setdefault("namespace", namespace)
+        # SENTINEL_TEST_WATCHES=one-shot runs the tests' clients in the fallback mode
+        kwargs.setdefault("persistent_watches", os.environ.get(WATCHES_ENV) != "one-shot")
         client = Sentinel(client_id=client_id, **kwargs).start()
         clients.append(client)
         return client

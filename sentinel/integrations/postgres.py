@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
+from sentinel.aio import to_loop
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ClientClosed
 from sentinel.events import AuthChanged, ChangeEvent, InstancesChanged
@@ -333,9 +334,7 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
             self._draining.add(task)
             task.add_done_callback(self._draining.discard)
 
-        try:
-            self._loop.call_soon_threadsafe(close)
-        except RuntimeError:  # the loop is closed, and the pool's tasks with it
+        if not to_loop(self._loop, close):  # the loop is closed, and the pool's tasks with it
             log.debug("%s: loop closed; pool %s dropped", self.service, pool.name)
 
     async def close(self) -> None:

@@ -84,11 +84,13 @@ class TcpProxy:
 
     It models a network partition between one client and ZooKeeper while the server goes on
     serving everyone else: :meth:`cut` drops every relayed connection and refuses new ones
-    until :meth:`restore`. Connect clients to :attr:`address`.
+    until :meth:`restore`. Connect clients to :attr:`address`. With ``delay``, each chunk
+    waits that many seconds before it is relayed: a slow link.
     """
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
         self._target = (target_host, target_port)
+        self.delay = delay
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._connections: set[socket.socket] = set()
@@ -128,6 +130,8 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                if self.delay:
+                    time.sleep(self.delay)  # the slow link being simulated, not a wait
                 sink.sendall(data)
         except OSError:
             pass

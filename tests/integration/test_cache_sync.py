@@ -66,8 +66,9 @@ def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zo
         process.stdout.close()
 
 
+@pytest.mark.parametrize("persistent_watches", [True, False], ids=["persistent", "one-shot"])
 def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
-    make_client, zookeeper, namespace
+    make_client, zookeeper, namespace, persistent_watches
 ):
     writer = make_client("writer")
     writer.create_shard_policy("tenants", "directory", buckets=8)
@@ -79,7 +80,13 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
     host, port = zookeeper.connect_string.split(":")
     proxy = TcpProxy(host, int(port))
     try:
-        client = make_client("partitioned", hosts=proxy.address, session_timeout=10.0)
+        client = make_client(
+            "partitioned",
+            hosts=proxy.address,
+            session_timeout=10.0,
+            persistent_watches=persistent_watches,
+        )
+        assert client.persistent_watches == persistent_watches
         assert client.get_service("orders", "moves").partition == "p1"
         events, lock = [], threading.Lock()
 
@@ -107,11 +114,14 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
         states = [e.state for e in seen if isinstance(e, ConnectionChanged)]
         assert states[0] == "suspended" and "connected" in states
         instance_events = [e for e in seen if isinstance(e, InstancesChanged)]
-        assert len(instance_events) == 1
-        (change,) = instance_events
-        assert [e.label for e in change.added] == ["new"]
-        assert [e.label for e in change.removed] == ["gone"]
-        assert [(o.weight, n.weight) for o, n in change.updated] == [(1, 5)]
+        if client.persistent_watches:
+            # the server's reports are applied node by node, one event each
+            assert len(instance_events) == 3
+        else:  # the re-sync re-reads everything and reports it in one event
+            assert len(instance_events) == 1
+        assert [e.label for c in instance_events for e in c.added] == ["new"]
+        assert [e.label for c in instance_events for e in c.removed] == ["gone"]
+        assert [(o.weight, n.weight) for c in instance_events for o, n in c.updated] == [(1, 5)]
         key_changes = {}
         for event in seen:
             if isinstance(event, ShardKeysChanged):

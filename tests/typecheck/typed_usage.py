@@ -14,7 +14,9 @@ from sentinel import (
     SentinelError,
     ZooKeeperUnavailable,
 )
+from sentinel.aio import AsyncSentinel, EventsMissed
 from sentinel.events import ChangeEvent
+from sentinel.records import MetricsRecord
 from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 
@@ -74,3 +76,21 @@ def lookup(sentinel: Sentinel, tenant: str) -> str | None:
     host, port = address(endpoint)
     every: tuple[Endpoint, ...] = sentinel.get_services("billing-db", key=tenant)
     return f"{endpoint.uri} {host}:{port + 1} of {len(every)}"
+
+
+async def serve_async(hosts: str) -> int:
+    async with AsyncSentinel(hosts=hosts, client_id="billing-api", drain_wait=0.5) as client:
+        registration: Registration = await client.register_service(
+            "billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql"
+        )
+        record: MetricsRecord = await client.update_metrics(registration, {"lag": 2.5})
+        await client.update_metrics("billing-db", "p1", record.label, {"lag": 1.0})
+        await client.prefetch("billing-db")
+        endpoint: Endpoint = client.get_service("billing-db", key="acme")
+        async with client.events("billing-db") as events:
+            async for event in events:
+                if isinstance(event, EventsMissed):
+                    return event.count
+                on_change(event)
+        await client.drain(registration)
+        return endpoint.port

@@ -58,3 +58,47 @@ def test_tasks_of_two_caches_never_merge(cache):
     assert cache._task_for(EventType.CHANGED, "/auth/db/me") != other._task_for(
         EventType.CHANGED, "/auth/db/me"
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "method", "args"),
+    [
+        (EventType.CHILD, "/services/db", "_refresh_children", ("instances", "db")),
+        (EventType.CHANGED, "/services/db", "_refresh_spec", ("db",)),
+        (EventType.CREATED, "/services/db", "_refresh_spec", ("db",)),
+        (EventType.DELETED, "/services/db", "_drop_service", ("db",)),
+        (EventType.CREATED, "/services/db/p1:a", "_refresh_child", ("instances", "db", "p1:a")),
+        (EventType.DELETED, "/services/db/p1:a", "_forget_child", ("instances", "db", "p1:a")),
+        (EventType.CHANGED, "/metrics/db", "_refresh_children", ("metrics", "db")),
+        (EventType.DELETED, "/metrics/db", "_forget_section", ("metrics", "db")),
+        (EventType.CHANGED, "/auth/db/me", "_refresh_auth", ("db",)),
+        (EventType.DELETED, "/auth/db/me", "_refresh_auth", ("db", True)),
+        (EventType.DELETED, "/shard_info/tenants", "_reload_policy", ("tenants", True)),
+        (EventType.DELETED, "/shard_info/tenants/00ff", "_refresh_bucket", ("tenants", 255, True)),
+    ],
+)
+def test_under_a_recursive_watch_deletions_need_no_read_and_a_service_node_is_its_spec(
+    cache, kind, path, method, args
+):
+    assert cache._task_for(kind, path, persistent=True) == _Task(getattr(cache, method), args)
+
+
+def test_a_policys_children_changing_asks_for_nothing_under_a_recursive_watch(cache):
+    # every bucket is followed itself; placement requests are not the cache's
+    assert cache._task_for(EventType.CHILD, "/shard_info/tenants", persistent=True) is None
+
+
+def test_a_nodes_events_under_a_recursive_watch_merge_into_its_latest_kind(cache):
+    path = "/services/db/p1:a"
+    for kind in (EventType.CHANGED, EventType.DELETED, EventType.CREATED):
+        cache._on_persistent("/services/db", WatchedEvent(kind, KazooState.CONNECTED, path))
+    assert cache._tasks.qsize() == 1 and cache.stats.watch_events == 3
+    assert cache._tasks.get() == _Task(cache._apply_event, (path,))
+    assert cache._latest == {path: EventType.CREATED}  # applied as a creation: one read
+
+
+def test_a_session_end_forgets_the_watch_and_queues_following_again(cache):
+    cache._followed["/services/db"] = True
+    cache._on_persistent("/services/db", WatchedEvent(EventType.NONE, "EXPIRED_SESSION", None))
+    assert "/services/db" not in cache._followed
+    assert cache._tasks.get() == _Task(cache._follow_all)

@@ -16,6 +16,7 @@ EXAMPLE = ROOT / "tests" / "typecheck" / "typed_usage.py"
 CHECKED = [
     EXAMPLE,
     ROOT / "sentinel" / "__init__.py",
+    ROOT / "sentinel" / "aio.py",
     ROOT / "sentinel" / "strategies.py",
     ROOT / "sentinel" / "rendezvous.py",
     ROOT / "sentinel" / "memo.py",

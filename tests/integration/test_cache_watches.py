@@ -1,0 +1,140 @@
+"""The cache on ZooKeeper 3.6 persistent recursive watches, judged by the server's accounts.
+
+``wchs`` counts the watches the server holds; ``mntr``'s ``read_per_namespace`` counts the reads
+it served under the test's namespace (the changes below are written with a raw kazoo client,
+which reads nothing). The clients ask for persistent watches whatever ``SENTINEL_TEST_WATCHES``
+says: these are that mode's properties.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.zkcost import mntr, watches
+from sentinel.layout import instance_path, metrics_path
+from sentinel.records import InstanceRecord, MetricsRecord
+from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def watches_total(zookeeper) -> int:
+    """``wchs``: every watch the server holds."""
+    host, port = zookeeper.connect_string.split(":")
+    return watches(host, int(port))
+
+
+def reads_served(zookeeper, namespace: str) -> int:
+    """Reads the server has served under ``namespace`` (``mntr``)."""
+    host, port = zookeeper.connect_string.split(":")
+    return int(mntr(host, int(port)).get(f"zk_cnt_{namespace.strip('/')}_read_per_namespace", 0))
+
+
+def instance(label: str, weight: float = 1) -> tuple[str, bytes]:
+    path = instance_path("api", "p1", label)
+    return path, InstanceRecord("api", "p1", label, "10.0.0.1", 8080, weight=weight).to_bytes(path)
+
+
+def metrics(label: str, load: float) -> tuple[str, bytes]:
+    path = metrics_path("api", "p1", label)
+    return path, MetricsRecord("api", "p1", label, {"load": load}, 1.0).to_bytes(path)
+
+
+def populate(make_client, raw_zk, count: int) -> None:
+    """Service ``api`` with ``count`` instances and their metrics, created pipelined."""
+    make_client("writer", announce=False).ensure_service("api")
+    raw_zk.ensure_path("/metrics/api")
+    nodes = [instance(f"i{i}") for i in range(count)] + [metrics(f"i{i}", i) for i in range(count)]
+    for result in [raw_zk.create_async(path, data) for path, data in nodes]:
+        result.get(timeout=30)
+
+
+def test_a_client_of_a_1000_instance_service_costs_the_server_a_handful_of_watches(
+    make_client, raw_zk, zookeeper
+):
+    populate(make_client, raw_zk, 1000)
+    before = watches_total(zookeeper)
+    client = make_client("reader", announce=False, persistent_watches=True)
+    assert client.persistent_watches
+    assert len(client.get_services("api")) == 1000
+    # one recursive watch on /services/api and one on /metrics/api (one-shot: 1,002)
+    assert watches_total(zookeeper) - before == 2
+    # ... and they follow every instance: a change below is applied
+    path, data = instance("i7", weight=9)
+    raw_zk.set(path, data)
+    assert wait_until(lambda: _labels_weights(client).get("i7") == 9)
+
+
+def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything(
+    make_client, raw_zk, zookeeper, namespace
+):
+    populate(make_client, raw_zk, 20)
+    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    try:
+        client = make_client(
+            "reader",
+            hosts=proxy.address,
+            announce=False,
+            resync_jitter=0,
+            persistent_watches=True,
+        )
+        assert client.persistent_watches
+        assert len(client.get_services("api")) == 20
+
+        def cut_and_restore(while_away) -> None:
+            resyncs = client.cache_stats.resyncs
+            proxy.cut()
+            assert wait_until(lambda: client.connection_state == "suspended", timeout=15)
+            while_away()
+            proxy.restore()
+            assert wait_until(lambda: client.cache_stats.resyncs > resyncs, timeout=15)
+            assert client.cache_stats.session_events.get("lost", 0) == 0  # same session
+
+        before = reads_served(zookeeper, namespace)
+        cut_and_restore(lambda: None)
+        assert reads_served(zookeeper, namespace) == before  # nothing changed: nothing read
+
+        def while_away() -> None:
+            raw_zk.set(*instance("i1", weight=5))
+            raw_zk.delete(instance("i2")[0])
+            raw_zk.create(*instance("new"))
+            raw_zk.set(*metrics("i3", 99))
+
+        cut_and_restore(while_away)
+
+        def applied() -> bool:
+            endpoints = {e.label: e for e in client.get_services("api")}
+            return (
+                "i2" not in endpoints
+                and "new" in endpoints
+                and endpoints["i1"].weight == 5
+                and endpoints["i3"].metrics == {"load": 99}
+            )
+
+        assert wait_until(applied, timeout=15), "a change made while away was not applied"
+        # i1's data, i3's metrics, the one listing of /services/api (a deletion and a
+        # creation: children changed once), the new instance; the deletion itself: no read
+        assert reads_served(zookeeper, namespace) - before == 4
+
+        # A session expiry takes the watches with it: everything is read again.
+        before = reads_served(zookeeper, namespace)
+        expire_session(client)
+        raw_zk.set(*instance("i4", weight=7))
+        assert wait_until(
+            lambda: (
+                client.cache_stats.session_events.get("lost", 0) >= 1
+                and _labels_weights(client).get("i4") == 7
+            ),
+            timeout=20,
+        ), "the cache did not re-read after the expiry"
+        # spec, two listings, 20 instances, 20 metrics at least (the reads are multi-reads,
+        # which ZooKeeper counts per operation)
+        assert reads_served(zookeeper, namespace) - before >= 43
+        raw_zk.set(*instance("i5", weight=3))  # followed again in the new session
+        assert wait_until(lambda: _labels_weights(client).get("i5") == 3, timeout=10)
+    finally:
+        proxy.close()
+
+
+def _labels_weights(client) -> dict[str, float]:
+    return {e.label: e.weight for e in client.get_services("api")}
