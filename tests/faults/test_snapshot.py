@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,6 +26,23 @@ from sentinel.testing.zookeeper import LocalZooKeeper
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 
+@pytest.fixture(scope="module")
+def stoppable() -> Iterator[LocalZooKeeper]:
+    """A server of this module's own, since its tests stop it (the session's must stay up);
+    one start for the module, and each test works in a namespace of its own."""
+    with LocalZooKeeper() as zk:
+        yield zk
+
+
+@pytest.fixture
+def server(stoppable: LocalZooKeeper) -> LocalZooKeeper:
+    """The module's server, started again when the previous test left it stopped."""
+    member = stoppable.members[0]
+    if not member.is_running():
+        member.restart()
+    return stoppable
+
+
 def _world(writer: Sentinel) -> None:
     writer.create_shard_policy("tenants", "directory", buckets=4)
     writer.ensure_service("db", scheme="postgresql", shard_policy="tenants")
@@ -35,22 +53,21 @@ def _world(writer: Sentinel) -> None:
 
 
 @pytest.mark.slow
-def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, caplog):
-    path = tmp_path / "cache.json"
-    with (
-        LocalZooKeeper() as zk,
-        # The writer's session outlives the outage, so its instances are still there after it.
-        Sentinel(zk.connect_string, "writer", session_timeout=30) as writer,
-    ):
+def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(
+    server, namespace, tmp_path, caplog
+):
+    path, zk = tmp_path / "cache.json", server
+    # The writer's session outlives the outage, so its instances are still there after it.
+    with Sentinel(zk.connect_string, "writer", namespace, session_timeout=30) as writer:
         hosts = zk.connect_string
-        with Sentinel(hosts, "app", snapshot_path=path) as app:
+        with Sentinel(hosts, "app", namespace, snapshot_path=path) as app:
             _world(writer)
             assert app.get_service("db", "acme").label == "a"
             assert wait_until(lambda: path.exists() and "globex" in path.read_text())
             before = cached_view(app, "db")
         zk.members[0].stop()
 
-        app = Sentinel(hosts, "app", snapshot_path=path, connect_timeout=1.0)
+        app = Sentinel(hosts, "app", namespace, snapshot_path=path, connect_timeout=1.0)
         with caplog.at_level(logging.WARNING, logger="sentinel.client"):
             app.start()
         try:
@@ -76,7 +93,9 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credential(tmp_path):
+def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credential(
+    server, namespace, tmp_path
+):
     path, keys = tmp_path / "cache.json", tmp_path / "app.keys"
     ClientKeyring.generate().save(keys)
 
@@ -84,12 +103,10 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
         auth = client.get_service("db", "acme").auth
         return None if auth is None else (auth.version, auth["password"])
 
-    with (
-        LocalZooKeeper() as zk,
-        Sentinel(zk.connect_string, "writer", session_timeout=30) as writer,
-    ):
+    zk = server
+    with Sentinel(zk.connect_string, "writer", namespace, session_timeout=30) as writer:
         hosts, node = zk.connect_string, auth_path("db", "app")
-        with Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys) as app:
+        with Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app:
             _world(writer)
             writer.update_auth("db", "app", {"user": "app", "password": "one"})
             assert wait_until(lambda: password(app) == (1, "one"))
@@ -100,7 +117,9 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
         writer._zk.set(node, v1_node)  # the replay happens while the app is away
         zk.members[0].stop()
 
-        app = Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
+        app = Sentinel(
+            hosts, "app", namespace, snapshot_path=path, auth_keys=keys, connect_timeout=1.0
+        )
         app.start()
         try:
             assert app.connection_state == "snapshot"
@@ -245,41 +264,47 @@ def test_snapshot_writes_are_rate_limited(make_client, tmp_path):
 
 
 @pytest.mark.slow
-def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(tmp_path, caplog):
+def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
+    server, namespace, tmp_path, caplog
+):
     path, keys = tmp_path / "cache.json", tmp_path / "app.keys"
     ClientKeyring.generate().save(keys)
-    with LocalZooKeeper() as zk:
-        hosts = zk.connect_string
-        with (
-            Sentinel(hosts, "writer") as writer,
-            Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys) as app,
-        ):
-            _world(writer)
-            writer.update_auth("db", "app", {"user": "app", "password": "kept-secret"})
-            assert wait_until(lambda: app.get_service("db", "acme").auth is not None)
-            assert wait_until(lambda: path.exists() and '"auth":{' in path.read_text())
-        zk.members[0].stop()
-        assert "kept-secret" not in path.read_text()
+    hosts = server.connect_string
+    with (
+        Sentinel(hosts, "writer", namespace) as writer,
+        Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app,
+    ):
+        _world(writer)
+        writer.update_auth("db", "app", {"user": "app", "password": "kept-secret"})
+        assert wait_until(lambda: app.get_service("db", "acme").auth is not None)
+        assert wait_until(lambda: path.exists() and '"auth":{' in path.read_text())
+    server.members[0].stop()
+    assert "kept-secret" not in path.read_text()
 
-        app = Sentinel(hosts, "app", snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
-        app.start()
-        try:
-            assert app.connection_state == "snapshot"
-            assert dict(app.get_service("db", "acme").auth) == {
-                "user": "app",
-                "password": "kept-secret",
-            }
-        finally:
-            app.close()
+    app = Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
+    app.start()
+    try:
+        assert app.connection_state == "snapshot"
+        assert dict(app.get_service("db", "acme").auth) == {
+            "user": "app",
+            "password": "kept-secret",
+        }
+    finally:
+        app.close()
 
-        stranger = Sentinel(
-            hosts, "app", snapshot_path=path, auth_keys=ClientKeyring.generate(), connect_timeout=1
-        )
-        with caplog.at_level(logging.WARNING, logger="sentinel.snapshot"):
-            stranger.start()
-        try:  # another key ring serves the locations, not the credential it cannot open
-            assert stranger.get_service("db", "acme").label == "a"
-            assert stranger.get_service("db", "acme").auth is None
-            assert "skipping a credential" in caplog.text
-        finally:
-            stranger.close()
+    stranger = Sentinel(
+        hosts,
+        "app",
+        namespace,
+        snapshot_path=path,
+        auth_keys=ClientKeyring.generate(),
+        connect_timeout=1,
+    )
+    with caplog.at_level(logging.WARNING, logger="sentinel.snapshot"):
+        stranger.start()
+    try:  # another key ring serves the locations, not the credential it cannot open
+        assert stranger.get_service("db", "acme").label == "a"
+        assert stranger.get_service("db", "acme").auth is None
+        assert "skipping a credential" in caplog.text
+    finally:
+        stranger.close()

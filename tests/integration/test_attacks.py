@@ -98,10 +98,10 @@ class SecuredNamespace:
 
 @pytest.fixture
 def secured(
-    zookeeper: LocalZooKeeper, namespace: str, cli, tmp_path: Path
+    zookeeper: LocalZooKeeper, namespace: str, cli_in_process, tmp_path: Path
 ) -> Iterator[SecuredNamespace]:
     identities_file = tmp_path / "identities.json"
-    done = cli("init", "--secure", "--identities", str(identities_file))
+    done = cli_in_process("init", "--secure", "--identities", str(identities_file))
     assert done.returncode == 0, done.stderr
     space = SecuredNamespace(
         zookeeper.connect_string,
@@ -201,7 +201,7 @@ def test_a_key_slot_the_admin_opened_is_refused_by_the_manager(secured, victim):
     assert victim.get_service(SERVICE).auth.version == 1  # nothing was written
 
 
-def test_a_slot_squatted_before_securing_is_reset(zookeeper, namespace, cli, tmp_path):
+def test_a_slot_squatted_before_securing_is_reset(zookeeper, namespace, cli_in_process, tmp_path):
     open_space = KazooClient(hosts=zookeeper.connect_string)
     open_space.start(timeout=10)
     open_space.ensure_path(f"{namespace}{AUTH_KEYS}")
@@ -212,13 +212,13 @@ def test_a_slot_squatted_before_securing_is_reset(zookeeper, namespace, cli, tmp
         path = auth_keys_path("billing-api")
         open_space.create(path, squatter_keys.to_bytes(path), acl=list(READ_ACL_UNSAFE))
         identities = tmp_path / "identities.json"
-        done = cli("init", "--secure", "--identities", str(identities), "--json")
+        done = cli_in_process("init", "--secure", "--identities", str(identities), "--json")
         assert done.returncode == 0, done.stdout + done.stderr
         report = json.loads(done.stdout)["acl_nodes"]
         assert report["reset_key_slots"] == [path] and report["unrepaired"] == []
         assert open_space.get(path)[0] == b""  # the squatter's key is gone
         again = json.loads(
-            cli("init", "--secure", "--identities", str(identities), "--json").stdout
+            cli_in_process("init", "--secure", "--identities", str(identities), "--json").stdout
         )
         assert again["acl_nodes"]["changed"] == 0 and again["acl_nodes"]["reset_key_slots"] == []
     finally:
@@ -280,7 +280,7 @@ def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_p
     assert rotation.resume(10).revoked == {"billing-api": (1,)}
 
 
-def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli):
+def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli_in_process):
     # The spec is written by the admin alone, so nobody created /clients/<service> for it.
     admin = secured.kazoo(secured.identities["admin"])
     spec = ServiceSpec("ledger", scheme="http")
@@ -292,7 +292,7 @@ def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace,
     assert app.cache_stats.clients_write_failures >= 1
     assert admin.exists(client_path("ledger", "ledger-app")) is None
     # Repaired by the admin, the entry is written by the background retry.
-    done = cli("init", "--secure", "--identities", str(secured.identities_file))
+    done = cli_in_process("init", "--secure", "--identities", str(secured.identities_file))
     assert done.returncode == 0, done.stderr
     assert wait_until(lambda: admin.exists(client_path("ledger", "ledger-app")), 10) is not None
 
@@ -409,9 +409,11 @@ def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog,
 # --- what the admin sees and repairs ----------------------------------------------------------
 
 
-def test_doctor_flags_what_init_secure_repairs(secured: SecuredNamespace, victim: Sentinel, cli):
+def test_doctor_flags_what_init_secure_repairs(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process
+):
     def doctor() -> tuple[int, list[dict]]:
-        done = cli("doctor", "--json")
+        done = cli_in_process("doctor", "--json")
         return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
 
     code, findings = doctor()
@@ -425,18 +427,24 @@ def test_doctor_flags_what_init_secure_repairs(secured: SecuredNamespace, victim
     assert code == 1
     assert "sentinel auth enroll billing-api" in flagged[slot]
     assert "identity" in flagged[client_path(SERVICE, "anonymous-app")]
-    done = cli("init", "--secure", "--identities", str(secured.identities_file), "--json")
+    done = cli_in_process(
+        "init", "--secure", "--identities", str(secured.identities_file), "--json"
+    )
     assert json.loads(done.stdout)["acl_nodes"]["reset_key_slots"] == [slot]
     assert admin.get(slot)[0] == b""  # keys anyone could have swapped are never used
 
 
-def test_init_secure_converges_on_a_namespace_in_use(secured: SecuredNamespace, victim, cli):
+def test_init_secure_converges_on_a_namespace_in_use(
+    secured: SecuredNamespace, victim, cli_in_process
+):
     # Every role has written its own nodes, with its own ACLs, since the namespace was secured.
     secured.role("shard_manager").create_shard_policy("tenants", "directory", partitions=["p1"])
     secured.role("collector").update_metrics(SERVICE, "p1", "10.0.0.5_5432", {"lag": 0.5})
 
     def init() -> dict:
-        done = cli("init", "--secure", "--identities", str(secured.identities_file), "--json")
+        done = cli_in_process(
+            "init", "--secure", "--identities", str(secured.identities_file), "--json"
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sentinel.events import AuthChanged
 from sentinel.layout import auth_path
 from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
-from tests.conftest import SENTINEL
+from tests.conftest import sentinel_in_process
 from tests.integration.recorder import Recorder
 
 pytestmark = pytest.mark.integration
@@ -231,21 +230,25 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
     assert not backend.accepts(SERVICE, "api", old)
 
 
-def test_cli_set_status_and_rotate(manager, make_client, cli, tmp_path):
+def test_cli_set_status_and_rotate(manager, make_client, cli_in_process, tmp_path):
     make_client("cli-app", auth_keys=ClientKeyring.generate()).get_service(SERVICE)
     credential = json.dumps({"user": "cli", "password": "from-stdin"})
-    done = cli("auth", "set", "--service", SERVICE, "--client", "cli-app", "-", input=credential)
+    done = cli_in_process(
+        "auth", "set", "--service", SERVICE, "--client", "cli-app", "-", input=credential
+    )
     assert done.returncode == 0, done.stderr
     assert "from-stdin" not in done.stdout + done.stderr
     store = tmp_path / "creds.json"
-    done = cli("auth", "rotate", "--service", SERVICE, "--option", f"path={store}", "--json")
+    done = cli_in_process(
+        "auth", "rotate", "--service", SERVICE, "--option", f"path={store}", "--json"
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["versions"] == {"cli-app": 2}
-    done = cli("auth", "status", "--service", SERVICE, "--json")
+    done = cli_in_process("auth", "status", "--service", SERVICE, "--json")
     [row] = json.loads(done.stdout)
     assert row["client"] == "cli-app" and row["published"] == [2]
     assert row["live"] is True and row["processes"] == {"cli-app": 2}
-    bad = cli("auth", "rotate", "--service", SERVICE, "--backend", "vault")
+    bad = cli_in_process("auth", "rotate", "--service", SERVICE, "--backend", "vault")
     assert bad.returncode == 2 and "vault" in bad.stderr
 
 
@@ -253,19 +256,8 @@ def test_cli_set_status_and_rotate(manager, make_client, cli, tmp_path):
 def test_acls_keep_each_role_to_its_section(tmp_path: Path):
     identities_file = tmp_path / "identities.json"
     with LocalZooKeeper() as zk:
-        done = subprocess.run(
-            [
-                SENTINEL,
-                "init",
-                "--zk",
-                zk.connect_string,
-                "--secure",
-                "--identities",
-                str(identities_file),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        done = sentinel_in_process(
+            "init", "--zk", zk.connect_string, "--secure", "--identities", str(identities_file)
         )
         assert done.returncode == 0, done.stderr
         identities = json.loads(identities_file.read_text())
@@ -274,21 +266,9 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
         assert password not in done.stdout + done.stderr
 
         hosts = zk.connect_string
-        enrolled = subprocess.run(
-            [
-                *(
-                    SENTINEL,
-                    "auth",
-                    "enroll",
-                    "an-app",
-                    "--digest",
-                    acl.identity_id("an-app:pw").id,
-                ),
-                *("--identities", str(identities_file), "--zk", hosts, "--json"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        enrolled = sentinel_in_process(
+            *("auth", "enroll", "an-app", "--digest", acl.identity_id("an-app:pw").id),
+            *("--identities", str(identities_file), "--zk", hosts, "--json"),
         )
         assert enrolled.returncode == 0, enrolled.stderr
         assert json.loads(enrolled.stdout)["changed"] is True
@@ -359,31 +339,33 @@ def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp
     assert all(auth_of(w) == auth_of(workers[0]) for w in workers)
 
 
-def test_cli_keygen_never_overwrites_a_key_file(cli, tmp_path):
+def test_cli_keygen_never_overwrites_a_key_file(cli_in_process, tmp_path):
     ring, manager_key = tmp_path / "app.keys", tmp_path / "manager.key"
-    assert cli("auth", "keygen", "--out", str(ring)).returncode == 0
-    assert cli("auth", "keygen", "--out", str(manager_key), "--manager").returncode == 0
+    assert cli_in_process("auth", "keygen", "--out", str(ring)).returncode == 0
+    assert cli_in_process("auth", "keygen", "--out", str(manager_key), "--manager").returncode == 0
     kept = {p: p.read_bytes() for p in (ring, manager_key)}
     for args in (
         ("--out", str(ring)),
         ("--out", str(manager_key), "--manager"),
         ("--out", str(tmp_path / "new.keys"), "--publish"),  # no --client: nothing written
     ):
-        refused = cli("auth", "keygen", *args)
+        refused = cli_in_process("auth", "keygen", *args)
         assert refused.returncode == 2, refused.stderr
     assert {p: p.read_bytes() for p in kept} == kept
     assert not (tmp_path / "new.keys").exists()
-    added = cli("auth", "keygen", "--out", str(ring), "--add", "--json")
+    added = cli_in_process("auth", "keygen", "--out", str(ring), "--add", "--json")
     assert added.returncode == 0 and len(json.loads(added.stdout)["key_ids"]) == 2
-    missing = cli("auth", "set", "--service", SERVICE, "--client", "x", str(tmp_path / "absent"))
+    missing = cli_in_process(
+        "auth", "set", "--service", SERVICE, "--client", "x", str(tmp_path / "absent")
+    )
     assert missing.returncode == 2 and "cannot read the credential file" in missing.stderr
 
 
 def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespace(
-    cli, make_client, tmp_path, monkeypatch
+    cli_in_process, make_client, tmp_path, monkeypatch
 ):
     identities = tmp_path / "identities.json"
-    done = cli("init", "--secure", "--identities", str(identities))
+    done = cli_in_process("init", "--secure", "--identities", str(identities))
     assert done.returncode == 0, done.stderr
     roles = json.loads(identities.read_text())
     signing_key, key_file = ManagerKey.generate(), tmp_path / "manager.key"
@@ -392,7 +374,7 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     publisher.ensure_service(SERVICE, scheme="postgresql")
     publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
     digest = acl.identity_id("signed-app:pw").id
-    enrolled = cli(
+    enrolled = cli_in_process(
         "auth", "enroll", "signed-app", "--digest", digest, "--identities", str(identities)
     )
     assert enrolled.returncode == 0, enrolled.stderr
@@ -407,11 +389,11 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     monkeypatch.delenv("SENTINEL_AUTH_SIGNING_KEY_FILE", raising=False)
     credential = json.dumps({"user": "u", "password": "from-the-cli"})
     args = ("auth", "set", "--service", SERVICE, "--client", "signed-app", "-")
-    refused = cli(*args, input=credential)
+    refused = cli_in_process(*args, input=credential)
     assert refused.returncode == 2, refused.stderr
     assert "SENTINEL_AUTH_SIGNING_KEY_FILE" in refused.stderr
     monkeypatch.setenv("SENTINEL_AUTH_SIGNING_KEY_FILE", str(key_file))
-    done = cli(*args, input=credential)
+    done = cli_in_process(*args, input=credential)
     assert done.returncode == 0, done.stderr
     wait_for_version(app, 1)
     assert auth_of(app)["password"] == "from-the-cli"

@@ -20,6 +20,7 @@ from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import free_ports
+from tests.conftest import sentinel_in_process
 from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration
@@ -241,13 +242,7 @@ def test_bad_configuration_exits_2_and_publishes_nothing(
     config_path = tmp_path / "collector.toml"
     config_path.write_text("[[services]]\n" + service)
     connection = ["--zk", zookeeper.connect_string, "--namespace", namespace]
-    result = subprocess.run(
-        [SENTINEL, "collector", "run", "--config", str(config_path), *connection],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = sentinel_in_process("collector", "run", "--config", str(config_path), *connection)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and str(config_path) in result.stderr
     assert raw_zk.get_children("/") == []  # not even the namespace's sections
@@ -260,22 +255,10 @@ def test_check_validates_without_connecting(tmp_path):
         "    source: {type: command, command: [queue-depth]}\n"
     )
     bad.write_text("services:\n  - service: relay\n    source: {type: command}\n")
-    checked = subprocess.run(
-        [SENTINEL, "collector", "check", "--config", str(good), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    checked = sentinel_in_process("collector", "check", "--config", str(good), "--json")
     assert checked.returncode == 0, checked.stderr
     (service,) = json.loads(checked.stdout)["services"]
     assert (service["service"], service["source"], service["interval"]) == ("relay", "command", 2)
-    refused = subprocess.run(
-        [SENTINEL, "collector", "check", "--config", str(bad)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = sentinel_in_process("collector", "check", "--config", str(bad))
     assert refused.returncode == 2
     assert "services[0] (relay).source: missing required field 'command'" in refused.stderr

@@ -41,12 +41,14 @@ def admin(cli, command: str, identities_file: Path, *options: str) -> dict:
 
 
 @pytest.fixture
-def secured(cli, make_client, tmp_path: Path) -> Secured:
+def secured(cli_in_process, make_client, tmp_path: Path) -> Secured:
     """A namespace secured by the CLI (granting the collector cluster ``eu`` too), a shard
     policy made by the shard manager's identity, then ``sentinel grant`` for the new policy's
     manager (keeping the earlier grants), and one published instance of ``billing-db``."""
     identities_file = tmp_path / "identities.json"
-    first = admin(cli, "init", identities_file, "--grant", "collector=metric-collector-eu")
+    first = admin(
+        cli_in_process, "init", identities_file, "--grant", "collector=metric-collector-eu"
+    )
     assert first["grants"] == {
         "metric-collector-default": "collector",
         "metric-collector-eu": "collector",
@@ -55,7 +57,7 @@ def secured(cli, make_client, tmp_path: Path) -> Secured:
     maker = make_client("policy-maker", identity=identities["shard_manager"], announce=False)
     maker.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
     maker.update_shard_info("tenants", "old-1", "p1")
-    again = admin(cli, "grant", identities_file)
+    again = admin(cli_in_process, "grant", identities_file)
     assert again["grants"] == {
         "metric-collector-default": "collector",
         "metric-collector-eu": "collector",
@@ -190,30 +192,37 @@ def test_a_collector_in_a_cluster_not_granted_says_what_to_do(secured, make_clie
     assert secured.identities["collector"].split(":")[1] not in str(refused.value)
 
 
-def test_grant_takes_over_a_daemon_service_the_publisher_made(secured, cli, make_client, raw_zk):
+def test_grant_takes_over_a_daemon_service_the_publisher_made(
+    secured, cli_in_process, make_client, raw_zk
+):
     # Before the daemons had roles, operators ran them as the publisher.
     as_publisher = make_client("old-way", identity=secured.identities["publisher"], announce=False)
     as_publisher.register_service("metric-collector-old", "old", "10.0.0.9", 1, label="old")
     collector = make_client("new-way", identity=secured.identities["collector"], announce=False)
     with pytest.raises(AccessDenied):
         collector.register_service("metric-collector-old", "old", "10.0.0.9", 2, label="new")
-    assert admin(cli, "grant", secured.identities_file)["grants"]["metric-collector-old"] == (
-        "collector"
-    )
+    grants = admin(cli_in_process, "grant", secured.identities_file)["grants"]
+    assert grants["metric-collector-old"] == "collector"
     collector.register_service("metric-collector-old", "old", "10.0.0.9", 2, label="new")
     assert sorted(raw_zk.get_children("/services/metric-collector-old")) == ["old:new", "old:old"]
 
 
-def test_grants_name_a_daemon_service_of_their_role(cli, tmp_path):
+def test_grants_name_a_daemon_service_of_their_role(cli_in_process, tmp_path):
     identities_file = tmp_path / "identities.json"
     for grant in ("collector=billing-db", "publisher=metric-collector-x", "collector", "x=y"):
-        done = cli("init", "--secure", "--identities", str(identities_file), "--grant", grant)
+        done = cli_in_process(
+            "init", "--secure", "--identities", str(identities_file), "--grant", grant
+        )
         assert done.returncode == 2, (grant, done.stdout, done.stderr)
         assert not identities_file.exists()  # refused before anything was written
-    done = cli("init", "--grant", "collector=metric-collector-eu")
+    done = cli_in_process("init", "--grant", "collector=metric-collector-eu")
     assert done.returncode == 2 and "--secure" in done.stderr
-    assert cli("init").returncode == 0
-    done = cli("init", "--secure", "--identities", str(identities_file), namespace_override="/x")
+    assert cli_in_process("init").returncode == 0
+    done = cli_in_process(
+        "init", "--secure", "--identities", str(identities_file), namespace_override="/x"
+    )
     assert done.returncode == 0, done.stderr
-    done = cli("grant", "--identities", str(identities_file))  # the test's namespace: open
+    done = cli_in_process(
+        "grant", "--identities", str(identities_file)
+    )  # the test's namespace: open
     assert done.returncode == 2 and "not secured" in done.stderr

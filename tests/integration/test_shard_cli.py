@@ -16,15 +16,12 @@ SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 
 
 @pytest.fixture
-def shard(zookeeper, namespace):
-    def run(*args, timeout=120):
-        return subprocess.run(
-            [SENTINEL, "shard", *args, "--zk", zookeeper.connect_string, "--namespace", namespace],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+def shard(cli_in_process):
+    """``sentinel shard ARGS`` in this process (see ``cli_in_process``); the interrupted
+    import below is a process of its own, since it is killed."""
+
+    def run(*args):
+        return cli_in_process("shard", *args)
 
     assert (
         run(

@@ -1,7 +1,6 @@
 """Two shard manager replicas as real processes: one leads, the other takes over."""
 
 import signal
-import subprocess
 import threading
 
 import pytest
@@ -10,7 +9,7 @@ from sentinel.events import ShardKeysChanged
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import free_ports
-from tests.integration.daemons import SENTINEL, Daemon
+from tests.integration.daemons import Daemon
 from tests.integration.exposition import scrape
 
 pytestmark = pytest.mark.integration
@@ -113,25 +112,9 @@ def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, ma
     )
 
 
-def test_serve_refuses_a_policy_it_cannot_place_into(zookeeper, namespace, make_client):
+def test_serve_refuses_a_policy_it_cannot_place_into(make_client, cli_in_process):
     make_client("setup").create_shard_policy("spread", "hash", partitions=["a"])
-    result = subprocess.run(
-        [
-            SENTINEL,
-            "shard",
-            "serve",
-            "--policy",
-            "spread",
-            "--zk",
-            zookeeper.connect_string,
-            "--namespace",
-            namespace,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = cli_in_process("shard", "serve", "--policy", "spread")
     assert result.returncode == 2 and "directory policy" in result.stderr
 
 

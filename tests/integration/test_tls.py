@@ -25,7 +25,7 @@ from sentinel.spark import ClientConfig, get_client
 from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, server_mode
 from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
-from tests.conftest import SENTINEL
+from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -68,16 +68,15 @@ def tls_client(tls_zk: LocalZooKeeper, tls_namespace: str) -> Iterator[Callable[
 def _cli(
     zk: LocalZooKeeper, namespace: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    command = [SENTINEL, *args, "--zk", zk.secure_connect_string, "--namespace", namespace]
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_ZK_TLS")}
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**environment, **(env or {})},
-    )
+    """``sentinel ARGS`` in this process, with only ``env``'s TLS variables set."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in [name for name in os.environ if name.startswith("SENTINEL_ZK_TLS")]:
+            patch.delenv(name)
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        return sentinel_in_process(
+            *args, "--zk", zk.secure_connect_string, "--namespace", namespace
+        )
 
 
 def _tls_env(config: TlsConfig) -> dict[str, str]:
