@@ -14,6 +14,7 @@ from sentinel import cli as sentinel_cli
 from sentinel.cli import inspect as inspect_commands
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.zookeeper import free_ports
+from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +29,12 @@ def assert_one_line_error(result, code):
     assert len(lines) == 1 and lines[0].startswith("sentinel: error: "), result.stderr
 
 
-def run(*args, timeout=60):
-    return subprocess.run(
-        [SENTINEL, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+@pytest.fixture
+def cli(cli_in_process):
+    """These commands are tested for what they write and print, not as processes (the
+    non-UTF-8 argument and the closed pipe below are): run in this process, it saves a
+    Python start and a CLI import per call."""
+    return cli_in_process
 
 
 @pytest.mark.parametrize(
@@ -50,7 +53,7 @@ def run(*args, timeout=60):
     ],
 )
 def test_bad_hosts_and_timeouts_are_usage_errors(args, fragment):
-    result = run(*args)
+    result = sentinel_in_process(*args)
     assert result.returncode == 2, result.stderr
     assert fragment in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("sentinel ")  # argparse's one error line
@@ -149,7 +152,7 @@ def test_an_unexpected_error_is_one_line_and_v_shows_the_traceback(
 def test_an_unreachable_server_is_exit_3():
     (port,) = free_ports(1)
     for args in (("ls",), ("export", "-"), ("shard", "list", "--policy", "p")):
-        result = run(*args, "--zk", f"127.0.0.1:{port}", "--timeout", "0.5")
+        result = sentinel_in_process(*args, "--zk", f"127.0.0.1:{port}", "--timeout", "0.5")
         assert_one_line_error(result, 3)
 
 
