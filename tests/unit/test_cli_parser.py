@@ -68,6 +68,13 @@ def test_demo_keeps_its_own_namespace_and_takes_zk_on_either_side():
     assert parse("demo").zk is None
 
 
+def test_demo_databases_default_to_what_is_installed_or_are_chosen():
+    assert parse("demo").databases is None  # PostgreSQL when installed, else SQLite
+    assert parse("demo", "--databases", "sqlite").databases == "sqlite"
+    with pytest.raises(SystemExit):
+        parse("demo", "--databases", "mysql")
+
+
 def test_every_command_has_examples_of_itself():
     for words, parser in leaves(build_parser()):
         help_text = parser.format_help()
