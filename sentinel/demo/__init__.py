@@ -311,13 +311,13 @@ def _start_databases(stage: _Stage, placement: dict[str, str], labels: list[str]
         f"({databases.kind}), each replica registered by its own agent process"
     )
     started = time.monotonic()
-    databases.start(stage.stack, stage.partitions)
+    databases.wait_ready()
     rng = random.Random(8)
     for p in stage.partitions:
         here = [t for t in stage.tenants if placement[t] == p]
         orders = [(t, rng.randint(1, 500)) for _ in range(ORDERS_PER_TENANT) for t in here]
         databases.write(p, orders)
-    stage.emit(f"  created and filled in {time.monotonic() - started:.1f}s")
+    stage.emit(f"  ready and filled {time.monotonic() - started:.1f}s later")
     stage.admin.ensure_service(SERVICE, scheme=databases.scheme, shard_policy=POLICY)
     agents = _start_agents(stage)
     observer = stage.stack.enter_context(Sentinel(stage.hosts, "demo-observer", stage.namespace))
@@ -643,12 +643,14 @@ def run_demo(
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sentinel-demo-")))
         spark = stack.enter_context(_spark_session(master, workdir))
-        hosts = _start_zookeeper(emit, stack, hosts, master)
-        admin = stack.enter_context(Sentinel(hosts, "demo-admin", namespace))
-        stack.callback(_remove_namespace, hosts, namespace)
         labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
         chosen, why = choose(workdir, labels, databases)
-        emit(f"  databases: {why}")
+        stack.callback(chosen.stop)
+        chosen.start(partition_names)
+        hosts = _start_zookeeper(emit, stack, hosts, master)
+        emit(f"  databases: {why}, starting meanwhile")
+        admin = stack.enter_context(Sentinel(hosts, "demo-admin", namespace))
+        stack.callback(_remove_namespace, hosts, namespace)
         stage = _Stage(
             emit, stack, workdir, hosts, namespace, admin, names, partition_names, master, chosen
         )

@@ -11,11 +11,10 @@ parts with files (:mod:`sentinel.demo.world`). :func:`choose` picks one and says
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import sqlite3
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -64,8 +63,15 @@ class Databases(Protocol):
     destroyed: str  # what happens to a killed replica's database
     collect_every: str  # the collector's interval (and timeout) for these databases
 
-    def start(self, stack: contextlib.ExitStack, partitions: Sequence[str]) -> None:
-        """Create every primary and replica (stopped and removed when ``stack`` closes)."""
+    def start(self, partitions: Sequence[str]) -> None:
+        """Begin creating every primary and replica, in the background (PostgreSQL servers
+        take seconds: the demo starts Spark and ZooKeeper meanwhile)."""
+
+    def wait_ready(self) -> None:
+        """Wait until :meth:`start` has finished; raise what it raised."""
+
+    def stop(self) -> None:
+        """Stop and remove every database (after a start under way has finished)."""
 
     def write(self, partition: str, orders: Sequence[tuple[str, int]]) -> None:
         """Commit ``orders`` (tenant, amount) on the primary; returns once every running,
@@ -121,7 +127,62 @@ def choose(workdir: Path, labels: Sequence[str], wanted: str | None) -> tuple[Da
     return PostgresDatabases(bindir, labels), f"PostgreSQL servers ({bindir})"
 
 
-class SqliteDatabases:
+class _StartsInBackground:
+    """:meth:`Databases.start`, :meth:`~Databases.wait_ready` and :meth:`~Databases.stop`
+    around the ``_create(partitions)`` and ``_remove()`` of a kind."""
+
+    _starter: threading.Thread | None = None
+    _failure: BaseException | None = None
+
+    def _create(self, partitions: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    def _remove(self) -> None:
+        raise NotImplementedError
+
+    def start(self, partitions: Sequence[str]) -> None:
+        def create() -> None:
+            try:
+                self._create(partitions)
+            except BaseException as exc:  # raised by wait_ready, on the demo's thread
+                self._failure = exc
+
+        self._starter = threading.Thread(target=create, name="demo-databases", daemon=True)
+        self._starter.start()
+
+    def wait_ready(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+        if self._failure is not None:
+            raise self._failure
+
+    def stop(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+        self._remove()
+
+
+def _each_in_thread(action: Callable[[Any], None], items: Sequence[Any]) -> None:
+    """``action(item)`` for every item, each on a thread of its own (server commands wait on
+    processes); raises the first failure once all are done."""
+    failures: list[BaseException] = []
+
+    def run(item: Any) -> None:
+        try:
+            action(item)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+
+
+class SqliteDatabases(_StartsInBackground):
     """Primaries and replicas as SQLite files in ``workdir``; replicas replay every 0.2 s."""
 
     scheme = "sqlite"
@@ -134,17 +195,18 @@ class SqliteDatabases:
         self.labels = list(labels)
         self.partitions: dict[str, Partition] = {}
         self._logins = FileBackend(workdir / "logins.json")  # the logins the databases accept
+        self._ticker = Ticker(self._replicate, 0.2)
 
-    def start(self, stack: contextlib.ExitStack, partitions: Sequence[str]) -> None:
+    def _replicate(self) -> None:
+        for db in self.partitions.values():
+            db.replay()
+
+    def _create(self, partitions: Sequence[str]) -> None:
         self.partitions = {p: Partition(self.workdir, p, self.labels) for p in partitions}
+        self._ticker.start()
 
-        def replicate() -> None:
-            for db in self.partitions.values():
-                db.replay()
-
-        ticker = Ticker(replicate, 0.2)
-        ticker.start()
-        stack.callback(ticker.stop)
+    def _remove(self) -> None:
+        self._ticker.stop()  # the files go with the demo's work directory
 
     def write(self, partition: str, orders: Sequence[tuple[str, int]]) -> None:
         db = self.partitions[partition]
@@ -193,7 +255,7 @@ class SqliteDatabases:
         )
 
 
-class PostgresDatabases:
+class PostgresDatabases(_StartsInBackground):
     """Per partition a PostgreSQL primary and streaming replicas on loopback."""
 
     scheme = "postgresql"
@@ -209,35 +271,22 @@ class PostgresDatabases:
         self._paused: set[tuple[str, str]] = set()
         self._gone: set[tuple[str, str]] = set()
         self._monitor_password = secrets.token_urlsafe(18)
+        self._started: list[LocalPostgres] = []  # every primary, even one that failed to start
 
-    def start(self, stack: contextlib.ExitStack, partitions: Sequence[str]) -> None:
-        # initdb and pg_basebackup take seconds each: one thread per partition.
-        failures: list[BaseException] = []
+    def _create(self, partitions: Sequence[str]) -> None:
+        _each_in_thread(self._start_partition, partitions)  # initdb alone takes seconds
 
-        def start_partition(partition: str) -> None:
-            try:
-                self._start_partition(stack, partition)
-            except BaseException as exc:
-                failures.append(exc)
+    def _remove(self) -> None:
+        # A primary stops its replicas first; throw-away servers need no shutdown checkpoint.
+        _each_in_thread(lambda primary: primary.stop("immediate"), list(self._started))
 
-        starters = [
-            threading.Thread(target=start_partition, args=(p,), name=f"demo-pg-{p}")
-            for p in partitions
-        ]
-        for starter in starters:
-            starter.start()
-        for starter in starters:
-            starter.join()
-        if failures:
-            raise failures[0]
-
-    def _start_partition(self, stack: contextlib.ExitStack, partition: str) -> None:
+    def _start_partition(self, partition: str) -> None:
         from psycopg import sql
 
         from sentinel.testing.postgres import LocalPostgres
 
         primary = LocalPostgres(bindir=self.bindir)
-        stack.callback(primary.stop, "immediate")  # a throw-away server: no checkpoint needed
+        self._started.append(primary)
         primary.start()
         _execute(
             primary,

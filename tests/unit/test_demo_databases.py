@@ -1,7 +1,6 @@
 """The demo's choice of databases, and the SQLite kind playing every part the demo asks of it
 (the PostgreSQL kind plays them in test_cli's demo run, on real servers)."""
 
-import contextlib
 import sqlite3
 
 import pytest
@@ -39,8 +38,9 @@ def test_postgresql_is_the_default_when_installed_and_sqlite_can_be_asked_for(
 
 def test_sqlite_databases_replicate_pause_and_die(tmp_path):
     db = SqliteDatabases(tmp_path, LABELS)
-    with contextlib.ExitStack() as stack:
-        db.start(stack, ["p1", "p2"])
+    db.start(["p1", "p2"])
+    try:
+        db.wait_ready()
         db.write("p1", [("acme", 5), ("acme", 7), ("globex", 1)])
         replicas = {f"{r.partition}:{r.label}": r for r in db.replicas()}
         assert sorted(replicas) == ["p1:replica-a", "p1:replica-b", "p2:replica-a", "p2:replica-b"]
@@ -59,6 +59,8 @@ def test_sqlite_databases_replicate_pause_and_die(tmp_path):
             replication_lag(
                 replicas["p2:replica-a"].properties["path"], db.partitions["p2"].primary
             )
+    finally:
+        db.stop()
     source, env = db.collector_source()
     assert 'type = "python"' in source and env == {}
     assert db.credentials().path == tmp_path / "logins.json"
