@@ -39,7 +39,7 @@ from policies import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import RotationResult
 from sentinel.client import Sentinel
-from sentinel.demo.databases import Databases, choose
+from sentinel.demo.databases import Databases, JobReads, choose
 from sentinel.demo.job import Gate
 from sentinel.demo.world import Agents, collector_sidecar
 from sentinel.devserver import resolve_hosts
@@ -437,7 +437,7 @@ def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
         .mapPartitionsWithIndex(Gate(config, SERVICE, first_half, str(go), str(progress.path)))
     )
     policy = MinLag(cutoff=CUTOFF)
-    job = stage.databases.read(rows, SERVICE, config, policy, str(progress.path))
+    job = stage.databases.read(rows, JobReads(SERVICE, config, policy, str(progress.path)))
     stage.emit(
         f"[5/6] Spark job: orders per tenant in {tasks} tasks, each tenant read from the "
         f"replica {policy!r} picks in its partition"

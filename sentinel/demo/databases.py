@@ -55,6 +55,16 @@ class Replica:
     properties: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class JobReads:
+    """What the job's reads need, on the executors: plain values that pickle."""
+
+    service: str
+    config: ClientConfig  # how the workers reach Sentinel
+    policy: SelectionPolicy
+    progress: str  # the file every read attempt is appended to
+
+
 class Databases(Protocol):
     """What the demo does with its databases; the implementations below are the two kinds."""
 
@@ -96,16 +106,9 @@ class Databases(Protocol):
     def credentials(self) -> CredentialBackend:
         """The backend that creates and revokes the job's logins."""
 
-    def read(
-        self,
-        rows: RDD,
-        service: str,
-        config: ClientConfig,
-        policy: SelectionPolicy,
-        progress: str,
-    ) -> RDD:
+    def read(self, rows: RDD, job: JobReads) -> RDD:
         """The job's reads: ``(tenant, orders, total, partition, label)`` for every
-        ``(tenant,)`` row, each read attempt appended to the ``progress`` file."""
+        ``(tenant,)`` row, each read attempt appended to ``job.progress``."""
 
 
 def choose(workdir: Path, labels: Sequence[str], wanted: str | None) -> tuple[Databases, str]:
@@ -236,21 +239,14 @@ class SqliteDatabases(_StartsInBackground):
     def credentials(self) -> FileBackend:
         return self._logins
 
-    def read(
-        self,
-        rows: RDD,
-        service: str,
-        config: ClientConfig,
-        policy: SelectionPolicy,
-        progress: str,
-    ) -> RDD:
+    def read(self, rows: RDD, job: JobReads) -> RDD:
         return resolve_partitions(
             rows,
-            service,
-            Aggregate(progress, str(self._logins.path), config.client_id),
+            job.service,
+            Aggregate(job.progress, str(self._logins.path), job.config.client_id),
             key=0,
-            policy=policy,
-            config=config,
+            policy=job.policy,
+            config=job.config,
             retry_on=(sqlite3.Error,),
         )
 
@@ -352,17 +348,10 @@ class PostgresDatabases(_StartsInBackground):
     def credentials(self) -> EveryPrimary:
         return EveryPrimary(list(self.primaries.values()))
 
-    def read(
-        self,
-        rows: RDD,
-        service: str,
-        config: ClientConfig,
-        policy: SelectionPolicy,
-        progress: str,
-    ) -> RDD:
+    def read(self, rows: RDD, job: JobReads) -> RDD:
         from sentinel.demo.pooled import PooledTotals
 
-        return rows.mapPartitions(PooledTotals(config, service, policy, progress))
+        return rows.mapPartitions(PooledTotals(job))
 
 
 def _execute(server: LocalPostgres, *statements: Any) -> None:

@@ -21,6 +21,7 @@ from sentinel.integrations.postgres import ReplicaPools
 from sentinel.spark import ClientConfig, get_client
 
 if TYPE_CHECKING:
+    from sentinel.demo.databases import JobReads
     from sentinel.strategies import SelectionPolicy
 
 # Small pools, and a dead replica given up on quickly: the pools then try another one.
@@ -63,13 +64,10 @@ class PooledTotals:
     """``mapPartitions`` function: ``(tenant, orders, total, partition, label)`` per
     ``(tenant,)`` row, each tenant read through this worker's pools."""
 
-    config: ClientConfig
-    service: str
-    policy: SelectionPolicy
-    progress: str
+    job: JobReads
 
     def __call__(self, rows: Iterable[Any]) -> list[tuple[Any, ...]]:
-        pools = worker_pools(self.config, self.service, self.policy)
+        pools = worker_pools(self.job.config, self.job.service, self.job.policy)
         return [self._read(pools, row[0]) for row in rows]
 
     def _read(self, pools: ReplicaPools, tenant: str) -> tuple[Any, ...]:
@@ -78,10 +76,12 @@ class PooledTotals:
                 port, role, count, total = conn.execute(TOTALS, (tenant,)).fetchone()
         except Exception as exc:
             error = type(exc).__name__
-            record(self.progress, tenants=[tenant], replica="-", auth=None, ok=False, error=error)
+            record(
+                self.job.progress, tenants=[tenant], replica="-", auth=None, ok=False, error=error
+            )
             raise
         # The server that answered is alive, so its registration is in the cache.
-        served = next(e for e in pools.client.instances(self.service) if e.port == port)
+        served = next(e for e in pools.client.instances(self.job.service) if e.port == port)
         version = role_version(role)
-        record(self.progress, tenants=[tenant], replica=served.name, auth=version, ok=True)
+        record(self.job.progress, tenants=[tenant], replica=served.name, auth=version, ok=True)
         return (tenant, count, int(total), served.partition, served.label)
