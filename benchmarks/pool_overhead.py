@@ -2,8 +2,8 @@
 
 One PostgreSQL server on loopback (:class:`~sentinel.testing.postgres.LocalPostgres`),
 registered in a fresh ZooKeeper under a service sharded by a directory policy. Each round
-runs ``SELECT 1`` the same number of times through three ways of getting a pooled connection,
-taking turns call by call in an order reversed at every turn:
+runs ``SELECT 1`` the same number of times through four ways of getting a pooled connection,
+in two pairs that each take turns call by call, in an order reversed at every turn:
 
 * ``direct``: ``psycopg_pool.ConnectionPool.connection()`` with psycopg_pool's defaults;
 * ``direct+check``: the same with ``check=ConnectionPool.check_connection``, which
@@ -22,7 +22,7 @@ default against psycopg_pool's default is shown too (the check's extra round tri
 
 The round trip varies by more than the routing costs, so the same rounds also take
 connections without a query (``checkout``: ``direct`` and ``sentinel`` without a statement):
-the difference of those two is ReplicaPools' own cost, which the last row sets against the
+a third pair, whose difference is ReplicaPools' own cost, which the last row sets against the
 ``direct`` round trip of the same round.
 """
 
@@ -114,18 +114,30 @@ def main(argv: list[str] | None = None) -> None:
             ReplicaPools(sentinel, SERVICE, kwargs=login, check=None, **one) as unchecked,
             ReplicaPools(sentinel, SERVICE, kwargs=login, **one) as pools,
         ):
-            ways = {
-                "direct": pooled_select(direct.connection),
-                "direct+check": pooled_select(checked.connection),
-                "sentinel": pooled_select(lambda: unchecked.connection(key=KEY)),
-                "sentinel+check": pooled_select(lambda: pools.connection(key=KEY)),
-                "direct checkout": checkout(direct.connection),
-                "sentinel checkout": checkout(lambda: unchecked.connection(key=KEY)),
-            }
-            samples: dict[str, list[float]] = {name: [] for name in ways}
-            one_round(ways, 50, samples)  # connections opened, service loaded
-            samples = {name: [] for name in ways}
-            rounds = [one_round(ways, args.calls, samples) for _ in range(args.rounds)]
+            # Pairs, each taking turns within itself: in a longer rotation the ways at its
+            # ends would follow themselves (on a backend just woken) and the others not.
+            pairs = [
+                {
+                    "direct": pooled_select(direct.connection),
+                    "sentinel": pooled_select(lambda: unchecked.connection(key=KEY)),
+                },
+                {
+                    "direct+check": pooled_select(checked.connection),
+                    "sentinel+check": pooled_select(lambda: pools.connection(key=KEY)),
+                },
+                {
+                    "direct checkout": checkout(direct.connection),
+                    "sentinel checkout": checkout(lambda: unchecked.connection(key=KEY)),
+                },
+            ]
+            samples: dict[str, list[float]] = {name: [] for pair in pairs for name in pair}
+            for pair in pairs:
+                one_round(pair, 50, samples)  # connections opened, service loaded
+            samples = {name: [] for name in samples}
+            rounds = [
+                {k: v for pair in pairs for k, v in one_round(pair, args.calls, samples).items()}
+                for _ in range(args.rounds)
+            ]
     for r in rounds:
         r["ratio"] = r["sentinel"] / r["direct"]
         r["ratio_checked"] = r["sentinel+check"] / r["direct+check"]
