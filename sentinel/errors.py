@@ -47,12 +47,14 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │       └── CredentialRollback
     ├── SourceError                          the metric collector's sources
     │   └── SourceTimeout
-    └── LauncherError                        the local ZooKeeper/PostgreSQL servers
+    └── LauncherError                        the local ZooKeeper/PostgreSQL/Spark servers
         ├── ZooKeeperNotInstalled
         ├── ZooKeeperStartFailed
         ├── DevServerNotRunning
         ├── PostgresNotInstalled
-        └── PostgresStartFailed
+        ├── PostgresStartFailed
+        ├── SparkNotInstalled
+        └── SparkStartFailed
 """
 
 from __future__ import annotations
@@ -348,7 +350,7 @@ class SourceTimeout(SourceError):
 
 
 class LauncherError(SentinelError):
-    """Base class for errors of the local ZooKeeper launcher."""
+    """Base class for errors of the local server launchers (ZooKeeper, PostgreSQL, Spark)."""
 
 
 class ZooKeeperNotInstalled(LauncherError):
@@ -369,3 +371,11 @@ class PostgresNotInstalled(LauncherError):
 
 class PostgresStartFailed(LauncherError):
     """A PostgreSQL server command failed; the message holds its error and the log's tail."""
+
+
+class SparkNotInstalled(LauncherError):
+    """No Spark distribution or Java was found; the message says what to install."""
+
+
+class SparkStartFailed(LauncherError):
+    """A Spark master or worker did not come up; the message holds the tail of its log."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
@@ -26,6 +28,9 @@ from sentinel.devserver import (
     stop_dev_server,
 )
 from sentinel.output import format_table
+
+if TYPE_CHECKING:
+    from sentinel.testing.spark import LocalSparkCluster
 
 
 def _show(args: argparse.Namespace, document: dict, rows: list[tuple[str, object]]) -> None:
@@ -86,17 +91,37 @@ def _stop(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from sentinel.demo import run_demo
 
-    passed = run_demo(
-        print,
-        hosts=args.zk,
-        namespace=args.namespace,
-        tenants=args.tenants,
-        partitions=args.partitions,
-        replicas=args.replicas,
-        master=args.master,
-        databases=args.databases,
-    )
+    with contextlib.ExitStack() as stack:
+        master, conf = args.master, {}
+        if args.spark == "standalone":
+            cluster = _standalone_cluster(stack)
+            master, conf = cluster.master_url, cluster.driver_conf
+        passed = run_demo(
+            print,
+            hosts=args.zk,
+            namespace=args.namespace,
+            tenants=args.tenants,
+            partitions=args.partitions,
+            replicas=args.replicas,
+            master=master,
+            spark_conf=conf,
+            databases=args.databases,
+        )
     return EXIT_OK if passed else 1
+
+
+def _standalone_cluster(stack: contextlib.ExitStack) -> LocalSparkCluster:
+    """``--spark standalone``: a master and two workers on loopback for the demo's job,
+    stopped (with their executors) when ``stack`` closes."""
+    from sentinel.testing.spark import LocalSparkCluster
+
+    print("starting a Spark standalone cluster: a master and 2 workers on 127.0.0.1 ...")
+    started = time.monotonic()
+    stack.callback(print, "Spark cluster stopped: its master, workers and executors")
+    cluster = stack.enter_context(LocalSparkCluster(workers=2))
+    took = time.monotonic() - started
+    print(f"  master {cluster.master_url}, {cluster.workers} workers alive after {took:.1f}s")
+    return cluster
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -162,6 +187,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel demo",
             "sentinel demo --zk 127.0.0.1:2181 --tenants 24 --partitions 4",
+            "sentinel demo --spark standalone   # on a master and 2 workers started here",
             "sentinel demo --master spark://spark-master:7077",
         ),
     )
@@ -184,11 +210,20 @@ def register(commands: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--replicas", type=int, default=2, help="replicas per partition (default %(default)s)"
     )
-    demo.add_argument(
+    spark = demo.add_mutually_exclusive_group()
+    spark.add_argument(
         "--master",
         default="local[2]",
         help="Spark master (default %(default)s; a cluster's workers must see this machine's "
         "files and have the package installed, see docs/spark.md)",
+    )
+    spark.add_argument(
+        "--spark",
+        choices=("local", "standalone"),
+        default="local",
+        help="local: run the job on --master (default); standalone: start a Spark standalone "
+        "cluster here (a master and 2 workers, each a JVM, on 127.0.0.1), run the job on it "
+        "and stop it",
     )
     demo.add_argument(
         "--databases",

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,9 +145,11 @@ def _remove_namespace(hosts: str, namespace: str) -> None:
 
 
 @contextlib.contextmanager
-def _spark_session(master: str, workdir: Path) -> Iterator[Callable[[], Any]]:
+def _spark_session(
+    master: str, workdir: Path, conf: Mapping[str, str]
+) -> Iterator[Callable[[], Any]]:
     """Start a SparkSession on a thread (the JVM takes seconds); yields a function that waits
-    for it. Workers run this interpreter; Spark logs only errors."""
+    for it. Workers run this interpreter; Spark logs only errors; ``conf`` adds settings."""
     conf_dir = workdir / "spark-conf"
     conf_dir.mkdir()
     (conf_dir / "log4j2.properties").write_text(SPARK_LOGGING)
@@ -165,6 +167,7 @@ def _spark_session(master: str, workdir: Path) -> Iterator[Callable[[], Any]]:
                 .config("spark.ui.enabled", "false")
                 .config("spark.ui.showConsoleProgress", "false")
                 .config("spark.python.worker.reuse", "true")
+                .config(map=dict(conf))
                 .getOrCreate()
             )
         except Exception as exc:
@@ -628,12 +631,14 @@ def run_demo(
     partitions: int = 3,
     replicas: int = 2,
     master: str = "local[2]",
+    spark_conf: Mapping[str, str] | None = None,
     databases: str | None = None,
 ) -> bool:
     """Run the demonstration, reporting each line through ``emit``; True if every check passed.
 
-    ``databases`` is ``"postgresql"`` or ``"sqlite"``; by default PostgreSQL when it is
-    installed, else SQLite (one line says so)."""
+    ``spark_conf`` adds Spark settings (a standalone cluster's ``driver_conf``). ``databases``
+    is ``"postgresql"`` or ``"sqlite"``; by default PostgreSQL when it is installed, else
+    SQLite (one line says so)."""
     if partitions < 2 or replicas < 2 or tenants < 2 * partitions:
         raise ValueError("the demo needs 2+ partitions, 2+ replicas and 2+ tenants per partition")
     if hosts is not None:
@@ -643,7 +648,7 @@ def run_demo(
     partition_names = [f"p{i + 1}" for i in range(partitions)]
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sentinel-demo-")))
-        spark = stack.enter_context(_spark_session(master, workdir))
+        spark = stack.enter_context(_spark_session(master, workdir, spark_conf or {}))
         labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
         chosen, why = choose(workdir, labels, databases)
         stack.callback(chosen.stop)

@@ -2,6 +2,8 @@
 
 - :mod:`sentinel.testing.zookeeper`: start ZooKeeper on loopback (a server or an ensemble);
 - :mod:`sentinel.testing.postgres`: start PostgreSQL on loopback (a primary and replicas);
+- :mod:`sentinel.testing.spark`: start a Spark standalone cluster on loopback (a master and
+  workers);
 - :mod:`sentinel.testing.helpers`: bounded waits, session expiry, a TCP proxy, publishers in
   child processes.
 

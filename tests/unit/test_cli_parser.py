@@ -75,6 +75,15 @@ def test_demo_databases_default_to_what_is_installed_or_are_chosen():
         parse("demo", "--databases", "mysql")
 
 
+def test_demo_runs_spark_locally_unless_told_to_start_a_standalone_cluster(capsys):
+    assert (parse("demo").spark, parse("demo").master) == ("local", "local[2]")
+    assert parse("demo", "--spark", "standalone").spark == "standalone"
+    with pytest.raises(SystemExit) as usage:
+        parse("demo", "--spark", "standalone", "--master", "spark://elsewhere:7077")
+    assert usage.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 def test_every_command_has_examples_of_itself():
     for words, parser in leaves(build_parser()):
         help_text = parser.format_help()

@@ -1,0 +1,109 @@
+"""``sentinel.spark`` on a real Spark standalone cluster (issue 19 item 6): a master and two
+workers, separate JVMs started by :mod:`sentinel.testing.spark`, each worker's executor with
+its own Python worker daemon. The ZooKeeper sessions a job opens are its executors' Python
+worker processes, one each, as ZooKeeper itself counts them."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.spark import LocalSparkCluster
+from sentinel.testing.zookeeper import four_letter_word
+from tests.integration.spark_driver import parent_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SERVICE = "orders-db"
+TASKS = 8
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no longer does: its parent may be gone, and with it the
+    reaping)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_sessions_are_the_executors_python_workers(make_client, zookeeper, namespace, raw_zk):
+    publisher = make_client("publisher")
+    tenants = {f"t{i:02d}": f"p{i % 2 + 1}" for i in range(TASKS)}
+    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    publisher.update_shard_info_many("tenants", tenants)
+    publisher.ensure_service(SERVICE, scheme="sqlite", shard_policy="tenants")
+    for port, partition in enumerate(("p1", "p2")):
+        publisher.register_service(SERVICE, partition, "127.0.0.1", 7000 + port, label="a")
+    config = {"hosts": zookeeper.connect_string, "namespace": namespace, "client_id": "etl"}
+
+    with (
+        LocalSparkCluster(workers=2) as cluster,
+        (cluster.directory / "driver.log").open("w") as driver_log,
+    ):
+        out = cluster.directory / "reports.json"
+        conf = {
+            **cluster.driver_conf,
+            "spark.python.worker.reuse": "true",
+            "spark.ui.enabled": "false",  # the driver's web UI: a Jetty server nobody reads
+        }
+        settings = {"conf": conf, "config": config, "service": SERVICE, "tasks": TASKS}
+        arguments = [cluster.master_url, json.dumps({**settings, "out": str(out)})]
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.spark_driver", *arguments],
+            stdin=subprocess.PIPE,
+            stdout=driver_log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
+        try:
+            finished = wait_until(lambda: out.exists() or driver.poll() is not None, 180)
+            assert finished is not None, "the driver neither reported nor exited in 180 s"
+            assert out.exists(), (cluster.directory / "driver.log").read_text()[-3000:]
+            reports = json.loads(out.read_text())
+            # Read while the driver holds its executors, whose workers hold their sessions.
+            entries = {
+                name: raw_zk.get(f"/clients/{SERVICE}/{name}")
+                for name in raw_zk.get_children(f"/clients/{SERVICE}")
+            }
+            connections = four_letter_word("127.0.0.1", zookeeper.members[0].client_port, "cons")
+            executor_hosts = {e: parent_of(e) for e in {r["executor"] for r in reports}}
+        finally:
+            driver.stdin.close()
+            driver.wait(60)
+        workers = cluster.worker_pids
+
+    assert len(reports) == TASKS
+    assert {r["partition"] for r in reports} == {"p1", "p2"}
+    # One executor JVM on each worker, each with one Python worker daemon.
+    assert sorted(executor_hosts.values()) == sorted(workers)
+    daemons = {r["daemon"]: r["executor"] for r in reports}
+    assert sorted(daemons.values()) == sorted(executor_hosts)
+    # Workers were reused across tasks, and each kept one session for all of its tasks.
+    sessions = {r["pid"]: {s["session"] for s in reports if s["pid"] == r["pid"]} for r in reports}
+    assert len(sessions) < TASKS
+    assert all(len(s) == 1 for s in sessions.values()), sessions
+    opened = {s for per_pid in sessions.values() for s in per_pid}
+    assert len(opened) == len(sessions)
+    # ZooKeeper's side: one /clients entry per Python worker, owned by that worker's session,
+    # and each of those sessions is a live connection the server lists.
+    etl = {
+        name: (json.loads(data), stat.ephemeralOwner)
+        for name, (data, stat) in entries.items()
+        if json.loads(data)["app"] == "etl"
+    }
+    assert sorted(doc["pid"] for doc, _ in etl.values()) == sorted(sessions)
+    assert {owner for _, owner in etl.values()} == opened
+    listed = {int(sid, 16) for sid in re.findall(r"sid=0x([0-9a-f]+)", connections)}
+    assert opened <= listed
+    # Stopping the cluster ended every JVM it started, the executors' and their workers' too.
+    started = [*workers, *executor_hosts, *daemons, *sessions]
+    assert wait_until(lambda: not any(alive(pid) for pid in started), 10) is not None
