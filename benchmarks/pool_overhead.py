@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         sentinel.update_shard_info_many("tenants", {KEY: "p1"})
         sentinel.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
         sentinel.register_service(SERVICE, "p1", server.host, server.port, scheme="postgresql")
-        one = {"min_size": 1, "max_size": 1}
+        one: dict[str, Any] = {"min_size": 1, "max_size": 1}
         login = {"user": "postgres", "password": server.password, "dbname": "postgres"}
         with (
             ConnectionPool(server.dsn(), **one) as direct,

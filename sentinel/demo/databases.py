@@ -306,7 +306,7 @@ class PostgresDatabases(_StartsInBackground):
                     "INSERT INTO orders (tenant, amount) VALUES (%s, %s)", list(orders)
                 )
             conn.commit()
-            (written,) = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+            written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
         for label in self.labels:
             if (partition, label) in self._paused | self._gone:
                 continue
@@ -314,7 +314,7 @@ class PostgresDatabases(_StartsInBackground):
             with psycopg.connect(replica.dsn(), autocommit=True) as standby:
 
                 def replayed(standby: Any = standby) -> bool:
-                    return bool(standby.execute(REPLAYED, (written,)).fetchone()[0])
+                    return standby.execute(REPLAYED, written).fetchone() == (True,)
 
                 if wait_until(replayed, CATCH_UP, interval=0.01) is None:
                     raise RuntimeError(f"{partition}:{label} did not replay a write")

@@ -73,7 +73,9 @@ class PooledTotals:
     def _read(self, pools: ReplicaPools, tenant: str) -> tuple[Any, ...]:
         try:
             with pools.connection(key=tenant) as conn:
-                port, role, count, total = conn.execute(TOTALS, (tenant,)).fetchone()
+                row = conn.execute(TOTALS, (tenant,)).fetchone()
+            assert row is not None  # an aggregate without GROUP BY returns one row
+            port, role, count, total = row
         except Exception as exc:
             error = type(exc).__name__
             record(
