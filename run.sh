@@ -2,7 +2,7 @@
 # The project's two entry points; each sets up whatever is missing first.
 #   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
 #   ./run.sh test [ARGS...]   lint, then run the whole test suite (ARGS go to pytest)
-# Set-up: Debian's ZooKeeper package when no server is found (needs root and apt-get),
+# Set-up: Debian's ZooKeeper and PostgreSQL packages when missing (needs root and apt-get),
 # then a virtual environment in .venv with the project installed in editable mode.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -40,9 +40,10 @@ ensure_graphviz() {
 }
 
 ensure_postgresql() {
-    # The auth backend's, the collector's and the demo's PostgreSQL tests start real servers.
+    # The demo's databases, and the auth backend's, the collector's and the integration's
+    # tests, are real PostgreSQL servers; without them the demo uses SQLite, the tests skip.
     [ -d /usr/lib/postgresql ] || command -v initdb >/dev/null || apt_install postgresql \
-        || echo "run.sh: PostgreSQL not installed; its tests will say they were skipped" >&2
+        || echo "run.sh: PostgreSQL not installed; the demo uses SQLite, its tests skip" >&2
 }
 
 ensure_venv() {
@@ -64,6 +65,7 @@ command=${1:-}
 case "$command" in
     demo)
         ensure_zookeeper
+        ensure_postgresql
         ensure_venv
         exec .venv/bin/sentinel demo "$@"
         ;;

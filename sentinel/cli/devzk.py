@@ -105,6 +105,7 @@ def _demo(args: argparse.Namespace) -> int:
             replicas=args.replicas,
             master=master,
             spark_conf=conf,
+            databases=args.databases,
         )
     return EXIT_OK if passed else 1
 
@@ -175,8 +176,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "demo",
         "run the end-to-end demonstration against a real ZooKeeper",
         "Starts a throw-away ZooKeeper (unless --zk is given); a shard manager "
-        "places tenants on partitions; each partition gets a primary and replica SQLite "
-        "databases, each replica registered by an agent process, and a collector publishes "
+        "places tenants on partitions; each partition gets a primary and replica databases "
+        "(PostgreSQL servers with streaming replicas when PostgreSQL is installed, else SQLite "
+        "files), each replica registered by an agent process, and a collector publishes "
         "their replication lag. A PySpark job then totals every tenant's orders, reading each "
         "tenant from the least-lagging replica of its partition. Half-way, one replica falls "
         "behind past the cut-off and another is killed; the job must read around both. "
@@ -222,5 +224,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="local: run the job on --master (default); standalone: start a Spark standalone "
         "cluster here (a master and 2 workers, each a JVM, on 127.0.0.1), run the job on it "
         "and stop it",
+    )
+    demo.add_argument(
+        "--databases",
+        choices=("postgresql", "sqlite"),
+        help="PostgreSQL servers with streaming replicas, or SQLite files (default: "
+        "postgresql when it is installed, else sqlite)",
     )
     demo.set_defaults(handler=_demo)

@@ -1,14 +1,15 @@
 """A replica's agent for the demo: registers one replica and holds its session until told.
 
-``python -m sentinel.demo.agent HOSTS NAMESPACE SERVICE PARTITION LABEL PORT PATH PRIMARY``
-registers the replica (its database file and its primary's in the ``path`` and ``primary``
-properties), prints ``registered`` and waits for
-its standard input to close, then leaves. Killed instead, it leaves its registration to
+``python -m sentinel.demo.agent HOSTS NAMESPACE SERVICE PARTITION LABEL HOST PORT SCHEME
+PROPERTIES`` registers the replica (``PROPERTIES`` is a JSON object: the SQLite replicas name
+their database file and their primary's), prints ``registered`` and waits for its standard
+input to close, then leaves. Killed instead, it leaves its registration to
 ZooKeeper, which removes it when the session times out: a crashed database host.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 from sentinel.client import Sentinel
@@ -18,18 +19,18 @@ SESSION_TIMEOUT = 3.0
 
 def main(argv: list[str]) -> int:
     """Register, report, wait for end of input."""
-    hosts, namespace, service, partition, label, port, path, primary = argv
+    hosts, namespace, service, partition, label, host, port, scheme, properties = argv
     with Sentinel(
         hosts, f"demo-agent-{partition}-{label}", namespace, session_timeout=SESSION_TIMEOUT
     ) as sentinel:
         sentinel.register_service(
             service,
             partition,
-            "127.0.0.1",
+            host,
             int(port),
-            scheme="sqlite",
+            scheme=scheme,
             label=label,
-            properties={"path": path, "primary": primary},
+            properties=json.loads(properties),
         )
         print("registered", flush=True)
         sys.stdin.read()

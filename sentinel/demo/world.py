@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import sqlite3
 import subprocess
@@ -125,24 +126,33 @@ COLLECTOR_CONFIG = """\
 cluster = "demo"
 [[services]]
 service = "{service}"
-interval = "200ms"
+interval = "{every}"
 jitter = "20ms"
-timeout = "200ms"
+timeout = "{every}"
 [services.source]
-type = "python"
-callable = "sentinel.demo.world:replica_lag"
-"""
+{source}"""
 
 
-def collector_sidecar(hosts: str, namespace: str, service: str, workdir: Path) -> Popen[str]:
-    """Start ``sentinel collector run`` for the demo's replicas (stop it with SIGTERM)."""
+def collector_sidecar(
+    hosts: str,
+    namespace: str,
+    service: str,
+    workdir: Path,
+    source: tuple[str, dict[str, str]],
+    every: str,
+) -> Popen[str]:
+    """Start ``sentinel collector run`` for the demo's replicas, collecting ``every`` (a
+    duration; also the timeout), stop it with SIGTERM; ``source`` is the
+    ``[services.source]`` table and the environment it needs."""
+    table, env = source
     config = workdir / "collector.toml"
-    config.write_text(COLLECTOR_CONFIG.format(service=service))
+    config.write_text(COLLECTOR_CONFIG.format(service=service, source=table, every=every))
     command = ["collector", "run", "--config", str(config), "--zk", hosts, "--namespace", namespace]
     return subprocess.Popen(
         [sys.executable, "-m", "sentinel.cli", *command],
         stdout=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, **env},
     )
 
 

@@ -68,6 +68,13 @@ def test_demo_keeps_its_own_namespace_and_takes_zk_on_either_side():
     assert parse("demo").zk is None
 
 
+def test_demo_databases_default_to_what_is_installed_or_are_chosen():
+    assert parse("demo").databases is None  # PostgreSQL when installed, else SQLite
+    assert parse("demo", "--databases", "sqlite").databases == "sqlite"
+    with pytest.raises(SystemExit):
+        parse("demo", "--databases", "mysql")
+
+
 def test_demo_runs_spark_locally_unless_told_to_start_a_standalone_cluster(capsys):
     assert (parse("demo").spark, parse("demo").master) == ("local", "local[2]")
     assert parse("demo", "--spark", "standalone").spark == "standalone"
