@@ -268,7 +268,7 @@ def _published_admins(zk: KazooClient, principals: set[Id]) -> set[Id]:
 def ensure_clients_node(zk: KazooClient, service: str) -> None:
     """Create ``/clients/<service>`` with :func:`clients_service_acl` unless it exists.
 
-    Raises :class:`~sentinel.errors.AccessDenied` naming the node and the right it takes when
+    Raises :class:`~sentinel.errors.AccessDenied` naming the node and the rights it takes when
     this session may not create it (kazoo's ``NoAuthError``, translated as everywhere by
     :mod:`sentinel.zkerrors`), or cannot tell who its admins are.
     """
