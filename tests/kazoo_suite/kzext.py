@@ -4,7 +4,7 @@ Loaded after the shared suite's ``kzpatch`` (``run.sh`` here adds ``-p kzext``).
 mode (``KZ_HANDLER=poll``) every client built gets the protocol extension; before each test an
 autouse fixture asserts that a new client has it, and the summary counts the requests the
 extension sent before any of kazoo's (the 3.6 probe and the SetWatches2 packets). In the stock
-mode it does nothing, so the stock run stays kazoo as shipped.
+mode, or with ``KZEXT=off``, it does nothing: kazoo as shipped, or with the transport alone.
 """
 
 import collections
@@ -15,7 +15,8 @@ import sys
 import kazoo.client
 import pytest
 
-ACTIVE = os.environ.get("KZ_HANDLER") == "poll"
+# KZEXT=off: the patched mode swaps the transport only, as the shared harness alone does.
+ACTIVE = os.environ.get("KZ_HANDLER") == "poll" and os.environ.get("KZEXT") != "off"
 PRIMING = collections.Counter()  # type of each request the extension sent on a new connection
 
 if ACTIVE:
