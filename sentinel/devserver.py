@@ -11,18 +11,25 @@ the ``SENTINEL_ZK`` environment variable, the running development server. The st
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
 import socket
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sentinel.errors import DevServerNotRunning, ValidationError, ZooKeeperStartFailed
 
+log = logging.getLogger(__name__)
+
 STATE_FILE = "zk.json"
 PORT_FILE = "zk.port"  # the port of the last start, kept across stops
+# What start_dev_server writes there: the port's decimal digits and a newline.
+_PORT_TEXT = re.compile(rb"\s*([0-9]{1,5})\s*")
+_PORT_FILE_MAX = 16  # bytes read at most: a longer file is not one start_dev_server wrote
 _HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
 # One ``host[:port]`` of a connect string: a name or IPv4 address, or a bracketed IPv6 one.
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(\d{1,5}))?\Z")
@@ -73,12 +80,37 @@ def dev_server() -> DevServer | None:
 
 
 def recorded_port() -> int | None:
-    """The port the development server served on last (kept across stops), or None."""
+    """The port the development server served on last (kept across stops), or None.
+
+    None too, with a warning that names the file, when the file is not what a start writes (1
+    to 5 decimal digits of a port from 1 to 65535, and a newline): the next start then takes a
+    free port. A symlink is followed; what it leads to must be a regular file (a FIFO or a
+    device such as /dev/zero there would block or never end the read), of which no more than
+    a port's few bytes are read.
+    """
+    path = state_dir() / PORT_FILE
     try:
-        port = int((state_dir() / PORT_FILE).read_text())
-    except (OSError, ValueError):
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
         return None
-    return port if 0 < port < 65536 else None
+    except OSError as exc:
+        log.warning("ignoring %s: %s; the next start takes a free port", path, exc.strerror)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problem = "not a regular file"
+        else:
+            text = os.read(fd, _PORT_FILE_MAX + 1)
+            match = _PORT_TEXT.fullmatch(text) if len(text) <= _PORT_FILE_MAX else None
+            port = int(match.group(1)) if match else 0
+            if 0 < port < 65536:
+                return port
+            problem = f"it holds {text[:8]!r}..., not a port from 1 to 65535"
+    finally:
+        os.close(fd)
+    log.warning("ignoring %s: %s; the next start takes a free port", path, problem)
+    return None
 
 
 def _port_taken(port: int) -> bool:

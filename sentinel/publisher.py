@@ -15,7 +15,7 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.ephemeral import EphemeralNodes
-from sentinel.errors import LabelTaken, SentinelError, ServiceConflict
+from sentinel.errors import AccessDenied, LabelTaken, SentinelError, ServiceConflict
 from sentinel.layout import host_key, instance_name, instance_path, service_path
 from sentinel.records import InstanceRecord, ServiceSpec
 
@@ -94,12 +94,8 @@ class Publisher:
         not is told, and ``sentinel init --secure`` creates what is missing."""
         try:
             ensure_clients_node(self._zk, service)
-        except NoAuthError:
-            log.warning(
-                "this identity may not create /clients/%s: its clients cannot announce "
-                "themselves until a publisher or `sentinel init --secure` creates it",
-                service,
-            )
+        except AccessDenied as exc:  # says which node, which right and who may repair it
+            log.warning("%s; until then its clients cannot announce themselves", exc)
 
     def register(self, instance: InstanceRecord) -> Registration:
         """Publish ``instance``, creating its service spec if it is missing.

@@ -42,6 +42,7 @@ Usage::
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ from kazoo.exceptions import (
     EXCEPTIONS,
     ConnectionDropped,
     KazooException,
+    MarshallingError,
     NoNodeError,
     UnimplementedError,
 )
@@ -67,8 +69,6 @@ from kazoo.protocol.serialization import (
     int_struct,
     long_struct,
     multiheader_struct,
-    read_buffer,
-    read_string,
     stat_struct,
     write_string,
 )
@@ -188,33 +188,81 @@ class _MultiRead(NamedTuple):
             out += MultiHeader(op.type, False, -1).serialize() + op.serialize()
         return bytes(out + multiheader_struct.pack(-1, True, -1))
 
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> list[Any]:
-        """One result per operation: ``(bytes, ZnodeStat)``, a child list or an exception."""
+    def deserialize(self, data: bytes, offset: int) -> list[Any]:
+        """One result per operation, in their order: ``(bytes, ZnodeStat)`` for a GetData, a
+        child list for a GetChildren, or the exception of that one operation.
+
+        A reply that is not exactly that (cut short, a length past its end, a result of
+        another kind than its operation, an unknown error code, a result too many or too few,
+        bytes after its end marker) raises kazoo's
+        :class:`~kazoo.exceptions.MarshallingError`: the caller gets no result rather than
+        some. Every step consumes bytes, so a hostile reply cannot keep the decoder looping.
+        """
+        try:
+            results, offset = self._decode(data, offset)
+        except (struct.error, UnicodeDecodeError) as exc:
+            raise MarshallingError(f"multi-read reply cut short or malformed: {exc}") from exc
+        if offset != len(data):
+            raise MarshallingError(f"multi-read reply has {len(data) - offset} bytes after its end")
+        return results
+
+    def _decode(self, data: bytes, offset: int) -> tuple[list[Any], int]:
         results: list[Any] = []
-        while True:
+        for op in self.operations:
             header, offset = MultiHeader.deserialize(data, offset)
             if header.done:
-                return results
-            if header.type == GetData.type:
-                value, offset = read_buffer(data, offset)
+                raise MarshallingError(
+                    f"multi-read reply ends after {len(results)} of {len(self.operations)} results"
+                )
+            if header.type == _ERROR_RESULT:
+                (code,) = int_struct.unpack_from(data, offset)
+                offset += int_struct.size
+                error = EXCEPTIONS.get(code) if code else None  # .get: no defaultdict factory
+                if error is None:
+                    raise MarshallingError(f"multi-read result with unknown error code {code}")
+                results.append(error())
+            elif header.type != op.type:
+                raise MarshallingError(
+                    f"multi-read result {len(results)} has type {header.type}, "
+                    f"its operation {op.type}"
+                )
+            elif op.type == GetData.type:
+                value, offset = _read_field(data, offset)
                 stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
                 offset += stat_struct.size
                 results.append((value or b"", stat))
-            elif header.type == GetChildren.type:
+            else:
                 (count,) = int_struct.unpack_from(data, offset)
                 offset += int_struct.size
+                if count < -1:  # -1 is jute's null list
+                    raise MarshallingError(f"multi-read result with {count} children")
                 children = []
-                for _ in range(max(count, 0)):
-                    child, offset = read_string(data, offset)
-                    children.append(child)
+                for _ in range(count):
+                    child, offset = _read_field(data, offset)
+                    if child is None:
+                        raise MarshallingError("multi-read result with a null child name")
+                    children.append(child.decode("utf-8"))
                 results.append(children)
-            elif header.type == _ERROR_RESULT:
-                (code,) = int_struct.unpack_from(data, offset)
-                offset += int_struct.size
-                results.append(EXCEPTIONS[code]())
-            else:
-                raise ConnectionDropped(f"unexpected multi-read result type {header.type}")
+        header, offset = MultiHeader.deserialize(data, offset)
+        if not header.done:
+            raise MarshallingError(
+                f"multi-read reply has more than its {len(self.operations)} results"
+            )
+        return results, offset
+
+
+def _read_field(data: bytes, offset: int) -> tuple[bytes | None, int]:
+    """A jute buffer or string at ``offset`` (None for null) and the offset after it; kazoo's
+    read_buffer returns a cut value for a length past the end of ``data``."""
+    (length,) = int_struct.unpack_from(data, offset)
+    offset += int_struct.size
+    if length == -1:
+        return None, offset
+    if length < 0 or offset + length > len(data):
+        raise MarshallingError(
+            f"multi-read reply: a field of {length} bytes at offset {offset} of {len(data)}"
+        )
+    return data[offset : offset + length], offset + length
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,10 @@ from kazoo.security import (
 )
 
 from sentinel.auth.keys import read_secret_file, write_secret_file
-from sentinel.errors import DecodeError, KeyFileError, ValidationError
+from sentinel.errors import AccessDenied, DecodeError, KeyFileError, ValidationError
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
 from sentinel.records import decode, encode
+from sentinel.zkerrors import translate
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
 # "sasl:user:password" authenticates with SASL DIGEST-MD5 instead of the digest scheme.
@@ -265,12 +266,29 @@ def _published_admins(zk: KazooClient, principals: set[Id]) -> set[Id]:
 
 
 def ensure_clients_node(zk: KazooClient, service: str) -> None:
-    """Create ``/clients/<service>`` with :func:`clients_service_acl` unless it exists."""
+    """Create ``/clients/<service>`` with :func:`clients_service_acl` unless it exists.
+
+    Raises :class:`~sentinel.errors.AccessDenied` naming the node and the rights it takes when
+    this session may not create it (kazoo's ``NoAuthError``, translated as everywhere by
+    :mod:`sentinel.zkerrors`), or cannot tell who its admins are.
+    """
     path = f"{CLIENTS}/{service}"
     if zk.exists(path) is not None:
         return
-    acl = clients_service_acl(zk)
-    if acl is None:
-        raise NoAuthError()  # nobody could repair it: leave it to `sentinel init --secure`
-    with contextlib.suppress(NodeExistsError):
-        zk.create(path, acl=acl)
+    try:
+        acl = clients_service_acl(zk)
+        if acl is None:  # nobody could repair it: leave it to `sentinel init --secure`
+            raise AccessDenied(
+                f"{path} is missing and this identity cannot tell who administers it: the "
+                f"ACL of {CLIENTS} shows its admins only to them and its data lists none; an "
+                "admin's `sentinel init --secure` creates it"
+            )
+        with contextlib.suppress(NodeExistsError):
+            zk.create(path, acl=acl)
+    except NoAuthError as exc:
+        raise translate(
+            exc,
+            f"creating {path}, which takes the READ and CREATE rights on {CLIENTS} (a "
+            "publisher's or an admin's identity has them; `sentinel init --secure` creates "
+            "it too)",
+        ) from exc

@@ -48,7 +48,7 @@ def test_add_watch_wire_format():
 
 
 def test_multi_read_reply_is_decoded_per_operation():
-    request = _MultiRead((GetData("/a", None), GetChildren("/b", None)))
+    request = _MultiRead((GetData("/a", None), GetData("/gone", None), GetChildren("/b", None)))
     assert request.serialize().endswith(b"\xff\xff\xff\xff\x01\xff\xff\xff\xff")
     stat = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
     reply = (
@@ -66,7 +66,7 @@ def test_multi_read_reply_is_decoded_per_operation():
         + b"y"
         + struct.pack("!iBi", -1, 1, -1)
     )
-    data, error, children = _MultiRead.deserialize(reply, 0)
+    data, error, children = request.deserialize(reply, 0)
     assert data[0] == b"hi" and tuple(data[1]) == stat
     assert isinstance(error, NoNodeError)
     assert children == ["x", "y"]
