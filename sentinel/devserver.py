@@ -30,6 +30,9 @@ PORT_FILE = "zk.port"  # the port of the last start, kept across stops
 # What start_dev_server writes there: the port's decimal digits and a newline.
 _PORT_TEXT = re.compile(rb"\s*([0-9]{1,5})\s*")
 _PORT_FILE_MAX = 16  # bytes read at most: a longer file is not one start_dev_server wrote
+_STATE_FILE_MAX = 4096  # the same for the state file (a pid, two paths and a time)
+_FREE_PORT = "the next start takes a free port"
+_NO_SERVER = "no development server is taken as running"
 _HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
 # One ``host[:port]`` of a connect string: a name or IPv4 address, or a bracketed IPv6 one.
 _HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(\d{1,5}))?\Z")
@@ -54,6 +57,15 @@ class DevServer:
     started_at: float
 
 
+# What the state file's fields must be: it is read back by every `sentinel zk` call.
+_STATE_TYPES = (
+    ("pid", int),
+    ("connect_string", str),
+    ("directory", str),
+    ("started_at", (int, float)),
+)
+
+
 def _state_path() -> Path:
     return state_dir() / STATE_FILE
 
@@ -68,15 +80,57 @@ def _is_our_process(pid: int, directory: str) -> bool:
 
 
 def dev_server() -> DevServer | None:
-    """The running development server, or None (a stale state file is removed)."""
+    """The running development server, or None (a stale state file is removed).
+
+    A state file that is not what a start writes (a JSON object of :class:`DevServer`'s fields
+    with their types, in a regular file of at most a few KB) is ignored with a warning that
+    names it, and left in place for whoever wrote it.
+    """
+    path = _state_path()
+    text = _read_small_file(path, _STATE_FILE_MAX, _NO_SERVER)
+    if text is None:
+        return None
     try:
-        server = DevServer(**json.loads(_state_path().read_text()))
-    except (OSError, ValueError, TypeError):
+        server = DevServer(**json.loads(text))
+        types_ok = all(isinstance(getattr(server, name), kind) for name, kind in _STATE_TYPES)
+    except (ValueError, TypeError, RecursionError):
+        types_ok = False
+    if not types_ok:
+        log.warning("ignoring %s: not the state a start writes; %s", path, _NO_SERVER)
         return None
     if _is_our_process(server.pid, server.directory):
         return server
-    _state_path().unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
     return None
+
+
+def _read_small_file(path: Path, limit: int, ignored: str) -> bytes | None:
+    """At most ``limit`` bytes of ``path``, or None with a warning naming it and saying what
+    ignoring it means (``ignored``) when it is not a regular file of at most that size; None
+    with no warning when it does not exist.
+
+    A symlink is followed; what it leads to must be a regular file: a FIFO or a device such as
+    /dev/zero there would block the read or never end it.
+    """
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        log.warning("ignoring %s: %s; %s", path, exc.strerror, ignored)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            log.warning("ignoring %s: not a regular file; %s", path, ignored)
+            return None
+        text = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(text) > limit:
+        log.warning("ignoring %s: longer than a start writes; %s", path, ignored)
+        return None
+    return text
 
 
 def recorded_port() -> int | None:
@@ -89,27 +143,16 @@ def recorded_port() -> int | None:
     a port's few bytes are read.
     """
     path = state_dir() / PORT_FILE
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is then refused.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except FileNotFoundError:
+    text = _read_small_file(path, _PORT_FILE_MAX, _FREE_PORT)
+    if text is None:
         return None
-    except OSError as exc:
-        log.warning("ignoring %s: %s; the next start takes a free port", path, exc.strerror)
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            problem = "not a regular file"
-        else:
-            text = os.read(fd, _PORT_FILE_MAX + 1)
-            match = _PORT_TEXT.fullmatch(text) if len(text) <= _PORT_FILE_MAX else None
-            port = int(match.group(1)) if match else 0
-            if 0 < port < 65536:
-                return port
-            problem = f"it holds {text[:8]!r}..., not a port from 1 to 65535"
-    finally:
-        os.close(fd)
-    log.warning("ignoring %s: %s; the next start takes a free port", path, problem)
+    match = _PORT_TEXT.fullmatch(text)
+    port = int(match.group(1)) if match else 0
+    if 0 < port < 65536:
+        return port
+    log.warning(
+        "ignoring %s: it holds %r..., not a port from 1 to 65535; %s", path, text[:8], _FREE_PORT
+    )
     return None
 
 

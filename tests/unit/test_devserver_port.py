@@ -1,14 +1,16 @@
-"""The development server's recorded port (``zk.port``): what a start wrote is read back, and
-anything else in that file is ignored with a warning naming it, never an exception, a wrong
-port, a blocked read or an endless one."""
+"""The development server's files: its recorded port (``zk.port``) and its state
+(``zk.json``). What a start wrote is read back; anything else in them is ignored with a warning
+naming the file, never an exception, a wrong port, a blocked read or an endless one."""
 
+import json
 import logging
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
-from sentinel.devserver import PORT_FILE, recorded_port
+from sentinel.devserver import PORT_FILE, STATE_FILE, DevServer, dev_server, recorded_port
 
 
 @pytest.fixture
@@ -106,3 +108,77 @@ def test_an_endless_device_is_not_read(port_file, caplog):
     with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
         assert bounded_recorded_port() is None
     assert "not a regular file" in caplog.text
+
+
+# --- the state file (zk.json), read by every `sentinel zk` call --------------------------------
+
+
+@pytest.fixture
+def state_file(port_file):
+    return port_file.with_name(STATE_FILE)
+
+
+def bounded_dev_server():
+    """dev_server() on a daemon thread, as bounded_recorded_port()."""
+    outcome = []
+    reader = threading.Thread(target=lambda: outcome.append(dev_server()), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert outcome, "dev_server() did not return within 5 s"
+    return outcome[0]
+
+
+def test_the_state_a_start_writes_is_read_back(state_file):
+    # This process stands in for the server: its command line holds the "directory".
+    directory = Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode()
+    state = {"pid": os.getpid(), "connect_string": "x:1", "directory": directory, "started_at": 1.5}
+    state_file.write_text(json.dumps(state))
+    assert bounded_dev_server() == DevServer(**state)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(b"", id="empty"),
+        pytest.param(b"[]", id="a-list"),
+        pytest.param(b"\xff\xfe", id="binary"),
+        pytest.param(b"[" * 100_000, id="deeply-nested"),
+        pytest.param(b'{"pid": 1}', id="missing-fields"),
+        pytest.param(
+            b'{"pid": 1, "connect_string": "x", "directory": "/d", "started_at": 0, "x": 1}',
+            id="unknown-field",
+        ),
+        pytest.param(  # .encode() of a number raised AttributeError out of dev_server()
+            b'{"pid": 1, "connect_string": "x", "directory": 5, "started_at": 0}',
+            id="directory-not-a-string",
+        ),
+        pytest.param(
+            b'{"pid": "1", "connect_string": "x", "directory": "/d", "started_at": 0}',
+            id="pid-not-a-number",
+        ),
+        pytest.param(b"{" + b" " * 5000 + b"}", id="longer-than-a-start-writes"),
+    ],
+)
+def test_a_state_file_that_a_start_did_not_write_is_ignored_and_kept(state_file, caplog, text):
+    state_file.write_bytes(text)
+    with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
+        assert bounded_dev_server() is None
+    (record,) = caplog.records
+    assert str(state_file) in record.getMessage()
+    assert state_file.read_bytes() == text  # not ours to delete: whoever wrote it may need it
+
+
+def test_a_fifo_as_state_file_neither_blocks_nor_is_read(state_file, tmp_path, caplog):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    state_file.symlink_to(fifo)
+    with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
+        assert bounded_dev_server() is None
+    assert "not a regular file" in caplog.text
+
+
+def test_a_stale_state_file_is_removed(state_file):
+    state = {"pid": 2**22 + 1, "connect_string": "x", "directory": "/nowhere", "started_at": 0}
+    state_file.write_text(json.dumps(state))
+    assert bounded_dev_server() is None
+    assert not state_file.exists()
