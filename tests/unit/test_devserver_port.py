@@ -21,13 +21,13 @@ def port_file(monkeypatch, tmp_path):
     return state / PORT_FILE
 
 
-def bounded_recorded_port():
-    """recorded_port() run on a daemon thread: a read that blocks fails the test, not the run."""
+def bounded(read):
+    """``read()`` run on a daemon thread: a read that blocks fails the test, not the run."""
     outcome = []
-    reader = threading.Thread(target=lambda: outcome.append(recorded_port()), daemon=True)
+    reader = threading.Thread(target=lambda: outcome.append(read()), daemon=True)
     reader.start()
     reader.join(5)
-    assert outcome, "recorded_port() did not return within 5 s"
+    assert outcome, f"{read.__name__}() did not return within 5 s"
     return outcome[0]
 
 
@@ -98,7 +98,7 @@ def test_a_fifo_elsewhere_neither_blocks_nor_is_read(port_file, tmp_path, caplog
     os.mkfifo(fifo)
     port_file.symlink_to(fifo)
     with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
-        assert bounded_recorded_port() is None
+        assert bounded(recorded_port) is None
     assert "not a regular file" in caplog.text
 
 
@@ -106,7 +106,7 @@ def test_an_endless_device_is_not_read(port_file, caplog):
     # read_text() of /dev/zero never ends (and fills the memory); only a regular file is read.
     port_file.symlink_to("/dev/zero")
     with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
-        assert bounded_recorded_port() is None
+        assert bounded(recorded_port) is None
     assert "not a regular file" in caplog.text
 
 
@@ -118,22 +118,12 @@ def state_file(port_file):
     return port_file.with_name(STATE_FILE)
 
 
-def bounded_dev_server():
-    """dev_server() on a daemon thread, as bounded_recorded_port()."""
-    outcome = []
-    reader = threading.Thread(target=lambda: outcome.append(dev_server()), daemon=True)
-    reader.start()
-    reader.join(5)
-    assert outcome, "dev_server() did not return within 5 s"
-    return outcome[0]
-
-
 def test_the_state_a_start_writes_is_read_back(state_file):
     # This process stands in for the server: its command line holds the "directory".
     directory = Path("/proc/self/cmdline").read_bytes().split(b"\0")[0].decode()
     state = {"pid": os.getpid(), "connect_string": "x:1", "directory": directory, "started_at": 1.5}
     state_file.write_text(json.dumps(state))
-    assert bounded_dev_server() == DevServer(**state)
+    assert bounded(dev_server) == DevServer(**state)
 
 
 @pytest.mark.parametrize(
@@ -162,7 +152,7 @@ def test_the_state_a_start_writes_is_read_back(state_file):
 def test_a_state_file_that_a_start_did_not_write_is_ignored_and_kept(state_file, caplog, text):
     state_file.write_bytes(text)
     with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
-        assert bounded_dev_server() is None
+        assert bounded(dev_server) is None
     (record,) = caplog.records
     assert str(state_file) in record.getMessage()
     assert state_file.read_bytes() == text  # not ours to delete: whoever wrote it may need it
@@ -173,12 +163,12 @@ def test_a_fifo_as_state_file_neither_blocks_nor_is_read(state_file, tmp_path, c
     os.mkfifo(fifo)
     state_file.symlink_to(fifo)
     with caplog.at_level(logging.WARNING, logger="sentinel.devserver"):
-        assert bounded_dev_server() is None
+        assert bounded(dev_server) is None
     assert "not a regular file" in caplog.text
 
 
 def test_a_stale_state_file_is_removed(state_file):
     state = {"pid": 2**22 + 1, "connect_string": "x", "directory": "/nowhere", "started_at": 0}
     state_file.write_text(json.dumps(state))
-    assert bounded_dev_server() is None
+    assert bounded(dev_server) is None
     assert not state_file.exists()
