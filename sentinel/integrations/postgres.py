@@ -101,7 +101,9 @@ async def aconnect(
     retries: int = DEFAULT_RETRIES,
     **kw: Any,
 ) -> psycopg.AsyncConnection[Any]:
-    """:func:`connect` on ``psycopg.AsyncConnection`` (resolution never blocks the loop)."""
+    """:func:`connect` on ``psycopg.AsyncConnection``. Resolution is a plain call: it does not
+    block on a warm cache, but a service's first lookup reads ZooKeeper on the loop (``await
+    AsyncSentinel.prefetch(service)`` at start-up avoids it)."""
     attempts = Attempts(client, service, key, policy, retries)
     while True:
         endpoint = attempts.next()
