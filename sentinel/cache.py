@@ -499,6 +499,12 @@ class RegistryCache:
                 f"loading service {service!r} took longer than {self._load_timeout:g}s"
             ) from None
 
+    def prefetch(self, services: list[str]) -> None:
+        """Load ``services`` on the worker, in the background (a forked child re-reading what
+        its parent followed); a lookup meanwhile waits for its own service's load."""
+        for service in services:
+            self._tasks.put(_Task(self._serve_load, (service, Future())))
+
     def read_through(self, service: str, policy: str, key: object) -> str:
         """Procedure 1: a key the cached map does not hold, read from ZooKeeper directly.
 

@@ -88,6 +88,9 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
+# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
+# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+DEFAULT_INHERITED_MAX_AGE = 0.5
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
 # seconds at most, and a fleet's retries stay spread.
@@ -194,6 +197,13 @@ class Sentinel:
         serves that last-known-good snapshot, marked stale, and keeps connecting.
     snapshot_interval : float, default 1.0
         The snapshot is written at most this often (seconds).
+    inherited_max_age : float or None, default 0.5
+        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
+        parent's cache may be for the child to serve it while its own session connects.
+        Older, the child's first lookup of each service waits for its own session's read (up
+        to ``connect_timeout``, then :class:`~sentinel.errors.ZooKeeperUnavailable`), so a
+        worker forked long before its first request never returns an instance drained
+        since. None serves the inherited cache however old it is.
 
     **Publishing**
 
@@ -232,6 +242,7 @@ class Sentinel:
         snapshot_path: str | os.PathLike[str] | None = None,
         snapshot_interval: float = 1.0,
         persistent_watches: bool = True,
+        inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -239,6 +250,7 @@ class Sentinel:
         self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
+        self.inherited_max_age = inherited_max_age
         if auth_keys is None:
             self._keyring = ClientKeyring.from_env()
         elif isinstance(auth_keys, ClientKeyring):
@@ -354,7 +366,9 @@ class Sentinel:
         registrations (the parent's instances stay the parent's) and no snapshot file (the
         parent writes it). A started client serves the inherited snapshots and shard maps,
         marked stale, while it connects in the background; the re-sync on connecting re-reads
-        them all and sets its own watches, as after a start from a snapshot file. Without
+        them all and sets its own watches, as after a start from a snapshot file. When they
+        are older than ``inherited_max_age`` nothing inherited is served: the services are
+        read again on the child's session, and a lookup waits for its service's read. Without
         ``serve`` (a child closing a client it never used) the client is left closed.
         """
         with self._lifecycle_lock:
@@ -372,7 +386,12 @@ class Sentinel:
             started, self._started = self._started, False
             if started and serve:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                limit = self.inherited_max_age
+                if limit is None or time.time() - stale_since <= limit:
+                    self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                else:  # too old to serve: read afresh, the inherited services first
+                    self._serve_restored({}, {}, stale_since)
+                    self._cache.prefetch(sorted(inherited.snapshots))
             self._forked_at = None
             self._pid = os.getpid()
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
