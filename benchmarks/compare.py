@@ -91,24 +91,32 @@ OUR_COLD_START = textwrap.dedent("""
 """)
 
 
-def curator_classpath(build: Path) -> tuple[list[str] | None, str]:
-    """The java command prefix for the peer, or None and why it cannot run."""
+def compile_peer(
+    build: Path, source: Path, jars: tuple[str, ...], main: str
+) -> tuple[list[str] | None, str]:
+    """Compile a Java peer against Debian's ``jars`` into ``build``: the java command prefix
+    that runs its ``main`` class, or None and why it cannot run."""
     if not (shutil.which("java") and shutil.which("javac")):
         return None, f"no java/javac: {INSTALL}"
-    jars = [Path("/usr/share/java") / f"{name}.jar" for name in JARS]
-    missing = [j.name for j in jars if not j.is_file()]
+    paths = [Path("/usr/share/java") / f"{name}.jar" for name in jars]
+    missing = [j.name for j in paths if not j.is_file()]
     if missing:
         return None, f"missing {', '.join(missing)}: {INSTALL}"
-    classpath = ":".join(map(str, jars))
+    classpath = ":".join(map(str, paths))
     compiled = subprocess.run(
-        ["javac", "-d", str(build), "-cp", classpath, str(PEER)],
+        ["javac", "-d", str(build), "-cp", classpath, str(source)],
         capture_output=True,
         text=True,
         check=False,
     )
     if compiled.returncode != 0:
         return None, f"javac failed: {compiled.stderr.strip()[:300]}"
-    return ["java", "-Xmx512m", "-cp", f"{build}:{classpath}", "CuratorBench"], ""
+    return ["java", "-Xmx512m", "-cp", f"{build}:{classpath}", main], ""
+
+
+def curator_classpath(build: Path) -> tuple[list[str] | None, str]:
+    """The java command prefix for the Curator peer, or None and why it cannot run."""
+    return compile_peer(build, PEER, JARS, "CuratorBench")
 
 
 def curator(java: list[str], hosts: str, *scenario: str) -> dict:
