@@ -90,9 +90,14 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
 ACL_SAMPLE = 10_000
 
 
-def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
+def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Finding]:
     """Every section node's ACL against what ``init --secure`` sets (the first 10,000 nodes,
-    breadth first, in bigger namespaces: said in the finding)."""
+    breadth first, in bigger namespaces: said in the finding).
+
+    ``verified``: the session acts as every role (``--identities``), so ZooKeeper shows it
+    the hash of each role's digest and identities are compared whole; otherwise by user
+    name, and a warning says how many nodes could not be told from a role's.
+    """
     if not acl.is_secured(zk):
         return [
             Finding(
@@ -105,7 +110,7 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
     admins = acl.admins(zk)
     findings: list[Finding] = []
     queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
-    checked, truncated = 0, False
+    checked, truncated, unverified = 0, False, 0
     while queue:
         parent, parent_acl = queue.popleft()
         for child in all_children(zk, parent):
@@ -118,9 +123,11 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
             except NoNodeError:
                 continue
             checked += 1
-            problem = _acl_problem(path, entries, parent_acl, admins)
+            problem = _acl_problem(path, entries, parent_acl, admins, verified)
             if problem is not None:
                 findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
+            elif not verified and not path.startswith(f"{CLIENTS}/"):
+                unverified += any(acl.hidden(i) for i in acl.writers(entries))
             # Below /clients/<service> and a daemon's service, their own ACL is the rule.
             own_rule = parent == CLIENTS or _daemon_service(path)
             queue.append((path, entries if own_rule else parent_acl))
@@ -129,6 +136,17 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
         findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
     elif truncated:
         findings.append(Finding("warn", "acl", f"checked {scope} only"))
+    if unverified:
+        findings.append(
+            Finding(
+                "warn",
+                "acl",
+                f"{unverified:,} node(s) compared by user name only: ZooKeeper hides their "
+                "digests from this session, so a node written with a role's user name and "
+                "another password would pass",
+                "sentinel doctor --identities FILE (the file init --secure wrote)",
+            )
+        )
     return findings
 
 
@@ -136,7 +154,7 @@ _SECURE_FIX = "sentinel init --secure --identities FILE"
 
 
 def _acl_problem(
-    path: str, entries: list, section_acl: list, admins: frozenset
+    path: str, entries: list, section_acl: list, admins: frozenset, verified: bool = False
 ) -> tuple[str, str] | None:
     """What is wrong with one node's ACL and the fix, or None."""
     parts = path.strip("/").split("/")
@@ -165,12 +183,17 @@ def _acl_problem(
     if _daemon_service(path):
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
-    outsiders = {acl.principal(i) for i in acl.writers(entries)} - {
-        acl.principal(i) for i in acl.writers(section_acl)
-    }
+    allowed, found = acl.writers(section_acl), acl.writers(entries)
+    if not verified:  # the hashes are hidden: user names are all this session can compare
+        allowed, found = {acl.principal(i) for i in allowed}, {acl.principal(i) for i in found}
+    outsiders = found - allowed
     if outsiders:
-        names = ", ".join(sorted(i.id for i in outsiders))
-        return f"writable by {names}, outside its section's roles", _SECURE_FIX
+        names = ", ".join(sorted(acl.principal(i).id for i in outsiders))
+        impostor = {acl.principal(i) for i in outsiders} & {acl.principal(i) for i in allowed}
+        why = " (a role's user name with another password)" if impostor else ""
+        return f"writable by {names}{why}, outside its section's roles", f"{_SECURE_FIX} " + (
+            "(resets it, or removes it when it cannot)"
+        )
     return None
 
 
@@ -306,12 +329,15 @@ def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
 
 def _doctor(args: argparse.Namespace) -> int:
     hosts = resolve_hosts(args.zk)
+    identities = acl.load_identities(args.identities) if args.identities else None
     findings: list[Finding] = []
     try:
         with connect(args) as zk:
+            if identities is not None:
+                acl.act_as_every_role(zk, identities)
             findings.append(_server(hosts))
             findings += _sections(zk, args.namespace)
-            findings += _acls(zk, args.namespace)
+            findings += _acls(zk, args.namespace, verified=identities is not None)
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
@@ -363,6 +389,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel doctor",
             "sentinel doctor --namespace /staging --stale-after 60",
+            "sentinel doctor --identities identities.json",
             "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
         ),
     )
@@ -372,4 +399,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=300.0,
         metavar="SECONDS",
         help="metrics older than this are stale (default 300)",
+    )
+    doctor.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="the identities file 'init --secure' wrote: act as every role, so that each "
+        "node's writers are compared by their whole identity (ZooKeeper hides digests from "
+        "other sessions; without it they are compared by user name, with a warning)",
     )

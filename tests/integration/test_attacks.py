@@ -30,9 +30,12 @@ from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_a
 from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
 from sentinel.events import AuthChanged
 from sentinel.layout import (
+    AUTH,
     AUTH_KEYS,
     CLIENTS,
+    METRICS,
     SERVICES,
+    SHARD_INFO,
     auth_keys_path,
     auth_path,
     client_path,
@@ -103,20 +106,63 @@ def secured(
     identities_file = tmp_path / "identities.json"
     done = cli_in_process("init", "--secure", "--identities", str(identities_file))
     assert done.returncode == 0, done.stderr
-    space = SecuredNamespace(
+    space = secured_namespace(zookeeper, namespace, identities_file)
+    yield space
+    space.close()
+
+
+def secured_namespace(
+    zookeeper: LocalZooKeeper, namespace: str, identities_file: Path
+) -> SecuredNamespace:
+    """The namespace `init --secure` made with ``identities_file``, to act in as each role."""
+    return SecuredNamespace(
         zookeeper.connect_string,
         namespace,
         json.loads(identities_file.read_text()),
         identities_file,
         ManagerKey.generate(),
     )
+
+
+@pytest.fixture
+def upgrade(
+    zookeeper: LocalZooKeeper, namespace: str, cli_in_process, tmp_path: Path
+) -> Iterator[SecuredNamespace]:
+    """A namespace still open (`sentinel init` without --secure): sessions made with
+    ``upgrade.kazoo()`` act in it before the test secures it with the CLI."""
+    done = cli_in_process("init")
+    assert done.returncode == 0, done.stderr
+    identities_file = tmp_path / "identities.json"
+    space = SecuredNamespace(
+        zookeeper.connect_string, namespace, {}, identities_file, ManagerKey.generate()
+    )
     yield space
     space.close()
+
+
+def secure_with_cli(space: SecuredNamespace, cli_in_process) -> tuple[int, dict]:
+    """`sentinel init --secure` as docs/auth.md tells an operator: its exit code and report
+    (the space then knows the roles' identities)."""
+    done = cli_in_process("init", "--secure", "--identities", str(space.identities_file), "--json")
+    space.identities = json.loads(space.identities_file.read_text())
+    return done.returncode, json.loads(done.stdout)["acl_nodes"]
+
+
+def doctor_acls(cli_in_process, *options: str) -> tuple[int, list[dict]]:
+    """`sentinel doctor --json`: its exit code and its ACL findings."""
+    done = cli_in_process("doctor", "--json", *options)
+    return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
 
 
 @pytest.fixture
 def victim(secured: SecuredNamespace) -> Sentinel:
     """billing-api, enrolled, holding signed credential v1 for billing-db."""
+    return enrolled_victim(secured)
+
+
+def enrolled_victim(secured: SecuredNamespace) -> Sentinel:
+    """billing-db published at 10.0.0.5:5432 and billing-api enrolled, holding signed
+    credential v1 for it."""
     publisher = secured.role("publisher")
     publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     app = secured.app("billing-api")
@@ -156,6 +202,17 @@ def still_works(secured: SecuredNamespace, victim: Sentinel, password: str) -> N
         return auth is not None and auth.version == version and auth["password"] == password
 
     assert wait_until(arrived) is not None
+
+
+def still_rotates(secured: SecuredNamespace, victim: Sentinel, tmp_path: Path) -> int:
+    """A full rotation of the victim's credential completes (create, publish, confirm,
+    revoke) and the victim applies the new version; returns it."""
+    manager = secured.role("auth_manager", f"rotator-{uuid.uuid4().hex[:6]}")
+    backend = FileBackend(tmp_path / f"credentials-{uuid.uuid4().hex[:6]}.json")
+    result = manager.rotate_auth(SERVICE, "billing-api", backend, timeout=10, signer=secured.signer)
+    version = result.versions["billing-api"]
+    assert wait_until(lambda: victim.get_service(SERVICE).auth.version == version) is not None
+    return version
 
 
 # --- key slots (enrolment) ------------------------------------------------------------------
@@ -406,6 +463,83 @@ def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog,
     assert "DEBUG" in listed.stderr
 
 
+# --- nodes planted while the namespace was open ---------------------------------------------
+
+
+def impostor(space: SecuredNamespace, role: str) -> KazooClient:
+    """An anonymous session that claims ``role``'s user name with a password of its own."""
+    zk = space.kazoo()
+    zk.add_auth("digest", f"{role}:evil")
+    return zk
+
+
+def impostor_acl(role: str) -> list:
+    return [acls.owner_acl(f"{role}:evil"), acls.WORLD_READ]
+
+
+def plant(space: SecuredNamespace) -> dict[str, KazooClient]:
+    """While the namespace is open, the attacker writes a node in each section as the
+    section's role's user name (its own password): path -> the session that made it."""
+    legit = space.sentinel("old-publisher")  # the publisher of the open era, anonymous
+    legit.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    [name] = [n for n in space.kazoo().get_children(service_path(SERVICE))]
+    record = json.loads(space.kazoo().get(f"{service_path(SERVICE)}/{name}")[0])
+    record.update(host="127.0.0.77", port=7777, label="zz")
+    planted: dict[str, KazooClient] = {}
+    for role, parent, child, data in (
+        ("publisher", service_path(SERVICE), "p1:zz", json.dumps(record).encode()),
+        ("collector", f"{METRICS}/{SERVICE}", "p1:zz", b'{"v": 1}'),
+        ("shard_manager", SHARD_INFO, "evil-policy", b'{"v": 1}'),
+        ("auth_manager", f"{AUTH}/{SERVICE}", "billing-api", b'{"v": 1}'),
+    ):
+        session = impostor(space, role)
+        session.ensure_path(parent)  # world-writable, as anything made while it was open
+        session.create(f"{parent}/{child}", data, acl=impostor_acl(role))
+        planted[f"{parent}/{child}"] = session
+    return planted
+
+
+def test_nodes_planted_with_a_roles_user_name_are_removed_by_init_secure(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    planted = plant(upgrade)
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    # Each was written by `<role>:evil`, not by the role: removed (its ACL cannot be reset).
+    assert (code, sorted(report["removed"]), report["unrepaired"]) == (0, sorted(planted), [])
+    assert all(upgrade.kazoo().exists(path) is None for path in planted)
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    assert [f["severity"] for f in findings] == ["ok"], findings
+    victim = enrolled_victim(upgrade)
+    # Neither the impostors nor the other intruders can put the nodes back.
+    for path, session in planted.items():
+        for intruder in (session, *intruders(upgrade)):
+            assert refused(lambda i=intruder, p=path: i.create(p, b"{}"))
+    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    still_rotates(upgrade, victim, tmp_path)
+    assert victim.get_service(SERVICE).host == "10.0.0.5"
+
+
+def test_a_planted_node_init_secure_cannot_remove_is_named_and_doctor_flags_it(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    session = impostor(upgrade, "shard_manager")
+    policy = f"{SHARD_INFO}/evil-policy"
+    session.create(policy, b"{}", acl=impostor_acl("shard_manager"))
+    session.create(f"{policy}/a-key", b"{}", acl=impostor_acl("shard_manager"))  # blocks removal
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    assert code == 1 and report["unrepaired"] == [policy, f"{policy}/a-key"]
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    flagged = {f["detail"].split(":")[0]: f for f in findings if f["severity"] == "error"}
+    assert code == 1 and set(flagged) == {policy, f"{policy}/a-key"}
+    assert "another password" in flagged[policy]["detail"]
+    # Without the identities doctor cannot see digests, and says what it could not check.
+    code, findings = doctor_acls(cli_in_process)
+    assert any(f["severity"] == "warn" and "user name only" in f["detail"] for f in findings)
+    # The rest of the namespace is secured: the victim resolves and rotates.
+    victim = enrolled_victim(upgrade)
+    still_rotates(upgrade, victim, tmp_path)
+
+
 # --- what the admin sees and repairs ----------------------------------------------------------
 
 
@@ -413,8 +547,7 @@ def test_doctor_flags_what_init_secure_repairs(
     secured: SecuredNamespace, victim: Sentinel, cli_in_process
 ):
     def doctor() -> tuple[int, list[dict]]:
-        done = cli_in_process("doctor", "--json")
-        return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
+        return doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
 
     code, findings = doctor()
     assert [f["severity"] for f in findings] == ["ok"], findings
