@@ -41,7 +41,7 @@ from sentinel.layout import (
     client_path,
     service_path,
 )
-from sentinel.records import ServiceSpec
+from sentinel.records import MAX_AUTH_VERSION, ServiceSpec
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -335,6 +335,30 @@ def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_p
         manager._zk, manager.namespace, SERVICE, ["billing-api"], backend, signer=secured.signer
     )
     assert rotation.resume(10).revoked == {"billing-api": (1,)}
+
+
+@pytest.mark.parametrize("who", ["impostor", "another client", "the client itself"])
+def test_a_confirmation_cannot_move_the_next_version(secured, victim, tmp_path, who):
+    identity = {
+        "impostor": "billing-api:evil",  # anyone may claim the client's user name
+        "another client": ANOTHER_CLIENT,
+        "the client itself": "billing-api:billing-api-password",  # a compromised process
+    }[who]
+    if who == "another client":
+        intruders(secured)  # enrolled
+    writer = secured.kazoo(identity)
+    for name, version in (
+        ("x-billing-api", 10**300 - 2),  # would make every later version unwritable
+        ("y-billing-api", MAX_AUTH_VERSION - 1),
+        ("z-billing-api", "1e300"),
+    ):
+        forged = {"client_id": name, "auth_client": "billing-api", "auth_version": version}
+        writer.create(client_path(SERVICE, name), json.dumps({**forged, "v": 1}).encode())
+    # The manager issues the next version itself: the victim moves from 1 to 2, then 3.
+    assert still_rotates(secured, victim, tmp_path) == 2
+    assert still_rotates(secured, victim, tmp_path) == 3
+    still_works(secured, victim, "after-forged-versions")
+    assert victim.get_service(SERVICE).auth.version == 4
 
 
 def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli_in_process):
