@@ -201,7 +201,9 @@ def live_processes(
     ``owners`` (in a secured namespace: auth client -> the identity enrolled for it, see
     :func:`~sentinel.auth.enrolment.slot_owner`) makes a node that names one of those clients
     count only if that identity owns it: anyone may add a node under ``/clients/<service>``,
-    and a forged one neither confirms for a client nor holds its rotation up.
+    and a forged one neither confirms for a client nor holds its rotation up. That holds for
+    an undecodable node too: one under a client's name that its identity did not write (a
+    squatter's garbage, perhaps with an ACL the admin cannot undo) is ignored, not a laggard.
     """
     parent = f"{CLIENTS}/{service}"
     try:
@@ -215,8 +217,9 @@ def live_processes(
 
     decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
     admin_ids = acl.admins(zk) if owners else frozenset()
+    entries = [*decoded.items(), *((name, (name, None)) for name in invalid)]
     processes: dict[str, dict[str, Any]] = {}
-    for name, (client, version) in decoded.items():
+    for name, (client, version) in entries:
         if (
             owners
             and client in owners
@@ -227,8 +230,6 @@ def live_processes(
             )
             continue
         processes.setdefault(client, {})[name] = version
-    for name in invalid:
-        processes.setdefault(name, {})[name] = None
     return processes
 
 

@@ -70,7 +70,9 @@ def secure_namespace(
       before this run (its ACL then was set by the admin); any other slot, one made while
       anyone could create key nodes, is reset to the admin and must be enrolled again;
     * each service gets its ``/clients/<service>`` node; clients' own entries keep their
-      owners' ACLs;
+      owners' ACLs, and what is no process's entry there (a persistent node, or one with
+      children: a client's is ephemeral) is removed, or named when its ACL shuts the admin
+      out (rotations ignore it: :func:`~sentinel.auth.manager.live_processes`);
     * the daemons' services keep (or get: ``grants``, (role, service) pairs) their grants
       (:func:`~sentinel.auth.grants.grant_daemon_services`).
     """
@@ -110,7 +112,8 @@ def secure_namespace(
         ensure_clients_node(zk, service)
     clients_acl = clients_service_acl(zk)  # the admin sees the ids whole: never None here
     for service in all_children(zk, CLIENTS):
-        plan.apply(f"{CLIENTS}/{service}", clients_acl)
+        if plan.apply(f"{CLIENTS}/{service}", clients_acl):
+            plan.remove_squatters(f"{CLIENTS}/{service}")
     granted = grant_daemon_services(zk, identities, grants)
     for service, role in granted.items():
         plan.apply_below(service_path(service), service_acl(identities, role))
@@ -184,6 +187,18 @@ class _Plan:
         self.changed += 1
         if self._progress:
             self._progress(path)
+
+    def remove_squatters(self, parent: str) -> None:
+        """Remove each child of ``parent`` that is not a live process's entry: a client's is
+        an ephemeral node, which cannot have children."""
+        for child in all_children(self._zk, parent):
+            path = f"{parent}/{child}"
+            stat = self._zk.exists(path)
+            if stat is None or (stat.ephemeralOwner and not stat.numChildren):
+                continue
+            self.checked += 1
+            if not self._remove(path):
+                self.unrepaired.append(path)
 
     def replace(self, path: str, acl: list[ACL]) -> bool:
         """Delete ``path`` (and what is below it) and create it empty with ``acl``; the

@@ -100,8 +100,8 @@ def _init(args: argparse.Namespace) -> int:
                 )
             for path in nodes["removed"]:
                 print(
-                    f"removed {path}: written by an identity that is none of the roles' "
-                    "(a role's user name with another password?), so nothing in it is trusted"
+                    f"removed {path}: neither a role's identity wrote it (a role's user name "
+                    "with another password?) nor is it a client process's entry"
                 )
             for path in nodes["unrepaired"]:
                 print(

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel.auth import acl
@@ -119,11 +120,13 @@ def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Fi
                 break
             path = f"{parent}/{child}"
             try:
-                entries, _ = zk.get_acls(path)
+                entries, stat = zk.get_acls(path)
             except NoNodeError:
                 continue
             checked += 1
-            problem = _acl_problem(path, entries, parent_acl, admins, verified)
+            problem = _squatter(path, stat) or _acl_problem(
+                path, entries, parent_acl, admins, verified
+            )
             if problem is not None:
                 findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
             elif not verified and not path.startswith(f"{CLIENTS}/"):
@@ -153,6 +156,22 @@ def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Fi
 _SECURE_FIX = "sentinel init --secure --identities FILE"
 
 
+def _squatter(path: str, stat: ZnodeStat) -> tuple[str, str] | None:
+    """What is wrong with a ``/clients`` entry that is no live process's (a client's entry is
+    ephemeral, so it has no children), and the fix; None for any other node."""
+    if not path.startswith(f"{CLIENTS}/") or len(path.strip("/").split("/")) != 3:
+        return None
+    if stat.ephemeralOwner and not stat.numChildren:
+        return None
+    kind = "has children" if stat.numChildren else "is persistent"
+    return (
+        f"not a client process's entry (it {kind}): rotations ignore it, and it keeps its "
+        "name from the client",
+        f"{_SECURE_FIX} (removes it; when it reports it unrepaired, its ACL shuts the admin "
+        "out and a ZooKeeper superuser must delete it)",
+    )
+
+
 def _acl_problem(
     path: str, entries: list, section_acl: list, admins: frozenset, verified: bool = False
 ) -> tuple[str, str] | None:
@@ -174,7 +193,8 @@ def _acl_problem(
     if path.startswith(f"{CLIENTS}/"):
         if acl.world_writable(entries) or len(acl.writers(entries)) != 1:
             return (
-                "a /clients entry with no owner: rotations do not count its confirmations",
+                "a /clients entry with no owner: rotations neither count its confirmations "
+                "nor wait for it",
                 "give the client an identity of its own (docs/auth.md)",
             )
         return None

@@ -361,6 +361,45 @@ def test_a_confirmation_cannot_move_the_next_version(secured, victim, tmp_path, 
     assert victim.get_service(SERVICE).auth.version == 4
 
 
+def test_a_squatter_under_clients_holds_no_rotation_and_is_named(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    # Two enrolled clients that are not running now (their keys are published).
+    for idle in ("billing-report", "billing-audit"):
+        app = secured.app(idle)
+        app.get_service(SERVICE)
+        app.close()
+    squats = {}
+    for idle, intruder in zip(("billing-report", "billing-audit"), intruders(secured), strict=True):
+        path = client_path(SERVICE, idle)
+        wait_until(lambda p=path: secured.kazoo().exists(p) is None)
+        intruder.create(path, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+        intruder.create(f"{path}/pinned", b"", acl=list(OPEN_ACL_UNSAFE))
+        intruder.set_acls(path, list(READ_ACL_UNSAFE))  # now nobody may delete below it
+        squats[path] = intruder
+    removable = client_path(SERVICE, "leftover")
+    secured.kazoo().create(removable, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+    admin = secured.kazoo(secured.identities["admin"])
+    for path in squats:
+        assert refused(lambda p=path: admin.delete(p, recursive=True))  # ZooKeeper's limit
+    # The tooling says what it can and cannot do ...
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, sorted(report["unrepaired"])) == (1, sorted(squats))
+    assert report["removed"] == [removable] and admin.exists(removable) is None
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    flagged = {f["detail"].split(": ")[0]: f["detail"] for f in findings}
+    assert code == 1 and all("rotations ignore it" in flagged[path] for path in squats)
+    # ... and rotations ignore what nobody they trust wrote: they finish, resumed or not.
+    manager = secured.role("auth_manager", "rotator")
+    backend = FileBackend(tmp_path / "credentials.json")
+    clients = ["billing-api", "billing-report", "billing-audit"]
+    result = manager.rotate_auth(SERVICE, clients, backend, timeout=10, signer=secured.signer)
+    assert result.versions == {"billing-api": 2, "billing-report": 1, "billing-audit": 1}
+    assert wait_until(lambda: victim.get_service(SERVICE).auth.version == 2)
+    still_rotates(secured, victim, tmp_path)
+    assert victim.get_service(SERVICE).port == 5432
+
+
 def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli_in_process):
     # The spec is written by the admin alone, so nobody created /clients/<service> for it.
     admin = secured.kazoo(secured.identities["admin"])
