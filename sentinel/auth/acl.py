@@ -188,12 +188,30 @@ def writers(entries: list[ACL]) -> frozenset[Id]:
 
 
 def principal(identity: Id) -> Id:
-    """An ACL id as anyone may compare it. ZooKeeper shows a digest id's hash only to
-    sessions with ADMIN on the node (``user:x`` to the others), so comparisons that may see
-    either form go by the user name."""
+    """An ACL id reduced to its user name. ZooKeeper shows a digest id's hash only to
+    sessions with ADMIN on the node (``user:x`` to the others); a comparison by user name
+    cannot tell a role from anyone who claims its user name with another password, so it
+    only serves where nothing better can be seen (and says so: ``sentinel doctor``)."""
     if identity.scheme == "digest":
         return Id("digest", identity.id.split(":", 1)[0])
     return identity
+
+
+def hidden(identity: Id) -> bool:
+    """Whether ZooKeeper hid this digest id's hash (``user:x``): the session reading the ACL
+    has no ADMIN on the node, so it cannot tell the role's identity from another password
+    for the same user name."""
+    return identity.scheme == "digest" and identity.id.endswith(":x")
+
+
+def act_as_every_role(zk: KazooClient, identities: Mapping[str, str]) -> None:
+    """Authenticate ``zk`` as every role's digest identity too, so that ZooKeeper shows it
+    the hash of every id on every node a role made (it hides them from sessions without
+    ADMIN on the node; :func:`hidden`). A SASL identity's id is its user name, shown to
+    everyone."""
+    for identity in identities.values():
+        if not identity.startswith(SASL_PREFIX):
+            zk.add_auth("digest", identity)
 
 
 def world_writable(entries: list[ACL]) -> bool:

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel import cache
@@ -91,9 +92,14 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
 ACL_SAMPLE = 10_000
 
 
-def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
+def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Finding]:
     """Every section node's ACL against what ``init --secure`` sets (the first 10,000 nodes,
-    breadth first, in bigger namespaces: said in the finding)."""
+    breadth first, in bigger namespaces: said in the finding).
+
+    ``verified``: the session acts as every role (``--identities``), so ZooKeeper shows it
+    the hash of each role's digest and identities are compared whole; otherwise by user
+    name, and a warning says how many nodes could not be told from a role's.
+    """
     if not acl.is_secured(zk):
         return [
             Finding(
@@ -106,7 +112,7 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
     admins = acl.admins(zk)
     findings: list[Finding] = []
     queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
-    checked, truncated = 0, False
+    checked, truncated, unverified = 0, False, 0
     while queue:
         parent, parent_acl = queue.popleft()
         for child in all_children(zk, parent):
@@ -115,13 +121,17 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
                 break
             path = f"{parent}/{child}"
             try:
-                entries, _ = zk.get_acls(path)
+                entries, stat = zk.get_acls(path)
             except NoNodeError:
                 continue
             checked += 1
-            problem = _acl_problem(path, entries, parent_acl, admins)
+            problem = _squatter(path, stat) or _acl_problem(
+                path, entries, parent_acl, admins, verified
+            )
             if problem is not None:
                 findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
+            elif not verified and not path.startswith(f"{CLIENTS}/"):
+                unverified += any(acl.hidden(i) for i in acl.writers(entries))
             # Below /clients/<service> and a daemon's service, their own ACL is the rule.
             own_rule = parent == CLIENTS or _daemon_service(path)
             queue.append((path, entries if own_rule else parent_acl))
@@ -130,14 +140,41 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
         findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
     elif truncated:
         findings.append(Finding("warn", "acl", f"checked {scope} only"))
+    if unverified:
+        findings.append(
+            Finding(
+                "warn",
+                "acl",
+                f"{unverified:,} node(s) compared by user name only: ZooKeeper hides their "
+                "digests from this session, so a node written with a role's user name and "
+                "another password would pass",
+                "sentinel doctor --identities FILE (the file init --secure wrote)",
+            )
+        )
     return findings
 
 
 _SECURE_FIX = "sentinel init --secure --identities FILE"
 
 
+def _squatter(path: str, stat: ZnodeStat) -> tuple[str, str] | None:
+    """What is wrong with a ``/clients`` entry that is no live process's (a client's entry is
+    ephemeral, so it has no children), and the fix; None for any other node."""
+    if not path.startswith(f"{CLIENTS}/") or len(path.strip("/").split("/")) != 3:
+        return None
+    if stat.ephemeralOwner and not stat.numChildren:
+        return None
+    kind = "has children" if stat.numChildren else "is persistent"
+    return (
+        f"not a client process's entry (it {kind}): rotations ignore it, and it keeps its "
+        "name from the client",
+        f"{_SECURE_FIX} (removes it; when it reports it unrepaired, its ACL shuts the admin "
+        "out and a ZooKeeper superuser must delete it)",
+    )
+
+
 def _acl_problem(
-    path: str, entries: list, section_acl: list, admins: frozenset
+    path: str, entries: list, section_acl: list, admins: frozenset, verified: bool = False
 ) -> tuple[str, str] | None:
     """What is wrong with one node's ACL and the fix, or None."""
     parts = path.strip("/").split("/")
@@ -157,7 +194,8 @@ def _acl_problem(
     if path.startswith(f"{CLIENTS}/"):
         if acl.world_writable(entries) or len(acl.writers(entries)) != 1:
             return (
-                "a /clients entry with no owner: rotations do not count its confirmations",
+                "a /clients entry with no owner: rotations neither count its confirmations "
+                "nor wait for it",
                 "give the client an identity of its own (docs/auth.md)",
             )
         return None
@@ -166,12 +204,17 @@ def _acl_problem(
     if _daemon_service(path):
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
-    outsiders = {acl.principal(i) for i in acl.writers(entries)} - {
-        acl.principal(i) for i in acl.writers(section_acl)
-    }
+    allowed, found = acl.writers(section_acl), acl.writers(entries)
+    if not verified:  # the hashes are hidden: user names are all this session can compare
+        allowed, found = {acl.principal(i) for i in allowed}, {acl.principal(i) for i in found}
+    outsiders = found - allowed
     if outsiders:
-        names = ", ".join(sorted(i.id for i in outsiders))
-        return f"writable by {names}, outside its section's roles", _SECURE_FIX
+        names = ", ".join(sorted(acl.principal(i).id for i in outsiders))
+        impostor = {acl.principal(i) for i in outsiders} & {acl.principal(i) for i in allowed}
+        why = " (a role's user name with another password)" if impostor else ""
+        return f"writable by {names}{why}, outside its section's roles", f"{_SECURE_FIX} " + (
+            "(resets it, or removes it when it cannot)"
+        )
     return None
 
 
@@ -329,12 +372,15 @@ def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
 
 def _doctor(args: argparse.Namespace) -> int:
     hosts = resolve_hosts(args.zk)
+    identities = acl.load_identities(args.identities) if args.identities else None
     findings: list[Finding] = []
     try:
         with connect(args) as zk:
+            if identities is not None:
+                acl.act_as_every_role(zk, identities)
             findings.append(_server(hosts))
             findings += _sections(zk, args.namespace)
-            findings += _acls(zk, args.namespace)
+            findings += _acls(zk, args.namespace, verified=identities is not None)
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
@@ -386,6 +432,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel doctor",
             "sentinel doctor --namespace /staging --stale-after 60",
+            "sentinel doctor --identities identities.json",
             "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
         ),
     )
@@ -395,4 +442,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=300.0,
         metavar="SECONDS",
         help="metrics older than this are stale (default 300)",
+    )
+    doctor.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="the identities file 'init --secure' wrote: act as every role, so that each "
+        "node's writers are compared by their whole identity (ZooKeeper hides digests from "
+        "other sessions; without it they are compared by user name, with a warning)",
     )
