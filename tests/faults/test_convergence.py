@@ -14,7 +14,7 @@ import pytest
 
 from sentinel.testing.convergence import FAULTS, ConvergenceFuzzer, FuzzSettings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 # A short session keeps the expiry rounds short; the deck deals each fault kind once.
 SETTINGS = FuzzSettings(instances=8, changes=(10, 30), session_timeout=2.0, converge_timeout=10.0)

@@ -21,7 +21,7 @@ from sentinel.layout import instance_path, metrics_path
 from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 # Watch events the reader receives for the changes made while its worker is held: one-shot,
 # the creation of b in each section (a children event) and the deletion of a (a data event; the
