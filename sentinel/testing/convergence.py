@@ -15,11 +15,12 @@ one fault from a shuffled deck, so every kind comes equally often:
 * ``expiry``: every byte is held for longer than the session timeout: the session expires.
 
 The round's changes are made during the fault and right after it (during the reconnection and
-the re-sync, where the races are). Then, once the last change is made, the cache must equal a
-fresh read within a bounded time: every instance's record and the zxid that created its node
-(so a node created again is told from the old one even when its content is the same), every
-metrics record, every shard key. A round that does not converge is recorded with what
-differed, and the reader is replaced, so that each round is judged on its own.
+the re-sync, where the races are). Then, once the last change is made, the reader must be
+connected with no re-sync pending and its cache equal to a fresh read within a bounded time:
+every instance's record and the zxid that created its node (so a node created again is told
+from the old one even when its content is the same), every metrics record, every shard key. A
+round that does not converge is recorded with what differed, and the reader is replaced, so
+that each round is judged on its own.
 
 Everything random comes from one seeded :class:`random.Random`; the order of the choices is
 reproducible from the seed, the timings of threads are not. Used by
@@ -220,7 +221,7 @@ class ConvergenceFuzzer:
         for kind in kinds[during:]:
             made[self._change(kind)] += 1
         seconds = wait_until(
-            lambda: not self.differences(),
+            lambda: self._settled() and not self.differences(),
             timeout=self.settings.converge_timeout,
             interval=0.05,
         )
@@ -334,6 +335,11 @@ class ConvergenceFuzzer:
         self._live[key] = self.writer.update_registration(self._live[key], **changes)
 
     # --- the check ----------------------------------------------------------------------------
+
+    def _settled(self) -> bool:
+        """The reader is connected and owes no re-sync: what it holds now is what it keeps
+        (checked before the contents, so an expiry is seen before the session is compared)."""
+        return self.reader.connection_state == "connected" and self.reader._cache._resync_at is None
 
     def differences(self) -> list[str]:
         """What the reader's cache holds that a fresh read does not, and the reverse, by
