@@ -649,9 +649,13 @@ class RegistryCache:
                 return _Task(self._forget_section, ("metrics", parts[2]))
             return _Task(self._refresh_children, ("metrics", parts[2]))
         if len(parts) == 4 and section is not None:
-            if kind == EventType.DELETED:
-                # Definitive: no read needed (a re-created node fires the parent's children watch).
+            if gone:  # the recursive watch reports a creation again: nothing to read
                 return _Task(self._forget_child, (section, parts[2], parts[3]))
+            # One-shot, a deletion is read too: the node may exist again under its name (a
+            # restart), and only this read sets a watch on the new node. The parent's
+            # children watch cannot be relied on for it: a re-read of the children queued
+            # before this event finds the name again and trusts it watched (see
+            # _read_section), and its own watch may be spent, its re-read merged into that.
             return _Task(self._refresh_child, (section, parts[2], parts[3]))
         if len(parts) == 4 and parts[1] == AUTH[1:]:
             # only this client's own node is watched
@@ -876,10 +880,12 @@ class RegistryCache:
         ``section`` is ``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
         (``/metrics/<service>``, as MetricsRecords). With ``known`` (a children event while
         watches are in place) only new children are read: the others' data watches report
-        their own changes. Returns the decoded children by name and the paths that failed.
-        At most MAX_SECTION_NODES children and MAX_SECTION_BYTES of data are read (``first``
-        before the others: a metrics read takes the instances' own nodes first), the rest
-        skipped and counted.
+        their own changes. A known name may be a new node (deleted and created again); its
+        old node's watch fired with the deletion, and that event's task reads the new one.
+        Returns the decoded children by name and the paths that failed. At most
+        MAX_SECTION_NODES children and MAX_SECTION_BYTES of data are read (``first`` before
+        the others: a metrics read takes the instances' own nodes first), the rest skipped
+        and counted.
         """
         parent, field, decode = self._section(section, service)
         try:
@@ -1137,7 +1143,8 @@ class RegistryCache:
         self._update(service, current, field, changes, frozenset(others | bad))
 
     def _refresh_child(self, section: str, service: str, name: str) -> None:
-        """After a data event: read one child again (it may be gone, or now invalid)."""
+        """After a data event (one-shot: a deletion too): read one child again (it may be
+        gone, created again, or now invalid), setting its watch."""
         current = self.snapshots.get(service)
         if current is None:  # dropped since the event (or never followed)
             return
@@ -1187,7 +1194,8 @@ class RegistryCache:
         self._update(service, current, field, changes, frozenset(invalid))
 
     def _forget_child(self, section: str, service: str, name: str) -> None:
-        """After a deletion event: drop the child, with no round trip to ZooKeeper."""
+        """Persistent mode, after a deletion event: drop the child, with no round trip to
+        ZooKeeper (the recursive watch reports the node if it is created again)."""
         current = self.snapshots.get(service)
         if current is None:  # dropped since the event (or never followed)
             return
