@@ -607,7 +607,7 @@ class Sentinel:
         partition: str,
         host: str,
         port: int,
-        scheme: str = "http",
+        scheme: str | None = None,
         label: str | None = None,
         weight: float = 1,
         zone: str | None = None,
@@ -622,9 +622,15 @@ class Sentinel:
         the earlier node: this client's own, or another session's node of the same host and
         port (this instance restarted). A label another live instance (another host or port)
         holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be
-        an IP address or a DNS name. The service spec is created if missing.
-        Invalid input raises :class:`~sentinel.errors.ValidationError` before anything is
-        written.
+        an IP address or a DNS name. The service spec is created if missing, with ``scheme``
+        (default ``"http"``).
+
+        The instance follows its service's spec: without ``scheme`` it takes the spec's (an
+        instance of a ``postgresql`` service is a ``postgresql://`` endpoint), and a different
+        ``scheme`` given explicitly, or a ``partition`` the service's shard policy does not
+        declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
+        client's first registration of the service and kept. Invalid input raises
+        :class:`~sentinel.errors.ValidationError` before anything is written.
         """
         self._require_started()
         instance = InstanceRecord(
@@ -633,13 +639,13 @@ class Sentinel:
             label=label if label is not None else default_label(host, port),
             host=host,
             port=port,
-            scheme=scheme,
+            scheme="http" if scheme is None else scheme,
             status=status,
             weight=weight,
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance)
+        return self._publisher.register(instance, inherit_scheme=scheme is None)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
