@@ -10,6 +10,7 @@ from kazoo.client import KazooClient
 
 from sentinel.errors import (
     ConnectionInterrupted,
+    InstanceNotRegistered,
     InvalidName,
     ServiceConflict,
     ServiceNotFound,
@@ -400,3 +401,18 @@ def test_a_partition_the_shard_policy_does_not_declare_is_refused(
     assert raw_zk.get_children("/services/orders-db") == []
     client.register_service("orders-db", declared, "10.0.0.5", 5432)
     assert raw_zk.get_children("/services/orders-db") == [f"{declared}:10.0.0.5_5432"]
+
+
+def test_metrics_are_refused_for_an_instance_nobody_registered(make_client, raw_zk):
+    """Issue 24: update_metrics for an unregistered label created an orphan node; it is now
+    refused, and the check rides in the write's own transaction (one request, as before)."""
+    client = make_client()
+    registration = client.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    client.update_metrics(registration, {"lag": 1})  # the first one creates the node
+    sent = _requests_sent(client, lambda: client.update_metrics(registration, {"lag": 2}))
+    assert sent == ["Transaction"]
+    assert json.loads(raw_zk.get("/metrics/db/p1:a")[0])["metrics"] == {"lag": 2}
+    for partition, label in (("p1", "typo"), ("p2", "a")):
+        with pytest.raises(InstanceNotRegistered, match=f"'{partition}:{label}' of service 'db'"):
+            client.update_metrics("db", partition, label, {"lag": 1})
+        assert raw_zk.exists(f"/metrics/db/{partition}:{label}") is None
