@@ -34,6 +34,7 @@ from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
+    InstanceNotRegistered,
     NoInstanceAvailable,
     SentinelError,
     ShardPolicyConflict,
@@ -47,20 +48,23 @@ from sentinel.feedback import InstanceFeedback
 from sentinel.layout import (
     SECTIONS,
     default_label,
+    instance_path,
     metrics_path,
     sanitize_name,
     validate_name,
     validate_namespace,
 )
+from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, MetricValue, ServiceSpec, decode
 from sentinel.registry import ServiceListing, read_service
 from sentinel.snapshot import SnapshotWriter, load_snapshot
+from sentinel.strategies import Balancer, SelectionPolicy
 from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
-    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
+    from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
 
@@ -626,7 +630,7 @@ class Sentinel:
         partition: str,
         host: str,
         port: int,
-        scheme: str = "http",
+        scheme: str | None = None,
         label: str | None = None,
         weight: float = 1,
         zone: str | None = None,
@@ -641,9 +645,15 @@ class Sentinel:
         the earlier node: this client's own, or another session's node of the same host and
         port (this instance restarted). A label another live instance (another host or port)
         holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be
-        an IP address or a DNS name. The service spec is created if missing.
-        Invalid input raises :class:`~sentinel.errors.ValidationError` before anything is
-        written.
+        an IP address or a DNS name. The service spec is created if missing, with ``scheme``
+        (default ``"http"``).
+
+        The instance follows its service's spec: without ``scheme`` it takes the spec's (an
+        instance of a ``postgresql`` service is a ``postgresql://`` endpoint), and a different
+        ``scheme`` given explicitly, or a ``partition`` the service's shard policy does not
+        declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
+        client's first registration of the service and kept. Invalid input raises
+        :class:`~sentinel.errors.ValidationError` before anything is written.
         """
         self._require_started()
         instance = InstanceRecord(
@@ -652,13 +662,13 @@ class Sentinel:
             label=label if label is not None else default_label(host, port),
             host=host,
             port=port,
-            scheme=scheme,
+            scheme="http" if scheme is None else scheme,
             status=status,
             weight=weight,
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance)
+        return self._publisher.register(instance, inherit_scheme=scheme is None)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -706,37 +716,44 @@ class Sentinel:
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
-        balancer: Balancer | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
+        balancer: Balancer | str | None = None,
     ) -> Endpoint:
         """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
 
         The first call for a service loads it into the cache and sets watches; later calls
         are dictionary lookups on an immutable snapshot. Only instances with status ``up`` are
         ever returned; ``policy`` filters those further (for example on their metrics), and
-        ``balancer`` picks one (default: round robin per service). Unsharded services ignore
-        ``key``.
+        ``balancer`` picks one (default: round robin per service). Each is an instance or the
+        name it is registered under (``policy="min_lag"``, ``balancer="power_of_two"``, the
+        names the CLI takes; built once, with no arguments). Unsharded services ignore ``key``.
 
         Raises :class:`~sentinel.errors.ServiceNotFound`,
-        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
-        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
+        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere),
+        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition) or
+        :class:`~sentinel.errors.ValidationError` (a ``policy`` or ``balancer`` that is neither
+        an instance nor a registered name: a class, a number, an unknown name).
         """
         snapshot = self._snapshots.get(service)
         try:
             if snapshot is None:
                 snapshot = self._load(service)
             candidates = self._eligible(snapshot, service, key, policy)
+            if balancer is None:
+                balancer = snapshot.balancer
+            elif not isinstance(balancer, Balancer):  # the one check an instance pays
+                balancer = as_balancer(balancer)
         except SentinelError as exc:
             self._count_failure(service, exc)
             raise
         snapshot.lookups.ok += 1  # a plain int, read at scrape time (see sentinel.telemetry)
-        return (balancer or snapshot.balancer).pick(candidates)
+        return balancer.pick(candidates)
 
     def get_services(
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
     ) -> tuple[Endpoint, ...]:
         """Every eligible endpoint, for callers that pool connections; errors as get_service."""
         try:
@@ -789,8 +806,11 @@ class Sentinel:
             if partition is None:
                 partition = self._cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
-        if policy is not None and candidates:
-            candidates = policy(candidates)  # type: ignore[operator]
+        if policy is not None:
+            if not isinstance(policy, SelectionPolicy):  # the one check an instance pays
+                policy = as_policy(policy)
+            if candidates:
+                candidates = policy(candidates)  # type: ignore[operator, assignment]
         if self.feedback.down and candidates:
             candidates = self.feedback.exclude_down(candidates)
         if not candidates:
@@ -841,6 +861,7 @@ class Sentinel:
         For operators (``sentinel resolve``) and debugging; it does the same work as a lookup
         plus a pass per policy, so keep it off the request path.
         """
+        policy = None if policy is None else as_policy(policy)
         snapshot = self._snapshots.get(service) or self._load(service)
         shard_policy = snapshot.spec.shard_policy
         partition = None if shard_policy is None else self._partition(shard_policy, service, key)
@@ -991,14 +1012,40 @@ class Sentinel:
         )
         path = metrics_path(service, partition, label)
         data = record.to_bytes(path)
-        try:
-            self._zk.set(path, data)
-        except NoNodeError:
-            try:
-                self._zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                self._zk.set(path, data)
+        # One request, as before: the write is conditional on the instance's node existing
+        # (a check of any version), so metrics for an instance nobody registered (a typo in a
+        # collector's configuration) are refused rather than left in an orphan node.
+        instance_node = instance_path(service, partition, label)
+        failure = self._write_if_registered(instance_node, path, data, create=False)
+        if isinstance(failure, NoNodeError):  # the instance's first metrics: create the node
+            self._zk.ensure_path(path.rsplit("/", 1)[0])
+            failure = self._write_if_registered(instance_node, path, data, create=True)
+            if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
+                failure = self._write_if_registered(instance_node, path, data, create=False)
+        if failure is not None:
+            raise failure
         return record
+
+    def _write_if_registered(
+        self, instance_node: str, path: str, data: bytes, *, create: bool
+    ) -> Exception | None:
+        """Write (or create) the metrics node at ``path`` if ``instance_node`` exists, in one
+        transaction; the write's failure (kazoo returns it), or InstanceNotRegistered."""
+        transaction = self._zk.transaction()
+        transaction.check(instance_node, -1)
+        if create:
+            transaction.create(path, data)
+        else:
+            transaction.set_data(path, data)
+        checked, written = transaction.commit()
+        if isinstance(checked, NoNodeError):
+            service, name = instance_node.rsplit("/", 2)[1:]
+            return InstanceNotRegistered(
+                f"no instance {name!r} of service {service!r} is registered: metrics are "
+                "published only for live instances (register it first, or check the "
+                "partition and label)"
+            )
+        return written if isinstance(written, Exception) else None
 
     # --- shard maps (the shard manager's writer API) ------------------------------------------
 
