@@ -463,6 +463,7 @@ class RegistryCache:
         self._pending: set[_Task] = set()
         self._pending_lock = threading.Lock()
         self._worker: threading.Thread | None = None
+        self._stopping = False  # closed from the worker itself: stop after the current task
         self.stats = CacheStats()
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
@@ -488,11 +489,22 @@ class RegistryCache:
         self._worker.start()
 
     def close(self) -> None:
-        """Stop the worker."""
+        """Stop the worker, once it has run the tasks queued so far.
+
+        Called on the worker itself (a listener closing the client), it stops after the task
+        it is running, unwaited for: a thread cannot join itself, and the tasks queued behind
+        it would only read from the session being closed.
+        """
         self._zk.remove_listener(self._on_state)
+        if self.on_worker():
+            self._stopping = True
         self._tasks.put(None)
-        if self._worker is not None:
+        if self._worker is not None and not self.on_worker():
             self._worker.join()
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the worker (a listener, or a task, is running)."""
+        return self._worker is threading.current_thread()
 
     # --- called by readers ------------------------------------------------------------------
 
@@ -705,7 +717,7 @@ class RegistryCache:
         return _Task(self._resync)
 
     def _run(self) -> None:
-        while (task := self._next_task()) is not None:
+        while not self._stopping and (task := self._next_task()) is not None:
             with self._pending_lock:
                 self._pending.discard(task)
             try:

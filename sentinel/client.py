@@ -562,7 +562,9 @@ class Sentinel:
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
-        In a forked child this ends the child's own session, never the parent's.
+        In a forked child this ends the child's own session, never the parent's. It may be
+        called from a listener (the cache's worker stops once the listener returns), and
+        more than once: a closed client's close() does nothing.
         """
         if self._pid != os.getpid():
             self._renew_after_fork(serve=False)
@@ -570,17 +572,21 @@ class Sentinel:
             return
         with self._lifecycle_lock:
             self._started = False
-        if self._exports is not None:
-            self._exports.discard(self)
-        self._cache.close()
-        if self._snapshot_writer is not None:
-            self._snapshot_writer.close()
-        # Emptied, a lookup falls through to the load, which refuses on a closed client.
-        self._snapshots.clear()
-        self._shard_maps.clear()
-        self._nodes.close()
-        self._zk.stop()
-        self._zk.close()
+        # The session ends whatever stopping a thread raises: a second close() finds the
+        # client closed and returns, so this one is the only chance.
+        try:
+            if self._exports is not None:
+                self._exports.discard(self)
+            self._cache.close()
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close()
+            # Emptied, a lookup falls through to the load, which refuses on a closed client.
+            self._snapshots.clear()
+            self._shard_maps.clear()
+            self._nodes.close()
+        finally:
+            self._zk.stop()
+            self._zk.close()
 
     def _require_started(self) -> None:
         self._check_fork()
