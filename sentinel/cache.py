@@ -509,8 +509,15 @@ class RegistryCache:
     # --- called by readers ------------------------------------------------------------------
 
     def load(self, service: str) -> ServiceSnapshot:
-        """The snapshot of ``service``, loading it on the worker the first time."""
+        """The snapshot of ``service``, loading it on the worker the first time.
+
+        On the worker itself (a lookup made from a listener) the load runs there and then:
+        queued, it would wait behind the listener that waits for it.
+        """
         future: Future[ServiceSnapshot] = Future()
+        if self.on_worker():
+            self._serve_load(service, future)
+            return future.result()
         self._tasks.put(_Task(self._serve_load, (service, future)))
         try:
             return future.result(timeout=self._load_timeout)
