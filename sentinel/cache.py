@@ -463,7 +463,6 @@ class RegistryCache:
         self._pending: set[_Task] = set()
         self._pending_lock = threading.Lock()
         self._worker: threading.Thread | None = None
-        self._stopping = False  # closed from the worker itself: stop after the current task
         self.stats = CacheStats()
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
@@ -497,10 +496,12 @@ class RegistryCache:
         """
         self._zk.remove_listener(self._on_state)
         if self.on_worker():
-            self._stopping = True
+            self._worker = None  # no longer the worker: it stops after this task (see _run)
+            return
         self._tasks.put(None)
-        if self._worker is not None and not self.on_worker():
+        if self._worker is not None:
             self._worker.join()
+            self._worker = None
 
     def on_worker(self) -> bool:
         """Whether the calling thread is the worker (a listener, or a task, is running)."""
@@ -724,7 +725,10 @@ class RegistryCache:
         return _Task(self._resync)
 
     def _run(self) -> None:
-        while not self._stopping and (task := self._next_task()) is not None:
+        worker = threading.current_thread()
+        # Until close(), or a close() from a listener on this thread (then a start() may
+        # have begun another worker already).
+        while self._worker is worker and (task := self._next_task()) is not None:
             with self._pending_lock:
                 self._pending.discard(task)
             try:

@@ -32,6 +32,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    CalledFromListener,
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
@@ -1186,8 +1187,16 @@ class Sentinel:
         naming the step (and, on a timeout, the clients that had not confirmed); the old
         credential then still works. Without ``signer`` in a secured namespace it raises
         :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
+        From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
+        waits for confirmations, this client's own made by the thread that runs listeners.
         """
         self._require_started()
+        if self._cache.on_worker():
+            raise CalledFromListener(
+                "rotate_auth() waits for clients to confirm the new credential, and this "
+                "client confirms on the thread that runs its listeners: call it from another "
+                "thread"
+            )
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)
