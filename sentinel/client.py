@@ -21,6 +21,7 @@ from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry, zkprotocol
+from sentinel import validation as check
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -249,6 +250,29 @@ class Sentinel:
         persistent_watches: bool = True,
         inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
+        # Every setting is checked here, once, so a wrong one fails where it is given: the
+        # lookup path never checks them.
+        connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
+        session_timeout = check.number("session_timeout", session_timeout, above=0)
+        drain_wait = check.number("drain_wait", drain_wait, least=0)
+        negative_ttl = check.number("negative_ttl", negative_ttl, least=0)
+        resync_jitter = check.number("resync_jitter", resync_jitter, least=0)
+        read_through_rate = check.number("read_through_rate", read_through_rate, above=0)
+        snapshot_interval = check.number("snapshot_interval", snapshot_interval, above=0)
+        if inherited_max_age is not None:
+            inherited_max_age = check.number("inherited_max_age", inherited_max_age, least=0)
+        check.instance("feedback", feedback, InstanceFeedback)
+        check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
+        check.instance("identity", identity, str)
+        check.instance("auth_signer", auth_signer, str)
+        if auth_signer:  # given, it must be a key even while no key ring uses it
+            verify_key(auth_signer)
+        if not isinstance(auth_keys, ClientKeyring):
+            check.path("auth_keys", auth_keys)
+        check.path("snapshot_path", snapshot_path)
+        check.flag("announce", announce)
+        check.flag("persistent_watches", persistent_watches)
+        check.flag("require_signed", require_signed, optional=True)
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
@@ -703,8 +727,9 @@ class Sentinel:
 
         Call it before a server stops serving, so that no client still picks it.
         """
+        wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
         self.deregister_service(registration)
-        time.sleep(self.drain_wait if wait is None else wait)
+        time.sleep(wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
