@@ -62,6 +62,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    ClientClosed,
     DecodeError,
     PartitionNotFound,
     ReadThroughThrottled,
@@ -497,11 +498,25 @@ class RegistryCache:
         self._zk.remove_listener(self._on_state)
         if self.on_worker():
             self._worker = None  # no longer the worker: it stops after this task (see _run)
+            self._drop_queued()
             return
         self._tasks.put(None)
         if self._worker is not None:
             self._worker.join()
             self._worker = None
+
+    def _drop_queued(self) -> None:
+        """Closing on the worker: the tasks queued behind it will not run, and a reader
+        waiting for a load hears so at once rather than at its timeout."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                task = self._tasks.get_nowait()
+                if task is None:
+                    continue
+                with self._pending_lock:  # queued again after a start(), it must be queued
+                    self._pending.discard(task)
+                if task.run == self._serve_load:
+                    task.args[1].set_exception(ClientClosed("the client was closed"))
 
     def on_worker(self) -> bool:
         """Whether the calling thread is the worker (a listener, or a task, is running)."""

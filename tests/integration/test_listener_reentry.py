@@ -100,6 +100,34 @@ def test_close_from_a_listener_ends_the_session_and_its_registrations(
     assert client.connection_state == "closed"
 
 
+def test_a_lookup_queued_behind_a_listener_that_closes_fails_at_once(make_client):
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.register_service("other", "p1", "10.9.2.1", 5432, label="x")
+    waiting: dict[str, Any] = {}
+
+    def lookup_then_close(c: Sentinel) -> None:
+        # Another thread's first lookup of a service queues its load behind this listener.
+        def lookup() -> None:
+            started = time.monotonic()
+            try:
+                c.get_service("other")
+            except BaseException as exc:  # kept for the test to judge
+                waiting["error"] = exc
+            waiting["seconds"] = time.monotonic() - started
+
+        waiting["thread"] = threading.Thread(target=lookup)
+        waiting["thread"].start()
+        assert wait_until(lambda: not c._cache._tasks.empty(), 5) is not None
+        c.close()
+
+    probe = call_from_listener(publisher, client, lookup_then_close)
+
+    assert probe.error is None, repr(probe.error)
+    waiting["thread"].join(30)
+    assert waiting["seconds"] < AT_ONCE, f"the lookup waited {waiting['seconds']:.1f}s"
+    assert isinstance(waiting["error"], ClientClosed), repr(waiting.get("error"))
+
+
 def test_a_first_lookup_from_a_listener_loads_the_service_at_once(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
     publisher.register_service("other", "p1", "10.9.2.1", 5432, label="x")
