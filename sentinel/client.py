@@ -131,7 +131,9 @@ class Sentinel:
             ...
             sentinel.drain(registration)
 
-    Every parameter but the first three is keyword-only; all have defaults.
+    Every parameter but the first three is keyword-only; all have defaults. Each is checked
+    here: a value of the wrong type or out of its range raises
+    :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -949,6 +951,10 @@ class Sentinel:
         shard keys moved, the spec changed, and the connection's state. Callbacks run on the
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
+
+        A callback may call this client back: a first lookup loads its service on the spot,
+        :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
+        very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
         return self._cache.listen(service, callback)
