@@ -595,9 +595,9 @@ class Sentinel:
         """
         if self._pid != os.getpid():
             self._renew_after_fork(serve=False)
-        if not self._started:
-            return
-        with self._lifecycle_lock:
+        with self._lifecycle_lock:  # checked and set at once: one of two close() calls closes
+            if not self._started:
+                return
             self._started = False
         # The session ends whatever stopping a thread raises: a second close() finds the
         # client closed and returns, so this one is the only chance.
