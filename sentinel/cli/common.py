@@ -295,6 +295,7 @@ def run_daemon(
         announce=False,
         tls=tls_config(args),
     ) as sentinel:
+        sentinel.ensure_namespace()  # a role daemon may create it, as a publisher does
         daemon = start(sentinel)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: daemon.stop())
@@ -369,10 +370,7 @@ def connect(
         elif create:
             zk.ensure_path("/")
         elif zk.exists("/") is None:
-            raise NamespaceNotFound(
-                f"namespace {namespace} does not exist on {hosts}: create it with "
-                f"`sentinel init --namespace {namespace}`"
-            )
+            raise NamespaceNotFound(namespace, hosts)
         yield zk
     finally:
         zk.stop()
