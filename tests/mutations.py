@@ -52,6 +52,20 @@ MUTATIONS = (
         "shtab.complete(build_parser(), shell=args.shell)))",
         ("tests/unit/test_cli_parser.py::test_zsh_completion_names_every_command",),
     ),
+    Mutation(
+        "help-a-command-without-summary",
+        "sentinel/cli/common.py",
+        "        help=summary,\n",
+        '        help=summary if name != "prune" else None,\n',
+        ("tests/integration/test_cli.py::test_help_explains_every_command",),
+    ),
+    Mutation(
+        "help-a-subcommand-without-description",
+        "sentinel/cli/common.py",
+        "        description=description,\n",
+        '        description=description if name != "stats" else None,\n',
+        ("tests/integration/test_operator_cli.py::test_every_command_has_help",),
+    ),
 )
 
 

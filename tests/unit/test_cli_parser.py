@@ -11,23 +11,7 @@ import pytest
 
 from sentinel.cli import build_parser, main
 from sentinel.client import DEFAULT_NAMESPACE
-
-
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return next(
-        action.choices
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
-
-
-def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """Every command that runs something, with its words: ``("shard", "move")``."""
-    for name, sub in subcommands(parser).items():
-        if any(isinstance(action, argparse._SubParsersAction) for action in sub._actions):
-            yield from leaves(sub, (*path, name))
-        else:
-            yield (*path, name), sub
+from tests.parser_tree import has_subcommands, leaves, subcommands
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -150,7 +134,7 @@ def test_zsh_completion_names_every_command(capsys):
     parser = build_parser()
     expected = {(): sorted(subcommands(parser))}
     for name, sub in subcommands(parser).items():
-        if any(isinstance(action, argparse._SubParsersAction) for action in sub._actions):
+        if has_subcommands(sub):
             expected[(name,)] = sorted(subcommands(sub))
     assert offered == expected
     # and the top-level list is the one completed after `sentinel`
