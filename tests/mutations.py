@@ -66,6 +66,13 @@ MUTATIONS = (
         '        description=description if name != "stats" else None,\n',
         ("tests/integration/test_operator_cli.py::test_every_command_has_help",),
     ),
+    Mutation(
+        "snapshot-rate-limit-100x-weaker",
+        "sentinel/snapshot.py",
+        "self._stop.wait(self._min_interval)",
+        "self._stop.wait(self._min_interval / 100)",
+        ("tests/faults/test_snapshot.py::test_snapshot_writes_are_rate_limited",),
+    ),
 )
 
 
