@@ -42,6 +42,10 @@ class Mutation:
     tests: tuple[str, ...]
 
 
+TELEMETRY = (
+    "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
+)
+
 MUTATIONS = (
     Mutation(
         "zsh-no-top-level-commands",
@@ -72,6 +76,20 @@ MUTATIONS = (
         "self._stop.wait(self._min_interval)",
         "self._stop.wait(self._min_interval / 100)",
         ("tests/faults/test_snapshot.py::test_snapshot_writes_are_rate_limited",),
+    ),
+    Mutation(
+        "telemetry-snapshot-age-in-milliseconds",
+        "sentinel/client.py",
+        "return {name: now - s.built_at for name, s in dict(self._snapshots).items()}",
+        "return {name: (now - s.built_at) * 1000 for name, s in dict(self._snapshots).items()}",
+        (TELEMETRY,),
+    ),
+    Mutation(
+        "telemetry-propagation-delay-clamped-to-0",
+        "sentinel/telemetry.py",
+        "observe(max(time.time() - stat.mtime / 1000.0, 0.0))",
+        "observe(0.0)",
+        (TELEMETRY,),
     ),
 )
 
