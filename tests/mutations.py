@@ -91,6 +91,24 @@ MUTATIONS = (
         "observe(0.0)",
         (TELEMETRY,),
     ),
+    Mutation(
+        "connect-timeout-doubled",
+        "sentinel/client.py",
+        "self._zk.start(timeout=self.connect_timeout)",
+        "self._zk.start(timeout=self.connect_timeout * 2)",
+        (
+            "tests/integration/test_connection.py::"
+            "test_no_server_within_the_timeout_raises_and_leaves_no_threads",
+        ),
+    ),
+    Mutation(
+        "sasl-refusal-reported-late",
+        "sentinel/zkerrors.py",
+        "    if isinstance(exc, AuthFailedError):\n",
+        # a refused login reported only after a wait, as if retried until a timeout
+        "    if isinstance(exc, AuthFailedError):\n        __import__('time').sleep(2)\n",
+        ("tests/integration/test_sasl.py::test_a_wrong_password_is_refused_at_once_and_typed",),
+    ),
 )
 
 
