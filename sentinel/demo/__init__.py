@@ -38,8 +38,8 @@ from kazoo.client import KazooClient
 from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import RotationResult
 from sentinel.client import Sentinel
-from sentinel.demo.databases import Databases, JobReads, choose
-from sentinel.demo.job import Gate
+from sentinel.demo.databases import Databases, choose
+from sentinel.demo.job import Gate, JobReads
 from sentinel.demo.world import Agents, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
