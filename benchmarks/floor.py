@@ -23,6 +23,10 @@ The clients:
   ``listen()`` callback on another client (persistent watch, the worker's read, the snapshot
   swapped, the listener called), change row only.
 
+A third row, ``registration``, is the raw socket's floor for a new instance reaching a
+follower (a create; the children event, the list and the new node read): the floor that
+``benchmarks.compare`` divides its propagation figures by.
+
 Each row prints p50 and p99 over every sample of every round, min-max of the rounds' p50s,
 and the ratio of its p50 to the raw socket's.
 """
@@ -44,8 +48,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from benchmarks.common import percentiles, report
-from benchmarks.compare import INSTALL, compile_peer
+from benchmarks.common import compile_peer, percentiles, report
 from sentinel import Sentinel
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -53,14 +56,15 @@ from sentinel.transport import PollHandler
 
 PEER = Path(__file__).resolve().parent / "peers" / "FloorBench.java"
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-nop")
+INSTALL = "apt-get install default-jdk-headless zookeeper"
 WARM_UP = 100
 
 _INT = struct.Struct("!i")
 _HEADER = struct.Struct("!ii")  # xid, opcode
 _REPLY = struct.Struct("!iqi")  # xid, zxid, err
-_EXISTS, _GET_DATA, _SET_DATA, _CREATE, _CLOSE = 3, 4, 5, 1, -11
+_CREATE, _DELETE, _EXISTS, _GET_DATA, _SET_DATA, _GET_CHILDREN, _CLOSE = 1, 2, 3, 4, 5, 8, -11
 _WATCH_XID = -1
-_EPHEMERAL = 1
+_PERSISTENT, _EPHEMERAL = 0, 1
 _OPEN_ACL = _INT.pack(1) + _INT.pack(31)  # one entry: ALL ...
 _OPEN_ACL += _INT.pack(5) + b"world" + _INT.pack(6) + b"anyone"  # ... for world:anyone
 
@@ -138,8 +142,22 @@ class RawSession:
     def set(self, path: str, data: bytes) -> None:
         self.request(_SET_DATA, _string(path) + _string(data) + _INT.pack(-1))
 
-    def create_ephemeral(self, path: str) -> None:
-        self.request(_CREATE, _string(path) + _string(b"") + _OPEN_ACL + _INT.pack(_EPHEMERAL))
+    def children(self, path: str, watch: bool) -> list[str]:
+        body = self.request(_GET_CHILDREN, _string(path) + (b"\1" if watch else b"\0"))
+        (count,) = _INT.unpack_from(body)
+        names, offset = [], 4
+        for _ in range(count):
+            (length,) = _INT.unpack_from(body, offset)
+            names.append(body[offset + 4 : offset + 4 + length].decode())
+            offset += 4 + length
+        return names
+
+    def create(self, path: str, ephemeral: bool = True) -> None:
+        flags = _EPHEMERAL if ephemeral else _PERSISTENT
+        self.request(_CREATE, _string(path) + _string(b"") + _OPEN_ACL + _INT.pack(flags))
+
+    def delete(self, path: str) -> None:
+        self.request(_DELETE, _string(path) + _INT.pack(-1))
 
     def close(self) -> None:
         self._xid += 1
@@ -170,7 +188,7 @@ def raw_request(host: str, port: int, calls: int) -> list[float]:
 def raw_change(host: str, port: int, changes: int) -> list[float]:
     writer, follower = RawSession(host, port), RawSession(host, port)
     path = f"/floor-raw-{os.getpid()}"
-    writer.create_ephemeral(path)
+    writer.create(path)
     follower.get(path, watch=True)
 
     def change(i: int) -> None:
@@ -183,6 +201,30 @@ def raw_change(host: str, port: int, changes: int) -> list[float]:
         return timed(change, changes)
     finally:
         writer.close()
+        follower.close()
+
+
+def raw_registration(host: str, port: int, count: int) -> list[float]:
+    """The floor of a registration reaching a follower: the writer's create, then on the
+    follower the children event, the list read again and the new node read (watches set
+    again on both), as a cache must before it can serve the instance."""
+    writer, follower = RawSession(host, port), RawSession(host, port)
+    parent = f"/floor-registrations-{os.getpid()}"
+    writer.create(parent, ephemeral=False)
+    follower.children(parent, watch=True)
+
+    def register(i: int) -> None:
+        writer.create(f"{parent}/n{i}")
+        follower.next_event()  # NodeChildrenChanged
+        assert f"n{i}" in follower.children(parent, watch=True)
+        follower.get(f"{parent}/n{i}", watch=True)
+
+    try:
+        return timed(register, count)
+    finally:
+        writer.close()  # its ephemeral children go with its session, in one transaction
+        follower.next_event()  # NodeChildrenChanged: they are gone
+        follower.delete(parent)
         follower.close()
 
 
@@ -279,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--changes", type=int, default=300, help="changes per client and round")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as build, LocalZooKeeper() as zk:
-        java, why_not = compile_peer(Path(build), PEER, JARS, "FloorBench")
+        java, why_not = compile_peer(Path(build), PEER, JARS, "FloorBench", INSTALL)
         if java is None:
             print(f"(no Java row: {why_not})")
         host, port = "127.0.0.1", zk.members[0].client_port
@@ -296,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
                 "kazoo": lambda: kazoo_change(hosts, args.changes),
                 "sentinel": lambda: sentinel_change(hosts, args.changes),
             },
+            "registration": {"raw socket": lambda: raw_registration(host, port, args.changes)},
         }
         samples = {(kind, name): [] for kind, row in ways.items() for name in row}
         round_p50 = {key: [] for key in samples}

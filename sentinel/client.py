@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -37,8 +38,10 @@ from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
+    NamespaceNotFound,
     NoInstanceAvailable,
     SentinelError,
+    ServiceNotFound,
     ShardPolicyConflict,
     ShardPolicyExists,
     SigningRequired,
@@ -49,6 +52,7 @@ from sentinel.errors import (
 from sentinel.feedback import InstanceFeedback
 from sentinel.layout import (
     SECTIONS,
+    SERVICES,
     default_label,
     instance_path,
     metrics_path,
@@ -282,6 +286,8 @@ class Sentinel:
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
         self.inherited_max_age = inherited_max_age
+        # Whether this client made (or found) the namespace's sections: its first write does.
+        self._namespace_ready = False
         if auth_keys is None:
             self._keyring = ClientKeyring.from_env()
         elif isinstance(auth_keys, ClientKeyring):
@@ -444,7 +450,10 @@ class Sentinel:
 
     @translate_zk_errors
     def start(self) -> Sentinel:
-        """Connect and make sure the namespace and its sections exist.
+        """Connect. Nothing is written (but a key ring's public keys): the namespace and its
+        sections are created by the first write (:meth:`register_service`,
+        :meth:`update_metrics`...) or by :meth:`ensure_namespace`; until then reads raise
+        :class:`~sentinel.errors.NamespaceNotFound`.
 
         Raises :class:`ZooKeeperUnavailable` if no server answers within ``connect_timeout``.
         """
@@ -453,7 +462,8 @@ class Sentinel:
             return self
         try:
             with warnings.catch_warnings():
-                # The namespace is created just below; kazoo warns about it beforehand.
+                # A missing namespace is reported by the reads that need it (NamespaceNotFound)
+                # and created by the first write; kazoo's warning would only be noise.
                 warnings.filterwarnings("ignore", message="No chroot path exists")
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
@@ -479,12 +489,11 @@ class Sentinel:
             self._exports.add(self)
 
     def _prepare(self, serving: bool = False) -> None:
-        """Once connected: the namespace's sections, the signing requirement, this client's
-        public keys (with a key ring), and the session's ephemeral nodes. ``serving``: the
-        client already serves its snapshot, so neither a missing signer nor a key slot it may
-        not write can fail :meth:`start` any more: they are logged."""
-        for section in SECTIONS:
-            self._zk.ensure_path(section)
+        """Once connected: the signing requirement, this client's public keys (with a key
+        ring, which creates the namespace if missing: a write), and the session's ephemeral
+        nodes. ``serving``: the client already serves its snapshot, so neither a missing
+        signer nor a key slot it may not write can fail :meth:`start` any more: they are
+        logged. Without a key ring nothing here writes."""
         try:
             self._check_signing()
         except SigningRequired as exc:
@@ -493,6 +502,9 @@ class Sentinel:
             log.error("%s; until then every credential is refused", exc)
             self._credentials.refuse_all("refused: the namespace requires signed credentials")
         if self._keyring is not None:
+            # Publishing its keys is a write: like a publisher, such a client creates the
+            # namespace if it is missing (the manager can then seal credentials to it).
+            self._make_sections()
             try:
                 publish_public_keys(self._zk, self.auth_client, self._keyring)
             except ClientNotEnrolled as exc:
@@ -500,6 +512,58 @@ class Sentinel:
                     raise
                 log.error("%s; credentials sealed to keys published before still open", exc)
         self._nodes.start()
+
+    @translate_zk_errors
+    def ensure_namespace(self) -> None:
+        """Create the namespace and its five sections unless they exist (what ``sentinel init``
+        does without ``--secure``).
+
+        Reads never create anything (a missing namespace is
+        :class:`~sentinel.errors.NamespaceNotFound`); writes call this before their first
+        write, so publishers and the role daemons need not.
+        """
+        self._require_started()
+        self._make_sections()
+
+    def _make_sections(self) -> None:
+        for section in SECTIONS:
+            self._zk.ensure_path(section)
+        self._namespace_ready = True
+
+    def _require_writable(self) -> None:
+        """Before a write: started, and the namespace's sections made (once per client)."""
+        self._require_started()
+        if not self._namespace_ready:
+            self.ensure_namespace()
+
+    def _namespace_exists(self) -> bool:
+        return self._namespace_ready or self._zk.exists("/") is not None
+
+    def _no_namespace(self) -> NamespaceNotFound:
+        return NamespaceNotFound(self.namespace, self.hosts)
+
+    def _not_found(self, error: ServiceNotFound) -> SentinelError:
+        """What a lookup of a service without a spec raises: NamespaceNotFound when the whole
+        namespace is missing, else ``error`` with the closest registered names suggested.
+
+        A slow path already (the spec was read and missed): one listing more, for the
+        suggestions. Should that read fail, ``error`` is raised as it is.
+        """
+        service = error.service or ""
+        if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
+            return error  # suggested already, or another reason (an unreadable spec)
+        try:
+            names = self._zk.get_children(SERVICES)
+        except NoNodeError:
+            try:
+                return error if self._namespace_exists() else self._no_namespace()
+            except KazooException:
+                return error
+        except KazooException:
+            return error
+        names = [*names, *self._snapshots]
+        close = difflib.get_close_matches(service, sorted(set(names) - {service}), n=3)
+        return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
         """A client with a key ring must verify the manager's signatures in a secured
@@ -648,7 +712,7 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
         either way nothing is written.
         """
-        self._require_started()
+        self._require_writable()
         spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
@@ -688,7 +752,7 @@ class Sentinel:
         client's first registration of the service and kept. Invalid input raises
         :class:`~sentinel.errors.ValidationError` before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         instance = InstanceRecord(
             service=service,
             partition=partition,
@@ -711,7 +775,7 @@ class Sentinel:
         order (this is how an instance publishes properties others see, Sling's
         ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
         """
-        self._require_started()
+        self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
@@ -742,7 +806,10 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceNotFound` if the service has no spec.
         """
         self._require_started()
-        return read_service(self._zk, validate_name("service", service))
+        try:
+            return read_service(self._zk, validate_name("service", service))
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     # --- resolution ---------------------------------------------------------------------------
 
@@ -870,7 +937,12 @@ class Sentinel:
     def _load(self, service: str) -> ServiceSnapshot:
         self._require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
-        return self._snapshots.get(service) or self._cache.load(validate_name("service", service))
+        try:
+            return self._snapshots.get(service) or self._cache.load(
+                validate_name("service", service)
+            )
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     def partition_of(self, service: str, key: object) -> str | None:
         """The partition ``key`` maps to for ``service``; None when it is not sharded.
@@ -955,8 +1027,17 @@ class Sentinel:
         A callback may call this client back: a first lookup loads its service on the spot,
         :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
+
+        On a started client, raises :class:`~sentinel.errors.NamespaceNotFound` when the
+        namespace does not exist (nothing would ever be heard; reading never creates it).
         """
         self._check_fork()
+        try:
+            missing = self._started and self._zk.connected and not self._namespace_exists()
+        except KazooException:  # the connection dropped meanwhile: listening is still right
+            missing = False
+        if missing:
+            raise self._no_namespace()
         return self._cache.listen(service, callback)
 
     @property
@@ -1029,7 +1110,7 @@ class Sentinel:
         tell fresh from stale. The node is persistent: metrics outlive a collector's session,
         and their age says how much to trust them.
         """
-        self._require_started()
+        self._require_writable()
         identity = (
             (instance.service, instance.partition, instance.label)
             if isinstance(instance, Registration)
@@ -1106,7 +1187,7 @@ class Sentinel:
         Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists (see
         :meth:`ensure_shard_policy` for the idempotent form).
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         shards.create_policy(self._zk, spec)
         return spec
@@ -1130,7 +1211,7 @@ class Sentinel:
         :class:`~sentinel.errors.ShardPolicyExists`) if the policy exists with another spec,
         and then writes nothing; its keys are never touched.
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         try:
             shards.create_policy(self._zk, spec)
@@ -1147,13 +1228,13 @@ class Sentinel:
     @translate_zk_errors
     def update_shard_info(self, policy: str, key: object, partition: str) -> None:
         """Assign ``key`` to ``partition`` in directory policy ``policy``."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: partition})  # type: ignore[dict-item]
 
     @translate_zk_errors
     def remove_shard_key(self, policy: str, key: object) -> None:
         """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
 
     @translate_zk_errors
@@ -1163,7 +1244,7 @@ class Sentinel:
         Returns False if the key already has a partition. Once the leader has placed it, the
         bucket's watch brings it to every client.
         """
-        self._require_started()
+        self._require_writable()
         return shards.request_placement(self._zk, policy, key)  # type: ignore[arg-type]
 
     @translate_zk_errors
@@ -1173,7 +1254,7 @@ class Sentinel:
         Everything is validated before the first write; buckets are written in multi-op
         transactions under the size limit, each with a compare-and-set on its version.
         """
-        self._require_started()
+        self._require_writable()
         return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]
 
     # --- authentication manager ---------------------------------------------------------------
@@ -1197,7 +1278,7 @@ class Sentinel:
         credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
         namespace, in each case before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
 
     @translate_zk_errors
@@ -1221,7 +1302,7 @@ class Sentinel:
         From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
         waits for confirmations, this client's own made by the thread that runs listeners.
         """
-        self._require_started()
+        self._require_writable()
         if self._cache.on_worker():
             raise CalledFromListener(
                 "rotate_auth() waits for clients to confirm the new credential, and this "

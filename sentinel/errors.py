@@ -141,10 +141,21 @@ class ResolutionError(SentinelError):
 
 
 class ServiceNotFound(ResolutionError):
-    """No spec node exists for the service in this namespace (or it cannot be read)."""
+    """No spec node exists for the service in this namespace (or it cannot be read).
 
-    def __init__(self, service: str, reason: str = "is not registered") -> None:
-        super().__init__(f"service {service!r} {reason}", service=service)
+    ``suggestions`` holds the registered names closest to the one asked for (a typo's fix),
+    most similar first; the message ends with them as "did you mean ...?".
+    """
+
+    NOT_REGISTERED = "is not registered"
+
+    def __init__(
+        self, service: str, reason: str = NOT_REGISTERED, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"service {service!r} {reason}{hint}", service=service)
+        self.reason = reason
+        self.suggestions = tuple(suggestions)
 
 
 class PartitionNotFound(ResolutionError):
@@ -230,7 +241,20 @@ class TlsConfigError(ValidationError):
 
 
 class NamespaceNotFound(SentinelError):
-    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+    """The namespace root does not exist on this ensemble, and reading never creates it.
+
+    ``namespace`` and ``hosts`` say which namespace on which ensemble; the message gives the
+    ``sentinel init`` command that creates it (publishers and role daemons create it too, on
+    their first write).
+    """
+
+    def __init__(self, namespace: str, hosts: str) -> None:
+        super().__init__(
+            f"namespace {namespace} does not exist on ZooKeeper {hosts} (reading never creates "
+            f"it): create it with `sentinel init --zk {hosts} --namespace {namespace}`"
+        )
+        self.namespace = namespace
+        self.hosts = hosts
 
 
 class RegistryError(SentinelError):

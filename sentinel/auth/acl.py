@@ -16,6 +16,9 @@ DIGEST-MD5 against the server's JAAS users). In a secured namespace:
 | ``/clients/<service>`` | ``admin``; any client *creates* its own entry | read, create |
 | ``/clients/<service>/<client>`` | the client's identity | read |
 
+Only the admin holds ADMIN (the right to change a node's ACL) on the root, the sections and the
+nodes it grants; each role holds every other right on its section, and ADMIN on the nodes it
+creates itself (as anyone who creates a node may choose its ACL).
 Nobody claims a node someone else should own: the admin grants (a key slot, a service's
 ``/clients`` node), and nothing open to anyone lets its creator choose who controls it next.
 Credentials are encrypted, so the world-readable ``/auth`` leaks nothing but their existence.
@@ -78,6 +81,13 @@ def owner_acl(identity: str) -> ACL:
     """All permissions for one identity: digest ``user:password``, or ``sasl:user:password``
     (SASL DIGEST-MD5; the ACL names the user)."""
     return ACL(Permissions.ALL, identity_id(identity))
+
+
+def role_acl(identity: str) -> ACL:
+    """Every permission but ADMIN for one identity: what a role holds on a node it did not
+    create (a section, a daemon's service). Only the admin may change who may do what there;
+    a role holding ADMIN could open its section to anyone, or shut the admin out of it."""
+    return ACL(Permissions.ALL & ~Permissions.ADMIN, identity_id(identity))
 
 
 def client_arguments(identity: str | None) -> dict[str, Any]:
@@ -232,7 +242,7 @@ def namespace_acls(identities: Mapping[str, str]) -> dict[str, list[ACL]]:
         CLIENTS: [admin, ACL(Permissions.CREATE, identity_id(identities["publisher"])), WORLD_READ],
     }
     for section, role in SECTION_OWNERS.items():
-        acls[section] = [admin, owner_acl(identities[role]), WORLD_READ]
+        acls[section] = [admin, role_acl(identities[role]), WORLD_READ]
     acls[AUTH_KEYS] = [admin, WORLD_READ]
     return acls
 

@@ -221,10 +221,13 @@ class _Plan:
 
 
 def _within(current: list[ACL], wanted: list[ACL]) -> bool:
-    """Whether ``current`` lets nobody write whom ``wanted`` does not, and anyone read.
+    """Whether ``current`` lets some of ``wanted``'s writers and nobody else write, and
+    anyone read. A node nobody may write is nobody's: left behind so that no one can change
+    or remove it (its maker shut it to READ).
 
     Identities are compared whole (scheme and id, a digest's hash included): a digest whose
     hash ZooKeeper hid (``user:x``) is none of the roles', whose hashes this session sees.
     """
     readable = any(e.id == WORLD_READ.id and e.perms & Permissions.READ for e in current)
-    return readable and not world_writable(current) and writers(current) <= writers(wanted)
+    found = writers(current)
+    return readable and not world_writable(current) and bool(found) and found <= writers(wanted)

@@ -58,7 +58,8 @@ def _init(args: argparse.Namespace) -> int:
         identities = acl.load_identities(args.identities, create_missing=True)
     elif requested:
         raise ValidationError("--grant needs --secure")
-    with client(args) as sentinel:  # starting a client creates the namespace and sections
+    with client(args) as sentinel:
+        sentinel.ensure_namespace()
         document: dict[str, Any] = {
             "namespace": sentinel.namespace,
             "hosts": sentinel.hosts,

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
@@ -92,14 +93,19 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
 ACL_SAMPLE = 10_000
 
 
-def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Finding]:
-    """Every section node's ACL against what ``init --secure`` sets (the first 10,000 nodes,
-    breadth first, in bigger namespaces: said in the finding).
+def _acls(
+    zk: KazooClient, namespace: str, identities: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """The ACL of the root, every section and every node below them against what ``init
+    --secure`` sets (the first 10,000 nodes below the sections, breadth first, in bigger
+    namespaces: said in the finding).
 
-    ``verified``: the session acts as every role (``--identities``), so ZooKeeper shows it
-    the hash of each role's digest and identities are compared whole; otherwise by user
-    name, and a warning says how many nodes could not be told from a role's.
+    ``identities`` (``--identities``): the session acts as every role, so ZooKeeper shows it
+    the hash of each role's digest; identities are compared whole, and the root and the
+    sections with exactly what ``init --secure`` sets. Without them, by user name, and a
+    warning says how many nodes could not be told from a role's.
     """
+    verified = identities is not None
     if not acl.is_secured(zk):
         return [
             Finding(
@@ -110,7 +116,12 @@ def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Fi
             )
         ]
     admins = acl.admins(zk)
+    expected = acl.namespace_acls(identities) if identities is not None else {}
     findings: list[Finding] = []
+    for path in ("/", *SECTIONS, AUTH_KEYS):
+        problem = _section_problem(zk, path, admins, expected.get(path))
+        if problem is not None:
+            findings.append(Finding("error", "acl", f"{path}: {problem}", _SECTION_FIX))
     queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
     checked, truncated, unverified = 0, False, 0
     while queue:
@@ -155,6 +166,31 @@ def _acls(zk: KazooClient, namespace: str, *, verified: bool = False) -> list[Fi
 
 
 _SECURE_FIX = "sentinel init --secure --identities FILE"
+_SECTION_FIX = (
+    f"{_SECURE_FIX} (when it reports the node unrepaired, its ACL shuts the admin out and a "
+    "ZooKeeper superuser must reset it)"
+)
+
+
+def _section_problem(
+    zk: KazooClient, path: str, admins: frozenset, expected: list | None
+) -> str | None:
+    """What is wrong with the ACL of the root or a section node, or None: anyone may write
+    it, someone but the admins may change its ACL, or (``expected``, with ``--identities``)
+    it is not what ``init --secure`` sets."""
+    try:
+        entries, _ = zk.get_acls(path)
+    except NoNodeError:
+        return None  # a missing section is the namespace check's finding
+    if acl.world_writable(entries):
+        return "anyone may write it"
+    holders = {e.id for e in entries if e.perms & Permissions.ADMIN} - admins
+    if holders:
+        names = ", ".join(sorted(acl.principal(i).id for i in holders))
+        return f"{names} may change its ACL (ADMIN): only the admin may"
+    if expected is not None and sorted(entries) != sorted(expected):
+        return "its ACL is not the one init --secure sets"
+    return None
 
 
 def _squatter(path: str, stat: ZnodeStat) -> tuple[str, str] | None:
@@ -205,6 +241,11 @@ def _acl_problem(
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
     allowed, found = acl.writers(section_acl), acl.writers(entries)
+    if not found:
+        return "nobody may write it, so nobody can change or remove what it says", (
+            f"{_SECURE_FIX} (removes it; when it reports it unrepaired, a ZooKeeper superuser "
+            "must delete it)"
+        )
     if not verified:  # the hashes are hidden: user names are all this session can compare
         allowed, found = {acl.principal(i) for i in allowed}, {acl.principal(i) for i in found}
     outsiders = found - allowed
@@ -380,7 +421,7 @@ def _doctor(args: argparse.Namespace) -> int:
                 acl.act_as_every_role(zk, identities)
             findings.append(_server(hosts))
             findings += _sections(zk, args.namespace)
-            findings += _acls(zk, args.namespace, verified=identities is not None)
+            findings += _acls(zk, args.namespace, identities)
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)

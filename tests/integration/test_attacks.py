@@ -34,6 +34,7 @@ from sentinel.layout import (
     AUTH_KEYS,
     CLIENTS,
     METRICS,
+    SECTIONS,
     SERVICES,
     SHARD_INFO,
     auth_keys_path,
@@ -601,6 +602,59 @@ def test_a_planted_node_init_secure_cannot_remove_is_named_and_doctor_flags_it(
     # The rest of the namespace is secured: the victim resolves and rotates.
     victim = enrolled_victim(upgrade)
     still_rotates(upgrade, victim, tmp_path)
+
+
+# --- ADMIN is the admin's -------------------------------------------------------------------
+
+
+def test_no_role_may_change_an_acl_it_did_not_create(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    daemon_service = service_path("metric-collector-default")  # granted by init --secure
+    nodes = ["/", *SECTIONS, AUTH_KEYS, f"{CLIENTS}/{SERVICE}", daemon_service]
+    roles = [role for role in acls.ROLES if role != "admin"]
+    sessions = [secured.kazoo(secured.identities[role]) for role in roles]
+    for session in (*sessions, *intruders(secured)):
+        for path in nodes:
+            for acl in (list(OPEN_ACL_UNSAFE), list(READ_ACL_UNSAFE)):  # open it, or shut it
+                assert refused(lambda s=session, p=path, a=acl: s.set_acls(p, a)), path
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    assert (code, [f["severity"] for f in findings]) == (0, ["ok"]), findings
+    # A namespace secured by an earlier version gave each role ALL (ADMIN too) on its section:
+    # doctor says so, from the section node itself, and init --secure takes it back.
+    admin = secured.kazoo(secured.identities["admin"])
+    earlier = [acls.owner_acl(secured.identities[r]) for r in ("admin", "collector")]
+    admin.set_acls(METRICS, [*earlier, acls.WORLD_READ])
+    code, findings = doctor_acls(cli_in_process)
+    assert code == 1 and any(
+        f["detail"].startswith(f"{METRICS}: collector may change its ACL") for f in findings
+    ), findings
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, report["changed"], report["unrepaired"]) == (0, 1, [])
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    assert (code, [f["severity"] for f in findings]) == (0, ["ok"]), findings
+    still_rotates(secured, victim, tmp_path)
+    assert victim.get_service(SERVICE).port == 5432
+
+
+def test_a_node_a_daemon_left_that_nobody_may_remove_is_named(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    collector = secured.kazoo(secured.identities["collector"])
+    pinned = f"{service_path('metric-collector-default')}/p1:pinned"
+    collector.create(pinned, b"{}", acl=list(OPEN_ACL_UNSAFE))
+    collector.create(f"{pinned}/child", b"", acl=list(OPEN_ACL_UNSAFE))
+    collector.set_acls(pinned, list(READ_ACL_UNSAFE))  # its own node: nobody may write it now
+    admin = secured.kazoo(secured.identities["admin"])
+    assert refused(lambda: admin.delete(pinned, recursive=True))
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, report["unrepaired"]) == (1, [pinned])
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    flagged = [f["detail"] for f in findings if f["severity"] == "error"]
+    assert code == 1 and flagged == [
+        f"{pinned}: nobody may write it, so nobody can change or remove what it says"
+    ]
+    still_rotates(secured, victim, tmp_path)
 
 
 # --- what the admin sees and repairs ----------------------------------------------------------

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sentinel.policies.metrics import MinLag
 
-from policies.metrics import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
 from sentinel.collector import MetricCollector, parse_config

@@ -187,6 +187,7 @@ CASES: dict[str, Case] = {
     "report": Case(lambda c, s: c.report(c.get_service("other"), ok=False, latency=0.1)),
     "listen": Case(lambda c, s: c.listen("other", lambda event: None)),
     # publishing
+    "ensure_namespace": Case(lambda c, s: c.ensure_namespace()),
     "ensure_service": Case(lambda c, s: c.ensure_service("fresh")),
     "register_service": Case(
         lambda c, s: c.register_service("own", "p1", "10.9.1.2", 5432, label="second")

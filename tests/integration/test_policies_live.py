@@ -3,9 +3,9 @@
 import json
 
 import pytest
+from sentinel.balancers import RoundRobin
+from sentinel.policies import FreshMetrics, MinLag
 
-from balancers import RoundRobin
-from policies import FreshMetrics, MinLag
 from sentinel.errors import (
     InstanceNotRegistered,
     InvalidName,
