@@ -711,13 +711,18 @@ class Sentinel:
 
         The node is rewritten in place, so the instance keeps its place in its cluster's
         order (this is how an instance publishes properties others see, Sling's
-        ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
+        ``PropertyProvider``, or takes itself out of rotation with ``status="draining"`` and
+        back with ``status="up"``). Fields not given keep their published value, including a
+        status another client set (``sentinel drain``). Returns the new registration.
         """
         self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        instance = dataclasses.replace(registration.instance, **changes)
+        # From the registration as published now: a status an operator set since (`sentinel
+        # drain`) is kept unless ``status`` is among the changes.
+        current = self._publisher.current(registration).instance
+        instance = dataclasses.replace(current, **changes)
         return self._publisher.register(instance)
 
     @translate_zk_errors
