@@ -955,16 +955,12 @@ class Sentinel:
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
 
-        On a started client, raises :class:`~sentinel.errors.NamespaceNotFound` when the
-        namespace does not exist (nothing would ever be heard; reading never creates it).
+        Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
+        the event loop): in a namespace that does not exist, the load that follows
+        (:meth:`prefetch`, :meth:`get_service`) raises
+        :class:`~sentinel.errors.NamespaceNotFound`.
         """
         self._check_fork()
-        try:
-            missing = self._started and self._zk.connected and not self._namespace_exists()
-        except KazooException:  # the connection dropped meanwhile: listening is still right
-            missing = False
-        if missing:
-            raise self._no_namespace()
         return self._cache.listen(service, callback)
 
     @property
