@@ -511,8 +511,8 @@ class Sentinel:
                 return error
         except KazooException:
             return error
-        names = [*names, *self._snapshots]
-        close = difflib.get_close_matches(service, sorted(set(names) - {service}), n=3)
+        names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
+        close = difflib.get_close_matches(service, sorted(names), n=3)
         return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
