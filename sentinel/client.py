@@ -35,6 +35,7 @@ from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
+    InstanceNotRegistered,
     NamespaceNotFound,
     NoInstanceAvailable,
     SentinelError,
@@ -51,20 +52,23 @@ from sentinel.layout import (
     SECTIONS,
     SERVICES,
     default_label,
+    instance_path,
     metrics_path,
     sanitize_name,
     validate_name,
     validate_namespace,
 )
+from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, MetricValue, ServiceSpec, decode
 from sentinel.registry import ServiceListing, read_service
 from sentinel.snapshot import SnapshotWriter, load_snapshot
+from sentinel.strategies import Balancer, SelectionPolicy
 from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
-    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
+    from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,9 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
+# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
+# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+DEFAULT_INHERITED_MAX_AGE = 0.5
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
 # seconds at most, and a fleet's retries stay spread.
@@ -198,6 +205,13 @@ class Sentinel:
         serves that last-known-good snapshot, marked stale, and keeps connecting.
     snapshot_interval : float, default 1.0
         The snapshot is written at most this often (seconds).
+    inherited_max_age : float or None, default 0.5
+        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
+        parent's cache may be for the child to serve it while its own session connects.
+        Older, the child's first lookup of each service waits for its own session's read (up
+        to ``connect_timeout``, then :class:`~sentinel.errors.ZooKeeperUnavailable`), so a
+        worker forked long before its first request never returns an instance drained
+        since. None serves the inherited cache however old it is.
 
     **Publishing**
 
@@ -236,6 +250,7 @@ class Sentinel:
         snapshot_path: str | os.PathLike[str] | None = None,
         snapshot_interval: float = 1.0,
         persistent_watches: bool = True,
+        inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -243,6 +258,7 @@ class Sentinel:
         self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
+        self.inherited_max_age = inherited_max_age
         # Whether this client made (or found) the namespace's sections: its first write does.
         self._namespace_ready = False
         if auth_keys is None:
@@ -360,7 +376,9 @@ class Sentinel:
         registrations (the parent's instances stay the parent's) and no snapshot file (the
         parent writes it). A started client serves the inherited snapshots and shard maps,
         marked stale, while it connects in the background; the re-sync on connecting re-reads
-        them all and sets its own watches, as after a start from a snapshot file. Without
+        them all and sets its own watches, as after a start from a snapshot file. When they
+        are older than ``inherited_max_age`` nothing inherited is served: the services are
+        read again on the child's session, and a lookup waits for its service's read. Without
         ``serve`` (a child closing a client it never used) the client is left closed.
         """
         with self._lifecycle_lock:
@@ -378,7 +396,12 @@ class Sentinel:
             started, self._started = self._started, False
             if started and serve:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                limit = self.inherited_max_age
+                if limit is None or time.time() - stale_since <= limit:
+                    self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                else:  # too old to serve: read afresh, the inherited services first
+                    self._serve_restored({}, {}, stale_since)
+                    self._cache.prefetch(sorted(inherited.snapshots))
             self._forked_at = None
             self._pid = os.getpid()
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
@@ -671,7 +694,7 @@ class Sentinel:
         partition: str,
         host: str,
         port: int,
-        scheme: str = "http",
+        scheme: str | None = None,
         label: str | None = None,
         weight: float = 1,
         zone: str | None = None,
@@ -686,9 +709,15 @@ class Sentinel:
         the earlier node: this client's own, or another session's node of the same host and
         port (this instance restarted). A label another live instance (another host or port)
         holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be
-        an IP address or a DNS name. The service spec is created if missing.
-        Invalid input raises :class:`~sentinel.errors.ValidationError` before anything is
-        written.
+        an IP address or a DNS name. The service spec is created if missing, with ``scheme``
+        (default ``"http"``).
+
+        The instance follows its service's spec: without ``scheme`` it takes the spec's (an
+        instance of a ``postgresql`` service is a ``postgresql://`` endpoint), and a different
+        ``scheme`` given explicitly, or a ``partition`` the service's shard policy does not
+        declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
+        client's first registration of the service and kept. Invalid input raises
+        :class:`~sentinel.errors.ValidationError` before anything is written.
         """
         self._require_writable()
         instance = InstanceRecord(
@@ -697,13 +726,13 @@ class Sentinel:
             label=label if label is not None else default_label(host, port),
             host=host,
             port=port,
-            scheme=scheme,
+            scheme="http" if scheme is None else scheme,
             status=status,
             weight=weight,
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance)
+        return self._publisher.register(instance, inherit_scheme=scheme is None)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -759,37 +788,44 @@ class Sentinel:
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
-        balancer: Balancer | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
+        balancer: Balancer | str | None = None,
     ) -> Endpoint:
         """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
 
         The first call for a service loads it into the cache and sets watches; later calls
         are dictionary lookups on an immutable snapshot. Only instances with status ``up`` are
         ever returned; ``policy`` filters those further (for example on their metrics), and
-        ``balancer`` picks one (default: round robin per service). Unsharded services ignore
-        ``key``.
+        ``balancer`` picks one (default: round robin per service). Each is an instance or the
+        name it is registered under (``policy="min_lag"``, ``balancer="power_of_two"``, the
+        names the CLI takes; built once, with no arguments). Unsharded services ignore ``key``.
 
         Raises :class:`~sentinel.errors.ServiceNotFound`,
-        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
-        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
+        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere),
+        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition) or
+        :class:`~sentinel.errors.ValidationError` (a ``policy`` or ``balancer`` that is neither
+        an instance nor a registered name: a class, a number, an unknown name).
         """
         snapshot = self._snapshots.get(service)
         try:
             if snapshot is None:
                 snapshot = self._load(service)
             candidates = self._eligible(snapshot, service, key, policy)
+            if balancer is None:
+                balancer = snapshot.balancer
+            elif not isinstance(balancer, Balancer):  # the one check an instance pays
+                balancer = as_balancer(balancer)
         except SentinelError as exc:
             self._count_failure(service, exc)
             raise
         snapshot.lookups.ok += 1  # a plain int, read at scrape time (see sentinel.telemetry)
-        return (balancer or snapshot.balancer).pick(candidates)
+        return balancer.pick(candidates)
 
     def get_services(
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
     ) -> tuple[Endpoint, ...]:
         """Every eligible endpoint, for callers that pool connections; errors as get_service."""
         try:
@@ -842,8 +878,11 @@ class Sentinel:
             if partition is None:
                 partition = self._cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
-        if policy is not None and candidates:
-            candidates = policy(candidates)  # type: ignore[operator]
+        if policy is not None:
+            if not isinstance(policy, SelectionPolicy):  # the one check an instance pays
+                policy = as_policy(policy)
+            if candidates:
+                candidates = policy(candidates)  # type: ignore[operator, assignment]
         if self.feedback.down and candidates:
             candidates = self.feedback.exclude_down(candidates)
         if not candidates:
@@ -899,6 +938,7 @@ class Sentinel:
         For operators (``sentinel resolve``) and debugging; it does the same work as a lookup
         plus a pass per policy, so keep it off the request path.
         """
+        policy = None if policy is None else as_policy(policy)
         snapshot = self._snapshots.get(service) or self._load(service)
         shard_policy = snapshot.spec.shard_policy
         partition = None if shard_policy is None else self._partition(shard_policy, service, key)
@@ -1054,14 +1094,40 @@ class Sentinel:
         )
         path = metrics_path(service, partition, label)
         data = record.to_bytes(path)
-        try:
-            self._zk.set(path, data)
-        except NoNodeError:
-            try:
-                self._zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                self._zk.set(path, data)
+        # One request, as before: the write is conditional on the instance's node existing
+        # (a check of any version), so metrics for an instance nobody registered (a typo in a
+        # collector's configuration) are refused rather than left in an orphan node.
+        instance_node = instance_path(service, partition, label)
+        failure = self._write_if_registered(instance_node, path, data, create=False)
+        if isinstance(failure, NoNodeError):  # the instance's first metrics: create the node
+            self._zk.ensure_path(path.rsplit("/", 1)[0])
+            failure = self._write_if_registered(instance_node, path, data, create=True)
+            if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
+                failure = self._write_if_registered(instance_node, path, data, create=False)
+        if failure is not None:
+            raise failure
         return record
+
+    def _write_if_registered(
+        self, instance_node: str, path: str, data: bytes, *, create: bool
+    ) -> Exception | None:
+        """Write (or create) the metrics node at ``path`` if ``instance_node`` exists, in one
+        transaction; the write's failure (kazoo returns it), or InstanceNotRegistered."""
+        transaction = self._zk.transaction()
+        transaction.check(instance_node, -1)
+        if create:
+            transaction.create(path, data)
+        else:
+            transaction.set_data(path, data)
+        checked, written = transaction.commit()
+        if isinstance(checked, NoNodeError):
+            service, name = instance_node.rsplit("/", 2)[1:]
+            return InstanceNotRegistered(
+                f"no instance {name!r} of service {service!r} is registered: metrics are "
+                "published only for live instances (register it first, or check the "
+                "partition and label)"
+            )
+        return written if isinstance(written, Exception) else None
 
     # --- shard maps (the shard manager's writer API) ------------------------------------------
 

@@ -9,6 +9,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ValidationError (ValueError)         input: refused before anything was written
     │   ├── InvalidName
     │   ├── ValueTooLarge
+    │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
     │   ├── TlsConfigError
     │   └── SigningRequired (also AuthError)
@@ -91,6 +92,12 @@ class InvalidName(ValidationError):
 
 class ValueTooLarge(ValidationError):
     """An encoded value is over the size Sentinel allows for one znode."""
+
+
+class InstanceNotRegistered(ValidationError):
+    """Metrics were published for an instance that is not registered (no live node of that
+    service, partition and label): they would sit in an orphan node no lookup reads, so nothing
+    was written."""
 
 
 class DecodeError(SentinelError):

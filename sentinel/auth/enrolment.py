@@ -102,13 +102,16 @@ def slot_owner(zk: KazooClient, client: str) -> Id | None:
 
 def owned_by(entries: list[ACL], owner: Id | None, admin_ids: frozenset[Id]) -> bool:
     """Whether a node with ACL ``entries`` can have been written only by ``owner`` (or by an
-    admin, when ``owner`` is None).
+    admin, when ``owner`` is None). A node nobody may write (a squatter's, shut to READ after
+    it wrote it) is nobody's.
 
     Compared by user name (:func:`~sentinel.auth.acl.principal`): ZooKeeper hides digest
     hashes from sessions without ADMIN on a node, which a rotation's manager lacks on
     clients' entries.
     """
     admins = {acl.principal(i) for i in admin_ids}
+    everyone = {acl.principal(i) for i in acl.writers(entries)}
+    if acl.world_writable(entries) or not everyone:
+        return False
     expected = {acl.principal(owner)} if owner is not None else set()
-    found = {acl.principal(i) for i in acl.writers(entries)} - admins
-    return not acl.world_writable(entries) and found == expected
+    return everyone - admins == expected
