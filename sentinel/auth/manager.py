@@ -289,6 +289,7 @@ class Rotation:
         when the namespace is secured and the rotation has no signing key.
         """
         require_signing_key(self._zk, self._signer)
+        confirmation_owners(self._zk, self.clients)  # key slots and namespace, before `create`
         auth_rotation(self.service, "started")
         try:
             return self._run(timeout)

@@ -27,7 +27,13 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
-from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
+from sentinel.errors import (
+    ClientNotEnrolled,
+    KeySlotNotOwned,
+    NamespaceNotTrusted,
+    RotationFailed,
+    SigningRequired,
+)
 from sentinel.events import AuthChanged
 from sentinel.layout import (
     AUTH,
@@ -655,6 +661,61 @@ def test_a_node_a_daemon_left_that_nobody_may_remove_is_named(
         f"{pinned}: nobody may write it, so nobody can change or remove what it says"
     ]
     still_rotates(secured, victim, tmp_path)
+
+
+# --- a namespace someone else made -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("squatter", "open_sections"), [("admin:evil", True), ("mallory:mallory-pw", False)]
+)
+def test_a_squatted_namespace_root_is_refused(
+    zookeeper, namespace, cli_in_process, tmp_path, squatter, open_sections
+):
+    attacker = KazooClient(hosts=zookeeper.connect_string)
+    attacker.start(timeout=10)
+    try:
+        # ZooKeeper's / is anyone's: the namespace is made first, with the squatter as admin.
+        attacker.add_auth("digest", squatter)
+        mine = [acls.owner_acl(squatter), acls.WORLD_READ]
+        attacker.create(namespace, b"", acl=mine)
+        for section in SECTIONS:
+            attacker.create(
+                namespace + section, b"", acl=OPEN_ACL_UNSAFE if open_sections else mine
+            )
+        slot = auth_keys_path("billing-api")
+        attacker.create(namespace + AUTH_KEYS, b"", acl=mine)
+        keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+        attacker.create(namespace + slot, keys, acl=mine)  # the squatter's own key
+        identities = tmp_path / "identities.json"
+        done = cli_in_process("init", "--secure", "--identities", str(identities))
+        user = squatter.split(":")[0]
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"{namespace} is controlled by digest:{user}" in done.stderr
+        assert "superuser" in done.stderr and "another --namespace" in done.stderr
+        assert attacker.get_acls(namespace)[0] == mine  # nothing was changed
+        # The operator carries on anyway: the manager encrypts nothing to the squatter's key.
+        space = secured_namespace(zookeeper, namespace, identities)
+        manager = space.role("auth_manager")
+        with pytest.raises(NamespaceNotTrusted, match="/auth"):
+            manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=space.signer)
+        assert attacker.exists(namespace + auth_path(SERVICE, "billing-api")) is None
+        space.close()
+    finally:
+        attacker.stop()
+        attacker.close()
+    # The fix it names: another namespace, secured by the CLI, serves the victim.
+    elsewhere = f"{namespace}-2"
+    done = cli_in_process(
+        "init", "--secure", "--identities", str(identities), namespace_override=elsewhere
+    )
+    assert done.returncode == 0, done.stderr
+    space = secured_namespace(zookeeper, elsewhere, identities)
+    try:
+        victim = enrolled_victim(space)
+        still_rotates(space, victim, tmp_path)
+    finally:
+        space.close()
 
 
 # --- what the admin sees and repairs ----------------------------------------------------------
