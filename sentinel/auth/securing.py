@@ -41,9 +41,7 @@ from sentinel.layout import AUTH, CLIENTS, SERVICES, service_path
 from sentinel.registry import all_children
 
 
-def check_namespace_control(
-    zk: KazooClient, namespace: str, identities: Mapping[str, str]
-) -> None:
+def check_namespace_control(zk: KazooClient, namespace: str, identities: Mapping[str, str]) -> None:
     """Refuse to secure ``namespace`` unless one of ``identities`` controls its root and
     every parent.
 
