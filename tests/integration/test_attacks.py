@@ -396,7 +396,11 @@ def test_a_squatter_under_clients_holds_no_rotation_and_is_named(
     code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
     flagged = {f["detail"].split(": ")[0]: f["detail"] for f in findings}
     assert code == 1 and all("rotations ignore it" in flagged[path] for path in squats)
-    # ... and rotations ignore what nobody they trust wrote: they finish, resumed or not.
+    # ... and rotations ignore what nobody they trust wrote, and what no live process holds
+    # (a persistent entry, even the client's own identity's: it would outlive any process).
+    ghost = secured.kazoo("billing-api:billing-api-password")
+    never = json.dumps({"v": 1, "auth_client": "billing-api"}).encode()  # applied nothing
+    ghost.create(client_path(SERVICE, "billing-api-ghost"), never)
     manager = secured.role("auth_manager", "rotator")
     backend = FileBackend(tmp_path / "credentials.json")
     clients = ["billing-api", "billing-report", "billing-audit"]
