@@ -614,6 +614,38 @@ def test_a_planted_node_init_secure_cannot_remove_is_named_and_doctor_flags_it(
     still_rotates(upgrade, victim, tmp_path)
 
 
+def test_an_upgrade_from_an_open_namespace_an_attacker_wrote_to(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    planted = plant(upgrade)  # role user names with the attacker's passwords, every section
+    anonymous = upgrade.kazoo()
+    slot = auth_keys_path("billing-api")  # a key slot holding the attacker's key
+    keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+    anonymous.ensure_path(AUTH_KEYS)
+    anonymous.create(slot, keys, acl=list(READ_ACL_UNSAFE))
+    squat = client_path(SERVICE, "carol")  # a /clients entry the admin cannot delete
+    anonymous.ensure_path(f"{CLIENTS}/{SERVICE}")
+    anonymous.create(squat, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.create(f"{squat}/pinned", b"", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.set_acls(squat, list(READ_ACL_UNSAFE))
+    opened = f"{METRICS}/{SERVICE}/p1:open"  # anyone's, as everything was: its ACL is reset
+    anonymous.create(opened, b'{"v": 1}', acl=list(OPEN_ACL_UNSAFE))
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    # Every node is repaired (reset, removed, or made again empty) or named.
+    assert code == 1 and report["unrepaired"] == [squat]
+    assert sorted(report["removed"]) == sorted(planted) and report["reset_key_slots"] == [slot]
+    assert not acls.world_writable(anonymous.get_acls(opened)[0])
+    assert anonymous.get(slot)[0] == b""
+    # doctor agrees: what init named, and only that (with what lies below it), is flagged.
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    flagged = {f["detail"].split(": ")[0] for f in findings if f["severity"] == "error"}
+    assert code == 1 and flagged == {squat, f"{squat}/pinned"}, findings
+    # The victim resolves the publisher's instance only, and rotates.
+    victim = enrolled_victim(upgrade)
+    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    still_rotates(upgrade, victim, tmp_path)
+
+
 # --- ADMIN is the admin's -------------------------------------------------------------------
 
 
