@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
 import socket
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -34,8 +35,11 @@ from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
+    InstanceNotRegistered,
+    NamespaceNotFound,
     NoInstanceAvailable,
     SentinelError,
+    ServiceNotFound,
     ShardPolicyConflict,
     ShardPolicyExists,
     SigningRequired,
@@ -46,21 +50,25 @@ from sentinel.errors import (
 from sentinel.feedback import InstanceFeedback
 from sentinel.layout import (
     SECTIONS,
+    SERVICES,
     default_label,
+    instance_path,
     metrics_path,
     sanitize_name,
     validate_name,
     validate_namespace,
 )
+from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Publisher, Registration
 from sentinel.records import InstanceRecord, MetricsRecord, MetricValue, ServiceSpec, decode
 from sentinel.registry import ServiceListing, read_service
 from sentinel.snapshot import SnapshotWriter, load_snapshot
+from sentinel.strategies import Balancer, SelectionPolicy
 from sentinel.tls import TlsConfig
 from sentinel.zkerrors import translate_zk_errors
 
 if TYPE_CHECKING:
-    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
+    from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +96,9 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
+# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
+# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+DEFAULT_INHERITED_MAX_AGE = 0.5
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
 # seconds at most, and a fleet's retries stay spread.
@@ -194,6 +205,13 @@ class Sentinel:
         serves that last-known-good snapshot, marked stale, and keeps connecting.
     snapshot_interval : float, default 1.0
         The snapshot is written at most this often (seconds).
+    inherited_max_age : float or None, default 0.5
+        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
+        parent's cache may be for the child to serve it while its own session connects.
+        Older, the child's first lookup of each service waits for its own session's read (up
+        to ``connect_timeout``, then :class:`~sentinel.errors.ZooKeeperUnavailable`), so a
+        worker forked long before its first request never returns an instance drained
+        since. None serves the inherited cache however old it is.
 
     **Publishing**
 
@@ -232,6 +250,7 @@ class Sentinel:
         snapshot_path: str | os.PathLike[str] | None = None,
         snapshot_interval: float = 1.0,
         persistent_watches: bool = True,
+        inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
@@ -239,6 +258,9 @@ class Sentinel:
         self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
+        self.inherited_max_age = inherited_max_age
+        # Whether this client made (or found) the namespace's sections: its first write does.
+        self._namespace_ready = False
         if auth_keys is None:
             self._keyring = ClientKeyring.from_env()
         elif isinstance(auth_keys, ClientKeyring):
@@ -354,7 +376,9 @@ class Sentinel:
         registrations (the parent's instances stay the parent's) and no snapshot file (the
         parent writes it). A started client serves the inherited snapshots and shard maps,
         marked stale, while it connects in the background; the re-sync on connecting re-reads
-        them all and sets its own watches, as after a start from a snapshot file. Without
+        them all and sets its own watches, as after a start from a snapshot file. When they
+        are older than ``inherited_max_age`` nothing inherited is served: the services are
+        read again on the child's session, and a lookup waits for its service's read. Without
         ``serve`` (a child closing a client it never used) the client is left closed.
         """
         with self._lifecycle_lock:
@@ -372,7 +396,12 @@ class Sentinel:
             started, self._started = self._started, False
             if started and serve:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                limit = self.inherited_max_age
+                if limit is None or time.time() - stale_since <= limit:
+                    self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                else:  # too old to serve: read afresh, the inherited services first
+                    self._serve_restored({}, {}, stale_since)
+                    self._cache.prefetch(sorted(inherited.snapshots))
             self._forked_at = None
             self._pid = os.getpid()
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
@@ -394,7 +423,10 @@ class Sentinel:
 
     @translate_zk_errors
     def start(self) -> Sentinel:
-        """Connect and make sure the namespace and its sections exist.
+        """Connect. Nothing is written (but a key ring's public keys): the namespace and its
+        sections are created by the first write (:meth:`register_service`,
+        :meth:`update_metrics`...) or by :meth:`ensure_namespace`; until then reads raise
+        :class:`~sentinel.errors.NamespaceNotFound`.
 
         Raises :class:`ZooKeeperUnavailable` if no server answers within ``connect_timeout``.
         """
@@ -403,7 +435,8 @@ class Sentinel:
             return self
         try:
             with warnings.catch_warnings():
-                # The namespace is created just below; kazoo warns about it beforehand.
+                # A missing namespace is reported by the reads that need it (NamespaceNotFound)
+                # and created by the first write; kazoo's warning would only be noise.
                 warnings.filterwarnings("ignore", message="No chroot path exists")
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
@@ -429,12 +462,11 @@ class Sentinel:
             self._exports.add(self)
 
     def _prepare(self, serving: bool = False) -> None:
-        """Once connected: the namespace's sections, the signing requirement, this client's
-        public keys (with a key ring), and the session's ephemeral nodes. ``serving``: the
-        client already serves its snapshot, so neither a missing signer nor a key slot it may
-        not write can fail :meth:`start` any more: they are logged."""
-        for section in SECTIONS:
-            self._zk.ensure_path(section)
+        """Once connected: the signing requirement, this client's public keys (with a key
+        ring, which creates the namespace if missing: a write), and the session's ephemeral
+        nodes. ``serving``: the client already serves its snapshot, so neither a missing
+        signer nor a key slot it may not write can fail :meth:`start` any more: they are
+        logged. Without a key ring nothing here writes."""
         try:
             self._check_signing()
         except SigningRequired as exc:
@@ -443,6 +475,9 @@ class Sentinel:
             log.error("%s; until then every credential is refused", exc)
             self._credentials.refuse_all("refused: the namespace requires signed credentials")
         if self._keyring is not None:
+            # Publishing its keys is a write: like a publisher, such a client creates the
+            # namespace if it is missing (the manager can then seal credentials to it).
+            self._make_sections()
             try:
                 publish_public_keys(self._zk, self.auth_client, self._keyring)
             except ClientNotEnrolled as exc:
@@ -450,6 +485,58 @@ class Sentinel:
                     raise
                 log.error("%s; credentials sealed to keys published before still open", exc)
         self._nodes.start()
+
+    @translate_zk_errors
+    def ensure_namespace(self) -> None:
+        """Create the namespace and its five sections unless they exist (what ``sentinel init``
+        does without ``--secure``).
+
+        Reads never create anything (a missing namespace is
+        :class:`~sentinel.errors.NamespaceNotFound`); writes call this before their first
+        write, so publishers and the role daemons need not.
+        """
+        self._require_started()
+        self._make_sections()
+
+    def _make_sections(self) -> None:
+        for section in SECTIONS:
+            self._zk.ensure_path(section)
+        self._namespace_ready = True
+
+    def _require_writable(self) -> None:
+        """Before a write: started, and the namespace's sections made (once per client)."""
+        self._require_started()
+        if not self._namespace_ready:
+            self.ensure_namespace()
+
+    def _namespace_exists(self) -> bool:
+        return self._namespace_ready or self._zk.exists("/") is not None
+
+    def _no_namespace(self) -> NamespaceNotFound:
+        return NamespaceNotFound(self.namespace, self.hosts)
+
+    def _not_found(self, error: ServiceNotFound) -> SentinelError:
+        """What a lookup of a service without a spec raises: NamespaceNotFound when the whole
+        namespace is missing, else ``error`` with the closest registered names suggested.
+
+        A slow path already (the spec was read and missed): one listing more, for the
+        suggestions. Should that read fail, ``error`` is raised as it is.
+        """
+        service = error.service or ""
+        if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
+            return error  # suggested already, or another reason (an unreadable spec)
+        try:
+            names = self._zk.get_children(SERVICES)
+        except NoNodeError:
+            try:
+                return error if self._namespace_exists() else self._no_namespace()
+            except KazooException:
+                return error
+        except KazooException:
+            return error
+        names = [*names, *self._snapshots]
+        close = difflib.get_close_matches(service, sorted(set(names) - {service}), n=3)
+        return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
         """A client with a key ring must verify the manager's signatures in a secured
@@ -592,7 +679,7 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
         either way nothing is written.
         """
-        self._require_started()
+        self._require_writable()
         spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
@@ -607,7 +694,7 @@ class Sentinel:
         partition: str,
         host: str,
         port: int,
-        scheme: str = "http",
+        scheme: str | None = None,
         label: str | None = None,
         weight: float = 1,
         zone: str | None = None,
@@ -622,24 +709,30 @@ class Sentinel:
         the earlier node: this client's own, or another session's node of the same host and
         port (this instance restarted). A label another live instance (another host or port)
         holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be
-        an IP address or a DNS name. The service spec is created if missing.
-        Invalid input raises :class:`~sentinel.errors.ValidationError` before anything is
-        written.
+        an IP address or a DNS name. The service spec is created if missing, with ``scheme``
+        (default ``"http"``).
+
+        The instance follows its service's spec: without ``scheme`` it takes the spec's (an
+        instance of a ``postgresql`` service is a ``postgresql://`` endpoint), and a different
+        ``scheme`` given explicitly, or a ``partition`` the service's shard policy does not
+        declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
+        client's first registration of the service and kept. Invalid input raises
+        :class:`~sentinel.errors.ValidationError` before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         instance = InstanceRecord(
             service=service,
             partition=partition,
             label=label if label is not None else default_label(host, port),
             host=host,
             port=port,
-            scheme=scheme,
+            scheme="http" if scheme is None else scheme,
             status=status,
             weight=weight,
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance)
+        return self._publisher.register(instance, inherit_scheme=scheme is None)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -649,7 +742,7 @@ class Sentinel:
         order (this is how an instance publishes properties others see, Sling's
         ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
         """
-        self._require_started()
+        self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
@@ -679,7 +772,10 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceNotFound` if the service has no spec.
         """
         self._require_started()
-        return read_service(self._zk, validate_name("service", service))
+        try:
+            return read_service(self._zk, validate_name("service", service))
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     # --- resolution ---------------------------------------------------------------------------
 
@@ -687,37 +783,44 @@ class Sentinel:
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
-        balancer: Balancer | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
+        balancer: Balancer | str | None = None,
     ) -> Endpoint:
         """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
 
         The first call for a service loads it into the cache and sets watches; later calls
         are dictionary lookups on an immutable snapshot. Only instances with status ``up`` are
         ever returned; ``policy`` filters those further (for example on their metrics), and
-        ``balancer`` picks one (default: round robin per service). Unsharded services ignore
-        ``key``.
+        ``balancer`` picks one (default: round robin per service). Each is an instance or the
+        name it is registered under (``policy="min_lag"``, ``balancer="power_of_two"``, the
+        names the CLI takes; built once, with no arguments). Unsharded services ignore ``key``.
 
         Raises :class:`~sentinel.errors.ServiceNotFound`,
-        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere) or
-        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition).
+        :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere),
+        :class:`~sentinel.errors.NoInstanceAvailable` (nothing eligible in the partition) or
+        :class:`~sentinel.errors.ValidationError` (a ``policy`` or ``balancer`` that is neither
+        an instance nor a registered name: a class, a number, an unknown name).
         """
         snapshot = self._snapshots.get(service)
         try:
             if snapshot is None:
                 snapshot = self._load(service)
             candidates = self._eligible(snapshot, service, key, policy)
+            if balancer is None:
+                balancer = snapshot.balancer
+            elif not isinstance(balancer, Balancer):  # the one check an instance pays
+                balancer = as_balancer(balancer)
         except SentinelError as exc:
             self._count_failure(service, exc)
             raise
         snapshot.lookups.ok += 1  # a plain int, read at scrape time (see sentinel.telemetry)
-        return (balancer or snapshot.balancer).pick(candidates)
+        return balancer.pick(candidates)
 
     def get_services(
         self,
         service: str,
         key: object = None,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
     ) -> tuple[Endpoint, ...]:
         """Every eligible endpoint, for callers that pool connections; errors as get_service."""
         try:
@@ -770,8 +873,11 @@ class Sentinel:
             if partition is None:
                 partition = self._cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
-        if policy is not None and candidates:
-            candidates = policy(candidates)  # type: ignore[operator]
+        if policy is not None:
+            if not isinstance(policy, SelectionPolicy):  # the one check an instance pays
+                policy = as_policy(policy)
+            if candidates:
+                candidates = policy(candidates)  # type: ignore[operator, assignment]
         if self.feedback.down and candidates:
             candidates = self.feedback.exclude_down(candidates)
         if not candidates:
@@ -797,7 +903,12 @@ class Sentinel:
     def _load(self, service: str) -> ServiceSnapshot:
         self._require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
-        return self._snapshots.get(service) or self._cache.load(validate_name("service", service))
+        try:
+            return self._snapshots.get(service) or self._cache.load(
+                validate_name("service", service)
+            )
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     def partition_of(self, service: str, key: object) -> str | None:
         """The partition ``key`` maps to for ``service``; None when it is not sharded.
@@ -822,6 +933,7 @@ class Sentinel:
         For operators (``sentinel resolve``) and debugging; it does the same work as a lookup
         plus a pass per policy, so keep it off the request path.
         """
+        policy = None if policy is None else as_policy(policy)
         snapshot = self._snapshots.get(service) or self._load(service)
         shard_policy = snapshot.spec.shard_policy
         partition = None if shard_policy is None else self._partition(shard_policy, service, key)
@@ -877,8 +989,17 @@ class Sentinel:
         shard keys moved, the spec changed, and the connection's state. Callbacks run on the
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
+
+        On a started client, raises :class:`~sentinel.errors.NamespaceNotFound` when the
+        namespace does not exist (nothing would ever be heard; reading never creates it).
         """
         self._check_fork()
+        try:
+            missing = self._started and self._zk.connected and not self._namespace_exists()
+        except KazooException:  # the connection dropped meanwhile: listening is still right
+            missing = False
+        if missing:
+            raise self._no_namespace()
         return self._cache.listen(service, callback)
 
     @property
@@ -951,7 +1072,7 @@ class Sentinel:
         tell fresh from stale. The node is persistent: metrics outlive a collector's session,
         and their age says how much to trust them.
         """
-        self._require_started()
+        self._require_writable()
         identity = (
             (instance.service, instance.partition, instance.label)
             if isinstance(instance, Registration)
@@ -972,14 +1093,40 @@ class Sentinel:
         )
         path = metrics_path(service, partition, label)
         data = record.to_bytes(path)
-        try:
-            self._zk.set(path, data)
-        except NoNodeError:
-            try:
-                self._zk.create(path, data, makepath=True)
-            except NodeExistsError:
-                self._zk.set(path, data)
+        # One request, as before: the write is conditional on the instance's node existing
+        # (a check of any version), so metrics for an instance nobody registered (a typo in a
+        # collector's configuration) are refused rather than left in an orphan node.
+        instance_node = instance_path(service, partition, label)
+        failure = self._write_if_registered(instance_node, path, data, create=False)
+        if isinstance(failure, NoNodeError):  # the instance's first metrics: create the node
+            self._zk.ensure_path(path.rsplit("/", 1)[0])
+            failure = self._write_if_registered(instance_node, path, data, create=True)
+            if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
+                failure = self._write_if_registered(instance_node, path, data, create=False)
+        if failure is not None:
+            raise failure
         return record
+
+    def _write_if_registered(
+        self, instance_node: str, path: str, data: bytes, *, create: bool
+    ) -> Exception | None:
+        """Write (or create) the metrics node at ``path`` if ``instance_node`` exists, in one
+        transaction; the write's failure (kazoo returns it), or InstanceNotRegistered."""
+        transaction = self._zk.transaction()
+        transaction.check(instance_node, -1)
+        if create:
+            transaction.create(path, data)
+        else:
+            transaction.set_data(path, data)
+        checked, written = transaction.commit()
+        if isinstance(checked, NoNodeError):
+            service, name = instance_node.rsplit("/", 2)[1:]
+            return InstanceNotRegistered(
+                f"no instance {name!r} of service {service!r} is registered: metrics are "
+                "published only for live instances (register it first, or check the "
+                "partition and label)"
+            )
+        return written if isinstance(written, Exception) else None
 
     # --- shard maps (the shard manager's writer API) ------------------------------------------
 
@@ -1002,7 +1149,7 @@ class Sentinel:
         Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists (see
         :meth:`ensure_shard_policy` for the idempotent form).
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         shards.create_policy(self._zk, spec)
         return spec
@@ -1026,7 +1173,7 @@ class Sentinel:
         :class:`~sentinel.errors.ShardPolicyExists`) if the policy exists with another spec,
         and then writes nothing; its keys are never touched.
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         try:
             shards.create_policy(self._zk, spec)
@@ -1043,13 +1190,13 @@ class Sentinel:
     @translate_zk_errors
     def update_shard_info(self, policy: str, key: object, partition: str) -> None:
         """Assign ``key`` to ``partition`` in directory policy ``policy``."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: partition})  # type: ignore[dict-item]
 
     @translate_zk_errors
     def remove_shard_key(self, policy: str, key: object) -> None:
         """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
 
     @translate_zk_errors
@@ -1059,7 +1206,7 @@ class Sentinel:
         Returns False if the key already has a partition. Once the leader has placed it, the
         bucket's watch brings it to every client.
         """
-        self._require_started()
+        self._require_writable()
         return shards.request_placement(self._zk, policy, key)  # type: ignore[arg-type]
 
     @translate_zk_errors
@@ -1069,7 +1216,7 @@ class Sentinel:
         Everything is validated before the first write; buckets are written in multi-op
         transactions under the size limit, each with a compare-and-set on its version.
         """
-        self._require_started()
+        self._require_writable()
         return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]
 
     # --- authentication manager ---------------------------------------------------------------
@@ -1093,7 +1240,7 @@ class Sentinel:
         credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
         namespace, in each case before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
 
     @translate_zk_errors
@@ -1115,7 +1262,7 @@ class Sentinel:
         credential then still works. Without ``signer`` in a secured namespace it raises
         :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
         """
-        self._require_started()
+        self._require_writable()
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)

@@ -9,6 +9,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ValidationError (ValueError)         input: refused before anything was written
     │   ├── InvalidName
     │   ├── ValueTooLarge
+    │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
     │   ├── TlsConfigError
     │   └── SigningRequired (also AuthError)
@@ -95,6 +96,12 @@ class ValueTooLarge(ValidationError):
     """An encoded value is over the size Sentinel allows for one znode."""
 
 
+class InstanceNotRegistered(ValidationError):
+    """Metrics were published for an instance that is not registered (no live node of that
+    service, partition and label): they would sit in an orphan node no lookup reads, so nothing
+    was written."""
+
+
 class DecodeError(SentinelError):
     """A znode's bytes are not a record this version of Sentinel understands.
 
@@ -135,10 +142,21 @@ class ResolutionError(SentinelError):
 
 
 class ServiceNotFound(ResolutionError):
-    """No spec node exists for the service in this namespace (or it cannot be read)."""
+    """No spec node exists for the service in this namespace (or it cannot be read).
 
-    def __init__(self, service: str, reason: str = "is not registered") -> None:
-        super().__init__(f"service {service!r} {reason}", service=service)
+    ``suggestions`` holds the registered names closest to the one asked for (a typo's fix),
+    most similar first; the message ends with them as "did you mean ...?".
+    """
+
+    NOT_REGISTERED = "is not registered"
+
+    def __init__(
+        self, service: str, reason: str = NOT_REGISTERED, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"service {service!r} {reason}{hint}", service=service)
+        self.reason = reason
+        self.suggestions = tuple(suggestions)
 
 
 class PartitionNotFound(ResolutionError):
@@ -218,7 +236,20 @@ class TlsConfigError(ValidationError):
 
 
 class NamespaceNotFound(SentinelError):
-    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+    """The namespace root does not exist on this ensemble, and reading never creates it.
+
+    ``namespace`` and ``hosts`` say which namespace on which ensemble; the message gives the
+    ``sentinel init`` command that creates it (publishers and role daemons create it too, on
+    their first write).
+    """
+
+    def __init__(self, namespace: str, hosts: str) -> None:
+        super().__init__(
+            f"namespace {namespace} does not exist on ZooKeeper {hosts} (reading never creates "
+            f"it): create it with `sentinel init --zk {hosts} --namespace {namespace}`"
+        )
+        self.namespace = namespace
+        self.hosts = hosts
 
 
 class RegistryError(SentinelError):

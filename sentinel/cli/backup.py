@@ -61,7 +61,8 @@ def _init(args: argparse.Namespace) -> int:
             check_namespace_control(zk, args.namespace, identities)  # before any write
     elif requested:
         raise ValidationError("--grant needs --secure")
-    with client(args) as sentinel:  # starting a client creates the namespace and sections
+    with client(args) as sentinel:
+        sentinel.ensure_namespace()
         document: dict[str, Any] = {
             "namespace": sentinel.namespace,
             "hosts": sentinel.hosts,

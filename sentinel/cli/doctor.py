@@ -15,6 +15,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
+from sentinel import cache
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
@@ -269,6 +270,7 @@ def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Findi
     now = time.time()
     bad = 0
     for service in list_services(zk):
+        findings.extend(_flooded(zk, service, namespace))
         try:
             listing = read_service(zk, service)
         except DecodeError as exc:
@@ -316,6 +318,27 @@ def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Findi
                 f"sentinel ls SERVICE -v shows which; zkCli.sh delete them under {namespace}",
             )
         )
+    return findings
+
+
+def _flooded(zk: KazooClient, service: str, namespace: str) -> list[Finding]:
+    """Sections of ``service`` with more nodes than a client reads (it skips the rest)."""
+    findings = []
+    for parent in (f"{SERVICES}/{service}", f"{METRICS}/{service}"):
+        stat = zk.exists(parent)
+        if stat is not None and stat.numChildren > cache.MAX_SECTION_NODES:
+            findings.append(
+                Finding(
+                    "error",
+                    "flooded section",
+                    f"{parent} holds {stat.numChildren} nodes; clients read "
+                    f"{cache.MAX_SECTION_NODES} at most (the instances' own metrics first) "
+                    "and skip the rest",
+                    f"find the writer (zkCli.sh getAcl {namespace}{parent}), stop it, and "
+                    f"delete its nodes; sentinel prune --namespace {namespace} removes "
+                    "metrics that have no instance",
+                )
+            )
     return findings
 
 

@@ -27,6 +27,33 @@ from sentinel.layout import SERVICES
 
 SHOWN_KEYS = 5
 
+# ``--events`` kinds, each the events of one kind (their ``event`` name in ``--json`` lines).
+EVENT_KINDS = {
+    "instances": "InstancesChanged",
+    "metrics": "MetricsChanged",
+    "shard": "ShardKeysChanged",
+    "spec": "ServiceSpecChanged",
+    "service": "ServiceAppeared",
+    "auth": "AuthChanged",
+    "connection": "ConnectionChanged",
+}
+
+
+def event_kinds(text: str) -> frozenset[str]:
+    """``--events KIND,...``: the ``event`` names to show; a kind is one of
+    :data:`EVENT_KINDS` or its event's name, in any case. Unknown kinds are a usage error."""
+    names = {kind.lower(): event for kind, event in EVENT_KINDS.items()}
+    names.update({event.lower(): event for event in EVENT_KINDS.values()})
+    chosen = set()
+    for kind in text.split(","):
+        event = names.get(kind.strip().lower())
+        if event is None:
+            raise argparse.ArgumentTypeError(
+                f"unknown event kind {kind.strip()!r}; kinds: {', '.join(EVENT_KINDS)}"
+            )
+        chosen.add(event)
+    return frozenset(chosen)
+
 
 def _changed_fields(old: Endpoint, new: Endpoint) -> str:
     fields = ("status", "weight", "zone", "host", "port", "scheme", "properties")
@@ -108,6 +135,8 @@ def _watch(args: argparse.Namespace) -> int:
     lock = threading.Lock()
 
     def emit(json_document: dict[str, Any], lines: list[tuple[str, str]]) -> None:
+        if args.events is not None and json_document["event"] not in args.events:
+            return
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         with lock:
             if args.json:
@@ -188,9 +217,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel watch",
             "sentinel watch orders-db",
+            "sentinel watch --events shard,connection   # shard moves, without metric lines",
             "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
         ),
     )
     watch.add_argument(
         "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
+    )
+    watch.add_argument(
+        "--events",
+        type=event_kinds,
+        metavar="KIND,...",
+        help="show only these kinds of event: "
+        + ", ".join(f"{kind} ({event})" for kind, event in EVENT_KINDS.items())
+        + "; default: all",
     )

@@ -84,8 +84,10 @@ class TcpProxy:
 
     It models a network partition between one client and ZooKeeper while the server goes on
     serving everyone else: :meth:`cut` drops every relayed connection and refuses new ones
-    until :meth:`restore`. Connect clients to :attr:`address`. With ``delay``, each chunk
-    waits that many seconds before it is relayed: a slow link.
+    until :meth:`restore`; :meth:`pause` holds every byte, closing nothing, until
+    :meth:`resume` (a stalled link, or a frozen client as the server sees it). Connect clients
+    to :attr:`address`. With ``delay``, each chunk waits that many seconds before it is
+    relayed: a slow link.
     """
 
     def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
@@ -97,6 +99,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
+        self._flowing = threading.Event()  # cleared while paused
+        self._flowing.set()
         self._closed = False
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
 
@@ -132,6 +136,7 @@ class TcpProxy:
             while data := source.recv(65536):
                 if self.delay:
                     time.sleep(self.delay)  # the slow link being simulated, not a wait
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -156,10 +161,19 @@ class TcpProxy:
         """Accept connections again."""
         self._open.set()
 
+    def pause(self) -> None:
+        """Hold every byte in both directions, keeping connections open (new ones too)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Relay again, the bytes held first."""
+        self._flowing.set()
+
     def close(self) -> None:
         """Stop relaying."""
         self._closed = True
         self.cut()
+        self._flowing.set()  # held pumps find their sockets shut and end
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()

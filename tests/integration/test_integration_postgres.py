@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sentinel.policies.metrics import MinLag
 
-from policies.metrics import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
 from sentinel.collector import MetricCollector, parse_config
@@ -143,6 +143,28 @@ def test_a_killed_replica_costs_no_request_and_is_reported_down(postgres, make_c
         assert {served_by(pools) for _ in range(8)} == {r2.port}
         assert [e.label for e in app.get_services(SERVICE)] == ["r2"]  # marked down
         assert "p1:r1" not in repr(pools)  # its pool, and its reconnecting threads, are gone
+
+
+def test_an_error_inside_the_block_rolls_back_is_raised_and_is_never_retried(postgres, make_client):
+    publisher, app = make_client("publisher"), make_client("ledger-api")
+    publisher.ensure_service("ledger-db", scheme="postgresql")
+    publisher.register_service("ledger-db", "p1", postgres.host, postgres.port, label="primary")
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE entries (n int)")
+    runs = 0
+    with ReplicaPools(app, "ledger-db", min_size=1, kwargs=superuser(postgres)) as pools:
+        for error in (ZeroDivisionError, psycopg.OperationalError):
+            # The block's own error, as raised, not EndpointFailed.
+            with pytest.raises(error), pools.connection() as conn:
+                runs += 1
+                conn.execute("INSERT INTO entries VALUES (1)")
+                raise error("the application's own failure")
+        with pools.connection() as conn:
+            conn.execute("INSERT INTO entries VALUES (2)")  # committed on a clean exit
+    assert runs == 2  # each block ran once: an error inside it is never a retry
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT n FROM entries").fetchall() == [(2,)]  # the rest rolled back
+    assert [e.label for e in app.get_services("ledger-db")] == ["primary"]  # not reported down
 
 
 def test_connect_reports_a_dead_endpoint_and_gives_up_after_the_retries(postgres, make_client):

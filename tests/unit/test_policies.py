@@ -3,8 +3,7 @@
 import time
 
 import pytest
-
-from policies import (
+from sentinel.policies import (
     AllUp,
     Chain,
     FreshMetrics,
@@ -15,6 +14,7 @@ from policies import (
     Threshold,
     ZoneAffinity,
 )
+
 from sentinel.errors import ValidationError
 from sentinel.plugins import load_policy
 from tests.unit.endpoints import endpoint

@@ -1,0 +1,190 @@
+"""Break the code on purpose, one way at a time, and show which test catches each break.
+
+Each mutation below is a bug that once went unnoticed (issue 30): the code still ran, and the
+test whose name promised the behaviour stayed green. This script copies the repository's
+working tree to a temporary directory, applies one mutation there, runs the test file meant to
+catch it, reverts, and goes on to the next; the checkout itself is never modified. It prints
+a table: mutation, the test that failed (caught) or ``SURVIVED``.
+
+Run it from the repository's root (not collected by pytest: nothing here is a test)::
+
+    python -m tests.mutations              # every mutation
+    python -m tests.mutations zsh hostile  # those whose name contains a word given
+
+It exits 1 when a mutation survived or could not be applied (its code moved: update it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace ``old`` (which must occur exactly once in ``path``) by ``new``; ``tests`` are
+    the pytest node ids that must fail."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+TELEMETRY = (
+    "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
+)
+
+MUTATIONS = (
+    Mutation(
+        "zsh-no-top-level-commands",
+        "sentinel/cli/__init__.py",
+        "print(shtab.complete(build_parser(), shell=args.shell))",
+        # the zsh script without its list of top-level commands
+        'print(__import__("re").sub(r"(?s)_shtab_sentinel_commands\\(\\) \\{.*?\\n\\}\\n", "", '
+        "shtab.complete(build_parser(), shell=args.shell)))",
+        ("tests/unit/test_cli_parser.py::test_zsh_completion_names_every_command",),
+    ),
+    Mutation(
+        "help-a-command-without-summary",
+        "sentinel/cli/common.py",
+        "        help=summary,\n",
+        '        help=summary if name != "prune" else None,\n',
+        ("tests/integration/test_cli.py::test_help_explains_every_command",),
+    ),
+    Mutation(
+        "help-a-subcommand-without-description",
+        "sentinel/cli/common.py",
+        "        description=description,\n",
+        '        description=description if name != "stats" else None,\n',
+        ("tests/integration/test_operator_cli.py::test_every_command_has_help",),
+    ),
+    Mutation(
+        "snapshot-rate-limit-100x-weaker",
+        "sentinel/snapshot.py",
+        "self._stop.wait(self._min_interval)",
+        "self._stop.wait(self._min_interval / 100)",
+        ("tests/faults/test_snapshot.py::test_snapshot_writes_are_rate_limited",),
+    ),
+    Mutation(
+        "telemetry-snapshot-age-in-milliseconds",
+        "sentinel/client.py",
+        "return {name: now - s.built_at for name, s in dict(self._snapshots).items()}",
+        "return {name: (now - s.built_at) * 1000 for name, s in dict(self._snapshots).items()}",
+        (TELEMETRY,),
+    ),
+    Mutation(
+        "telemetry-propagation-delay-clamped-to-0",
+        "sentinel/telemetry.py",
+        "observe(max(time.time() - stat.mtime / 1000.0, 0.0))",
+        "observe(0.0)",
+        (TELEMETRY,),
+    ),
+    Mutation(
+        "connect-timeout-doubled",
+        "sentinel/client.py",
+        "self._zk.start(timeout=self.connect_timeout)",
+        "self._zk.start(timeout=self.connect_timeout * 2)",
+        (
+            "tests/integration/test_connection.py::"
+            "test_no_server_within_the_timeout_raises_and_leaves_no_threads",
+        ),
+    ),
+    Mutation(
+        "sasl-refusal-reported-late",
+        "sentinel/zkerrors.py",
+        "    if isinstance(exc, AuthFailedError):\n",
+        # a refused login reported only after a wait, as if retried until a timeout
+        "    if isinstance(exc, AuthFailedError):\n        __import__('time').sleep(2)\n",
+        ("tests/integration/test_sasl.py::test_a_wrong_password_is_refused_at_once_and_typed",),
+    ),
+)
+
+
+def copy_tree(destination: Path) -> None:
+    """The working tree as it is (tracked and untracked files, not ignored ones)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (entry.decode() for entry in listed)):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def run(mutation: Mutation, tree: Path) -> tuple[str, float]:
+    """Apply ``mutation`` in ``tree``, run its tests, revert: (outcome, seconds)."""
+    path = tree / mutation.path
+    original = path.read_text()
+    if original.count(mutation.old) != 1:
+        return f"NOT APPLIED ({mutation.old[:40]!r} found {original.count(mutation.old)}x)", 0.0
+    path.write_text(original.replace(mutation.old, mutation.new))
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-rf",
+                *mutation.tests,
+            ],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        path.write_text(original)
+    seconds = time.monotonic() - started
+    failed = re.findall(r"^FAILED (\S+)", result.stdout, re.M)
+    if failed:
+        return "caught by " + ", ".join(sorted({name.split("::", 1)[-1] for name in failed})), (
+            seconds
+        )
+    if result.returncode == 0:
+        return "SURVIVED", seconds
+    return f"ERROR (pytest exit {result.returncode}): {result.stdout[-300:]}", seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("words", nargs="*", help="only mutations whose name contains one")
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.words or any(w in m.name for w in args.words)]
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="sentinel-mutations-") as directory:
+        tree = Path(directory)
+        copy_tree(tree)
+        width = max(len(m.name) for m in chosen)
+        print(f"{'mutation':<{width}}  {'seconds':>7}  outcome", flush=True)
+        for mutation in chosen:
+            outcome, seconds = run(mutation, tree)
+            bad += not outcome.startswith("caught")
+            print(f"{mutation.name:<{width}}  {seconds:7.1f}  {outcome}", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} mutations caught")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
