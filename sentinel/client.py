@@ -22,6 +22,7 @@ from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry, zkprotocol
+from sentinel import validation as check
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -33,6 +34,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    CalledFromListener,
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
@@ -133,7 +135,9 @@ class Sentinel:
             ...
             sentinel.drain(registration)
 
-    Every parameter but the first three is keyword-only; all have defaults.
+    Every parameter but the first three is keyword-only; all have defaults. Each is checked
+    here: a value of the wrong type or out of its range raises
+    :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -252,6 +256,29 @@ class Sentinel:
         persistent_watches: bool = True,
         inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
+        # Every setting is checked here, once, so a wrong one fails where it is given: the
+        # lookup path never checks them.
+        connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
+        session_timeout = check.number("session_timeout", session_timeout, above=0)
+        drain_wait = check.number("drain_wait", drain_wait, least=0)
+        negative_ttl = check.number("negative_ttl", negative_ttl, least=0)
+        resync_jitter = check.number("resync_jitter", resync_jitter, least=0)
+        read_through_rate = check.number("read_through_rate", read_through_rate, above=0)
+        snapshot_interval = check.number("snapshot_interval", snapshot_interval, above=0)
+        if inherited_max_age is not None:
+            inherited_max_age = check.number("inherited_max_age", inherited_max_age, least=0)
+        check.instance("feedback", feedback, InstanceFeedback)
+        check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
+        check.instance("identity", identity, str)
+        check.instance("auth_signer", auth_signer, str)
+        if auth_signer:  # given, it must be a key even while no key ring uses it
+            verify_key(auth_signer)
+        if not isinstance(auth_keys, ClientKeyring):
+            check.path("auth_keys", auth_keys)
+        check.path("snapshot_path", snapshot_path)
+        check.flag("announce", announce)
+        check.flag("persistent_watches", persistent_watches)
+        check.flag("require_signed", require_signed, optional=True)
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
@@ -626,25 +653,31 @@ class Sentinel:
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
-        In a forked child this ends the child's own session, never the parent's.
+        In a forked child this ends the child's own session, never the parent's. It may be
+        called from a listener (the cache's worker stops once the listener returns), and
+        more than once: a closed client's close() does nothing.
         """
         if self._pid != os.getpid():
             self._renew_after_fork(serve=False)
-        if not self._started:
-            return
-        with self._lifecycle_lock:
+        with self._lifecycle_lock:  # checked and set at once: one of two close() calls closes
+            if not self._started:
+                return
             self._started = False
-        if self._exports is not None:
-            self._exports.discard(self)
-        self._cache.close()
-        if self._snapshot_writer is not None:
-            self._snapshot_writer.close()
-        # Emptied, a lookup falls through to the load, which refuses on a closed client.
-        self._snapshots.clear()
-        self._shard_maps.clear()
-        self._nodes.close()
-        self._zk.stop()
-        self._zk.close()
+        # The session ends whatever stopping a thread raises: a second close() finds the
+        # client closed and returns, so this one is the only chance.
+        try:
+            if self._exports is not None:
+                self._exports.discard(self)
+            self._cache.close()
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close()
+            # Emptied, a lookup falls through to the load, which refuses on a closed client.
+            self._snapshots.clear()
+            self._shard_maps.clear()
+            self._nodes.close()
+        finally:
+            self._zk.stop()
+            self._zk.close()
 
     def _require_started(self) -> None:
         self._check_fork()
@@ -765,8 +798,9 @@ class Sentinel:
 
         Call it before a server stops serving, so that no client still picks it.
         """
+        wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
         self.deregister_service(registration)
-        time.sleep(self.drain_wait if wait is None else wait)
+        time.sleep(wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
@@ -999,6 +1033,10 @@ class Sentinel:
         the event loop): in a namespace that does not exist, the load that follows
         (:meth:`prefetch`, :meth:`get_service`) raises
         :class:`~sentinel.errors.NamespaceNotFound`.
+
+        A callback may call this client back: a first lookup loads its service on the spot,
+        :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
+        very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
         return self._cache.listen(service, callback)
@@ -1262,8 +1300,16 @@ class Sentinel:
         naming the step (and, on a timeout, the clients that had not confirmed); the old
         credential then still works. Without ``signer`` in a secured namespace it raises
         :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
+        From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
+        waits for confirmations, this client's own made by the thread that runs listeners.
         """
         self._require_writable()
+        if self._cache.on_worker():
+            raise CalledFromListener(
+                "rotate_auth() waits for clients to confirm the new credential, and this "
+                "client confirms on the thread that runs its listeners: call it from another "
+                "thread"
+            )
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)

@@ -22,6 +22,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── EndpointFailed                       work kept failing on resolved endpoints
     ├── SnapshotRejected
     ├── ClientClosed
+    ├── CalledFromListener                   a call that would wait for the listener's thread
     ├── ZooKeeperUnavailable                 connection
     │   ├── ConnectionInterrupted
     │   └── TlsHandshakeFailed
@@ -208,6 +209,12 @@ class SnapshotRejected(SentinelError):
 
 class ClientClosed(SentinelError):
     """The client was used before :meth:`~sentinel.Sentinel.start` or after ``close()``."""
+
+
+class CalledFromListener(SentinelError):
+    """A call that waits for the client's cache (a credential rotation, which waits for this
+    client's confirmation among others) was made from a change listener, which runs on the
+    cache's worker: it would wait for itself. Refused at once; make it from another thread."""
 
 
 # --- connection -------------------------------------------------------------------------------
