@@ -109,6 +109,16 @@ MUTATIONS = (
         "    if isinstance(exc, AuthFailedError):\n        __import__('time').sleep(2)\n",
         ("tests/integration/test_sasl.py::test_a_wrong_password_is_refused_at_once_and_typed",),
     ),
+    Mutation(
+        "ephemeral-nodes-not-restored-on-a-new-session",
+        "sentinel/ephemeral.py",
+        "restored = self._restore_all()",
+        "restored = 0",
+        (
+            "tests/integration/test_instance_labels.py::"
+            "test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_rest",
+        ),
+    ),
 )
 
 
