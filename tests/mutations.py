@@ -32,14 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Mutation:
-    """Replace ``old`` (which must occur exactly once in ``path``) by ``new``; ``tests`` are
-    the pytest node ids that must fail."""
+    """Replace ``old`` (which must occur exactly once in ``path``) by ``new``, and each
+    ``(old, new)`` pair of ``also`` likewise; ``tests`` are the pytest node ids that must fail."""
 
     name: str
     path: str
     old: str
     new: str
     tests: tuple[str, ...]
+    also: tuple[tuple[str, str], ...] = ()
 
 
 TELEMETRY = (
@@ -119,6 +120,24 @@ MUTATIONS = (
             "test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_rest",
         ),
     ),
+    Mutation(
+        # Ctrl-C handled only once ready: one landing while the services load exits 130.
+        "watch-ctrl-c-handled-only-once-ready",
+        "sentinel/cli/watch.py",
+        "        signal.signal(signum, lambda *_: stop.set())\n",
+        "        pass\n",
+        ("tests/integration/test_operator_cli.py::test_watch_exits_cleanly_whenever_ctrl_c_lands",),
+        also=(
+            (
+                '            print("watching every service; Ctrl-C to stop", file=sys.stderr, '
+                "flush=True)\n",
+                "            for signum in (signal.SIGINT, signal.SIGTERM):\n"
+                "                signal.signal(signum, lambda *_: stop.set())\n"
+                '            print("watching every service; Ctrl-C to stop", file=sys.stderr, '
+                "flush=True)\n",
+            ),
+        ),
+    ),
 )
 
 
@@ -141,10 +160,12 @@ def copy_tree(destination: Path) -> None:
 def run(mutation: Mutation, tree: Path) -> tuple[str, float]:
     """Apply ``mutation`` in ``tree``, run its tests, revert: (outcome, seconds)."""
     path = tree / mutation.path
-    original = path.read_text()
-    if original.count(mutation.old) != 1:
-        return f"NOT APPLIED ({mutation.old[:40]!r} found {original.count(mutation.old)}x)", 0.0
-    path.write_text(original.replace(mutation.old, mutation.new))
+    original = mutated = path.read_text()
+    for old, new in ((mutation.old, mutation.new), *mutation.also):
+        if mutated.count(old) != 1:
+            return f"NOT APPLIED ({old[:40]!r} found {mutated.count(old)}x)", 0.0
+        mutated = mutated.replace(old, new)
+    path.write_text(mutated)
     started = time.monotonic()
     try:
         result = subprocess.run(
