@@ -138,6 +138,17 @@ MUTATIONS = (
             ),
         ),
     ),
+    Mutation(
+        "postgres-old-pool-closed-1.5s-late",
+        "sentinel/integrations/postgres.py",
+        "    def _drain(self, pool: ConnectionPool[Any]) -> None:\n        pool.close(timeout=0)\n",
+        "    def _drain(self, pool: ConnectionPool[Any]) -> None:\n"
+        '        __import__("threading").Timer(1.5, lambda: pool.close(timeout=0)).start()\n',
+        (
+            "tests/integration/test_integration_postgres.py::"
+            "test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential",
+        ),
+    ),
 )
 
 
@@ -157,7 +168,7 @@ def copy_tree(destination: Path) -> None:
             shutil.copy2(source, target)
 
 
-def run(mutation: Mutation, tree: Path) -> tuple[str, float]:
+def run(mutation: Mutation, tree: Path, why: bool = False) -> tuple[str, float]:
     """Apply ``mutation`` in ``tree``, run its tests, revert: (outcome, seconds)."""
     path = tree / mutation.path
     original = mutated = path.read_text()
@@ -190,9 +201,12 @@ def run(mutation: Mutation, tree: Path) -> tuple[str, float]:
     seconds = time.monotonic() - started
     failed = re.findall(r"^FAILED (\S+)", result.stdout, re.M)
     if failed:
-        return "caught by " + ", ".join(sorted({name.split("::", 1)[-1] for name in failed})), (
-            seconds
-        )
+        caught = "caught by " + ", ".join(sorted({name.split("::", 1)[-1] for name in failed}))
+        if why:  # the first line pytest marked as the error
+            caught += "\n    " + next(
+                (line for line in result.stdout.splitlines() if line.startswith("E ")), ""
+            )
+        return caught, seconds
     if result.returncode == 0:
         return "SURVIVED", seconds
     return f"ERROR (pytest exit {result.returncode}): {result.stdout[-300:]}", seconds
@@ -201,6 +215,7 @@ def run(mutation: Mutation, tree: Path) -> tuple[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("words", nargs="*", help="only mutations whose name contains one")
+    parser.add_argument("--why", action="store_true", help="show each failure's first line")
     args = parser.parse_args()
     chosen = [m for m in MUTATIONS if not args.words or any(w in m.name for w in args.words)]
     bad = 0
@@ -210,7 +225,7 @@ def main() -> int:
         width = max(len(m.name) for m in chosen)
         print(f"{'mutation':<{width}}  {'seconds':>7}  outcome", flush=True)
         for mutation in chosen:
-            outcome, seconds = run(mutation, tree)
+            outcome, seconds = run(mutation, tree, args.why)
             bad += not outcome.startswith("caught")
             print(f"{mutation.name:<{width}}  {seconds:7.1f}  {outcome}", flush=True)
     print(f"{len(chosen) - bad} of {len(chosen)} mutations caught")
