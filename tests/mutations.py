@@ -149,6 +149,23 @@ MUTATIONS = (
             "test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential",
         ),
     ),
+    Mutation(
+        "decode-errors-not-counted",
+        "sentinel/cache.py",
+        "        self.stats.decode_errors += 1\n",
+        "        pass\n",
+        (
+            "tests/faults/test_hostile_json.py::test_hostile_json_is_a_counted_skip_everywhere",
+            "tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",
+        ),
+    ),
+    Mutation(
+        "decode-errors-counted-twice",
+        "sentinel/cache.py",
+        "        self.stats.decode_errors += 1\n",
+        "        self.stats.decode_errors += 2\n",
+        ("tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",),
+    ),
 )
 
 
