@@ -166,6 +166,18 @@ MUTATIONS = (
         "        self.stats.decode_errors += 2\n",
         ("tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",),
     ),
+    Mutation(
+        "resync-on-every-reconnection",
+        "sentinel/cache.py",
+        "        if state == KazooState.CONNECTED:\n"
+        "            self._tasks.put(_Task(self._schedule_resync))\n",
+        "        if state == KazooState.CONNECTED:\n"
+        "            self._tasks.put(_Task(self._resync))\n",
+        (
+            "tests/faults/test_faults.py::"
+            "test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst",
+        ),
+    ),
 )
 
 
