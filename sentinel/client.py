@@ -50,6 +50,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.feedback import InstanceFeedback
+from sentinel.freshness import STALE
 from sentinel.layout import (
     SECTIONS,
     SERVICES,
@@ -77,10 +78,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExplainStep:
-    """One filter of a resolution and the endpoints it excluded."""
+    """One filter of a resolution and the endpoints it excluded.
+
+    ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
+    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``.
+    """
 
     name: str
     excluded: tuple[Endpoint, ...]
+    verdict: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.verdict:
+            object.__setattr__(self, "verdict", f"excluded by {self.name}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,16 @@ class Explanation:
     instances: tuple[Endpoint, ...]
     steps: tuple[ExplainStep, ...]
     eligible: tuple[Endpoint, ...]
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
+        ``"excluded by <filter>"``."""
+        verdicts = {e.name: "eligible" for e in self.instances}
+        for step in self.steps:  # each step sees only what the ones before kept
+            for endpoint in step.excluded:
+                verdicts[endpoint.name] = step.verdict
+        return verdicts
 
 
 DEFAULT_NAMESPACE = "/sentinel"
@@ -981,6 +1001,14 @@ class Sentinel:
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
         chain = getattr(policy, "policies", None) or (() if policy is None else (policy,))
         for step in chain:
+            # A metric policy with an age limit (policies.metrics.AgeLimited) names the
+            # endpoints it distrusts for their metrics' age: their verdict is "stale".
+            stale = getattr(step, "stale", None)
+            old = tuple(stale(eligible)) if callable(stale) and eligible else ()
+            if old:
+                name = f"metrics older than {step.max_age:g}s ({step!r})"  # type: ignore[attr-defined]
+                steps.append(ExplainStep(name, old, verdict=STALE))
+                eligible = tuple(e for e in eligible if e not in old)
             kept = tuple(step(eligible)) if eligible else ()
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
             eligible = kept
