@@ -50,6 +50,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.feedback import InstanceFeedback
+from sentinel.freshness import STALE
 from sentinel.layout import (
     SECTIONS,
     SERVICES,
@@ -77,10 +78,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExplainStep:
-    """One filter of a resolution and the endpoints it excluded."""
+    """One filter of a resolution and the endpoints it excluded.
+
+    ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
+    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``.
+    """
 
     name: str
     excluded: tuple[Endpoint, ...]
+    verdict: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.verdict:
+            object.__setattr__(self, "verdict", f"excluded by {self.name}")
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,16 @@ class Explanation:
     instances: tuple[Endpoint, ...]
     steps: tuple[ExplainStep, ...]
     eligible: tuple[Endpoint, ...]
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
+        ``"excluded by <filter>"``."""
+        verdicts = {e.name: "eligible" for e in self.instances}
+        for step in self.steps:  # each step sees only what the ones before kept
+            for endpoint in step.excluded:
+                verdicts[endpoint.name] = step.verdict
+        return verdicts
 
 
 DEFAULT_NAMESPACE = "/sentinel"
@@ -561,8 +581,8 @@ class Sentinel:
                 return error
         except KazooException:
             return error
-        names = [*names, *self._snapshots]
-        close = difflib.get_close_matches(service, sorted(set(names) - {service}), n=3)
+        names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
+        close = difflib.get_close_matches(service, sorted(names), n=3)
         return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
@@ -773,13 +793,18 @@ class Sentinel:
 
         The node is rewritten in place, so the instance keeps its place in its cluster's
         order (this is how an instance publishes properties others see, Sling's
-        ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
+        ``PropertyProvider``, or takes itself out of rotation with ``status="draining"`` and
+        back with ``status="up"``). Fields not given keep their published value, including a
+        status another client set (``sentinel drain``). Returns the new registration.
         """
         self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        instance = dataclasses.replace(registration.instance, **changes)
+        # From the registration as published now: a status an operator set since (`sentinel
+        # drain`) is kept unless ``status`` is among the changes.
+        current = self._publisher.current(registration).instance
+        instance = dataclasses.replace(current, **changes)
         return self._publisher.register(instance)
 
     @translate_zk_errors
@@ -976,6 +1001,14 @@ class Sentinel:
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
         chain = getattr(policy, "policies", None) or (() if policy is None else (policy,))
         for step in chain:
+            # A metric policy with an age limit (policies.metrics.AgeLimited) names the
+            # endpoints it distrusts for their metrics' age: their verdict is "stale".
+            stale = getattr(step, "stale", None)
+            old = tuple(stale(eligible)) if callable(stale) and eligible else ()
+            if old:
+                name = f"metrics older than {step.max_age:g}s ({step!r})"  # type: ignore[attr-defined]
+                steps.append(ExplainStep(name, old, verdict=STALE))
+                eligible = tuple(e for e in eligible if e not in old)
             kept = tuple(step(eligible)) if eligible else ()
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
             eligible = kept
@@ -1024,20 +1057,16 @@ class Sentinel:
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
 
+        Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
+        the event loop): in a namespace that does not exist, the load that follows
+        (:meth:`prefetch`, :meth:`get_service`) raises
+        :class:`~sentinel.errors.NamespaceNotFound`.
+
         A callback may call this client back: a first lookup loads its service on the spot,
         :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
-
-        On a started client, raises :class:`~sentinel.errors.NamespaceNotFound` when the
-        namespace does not exist (nothing would ever be heard; reading never creates it).
         """
         self._check_fork()
-        try:
-            missing = self._started and self._zk.connected and not self._namespace_exists()
-        except KazooException:  # the connection dropped meanwhile: listening is still right
-            missing = False
-        if missing:
-            raise self._no_namespace()
         return self._cache.listen(service, callback)
 
     @property

@@ -29,6 +29,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
+    │   │   └── NamespaceNotControlled
     │   └── AuthenticationFailed
     ├── RegistryConflict                     writes
     │   └── LabelTaken
@@ -41,6 +42,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ClientKeyNotFound
     │   ├── ClientNotEnrolled
     │   ├── KeySlotNotOwned
+    │   ├── NamespaceNotTrusted (also AccessDenied)
     │   ├── RotationFailed                   .step .laggards
     │   └── EnvelopeError
     │       ├── UnknownKeyId
@@ -265,6 +267,12 @@ class AccessDenied(RegistryError):
     """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
 
 
+class NamespaceNotControlled(AccessDenied):
+    """``sentinel init --secure`` refused a namespace root (or a parent of it) that someone
+    else controls: an identity securing does not hold may change its ACL. Nothing was
+    changed; the message names the node and the fix."""
+
+
 class AuthenticationFailed(RegistryError):
     """ZooKeeper refused the client's identity when it connected (a SASL login with an unknown
     user or a wrong password); the message never carries the password."""
@@ -321,6 +329,12 @@ class ClientNotEnrolled(AuthError):
 class KeySlotNotOwned(AuthError):
     """A client's key slot is not owned by the identity the admin enrolled for it (anyone,
     or someone else, may have written the keys in it): nothing is encrypted to it."""
+
+
+class NamespaceNotTrusted(AuthError, AccessDenied):
+    """The namespace looks secured, but does not let this identity write ``/auth``: it is not
+    the auth manager's, or whoever secured the namespace did not know it (someone else may
+    have made it). Nothing is encrypted to the key slots in it."""
 
 
 class EnvelopeError(AuthError):

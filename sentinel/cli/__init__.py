@@ -22,7 +22,18 @@ from collections.abc import Callable, Sequence
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.cli import auth, backup, collector, deps, devzk, doctor, inspect, shard, watch
+from sentinel.cli import (
+    auth,
+    backup,
+    collector,
+    deps,
+    devzk,
+    doctor,
+    inspect,
+    rotation,
+    shard,
+    watch,
+)
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -38,7 +49,7 @@ from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
-COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup, auth, collector)
+COMMAND_GROUPS = (devzk, inspect, rotation, watch, deps, doctor, shard, backup, auth, collector)
 
 
 SHELLS = ("bash", "zsh")
