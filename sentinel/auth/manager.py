@@ -30,10 +30,12 @@ anything is written.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,7 +65,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import CLIENTS, validate_name
 from sentinel.records import MAX_AUTH_VERSION, ClientRecord
-from sentinel.registry import decode_children
+from sentinel.registry import PIPELINE_WINDOW, pipelined_reads
 from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)
@@ -184,6 +186,186 @@ def withdraw(zk: KazooClient, service: str, client: str, versions: Iterable[int]
     change_auth(zk, service, client, change)
 
 
+@dataclass(frozen=True)
+class Census:
+    """Who uses a service now, by auth client, and how many entries count for nobody.
+
+    ``processes``: auth client -> {``/clients`` node name: applied version}. ``ignored``: why
+    entries count for no client (``"persistent"``, ``"not an enrolled identity's"``, ...) ->
+    how many. ``unread``: entries left unread because the deadline passed.
+    """
+
+    processes: dict[str, dict[str, Any]]
+    ignored: Mapping[str, int]
+    unread: int = 0
+
+
+class ClientEntries:
+    """The entries under ``/clients/<service>``, read incrementally for repeated passes.
+
+    Anyone may add entries there (``init --secure`` grants CREATE to all), so what one costs
+    must stay small. Each entry is read once and its outcome kept until a watch says it
+    changed or went: a later pass costs a listing plus the entries that changed. In a secured
+    namespace (``owners``: auth client -> its enrolled identity, see
+    :func:`~sentinel.auth.enrolment.slot_owner`) an entry is read in stages, each bounded
+    whatever its writer put there: its stat (a persistent entry is no live process's), its
+    ACL (only one an owner in ``owners`` could have written goes on), and only then its data
+    (which must name that owner's client). Junk costs one stat per rotation.
+    """
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        service: str,
+        *,
+        owners: Mapping[str, Id | None] | None = None,
+        watch: Callable[..., Any] | None = None,
+    ) -> None:
+        self._zk = zk
+        self.service = service
+        self.parent = f"{CLIENTS}/{service}"
+        self._owners = owners
+        self._watch = watch
+        self._admins = acl.admins(zk) if owners is not None else frozenset()
+        # name -> (client, version) when it counts, (None, reason) when it does not.
+        self._known: dict[str, tuple[str | None, Any]] = {}
+        self._stale: set[str] = set()  # filled by watches (kazoo's thread), drained per pass
+        # Without a watch nothing says what changed, so nothing is kept between passes.
+        self._node_watch = self._wake if watch is not None else None
+
+    def _wake(self, event: Any) -> None:
+        if event.path and event.path != self.parent:
+            self._stale.add(event.path.rpartition("/")[2])
+        if self._watch is not None:
+            self._watch(event)
+
+    def read(self, deadline: float | None = None) -> Census:
+        """One pass: list, read what is new or changed, and say who uses the service.
+
+        With a ``deadline`` (``time.monotonic()``), reading stops once it passes, within the
+        pass, and the entries left unread are counted in :attr:`Census.unread`.
+        """
+        try:
+            names = self._zk.get_children(self.parent, watch=self._node_watch)
+        except NoNodeError:
+            names = []
+        if self._node_watch is None:
+            self._known.clear()
+        while self._stale:
+            self._known.pop(self._stale.pop(), None)
+        listed = set(names)
+        for name in [n for n in self._known if n not in listed]:
+            del self._known[name]
+        unread = self._classify([n for n in names if n not in self._known], deadline)
+        processes: dict[str, dict[str, Any]] = {}
+        ignored: dict[str, int] = {}
+        for name, (client, outcome) in self._known.items():
+            if client is None:
+                ignored[outcome] = ignored.get(outcome, 0) + 1
+            else:
+                processes.setdefault(client, {})[name] = outcome
+        if ignored:
+            log.info("%s: ignoring entries that count for no client: %s", self.parent, ignored)
+        return Census(processes, ignored, unread)
+
+    def _classify(self, names: list[str], deadline: float | None) -> int:
+        """Read ``names`` into ``_known``; how many were left unread at the deadline."""
+        matches: dict[str, frozenset[str]] = {}
+        if self._owners is not None:
+            names, unread = self._ephemeral(names, deadline)
+            if not unread:
+                matches, unread = self._owned(names, deadline)
+            if unread:
+                return unread
+            names = list(matches)
+        reads = pipelined_reads(self._zk, names, self._path, watch=self._node_watch)
+        for done, (name, result) in enumerate(reads):
+            if _passed(deadline):
+                return len(names) - done
+            try:
+                data, _ = result.get()
+            except NoNodeError:
+                continue
+            try:
+                record = ClientRecord.from_bytes(self.service, name, self._path(name), data)
+                client, version = record.confirms_for, record.auth_version
+            except DecodeError:
+                client, version = name, None  # counts as its name's, confirming nothing
+            if self._owners is not None and client not in matches[name]:
+                log.warning(
+                    "ignoring %s/%s: not written by %s's enrolled identity",
+                    self.parent,
+                    name,
+                    client,
+                )
+                self._known[name] = (None, "not its client's identity")
+            else:
+                self._known[name] = (client, version)
+        return 0
+
+    def _ephemeral(self, names: list[str], deadline: float | None) -> tuple[list[str], int]:
+        """The names whose entry is ephemeral (a live process's); persistent ones are known
+        as ignored. A stat is all this reads, whatever the entry's size."""
+        kept: list[str] = []
+        exists = functools.partial(self._zk.exists_async, watch=self._node_watch)
+        for done, (name, result) in enumerate(_pipelined(exists, names, self._path)):
+            if _passed(deadline):
+                return kept, len(names) - done
+            stat = result.get()
+            if stat is None:
+                continue  # deleted since the listing
+            if stat.ephemeralOwner:
+                kept.append(name)
+            else:
+                self._known[name] = (None, "persistent")
+        return kept, 0
+
+    def _owned(
+        self, names: list[str], deadline: float | None
+    ) -> tuple[dict[str, frozenset[str]], int]:
+        """For each name whose ACL only an owner in ``owners`` could have written, the
+        clients it may speak for; the others are known as ignored."""
+        owners = self._owners or {}
+        matches: dict[str, frozenset[str]] = {}
+        acls = _pipelined(self._zk.get_acls_async, names, self._path)
+        for done, (name, result) in enumerate(acls):
+            if _passed(deadline):
+                return matches, len(names) - done
+            try:
+                entries, _ = result.get()
+            except NoNodeError:
+                continue
+            clients = frozenset(
+                client for client, owner in owners.items() if owned_by(entries, owner, self._admins)
+            )
+            if clients:
+                matches[name] = clients
+            else:
+                self._known[name] = (None, "not an enrolled identity's")
+        return matches, 0
+
+    def _path(self, name: str) -> str:
+        return f"{self.parent}/{name}"
+
+
+def _pipelined(
+    call: Callable[[str], Any], names: Iterable[str], path_of: Callable[[str], str]
+) -> Iterator[tuple[str, Any]]:
+    """``call(path)`` for each name, at most PIPELINE_WINDOW requests in flight (as
+    :func:`~sentinel.registry.pipelined_reads` does for data)."""
+    in_flight: deque[tuple[str, Any]] = deque()
+    for name in names:
+        in_flight.append((name, call(path_of(name))))
+        if len(in_flight) >= PIPELINE_WINDOW:
+            yield in_flight.popleft()
+    while in_flight:
+        yield in_flight.popleft()
+
+
+def _passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def live_processes(
     zk: KazooClient,
     service: str,
@@ -196,52 +378,17 @@ def live_processes(
     A node names its auth client (processes of one application share one, each with a node of
     its own); older nodes without the field are their own auth client. A node that cannot be
     decoded counts as its name's and as having confirmed nothing. ``watch`` is set on the list
-    and on every node, so a waiter wakes on any change.
+    and on every node read, so a waiter wakes on any change.
 
     ``owners`` (in a secured namespace: auth client -> the identity enrolled for it, see
-    :func:`~sentinel.auth.enrolment.slot_owner`) makes a node that names one of those clients
-    count only if that identity owns it: anyone may add a node under ``/clients/<service>``,
-    and a forged one neither confirms for a client nor holds its rotation up. That holds for
-    an undecodable node too: one under a client's name that its identity did not write (a
-    squatter's garbage, perhaps with an ACL the admin cannot undo) is ignored, not a laggard;
-    and for a persistent node, which no live process's entry is.
+    :func:`~sentinel.auth.enrolment.slot_owner`) makes a node count only for a client in it
+    and only if that client's identity owns it: anyone may add a node under
+    ``/clients/<service>``, and a forged one neither confirms for a client nor holds its
+    rotation up. That holds for an undecodable node too (a squatter's garbage, perhaps with an
+    ACL the admin cannot undo), and for a persistent node, which no live process's entry is.
+    :class:`ClientEntries` also says how many were ignored, and why.
     """
-    parent = f"{CLIENTS}/{service}"
-    try:
-        names = zk.get_children(parent, watch=watch)
-    except NoNodeError:
-        return {}
-
-    def confirmation(name: str, path: str, data: bytes, _stat: Any) -> tuple[str, int | None]:
-        record = ClientRecord.from_bytes(service, name, path, data)
-        return record.confirms_for, record.auth_version
-
-    decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
-    admin_ids = acl.admins(zk) if owners else frozenset()
-    entries = [*decoded.items(), *((name, (name, None)) for name in invalid)]
-    processes: dict[str, dict[str, Any]] = {}
-    for name, (client, version) in entries:
-        if (
-            owners
-            and client in owners
-            and not _owned(zk, f"{parent}/{name}", owners[client], admin_ids)
-        ):
-            log.warning(
-                "ignoring %s/%s: not written by %s's enrolled identity", parent, name, client
-            )
-            continue
-        processes.setdefault(client, {})[name] = version
-    return processes
-
-
-def _owned(zk: KazooClient, path: str, owner: Id | None, admin_ids: frozenset[Id]) -> bool:
-    """Whether ``path`` is a live process's entry (ephemeral: a persistent one outlives any
-    process) written by ``owner``."""
-    try:
-        entries, stat = zk.get_acls(path)
-    except NoNodeError:
-        return False
-    return bool(stat.ephemeralOwner) and owned_by(entries, owner, admin_ids)
+    return ClientEntries(zk, service, owners=owners, watch=watch).read().processes
 
 
 @dataclass(frozen=True)
@@ -365,32 +512,51 @@ class Rotation:
             raise RotationFailed(step, f"{detail}; the old credential is still valid") from exc
 
     def _confirm(self, versions: Mapping[str, int], timeout: float) -> None:
-        """Wait until every live client reports its new version, woken by watches."""
+        """Wait until every live client reports its new version, woken by watches.
+
+        The deadline holds within a pass too: however many entries were added under
+        ``/clients/<service>``, the wait ends at ``timeout``, naming what it could not read.
+        """
         changed = threading.Event()
 
         def wake(_event: object) -> None:
             changed.set()
 
         deadline = time.monotonic() + timeout
-        owners = confirmation_owners(self._zk, versions)
+        entries = ClientEntries(
+            self._zk,
+            self.service,
+            owners=confirmation_owners(self._zk, versions),
+            watch=wake,
+        )
         while True:
             changed.clear()
-            processes = live_processes(self._zk, self.service, watch=wake, owners=owners)
+            census = entries.read(deadline)
             laggards = sorted(
                 name
                 for client, version in versions.items()
-                for name, applied in processes.get(client, {}).items()
+                for name, applied in census.processes.get(client, {}).items()
                 if not _reached(applied, version)
             )
-            if not laggards:
+            if not laggards and not census.unread:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                unread = (
+                    f"{census.unread:,} entries under {entries.parent} were still unread and "
+                    if census.unread
+                    else ""
+                )
+                lagging = (
+                    f"{', '.join(laggards)} had not applied the new credential"
+                    if laggards
+                    else "no process was seen to apply the new credential"
+                )
                 raise RotationFailed(
                     "confirm",
-                    f"{', '.join(laggards)} had not applied the new credential after "
-                    f"{timeout:g}s; both old and new are published and valid; finish with "
-                    f"'sentinel auth rotate --service {self.service} --resume'",
+                    f"{unread}{lagging} after {timeout:g}s; both old and new are published and "
+                    f"valid; finish with 'sentinel auth rotate --service {self.service} "
+                    "--resume'",
                     tuple(laggards),
                 )
             # Watches wake us at once; the cap re-checks in case one fired between reads.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -802,3 +803,77 @@ def test_init_secure_converges_on_a_namespace_in_use(
     assert (again["changed"], again["unrepaired"], again["reset_key_slots"]) == (0, [], [])
     assert again["checked"] > 10
     still_works(secured, victim, "after-init")
+
+
+# --- junk under /clients (anyone may add entries there) ---------------------------------------
+
+JUNK = 3_000
+
+
+def flood(secured: SecuredNamespace, count: int = JUNK) -> list[str]:
+    """``count`` persistent entries under /clients/billing-db, added by an anonymous session in
+    transactions (fast); half of them claim billing-api and never confirm. Returns the paths."""
+    intruder = secured.kazoo()
+    claim = json.dumps({"v": 1, "auth_client": "billing-api"}).encode()
+    paths = [client_path(SERVICE, f"junk-{i:06d}") for i in range(count)]
+    for start in range(0, count, 500):
+        transaction = intruder.transaction()
+        for i, path in enumerate(paths[start : start + 500], start):
+            transaction.create(path, claim if i % 2 else b"junk")
+        assert all(isinstance(r, str) for r in transaction.commit())
+    return paths
+
+
+def counting(zk: KazooClient, monkeypatch, delay: float = 0.0) -> dict[str, int]:
+    """Count the reads ``zk`` sends by kind (each ``delay`` seconds slower): get, stat, acl."""
+    counts = {"get": 0, "stat": 0, "acl": 0}
+    for kind, method in (("get", "get_async"), ("stat", "exists_async"), ("acl", "get_acls_async")):
+        original = getattr(zk, method)
+
+        def counted(*args, _kind=kind, _original=original, **kwargs):
+            counts[_kind] += 1
+            if delay:
+                time.sleep(delay)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(zk, method, counted)
+    return counts
+
+
+def test_junk_under_clients_costs_a_rotation_one_stat_per_entry(
+    secured: SecuredNamespace, victim: Sentinel, tmp_path: Path, monkeypatch
+):
+    flood(secured)
+    manager = secured.role("auth_manager", "rotator")
+    reads = counting(manager._zk, monkeypatch)
+    backend = FileBackend(tmp_path / "credentials.json")
+    started = time.monotonic()
+    result = manager.rotate_auth(SERVICE, "billing-api", backend, timeout=20, signer=secured.signer)
+    took = time.monotonic() - started
+    print(f"rotation with {JUNK:,} junk entries: {took:.2f}s, reads {reads}")
+    assert result.versions == {"billing-api": 2}
+    # Each junk entry was looked at once (its stat: persistent), however many passes ran, and
+    # no junk entry's data or ACL was read: only the victim's entry, once per change.
+    assert JUNK <= reads["stat"] < JUNK + 20, reads
+    assert reads["acl"] < 20 and reads["get"] < 20, reads
+
+
+def test_a_confirm_pass_ends_at_the_deadline_however_much_junk(
+    secured: SecuredNamespace, victim: Sentinel, tmp_path: Path, monkeypatch
+):
+    flood(secured)
+    manager = secured.role("auth_manager", "rotator")
+    # Each read 1 ms slower: one pass over the junk takes > 3 s, the timeout is 1 s.
+    counting(manager._zk, monkeypatch, delay=0.001)
+    release = threading.Event()
+    victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
+    backend = FileBackend(tmp_path / "credentials.json")
+    started = time.monotonic()
+    try:
+        with pytest.raises(RotationFailed) as caught:
+            manager.rotate_auth(SERVICE, "billing-api", backend, timeout=1, signer=secured.signer)
+    finally:
+        release.set()
+    took = time.monotonic() - started
+    assert took < 2.5, f"the confirm step ran {took:.1f}s past a 1s timeout"
+    assert caught.value.step == "confirm" and "still unread" in str(caught.value)
