@@ -44,7 +44,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import Id
 
 from sentinel.auth import acl
-from sentinel.auth.enrolment import owned_by, slot_owner
+from sentinel.auth.enrolment import enrolled_owner, owned_by, slot_owner
 from sentinel.auth.envelope import seal, validate_credential
 from sentinel.auth.keys import ManagerKey
 from sentinel.auth.store import (
@@ -63,9 +63,9 @@ from sentinel.errors import (
     SigningRequired,
     ValidationError,
 )
-from sentinel.layout import CLIENTS, validate_name
+from sentinel.layout import AUTH_KEYS, CLIENTS, auth_keys_path, validate_name
 from sentinel.records import MAX_AUTH_VERSION, ClientRecord
-from sentinel.registry import PIPELINE_WINDOW, pipelined_reads
+from sentinel.registry import PIPELINE_WINDOW, pipelined_reads, valid_children
 from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,26 @@ def confirmation_owners(zk: KazooClient, clients: Iterable[str]) -> dict[str, Id
     if not acl.is_secured(zk):
         return None
     return {client: slot_owner(zk, client) for client in clients}
+
+
+def enrolled_owners(zk: KazooClient) -> dict[str, Id | None] | None:
+    """In a secured namespace, the identity enrolled for every client with a key slot, to
+    tell whose ``/clients`` entries are whose (:class:`ClientEntries`); None in an open one.
+
+    Read-only (it checks no write right, unlike :func:`confirmation_owners`), for reports: a
+    slot not as enrolled is left out, so entries naming its client count for nobody.
+    """
+    if not acl.is_secured(zk):
+        return None
+    admins = acl.admins(zk)
+    owners: dict[str, Id | None] = {}
+    for client in valid_children(zk, AUTH_KEYS):
+        try:
+            entries, _ = zk.get_acls(auth_keys_path(client))
+            owners[client] = enrolled_owner(entries, admins)
+        except (NoNodeError, ValueError):
+            continue  # gone, or not as enrolled: `sentinel doctor` names it
+    return owners
 
 
 def next_version(published: tuple[int, ...], issued: int) -> int:

@@ -14,7 +14,7 @@ from kazoo.security import Id
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enroll
 from sentinel.auth.keys import SIGNING_KEY_FILE_ENV, ClientKeyring, ManagerKey
-from sentinel.auth.manager import Rotation, live_processes, live_versions
+from sentinel.auth.manager import ClientEntries, Rotation, enrolled_owners, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import (
     EXIT_OK,
@@ -28,7 +28,7 @@ from sentinel.cli.common import (
     seconds,
 )
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
-from sentinel.layout import AUTH, auth_keys_path, validate_name
+from sentinel.layout import AUTH, CLIENTS, auth_keys_path, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
 from sentinel.records import parse_json
 from sentinel.registry import valid_children
@@ -176,7 +176,10 @@ def _rotate(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     service = validate_name("service", args.service)
     with connect(args) as zk:
-        processes = live_processes(zk, service)
+        # In a secured namespace only entries an enrolled identity wrote are its processes:
+        # anyone may add entries under /clients/<service>, and those are counted apart.
+        census = ClientEntries(zk, service, owners=enrolled_owners(zk)).read()
+        processes = census.processes
         rows = []
         for name in sorted(set(valid_children(zk, f"{AUTH}/{service}")) | set(processes)):
             try:
@@ -192,6 +195,13 @@ def _status(args: argparse.Namespace) -> int:
                     "keys": keys,
                 }
             )
+    if census.ignored:
+        why = ", ".join(f"{n:,} {reason}" for reason, n in sorted(census.ignored.items()))
+        print(
+            f"{sum(census.ignored.values()):,} entries under {CLIENTS}/{service} belong to no "
+            f"process and are not listed ({why}); `sentinel doctor` reports them",
+            file=sys.stderr,
+        )
     if args.json:
         print_json(rows)
     else:

@@ -877,3 +877,20 @@ def test_a_confirm_pass_ends_at_the_deadline_however_much_junk(
     took = time.monotonic() - started
     assert took < 2.5, f"the confirm step ran {took:.1f}s past a 1s timeout"
     assert caught.value.step == "confirm" and "still unread" in str(caught.value)
+
+
+def test_auth_status_lists_no_junk_or_forged_entry_as_a_process(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process
+):
+    flood(secured, 200)
+    forged = {"client_id": "billing-api-2", "auth_client": "billing-api", "auth_version": 1}
+    for name, intruder in zip(("forged-1", "forged-2"), intruders(secured), strict=True):
+        path = client_path(SERVICE, name)
+        intruder.create(path, json.dumps({**forged, "v": 1}).encode(), ephemeral=True)
+    done = cli_in_process("auth", "status", "--service", SERVICE, "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["client"]: row for row in json.loads(done.stdout)}
+    assert set(rows) == {"billing-api"}, sorted(rows)[:5]
+    assert rows["billing-api"]["processes"] == {"billing-api": 1}
+    assert "202 entries under /clients/billing-db belong to no process" in done.stderr
+    assert "200 persistent" in done.stderr
