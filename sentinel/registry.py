@@ -32,6 +32,20 @@ PIPELINE_WINDOW = 64
 Reads = Callable[[Iterable[Any], Callable[[Any], str]], Iterator[tuple[Any, Any]]]
 
 
+def pipelined(
+    request: Callable[[str], Any], items: Iterable[T], path_of: Callable[[T], str]
+) -> Iterator[tuple[T, Any]]:
+    """Send ``request(path)`` (a kazoo ``*_async`` call) for each item with at most
+    PIPELINE_WINDOW requests in flight; yield ``(item, async_result)`` in order."""
+    in_flight: deque[tuple[T, Any]] = deque()
+    for item in items:
+        in_flight.append((item, request(path_of(item))))
+        if len(in_flight) >= PIPELINE_WINDOW:
+            yield in_flight.popleft()
+    while in_flight:
+        yield in_flight.popleft()
+
+
 def pipelined_reads(
     zk: KazooClient,
     items: Iterable[T],
@@ -43,13 +57,7 @@ def pipelined_reads(
     Yields ``(item, async_result)`` in order; ``async_result.get()`` returns ``(data, stat)``
     or raises (``NoNodeError`` for a node deleted meanwhile).
     """
-    in_flight: deque[tuple[T, Any]] = deque()
-    for item in items:
-        in_flight.append((item, zk.get_async(path_of(item), watch=watch)))
-        if len(in_flight) >= PIPELINE_WINDOW:
-            yield in_flight.popleft()
-    while in_flight:
-        yield in_flight.popleft()
+    return pipelined(functools.partial(zk.get_async, watch=watch), items, path_of)
 
 
 @dataclass

@@ -34,8 +34,7 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,7 +64,7 @@ from sentinel.errors import (
 )
 from sentinel.layout import AUTH_KEYS, CLIENTS, auth_keys_path, validate_name
 from sentinel.records import MAX_AUTH_VERSION, ClientRecord
-from sentinel.registry import PIPELINE_WINDOW, pipelined_reads, valid_children
+from sentinel.registry import pipelined, pipelined_reads, valid_children
 from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)
@@ -328,7 +327,7 @@ class ClientEntries:
         as ignored. A stat is all this reads, whatever the entry's size."""
         kept: list[str] = []
         exists = functools.partial(self._zk.exists_async, watch=self._node_watch)
-        for done, (name, result) in enumerate(_pipelined(exists, names, self._path)):
+        for done, (name, result) in enumerate(pipelined(exists, names, self._path)):
             if _passed(deadline):
                 return kept, len(names) - done
             stat = result.get()
@@ -347,7 +346,7 @@ class ClientEntries:
         clients it may speak for; the others are known as ignored."""
         owners = self._owners or {}
         matches: dict[str, frozenset[str]] = {}
-        acls = _pipelined(self._zk.get_acls_async, names, self._path)
+        acls = pipelined(self._zk.get_acls_async, names, self._path)
         for done, (name, result) in enumerate(acls):
             if _passed(deadline):
                 return matches, len(names) - done
@@ -366,20 +365,6 @@ class ClientEntries:
 
     def _path(self, name: str) -> str:
         return f"{self.parent}/{name}"
-
-
-def _pipelined(
-    call: Callable[[str], Any], names: Iterable[str], path_of: Callable[[str], str]
-) -> Iterator[tuple[str, Any]]:
-    """``call(path)`` for each name, at most PIPELINE_WINDOW requests in flight (as
-    :func:`~sentinel.registry.pipelined_reads` does for data)."""
-    in_flight: deque[tuple[str, Any]] = deque()
-    for name in names:
-        in_flight.append((name, call(path_of(name))))
-        if len(in_flight) >= PIPELINE_WINDOW:
-            yield in_flight.popleft()
-    while in_flight:
-        yield in_flight.popleft()
 
 
 def _passed(deadline: float | None) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import random
 import sys
 import time
 from collections import deque
@@ -35,7 +37,7 @@ from sentinel.freshness import METRICS_MAX_AGE
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.output import format_table
 from sentinel.records import ServiceSpec
-from sentinel.registry import all_children, list_services, read_metrics, read_service
+from sentinel.registry import all_children, list_services, pipelined, read_metrics, read_service
 from sentinel.shards.spec import ShardPolicySpec, policy_path
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.zookeeper import four_letter_word
@@ -91,15 +93,22 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
     return [Finding("ok", "namespace", f"{namespace} has all five sections")]
 
 
+# Anyone may add entries under /clients/<service> (init --secure grants CREATE to all), so
+# those are the one place a writer can make a namespace as big as it likes: above this many
+# entries in one service, a random sample of them is checked (said in a finding). Every other
+# node is checked: only the admin and the roles can write there.
 ACL_SAMPLE = 10_000
+# Above this many problems under one /clients/<service>, they are one finding, not one each.
+SHOWN_PER_SERVICE = 10
 
 
 def _acls(
     zk: KazooClient, namespace: str, identities: Mapping[str, str] | None = None
 ) -> list[Finding]:
     """The ACL of the root, every section and every node below them against what ``init
-    --secure`` sets (the first 10,000 nodes below the sections, breadth first, in bigger
-    namespaces: said in the finding).
+    --secure`` sets. Every node is checked but the entries of a ``/clients/<service>`` with
+    more than ACL_SAMPLE of them: a random sample of those (said in a finding), and their
+    problems add up to one finding per service (``N entries ... belong to no process``).
 
     ``identities`` (``--identities``): the session acts as every role, so ZooKeeper shows it
     the hash of each role's digest; identities are compared whole, and the root and the
@@ -124,16 +133,27 @@ def _acls(
         if problem is not None:
             findings.append(Finding("error", "acl", f"{path}: {problem}", _SECTION_FIX))
     queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
-    checked, truncated, unverified = 0, False, 0
+    checked, unverified = 0, 0
+    sampled: list[Finding] = []
+    entry_problems: dict[str, list[Finding]] = {}  # /clients/<service> -> its entries' problems
     while queue:
         parent, parent_acl = queue.popleft()
-        for child in all_children(zk, parent):
-            if checked >= ACL_SAMPLE:
-                truncated = True
-                break
-            path = f"{parent}/{child}"
+        children = all_children(zk, parent)
+        if _is_clients_service(parent) and len(children) > ACL_SAMPLE:
+            sampled.append(
+                Finding(
+                    "warn",
+                    "acl",
+                    f"{parent} has {len(children):,} entries: checked a random sample of "
+                    f"{ACL_SAMPLE:,} of them",
+                )
+            )
+            children = sorted(random.sample(children, ACL_SAMPLE))
+        acls = pipelined(zk.get_acls_async, children, functools.partial(_child, parent))
+        for child, result in acls:
+            path = _child(parent, child)
             try:
-                entries, stat = zk.get_acls(path)
+                entries, stat = result.get()
             except NoNodeError:
                 continue
             checked += 1
@@ -141,17 +161,21 @@ def _acls(
                 path, entries, parent_acl, admins, verified
             )
             if problem is not None:
-                findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
+                finding = Finding("error", "acl", f"{path}: {problem[0]}", problem[1])
+                service = _clients_service_of(path)
+                (entry_problems.setdefault(service, []) if service else findings).append(finding)
             elif not verified and not path.startswith(f"{CLIENTS}/"):
                 unverified += any(acl.hidden(i) for i in acl.writers(entries))
-            # Below /clients/<service> and a daemon's service, their own ACL is the rule.
-            own_rule = parent == CLIENTS or _daemon_service(path)
-            queue.append((path, entries if own_rule else parent_acl))
-    scope = f"the first {checked:,} nodes (sampled)" if truncated else f"all {checked:,} nodes"
+            if stat.numChildren:
+                # Below /clients/<service> and a daemon's service, their own ACL is the rule.
+                own_rule = parent == CLIENTS or _daemon_service(path)
+                queue.append((path, entries if own_rule else parent_acl))
+    for service, problems in sorted(entry_problems.items()):
+        findings += problems if len(problems) <= SHOWN_PER_SERVICE else [_junk(service, problems)]
+    scope = f"{checked:,} nodes" + (" (some entries sampled)" if sampled else "")
     if not findings:
         findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
-    elif truncated:
-        findings.append(Finding("warn", "acl", f"checked {scope} only"))
+    findings += sampled
     if unverified:
         findings.append(
             Finding(
@@ -164,6 +188,33 @@ def _acls(
             )
         )
     return findings
+
+
+def _child(parent: str, name: str) -> str:
+    return f"{parent}/{name}"
+
+
+def _is_clients_service(path: str) -> bool:
+    """Whether ``path`` is a ``/clients/<service>`` node."""
+    return path.rpartition("/")[0] == CLIENTS
+
+
+def _clients_service_of(path: str) -> str | None:
+    """The ``/clients/<service>`` that ``path`` is below, or None."""
+    parts = path.split("/")
+    return "/".join(parts[:3]) if path.startswith(f"{CLIENTS}/") and len(parts) > 3 else None
+
+
+def _junk(service: str, problems: list[Finding]) -> Finding:
+    """One finding for the many problems found below one ``/clients/<service>``."""
+    examples = ", ".join(p.detail.split(": ")[0].rpartition("/")[2] for p in problems[:3])
+    return Finding(
+        "error",
+        "acl",
+        f"{len(problems):,} entries under {service} belong to no process (e.g. {examples}): "
+        "rotations and `auth status` ignore them, at the cost of one read each",
+        problems[0].fix,
+    )
 
 
 _SECURE_FIX = "sentinel init --secure --identities FILE"

@@ -28,6 +28,7 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
+from sentinel.cli import doctor
 from sentinel.errors import (
     ClientNotEnrolled,
     KeySlotNotOwned,
@@ -894,3 +895,23 @@ def test_auth_status_lists_no_junk_or_forged_entry_as_a_process(
     assert rows["billing-api"]["processes"] == {"billing-api": 1}
     assert "202 entries under /clients/billing-db belong to no process" in done.stderr
     assert "200 persistent" in done.stderr
+
+
+def test_doctor_checks_every_node_of_the_roles_however_much_junk(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, monkeypatch
+):
+    monkeypatch.setattr(doctor, "ACL_SAMPLE", 1_000)  # 3,000 junk entries are a flood then
+    flood(secured)
+    # A real problem deep in a role's section, which breadth first comes after the junk.
+    publisher = secured.kazoo(secured.identities["publisher"])
+    hidden = f"{service_path(SERVICE)}/deep/open"
+    publisher.create(hidden, b"", acl=list(OPEN_ACL_UNSAFE), makepath=True)
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    details = [f["detail"] for f in findings]
+    assert code == 1
+    assert any(d.startswith(f"{hidden}: anyone may write it") for d in details), details
+    # The junk is one finding, with how much of it was looked at, not one finding each.
+    [junk] = [d for d in details if "belong to no process" in d]
+    assert junk.startswith(f"1,000 entries under {CLIENTS}/{SERVICE} belong to no process")
+    assert any("has 3,001 entries: checked a random sample of 1,000" in d for d in details)
+    assert len(findings) < 10, details
