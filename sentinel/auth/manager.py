@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.security import Id
 
 from sentinel.auth import acl
@@ -284,7 +284,7 @@ class ClientEntries:
             else:
                 processes.setdefault(client, {})[name] = outcome
         if ignored:
-            log.info("%s: ignoring entries that count for no client: %s", self.parent, ignored)
+            log.debug("%s: ignoring entries that count for no client: %s", self.parent, ignored)
         return Census(processes, ignored, unread)
 
     def _classify(self, names: list[str], deadline: float | None) -> int:
@@ -304,6 +304,9 @@ class ClientEntries:
             try:
                 data, _ = result.get()
             except NoNodeError:
+                continue
+            except NoAuthError:  # its writer shut it to this session: it confirms nothing
+                self._known[name] = (None, "unreadable")
                 continue
             try:
                 record = ClientRecord.from_bytes(self.service, name, self._path(name), data)
@@ -353,6 +356,9 @@ class ClientEntries:
             try:
                 entries, _ = result.get()
             except NoNodeError:
+                continue
+            except NoAuthError:  # ZooKeeper shows an ACL only to who may read the node
+                self._known[name] = (None, "unreadable")
                 continue
             clients = frozenset(
                 client for client, owner in owners.items() if owned_by(entries, owner, self._admins)

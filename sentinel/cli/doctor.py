@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TextIO
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
@@ -156,17 +156,22 @@ def _acls(
                 entries, stat = result.get()
             except NoNodeError:
                 continue
+            except NoAuthError:  # ZooKeeper shows an ACL (and children) only to its readers
+                entries, stat = None, None
             checked += 1
-            problem = _squatter(path, stat) or _acl_problem(
-                path, entries, parent_acl, admins, verified
-            )
-            if problem is not None:
-                finding = Finding("error", "acl", f"{path}: {problem[0]}", problem[1])
+            if entries is None:
+                issue: tuple[str, str] | None = _UNREADABLE
+            else:
+                issue = _squatter(path, stat) or _acl_problem(
+                    path, entries, parent_acl, admins, verified
+                )
+            if issue is not None:
+                finding = Finding("error", "acl", f"{path}: {issue[0]}", issue[1])
                 service = _clients_service_of(path)
                 (entry_problems.setdefault(service, []) if service else findings).append(finding)
             elif not verified and not path.startswith(f"{CLIENTS}/"):
                 unverified += any(acl.hidden(i) for i in acl.writers(entries))
-            if stat.numChildren:
+            if stat is not None and stat.numChildren:
                 # Below /clients/<service> and a daemon's service, their own ACL is the rule.
                 own_rule = parent == CLIENTS or _daemon_service(path)
                 queue.append((path, entries if own_rule else parent_acl))
@@ -188,6 +193,12 @@ def _acls(
             )
         )
     return findings
+
+
+_UNREADABLE = (
+    "nobody but its writer may read it (nor its ACL): nothing reads what it says",
+    "a ZooKeeper superuser must delete it",
+)
 
 
 def _child(parent: str, name: str) -> str:
