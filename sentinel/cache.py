@@ -62,6 +62,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    ClientClosed,
     DecodeError,
     PartitionNotFound,
     ReadThroughThrottled,
@@ -488,17 +489,51 @@ class RegistryCache:
         self._worker.start()
 
     def close(self) -> None:
-        """Stop the worker."""
+        """Stop the worker, once it has run the tasks queued so far.
+
+        Called on the worker itself (a listener closing the client), it stops after the task
+        it is running, unwaited for: a thread cannot join itself, and the tasks queued behind
+        it would only read from the session being closed.
+        """
         self._zk.remove_listener(self._on_state)
+        if self.on_worker():
+            self._worker = None  # no longer the worker: it stops after this task (see _run)
+            self._drop_queued()
+            return
         self._tasks.put(None)
         if self._worker is not None:
             self._worker.join()
+            self._worker = None
+
+    def _drop_queued(self) -> None:
+        """Closing on the worker: the tasks queued behind it will not run, and a reader
+        waiting for a load hears so at once rather than at its timeout."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                task = self._tasks.get_nowait()
+                if task is None:
+                    continue
+                with self._pending_lock:  # queued again after a start(), it must be queued
+                    self._pending.discard(task)
+                if task.run == self._serve_load:
+                    task.args[1].set_exception(ClientClosed("the client was closed"))
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the worker (a listener, or a task, is running)."""
+        return self._worker is threading.current_thread()
 
     # --- called by readers ------------------------------------------------------------------
 
     def load(self, service: str) -> ServiceSnapshot:
-        """The snapshot of ``service``, loading it on the worker the first time."""
+        """The snapshot of ``service``, loading it on the worker the first time.
+
+        On the worker itself (a lookup made from a listener) the load runs there and then:
+        queued, it would wait behind the listener that waits for it.
+        """
         future: Future[ServiceSnapshot] = Future()
+        if self.on_worker():
+            self._serve_load(service, future)
+            return future.result()
         self._tasks.put(_Task(self._serve_load, (service, future)))
         try:
             return future.result(timeout=self._load_timeout)
@@ -705,7 +740,10 @@ class RegistryCache:
         return _Task(self._resync)
 
     def _run(self) -> None:
-        while (task := self._next_task()) is not None:
+        worker = threading.current_thread()
+        # Until close(), or a close() from a listener on this thread (then a start() may
+        # have begun another worker already).
+        while self._worker is worker and (task := self._next_task()) is not None:
             with self._pending_lock:
                 self._pending.discard(task)
             try:

@@ -22,6 +22,7 @@ from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry, zkprotocol
+from sentinel import validation as check
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -33,6 +34,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    CalledFromListener,
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
@@ -48,6 +50,7 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.feedback import InstanceFeedback
+from sentinel.freshness import STALE
 from sentinel.layout import (
     SECTIONS,
     SERVICES,
@@ -75,10 +78,19 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ExplainStep:
-    """One filter of a resolution and the endpoints it excluded."""
+    """One filter of a resolution and the endpoints it excluded.
+
+    ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
+    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``.
+    """
 
     name: str
     excluded: tuple[Endpoint, ...]
+    verdict: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.verdict:
+            object.__setattr__(self, "verdict", f"excluded by {self.name}")
 
 
 @dataclass(frozen=True)
@@ -92,6 +104,16 @@ class Explanation:
     instances: tuple[Endpoint, ...]
     steps: tuple[ExplainStep, ...]
     eligible: tuple[Endpoint, ...]
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
+        ``"excluded by <filter>"``."""
+        verdicts = {e.name: "eligible" for e in self.instances}
+        for step in self.steps:  # each step sees only what the ones before kept
+            for endpoint in step.excluded:
+                verdicts[endpoint.name] = step.verdict
+        return verdicts
 
 
 DEFAULT_NAMESPACE = "/sentinel"
@@ -133,7 +155,9 @@ class Sentinel:
             ...
             sentinel.drain(registration)
 
-    Every parameter but the first three is keyword-only; all have defaults.
+    Every parameter but the first three is keyword-only; all have defaults. Each is checked
+    here: a value of the wrong type or out of its range raises
+    :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -252,6 +276,29 @@ class Sentinel:
         persistent_watches: bool = True,
         inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
+        # Every setting is checked here, once, so a wrong one fails where it is given: the
+        # lookup path never checks them.
+        connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
+        session_timeout = check.number("session_timeout", session_timeout, above=0)
+        drain_wait = check.number("drain_wait", drain_wait, least=0)
+        negative_ttl = check.number("negative_ttl", negative_ttl, least=0)
+        resync_jitter = check.number("resync_jitter", resync_jitter, least=0)
+        read_through_rate = check.number("read_through_rate", read_through_rate, above=0)
+        snapshot_interval = check.number("snapshot_interval", snapshot_interval, above=0)
+        if inherited_max_age is not None:
+            inherited_max_age = check.number("inherited_max_age", inherited_max_age, least=0)
+        check.instance("feedback", feedback, InstanceFeedback)
+        check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
+        check.instance("identity", identity, str)
+        check.instance("auth_signer", auth_signer, str)
+        if auth_signer:  # given, it must be a key even while no key ring uses it
+            verify_key(auth_signer)
+        if not isinstance(auth_keys, ClientKeyring):
+            check.path("auth_keys", auth_keys)
+        check.path("snapshot_path", snapshot_path)
+        check.flag("announce", announce)
+        check.flag("persistent_watches", persistent_watches)
+        check.flag("require_signed", require_signed, optional=True)
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
@@ -534,8 +581,8 @@ class Sentinel:
                 return error
         except KazooException:
             return error
-        names = [*names, *self._snapshots]
-        close = difflib.get_close_matches(service, sorted(set(names) - {service}), n=3)
+        names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
+        close = difflib.get_close_matches(service, sorted(names), n=3)
         return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
@@ -626,25 +673,31 @@ class Sentinel:
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
-        In a forked child this ends the child's own session, never the parent's.
+        In a forked child this ends the child's own session, never the parent's. It may be
+        called from a listener (the cache's worker stops once the listener returns), and
+        more than once: a closed client's close() does nothing.
         """
         if self._pid != os.getpid():
             self._renew_after_fork(serve=False)
-        if not self._started:
-            return
-        with self._lifecycle_lock:
+        with self._lifecycle_lock:  # checked and set at once: one of two close() calls closes
+            if not self._started:
+                return
             self._started = False
-        if self._exports is not None:
-            self._exports.discard(self)
-        self._cache.close()
-        if self._snapshot_writer is not None:
-            self._snapshot_writer.close()
-        # Emptied, a lookup falls through to the load, which refuses on a closed client.
-        self._snapshots.clear()
-        self._shard_maps.clear()
-        self._nodes.close()
-        self._zk.stop()
-        self._zk.close()
+        # The session ends whatever stopping a thread raises: a second close() finds the
+        # client closed and returns, so this one is the only chance.
+        try:
+            if self._exports is not None:
+                self._exports.discard(self)
+            self._cache.close()
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close()
+            # Emptied, a lookup falls through to the load, which refuses on a closed client.
+            self._snapshots.clear()
+            self._shard_maps.clear()
+            self._nodes.close()
+        finally:
+            self._zk.stop()
+            self._zk.close()
 
     def _require_started(self) -> None:
         self._check_fork()
@@ -740,13 +793,18 @@ class Sentinel:
 
         The node is rewritten in place, so the instance keeps its place in its cluster's
         order (this is how an instance publishes properties others see, Sling's
-        ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
+        ``PropertyProvider``, or takes itself out of rotation with ``status="draining"`` and
+        back with ``status="up"``). Fields not given keep their published value, including a
+        status another client set (``sentinel drain``). Returns the new registration.
         """
         self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        instance = dataclasses.replace(registration.instance, **changes)
+        # From the registration as published now: a status an operator set since (`sentinel
+        # drain`) is kept unless ``status`` is among the changes.
+        current = self._publisher.current(registration).instance
+        instance = dataclasses.replace(current, **changes)
         return self._publisher.register(instance)
 
     @translate_zk_errors
@@ -760,8 +818,9 @@ class Sentinel:
 
         Call it before a server stops serving, so that no client still picks it.
         """
+        wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
         self.deregister_service(registration)
-        time.sleep(self.drain_wait if wait is None else wait)
+        time.sleep(wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
@@ -942,6 +1001,14 @@ class Sentinel:
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
         chain = getattr(policy, "policies", None) or (() if policy is None else (policy,))
         for step in chain:
+            # A metric policy with an age limit (policies.metrics.AgeLimited) names the
+            # endpoints it distrusts for their metrics' age: their verdict is "stale".
+            stale = getattr(step, "stale", None)
+            old = tuple(stale(eligible)) if callable(stale) and eligible else ()
+            if old:
+                name = f"metrics older than {step.max_age:g}s ({step!r})"  # type: ignore[attr-defined]
+                steps.append(ExplainStep(name, old, verdict=STALE))
+                eligible = tuple(e for e in eligible if e not in old)
             kept = tuple(step(eligible)) if eligible else ()
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
             eligible = kept
@@ -990,16 +1057,16 @@ class Sentinel:
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
 
-        On a started client, raises :class:`~sentinel.errors.NamespaceNotFound` when the
-        namespace does not exist (nothing would ever be heard; reading never creates it).
+        Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
+        the event loop): in a namespace that does not exist, the load that follows
+        (:meth:`prefetch`, :meth:`get_service`) raises
+        :class:`~sentinel.errors.NamespaceNotFound`.
+
+        A callback may call this client back: a first lookup loads its service on the spot,
+        :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
+        very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
-        try:
-            missing = self._started and self._zk.connected and not self._namespace_exists()
-        except KazooException:  # the connection dropped meanwhile: listening is still right
-            missing = False
-        if missing:
-            raise self._no_namespace()
         return self._cache.listen(service, callback)
 
     @property
@@ -1261,8 +1328,16 @@ class Sentinel:
         naming the step (and, on a timeout, the clients that had not confirmed); the old
         credential then still works. Without ``signer`` in a secured namespace it raises
         :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
+        From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
+        waits for confirmations, this client's own made by the thread that runs listeners.
         """
         self._require_writable()
+        if self._cache.on_worker():
+            raise CalledFromListener(
+                "rotate_auth() waits for clients to confirm the new credential, and this "
+                "client confirms on the thread that runs its listeners: call it from another "
+                "thread"
+            )
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)

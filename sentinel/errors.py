@@ -22,12 +22,14 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── EndpointFailed                       work kept failing on resolved endpoints
     ├── SnapshotRejected
     ├── ClientClosed
+    ├── CalledFromListener                   a call that would wait for the listener's thread
     ├── ZooKeeperUnavailable                 connection
     │   ├── ConnectionInterrupted
     │   └── TlsHandshakeFailed
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
+    │   │   └── NamespaceNotControlled
     │   └── AuthenticationFailed
     ├── RegistryConflict                     writes
     │   └── LabelTaken
@@ -40,6 +42,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ClientKeyNotFound
     │   ├── ClientNotEnrolled
     │   ├── KeySlotNotOwned
+    │   ├── NamespaceNotTrusted (also AccessDenied)
     │   ├── RotationFailed                   .step .laggards
     │   └── EnvelopeError
     │       ├── UnknownKeyId
@@ -208,6 +211,12 @@ class ClientClosed(SentinelError):
     """The client was used before :meth:`~sentinel.Sentinel.start` or after ``close()``."""
 
 
+class CalledFromListener(SentinelError):
+    """A call that waits for the client's cache (a credential rotation, which waits for this
+    client's confirmation among others) was made from a change listener, which runs on the
+    cache's worker: it would wait for itself. Refused at once; make it from another thread."""
+
+
 # --- connection -------------------------------------------------------------------------------
 
 
@@ -256,6 +265,12 @@ class RegistryError(SentinelError):
 
 class AccessDenied(RegistryError):
     """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
+
+
+class NamespaceNotControlled(AccessDenied):
+    """``sentinel init --secure`` refused a namespace root (or a parent of it) that someone
+    else controls: an identity securing does not hold may change its ACL. Nothing was
+    changed; the message names the node and the fix."""
 
 
 class AuthenticationFailed(RegistryError):
@@ -314,6 +329,12 @@ class ClientNotEnrolled(AuthError):
 class KeySlotNotOwned(AuthError):
     """A client's key slot is not owned by the identity the admin enrolled for it (anyone,
     or someone else, may have written the keys in it): nothing is encrypted to it."""
+
+
+class NamespaceNotTrusted(AuthError, AccessDenied):
+    """The namespace looks secured, but does not let this identity write ``/auth``: it is not
+    the auth manager's, or whoever secured the namespace did not know it (someone else may
+    have made it). Nothing is encrypted to the key slots in it."""
 
 
 class EnvelopeError(AuthError):

@@ -203,7 +203,8 @@ def live_processes(
     count only if that identity owns it: anyone may add a node under ``/clients/<service>``,
     and a forged one neither confirms for a client nor holds its rotation up. That holds for
     an undecodable node too: one under a client's name that its identity did not write (a
-    squatter's garbage, perhaps with an ACL the admin cannot undo) is ignored, not a laggard.
+    squatter's garbage, perhaps with an ACL the admin cannot undo) is ignored, not a laggard;
+    and for a persistent node, which no live process's entry is.
     """
     parent = f"{CLIENTS}/{service}"
     try:
@@ -234,11 +235,13 @@ def live_processes(
 
 
 def _owned(zk: KazooClient, path: str, owner: Id | None, admin_ids: frozenset[Id]) -> bool:
+    """Whether ``path`` is a live process's entry (ephemeral: a persistent one outlives any
+    process) written by ``owner``."""
     try:
-        entries, _ = zk.get_acls(path)
+        entries, stat = zk.get_acls(path)
     except NoNodeError:
         return False
-    return owned_by(entries, owner, admin_ids)
+    return bool(stat.ephemeralOwner) and owned_by(entries, owner, admin_ids)
 
 
 @dataclass(frozen=True)
@@ -289,6 +292,7 @@ class Rotation:
         when the namespace is secured and the rotation has no signing key.
         """
         require_signing_key(self._zk, self._signer)
+        confirmation_owners(self._zk, self.clients)  # key slots and namespace, before `create`
         auth_rotation(self.service, "started")
         try:
             return self._run(timeout)

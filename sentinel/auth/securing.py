@@ -29,14 +29,51 @@ from sentinel.auth.acl import (
     ensure_clients_node,
     identity_id,
     namespace_acls,
+    principal,
     publish_admins,
     world_writable,
     writers,
 )
 from sentinel.auth.enrolment import enrolled_owner, key_slot_acl
 from sentinel.auth.grants import daemon_grants, grant_daemon_services, service_acl
+from sentinel.errors import NamespaceNotControlled
 from sentinel.layout import AUTH, CLIENTS, SERVICES, service_path
 from sentinel.registry import all_children
+
+
+def check_namespace_control(zk: KazooClient, namespace: str, identities: Mapping[str, str]) -> None:
+    """Refuse to secure ``namespace`` unless one of ``identities`` controls its root and
+    every parent.
+
+    ``zk`` is rooted at the ensemble's root and acts as every role
+    (:func:`~sentinel.auth.acl.act_as_every_role`). ZooKeeper's own root is writable by
+    anyone, so anyone may create a namespace first, with their own admin: securing it would
+    leave that admin in charge (and key slots it made would pass for the admin's). A node is
+    controlled when ADMIN on it is held by anyone (``world``: securing takes the root over)
+    or by one of ``identities`` (compared whole: the hash ZooKeeper shows only to a session
+    with ADMIN); otherwise :class:`~sentinel.errors.NamespaceNotControlled` names the node
+    and the fix, and nothing is changed. Missing nodes are created by the caller.
+    """
+    ours = {identity_id(identity) for identity in identities.values()}
+    path = ""
+    for part in namespace.strip("/").split("/"):
+        path = f"{path}/{part}"
+        try:
+            entries, _ = zk.get_acls(path)
+        except NoNodeError:
+            return
+        holders = {e.id for e in entries if e.perms & Permissions.ADMIN}
+        if holders & ours or any(i.scheme == "world" for i in holders):
+            continue
+        names = ", ".join(sorted(f"{i.scheme}:{principal(i).id}" for i in holders)) or "nobody"
+        raise NamespaceNotControlled(
+            f"{path} is controlled by {names}, none of them an identity of the identities "
+            "file: someone created it before the namespace was secured (ZooKeeper lets anyone "
+            f"create under {path.rpartition('/')[0] or '/'}). Nothing was changed. Delete it as "
+            f"a ZooKeeper superuser (`deleteall {path}` with "
+            "-Dzookeeper.DigestAuthenticationProvider.superDigest) or choose another "
+            "--namespace, then run `sentinel init --secure` again"
+        )
 
 
 @dataclass(frozen=True)

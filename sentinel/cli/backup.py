@@ -21,7 +21,7 @@ from kazoo.security import ACL
 
 from sentinel.auth import acl
 from sentinel.auth.grants import grant_daemon_services, parse_grant
-from sentinel.auth.securing import secure_namespace
+from sentinel.auth.securing import check_namespace_control, secure_namespace
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -56,6 +56,9 @@ def _init(args: argparse.Namespace) -> int:
         if not args.identities:
             raise ValidationError("--secure needs --identities FILE (created when missing)")
         identities = acl.load_identities(args.identities, create_missing=True)
+        with connect(args, identity=identities["admin"], chroot=False) as zk:
+            acl.act_as_every_role(zk, identities)
+            check_namespace_control(zk, args.namespace, identities)  # before any write
     elif requested:
         raise ValidationError("--grant needs --secure")
     with client(args) as sentinel:

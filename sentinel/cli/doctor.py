@@ -31,6 +31,7 @@ from sentinel.cli.common import (
 )
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
+from sentinel.freshness import METRICS_MAX_AGE
 from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.output import format_table
 from sentinel.records import ServiceSpec
@@ -480,9 +481,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     doctor.add_argument(
         "--stale-after",
         type=seconds_or_zero,
-        default=300.0,
+        default=METRICS_MAX_AGE,
         metavar="SECONDS",
-        help="metrics older than this are stale (default 300)",
+        help=f"metrics older than this are stale (default {METRICS_MAX_AGE:g}: three of a "
+        "collector's default intervals, the age past which the metric policies exclude an "
+        "instance)",
     )
     doctor.add_argument(
         "--identities",

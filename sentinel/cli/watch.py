@@ -17,6 +17,7 @@ from sentinel.cli.inspect import metrics_text
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
 from sentinel.events import (
+    AuthChanged,
     ChangeEvent,
     ConnectionChanged,
     InstancesChanged,
@@ -87,6 +88,8 @@ def describe(event: ChangeEvent) -> list[tuple[str, str]]:
         extra = len(moves) - SHOWN_KEYS
         text = ", ".join(moves[:SHOWN_KEYS]) + (f" and {extra} more" if extra > 0 else "")
         return [(service, f"shard {event.policy}: {text}")]
+    if isinstance(event, AuthChanged):  # the versions only: never the credential
+        return [(service, f"credential v{event.old_version} -> v{event.new_version}")]
     if event.new is None:
         return [(service, "service removed")]
     return [(service, f"spec {event.old} -> {event.new}")]
@@ -117,6 +120,13 @@ def document(event: ChangeEvent) -> dict[str, Any]:
             "service": event.service,
             "policy": event.policy,
             "changes": {k: list(v) for k, v in event.changes.items()},
+        }
+    if isinstance(event, AuthChanged):  # the versions only: never the credential
+        return {
+            "event": kind,
+            "service": event.service,
+            "old_version": event.old_version,
+            "new_version": event.new_version,
         }
     return {
         "event": kind,

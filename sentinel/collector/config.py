@@ -29,9 +29,12 @@ from typing import Any
 from sentinel.collector.options import Options
 from sentinel.collector.source import Source, build_source
 from sentinel.errors import CollectorConfigError, ValidationError
+from sentinel.freshness import DEFAULT_COLLECT_INTERVAL
 from sentinel.layout import DEFAULT_COLLECTOR_CLUSTER, validate_name
 
-DEFAULT_INTERVAL = 10.0
+# Defined with the staleness it sets (sentinel.freshness): metrics older than three intervals
+# are not trusted, so the two must change together.
+DEFAULT_INTERVAL = DEFAULT_COLLECT_INTERVAL
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_WORKERS = 16
 DEFAULT_CLUSTER = DEFAULT_COLLECTOR_CLUSTER

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from sentinel.policies import MinLag
 
 import sentinel.cache
-from policies import MinLag
 from sentinel import Sentinel
 from sentinel.shards.spec import bucket_of, bucket_path
 from sentinel.testing.helpers import wait_until

@@ -27,7 +27,13 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
-from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
+from sentinel.errors import (
+    ClientNotEnrolled,
+    KeySlotNotOwned,
+    NamespaceNotTrusted,
+    RotationFailed,
+    SigningRequired,
+)
 from sentinel.events import AuthChanged
 from sentinel.layout import (
     AUTH,
@@ -390,7 +396,11 @@ def test_a_squatter_under_clients_holds_no_rotation_and_is_named(
     code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
     flagged = {f["detail"].split(": ")[0]: f["detail"] for f in findings}
     assert code == 1 and all("rotations ignore it" in flagged[path] for path in squats)
-    # ... and rotations ignore what nobody they trust wrote: they finish, resumed or not.
+    # ... and rotations ignore what nobody they trust wrote, and what no live process holds
+    # (a persistent entry, even the client's own identity's: it would outlive any process).
+    ghost = secured.kazoo("billing-api:billing-api-password")
+    never = json.dumps({"v": 1, "auth_client": "billing-api"}).encode()  # applied nothing
+    ghost.create(client_path(SERVICE, "billing-api-ghost"), never)
     manager = secured.role("auth_manager", "rotator")
     backend = FileBackend(tmp_path / "credentials.json")
     clients = ["billing-api", "billing-report", "billing-audit"]
@@ -604,6 +614,38 @@ def test_a_planted_node_init_secure_cannot_remove_is_named_and_doctor_flags_it(
     still_rotates(upgrade, victim, tmp_path)
 
 
+def test_an_upgrade_from_an_open_namespace_an_attacker_wrote_to(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    planted = plant(upgrade)  # role user names with the attacker's passwords, every section
+    anonymous = upgrade.kazoo()
+    slot = auth_keys_path("billing-api")  # a key slot holding the attacker's key
+    keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+    anonymous.ensure_path(AUTH_KEYS)
+    anonymous.create(slot, keys, acl=list(READ_ACL_UNSAFE))
+    squat = client_path(SERVICE, "carol")  # a /clients entry the admin cannot delete
+    anonymous.ensure_path(f"{CLIENTS}/{SERVICE}")
+    anonymous.create(squat, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.create(f"{squat}/pinned", b"", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.set_acls(squat, list(READ_ACL_UNSAFE))
+    opened = f"{METRICS}/{SERVICE}/p1:open"  # anyone's, as everything was: its ACL is reset
+    anonymous.create(opened, b'{"v": 1}', acl=list(OPEN_ACL_UNSAFE))
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    # Every node is repaired (reset, removed, or made again empty) or named.
+    assert code == 1 and report["unrepaired"] == [squat]
+    assert sorted(report["removed"]) == sorted(planted) and report["reset_key_slots"] == [slot]
+    assert not acls.world_writable(anonymous.get_acls(opened)[0])
+    assert anonymous.get(slot)[0] == b""
+    # doctor agrees: what init named, and only that (with what lies below it), is flagged.
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    flagged = {f["detail"].split(": ")[0] for f in findings if f["severity"] == "error"}
+    assert code == 1 and flagged == {squat, f"{squat}/pinned"}, findings
+    # The victim resolves the publisher's instance only, and rotates.
+    victim = enrolled_victim(upgrade)
+    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    still_rotates(upgrade, victim, tmp_path)
+
+
 # --- ADMIN is the admin's -------------------------------------------------------------------
 
 
@@ -655,6 +697,61 @@ def test_a_node_a_daemon_left_that_nobody_may_remove_is_named(
         f"{pinned}: nobody may write it, so nobody can change or remove what it says"
     ]
     still_rotates(secured, victim, tmp_path)
+
+
+# --- a namespace someone else made -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("squatter", "open_sections"), [("admin:evil", True), ("mallory:mallory-pw", False)]
+)
+def test_a_squatted_namespace_root_is_refused(
+    zookeeper, namespace, cli_in_process, tmp_path, squatter, open_sections
+):
+    attacker = KazooClient(hosts=zookeeper.connect_string)
+    attacker.start(timeout=10)
+    try:
+        # ZooKeeper's / is anyone's: the namespace is made first, with the squatter as admin.
+        attacker.add_auth("digest", squatter)
+        mine = [acls.owner_acl(squatter), acls.WORLD_READ]
+        attacker.create(namespace, b"", acl=mine)
+        for section in SECTIONS:
+            attacker.create(
+                namespace + section, b"", acl=OPEN_ACL_UNSAFE if open_sections else mine
+            )
+        slot = auth_keys_path("billing-api")
+        attacker.create(namespace + AUTH_KEYS, b"", acl=mine)
+        keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+        attacker.create(namespace + slot, keys, acl=mine)  # the squatter's own key
+        identities = tmp_path / "identities.json"
+        done = cli_in_process("init", "--secure", "--identities", str(identities))
+        user = squatter.split(":")[0]
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"{namespace} is controlled by digest:{user}" in done.stderr
+        assert "superuser" in done.stderr and "another --namespace" in done.stderr
+        assert attacker.get_acls(namespace)[0] == mine  # nothing was changed
+        # The operator carries on anyway: the manager encrypts nothing to the squatter's key.
+        space = secured_namespace(zookeeper, namespace, identities)
+        manager = space.role("auth_manager")
+        with pytest.raises(NamespaceNotTrusted, match="/auth"):
+            manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=space.signer)
+        assert attacker.exists(namespace + auth_path(SERVICE, "billing-api")) is None
+        space.close()
+    finally:
+        attacker.stop()
+        attacker.close()
+    # The fix it names: another namespace, secured by the CLI, serves the victim.
+    elsewhere = f"{namespace}-2"
+    done = cli_in_process(
+        "init", "--secure", "--identities", str(identities), namespace_override=elsewhere
+    )
+    assert done.returncode == 0, done.stderr
+    space = secured_namespace(zookeeper, elsewhere, identities)
+    try:
+        victim = enrolled_victim(space)
+        still_rotates(space, victim, tmp_path)
+    finally:
+        space.close()
 
 
 # --- what the admin sees and repairs ----------------------------------------------------------

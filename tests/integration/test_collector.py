@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, start_http_server
+from sentinel.policies import MinLag
 
-from policies import MinLag
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sentinel.balancers.load import PowerOfTwoChoices
+from sentinel.balancers.weighted import WeightedRandom
 
-from balancers.load import PowerOfTwoChoices
-from balancers.weighted import WeightedRandom
 from sentinel.errors import ServiceNotFound
 from sentinel.integrations.httpx import AsyncSentinelTransport, SentinelTransport
 from sentinel.testing.helpers import wait_until

@@ -323,8 +323,49 @@ def test_every_command_has_help():
 
 
 def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, make_client):
+    """Ctrl-C sent at moments the command's own output marks: while it loads the services
+    there at start, idle, while it follows new services, while it prints a stream of events.
+    Each time: exit 0, no traceback."""
     writer = make_client("busy-publisher")
-    for attempt in range(4):
-        with watching(zookeeper, namespace):
-            # A new service makes the command load it; Ctrl-C lands while it does.
-            writer.register_service(f"burst-{attempt}", "p1", "h", 1)
+    for i in range(40):  # enough services that loading them at start takes a while
+        writer.register_service(f"present-{i}", "p1", "h", 1)
+
+    def ctrl_c_after(stream: str, text: str, then=None) -> None:
+        process = subprocess.Popen(
+            [SENTINEL, "-v", "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            if then is not None:
+                _read_until(process.stderr, "watching every service", limit=500)
+                then()
+            _read_until(getattr(process, stream), text, limit=500)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(10) == 0, (stream, text, process.stderr.read())
+            assert "Traceback" not in process.stderr.read(), (stream, text)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()
+
+    # Connected (the client's -v line), the services there not loaded yet.
+    ctrl_c_after("stderr", "connected to")
+    # Ready, nothing happening.
+    ctrl_c_after("stderr", "watching every service")
+
+    def new_services():
+        for i in range(20):
+            writer.register_service(f"burst-{i}", "p1", "h", 1)
+
+    # The first of 20 new services shown, the others still being followed.
+    ctrl_c_after("stdout", "service appeared", then=new_services)
+
+    def new_instances():
+        for i in range(50):
+            writer.register_service("api", "main", "10.1.0.2", 9000 + i, label=f"api-x{i}")
+
+    # The first of 50 registrations printed, the others still arriving.
+    ctrl_c_after("stdout", "+ main:api-x", then=new_instances)

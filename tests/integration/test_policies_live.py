@@ -1,11 +1,12 @@
 """Policies on live metrics against a real ZooKeeper: the paper's replica rule end to end."""
 
 import json
+import time
 
 import pytest
+from sentinel.balancers import RoundRobin
+from sentinel.policies import FreshMetrics, MinLag
 
-from balancers import RoundRobin
-from policies import FreshMetrics, MinLag
 from sentinel.errors import (
     InstanceNotRegistered,
     InvalidName,
@@ -125,9 +126,8 @@ def test_hostile_metrics_nodes_are_skipped_and_the_rest_served(make_client, raw_
     # A repaired node is picked up through its watch.
     recorder = Recorder()
     client.listen("db", recorder)
-    raw_zk.set(
-        "/metrics/db/p1:r2", b'{"v": 1, "measured_at": 1, "metrics": {"replication_lag": 0}}'
-    )
+    repaired = {"v": 1, "measured_at": time.time(), "metrics": {"replication_lag": 0}}
+    raw_zk.set("/metrics/db/p1:r2", json.dumps(repaired).encode())
     recorder.wait(lambda e: isinstance(e, MetricsChanged))
     assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
 
@@ -233,3 +233,50 @@ def test_a_policy_or_balancer_neither_an_instance_nor_a_name_is_a_validation_err
         assert fragment in message
         assert "instance" in message and "name of a registered" in message and known in message
         assert "10.0.0." not in message and "Endpoint(" not in message  # no endpoint dump
+
+
+def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client, cli_in_process):
+    """Issue 24: MinLag trusted metrics of any age by default, so a replica whose collector
+    stopped an hour ago at lag 0.1 s stayed the one chosen. Now the fresh replica is chosen,
+    and explain() and `sentinel resolve` give the old one the verdict "stale"."""
+    publisher, collector, client = (make_client(n) for n in ("publisher", "collector", "app"))
+    three_replicas(publisher)
+    collector.update_metrics(
+        "db", "p1", "r1", {"replication_lag": 0.1}, measured_at=time.time() - 3600
+    )
+    collector.update_metrics("db", "p1", "r2", {"replication_lag": 5})
+    collector.update_metrics("db", "p1", "r3", {"replication_lag": 9})
+    wait_until(lambda: all(e.metrics for e in client.get_services("db", "acme")))
+    assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
+    assert client.get_service("db", "acme", policy="min_lag").label == "r2"
+    explanation = client.explain("db", "acme", MinLag())
+    verdicts = {name.rsplit(":", 1)[1]: v for name, v in explanation.verdicts.items()}
+    assert verdicts["r1"] == "stale" and verdicts["r2"] == "eligible"
+    assert verdicts["r3"].startswith("excluded by MinLag(")
+    assert [e.label for e in explanation.eligible] == ["r2"]
+    # Trusting metrics of any age is still possible, and explicit.
+    assert client.get_service("db", "acme", policy=MinLag(max_age=None)).label == "r1"
+    resolved = cli_in_process("resolve", "db", "acme", "--policy", "min_lag", "--json")
+    assert resolved.returncode == 0, resolved.stderr
+    answer = json.loads(resolved.stdout)
+    assert {i["label"]: i["verdict"] for i in answer["instances"]}["r1"] == "stale"
+    assert [p["label"] for p in answer["picks"]] == ["r2"]
+    table = cli_in_process("resolve", "db", "acme", "--policy", "min_lag").stdout
+    assert any(
+        line.startswith("p1") and "r1" in line and line.rstrip().endswith("stale")
+        for line in table.splitlines()
+    )
+
+
+def test_doctor_calls_stale_what_the_policies_exclude(make_client, cli_in_process):
+    """Issue 24: doctor's threshold was 300 s while policies trusted any age; both are now
+    METRICS_MAX_AGE, so a 45-second-old metric is stale to both."""
+    publisher, collector = make_client("publisher"), make_client("collector")
+    three_replicas(publisher)
+    collector.update_metrics("db", "p1", "r1", {"replication_lag": 1}, measured_at=time.time() - 45)
+    collector.update_metrics("db", "p1", "r2", {"replication_lag": 2})
+    result = cli_in_process("doctor", "--json")
+    stale = [f["detail"] for f in json.loads(result.stdout) if f["check"] == "stale metrics"]
+    assert len(stale) == 1 and stale[0].startswith("db p1:r1: measured 4"), stale
+    wait_until(lambda: sum(bool(e.metrics) for e in publisher.get_services("db", "acme")) == 2)
+    assert [e.label for e in MinLag().stale(publisher.get_services("db", "acme"))] == ["r1"]

@@ -57,7 +57,6 @@ def test_a_reading_client_leaves_a_missing_namespace_untouched(
         "explain": lambda: reader.explain("orders-db"),
         "partition_of": lambda: reader.partition_of("orders-db", "acme"),
         "read_service": lambda: reader.read_service("orders-db"),
-        "listen": lambda: reader.listen(None, lambda event: None),
     }
     for name, read in reads.items():
         with pytest.raises(NamespaceNotFound) as raised:

@@ -4,9 +4,9 @@ import json
 import threading
 
 import pytest
+from sentinel.balancers import Balancer
+from sentinel.policies import SelectionPolicy
 
-from balancers import Balancer
-from policies import SelectionPolicy
 from sentinel.errors import (
     ClientClosed,
     InvalidName,
@@ -242,7 +242,7 @@ def test_policies_and_balancers_plug_in(make_client):
     assert client.get_service("api", balancer=Last()).label == "b"
     # A policy filters the up instances: "c" is in zone 2 but down, so it is never offered.
     assert [e.label for e in client.get_services("api", policy=in_zone_2)] == ["b"]
-    from policies import AllUp
+    from sentinel.policies import AllUp
 
     assert [e.label for e in client.get_services("api", policy=AllUp() & in_zone_2)] == ["b"]
     assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "b"
