@@ -41,7 +41,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from sentinel.client import Registration, Sentinel
-from sentinel.layout import METRICS, metrics_path, service_path
+from sentinel.layout import METRICS, default_label, metrics_path, service_path
 from sentinel.records import InstanceRecord
 from sentinel.registry import decode_children, read_metrics
 from sentinel.shards.maps import DirectoryMap
@@ -298,7 +298,7 @@ class ConvergenceFuzzer:
             self._update(rng.choice(live))
         elif kind in ("metrics", "metrics_removed"):
             service, partition, host, port = rng.choice(self._addresses)
-            label = f"{host}_{port}"
+            label = default_label(host, port)  # the instance's, registered or not
             if kind == "metrics":
                 values = {"load": rng.randint(0, 100), "zone": rng.choice(("a", "b"))}
                 self.writer.update_metrics(service, partition, label, values)
@@ -309,11 +309,11 @@ class ConvergenceFuzzer:
                     kind = "metrics"
                     self.writer.update_metrics(service, partition, label, {"load": 0})
         elif kind == "shard":
-            key = rng.choice(KEYS)
+            shard_key = rng.choice(KEYS)
             if rng.random() < 0.25:
-                self.writer.remove_shard_key(POLICY, key)
+                self.writer.remove_shard_key(POLICY, shard_key)
             else:
-                self.writer.update_shard_info(POLICY, key, rng.choice(("p0", "p1")))
+                self.writer.update_shard_info(POLICY, shard_key, rng.choice(("p0", "p1")))
         time.sleep(rng.uniform(0, 0.01))  # changes in bursts, as deployments make them
         return kind
 
