@@ -29,6 +29,7 @@ made while it was away, and the run must report violations.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -43,6 +44,7 @@ from benchmarks.common import report
 from sentinel import Sentinel
 from sentinel.cache import RegistryCache
 from sentinel.errors import (
+    InstanceNotRegistered,
     NoInstanceAvailable,
     PartitionNotFound,
     SentinelError,
@@ -284,11 +286,13 @@ class Chaos:
         elif choice < 0.7:  # metrics of any label, live or not (the nodes are persistent)
             life = self.lives[label]
             metrics = {"load": self.random.random()}
-            self._retry(
-                lambda life=life, label=label, metrics=metrics: self.writer.update_metrics(
-                    life.service, life.partition, label, metrics
+            # A label not live at that moment is refused and nothing is written (issue 24).
+            with contextlib.suppress(InstanceNotRegistered):
+                self._retry(
+                    lambda life=life, label=label, metrics=metrics: self.writer.update_metrics(
+                        life.service, life.partition, label, metrics
+                    )
                 )
-            )
         else:
             partition = self.random.choice((*PARTITIONS, None))
             self._assign(self.random.choice(KEYS), partition)

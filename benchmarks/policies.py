@@ -1,14 +1,17 @@
 """``get_service`` with policies and balancers: ``python -m benchmarks.policies``.
 
 Warm cache, one thread, timed call by call as in ``benchmarks.lookup``. MinLag over 3 and over
-50 replicas (each publishing ``replication_lag``), then each balancer over 20 instances.
+50 replicas (each publishing ``replication_lag``), with an age limit as by default (its answer
+kept per snapshot until a replica's metrics grow too old) and without one (``pure``), then each
+balancer over 20 instances. The metrics are published once, before timing, so the age limit is
+an hour rather than the default 30 s: the run must not outlast it.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from balancers import (
+from sentinel.balancers import (
     PowerOfTwoChoices,
     Random,
     RoundRobin,
@@ -16,9 +19,10 @@ from balancers import (
     Sticky,
     WeightedRandom,
 )
+from sentinel.policies import MinLag
+
 from benchmarks.common import median_of, report, writer_and_reader
 from benchmarks.lookup import measure
-from policies import MinLag
 
 
 def main(argv=None) -> None:
@@ -37,8 +41,18 @@ def main(argv=None) -> None:
                     service, "p0", f"r{i}", {"replication_lag": (i * 7) % 11, "queue": i % 5}
                 )
         cases = {
-            "MinLag(cutoff=10), 3 replicas": ("db3", MinLag(cutoff=10), None),
-            "MinLag(cutoff=10), 50 replicas": ("db50", MinLag(cutoff=10), None),
+            "MinLag(cutoff=10, max_age=3600), 3 replicas": ("db3", MinLag(10, max_age=3600), None),
+            "MinLag(cutoff=10, max_age=3600), 50 replicas": (
+                "db50",
+                MinLag(10, max_age=3600),
+                None,
+            ),
+            "MinLag(cutoff=10, max_age=None), 3 replicas": ("db3", MinLag(10, max_age=None), None),
+            "MinLag(cutoff=10, max_age=None), 50 replicas": (
+                "db50",
+                MinLag(10, max_age=None),
+                None,
+            ),
         }
         for balancer in (
             RoundRobin(),

@@ -1,8 +1,12 @@
 """Policies over run-time metrics (``/metrics``), as the paper's replica and relay rules.
 
 A metric counts only when it is a number; a missing or non-numeric metric never makes an
-instance eligible. Pair any of these with :class:`FreshMetrics` (or give ``max_age``) so that
-values a dead collector left behind are not trusted.
+instance eligible. Metrics older than ``max_age`` seconds are not trusted either: by default
+:data:`~sentinel.freshness.METRICS_MAX_AGE` (three of a collector's default publication
+intervals, 30 s), so values a dead collector left behind never choose an instance. Such an
+instance is excluded, not ranked last: a stale value is no evidence, and ranking it would still
+route to it when every instance is stale, which is how a stopped collector goes unnoticed.
+``max_age=None`` trusts metrics of any age, explicitly.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from sentinel.freshness import METRICS_MAX_AGE
 from sentinel.strategies import Endpoints, SelectionPolicy
 
 if TYPE_CHECKING:
@@ -44,30 +49,96 @@ def bound(name: str, value: object) -> float | None:
     return None if value is None else number(name, value)
 
 
-class MinMetric(SelectionPolicy):
+class AgeLimited(SelectionPolicy):
+    """Base of the policies that trust metrics only up to ``max_age`` seconds old.
+
+    Subclasses implement :meth:`choose` over the endpoints whose metrics are fresh. Without an
+    age limit the answer depends on the endpoints alone and is kept while the cache hands over
+    the same tuple (``pure``); with one it is kept, for that tuple, until the first of the
+    fresh endpoints grows too old, so a warm lookup still does no work per call but read the
+    clock.
+    """
+
+    def __init__(self, max_age: float | None) -> None:
+        self.max_age = bound("max_age", max_age)
+        self.pure = self.max_age is None  # an age limit depends on the clock
+
+    def choose(self, endpoints: Endpoints) -> Endpoints:
+        """The eligible endpoints among ``endpoints``, whose metrics are all fresh."""
+        raise NotImplementedError
+
+    def stale(self, endpoints: Endpoints, now: float | None = None) -> tuple[Endpoint, ...]:
+        """The endpoints this policy excludes for the age of their metrics (none without
+        ``max_age``); an endpoint without metrics is not stale, it has nothing to trust."""
+        if self.max_age is None:
+            return ()
+        oldest = (time.time() if now is None else now) - self.max_age
+        return tuple(e for e in endpoints if e.metrics_at is not None and e.metrics_at < oldest)
+
+    def select(self, endpoints: Endpoints) -> Endpoints:
+        """The eligible endpoints now."""
+        return self._select_at(endpoints, time.time())[0]
+
+    def __call__(self, endpoints: Endpoints) -> Endpoints:
+        if self.max_age is None:
+            return super().__call__(endpoints)
+        now = time.time()
+        window: dict[int, tuple[Endpoints, float, float, Endpoints]] | None = self.__dict__.get(
+            "_windows"
+        )
+        if window is None:
+            window = self.__dict__.setdefault("_windows", {})
+        hit = window.get(id(endpoints))
+        # Kept while no endpoint crossed the age limit since (and the clock did not go back).
+        if hit is not None and hit[0] is endpoints and hit[1] <= now < hit[2]:
+            return hit[3]
+        chosen, until = self._select_at(endpoints, now)
+        if len(window) >= 64:
+            window.clear()
+        window[id(endpoints)] = (endpoints, now, until, chosen)
+        return chosen
+
+    def _select_at(self, endpoints: Endpoints, now: float) -> tuple[Endpoints, float]:
+        """The eligible endpoints at ``now``, and until when that answer holds."""
+        if self.max_age is None:
+            return self.choose(endpoints), math.inf
+        oldest = now - self.max_age
+        fresh = []
+        until = math.inf  # when the first of the fresh ones grows too old
+        for endpoint in endpoints:
+            measured_at = endpoint.metrics_at
+            if measured_at is not None and measured_at >= oldest:
+                fresh.append(endpoint)
+                until = min(until, measured_at + self.max_age)
+        return self.choose(fresh), until
+
+
+class MinMetric(AgeLimited):
     """The instances with the smallest value of ``metric`` (all of them on a tie).
 
     With ``cutoff``, instances above it are not eligible, so when every instance is above it
-    nothing is (``get_service`` raises ``NoInstanceAvailable``). With ``max_age`` (seconds),
-    instances whose metrics are older are not eligible.
+    nothing is (``get_service`` raises ``NoInstanceAvailable``). Instances whose metrics are
+    older than ``max_age`` seconds (default :data:`~sentinel.freshness.METRICS_MAX_AGE`) are
+    not eligible; ``max_age=None`` trusts any age.
     """
 
-    def __init__(self, metric: str, cutoff: float | None = None, max_age: float | None = None):
+    def __init__(
+        self,
+        metric: str,
+        cutoff: float | None = None,
+        max_age: float | None = METRICS_MAX_AGE,
+    ):
         self.metric = metric
         self.cutoff = bound("cutoff", cutoff)
-        self.max_age = bound("max_age", max_age)
-        self.pure = max_age is None  # an age limit depends on the clock
+        super().__init__(max_age)
 
-    def select(self, endpoints: Endpoints) -> Endpoints:
-        """The eligible endpoints sharing the minimum value."""
-        oldest = None if self.max_age is None else time.time() - self.max_age
+    def choose(self, endpoints: Endpoints) -> Endpoints:
+        """The endpoints sharing the minimum value."""
         best: float | None = None
         chosen: list[Endpoint] = []
         for endpoint in endpoints:
             value = self.value(endpoint)
             if value is None or (self.cutoff is not None and value > self.cutoff):
-                continue
-            if oldest is not None and (endpoint.metrics_at or 0.0) < oldest:
                 continue
             if best is None or value < best:
                 best, chosen = value, [endpoint]
@@ -91,7 +162,7 @@ class MinLag(MinMetric):
         self,
         cutoff: float | None = None,
         metric: str = "replication_lag",
-        max_age: float | None = None,
+        max_age: float | None = METRICS_MAX_AGE,
     ) -> None:
         super().__init__(metric, cutoff, max_age)
 
@@ -101,19 +172,25 @@ class MinLag(MinMetric):
         return None if lag is None else max(lag, 0.0)
 
 
-class Threshold(SelectionPolicy):
-    """Instances whose ``metric`` is below ``below`` and/or above ``above`` (strictly)."""
+class Threshold(AgeLimited):
+    """Instances whose ``metric`` is below ``below`` and/or above ``above`` (strictly), among
+    those whose metrics are at most ``max_age`` seconds old (as :class:`MinMetric`)."""
 
-    pure = True
-
-    def __init__(self, metric: str, below: float | None = None, above: float | None = None):
+    def __init__(
+        self,
+        metric: str,
+        below: float | None = None,
+        above: float | None = None,
+        max_age: float | None = METRICS_MAX_AGE,
+    ):
         if below is None and above is None:
             raise ValueError("Threshold needs below=, above= or both")
         self.metric = metric
         self.below = bound("below", below)
         self.above = bound("above", above)
+        super().__init__(max_age)
 
-    def select(self, endpoints: Endpoints) -> Endpoints:
+    def choose(self, endpoints: Endpoints) -> Endpoints:
         """The endpoints whose value lies inside the bounds."""
         eligible = []
         for endpoint in endpoints:
@@ -128,16 +205,16 @@ class Threshold(SelectionPolicy):
         return tuple(eligible)
 
 
-class FreshMetrics(SelectionPolicy):
-    """Instances whose metrics were measured at most ``max_age`` seconds ago.
+class FreshMetrics(AgeLimited):
+    """Instances whose metrics were measured at most ``max_age`` seconds ago (default
+    :data:`~sentinel.freshness.METRICS_MAX_AGE`).
 
     Instances with no metrics, or stale ones, are not trusted.
     """
 
-    def __init__(self, max_age: float) -> None:
-        self.max_age = number("max_age", max_age)
+    def __init__(self, max_age: float = METRICS_MAX_AGE) -> None:
+        super().__init__(number("max_age", max_age))
 
-    def select(self, endpoints: Endpoints) -> Endpoints:
-        """The endpoints with fresh metrics."""
-        oldest = time.time() - self.max_age
-        return tuple(e for e in endpoints if e.metrics_at is not None and e.metrics_at >= oldest)
+    def choose(self, endpoints: Endpoints) -> Endpoints:
+        """Every endpoint given: they all have fresh metrics."""
+        return tuple(endpoints)

@@ -6,6 +6,8 @@ themselves after a session expiry and take over stale nodes of older sessions.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,9 +15,17 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
+from sentinel import shards
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.ephemeral import EphemeralNodes
-from sentinel.errors import AccessDenied, LabelTaken, SentinelError, ServiceConflict
+from sentinel.errors import (
+    AccessDenied,
+    LabelTaken,
+    SentinelError,
+    ServiceConflict,
+    ShardPolicyNotFound,
+    ValidationError,
+)
 from sentinel.layout import host_key, instance_name, instance_path, service_path
 from sentinel.records import InstanceRecord, ServiceSpec
 
@@ -52,6 +62,10 @@ class Publisher:
         self._zk = zk
         self._nodes = nodes
         self._registrations: dict[str, Registration] = {}
+        # Each service's spec and the partitions its shard policy declares (None: any), read
+        # on the first registration and kept: specs and shard policies never change in place
+        # (ensure_* refuse other settings), so later registrations cost no extra read.
+        self._targets: dict[str, tuple[ServiceSpec, shards.ShardPolicySpec | None]] = {}
 
     @property
     def registrations(self) -> tuple[Registration, ...]:
@@ -97,24 +111,114 @@ class Publisher:
         except AccessDenied as exc:  # says which node, which right and who may repair it
             log.warning("%s; until then its clients cannot announce themselves", exc)
 
-    def register(self, instance: InstanceRecord) -> Registration:
+    def register(self, instance: InstanceRecord, *, inherit_scheme: bool = False) -> Registration:
         """Publish ``instance``, creating its service spec if it is missing.
 
-        The create is tried first: the spec almost always exists, and checking for it would
-        cost every registration a round trip.
+        The instance must agree with its service's spec: with ``inherit_scheme`` it takes the
+        spec's scheme, otherwise a different scheme is a :class:`ValidationError`; a partition
+        the service's shard policy does not declare is one too. Nothing is written then. The
+        spec is read on the service's first registration by this client and kept, so only
+        that one costs a round trip more.
         """
         path = instance_path(instance.service, instance.partition, instance.label)
-        data = instance.to_bytes(path)  # validates the size before anything is written
-        check = self._same_endpoint(instance, path)
+        instance.to_bytes(path)  # validates the size before anything (a spec) is written
+        conformed = self._conform(instance, inherit_scheme)
+        check = self._same_endpoint(conformed, path)
         try:
-            self._nodes.put(path, data, may_take_over=check)
-        except NoNodeError:  # the first instance of a new service: create its spec, then retry
-            self.ensure_service(ServiceSpec(instance.service, scheme=instance.scheme), strict=False)
-            self._nodes.put(path, data, may_take_over=check)
+            self._nodes.put(path, conformed.to_bytes(path), may_take_over=check)
+        except NoNodeError:  # the service was removed since its spec was read: start over
+            self._targets.pop(instance.service, None)
+            conformed = self._conform(instance, inherit_scheme)
+            self._nodes.put(path, conformed.to_bytes(path), may_take_over=check)
+        instance = conformed
         registration = Registration(instance, path)
         self._registrations[path] = registration
+        self._nodes.follow(path, functools.partial(self._adopt_status, path))
         log.info("registered %s (%s:%d)", path, instance.host, instance.port)
         return registration
+
+    def current(self, registration: Registration) -> Registration:
+        """``registration`` as this client publishes it now: with the status another client
+        (``sentinel drain``) set since, if it did."""
+        return self._registrations.get(registration.path, registration)
+
+    def _adopt_status(self, path: str, kept: bytes, found: bytes) -> bytes | None:
+        """The :meth:`EphemeralNodes.follow` rule of an instance node: a status another
+        client wrote into it (an operator taking the instance out of rotation, or back) is
+        kept, so that neither this client's later updates nor a re-creation after a session
+        expiry undo it. Any other change is not this rule's to keep (None)."""
+        mine = self._registrations.get(path)
+        if mine is None:
+            return None
+        name = instance_name(mine.partition, mine.label)
+        try:
+            other = InstanceRecord.from_bytes(mine.service, name, path, found)
+        except SentinelError:
+            return None
+        if dataclasses.replace(other, status=mine.instance.status) != mine.instance:
+            return None
+        self._registrations[path] = Registration(other, path)
+        log.info(
+            "%s: status %r set by another client (sentinel drain/undrain); kept",
+            path,
+            other.status,
+        )
+        return found
+
+    def _conform(self, instance: InstanceRecord, inherit_scheme: bool) -> InstanceRecord:
+        """``instance`` as its service's spec wants it: ValidationError if it cannot be."""
+        spec, policy = self._target(instance.service, instance.scheme)
+        if instance.scheme != spec.scheme:
+            if not inherit_scheme:
+                raise ValidationError(
+                    f"service {spec.service!r} has scheme {spec.scheme!r}; an instance "
+                    f"registered with scheme {instance.scheme!r} would be advertised at a URI "
+                    f"its clients cannot use: pass scheme={spec.scheme!r} or leave it out"
+                )
+            instance = dataclasses.replace(instance, scheme=spec.scheme)
+        if policy is not None:
+            try:
+                # The check update_shard_info makes: a partition no key can map to would
+                # hold an instance no lookup ever returns.
+                policy.check_partition(instance.partition)
+            except ValidationError as exc:
+                raise ValidationError(
+                    f"cannot register {instance.label!r} of service {spec.service!r}: {exc}"
+                ) from None
+        return instance
+
+    def _target(
+        self, service: str, scheme: str
+    ) -> tuple[ServiceSpec, shards.ShardPolicySpec | None]:
+        """The spec of ``service`` and its shard policy's spec, cached; a missing service is
+        created with ``scheme`` (the first instance of a new service decides it)."""
+        target = self._targets.get(service)
+        if target is None:
+            path = service_path(service)
+            try:  # read first: the spec almost always exists, and a create would fail first
+                data, _ = self._zk.get(path)
+            except NoNodeError:
+                spec = self.ensure_service(ServiceSpec(service, scheme=scheme), strict=False)
+            else:
+                spec = ServiceSpec.from_bytes(service, path, data)
+            if spec.shard_policy is None:
+                target = self._targets[service] = (spec, None)
+                return target
+            try:
+                policy = shards.read_spec(self._zk, spec.shard_policy)
+            except ShardPolicyNotFound:
+                # A spec can name a policy not created yet (written by another program, or
+                # its policy deleted since): no partition to check against until it exists,
+                # so the instance is published and nothing is kept.
+                log.warning(
+                    "service %r is sharded by %r, which does not exist: its partitions are "
+                    "not checked",
+                    service,
+                    spec.shard_policy,
+                )
+                return spec, None
+            target = self._targets[service] = (spec, policy)
+        return target
 
     @staticmethod
     def _same_endpoint(instance: InstanceRecord, path: str) -> Callable[[bytes], None]:

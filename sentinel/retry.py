@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sentinel.endpoint import Endpoint
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
+from sentinel.plugins import as_policy
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -24,13 +25,16 @@ Result = TypeVar("Result")
 
 
 def without(
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None, failed: frozenset[str]
+    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
+    failed: frozenset[str],
 ) -> Callable[[Endpoints], Endpoints]:
-    """``policy`` over the endpoints whose names are not in ``failed`` (filtered before it)."""
+    """``policy`` (an instance or a registered name) over the endpoints whose names are not in
+    ``failed`` (filtered before it)."""
+    resolved = None if policy is None else as_policy(policy)
 
     def select(endpoints: Endpoints) -> Endpoints:
         kept = tuple(e for e in endpoints if e.name not in failed)
-        return policy(kept) if policy is not None and kept else kept
+        return resolved(kept) if resolved is not None and kept else kept
 
     return select
 
@@ -39,7 +43,7 @@ def resolve_avoiding(
     client: Sentinel,
     service: str,
     key: object,
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
+    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
     failed: frozenset[str],
 ) -> Endpoint:
     """``client.get_service(service, key, policy)`` skipping the endpoints named in ``failed``,
@@ -67,7 +71,7 @@ class Attempts:
         client: Sentinel,
         service: str,
         key: object,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
         retries: int,
     ) -> None:
         self.client = client
@@ -101,7 +105,7 @@ def first_success(
     client: Sentinel,
     service: str,
     key: object,
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None,
+    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
     attempt: Callable[[Endpoint], Result],
     *,
     retries: int,

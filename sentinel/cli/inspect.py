@@ -184,10 +184,7 @@ def _resolve(args: argparse.Namespace) -> int:
             ]
         except NoInstanceAvailable as exc:
             error = str(exc)
-    verdicts = {}
-    for step in explanation.steps:
-        for endpoint in step.excluded:
-            verdicts[endpoint.name] = f"excluded by {step.name}"
+    verdicts = explanation.verdicts
     if args.json:
         print_json(
             {
@@ -200,7 +197,11 @@ def _resolve(args: argparse.Namespace) -> int:
                     for e in explanation.instances
                 ],
                 "steps": [
-                    {"filter": s.name, "excluded": [e.name for e in s.excluded]}
+                    {
+                        "filter": s.name,
+                        "verdict": s.verdict,
+                        "excluded": [e.name for e in s.excluded],
+                    }
                     for s in explanation.steps
                 ],
                 "picks": [e.to_dict() for e in picks],

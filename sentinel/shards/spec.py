@@ -127,13 +127,23 @@ class ShardPolicySpec:
                 raise ValidationError(f"key {key!r} is not an integer") from None
         return validate_key(key)
 
+    @property
+    def declared(self) -> tuple[str, ...] | None:
+        """The partitions keys can map to: ``partitions``, else a range's boundaries' ones;
+        None when any partition can (a directory without declared partitions)."""
+        if self.partitions is None and self.kind == "range":
+            return tuple(dict.fromkeys(partition for _, partition in self.boundaries))
+        return self.partitions
+
     def check_partition(self, partition: str) -> str:
-        """Validate a partition an assignment names against the declared set."""
+        """Validate a partition an assignment (or a registration) names against the declared
+        set."""
         validate_name("partition", partition)
-        if self.partitions is not None and partition not in self.partitions:
+        declared = self.declared
+        if declared is not None and partition not in declared:
             raise ValidationError(
                 f"partition {partition!r} is not one of policy {self.policy!r}'s "
-                f"partitions {list(self.partitions)}"
+                f"partitions {list(declared)}"
             )
         return partition
 

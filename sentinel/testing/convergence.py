@@ -41,7 +41,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from sentinel.client import Registration, Sentinel
-from sentinel.layout import METRICS, default_label, metrics_path, service_path
+from sentinel.layout import METRICS, metrics_path, service_path
 from sentinel.records import InstanceRecord
 from sentinel.registry import decode_children, read_metrics
 from sentinel.shards.maps import DirectoryMap
@@ -297,8 +297,12 @@ class ConvergenceFuzzer:
         elif kind == "update":
             self._update(rng.choice(live))
         elif kind in ("metrics", "metrics_removed"):
-            service, partition, host, port = rng.choice(self._addresses)
-            label = default_label(host, port)  # the instance's, registered or not
+            # Metrics are published for live instances only (the publisher refuses others);
+            # a deregistered instance's metrics stay behind, so orphans still occur.
+            if not live:
+                return self._change("register")
+            instance = self._live[rng.choice(live)].instance
+            service, partition, label = instance.service, instance.partition, instance.label
             if kind == "metrics":
                 values = {"load": rng.randint(0, 100), "zone": rng.choice(("a", "b"))}
                 self.writer.update_metrics(service, partition, label, values)

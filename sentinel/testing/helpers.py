@@ -22,16 +22,20 @@ from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
 
 
-def expire_session(client: Sentinel, timeout: float = 10.0) -> int:
+def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = None) -> int:
     """Expire ``client``'s ZooKeeper session the way a long pause would; return its old id.
 
     A second connection joins the same session (same id and password) and closes it, which
     ends the session on the server. ``client`` then finds its session expired, as after a
     long garbage-collection pause or a partition, and connects again with a new one.
+    ``hosts`` is where that connection goes (default: the client's): the servers themselves
+    when the client's own link is cut, so that the session ends while it cannot reconnect.
     """
-    session_id, password = client._zk.client_id
+    zk = client._zk
+    # kazoo's client_id is None while disconnected; the session it will resume is kept.
+    session_id, password = zk.client_id or (zk._session_id, zk._session_passwd)
     intruder = KazooClient(
-        hosts=client.hosts,
+        hosts=hosts or client.hosts,
         client_id=(session_id, password),
         timeout=timeout,
         **client_arguments(tls=client.tls),

@@ -1,11 +1,18 @@
 """Policies on live metrics against a real ZooKeeper: the paper's replica rule end to end."""
 
 import json
+import time
 
 import pytest
+from sentinel.balancers import RoundRobin
+from sentinel.policies import FreshMetrics, MinLag
 
-from policies import FreshMetrics, MinLag
-from sentinel.errors import InvalidName, NoInstanceAvailable, ValidationError
+from sentinel.errors import (
+    InstanceNotRegistered,
+    InvalidName,
+    NoInstanceAvailable,
+    ValidationError,
+)
 from sentinel.events import InstancesChanged, MetricsChanged
 from sentinel.feedback import InstanceFeedback
 from sentinel.testing.helpers import wait_until
@@ -84,12 +91,20 @@ def test_metrics_reach_endpoints_with_their_age_and_outlive_instances(make_clien
     assert endpoints["r2"].metrics == {} and endpoints["r2"].metrics_age is None
     with pytest.raises(NoInstanceAvailable, match="FreshMetrics"):  # measured in 1970
         client.get_services("db", "acme", policy=FreshMetrics(60))
-    # Metrics for an instance that registers later are attached when it appears.
+    # Metrics for an instance nobody registered are refused (issue 24): no orphan node.
+    with pytest.raises(InstanceNotRegistered, match="'p1:r9' of service 'db'"):
+        collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
+    assert raw_zk.exists("/metrics/db/p1:r9") is None
+    # Metrics outlive their instance: when it registers again they are attached as it appears.
+    r9 = publisher.register_service("db", "p1", "10.0.0.9", 5432, label="r9")
     collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
+    publisher.deregister_service(r9)
+    wait_until(lambda: "r9" not in {e.label for e in client.instances("db")})
     recorder = Recorder()
     client.listen("db", recorder)
     publisher.register_service("db", "p1", "10.0.0.9", 5432, label="r9")
     added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
+    assert added.added[0].label == "r9"
     assert added.added[0].metrics == {"replication_lag": 0}
     assert client.get_service("db", "acme", policy=MinLag()).label == "r9"
 
@@ -111,9 +126,8 @@ def test_hostile_metrics_nodes_are_skipped_and_the_rest_served(make_client, raw_
     # A repaired node is picked up through its watch.
     recorder = Recorder()
     client.listen("db", recorder)
-    raw_zk.set(
-        "/metrics/db/p1:r2", b'{"v": 1, "measured_at": 1, "metrics": {"replication_lag": 0}}'
-    )
+    repaired = {"v": 1, "measured_at": time.time(), "metrics": {"replication_lag": 0}}
+    raw_zk.set("/metrics/db/p1:r2", json.dumps(repaired).encode())
     recorder.wait(lambda e: isinstance(e, MetricsChanged))
     assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
 
@@ -145,6 +159,7 @@ def test_the_largest_allowed_metrics_are_accepted(make_client, raw_zk):
     # 256 metrics of 256-character strings is the most the validation allows (~100 KB),
     # well under the 512 KB value limit, so valid metrics never fail on size.
     collector = make_client("collector")
+    collector.register_service("db", "p1", "10.0.0.1", 5432, label="r1")
     largest = {f"metric-{i:03d}-{'n' * 110}": "x" * 256 for i in range(256)}
     collector.update_metrics("db", "p1", "r1", largest)
     assert len(json.loads(raw_zk.get("/metrics/db/p1:r1")[0])["metrics"]) == 256
@@ -172,3 +187,96 @@ def _eligible(client, service):
         return len(client.get_services(service))
     except NoInstanceAvailable:
         return 0
+
+
+def test_policy_and_balancer_accept_their_registered_names(make_client):
+    """Issue 24: the names the CLI takes work from the API too (they raised TypeError)."""
+    publisher, collector, client = (make_client(n) for n in ("publisher", "collector", "app"))
+    three_replicas(publisher)
+    for label, lag in (("r1", 5), ("r2", 1), ("r3", 3)):
+        collector.update_metrics("db", "p1", label, {"replication_lag": lag})
+    wait_until(lambda: client.get_service("db", "acme", policy=MinLag()).label == "r2")
+    assert client.get_service("db", "acme", policy="min_lag").label == "r2"
+    assert [e.label for e in client.get_services("db", "acme", policy="min_lag")] == ["r2"]
+    assert [e.label for e in client.explain("db", "acme", policy="min_lag").eligible] == ["r2"]
+    picked = {client.get_service("db", "acme", balancer="round_robin").label for _ in range(3)}
+    assert picked == {"r1", "r2", "r3"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment", "known"),
+    [
+        ({"policy": MinLag}, "policy=the class MinLag (pass an instance: MinLag(...))", "min_lag"),
+        ({"policy": 42}, "policy=42 of type int", "min_lag"),
+        ({"policy": "min_lagg"}, "policy='min_lagg', which no plug-in registers", "min_lag"),
+        ({"balancer": 42}, "balancer=42 of type int", "round_robin"),
+        ({"balancer": RoundRobin}, "balancer=the class RoundRobin", "round_robin"),
+        ({"balancer": "fastest"}, "balancer='fastest', which no plug-in", "round_robin"),
+    ],
+)
+def test_a_policy_or_balancer_neither_an_instance_nor_a_name_is_a_validation_error(
+    make_client, arguments, fragment, known
+):
+    """Issue 24: a TypeError or AttributeError before, for the class a 1 KB endpoint dump."""
+    publisher, client = make_client("publisher"), make_client("app")
+    three_replicas(publisher)
+    lookups = [lambda: client.get_service("db", "acme", **arguments)]
+    if "policy" in arguments:
+        lookups += [
+            lambda: client.get_services("db", "acme", **arguments),
+            lambda: client.explain("db", "acme", **arguments),
+        ]
+    for lookup in lookups:
+        with pytest.raises(ValidationError) as raised:
+            lookup()
+        message = str(raised.value)
+        assert fragment in message
+        assert "instance" in message and "name of a registered" in message and known in message
+        assert "10.0.0." not in message and "Endpoint(" not in message  # no endpoint dump
+
+
+def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client, cli_in_process):
+    """Issue 24: MinLag trusted metrics of any age by default, so a replica whose collector
+    stopped an hour ago at lag 0.1 s stayed the one chosen. Now the fresh replica is chosen,
+    and explain() and `sentinel resolve` give the old one the verdict "stale"."""
+    publisher, collector, client = (make_client(n) for n in ("publisher", "collector", "app"))
+    three_replicas(publisher)
+    collector.update_metrics(
+        "db", "p1", "r1", {"replication_lag": 0.1}, measured_at=time.time() - 3600
+    )
+    collector.update_metrics("db", "p1", "r2", {"replication_lag": 5})
+    collector.update_metrics("db", "p1", "r3", {"replication_lag": 9})
+    wait_until(lambda: all(e.metrics for e in client.get_services("db", "acme")))
+    assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
+    assert client.get_service("db", "acme", policy="min_lag").label == "r2"
+    explanation = client.explain("db", "acme", MinLag())
+    verdicts = {name.rsplit(":", 1)[1]: v for name, v in explanation.verdicts.items()}
+    assert verdicts["r1"] == "stale" and verdicts["r2"] == "eligible"
+    assert verdicts["r3"].startswith("excluded by MinLag(")
+    assert [e.label for e in explanation.eligible] == ["r2"]
+    # Trusting metrics of any age is still possible, and explicit.
+    assert client.get_service("db", "acme", policy=MinLag(max_age=None)).label == "r1"
+    resolved = cli_in_process("resolve", "db", "acme", "--policy", "min_lag", "--json")
+    assert resolved.returncode == 0, resolved.stderr
+    answer = json.loads(resolved.stdout)
+    assert {i["label"]: i["verdict"] for i in answer["instances"]}["r1"] == "stale"
+    assert [p["label"] for p in answer["picks"]] == ["r2"]
+    table = cli_in_process("resolve", "db", "acme", "--policy", "min_lag").stdout
+    assert any(
+        line.startswith("p1") and "r1" in line and line.rstrip().endswith("stale")
+        for line in table.splitlines()
+    )
+
+
+def test_doctor_calls_stale_what_the_policies_exclude(make_client, cli_in_process):
+    """Issue 24: doctor's threshold was 300 s while policies trusted any age; both are now
+    METRICS_MAX_AGE, so a 45-second-old metric is stale to both."""
+    publisher, collector = make_client("publisher"), make_client("collector")
+    three_replicas(publisher)
+    collector.update_metrics("db", "p1", "r1", {"replication_lag": 1}, measured_at=time.time() - 45)
+    collector.update_metrics("db", "p1", "r2", {"replication_lag": 2})
+    result = cli_in_process("doctor", "--json")
+    stale = [f["detail"] for f in json.loads(result.stdout) if f["check"] == "stale metrics"]
+    assert len(stale) == 1 and stale[0].startswith("db p1:r1: measured 4"), stale
+    wait_until(lambda: sum(bool(e.metrics) for e in publisher.get_services("db", "acme")) == 2)
+    assert [e.label for e in MinLag().stale(publisher.get_services("db", "acme"))] == ["r1"]

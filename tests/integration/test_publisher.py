@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import threading
 import time
 
@@ -10,6 +11,7 @@ from kazoo.client import KazooClient
 
 from sentinel.errors import (
     ConnectionInterrupted,
+    InstanceNotRegistered,
     InvalidName,
     ServiceConflict,
     ServiceNotFound,
@@ -188,6 +190,17 @@ def test_drain_deregisters_then_waits(make_client, raw_zk):
     assert gone_at and gone_at[0] - started < 0.3 <= finished - started
 
 
+@pytest.mark.parametrize("wait", [-1, math.nan])
+def test_a_drain_wait_that_is_no_duration_is_refused_before_deregistering(
+    make_client, raw_zk, wait
+):
+    client = make_client()
+    registration = client.register_service("api", "p1", "h", 80)
+    with pytest.raises(ValidationError, match="wait"):
+        client.drain(registration, wait=wait)
+    assert raw_zk.exists(registration.path) is not None
+
+
 def test_registration_is_restored_after_session_expiry(make_client, raw_zk):
     client = make_client(session_timeout=4.0)
     bystander = make_client("bystander")
@@ -251,9 +264,60 @@ def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk)
     with pytest.raises(ServiceConflict, match="shard_policy='tenants'"):
         client.ensure_service("orders", scheme="postgresql", shard_policy="regions")
     assert raw_zk.get("/services/orders")[1].version == stat.version
-    # An instance registered later keeps the spec as it was.
-    client.register_service("orders", "p1", "h", 5432, scheme="http")
+    # An instance registered later keeps the spec as it was, and must agree with it.
+    with pytest.raises(ValidationError, match="scheme 'postgresql'"):
+        client.register_service("orders", "p1", "h", 5432, scheme="http")
     assert json.loads(raw_zk.get("/services/orders")[0])["scheme"] == "postgresql"
+    assert raw_zk.get_children("/services/orders") == []
+
+
+def test_an_instance_inherits_its_services_scheme(make_client, raw_zk):
+    """Issue 24: without scheme=, an instance of a postgresql service is a postgresql://
+    endpoint (it was advertised as http://), for this client and for one that did not
+    create the service."""
+    owner = make_client("owner")
+    owner.ensure_service("orders-db", scheme="postgresql")
+    for client in (owner, make_client("other")):
+        registration = client.register_service(
+            "orders-db", "p1", "127.0.0.1", 25999, label=client.client_id
+        )
+        assert registration.instance.scheme == "postgresql"
+        assert json.loads(raw_zk.get(registration.path)[0])["scheme"] == "postgresql"
+    endpoint = owner.get_service("orders-db", balancer=None)
+    assert endpoint.uri.startswith("postgresql://127.0.0.1:25999")
+    # A new service takes the scheme of its first instance; later ones inherit it.
+    owner.register_service("cache", "p1", "10.0.0.1", 6379, scheme="redis", label="a")
+    assert (
+        make_client("third").register_service("cache", "p1", "10.0.0.2", 6379).instance.scheme
+        == "redis"
+    )
+
+
+def test_a_scheme_other_than_the_services_is_refused_and_writes_nothing(make_client, raw_zk):
+    client = make_client()
+    client.ensure_service("orders-db", scheme="postgresql")
+    with pytest.raises(ValidationError, match=r"scheme 'postgresql'.*scheme 'http'") as raised:
+        client.register_service("orders-db", "p1", "10.0.0.5", 5432, scheme="http")
+    assert "scheme='postgresql'" in str(raised.value)  # the fix, in the message
+    assert raw_zk.get_children("/services/orders-db") == []
+    assert client.registrations == ()
+    # The same scheme given explicitly is accepted.
+    client.register_service("orders-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
+
+
+def test_registration_reads_the_spec_once_per_service(make_client, raw_zk):
+    """Inheriting the scheme costs the service's first registration one read; later
+    registrations send exactly what they did before (the instance's create)."""
+    client = make_client()
+    client.ensure_service("orders-db", scheme="postgresql")
+    first = _requests_sent(
+        client, lambda: client.register_service("orders-db", "p1", "10.0.0.5", 5432)
+    )
+    later = _requests_sent(
+        client, lambda: client.register_service("orders-db", "p1", "10.0.0.6", 5432)
+    )
+    assert first == ["GetData", "Create"]
+    assert later == ["Create"]  # what every registration sent before the scheme was inherited
 
 
 def test_read_service_returns_decodable_instances_and_counts_the_rest(make_client, raw_zk, caplog):
@@ -326,3 +390,41 @@ def test_out_of_bounds_writes_are_validation_errors_and_write_nothing(make_clien
     with pytest.raises(ValidationError):
         client.update_metrics("db", "p1", "a", {"lag": 1}, measured_at=10**400)
     assert not raw_zk.exists("/metrics/db/p1:a")
+
+
+@pytest.mark.parametrize(
+    ("kind", "settings", "declared"),
+    [
+        ("hash", dict(partitions=["p1", "p2"]), "p2"),
+        ("directory", dict(partitions=["p1", "p2"]), "p1"),
+        ("range", dict(boundaries=[("a", "p1"), ("m", "p2")]), "p2"),
+    ],
+)
+def test_a_partition_the_shard_policy_does_not_declare_is_refused(
+    make_client, raw_zk, kind, settings, declared
+):
+    """Issue 24: update_shard_info refuses an undeclared partition; so does a registration
+    (no key could ever reach the instance)."""
+    client = make_client()
+    client.create_shard_policy("tenants", kind, **settings)
+    client.ensure_service("orders-db", scheme="postgresql", shard_policy="tenants")
+    with pytest.raises(ValidationError, match=r"'p9' is not one of policy 'tenants'"):
+        client.register_service("orders-db", "p9", "10.0.0.5", 5432)
+    assert raw_zk.get_children("/services/orders-db") == []
+    client.register_service("orders-db", declared, "10.0.0.5", 5432)
+    assert raw_zk.get_children("/services/orders-db") == [f"{declared}:10.0.0.5_5432"]
+
+
+def test_metrics_are_refused_for_an_instance_nobody_registered(make_client, raw_zk):
+    """Issue 24: update_metrics for an unregistered label created an orphan node; it is now
+    refused, and the check rides in the write's own transaction (one request, as before)."""
+    client = make_client()
+    registration = client.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    client.update_metrics(registration, {"lag": 1})  # the first one creates the node
+    sent = _requests_sent(client, lambda: client.update_metrics(registration, {"lag": 2}))
+    assert sent == ["Transaction"]
+    assert json.loads(raw_zk.get("/metrics/db/p1:a")[0])["metrics"] == {"lag": 2}
+    for partition, label in (("p1", "typo"), ("p2", "a")):
+        with pytest.raises(InstanceNotRegistered, match=f"'{partition}:{label}' of service 'db'"):
+            client.update_metrics("db", partition, label, {"lag": 1})
+        assert raw_zk.exists(f"/metrics/db/{partition}:{label}") is None

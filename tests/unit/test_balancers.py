@@ -8,8 +8,7 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from balancers import (
+from sentinel.balancers import (
     Balancer,
     PowerOfTwoChoices,
     Random,
@@ -18,6 +17,7 @@ from balancers import (
     Sticky,
     WeightedRandom,
 )
+
 from sentinel.errors import ValidationError
 from sentinel.feedback import InstanceFeedback
 from sentinel.plugins import BALANCERS, POLICIES, available, load_balancer, load_policy

@@ -3,8 +3,7 @@
 import time
 
 import pytest
-
-from policies import (
+from sentinel.policies import (
     AllUp,
     Chain,
     FreshMetrics,
@@ -15,8 +14,12 @@ from policies import (
     Threshold,
     ZoneAffinity,
 )
+
+from sentinel.collector.config import DEFAULT_INTERVAL
 from sentinel.errors import ValidationError
+from sentinel.freshness import METRICS_MAX_AGE, STALE_AFTER_INTERVALS
 from sentinel.plugins import load_policy
+from sentinel.testing.helpers import wait_until
 from tests.unit.endpoints import endpoint
 
 
@@ -87,8 +90,35 @@ def test_stale_metrics_are_not_trusted():
     fresh = endpoint("fresh", metrics={"replication_lag": 5}, metrics_at=now - 1)
     stale = endpoint("stale", metrics={"replication_lag": 1}, metrics_at=now - 120)
     assert labels(MinLag(max_age=30)([fresh, stale])) == ["fresh"]
-    assert labels(MinLag()([fresh, stale])) == ["stale"]
+    assert labels(MinLag(max_age=None)([fresh, stale])) == ["stale"]  # the explicit opt-out
     assert labels(FreshMetrics(30)([fresh, stale, endpoint("none")])) == ["fresh"]
+
+
+def test_metric_policies_distrust_stale_metrics_by_default():
+    """Issue 24: an hour-old metric against a fresh one: the fresh replica is chosen though
+    the old one has the lower lag (max_age defaulted to None: the old one won for ever)."""
+    now = time.time()
+    fresh = endpoint("fresh", metrics={"replication_lag": 5, "queue": 5}, metrics_at=now - 1)
+    old = endpoint("old", metrics={"replication_lag": 0.1, "queue": 1}, metrics_at=now - 3600)
+    assert METRICS_MAX_AGE == STALE_AFTER_INTERVALS * DEFAULT_INTERVAL == 30
+    for policy in (MinLag(), MinLag(cutoff=10), MinMetric("queue"), FreshMetrics()):
+        assert policy.max_age == METRICS_MAX_AGE
+        assert labels(policy((fresh, old))) == ["fresh"], policy
+        assert policy.stale((fresh, old)) == (old,)
+    assert labels(Threshold("queue", below=10)((fresh, old))) == ["fresh"]
+    assert MinLag(max_age=None).stale((fresh, old)) == ()
+
+
+def test_an_age_limited_answer_is_kept_until_an_endpoint_grows_too_old():
+    """The answer for one tuple is reused (no work per warm lookup) until the first fresh
+    endpoint crosses the age limit; then it is recomputed."""
+    now = time.time()
+    ageing = endpoint("ageing", metrics={"replication_lag": 1}, metrics_at=now - 0.7)
+    steady = endpoint("steady", metrics={"replication_lag": 2}, metrics_at=now + 60)
+    replicas, policy = (ageing, steady), MinLag(max_age=1)
+    assert labels(policy(replicas)) == ["ageing"]
+    assert policy(replicas) is policy(replicas)  # kept, not recomputed
+    wait_until(lambda: labels(policy(replicas)) == ["steady"], timeout=5)
 
 
 def test_min_metric_on_any_metric():
@@ -141,7 +171,7 @@ def test_a_user_policy_is_ten_lines():
 
     assert labels(EvenPorts()([endpoint("a")])) == ["a"]
     assert "EvenPorts" in repr(EvenPorts())
-    assert repr(MinLag(cutoff=5)) == "MinLag(metric='replication_lag', cutoff=5, max_age=None)"
+    assert repr(MinLag(cutoff=5)) == "MinLag(metric='replication_lag', cutoff=5, max_age=30.0)"
 
 
 def test_pure_policies_reuse_their_answer_for_the_same_tuple_only():
@@ -158,8 +188,9 @@ def test_pure_policies_reuse_their_answer_for_the_same_tuple_only():
     assert policy(first) == policy(first) == first[:1]
     assert calls == [2]
     assert policy(second) == second[:1] and calls == [2, 1]
-    assert MinLag().pure and not MinLag(max_age=5).pure and not FreshMetrics(5).pure
-    assert (AllUp() & MinLag()).pure and not (AllUp() & (lambda e: e)).pure
+    assert MinLag(max_age=None).pure and not MinLag().pure and not MinLag(max_age=5).pure
+    assert not FreshMetrics(5).pure
+    assert (AllUp() & MinLag(max_age=None)).pure and not (AllUp() & (lambda e: e)).pure
 
 
 def test_a_time_limited_policy_is_evaluated_every_time():
