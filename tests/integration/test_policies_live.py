@@ -256,6 +256,9 @@ def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client,
     assert [e.label for e in explanation.eligible] == ["r2"]
     # Trusting metrics of any age is still possible, and explicit.
     assert client.get_service("db", "acme", policy=MinLag(max_age=None)).label == "r1"
+    # When nothing is fresh the error says so, rather than routing to an old value.
+    with pytest.raises(NoInstanceAvailable, match=r"\(3 with stale metrics: check their"):
+        client.get_service("db", "acme", policy=MinLag(max_age=0.001))
     resolved = cli_in_process("resolve", "db", "acme", "--policy", "min_lag", "--json")
     assert resolved.returncode == 0, resolved.stderr
     answer = json.loads(resolved.stdout)
