@@ -869,8 +869,7 @@ class Sentinel:
         instances = snapshot.partitions.get(partition, ())
         eligible = tuple(e for e in instances if e.status == "up")
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
-        chain = getattr(policy, "policies", None) or (() if policy is None else (policy,))
-        for step in chain:
+        for step in () if policy is None else _steps(policy):
             # A metric policy with an age limit (policies.metrics.AgeLimited) names the
             # endpoints it distrusts for their metrics' age: their verdict is "stale".
             stale = getattr(step, "stale", None)
@@ -900,7 +899,7 @@ class Sentinel:
         # The cost of the freshness default, said where it bites: a stopped collector shows
         # here as instances whose metrics are too old, not as a mystery.
         stale: set[str] = set()
-        for step in getattr(policy, "policies", None) or (policy,):
+        for step in () if policy is None else _steps(policy):
             distrusted = getattr(step, "stale", None)
             if callable(distrusted) and up:
                 stale.update(e.name for e in distrusted(up))
@@ -1207,6 +1206,13 @@ class Sentinel:
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)
+
+
+def _steps(policy: object) -> tuple[object, ...]:
+    """The policies a chain applies one after the other, nested chains flattened (``a & b & c``
+    is ``Chain(Chain(a, b), c)``), so explain() shows each one's verdict."""
+    inner = getattr(policy, "policies", None)
+    return (policy,) if not inner else tuple(step for p in inner for step in _steps(p))
 
 
 def _shard_policy_spec(

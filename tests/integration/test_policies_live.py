@@ -6,7 +6,7 @@ import time
 import pytest
 
 from balancers import RoundRobin
-from policies import FreshMetrics, MinLag
+from policies import AllUp, FreshMetrics, MinLag, Tagged
 from sentinel.errors import (
     InstanceNotRegistered,
     InvalidName,
@@ -254,6 +254,8 @@ def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client,
     assert verdicts["r1"] == "stale" and verdicts["r2"] == "eligible"
     assert verdicts["r3"].startswith("excluded by MinLag(")
     assert [e.label for e in explanation.eligible] == ["r2"]
+    chained = client.explain("db", "acme", MinLag() & AllUp() & Tagged())  # nested chains
+    assert {n.rsplit(":", 1)[1]: v for n, v in chained.verdicts.items()} == verdicts
     # Trusting metrics of any age is still possible, and explicit.
     assert client.get_service("db", "acme", policy=MinLag(max_age=None)).label == "r1"
     # When nothing is fresh the error says so, rather than routing to an old value.
