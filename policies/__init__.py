@@ -23,7 +23,7 @@ Built-ins: :class:`AllUp` (the default), :class:`~policies.metrics.MinMetric`,
 
 from __future__ import annotations
 
-from policies.metrics import FreshMetrics, MinLag, MinMetric, Threshold
+from policies.metrics import AgeLimited, FreshMetrics, MinLag, MinMetric, Threshold
 from policies.placement import Tagged, ZoneAffinity
 from sentinel.strategies import Chain, Endpoints, SelectionPolicy
 
@@ -39,6 +39,7 @@ class AllUp(SelectionPolicy):
 
 
 __all__ = [
+    "AgeLimited",
     "AllUp",
     "Chain",
     "Endpoints",
