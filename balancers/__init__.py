@@ -8,24 +8,26 @@ alone can be kept (see :class:`sentinel.memo.IdentityMemo`). The contract and th
 re-exported here), so this package imports the core and never the other way round. A balancer
 of your own::
 
-    from balancers import Balancer
+    from sentinel.balancers import Balancer
 
     class First(Balancer):
         def pick(self, endpoints):
             return endpoints[0]
 
 Built-ins: :class:`~sentinel.strategies.RoundRobin` (the default),
-:class:`~balancers.weighted.Random`, :class:`~balancers.weighted.WeightedRandom`,
-:class:`~balancers.weighted.SmoothWeightedRoundRobin`, :class:`~balancers.sticky.Sticky` and
-:class:`~balancers.load.PowerOfTwoChoices`.
+:class:`~sentinel.balancers.weighted.Random`,
+:class:`~sentinel.balancers.weighted.WeightedRandom`,
+:class:`~sentinel.balancers.weighted.SmoothWeightedRoundRobin`,
+:class:`~sentinel.balancers.sticky.Sticky` and :class:`~sentinel.balancers.load.PowerOfTwoChoices`.
 """
 
 from __future__ import annotations
 
-from balancers.load import PowerOfTwoChoices
-from balancers.sticky import Sticky
-from balancers.weighted import Random, SmoothWeightedRoundRobin, WeightedRandom
 from sentinel.strategies import Balancer, RoundRobin
+
+from .load import PowerOfTwoChoices
+from .sticky import Sticky
+from .weighted import Random, SmoothWeightedRoundRobin, WeightedRandom
 
 __all__ = [
     "Balancer",

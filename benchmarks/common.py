@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -117,3 +119,27 @@ def writer_and_reader() -> Iterator[tuple[LocalZooKeeper, Sentinel, Sentinel]]:
         Sentinel(zk.connect_string, "bench-reader", auth_keys=ClientKeyring.generate()) as reader,
     ):
         yield zk, writer, reader
+
+
+def compile_peer(
+    build: Path, source: Path, jars: tuple[str, ...], main: str, install: str
+) -> tuple[list[str] | None, str]:
+    """Compile a Java peer against Debian's ``jars`` into ``build``: the java command prefix
+    that runs its ``main`` class, or None and why it cannot run (``install`` says what to
+    install)."""
+    if not (shutil.which("java") and shutil.which("javac")):
+        return None, f"no java/javac: {install}"
+    paths = [Path("/usr/share/java") / f"{name}.jar" for name in jars]
+    missing = [j.name for j in paths if not j.is_file()]
+    if missing:
+        return None, f"missing {', '.join(missing)}: {install}"
+    classpath = ":".join(map(str, paths))
+    compiled = subprocess.run(
+        ["javac", "-d", str(build), "-cp", classpath, str(source)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if compiled.returncode != 0:
+        return None, f"javac failed: {compiled.stderr.strip()[:300]}"
+    return ["java", "-Xmx512m", "-cp", f"{build}:{classpath}", main], ""

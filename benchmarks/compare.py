@@ -7,8 +7,13 @@ compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scen
 * warm lookup: 20 instances, round robin, timed call by call (one thread), both sides
   subtracting the same timer cost: the median of an empty clock pair (``timer_overhead`` in
   ``benchmarks.lookup``, ``timerOverhead`` in ``CuratorBench.java``), never an empty call;
-* propagation: 50 registrations then 50 deregistrations, 20 ms apart, until a cache of
-  another session shows them (ours: a writer process; Curator: a writer client in its JVM);
+* propagation: 100 registrations then 100 deregistrations, 20 ms apart, until a cache of
+  another session shows them (ours: a writer process, the reader's ``listen()`` callback;
+  Curator: a writer client in its JVM, a ``ServiceCacheListener`` latch), 300 a side and run
+  with the default 3 rounds, and the raw socket's floor for the same span
+  (``benchmarks.floor``'s registration: a create, then the children event, the list and the
+  new node read on a raw socket) measured in the same rounds; each side's percentile is also
+  given as a multiple of the floor's;
 * client round trip: ``exists("/")`` through each client library (kazoo; Curator's ZooKeeper
   client), which bounds how fast any change can travel through a writer and a reader;
 * cold start: a new client until its cache holds the 1,000 instances of a service, and the
@@ -27,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +39,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from benchmarks.common import RESULTS, percentiles, report
+from benchmarks.common import RESULTS, compile_peer, percentiles, report
+from benchmarks.floor import raw_registration
 from benchmarks.lookup import measure
 from benchmarks.propagation import one_round, prepare
 from sentinel import Sentinel
@@ -92,23 +97,8 @@ OUR_COLD_START = textwrap.dedent("""
 
 
 def curator_classpath(build: Path) -> tuple[list[str] | None, str]:
-    """The java command prefix for the peer, or None and why it cannot run."""
-    if not (shutil.which("java") and shutil.which("javac")):
-        return None, f"no java/javac: {INSTALL}"
-    jars = [Path("/usr/share/java") / f"{name}.jar" for name in JARS]
-    missing = [j.name for j in jars if not j.is_file()]
-    if missing:
-        return None, f"missing {', '.join(missing)}: {INSTALL}"
-    classpath = ":".join(map(str, jars))
-    compiled = subprocess.run(
-        ["javac", "-d", str(build), "-cp", classpath, str(PEER)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if compiled.returncode != 0:
-        return None, f"javac failed: {compiled.stderr.strip()[:300]}"
-    return ["java", "-Xmx512m", "-cp", f"{build}:{classpath}", "CuratorBench"], ""
+    """The java command prefix for the Curator peer, or None and why it cannot run."""
+    return compile_peer(build, PEER, JARS, "CuratorBench", INSTALL)
 
 
 def curator(java: list[str], hosts: str, *scenario: str) -> dict:
@@ -138,6 +128,8 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
     Returns our samples and Curator's (empty lists when Curator cannot run)."""
     mine: dict[str, list] = {"lookup": [], "register": [], "deregister": [], "rtt": [], "cold": []}
     theirs: dict[str, list] = {k: [] for k in mine}
+    # The raw socket's registration floor, measured in the same rounds; both sides divide by it.
+    mine["floor"] = theirs["floor"] = []
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "compare-writer") as writer,
@@ -155,6 +147,7 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
             delays = one_round(zk.connect_string, args.changes, 0.02).rows
             mine["register"] += delays["register"]
             mine["deregister"] += delays["deregister"]
+            mine["floor"] += raw_registration("127.0.0.1", zk.members[0].client_port, args.changes)
             mine["rtt"].append(run_ours(OUR_RTT, zk.connect_string, "2000"))
             mine["cold"].append(run_ours(OUR_COLD_START, zk.connect_string, str(args.instances)))
             if java is None:
@@ -176,7 +169,12 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per run")
     parser.add_argument("--calls", type=int, default=200_000)
-    parser.add_argument("--changes", type=int, default=50)
+    parser.add_argument(
+        "--changes",
+        type=int,
+        default=100,
+        help="registrations (and as many deregistrations) per side and round (default 100)",
+    )
     parser.add_argument("--instances", type=int, default=1_000)
     args = parser.parse_args(argv)
 
@@ -223,6 +221,17 @@ def _delay(op: str, q: str):
     return read
 
 
+def _over_floor(op: str, q: str):
+    """Reads a side's percentile of one kind of change over the raw socket's floor (the same
+    percentile of a registration reaching a follower, measured in the same rounds)."""
+
+    def read(side: dict) -> float | None:
+        delay, floor = _delay(op, q)(side), _delay("floor", q)(side)
+        return None if delay is None or not floor else delay / floor
+
+    return read
+
+
 def figures_of(ours: dict, theirs: dict, args: argparse.Namespace) -> dict[str, dict]:
     """One run's figures: per row, Sentinel's, Curator's, the factor and the paper's."""
     propagation = f"< {PAPER['propagation_p99_ms']:g}"
@@ -238,8 +247,11 @@ def figures_of(ours: dict, theirs: dict, args: argparse.Namespace) -> dict[str, 
         ("lookups per second, one thread", _median("lookup", "calls_per_s"), None, True),
         ("register -> other cache, p50 (ms)", _delay("register", "p50"), None, False),
         ("register -> other cache, p99 (ms)", _delay("register", "p99"), propagation, False),
+        ("register p50 over the raw-socket floor (x)", _over_floor("register", "p50"), None, False),
+        ("register p99 over the raw-socket floor (x)", _over_floor("register", "p99"), None, False),
         ("deregister -> other cache, p50 (ms)", _delay("deregister", "p50"), None, False),
         ("deregister -> other cache, p99 (ms)", _delay("deregister", "p99"), propagation, False),
+        ("floor: raw registration -> follower, p50 (ms)", _delay("floor", "p50"), None, False),
         ("client library round trip (exists), p50 (ms)", _median("rtt", "p50_ms"), None, False),
         ("client library round trip (exists), p99 (ms)", _median("rtt", "p99_ms"), None, False),
         (f"cold start, {args.instances:,} instances (s)", _median("cold", "total_s"), None, False),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from balancers import (
+from sentinel.balancers import (
     PowerOfTwoChoices,
     Random,
     RoundRobin,
@@ -19,9 +19,10 @@ from balancers import (
     Sticky,
     WeightedRandom,
 )
+from sentinel.policies import MinLag
+
 from benchmarks.common import median_of, report, writer_and_reader
 from benchmarks.lookup import measure
-from policies import MinLag
 
 
 def main(argv=None) -> None:

@@ -22,8 +22,10 @@ default against psycopg_pool's default is shown too (the check's extra round tri
 
 The round trip varies by more than the routing costs, so the same rounds also take
 connections without a query (``checkout``: ``direct`` and ``sentinel`` without a statement):
-a third pair, whose difference is ReplicaPools' own cost, which the last row sets against the
-``direct`` round trip of the same round.
+a third pair, whose difference is ReplicaPools' own cost, which its row sets against the
+``direct`` round trip of the same round. A fourth pair runs the query on ReplicaPools' own
+pool of the instance, taken without resolution (``sentinel's pool``), against ``direct``
+again (``direct again``): whether the pools differ, or only what is around them.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
             ReplicaPools(sentinel, SERVICE, kwargs=login, check=None, **one) as unchecked,
             ReplicaPools(sentinel, SERVICE, kwargs=login, **one) as pools,
         ):
+            own_pool = unchecked.pool(sentinel.get_service(SERVICE, KEY))
             # Pairs, each taking turns within itself: in a longer rotation the ways at its
             # ends would follow themselves (on a backend just woken) and the others not.
             pairs = [
@@ -128,6 +131,10 @@ def main(argv: list[str] | None = None) -> None:
                 {
                     "direct checkout": checkout(direct.connection),
                     "sentinel checkout": checkout(lambda: unchecked.connection(key=KEY)),
+                },
+                {
+                    "direct again": pooled_select(direct.connection),
+                    "sentinel's pool": pooled_select(own_pool.connection),
                 },
             ]
             samples: dict[str, list[float]] = {name: [] for pair in pairs for name in pair}
@@ -145,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         r["ratio_check"] = r["direct+check"] / r["direct"]
         r["routing"] = r["sentinel checkout"] - r["direct checkout"]
         r["routing_share"] = r["routing"] / r["direct"]
+        r["ratio_pool"] = r["sentinel's pool"] / r["direct again"]
     tails = {name: percentiles(values) for name, values in samples.items()}
     overhead = median_of(rounds, "ratio") - 1
     over_checked = median_of(rounds, "ratio_checked") - 1
@@ -155,24 +163,22 @@ def main(argv: list[str] | None = None) -> None:
         "direct+check": ("ratio_check", "direct"),
         "sentinel": ("ratio", "direct"),
         "sentinel+check": ("ratio_checked", "direct+check"),
+        "sentinel's pool": ("ratio_pool", "direct again"),
     }
-    shown = ["direct", "direct+check", "sentinel", "sentinel+check"]
-    rows = [
-        [
+
+    def row(name: str, digits: int = 0) -> list[str]:
+        against = over.get(name)
+        return [
             name,
-            f"{median_of(rounds, name) * 1e6:.0f}",
+            f"{median_of(rounds, name) * 1e6:.{digits}f}",
             f"{tails[name]['p99'] * 1e6:.0f}",
-            f"{median_of(rounds, over[name][0]) - 1:+.1%} over {over[name][1]}"
-            if name in over
-            else "",
+            f"{median_of(rounds, against[0]) - 1:+.1%} over {against[1]}" if against else "",
         ]
-        for name in shown
-    ]
-    rows += [
-        [name, f"{median_of(rounds, name) * 1e6:.1f}", f"{tails[name]['p99'] * 1e6:.0f}", ""]
-        for name in ("direct checkout", "sentinel checkout")
-    ]
+
+    rows = [row(name) for name in ("direct", "direct+check", "sentinel", "sentinel+check")]
+    rows += [row(name, 1) for name in ("direct checkout", "sentinel checkout")]
     rows[-1][3] = f"+{routing * 1e6:.1f} µs = {share:.1%} of the direct round trip"
+    rows += [row(name) for name in ("direct again", "sentinel's pool")]
 
     def verdict(ratio: float) -> str:
         return f"{ratio:+.1%} ({'met' if ratio < TARGET else 'missed'})"
@@ -198,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
             "target": TARGET,
             "routing_s": routing,
             "routing_share": share,
+            "pool_vs_direct": median_of(rounds, "ratio_pool") - 1,
             "met": max(overhead, over_checked, share) < TARGET,
         },
     )

@@ -6,7 +6,7 @@ plain callable with the same signature works as a policy too. The contract lives
 (:mod:`sentinel.strategies`, re-exported here), so this package imports the core and never the
 other way round. A policy of your own::
 
-    from policies import SelectionPolicy
+    from sentinel.policies import SelectionPolicy
 
     class InZone(SelectionPolicy):
         def __init__(self, zone):
@@ -15,17 +15,19 @@ other way round. A policy of your own::
         def select(self, endpoints):
             return tuple(e for e in endpoints if e.zone == self.zone)
 
-Built-ins: :class:`AllUp` (the default), :class:`~policies.metrics.MinMetric`,
-:class:`~policies.metrics.MinLag`, :class:`~policies.metrics.Threshold`,
-:class:`~policies.metrics.FreshMetrics`, :class:`~policies.placement.ZoneAffinity`,
-:class:`~policies.placement.Tagged` and :class:`~sentinel.strategies.Chain`.
+Built-ins: :class:`AllUp` (the default), :class:`~sentinel.policies.metrics.MinMetric`,
+:class:`~sentinel.policies.metrics.MinLag`, :class:`~sentinel.policies.metrics.Threshold`,
+:class:`~sentinel.policies.metrics.FreshMetrics`,
+:class:`~sentinel.policies.placement.ZoneAffinity`,
+:class:`~sentinel.policies.placement.Tagged` and :class:`~sentinel.strategies.Chain`.
 """
 
 from __future__ import annotations
 
-from policies.metrics import AgeLimited, FreshMetrics, MinLag, MinMetric, Threshold
-from policies.placement import Tagged, ZoneAffinity
 from sentinel.strategies import Chain, Endpoints, SelectionPolicy
+
+from .metrics import AgeLimited, FreshMetrics, MinLag, MinMetric, Threshold
+from .placement import Tagged, ZoneAffinity
 
 
 class AllUp(SelectionPolicy):

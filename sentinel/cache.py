@@ -62,6 +62,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    ClientClosed,
     DecodeError,
     PartitionNotFound,
     ReadThroughThrottled,
@@ -88,7 +89,7 @@ from sentinel.layout import (
 )
 from sentinel.ratelimit import TokenBucket
 from sentinel.records import ClientRecord, InstanceRecord, MetricsRecord, ServiceSpec, fields_of
-from sentinel.registry import decode_children, pipelined_reads
+from sentinel.registry import ReadBudget, decode_children, pipelined_reads
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import (
     ShardPolicySpec,
@@ -111,6 +112,12 @@ Listener = Callable[[ChangeEvent], None]
 _NO_CHANGES: Mapping[str, Any] = MappingProxyType({})
 # Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
 MULTI_READ_BATCH = 256
+# What a follower reads of one section of a service (its instances, or its metrics), at most.
+# Registries hold thousands of instances per service (10,000 measured in the benchmarks), each
+# node well under a KB; past these bounds a writer is flooding the section, and reading all of
+# it would stall every new client's first lookup. The excess is skipped, counted and logged.
+MAX_SECTION_NODES = 20_000
+MAX_SECTION_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +341,7 @@ class CacheStats:
     session_events: dict[str, int] = field(default_factory=dict)  # by state reached
     throttled_reads: int = 0
     clients_write_failures: int = 0  # /clients entries refused; retried in the background
+    over_limit: int = 0  # nodes left unread: their section passed MAX_SECTION_NODES or _BYTES
 
 
 def _diff(
@@ -467,6 +475,7 @@ class RegistryCache:
         self._resync_at: float | None = None  # monotonic; only the worker touches it
         self._read_through_rate = read_through_rate
         self._read_budgets: dict[str, TokenBucket] = {}
+        self._over_limit: set[str] = set()  # sections reported past the bounds (worker only)
         # Called on the worker after every task that may have changed the cache (the
         # last-known-good snapshot writer's mark_dirty); must not block.
         self.on_change: Callable[[], None] | None = None
@@ -480,17 +489,51 @@ class RegistryCache:
         self._worker.start()
 
     def close(self) -> None:
-        """Stop the worker."""
+        """Stop the worker, once it has run the tasks queued so far.
+
+        Called on the worker itself (a listener closing the client), it stops after the task
+        it is running, unwaited for: a thread cannot join itself, and the tasks queued behind
+        it would only read from the session being closed.
+        """
         self._zk.remove_listener(self._on_state)
+        if self.on_worker():
+            self._worker = None  # no longer the worker: it stops after this task (see _run)
+            self._drop_queued()
+            return
         self._tasks.put(None)
         if self._worker is not None:
             self._worker.join()
+            self._worker = None
+
+    def _drop_queued(self) -> None:
+        """Closing on the worker: the tasks queued behind it will not run, and a reader
+        waiting for a load hears so at once rather than at its timeout."""
+        with contextlib.suppress(queue.Empty):
+            while True:
+                task = self._tasks.get_nowait()
+                if task is None:
+                    continue
+                with self._pending_lock:  # queued again after a start(), it must be queued
+                    self._pending.discard(task)
+                if task.run == self._serve_load:
+                    task.args[1].set_exception(ClientClosed("the client was closed"))
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the worker (a listener, or a task, is running)."""
+        return self._worker is threading.current_thread()
 
     # --- called by readers ------------------------------------------------------------------
 
     def load(self, service: str) -> ServiceSnapshot:
-        """The snapshot of ``service``, loading it on the worker the first time."""
+        """The snapshot of ``service``, loading it on the worker the first time.
+
+        On the worker itself (a lookup made from a listener) the load runs there and then:
+        queued, it would wait behind the listener that waits for it.
+        """
         future: Future[ServiceSnapshot] = Future()
+        if self.on_worker():
+            self._serve_load(service, future)
+            return future.result()
         self._tasks.put(_Task(self._serve_load, (service, future)))
         try:
             return future.result(timeout=self._load_timeout)
@@ -498,6 +541,12 @@ class RegistryCache:
             raise ZooKeeperUnavailable(
                 f"loading service {service!r} took longer than {self._load_timeout:g}s"
             ) from None
+
+    def prefetch(self, services: list[str]) -> None:
+        """Load ``services`` on the worker, in the background (a forked child re-reading what
+        its parent followed); a lookup meanwhile waits for its own service's load."""
+        for service in services:
+            self._tasks.put(_Task(self._serve_load, (service, Future())))
 
     def read_through(self, service: str, policy: str, key: object) -> str:
         """Procedure 1: a key the cached map does not hold, read from ZooKeeper directly.
@@ -635,9 +684,13 @@ class RegistryCache:
                 return _Task(self._forget_section, ("metrics", parts[2]))
             return _Task(self._refresh_children, ("metrics", parts[2]))
         if len(parts) == 4 and section is not None:
-            if kind == EventType.DELETED:
-                # Definitive: no read needed (a re-created node fires the parent's children watch).
+            if gone:  # the recursive watch reports a creation again: nothing to read
                 return _Task(self._forget_child, (section, parts[2], parts[3]))
+            # One-shot, a deletion is read too: the node may exist again under its name (a
+            # restart), and only this read sets a watch on the new node. The parent's
+            # children watch cannot be relied on for it: a re-read of the children queued
+            # before this event finds the name again and trusts it watched (see
+            # _read_section), and its own watch may be spent, its re-read merged into that.
             return _Task(self._refresh_child, (section, parts[2], parts[3]))
         if len(parts) == 4 and parts[1] == AUTH[1:]:
             # only this client's own node is watched
@@ -687,7 +740,10 @@ class RegistryCache:
         return _Task(self._resync)
 
     def _run(self) -> None:
-        while (task := self._next_task()) is not None:
+        worker = threading.current_thread()
+        # Until close(), or a close() from a listener on this thread (then a start() may
+        # have begun another worker already).
+        while self._worker is worker and (task := self._next_task()) is not None:
             with self._pending_lock:
                 self._pending.discard(task)
             try:
@@ -851,14 +907,23 @@ class RegistryCache:
             raise ServiceNotFound(service, f"has an unreadable spec: {exc}") from None
 
     def _read_section(
-        self, section: str, service: str, known: ServiceSnapshot | None = None
+        self,
+        section: str,
+        service: str,
+        known: ServiceSnapshot | None = None,
+        first: Iterable[str] = (),
     ) -> tuple[dict[str, Any], set[str]]:
         """Decode the children of one section of ``service``, setting watches.
 
         ``section`` is ``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
         (``/metrics/<service>``, as MetricsRecords). With ``known`` (a children event while
         watches are in place) only new children are read: the others' data watches report
-        their own changes. Returns the decoded children by name and the paths that failed.
+        their own changes. A known name may be a new node (deleted and created again); its
+        old node's watch fired with the deletion, and that event's task reads the new one.
+        Returns the decoded children by name and the paths that failed. At most
+        MAX_SECTION_NODES children and MAX_SECTION_BYTES of data are read (``first`` before
+        the others: a metrics read takes the instances' own nodes first), the rest skipped
+        and counted.
         """
         parent, field, decode = self._section(section, service)
         try:
@@ -881,7 +946,25 @@ class RegistryCache:
             invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
             decode = _timed(section, decode)  # new children of a live service: a change
-        fresh, failed = decode_children(self._zk, parent, unread, decode, reads=self._reads)
+        preferred = set(first)
+        unread = sorted(unread, key=lambda name: name not in preferred)
+        room = max(MAX_SECTION_NODES - len(decoded) - len(invalid), 0)
+        budget = ReadBudget(MAX_SECTION_BYTES, skipped=len(unread) - min(room, len(unread)))
+        fresh, failed = decode_children(
+            self._zk, parent, unread[:room], decode, reads=self._reads, budget=budget
+        )
+        if budget.skipped:
+            self.stats.over_limit += budget.skipped
+        if budget.skipped and parent not in self._over_limit:  # once, not per event
+            self._over_limit.add(parent)
+            log.warning(
+                "%s has more than a follower reads (%d nodes, %d MiB): %d left unread; "
+                "'sentinel doctor' names what is flooding it",
+                parent,
+                MAX_SECTION_NODES,
+                MAX_SECTION_BYTES >> 20,
+                budget.skipped,
+            )
         for exc in failed.values():
             self._skip(exc)
         decoded.update(fresh)
@@ -925,7 +1008,7 @@ class RegistryCache:
             self._unfollow(roots)
             raise
         endpoints, bad_instances = self._read_section("instances", service)
-        metrics, bad_metrics = self._read_section("metrics", service)
+        metrics, bad_metrics = self._read_section("metrics", service, first=endpoints)
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
         auth = self._read_auth(service)
@@ -1066,7 +1149,7 @@ class RegistryCache:
         except ServiceNotFound:
             self._drop_service(service)
             return
-        metrics, bad_metrics = self._read_section("metrics", service)
+        metrics, bad_metrics = self._read_section("metrics", service, first=endpoints)
         if spec.shard_policy is not None:
             self._use_policy(spec.shard_policy, service)
         self._swap(
@@ -1098,12 +1181,19 @@ class RegistryCache:
         self._update(service, current, field, changes, frozenset(others | bad))
 
     def _refresh_child(self, section: str, service: str, name: str) -> None:
-        """After a data event: read one child again (it may be gone, or now invalid)."""
+        """After a data event (one-shot: a deletion too): read one child again (it may be
+        gone, created again, or now invalid), setting its watch."""
         current = self.snapshots.get(service)
         if current is None:  # dropped since the event (or never followed)
             return
         parent, field, decode = self._section(section, service)
         path = f"{parent}/{name}"
+        if (
+            name not in getattr(current, field)
+            and len(getattr(current, field)) >= MAX_SECTION_NODES
+        ):
+            self.stats.over_limit += 1  # a flooded section's newcomer: left unread
+            return
         invalid = current.invalid - {path}
         try:
             data, stat = self._zk.get(path, watch=self._one_shot)
@@ -1142,7 +1232,8 @@ class RegistryCache:
         self._update(service, current, field, changes, frozenset(invalid))
 
     def _forget_child(self, section: str, service: str, name: str) -> None:
-        """After a deletion event: drop the child, with no round trip to ZooKeeper."""
+        """Persistent mode, after a deletion event: drop the child, with no round trip to
+        ZooKeeper (the recursive watch reports the node if it is created again)."""
         current = self.snapshots.get(service)
         if current is None:  # dropped since the event (or never followed)
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import os
 import socket
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry, zkprotocol
+from sentinel import validation as check
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
 from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
@@ -32,11 +34,14 @@ from sentinel.devserver import resolve_hosts
 from sentinel.endpoint import Endpoint
 from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
+    CalledFromListener,
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
+    NamespaceNotFound,
     NoInstanceAvailable,
     SentinelError,
+    ServiceNotFound,
     ShardPolicyConflict,
     ShardPolicyExists,
     SigningRequired,
@@ -48,6 +53,7 @@ from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
 from sentinel.layout import (
     SECTIONS,
+    SERVICES,
     default_label,
     instance_path,
     metrics_path,
@@ -112,6 +118,9 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
+# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
+# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+DEFAULT_INHERITED_MAX_AGE = 0.5
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
 # seconds at most, and a fleet's retries stay spread.
@@ -146,7 +155,9 @@ class Sentinel:
             ...
             sentinel.drain(registration)
 
-    Every parameter but the first three is keyword-only; all have defaults.
+    Every parameter but the first three is keyword-only; all have defaults. Each is checked
+    here: a value of the wrong type or out of its range raises
+    :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -218,6 +229,13 @@ class Sentinel:
         serves that last-known-good snapshot, marked stale, and keeps connecting.
     snapshot_interval : float, default 1.0
         The snapshot is written at most this often (seconds).
+    inherited_max_age : float or None, default 0.5
+        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
+        parent's cache may be for the child to serve it while its own session connects.
+        Older, the child's first lookup of each service waits for its own session's read (up
+        to ``connect_timeout``, then :class:`~sentinel.errors.ZooKeeperUnavailable`), so a
+        worker forked long before its first request never returns an instance drained
+        since. None serves the inherited cache however old it is.
 
     **Publishing**
 
@@ -256,13 +274,40 @@ class Sentinel:
         snapshot_path: str | os.PathLike[str] | None = None,
         snapshot_interval: float = 1.0,
         persistent_watches: bool = True,
+        inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
     ) -> None:
+        # Every setting is checked here, once, so a wrong one fails where it is given: the
+        # lookup path never checks them.
+        connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
+        session_timeout = check.number("session_timeout", session_timeout, above=0)
+        drain_wait = check.number("drain_wait", drain_wait, least=0)
+        negative_ttl = check.number("negative_ttl", negative_ttl, least=0)
+        resync_jitter = check.number("resync_jitter", resync_jitter, least=0)
+        read_through_rate = check.number("read_through_rate", read_through_rate, above=0)
+        snapshot_interval = check.number("snapshot_interval", snapshot_interval, above=0)
+        if inherited_max_age is not None:
+            inherited_max_age = check.number("inherited_max_age", inherited_max_age, least=0)
+        check.instance("feedback", feedback, InstanceFeedback)
+        check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
+        check.instance("identity", identity, str)
+        check.instance("auth_signer", auth_signer, str)
+        if auth_signer:  # given, it must be a key even while no key ring uses it
+            verify_key(auth_signer)
+        if not isinstance(auth_keys, ClientKeyring):
+            check.path("auth_keys", auth_keys)
+        check.path("snapshot_path", snapshot_path)
+        check.flag("announce", announce)
+        check.flag("persistent_watches", persistent_watches)
+        check.flag("require_signed", require_signed, optional=True)
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name("client", client_id or default_client_id())
         self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
+        self.inherited_max_age = inherited_max_age
+        # Whether this client made (or found) the namespace's sections: its first write does.
+        self._namespace_ready = False
         if auth_keys is None:
             self._keyring = ClientKeyring.from_env()
         elif isinstance(auth_keys, ClientKeyring):
@@ -378,7 +423,9 @@ class Sentinel:
         registrations (the parent's instances stay the parent's) and no snapshot file (the
         parent writes it). A started client serves the inherited snapshots and shard maps,
         marked stale, while it connects in the background; the re-sync on connecting re-reads
-        them all and sets its own watches, as after a start from a snapshot file. Without
+        them all and sets its own watches, as after a start from a snapshot file. When they
+        are older than ``inherited_max_age`` nothing inherited is served: the services are
+        read again on the child's session, and a lookup waits for its service's read. Without
         ``serve`` (a child closing a client it never used) the client is left closed.
         """
         with self._lifecycle_lock:
@@ -396,7 +443,12 @@ class Sentinel:
             started, self._started = self._started, False
             if started and serve:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                limit = self.inherited_max_age
+                if limit is None or time.time() - stale_since <= limit:
+                    self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                else:  # too old to serve: read afresh, the inherited services first
+                    self._serve_restored({}, {}, stale_since)
+                    self._cache.prefetch(sorted(inherited.snapshots))
             self._forked_at = None
             self._pid = os.getpid()
         log.info("forked from client %s: this process is client %s", parent, self.client_id)
@@ -418,7 +470,10 @@ class Sentinel:
 
     @translate_zk_errors
     def start(self) -> Sentinel:
-        """Connect and make sure the namespace and its sections exist.
+        """Connect. Nothing is written (but a key ring's public keys): the namespace and its
+        sections are created by the first write (:meth:`register_service`,
+        :meth:`update_metrics`...) or by :meth:`ensure_namespace`; until then reads raise
+        :class:`~sentinel.errors.NamespaceNotFound`.
 
         Raises :class:`ZooKeeperUnavailable` if no server answers within ``connect_timeout``.
         """
@@ -427,7 +482,8 @@ class Sentinel:
             return self
         try:
             with warnings.catch_warnings():
-                # The namespace is created just below; kazoo warns about it beforehand.
+                # A missing namespace is reported by the reads that need it (NamespaceNotFound)
+                # and created by the first write; kazoo's warning would only be noise.
                 warnings.filterwarnings("ignore", message="No chroot path exists")
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
@@ -453,12 +509,11 @@ class Sentinel:
             self._exports.add(self)
 
     def _prepare(self, serving: bool = False) -> None:
-        """Once connected: the namespace's sections, the signing requirement, this client's
-        public keys (with a key ring), and the session's ephemeral nodes. ``serving``: the
-        client already serves its snapshot, so neither a missing signer nor a key slot it may
-        not write can fail :meth:`start` any more: they are logged."""
-        for section in SECTIONS:
-            self._zk.ensure_path(section)
+        """Once connected: the signing requirement, this client's public keys (with a key
+        ring, which creates the namespace if missing: a write), and the session's ephemeral
+        nodes. ``serving``: the client already serves its snapshot, so neither a missing
+        signer nor a key slot it may not write can fail :meth:`start` any more: they are
+        logged. Without a key ring nothing here writes."""
         try:
             self._check_signing()
         except SigningRequired as exc:
@@ -467,6 +522,9 @@ class Sentinel:
             log.error("%s; until then every credential is refused", exc)
             self._credentials.refuse_all("refused: the namespace requires signed credentials")
         if self._keyring is not None:
+            # Publishing its keys is a write: like a publisher, such a client creates the
+            # namespace if it is missing (the manager can then seal credentials to it).
+            self._make_sections()
             try:
                 publish_public_keys(self._zk, self.auth_client, self._keyring)
             except ClientNotEnrolled as exc:
@@ -474,6 +532,58 @@ class Sentinel:
                     raise
                 log.error("%s; credentials sealed to keys published before still open", exc)
         self._nodes.start()
+
+    @translate_zk_errors
+    def ensure_namespace(self) -> None:
+        """Create the namespace and its five sections unless they exist (what ``sentinel init``
+        does without ``--secure``).
+
+        Reads never create anything (a missing namespace is
+        :class:`~sentinel.errors.NamespaceNotFound`); writes call this before their first
+        write, so publishers and the role daemons need not.
+        """
+        self._require_started()
+        self._make_sections()
+
+    def _make_sections(self) -> None:
+        for section in SECTIONS:
+            self._zk.ensure_path(section)
+        self._namespace_ready = True
+
+    def _require_writable(self) -> None:
+        """Before a write: started, and the namespace's sections made (once per client)."""
+        self._require_started()
+        if not self._namespace_ready:
+            self.ensure_namespace()
+
+    def _namespace_exists(self) -> bool:
+        return self._namespace_ready or self._zk.exists("/") is not None
+
+    def _no_namespace(self) -> NamespaceNotFound:
+        return NamespaceNotFound(self.namespace, self.hosts)
+
+    def _not_found(self, error: ServiceNotFound) -> SentinelError:
+        """What a lookup of a service without a spec raises: NamespaceNotFound when the whole
+        namespace is missing, else ``error`` with the closest registered names suggested.
+
+        A slow path already (the spec was read and missed): one listing more, for the
+        suggestions. Should that read fail, ``error`` is raised as it is.
+        """
+        service = error.service or ""
+        if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
+            return error  # suggested already, or another reason (an unreadable spec)
+        try:
+            names = self._zk.get_children(SERVICES)
+        except NoNodeError:
+            try:
+                return error if self._namespace_exists() else self._no_namespace()
+            except KazooException:
+                return error
+        except KazooException:
+            return error
+        names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
+        close = difflib.get_close_matches(service, sorted(names), n=3)
+        return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
     def _check_signing(self) -> None:
         """A client with a key ring must verify the manager's signatures in a secured
@@ -563,25 +673,31 @@ class Sentinel:
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
-        In a forked child this ends the child's own session, never the parent's.
+        In a forked child this ends the child's own session, never the parent's. It may be
+        called from a listener (the cache's worker stops once the listener returns), and
+        more than once: a closed client's close() does nothing.
         """
         if self._pid != os.getpid():
             self._renew_after_fork(serve=False)
-        if not self._started:
-            return
-        with self._lifecycle_lock:
+        with self._lifecycle_lock:  # checked and set at once: one of two close() calls closes
+            if not self._started:
+                return
             self._started = False
-        if self._exports is not None:
-            self._exports.discard(self)
-        self._cache.close()
-        if self._snapshot_writer is not None:
-            self._snapshot_writer.close()
-        # Emptied, a lookup falls through to the load, which refuses on a closed client.
-        self._snapshots.clear()
-        self._shard_maps.clear()
-        self._nodes.close()
-        self._zk.stop()
-        self._zk.close()
+        # The session ends whatever stopping a thread raises: a second close() finds the
+        # client closed and returns, so this one is the only chance.
+        try:
+            if self._exports is not None:
+                self._exports.discard(self)
+            self._cache.close()
+            if self._snapshot_writer is not None:
+                self._snapshot_writer.close()
+            # Emptied, a lookup falls through to the load, which refuses on a closed client.
+            self._snapshots.clear()
+            self._shard_maps.clear()
+            self._nodes.close()
+        finally:
+            self._zk.stop()
+            self._zk.close()
 
     def _require_started(self) -> None:
         self._check_fork()
@@ -616,7 +732,7 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
         either way nothing is written.
         """
-        self._require_started()
+        self._require_writable()
         spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
@@ -656,7 +772,7 @@ class Sentinel:
         client's first registration of the service and kept. Invalid input raises
         :class:`~sentinel.errors.ValidationError` before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         instance = InstanceRecord(
             service=service,
             partition=partition,
@@ -677,13 +793,18 @@ class Sentinel:
 
         The node is rewritten in place, so the instance keeps its place in its cluster's
         order (this is how an instance publishes properties others see, Sling's
-        ``PropertyProvider``, or marks itself ``draining``). Returns the new registration.
+        ``PropertyProvider``, or takes itself out of rotation with ``status="draining"`` and
+        back with ``status="up"``). Fields not given keep their published value, including a
+        status another client set (``sentinel drain``). Returns the new registration.
         """
-        self._require_started()
+        self._require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        instance = dataclasses.replace(registration.instance, **changes)
+        # From the registration as published now: a status an operator set since (`sentinel
+        # drain`) is kept unless ``status`` is among the changes.
+        current = self._publisher.current(registration).instance
+        instance = dataclasses.replace(current, **changes)
         return self._publisher.register(instance)
 
     @translate_zk_errors
@@ -697,8 +818,9 @@ class Sentinel:
 
         Call it before a server stops serving, so that no client still picks it.
         """
+        wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
         self.deregister_service(registration)
-        time.sleep(self.drain_wait if wait is None else wait)
+        time.sleep(wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
@@ -709,7 +831,10 @@ class Sentinel:
         :class:`~sentinel.errors.ServiceNotFound` if the service has no spec.
         """
         self._require_started()
-        return read_service(self._zk, validate_name("service", service))
+        try:
+            return read_service(self._zk, validate_name("service", service))
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     # --- resolution ---------------------------------------------------------------------------
 
@@ -837,7 +962,12 @@ class Sentinel:
     def _load(self, service: str) -> ServiceSnapshot:
         self._require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
-        return self._snapshots.get(service) or self._cache.load(validate_name("service", service))
+        try:
+            return self._snapshots.get(service) or self._cache.load(
+                validate_name("service", service)
+            )
+        except ServiceNotFound as exc:
+            raise self._not_found(exc) from None
 
     def partition_of(self, service: str, key: object) -> str | None:
         """The partition ``key`` maps to for ``service``; None when it is not sharded.
@@ -870,7 +1000,7 @@ class Sentinel:
         eligible = tuple(e for e in instances if e.status == "up")
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
         for step in () if policy is None else _steps(policy):
-            # A metric policy with an age limit (policies.metrics.AgeLimited) names the
+            # A metric policy with an age limit (sentinel.policies.metrics.AgeLimited) names the
             # endpoints it distrusts for their metrics' age: their verdict is "stale".
             stale = getattr(step, "stale", None)
             old = tuple(stale(eligible)) if callable(stale) and eligible else ()
@@ -935,6 +1065,15 @@ class Sentinel:
         shard keys moved, the spec changed, and the connection's state. Callbacks run on the
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
+
+        Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
+        the event loop): in a namespace that does not exist, the load that follows
+        (:meth:`prefetch`, :meth:`get_service`) raises
+        :class:`~sentinel.errors.NamespaceNotFound`.
+
+        A callback may call this client back: a first lookup loads its service on the spot,
+        :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
+        very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
         return self._cache.listen(service, callback)
@@ -1012,7 +1151,7 @@ class Sentinel:
         :class:`~sentinel.errors.ValidationError`) and nothing is written: the check is part
         of the write's own transaction, so it costs no extra round trip.
         """
-        self._require_started()
+        self._require_writable()
         identity = (
             (instance.service, instance.partition, instance.label)
             if isinstance(instance, Registration)
@@ -1089,7 +1228,7 @@ class Sentinel:
         Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists (see
         :meth:`ensure_shard_policy` for the idempotent form).
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         shards.create_policy(self._zk, spec)
         return spec
@@ -1113,7 +1252,7 @@ class Sentinel:
         :class:`~sentinel.errors.ShardPolicyExists`) if the policy exists with another spec,
         and then writes nothing; its keys are never touched.
         """
-        self._require_started()
+        self._require_writable()
         spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
         try:
             shards.create_policy(self._zk, spec)
@@ -1130,13 +1269,13 @@ class Sentinel:
     @translate_zk_errors
     def update_shard_info(self, policy: str, key: object, partition: str) -> None:
         """Assign ``key`` to ``partition`` in directory policy ``policy``."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: partition})  # type: ignore[dict-item]
 
     @translate_zk_errors
     def remove_shard_key(self, policy: str, key: object) -> None:
         """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
-        self._require_started()
+        self._require_writable()
         shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
 
     @translate_zk_errors
@@ -1146,7 +1285,7 @@ class Sentinel:
         Returns False if the key already has a partition. Once the leader has placed it, the
         bucket's watch brings it to every client.
         """
-        self._require_started()
+        self._require_writable()
         return shards.request_placement(self._zk, policy, key)  # type: ignore[arg-type]
 
     @translate_zk_errors
@@ -1156,7 +1295,7 @@ class Sentinel:
         Everything is validated before the first write; buckets are written in multi-op
         transactions under the size limit, each with a compare-and-set on its version.
         """
-        self._require_started()
+        self._require_writable()
         return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]
 
     # --- authentication manager ---------------------------------------------------------------
@@ -1180,7 +1319,7 @@ class Sentinel:
         credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
         namespace, in each case before anything is written.
         """
-        self._require_started()
+        self._require_writable()
         return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
 
     @translate_zk_errors
@@ -1201,8 +1340,16 @@ class Sentinel:
         naming the step (and, on a timeout, the clients that had not confirmed); the old
         credential then still works. Without ``signer`` in a secured namespace it raises
         :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
+        From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
+        waits for confirmations, this client's own made by the thread that runs listeners.
         """
-        self._require_started()
+        self._require_writable()
+        if self._cache.on_worker():
+            raise CalledFromListener(
+                "rotate_auth() waits for clients to confirm the new credential, and this "
+                "client confirms on the thread that runs its listeners: call it from another "
+                "thread"
+            )
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)

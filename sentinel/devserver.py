@@ -255,30 +255,34 @@ def dev_server_mode(server: DevServer) -> str | None:
     return server_mode(host, int(port))
 
 
-def validate_hosts(hosts: object) -> str:
+def validate_hosts(hosts: object, source: str = "hosts") -> str:
     """Return a kazoo connect string (``host:port,host:port``) or raise ValidationError.
 
     Each entry is ``host`` or ``host:port`` with a port from 1 to 65535 (an IPv6 address in
-    brackets), so that kazoo never meets a connect string it cannot parse.
+    brackets), so that kazoo never meets a connect string it cannot parse. ``source`` says
+    where the value came from, first in the message (``hosts``, ``$SENTINEL_ZK``...).
     """
     entries = hosts.split(",") if isinstance(hosts, str) and _HOSTS.match(hosts) else [None]
     for entry in entries:
         match = None if entry is None else _HOST_PORT.match(entry)
         if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
             raise ValidationError(
-                f"hosts {hosts!r} must look like 'zk1:2181,zk2:2181' (ports 1-65535, no spaces; "
-                "give the chroot as namespace=, not in the connect string)"
+                f"{source} {hosts!r} must look like 'zk1:2181,zk2:2181' (ports 1-65535, no "
+                "spaces; give the chroot as namespace= or --namespace, not in the connect string)"
             )
     return hosts  # type: ignore[return-value]  # a str: checked above
+
+
+HOSTS_ENV = "SENTINEL_ZK"
 
 
 def resolve_hosts(hosts: str | None = None) -> str:
     """The connect string to use: ``hosts``, else ``$SENTINEL_ZK``, else the dev server's."""
     if hosts is not None:
         return validate_hosts(hosts)
-    from_env = os.environ.get("SENTINEL_ZK")
+    from_env = os.environ.get(HOSTS_ENV)
     if from_env:
-        return validate_hosts(from_env)
+        return validate_hosts(from_env, f"${HOSTS_ENV} (the environment variable)")
     server = dev_server()
     if server is None:
         raise DevServerNotRunning(

@@ -25,6 +25,7 @@ from kazoo.exceptions import (
     NoNodeError,
     SessionExpiredError,
 )
+from kazoo.protocol.states import WatchedEvent
 
 from sentinel.errors import LabelTaken, RegistryConflict
 
@@ -58,6 +59,10 @@ class EphemeralNodes:
         self._on_failure: dict[str, Callable[[], None]] = {}
         # path -> check of another session's node before it is taken over (raises to refuse)
         self._may_take_over: dict[str, Callable[[bytes], None]] = {}
+        # path -> rule for what another client wrote into our node (see follow()), and the
+        # followed paths changed since the worker last looked (kazoo's thread adds to it)
+        self._follow: dict[str, Callable[[bytes, bytes], bytes | None]] = {}
+        self._changed: set[str] = set()
         self._session_id: int | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -135,6 +140,44 @@ class EphemeralNodes:
             log.info("wrote %s after earlier failures", path)
         return True
 
+    def follow(self, path: str, adopt: Callable[[bytes, bytes], bytes | None]) -> None:
+        """Watch the kept node ``path`` for writes by other clients (an operator's ``sentinel
+        drain``): ``adopt(kept, found)`` returns the bytes to keep from now on (what is
+        re-created after a session expiry) or None to ignore them. It runs on the worker,
+        holding the lock, with what the node holds then; the watch is set by the worker too,
+        so following costs the caller no round trip, and kazoo's thread only wakes it."""
+        self._follow[path] = adopt
+        self._changed.add(path)
+        self._wake.set()
+
+    def _node_changed(self, event: WatchedEvent) -> None:
+        # Runs on kazoo's thread: only note the path and wake the worker.
+        if event.path in self._follow:
+            self._changed.add(event.path)
+            self._wake.set()
+
+    def _adopt_changes(self) -> None:
+        """Read each followed node that changed (setting its next watch) and apply its
+        ``follow`` rule to what another client wrote there. On the worker."""
+        while self._changed:
+            path = self._changed.pop()
+            with self._lock:
+                adopt, kept = self._follow.get(path), self._nodes.get(path)
+                if adopt is None or kept is None:
+                    continue
+                try:
+                    found, stat = self._zk.get(path, watch=self._node_changed)
+                    owned = stat.ephemeralOwner == self._session()
+                except NoNodeError:
+                    continue  # gone with a session: re-created with what is kept, then read
+                except (ConnectionLoss, SessionExpiredError):
+                    self._changed.add(path)  # read again once connected
+                    return
+                if owned and found != kept:
+                    kept = adopt(kept, found)
+                    if kept is not None:
+                        self._nodes[path] = kept
+
     def remove(self, path: str) -> bool:
         """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
 
@@ -147,6 +190,7 @@ class EphemeralNodes:
         """
         with self._lock:
             data = self._nodes.pop(path, None)
+            self._follow.pop(path, None)
             self._prepare.pop(path, None)
             self._on_failure.pop(path, None)
             self._may_take_over.pop(path, None)
@@ -189,6 +233,7 @@ class EphemeralNodes:
             if self._zk.state != KazooState.CONNECTED:
                 continue
             timeout = self._retry_unwritten()
+            self._adopt_changes()
             client_id = self._zk.client_id
             if client_id is None:
                 continue  # dropped again since the check above; the next CONNECTED wakes us
@@ -206,6 +251,9 @@ class EphemeralNodes:
             timeout = self._retry_unwritten()
             self._session_id = session_id
             log.info("new ZooKeeper session 0x%x: re-created %d node(s)", session_id, restored)
+            # A new session has none of the old one's watches: read the followed nodes again.
+            self._changed.update(list(self._follow))
+            self._adopt_changes()
 
     def _restore_all(self) -> int:
         restored = 0

@@ -22,12 +22,14 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── EndpointFailed                       work kept failing on resolved endpoints
     ├── SnapshotRejected
     ├── ClientClosed
+    ├── CalledFromListener                   a call that would wait for the listener's thread
     ├── ZooKeeperUnavailable                 connection
     │   ├── ConnectionInterrupted
     │   └── TlsHandshakeFailed
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
+    │   │   └── NamespaceNotControlled
     │   └── AuthenticationFailed
     ├── RegistryConflict                     writes
     │   └── LabelTaken
@@ -40,6 +42,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ClientKeyNotFound
     │   ├── ClientNotEnrolled
     │   ├── KeySlotNotOwned
+    │   ├── NamespaceNotTrusted (also AccessDenied)
     │   ├── RotationFailed                   .step .laggards
     │   └── EnvelopeError
     │       ├── UnknownKeyId
@@ -140,10 +143,21 @@ class ResolutionError(SentinelError):
 
 
 class ServiceNotFound(ResolutionError):
-    """No spec node exists for the service in this namespace (or it cannot be read)."""
+    """No spec node exists for the service in this namespace (or it cannot be read).
 
-    def __init__(self, service: str, reason: str = "is not registered") -> None:
-        super().__init__(f"service {service!r} {reason}", service=service)
+    ``suggestions`` holds the registered names closest to the one asked for (a typo's fix),
+    most similar first; the message ends with them as "did you mean ...?".
+    """
+
+    NOT_REGISTERED = "is not registered"
+
+    def __init__(
+        self, service: str, reason: str = NOT_REGISTERED, suggestions: tuple[str, ...] = ()
+    ) -> None:
+        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"service {service!r} {reason}{hint}", service=service)
+        self.reason = reason
+        self.suggestions = tuple(suggestions)
 
 
 class PartitionNotFound(ResolutionError):
@@ -197,6 +211,12 @@ class ClientClosed(SentinelError):
     """The client was used before :meth:`~sentinel.Sentinel.start` or after ``close()``."""
 
 
+class CalledFromListener(SentinelError):
+    """A call that waits for the client's cache (a credential rotation, which waits for this
+    client's confirmation among others) was made from a change listener, which runs on the
+    cache's worker: it would wait for itself. Refused at once; make it from another thread."""
+
+
 # --- connection -------------------------------------------------------------------------------
 
 
@@ -223,7 +243,20 @@ class TlsConfigError(ValidationError):
 
 
 class NamespaceNotFound(SentinelError):
-    """The namespace root does not exist on this ensemble (``sentinel init`` creates it)."""
+    """The namespace root does not exist on this ensemble, and reading never creates it.
+
+    ``namespace`` and ``hosts`` say which namespace on which ensemble; the message gives the
+    ``sentinel init`` command that creates it (publishers and role daemons create it too, on
+    their first write).
+    """
+
+    def __init__(self, namespace: str, hosts: str) -> None:
+        super().__init__(
+            f"namespace {namespace} does not exist on ZooKeeper {hosts} (reading never creates "
+            f"it): create it with `sentinel init --zk {hosts} --namespace {namespace}`"
+        )
+        self.namespace = namespace
+        self.hosts = hosts
 
 
 class RegistryError(SentinelError):
@@ -232,6 +265,12 @@ class RegistryError(SentinelError):
 
 class AccessDenied(RegistryError):
     """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
+
+
+class NamespaceNotControlled(AccessDenied):
+    """``sentinel init --secure`` refused a namespace root (or a parent of it) that someone
+    else controls: an identity securing does not hold may change its ACL. Nothing was
+    changed; the message names the node and the fix."""
 
 
 class AuthenticationFailed(RegistryError):
@@ -290,6 +329,12 @@ class ClientNotEnrolled(AuthError):
 class KeySlotNotOwned(AuthError):
     """A client's key slot is not owned by the identity the admin enrolled for it (anyone,
     or someone else, may have written the keys in it): nothing is encrypted to it."""
+
+
+class NamespaceNotTrusted(AuthError, AccessDenied):
+    """The namespace looks secured, but does not let this identity write ``/auth``: it is not
+    the auth manager's, or whoever secured the namespace did not know it (someone else may
+    have made it). Nothing is encrypted to the key slots in it."""
 
 
 class EnvelopeError(AuthError):

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from sentinel import validation as check
 from sentinel.endpoint import Endpoint
 
 _Key = tuple[str, str, str]
@@ -23,7 +24,13 @@ def _key(endpoint: Endpoint) -> _Key:
 
 
 class InstanceFeedback:
-    """Per-instance error and latency records, and the instances currently marked down."""
+    """Per-instance error and latency records, and the instances currently marked down.
+
+    ``errors`` failures (an int, 1 or more) within ``window`` seconds (above 0) mark an
+    instance down for ``down_for`` seconds (0 or more); ``smoothing`` (above 0, at most 1) is
+    the weight of a new latency in the moving average. Other values raise
+    :class:`~sentinel.errors.ValidationError`.
+    """
 
     def __init__(
         self,
@@ -32,12 +39,10 @@ class InstanceFeedback:
         down_for: float = 30.0,
         smoothing: float = 0.3,
     ) -> None:
-        if errors < 1 or window <= 0 or down_for < 0 or not 0 < smoothing <= 1:
-            raise ValueError("errors >= 1, window > 0, down_for >= 0 and 0 < smoothing <= 1")
-        self.errors = errors
-        self.window = window
-        self.down_for = down_for
-        self.smoothing = smoothing
+        self.errors = check.integer("errors", errors, least=1)
+        self.window = check.number("window", window, above=0)
+        self.down_for = check.number("down_for", down_for, least=0)
+        self.smoothing = check.number("smoothing", smoothing, above=0, most=1)
         # Read without a lock on the lookup path: a non-empty dict means "filter".
         self.down: dict[_Key, float] = {}
         self._failures: dict[_Key, deque[float]] = {}

@@ -7,6 +7,7 @@ themselves after a session expiry and take over stale nodes of older sessions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,8 +133,37 @@ class Publisher:
         instance = conformed
         registration = Registration(instance, path)
         self._registrations[path] = registration
+        self._nodes.follow(path, functools.partial(self._adopt_status, path))
         log.info("registered %s (%s:%d)", path, instance.host, instance.port)
         return registration
+
+    def current(self, registration: Registration) -> Registration:
+        """``registration`` as this client publishes it now: with the status another client
+        (``sentinel drain``) set since, if it did."""
+        return self._registrations.get(registration.path, registration)
+
+    def _adopt_status(self, path: str, kept: bytes, found: bytes) -> bytes | None:
+        """The :meth:`EphemeralNodes.follow` rule of an instance node: a status another
+        client wrote into it (an operator taking the instance out of rotation, or back) is
+        kept, so that neither this client's later updates nor a re-creation after a session
+        expiry undo it. Any other change is not this rule's to keep (None)."""
+        mine = self._registrations.get(path)
+        if mine is None:
+            return None
+        name = instance_name(mine.partition, mine.label)
+        try:
+            other = InstanceRecord.from_bytes(mine.service, name, path, found)
+        except SentinelError:
+            return None
+        if dataclasses.replace(other, status=mine.instance.status) != mine.instance:
+            return None
+        self._registrations[path] = Registration(other, path)
+        log.info(
+            "%s: status %r set by another client (sentinel drain/undrain); kept",
+            path,
+            other.status,
+        )
+        return found
 
     def _conform(self, instance: InstanceRecord, inherit_scheme: bool) -> InstanceRecord:
         """``instance`` as its service's spec wants it: ValidationError if it cannot be."""

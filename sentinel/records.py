@@ -36,6 +36,9 @@ _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
 MAX_JSON_DEPTH = 64
 # 10**300 still converts to a float; a longer literal is refused before int() builds it.
 MAX_INT_DIGITS = 300
+# The highest credential version (the largest integer every JSON reader keeps exact). Only the
+# manager issues versions, one at a time; a bigger one in a node is another program's.
+MAX_AUTH_VERSION = 2**53 - 1
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -409,12 +412,20 @@ def _check_optional_text(what: str, value: object) -> None:
         raise ValidationError(f"{what} must be a string of at most {MAX_CLIENT_TEXT} characters")
 
 
-def _check_optional_count(what: str, value: object, minimum: int) -> None:
-    """None, or an integer (not bool) of at least ``minimum``."""
+def _check_optional_count(
+    what: str, value: object, minimum: int, maximum: int | None = None
+) -> None:
+    """None, or an integer (not bool) of at least ``minimum`` (and at most ``maximum``)."""
     if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or value < minimum
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
     ):
-        raise ValidationError(f"{what} must be an integer >= {minimum}, got {value!r}")
+        bound = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        big = isinstance(value, int) and len(str(abs(value))) > 20
+        shown = f"an integer of {len(str(abs(value)))} digits" if big else repr(value)
+        raise ValidationError(f"{what} must be an integer {bound}, got {shown}")
 
 
 @dataclass(frozen=True)
@@ -447,7 +458,7 @@ class ClientRecord:
         _check_optional_text("host", self.host)
         _check_optional_text("sentinel_version", self.sentinel_version)
         _check_optional_count("pid", self.pid, minimum=1)
-        _check_optional_count("auth_version", self.auth_version, minimum=0)
+        _check_optional_count("auth_version", self.auth_version, 0, MAX_AUTH_VERSION)
         if self.started is not None:
             finite_number("started", self.started)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,28 +52,45 @@ def pipelined_reads(
         yield in_flight.popleft()
 
 
+@dataclass
+class ReadBudget:
+    """How many bytes of node data a read may still take; ``skipped`` counts the nodes left
+    unread once it is spent. Bounds what a writer flooding a subtree costs its readers."""
+
+    size: int
+    skipped: int = 0
+
+
 def decode_children(
     zk: KazooClient,
     parent: str,
-    names: Iterable[str],
+    names: Sequence[str],
     decode: Callable[[str, str, bytes, ZnodeStat], T],
     watch: Callable[..., Any] | None = None,
     reads: Reads | None = None,
+    budget: ReadBudget | None = None,
 ) -> tuple[dict[str, T], dict[str, DecodeError]]:
     """Read and decode the children ``names`` of ``parent`` (optionally setting watches), with
     :func:`pipelined_reads` or ``reads`` (same contract, e.g. multi-reads).
 
     ``decode(name, path, data, stat)`` builds a value or raises DecodeError. Returns the decoded
-    children and the ones that failed, by name; children deleted meanwhile are left out.
+    children and the ones that failed, by name; children deleted meanwhile are left out. With a
+    ``budget``, reading stops once it is spent (no more requests are sent) and the children
+    left unread are counted in it.
     """
     decoded: dict[str, T] = {}
     invalid: dict[str, DecodeError] = {}
     reads = reads or functools.partial(pipelined_reads, zk, watch=watch)
-    for name, result in reads(names, lambda n: f"{parent}/{n}"):
+    for done, (name, result) in enumerate(reads(names, lambda n: f"{parent}/{n}")):
+        if budget is not None and budget.size < 0:
+            budget.skipped += len(names) - done
+            break
         try:
             data, stat = result.get()
         except NoNodeError:
             continue  # deleted between the listing and the read: churn, not an error
+        if budget is not None:
+            budget.size -= len(data or b"")
         path = f"{parent}/{name}"
         try:
             with fields_of(path):  # whatever the decoder raises: a skipped node

@@ -2,9 +2,9 @@
 
 ``get_service`` filters a partition's instances through a policy (which of them are eligible)
 and hands the eligible ones to a balancer (which one to use). The two contracts live here, in
-the core, so that the client and cache need nothing from the ``policies`` and ``balancers``
-packages: those packages, and any third-party plug-in, import this module, never the other way
-round. It imports nothing but :mod:`sentinel.memo` at run time.
+the core, so that the client and cache need nothing from the ``sentinel.policies`` and
+``sentinel.balancers`` packages: those packages, and any third-party plug-in, import this
+module, never the other way round. It imports nothing but :mod:`sentinel.memo` at run time.
 
 A policy of your own::
 

@@ -137,7 +137,8 @@ COLLECTOR_INSTANCES = Gauge(
 )
 COLLECTOR_MEMBERS = Gauge(
     "sentinel_collector_members",
-    "Live members of this metric collector's cluster, itself included.",
+    "Live members of this metric collector's cluster that run its configuration and split "
+    "its instances (this member included unless its configuration was refused).",
     registry=None,
 )
 SHARD_PLACEMENTS = Counter(

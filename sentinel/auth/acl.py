@@ -16,6 +16,9 @@ DIGEST-MD5 against the server's JAAS users). In a secured namespace:
 | ``/clients/<service>`` | ``admin``; any client *creates* its own entry | read, create |
 | ``/clients/<service>/<client>`` | the client's identity | read |
 
+Only the admin holds ADMIN (the right to change a node's ACL) on the root, the sections and the
+nodes it grants; each role holds every other right on its section, and ADMIN on the nodes it
+creates itself (as anyone who creates a node may choose its ACL).
 Nobody claims a node someone else should own: the admin grants (a key slot, a service's
 ``/clients`` node), and nothing open to anyone lets its creator choose who controls it next.
 Credentials are encrypted, so the world-readable ``/auth`` leaks nothing but their existence.
@@ -78,6 +81,13 @@ def owner_acl(identity: str) -> ACL:
     """All permissions for one identity: digest ``user:password``, or ``sasl:user:password``
     (SASL DIGEST-MD5; the ACL names the user)."""
     return ACL(Permissions.ALL, identity_id(identity))
+
+
+def role_acl(identity: str) -> ACL:
+    """Every permission but ADMIN for one identity: what a role holds on a node it did not
+    create (a section, a daemon's service). Only the admin may change who may do what there;
+    a role holding ADMIN could open its section to anyone, or shut the admin out of it."""
+    return ACL(Permissions.ALL & ~Permissions.ADMIN, identity_id(identity))
 
 
 def client_arguments(identity: str | None) -> dict[str, Any]:
@@ -188,12 +198,30 @@ def writers(entries: list[ACL]) -> frozenset[Id]:
 
 
 def principal(identity: Id) -> Id:
-    """An ACL id as anyone may compare it. ZooKeeper shows a digest id's hash only to
-    sessions with ADMIN on the node (``user:x`` to the others), so comparisons that may see
-    either form go by the user name."""
+    """An ACL id reduced to its user name. ZooKeeper shows a digest id's hash only to
+    sessions with ADMIN on the node (``user:x`` to the others); a comparison by user name
+    cannot tell a role from anyone who claims its user name with another password, so it
+    only serves where nothing better can be seen (and says so: ``sentinel doctor``)."""
     if identity.scheme == "digest":
         return Id("digest", identity.id.split(":", 1)[0])
     return identity
+
+
+def hidden(identity: Id) -> bool:
+    """Whether ZooKeeper hid this digest id's hash (``user:x``): the session reading the ACL
+    has no ADMIN on the node, so it cannot tell the role's identity from another password
+    for the same user name."""
+    return identity.scheme == "digest" and identity.id.endswith(":x")
+
+
+def act_as_every_role(zk: KazooClient, identities: Mapping[str, str]) -> None:
+    """Authenticate ``zk`` as every role's digest identity too, so that ZooKeeper shows it
+    the hash of every id on every node a role made (it hides them from sessions without
+    ADMIN on the node; :func:`hidden`). A SASL identity's id is its user name, shown to
+    everyone."""
+    for identity in identities.values():
+        if not identity.startswith(SASL_PREFIX):
+            zk.add_auth("digest", identity)
 
 
 def world_writable(entries: list[ACL]) -> bool:
@@ -214,7 +242,7 @@ def namespace_acls(identities: Mapping[str, str]) -> dict[str, list[ACL]]:
         CLIENTS: [admin, ACL(Permissions.CREATE, identity_id(identities["publisher"])), WORLD_READ],
     }
     for section, role in SECTION_OWNERS.items():
-        acls[section] = [admin, owner_acl(identities[role]), WORLD_READ]
+        acls[section] = [admin, role_acl(identities[role]), WORLD_READ]
     acls[AUTH_KEYS] = [admin, WORLD_READ]
     return acls
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions
 
 from sentinel.auth import acl
-from sentinel.errors import KeySlotNotOwned
-from sentinel.layout import auth_keys_path, validate_name
+from sentinel.errors import KeySlotNotOwned, NamespaceNotTrusted
+from sentinel.layout import AUTH, auth_keys_path, validate_name
 
 
 def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) -> bool:
@@ -82,10 +82,13 @@ def slot_owner(zk: KazooClient, client: str) -> Id | None:
 
     In an open namespace there is nothing to check and None is returned. In a secured one,
     :class:`~sentinel.errors.KeySlotNotOwned` names the slot when its ACL is not an enrolled
-    slot's (anyone may write it, or several identities, or one that may change its ACL).
+    slot's (anyone may write it, or several identities, or one that may change its ACL), and
+    :class:`~sentinel.errors.NamespaceNotTrusted` says when the namespace was not secured by
+    an admin that knew this session's identity (:func:`require_granted`).
     """
     if not acl.is_secured(zk):
         return None
+    require_granted(zk)
     path = auth_keys_path(client)
     try:
         entries, _ = zk.get_acls(path)
@@ -100,15 +103,47 @@ def slot_owner(zk: KazooClient, client: str) -> Id | None:
         ) from None
 
 
+def require_granted(zk: KazooClient) -> None:
+    """NamespaceNotTrusted unless ``/auth`` lets this session write it and nobody unidentified.
+
+    Whoever holds ADMIN on a namespace's root is its admin, and anyone may create a namespace
+    first with an admin of their own, key slots and all: the root alone proves nothing. The
+    admin that ``sentinel init --secure`` made grants the auth manager's identity ``/auth``,
+    which takes knowing that identity; a squatter does not. Checked without writing: a
+    ``setData`` with a version no node has is refused for its ACL before its version.
+    """
+    entries, _ = zk.get_acls(AUTH)
+    if not acl.world_writable(entries):
+        try:
+            zk.set(AUTH, b"", version=_NO_SUCH_VERSION)
+        except BadVersionError:
+            return  # the ACL let this session write
+        except NoAuthError:
+            pass
+    raise NamespaceNotTrusted(
+        f"this namespace looks secured, but its {AUTH} does not let this identity (and nobody "
+        "unidentified) write it: connect as the auth manager's identity; if that is the one "
+        "in use, whoever secured the namespace did not know it, and it may be someone else's "
+        "(`sentinel doctor --identities FILE` checks it). Nothing was encrypted to its key "
+        "slots"
+    )
+
+
+_NO_SUCH_VERSION = -2  # -1 means any version; a node's own is never negative
+
+
 def owned_by(entries: list[ACL], owner: Id | None, admin_ids: frozenset[Id]) -> bool:
     """Whether a node with ACL ``entries`` can have been written only by ``owner`` (or by an
-    admin, when ``owner`` is None).
+    admin, when ``owner`` is None). A node nobody may write (a squatter's, shut to READ after
+    it wrote it) is nobody's.
 
     Compared by user name (:func:`~sentinel.auth.acl.principal`): ZooKeeper hides digest
     hashes from sessions without ADMIN on a node, which a rotation's manager lacks on
     clients' entries.
     """
     admins = {acl.principal(i) for i in admin_ids}
+    everyone = {acl.principal(i) for i in acl.writers(entries)}
+    if acl.world_writable(entries) or not everyone:
+        return False
     expected = {acl.principal(owner)} if owner is not None else set()
-    found = {acl.principal(i) for i in acl.writers(entries)} - admins
-    return not acl.world_writable(entries) and found == expected
+    return everyone - admins == expected

@@ -37,7 +37,7 @@ from sentinel.errors import (
     UnknownKeyId,
     ValidationError,
 )
-from sentinel.records import parse_json, to_json
+from sentinel.records import MAX_AUTH_VERSION, parse_json, to_json
 
 SUITE_NAME = "DHKEM-X25519-HKDF-SHA256/HKDF-SHA256/ChaCha20Poly1305"
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
@@ -178,10 +178,17 @@ def seal(
 
 
 def envelope_version(envelope: object, path: str) -> int:
-    """The version of an envelope read from ``path``; DecodeError if it has none."""
+    """The version of an envelope read from ``path``; DecodeError if it has none (or one
+    above :data:`~sentinel.records.MAX_AUTH_VERSION`, which no manager issues)."""
     version = envelope.get("version") if isinstance(envelope, dict) else None
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise DecodeError(path, "an envelope without a positive integer version")
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 1 <= version <= MAX_AUTH_VERSION
+    ):
+        raise DecodeError(
+            path, f"an envelope without an integer version from 1 to {MAX_AUTH_VERSION}"
+        )
     return version
 
 

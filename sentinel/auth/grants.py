@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, Permissions
 
-from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl
+from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl, role_acl
 from sentinel.errors import AccessDenied, ValidationError
 from sentinel.layout import (
     COLLECTOR_SERVICE_PREFIX,
@@ -57,11 +57,12 @@ def parse_grant(text: str) -> tuple[str, str]:
 
 
 def service_acl(identities: Mapping[str, str], role: str) -> list[ACL]:
-    """The ACL of a service that ``role`` announces itself under: the ``/services`` owners',
-    and ``role`` may add and remove instances below it (not change the spec or the ACL)."""
+    """The ACL of a service that ``role`` announces itself under: the ``/services`` owners'
+    (only the admin may change the ACL), and ``role`` may add and remove instances below it
+    (not change the spec or the ACL)."""
     return [
         owner_acl(identities["admin"]),
-        owner_acl(identities[SECTION_OWNERS[SERVICES]]),
+        role_acl(identities[SECTION_OWNERS[SERVICES]]),
         ACL(
             Permissions.READ | Permissions.CREATE | Permissions.DELETE,
             identity_id(identities[role]),

@@ -18,9 +18,11 @@ valid: a client may have applied one already, and clients never go back to an ol
 a dead credential. After ``confirm`` times out, or ``create``/``publish`` fails for a later
 client, :meth:`Rotation.resume` finishes the job later.
 
-Versions only grow: a new one is above every version published for the client and every
-version a live process of it confirmed, so a node rewritten with an old credential (a replay)
-or removed and created again never makes the manager reuse a number clients have seen. In a
+Versions only grow, and only the manager issues them: a new one is above every version
+published for the client and every one the manager recorded as issued
+(:func:`~sentinel.auth.store.read_issued`), so a node rewritten with an old credential (a
+replay) or removed and created again never makes the manager reuse a number clients have
+seen, and nothing a client writes (its ``/clients`` confirmation) moves the next one. In a
 secured namespace (``sentinel init --secure``) clients accept only signed credentials, so
 publishing without a signing key is refused (:class:`~sentinel.errors.SigningRequired`) before
 anything is written.
@@ -48,7 +50,9 @@ from sentinel.auth.store import (
     AuthRecord,
     change_auth,
     read_auth,
+    read_issued,
     read_public_keys,
+    record_issued,
 )
 from sentinel.errors import (
     DecodeError,
@@ -58,7 +62,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.layout import CLIENTS, validate_name
-from sentinel.records import ClientRecord
+from sentinel.records import MAX_AUTH_VERSION, ClientRecord
 from sentinel.registry import decode_children
 from sentinel.telemetry import auth_rotation
 
@@ -106,16 +110,14 @@ def confirmation_owners(zk: KazooClient, clients: Iterable[str]) -> dict[str, Id
     return {client: slot_owner(zk, client) for client in clients}
 
 
-def highest_confirmed(zk: KazooClient, service: str, client: str) -> int:
-    """The highest version a live process of ``client`` confirmed for ``service`` (0: none)."""
-    owners = confirmation_owners(zk, [client])
-    applied = live_processes(zk, service, owners=owners).get(client, {}).values()
-    return max((v for v in applied if _is_version(v)), default=0)
+def next_version(published: tuple[int, ...], issued: int) -> int:
+    """The version after every one published (newest first) and every one issued.
 
-
-def next_version(published: tuple[int, ...], confirmed: int) -> int:
-    """The version after every one published (newest first) and every one confirmed."""
-    return max(published[0] if published else 0, confirmed) + 1
+    Confirmations play no part: a ``/clients`` entry is the client's to write (and, where
+    ZooKeeper hides digests, anyone's who claims its user name), so a version read there
+    would let a writer of one push the next version as high as it likes.
+    """
+    return max(published[0] if published else 0, issued) + 1
 
 
 def update_auth(
@@ -141,10 +143,12 @@ def update_auth(
     keep = set(keep)
     slot_owner(zk, client)  # refuses a key slot someone other than the client may have written
     recipient = read_public_keys(zk, client).keys[0]  # the newest key; read once, not per retry
-    confirmed = highest_confirmed(zk, service, client)
+    issued = read_issued(zk, service, client)
 
     def change(current: AuthRecord | None) -> AuthRecord:
-        version = next_version(() if current is None else current.versions, confirmed)
+        version = next_version(() if current is None else current.versions, issued)
+        if version > MAX_AUTH_VERSION:
+            raise ValidationError(f"{service}/{client} has used every credential version")
         envelope = seal(
             credential,
             recipient,
@@ -162,6 +166,7 @@ def update_auth(
         return AuthRecord(service, client, (envelope, *kept))
 
     version = change_auth(zk, service, client, change).versions[0]
+    record_issued(zk, service, client, version)
     log.info("published credential v%d for client %s of %s", version, client, service)
     return version
 
@@ -196,7 +201,10 @@ def live_processes(
     ``owners`` (in a secured namespace: auth client -> the identity enrolled for it, see
     :func:`~sentinel.auth.enrolment.slot_owner`) makes a node that names one of those clients
     count only if that identity owns it: anyone may add a node under ``/clients/<service>``,
-    and a forged one neither confirms for a client nor holds its rotation up.
+    and a forged one neither confirms for a client nor holds its rotation up. That holds for
+    an undecodable node too: one under a client's name that its identity did not write (a
+    squatter's garbage, perhaps with an ACL the admin cannot undo) is ignored, not a laggard;
+    and for a persistent node, which no live process's entry is.
     """
     parent = f"{CLIENTS}/{service}"
     try:
@@ -210,8 +218,9 @@ def live_processes(
 
     decoded, invalid = decode_children(zk, parent, names, confirmation, watch)
     admin_ids = acl.admins(zk) if owners else frozenset()
+    entries = [*decoded.items(), *((name, (name, None)) for name in invalid)]
     processes: dict[str, dict[str, Any]] = {}
-    for name, (client, version) in decoded.items():
+    for name, (client, version) in entries:
         if (
             owners
             and client in owners
@@ -222,17 +231,17 @@ def live_processes(
             )
             continue
         processes.setdefault(client, {})[name] = version
-    for name in invalid:
-        processes.setdefault(name, {})[name] = None
     return processes
 
 
 def _owned(zk: KazooClient, path: str, owner: Id | None, admin_ids: frozenset[Id]) -> bool:
+    """Whether ``path`` is a live process's entry (ephemeral: a persistent one outlives any
+    process) written by ``owner``."""
     try:
-        entries, _ = zk.get_acls(path)
+        entries, stat = zk.get_acls(path)
     except NoNodeError:
         return False
-    return owned_by(entries, owner, admin_ids)
+    return bool(stat.ephemeralOwner) and owned_by(entries, owner, admin_ids)
 
 
 @dataclass(frozen=True)
@@ -283,6 +292,7 @@ class Rotation:
         when the namespace is secured and the rotation has no signing key.
         """
         require_signing_key(self._zk, self._signer)
+        confirmation_owners(self._zk, self.clients)  # key slots and namespace, before `create`
         auth_rotation(self.service, "started")
         try:
             return self._run(timeout)
@@ -295,8 +305,8 @@ class Rotation:
         new: dict[str, int] = {}
         try:
             for client in self.clients:
-                confirmed = highest_confirmed(self._zk, self.service, client)
-                version = next_version(old[client], confirmed)
+                issued = read_issued(self._zk, self.service, client)
+                version = next_version(old[client], issued)
                 credential = self._step(
                     "create", self._backend.create, self.service, client, version
                 )

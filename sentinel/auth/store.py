@@ -25,7 +25,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.layout import auth_keys_path, auth_path
-from sentinel.records import decode, encode, fields_of
+from sentinel.records import MAX_AUTH_VERSION, decode, encode, fields_of
 
 MAX_LIVE_CREDENTIALS = 4
 _CAS_ATTEMPTS = 5
@@ -115,6 +115,59 @@ def change_auth(zk: KazooClient, service: str, client: str, change: Any) -> Auth
             continue
         return new
     raise RegistryConflict(f"{path} kept changing during {_CAS_ATTEMPTS} attempts")
+
+
+def read_issued(zk: KazooClient, service: str, client: str) -> int:
+    """The highest version the manager ever issued for (service, client), 0 if none recorded.
+
+    Kept by the manager alone (:func:`record_issued`) in the data of ``/auth/<service>``,
+    which only the auth manager and the admin may write, apart from the client's own node:
+    rewriting that node with an old credential, or deleting it, does not lower it, and
+    nothing a client writes (its ``/clients`` confirmation) moves it. Entries that are not
+    integers from 1 to :data:`~sentinel.records.MAX_AUTH_VERSION` are ignored.
+    """
+    return _version_or_zero(_read_issued(zk, service)[0].get(client))
+
+
+def record_issued(zk: KazooClient, service: str, client: str, version: int) -> None:
+    """Raise the recorded highest version issued for (service, client) to ``version``
+    (compare-and-set; never lowers it). ``/auth/<service>`` exists: the client's node was
+    just written below it."""
+    path = _service_path(service)
+    for _ in range(_CAS_ATTEMPTS):
+        issued, node_version = _read_issued(zk, service)
+        if _version_or_zero(issued.get(client)) >= version:
+            return
+        issued[client] = version
+        try:
+            zk.set(path, encode(path, {"issued": issued}), version=node_version)
+        except BadVersionError:
+            continue
+        return
+    raise RegistryConflict(f"{path} kept changing during {_CAS_ATTEMPTS} attempts")
+
+
+def _version_or_zero(value: object) -> int:
+    valid = isinstance(value, int) and not isinstance(value, bool)
+    return value if valid and 1 <= value <= MAX_AUTH_VERSION else 0  # type: ignore[return-value]
+
+
+def _service_path(service: str) -> str:
+    return auth_path(service, "-").rpartition("/")[0]
+
+
+def _read_issued(zk: KazooClient, service: str) -> tuple[dict[str, Any], int]:
+    """``/auth/<service>``'s ``issued`` map and the node's version; empty when unreadable."""
+    path = _service_path(service)
+    try:
+        data, stat = zk.get(path)
+    except NoNodeError:
+        return {}, -1
+    try:
+        issued = decode(path, data).get("issued")
+    except DecodeError:
+        issued = None
+    return (dict(issued) if isinstance(issued, dict) else {}), stat.version
 
 
 def read_public_keys(zk: KazooClient, client: str) -> PublishedKeys:

@@ -1,8 +1,8 @@
 """The ``sentinel`` command line: one module per group of commands.
 
-Exit codes: 0 success; 1 not found, nothing eligible or problems found; 2 usage or bad input;
-3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not installed, it failed, or
-its port is taken).
+Exit codes: 0 success; 1 not found, nothing eligible or problems found; 2 usage or bad input
+(no ZooKeeper given included); 3 ZooKeeper unreachable; 4 ZooKeeper could not be started (not
+installed, it failed, or its port is taken).
 
 :func:`main` is the one place where a command's failure becomes an exit code and one line on
 stderr: no traceback reaches the user unless ``-v`` asks for it. The options every command
@@ -22,7 +22,18 @@ from collections.abc import Callable, Sequence
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.cli import auth, backup, collector, deps, devzk, doctor, inspect, shard, watch
+from sentinel.cli import (
+    auth,
+    backup,
+    collector,
+    deps,
+    devzk,
+    doctor,
+    inspect,
+    rotation,
+    shard,
+    watch,
+)
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -38,7 +49,7 @@ from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zkerrors import translate
 
-COMMAND_GROUPS = (devzk, inspect, watch, deps, doctor, shard, backup, auth, collector)
+COMMAND_GROUPS = (devzk, inspect, rotation, watch, deps, doctor, shard, backup, auth, collector)
 
 
 SHELLS = ("bash", "zsh")
@@ -51,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Service discovery on ZooKeeper for partitioned, multi-tenant services. "
         "-v, --zk, --namespace and the --zk-tls options go before or after COMMAND; "
         "`sentinel COMMAND --help` shows a command's options and examples.",
-        epilog="Exit codes: 0 ok, 1 not found / nothing eligible / problems found, 2 bad "
-        "input, 3 ZooKeeper unreachable, 4 ZooKeeper could not be started.",
+        epilog="Exit codes: 0 ok, 1 not found / nothing eligible / problems found, 2 usage "
+        "error or bad input (no ZooKeeper given too), 3 ZooKeeper unreachable, 4 ZooKeeper "
+        "could not be started.",
         formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sentinel {__version__}")

@@ -21,7 +21,7 @@ from kazoo.security import ACL
 
 from sentinel.auth import acl
 from sentinel.auth.grants import grant_daemon_services, parse_grant
-from sentinel.auth.securing import secure_namespace
+from sentinel.auth.securing import check_namespace_control, secure_namespace
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -56,9 +56,13 @@ def _init(args: argparse.Namespace) -> int:
         if not args.identities:
             raise ValidationError("--secure needs --identities FILE (created when missing)")
         identities = acl.load_identities(args.identities, create_missing=True)
+        with connect(args, identity=identities["admin"], chroot=False) as zk:
+            acl.act_as_every_role(zk, identities)
+            check_namespace_control(zk, args.namespace, identities)  # before any write
     elif requested:
         raise ValidationError("--grant needs --secure")
-    with client(args) as sentinel:  # starting a client creates the namespace and sections
+    with client(args) as sentinel:
+        sentinel.ensure_namespace()
         document: dict[str, Any] = {
             "namespace": sentinel.namespace,
             "hosts": sentinel.hosts,
@@ -72,6 +76,7 @@ def _init(args: argparse.Namespace) -> int:
             "checked": report.checked,
             "changed": report.changed,
             "reset_key_slots": list(report.reset_key_slots),
+            "removed": list(report.removed),
             "unrepaired": list(report.unrepaired),
         }
         document["grants"] = report.grants
@@ -96,6 +101,11 @@ def _init(args: argparse.Namespace) -> int:
                 print(
                     f"key slot {path} was not enrolled by the admin: reset; "
                     f"enrol it with `sentinel auth enroll {name}`"
+                )
+            for path in nodes["removed"]:
+                print(
+                    f"removed {path}: neither a role's identity wrote it (a role's user name "
+                    "with another password?) nor is it a client process's entry"
                 )
             for path in nodes["unrepaired"]:
                 print(
@@ -435,7 +445,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         "everyone reads, clients add their own /clients entries, and only the admin creates "
         "client key slots (`sentinel auth enroll`). Re-running it re-applies the ACL of every "
         "node of every section, existing ones included, and resets key slots the admin did "
-        "not enrol. Roles then connect with $SENTINEL_ZK_IDENTITY=user:password (see "
+        "not enrol. Roles are recognised by their whole identity (the digest's hash, not the user "
+        "name): a node written by another identity whose ACL it cannot reset is removed, or "
+        "named. Roles then connect with $SENTINEL_ZK_IDENTITY=user:password (see "
         "docs/auth.md). Exit 1 when a node's ACL shuts the admin out. "
         "The collector and the shard manager also register themselves (their cluster "
         "views) under their own identities: each may write its own services and no others, "

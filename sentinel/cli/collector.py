@@ -69,7 +69,13 @@ def _run(args: argparse.Namespace) -> int:
         owned = " ".join(f"{s}={n}" for s, n in details["instances"].items())
         return f"assigned members={details['members']} {owned}"
 
-    report = event_printer(args, {"assigned": assigned})
+    def refused(details: dict[str, Any]) -> str:
+        return (
+            f"refused cluster={details['cluster']} config={details['config']} "
+            f"cluster_config={details['cluster_config']} members={details['members']}"
+        )
+
+    report = event_printer(args, {"assigned": assigned, "refused": refused})
     client_id = args.client_id or sanitize_name(
         f"collector-{config.cluster}-{socket.gethostname()}-{os.getpid()}"
     )
@@ -98,7 +104,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         _run,
         "collect and publish until interrupted",
         "Collect and publish until SIGINT or SIGTERM. Prints one line per event: "
-        "'assigned' (instances owned), 'failing', 'recovered' (--json: JSON lines).",
+        "'assigned' (instances owned), 'refused' (this member's configuration is not its "
+        "cluster's: it takes no work), 'failing', 'recovered' (--json: JSON lines).",
         (
             "sentinel collector run --config collector.toml",
             "sentinel collector run --config collector.yaml --metrics-port 9465 --json",

@@ -24,6 +24,7 @@ from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts, validate_hosts
 from sentinel.errors import (
+    DevServerNotRunning,
     LauncherError,
     NamespaceNotFound,
     RegistryError,
@@ -295,6 +296,7 @@ def run_daemon(
         announce=False,
         tls=tls_config(args),
     ) as sentinel:
+        sentinel.ensure_namespace()  # a role daemon may create it, as a publisher does
         daemon = start(sentinel)
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: daemon.stop())
@@ -369,10 +371,7 @@ def connect(
         elif create:
             zk.ensure_path("/")
         elif zk.exists("/") is None:
-            raise NamespaceNotFound(
-                f"namespace {namespace} does not exist on {hosts}: create it with "
-                f"`sentinel init --namespace {namespace}`"
-            )
+            raise NamespaceNotFound(namespace, hosts)
         yield zk
     finally:
         zk.stop()
@@ -392,8 +391,10 @@ def client(args: argparse.Namespace) -> Sentinel:
 
 
 def exit_code(exc: SentinelError) -> int:
-    """The exit code for an error that ended a command."""
-    if isinstance(exc, ValidationError):
+    """The exit code for an error that ended a command (the table in ``docs/cli.md``)."""
+    # No ZooKeeper given (no --zk, no $SENTINEL_ZK, no `sentinel zk start` server) is a
+    # usage error: nothing failed to start, an option is missing.
+    if isinstance(exc, ValidationError | DevServerNotRunning):
         return EXIT_USAGE
     if isinstance(exc, ZooKeeperUnavailable):
         return EXIT_UNREACHABLE

@@ -6,13 +6,16 @@ import argparse
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
+from sentinel import cache
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
@@ -91,9 +94,19 @@ def _sections(zk: KazooClient, namespace: str) -> list[Finding]:
 ACL_SAMPLE = 10_000
 
 
-def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
-    """Every section node's ACL against what ``init --secure`` sets (the first 10,000 nodes,
-    breadth first, in bigger namespaces: said in the finding)."""
+def _acls(
+    zk: KazooClient, namespace: str, identities: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """The ACL of the root, every section and every node below them against what ``init
+    --secure`` sets (the first 10,000 nodes below the sections, breadth first, in bigger
+    namespaces: said in the finding).
+
+    ``identities`` (``--identities``): the session acts as every role, so ZooKeeper shows it
+    the hash of each role's digest; identities are compared whole, and the root and the
+    sections with exactly what ``init --secure`` sets. Without them, by user name, and a
+    warning says how many nodes could not be told from a role's.
+    """
+    verified = identities is not None
     if not acl.is_secured(zk):
         return [
             Finding(
@@ -104,9 +117,14 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
             )
         ]
     admins = acl.admins(zk)
+    expected = acl.namespace_acls(identities) if identities is not None else {}
     findings: list[Finding] = []
+    for path in ("/", *SECTIONS, AUTH_KEYS):
+        problem = _section_problem(zk, path, admins, expected.get(path))
+        if problem is not None:
+            findings.append(Finding("error", "acl", f"{path}: {problem}", _SECTION_FIX))
     queue = deque((section, zk.get_acls(section)[0]) for section in SECTIONS)
-    checked, truncated = 0, False
+    checked, truncated, unverified = 0, False, 0
     while queue:
         parent, parent_acl = queue.popleft()
         for child in all_children(zk, parent):
@@ -115,13 +133,17 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
                 break
             path = f"{parent}/{child}"
             try:
-                entries, _ = zk.get_acls(path)
+                entries, stat = zk.get_acls(path)
             except NoNodeError:
                 continue
             checked += 1
-            problem = _acl_problem(path, entries, parent_acl, admins)
+            problem = _squatter(path, stat) or _acl_problem(
+                path, entries, parent_acl, admins, verified
+            )
             if problem is not None:
                 findings.append(Finding("error", "acl", f"{path}: {problem[0]}", problem[1]))
+            elif not verified and not path.startswith(f"{CLIENTS}/"):
+                unverified += any(acl.hidden(i) for i in acl.writers(entries))
             # Below /clients/<service> and a daemon's service, their own ACL is the rule.
             own_rule = parent == CLIENTS or _daemon_service(path)
             queue.append((path, entries if own_rule else parent_acl))
@@ -130,14 +152,66 @@ def _acls(zk: KazooClient, namespace: str) -> list[Finding]:
         findings.append(Finding("ok", "acl", f"{namespace} is secured; ACLs of {scope} as set"))
     elif truncated:
         findings.append(Finding("warn", "acl", f"checked {scope} only"))
+    if unverified:
+        findings.append(
+            Finding(
+                "warn",
+                "acl",
+                f"{unverified:,} node(s) compared by user name only: ZooKeeper hides their "
+                "digests from this session, so a node written with a role's user name and "
+                "another password would pass",
+                "sentinel doctor --identities FILE (the file init --secure wrote)",
+            )
+        )
     return findings
 
 
 _SECURE_FIX = "sentinel init --secure --identities FILE"
+_SECTION_FIX = (
+    f"{_SECURE_FIX} (when it reports the node unrepaired, its ACL shuts the admin out and a "
+    "ZooKeeper superuser must reset it)"
+)
+
+
+def _section_problem(
+    zk: KazooClient, path: str, admins: frozenset, expected: list | None
+) -> str | None:
+    """What is wrong with the ACL of the root or a section node, or None: anyone may write
+    it, someone but the admins may change its ACL, or (``expected``, with ``--identities``)
+    it is not what ``init --secure`` sets."""
+    try:
+        entries, _ = zk.get_acls(path)
+    except NoNodeError:
+        return None  # a missing section is the namespace check's finding
+    if acl.world_writable(entries):
+        return "anyone may write it"
+    holders = {e.id for e in entries if e.perms & Permissions.ADMIN} - admins
+    if holders:
+        names = ", ".join(sorted(acl.principal(i).id for i in holders))
+        return f"{names} may change its ACL (ADMIN): only the admin may"
+    if expected is not None and sorted(entries) != sorted(expected):
+        return "its ACL is not the one init --secure sets"
+    return None
+
+
+def _squatter(path: str, stat: ZnodeStat) -> tuple[str, str] | None:
+    """What is wrong with a ``/clients`` entry that is no live process's (a client's entry is
+    ephemeral, so it has no children), and the fix; None for any other node."""
+    if not path.startswith(f"{CLIENTS}/") or len(path.strip("/").split("/")) != 3:
+        return None
+    if stat.ephemeralOwner and not stat.numChildren:
+        return None
+    kind = "has children" if stat.numChildren else "is persistent"
+    return (
+        f"not a client process's entry (it {kind}): rotations ignore it, and it keeps its "
+        "name from the client",
+        f"{_SECURE_FIX} (removes it; when it reports it unrepaired, its ACL shuts the admin "
+        "out and a ZooKeeper superuser must delete it)",
+    )
 
 
 def _acl_problem(
-    path: str, entries: list, section_acl: list, admins: frozenset
+    path: str, entries: list, section_acl: list, admins: frozenset, verified: bool = False
 ) -> tuple[str, str] | None:
     """What is wrong with one node's ACL and the fix, or None."""
     parts = path.strip("/").split("/")
@@ -157,7 +231,8 @@ def _acl_problem(
     if path.startswith(f"{CLIENTS}/"):
         if acl.world_writable(entries) or len(acl.writers(entries)) != 1:
             return (
-                "a /clients entry with no owner: rotations do not count its confirmations",
+                "a /clients entry with no owner: rotations neither count its confirmations "
+                "nor wait for it",
                 "give the client an identity of its own (docs/auth.md)",
             )
         return None
@@ -166,12 +241,22 @@ def _acl_problem(
     if _daemon_service(path):
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
-    outsiders = {acl.principal(i) for i in acl.writers(entries)} - {
-        acl.principal(i) for i in acl.writers(section_acl)
-    }
+    allowed, found = acl.writers(section_acl), acl.writers(entries)
+    if not found:
+        return "nobody may write it, so nobody can change or remove what it says", (
+            f"{_SECURE_FIX} (removes it; when it reports it unrepaired, a ZooKeeper superuser "
+            "must delete it)"
+        )
+    if not verified:  # the hashes are hidden: user names are all this session can compare
+        allowed, found = {acl.principal(i) for i in allowed}, {acl.principal(i) for i in found}
+    outsiders = found - allowed
     if outsiders:
-        names = ", ".join(sorted(i.id for i in outsiders))
-        return f"writable by {names}, outside its section's roles", _SECURE_FIX
+        names = ", ".join(sorted(acl.principal(i).id for i in outsiders))
+        impostor = {acl.principal(i) for i in outsiders} & {acl.principal(i) for i in allowed}
+        why = " (a role's user name with another password)" if impostor else ""
+        return f"writable by {names}{why}, outside its section's roles", f"{_SECURE_FIX} " + (
+            "(resets it, or removes it when it cannot)"
+        )
     return None
 
 
@@ -186,6 +271,7 @@ def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Findi
     now = time.time()
     bad = 0
     for service in list_services(zk):
+        findings.extend(_flooded(zk, service, namespace))
         try:
             listing = read_service(zk, service)
         except DecodeError as exc:
@@ -233,6 +319,27 @@ def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Findi
                 f"sentinel ls SERVICE -v shows which; zkCli.sh delete them under {namespace}",
             )
         )
+    return findings
+
+
+def _flooded(zk: KazooClient, service: str, namespace: str) -> list[Finding]:
+    """Sections of ``service`` with more nodes than a client reads (it skips the rest)."""
+    findings = []
+    for parent in (f"{SERVICES}/{service}", f"{METRICS}/{service}"):
+        stat = zk.exists(parent)
+        if stat is not None and stat.numChildren > cache.MAX_SECTION_NODES:
+            findings.append(
+                Finding(
+                    "error",
+                    "flooded section",
+                    f"{parent} holds {stat.numChildren} nodes; clients read "
+                    f"{cache.MAX_SECTION_NODES} at most (the instances' own metrics first) "
+                    "and skip the rest",
+                    f"find the writer (zkCli.sh getAcl {namespace}{parent}), stop it, and "
+                    f"delete its nodes; sentinel prune --namespace {namespace} removes "
+                    "metrics that have no instance",
+                )
+            )
     return findings
 
 
@@ -307,12 +414,15 @@ def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
 
 def _doctor(args: argparse.Namespace) -> int:
     hosts = resolve_hosts(args.zk)
+    identities = acl.load_identities(args.identities) if args.identities else None
     findings: list[Finding] = []
     try:
         with connect(args) as zk:
+            if identities is not None:
+                acl.act_as_every_role(zk, identities)
             findings.append(_server(hosts))
             findings += _sections(zk, args.namespace)
-            findings += _acls(zk, args.namespace)
+            findings += _acls(zk, args.namespace, identities)
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
@@ -364,6 +474,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel doctor",
             "sentinel doctor --namespace /staging --stale-after 60",
+            "sentinel doctor --identities identities.json",
             "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
         ),
     )
@@ -375,4 +486,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"metrics older than this are stale (default {METRICS_MAX_AGE:g}: three of a "
         "collector's default intervals, the age past which the metric policies exclude an "
         "instance)",
+    )
+    doctor.add_argument(
+        "--identities",
+        metavar="FILE",
+        help="the identities file 'init --secure' wrote: act as every role, so that each "
+        "node's writers are compared by their whole identity (ZooKeeper hides digests from "
+        "other sessions; without it they are compared by user name, with a warning)",
     )

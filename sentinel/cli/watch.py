@@ -17,6 +17,7 @@ from sentinel.cli.inspect import metrics_text
 from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
 from sentinel.events import (
+    AuthChanged,
     ChangeEvent,
     ConnectionChanged,
     InstancesChanged,
@@ -26,6 +27,33 @@ from sentinel.events import (
 from sentinel.layout import SERVICES
 
 SHOWN_KEYS = 5
+
+# ``--events`` kinds, each the events of one kind (their ``event`` name in ``--json`` lines).
+EVENT_KINDS = {
+    "instances": "InstancesChanged",
+    "metrics": "MetricsChanged",
+    "shard": "ShardKeysChanged",
+    "spec": "ServiceSpecChanged",
+    "service": "ServiceAppeared",
+    "auth": "AuthChanged",
+    "connection": "ConnectionChanged",
+}
+
+
+def event_kinds(text: str) -> frozenset[str]:
+    """``--events KIND,...``: the ``event`` names to show; a kind is one of
+    :data:`EVENT_KINDS` or its event's name, in any case. Unknown kinds are a usage error."""
+    names = {kind.lower(): event for kind, event in EVENT_KINDS.items()}
+    names.update({event.lower(): event for event in EVENT_KINDS.values()})
+    chosen = set()
+    for kind in text.split(","):
+        event = names.get(kind.strip().lower())
+        if event is None:
+            raise argparse.ArgumentTypeError(
+                f"unknown event kind {kind.strip()!r}; kinds: {', '.join(EVENT_KINDS)}"
+            )
+        chosen.add(event)
+    return frozenset(chosen)
 
 
 def _changed_fields(old: Endpoint, new: Endpoint) -> str:
@@ -60,6 +88,8 @@ def describe(event: ChangeEvent) -> list[tuple[str, str]]:
         extra = len(moves) - SHOWN_KEYS
         text = ", ".join(moves[:SHOWN_KEYS]) + (f" and {extra} more" if extra > 0 else "")
         return [(service, f"shard {event.policy}: {text}")]
+    if isinstance(event, AuthChanged):  # the versions only: never the credential
+        return [(service, f"credential v{event.old_version} -> v{event.new_version}")]
     if event.new is None:
         return [(service, "service removed")]
     return [(service, f"spec {event.old} -> {event.new}")]
@@ -91,6 +121,13 @@ def document(event: ChangeEvent) -> dict[str, Any]:
             "policy": event.policy,
             "changes": {k: list(v) for k, v in event.changes.items()},
         }
+    if isinstance(event, AuthChanged):  # the versions only: never the credential
+        return {
+            "event": kind,
+            "service": event.service,
+            "old_version": event.old_version,
+            "new_version": event.new_version,
+        }
     return {
         "event": kind,
         "service": event.service,
@@ -108,6 +145,8 @@ def _watch(args: argparse.Namespace) -> int:
     lock = threading.Lock()
 
     def emit(json_document: dict[str, Any], lines: list[tuple[str, str]]) -> None:
+        if args.events is not None and json_document["event"] not in args.events:
+            return
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         with lock:
             if args.json:
@@ -188,9 +227,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel watch",
             "sentinel watch orders-db",
+            "sentinel watch --events shard,connection   # shard moves, without metric lines",
             "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
         ),
     )
     watch.add_argument(
         "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
+    )
+    watch.add_argument(
+        "--events",
+        type=event_kinds,
+        metavar="KIND,...",
+        help="show only these kinds of event: "
+        + ", ".join(f"{kind} ({event})" for kind, event in EVENT_KINDS.items())
+        + "; default: all",
     )

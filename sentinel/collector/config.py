@@ -19,6 +19,8 @@ Every error names the file, the entry and the field (:class:`CollectorConfigErro
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +58,26 @@ class ServiceCollection:
 
 @dataclass(frozen=True)
 class CollectorConfig:
-    """A whole configuration: the cluster to join and the services to collect."""
+    """A whole configuration: the cluster to join and the services to collect.
+
+    ``digest`` names what the members of a cluster must agree on (every setting but
+    ``workers``, which may differ by host): a member whose digest differs from its cluster's
+    takes no work (see :mod:`sentinel.collector.runner`). :func:`parse_config` computes it;
+    a configuration built in code gives its own, or shares the empty one with its peers.
+    """
 
     services: tuple[ServiceCollection, ...]
     cluster: str = DEFAULT_CLUSTER
     workers: int = DEFAULT_WORKERS
+    digest: str = ""
+
+
+def config_digest(document: dict[str, Any]) -> str:
+    """A short digest of what a cluster's members must agree on: the document, keys sorted,
+    without ``workers``. Two files that parse to the same settings, spelled alike, agree."""
+    shared = {key: value for key, value in document.items() if key != "workers"}
+    text = json.dumps(shared, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def load_config(path: str | Path) -> CollectorConfig:
@@ -101,7 +118,10 @@ def parse_config(document: object, where: str = "config") -> CollectorConfig:
     if repeated:
         raise CollectorConfigError(f"{where}: service(s) listed twice: {', '.join(repeated)}")
     top.finish()
-    return CollectorConfig(services=services, cluster=cluster, workers=workers)
+    assert isinstance(document, dict)  # Options refused anything else
+    return CollectorConfig(
+        services=services, cluster=cluster, workers=workers, digest=config_digest(document)
+    )
 
 
 def _name(options: Options, key: str, value: str) -> str:

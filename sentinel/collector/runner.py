@@ -8,6 +8,13 @@ instances for which it has the highest score. When a member dies, ZooKeeper remo
 after its session timeout and only its instances move, each to the member with the next
 highest score; a newcomer takes only the instances it now scores highest for.
 
+The members of a cluster must share one configuration, or they would split instances that
+only some of them collect, and a member started with a broken or test configuration would
+take the fleet's work. Each member publishes its configuration's digest with its
+registration; the cluster's configuration is the one most members run (on a tie, the one
+whose first member joined earliest), and a member whose digest differs joins but takes no
+work: it reports ``refused`` (and logs why) until its configuration is the cluster's.
+
 Each owned instance is collected every ``interval`` (plus or minus ``jitter``) on a worker
 pool, never more than once at a time, so a slow or failing instance delays only itself. A
 failure is counted (``sentinel_collector_scrape_errors_total``) and publishes nothing: the
@@ -50,6 +57,8 @@ from sentinel.topology import Topology
 log = logging.getLogger(__name__)
 # How often a configured service that does not exist yet is looked for again.
 MISSING_SERVICE_RETRY = 1.0
+# The member registration's property holding its configuration's digest.
+CONFIG_PROPERTY = "config"
 
 
 def member_service(cluster: str) -> str:
@@ -74,7 +83,8 @@ class _Target:
 
 class MetricCollector:
     """One member of a collector cluster; ``report(kind, details)`` hears of ``assigned``
-    (the instances owned changed), ``failing`` and ``recovered`` (an instance's collections
+    (the instances owned changed), ``refused`` (this member's configuration is not its
+    cluster's, so it takes no work), ``failing`` and ``recovered`` (an instance's collections
     started or stopped failing).
 
     Use :meth:`run` in a daemon's main thread, or :meth:`start` / :meth:`stop` (also as a
@@ -98,6 +108,7 @@ class MetricCollector:
         self._followed: set[str] = set()
         self._listening: set[str] = set()
         self._last_assignment: dict[str, int] | None = None
+        self._refused_for: object = None  # the cluster's configuration this member is not
         self._random = random.Random()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="sentinel-collect")
@@ -108,6 +119,7 @@ class MetricCollector:
                 socket.gethostname(),
                 1 + os.getpid() % 65535,
                 label=sentinel.client_id,
+                properties={CONFIG_PROPERTY: config.digest},
             )
         except AccessDenied as exc:
             raise not_granted("collector", member_service(config.cluster)) from exc
@@ -131,6 +143,20 @@ class MetricCollector:
     def members(self) -> tuple[str, ...]:
         """The node names of the cluster's live members, in joining order."""
         return tuple(m.name for m in self._topology.view.members)
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The live members that run the cluster's configuration, in joining order: those
+        that split the instances. The cluster's configuration is the one most members run;
+        on a tie, the one whose first member joined earliest."""
+        return tuple(m.name for m in self._cluster_members())
+
+    def _cluster_members(self) -> tuple[Endpoint, ...]:
+        groups: dict[object, list[Endpoint]] = {}
+        for member in self._topology.view.members:  # in joining order
+            groups.setdefault(member.properties.get(CONFIG_PROPERTY), []).append(member)
+        # max() keeps the first of equals: the group whose first member joined earliest.
+        return tuple(max(groups.values(), key=len, default=()))
 
     def start(self) -> MetricCollector:
         """Run in a background thread; returns ``self``."""
@@ -200,9 +226,10 @@ class MetricCollector:
     def _reassign(self) -> None:
         """Recompute the instances this member owns from the view and the cached instances."""
         self._dirty = False
-        members = self.members
+        members = self.peers
         wanted: dict[tuple[str, str], tuple[ServiceCollection, Endpoint]] = {}
-        if self.member in members:  # absent while re-registering after a session expiry
+        self._check_agreement(members)
+        if self.member in members:  # absent while re-registering, or refused
             for collection in self.config.services:
                 for endpoint in self._sentinel.instances(collection.service):
                     key = (collection.service, endpoint.name)
@@ -230,6 +257,35 @@ class MetricCollector:
         if counts != self._last_assignment:
             self._last_assignment = counts
             self._report("assigned", {"members": len(members), "instances": counts})
+
+    def _check_agreement(self, peers: tuple[str, ...]) -> None:
+        """Report ``refused`` when this member is live but does not run the cluster's
+        configuration (once per change of that configuration), and log why."""
+        live = any(m.name == self.member for m in self._topology.view.members)
+        cluster = self._cluster_members()
+        if not live or self.member in peers or not cluster:
+            self._refused_for = None
+            return
+        digest = cluster[0].properties.get(CONFIG_PROPERTY)
+        if self._refused_for == digest:
+            return
+        self._refused_for = digest
+        details = {
+            "cluster": self.config.cluster,
+            "config": self.config.digest,
+            "cluster_config": digest,
+            "members": len(cluster),
+        }
+        log.error(
+            "collector cluster %r runs configuration %s (%d members); this member's is %s, so "
+            "it takes no work: start it with the same configuration, or in another cluster "
+            "(the 'cluster' setting)",
+            details["cluster"],
+            digest,
+            len(cluster),
+            self.config.digest,
+        )
+        self._report("refused", details)
 
     # --- scheduling -----------------------------------------------------------------------------
 

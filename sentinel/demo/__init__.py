@@ -35,16 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 
-from policies import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import RotationResult
 from sentinel.client import Sentinel
-from sentinel.demo.databases import Databases, JobReads, choose
-from sentinel.demo.job import Gate
+from sentinel.demo.databases import Databases, choose
+from sentinel.demo.job import Gate, JobReads
 from sentinel.demo.world import Agents, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.output import format_table
+from sentinel.policies import MinLag
 from sentinel.registry import read_clients
 from sentinel.shard_manager import ShardManager
 from sentinel.spark import ClientConfig

@@ -20,17 +20,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sentinel.auth.backends import FileBackend, PostgresBackend
-from sentinel.demo.job import Aggregate
+from sentinel.demo.job import Aggregate, JobReads
 from sentinel.demo.world import Partition, Ticker, Totals
 from sentinel.errors import PostgresNotInstalled
-from sentinel.spark import ClientConfig, resolve_partitions
+from sentinel.spark import resolve_partitions
 from sentinel.testing.helpers import wait_until
 
 if TYPE_CHECKING:
     from pyspark import RDD
 
     from sentinel.auth.manager import CredentialBackend
-    from sentinel.strategies import SelectionPolicy
     from sentinel.testing.postgres import LocalPostgres
 
 READERS = "demo_readers"  # the group role every issued credential is a member of
@@ -53,16 +52,6 @@ class Replica:
     host: str
     port: int
     properties: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class JobReads:
-    """What the job's reads need, on the executors: plain values that pickle."""
-
-    service: str
-    config: ClientConfig  # how the workers reach Sentinel
-    policy: SelectionPolicy
-    progress: str  # the file every read attempt is appended to
 
 
 class Databases(Protocol):

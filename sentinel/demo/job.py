@@ -14,13 +14,16 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentinel.auth.backends import FileBackend
 from sentinel.demo.world import connect, totals
 from sentinel.endpoint import Endpoint
 from sentinel.spark import ClientConfig, get_client
 from sentinel.testing.helpers import wait_until
+
+if TYPE_CHECKING:
+    from sentinel.strategies import SelectionPolicy
 
 WAIT = 120.0
 
@@ -30,6 +33,18 @@ def record(progress: str, **event: Any) -> None:
     line = json.dumps({**event, "pid": os.getpid(), "at": time.time()}) + "\n"
     with open(progress, "a", encoding="utf-8") as file:
         file.write(line)
+
+
+@dataclass(frozen=True)
+class JobReads:
+    """What the job's reads need, on the executors: plain values that pickle. It lives here,
+    with what the executors run, so that the databases (which hand it to the job) and the
+    pooled reads (which use it) both import it and not each other."""
+
+    service: str
+    config: ClientConfig  # how the workers reach Sentinel
+    policy: SelectionPolicy
+    progress: str  # the file every read attempt is appended to
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sentinel.demo.job import record
+from sentinel.demo.job import JobReads, record
 from sentinel.integrations.postgres import ReplicaPools
 from sentinel.spark import ClientConfig, get_client
 
 if TYPE_CHECKING:
-    from sentinel.demo.databases import JobReads
     from sentinel.strategies import SelectionPolicy
 
 # Small pools, and a dead replica given up on quickly: the pools then try another one.

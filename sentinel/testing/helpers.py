@@ -22,16 +22,20 @@ from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
 
 
-def expire_session(client: Sentinel, timeout: float = 10.0) -> int:
+def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = None) -> int:
     """Expire ``client``'s ZooKeeper session the way a long pause would; return its old id.
 
     A second connection joins the same session (same id and password) and closes it, which
     ends the session on the server. ``client`` then finds its session expired, as after a
     long garbage-collection pause or a partition, and connects again with a new one.
+    ``hosts`` is where that connection goes (default: the client's): the servers themselves
+    when the client's own link is cut, so that the session ends while it cannot reconnect.
     """
-    session_id, password = client._zk.client_id
+    zk = client._zk
+    # kazoo's client_id is None while disconnected; the session it will resume is kept.
+    session_id, password = zk.client_id or (zk._session_id, zk._session_passwd)
     intruder = KazooClient(
-        hosts=client.hosts,
+        hosts=hosts or client.hosts,
         client_id=(session_id, password),
         timeout=timeout,
         **client_arguments(tls=client.tls),
@@ -84,8 +88,10 @@ class TcpProxy:
 
     It models a network partition between one client and ZooKeeper while the server goes on
     serving everyone else: :meth:`cut` drops every relayed connection and refuses new ones
-    until :meth:`restore`. Connect clients to :attr:`address`. With ``delay``, each chunk
-    waits that many seconds before it is relayed: a slow link.
+    until :meth:`restore`; :meth:`pause` holds every byte, closing nothing, until
+    :meth:`resume` (a stalled link, or a frozen client as the server sees it). Connect clients
+    to :attr:`address`. With ``delay``, each chunk waits that many seconds before it is
+    relayed: a slow link.
     """
 
     def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
@@ -97,6 +103,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
+        self._flowing = threading.Event()  # cleared while paused
+        self._flowing.set()
         self._closed = False
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
 
@@ -132,6 +140,7 @@ class TcpProxy:
             while data := source.recv(65536):
                 if self.delay:
                     time.sleep(self.delay)  # the slow link being simulated, not a wait
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -156,10 +165,19 @@ class TcpProxy:
         """Accept connections again."""
         self._open.set()
 
+    def pause(self) -> None:
+        """Hold every byte in both directions, keeping connections open (new ones too)."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Relay again, the bytes held first."""
+        self._flowing.set()
+
     def close(self) -> None:
         """Stop relaying."""
         self._closed = True
         self.cut()
+        self._flowing.set()  # held pumps find their sockets shut and end
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()

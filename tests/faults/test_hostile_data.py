@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
+from sentinel.policies import MinLag
 
+import sentinel.cache
 from sentinel import Sentinel
 from sentinel.shards.spec import bucket_of, bucket_path
 from sentinel.testing.helpers import wait_until
@@ -154,3 +156,45 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         assert reader.get_service("svc", GOOD_KEY).label in ("good", "good2")
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not failures, [r.getMessage() for r in failures]
+
+
+@pytest.mark.parametrize("bound", ["nodes", "bytes"])
+def test_a_flooded_section_is_read_up_to_its_bounds_and_the_instances_metrics_first(
+    make_client, raw_zk, monkeypatch, bound, cli_in_process
+):
+    """A writer floods /metrics/<service> with junk nodes: a new client's first lookup reads
+    the instances' own metrics first, stops at the section's bounds (at most one multi-read
+    past them), counts the rest, and resolves with its metrics policy as usual."""
+    publisher = make_client("publisher")
+    for label, lag in (("a", 5.0), ("b", 1.0)):
+        publisher.register_service("db", "p1", f"10.0.0.{len(label)}", 5432, label=label)
+        publisher.update_metrics("db", "p1", label, {"replication_lag": lag})
+    junk = 120
+    transaction = raw_zk.transaction()
+    for i in range(junk):  # sorted before the real nodes: "0000" < "p1:a"
+        transaction.create(f"/metrics/db/{i:04d}", b"x" * 1000)
+    assert all(result is True or isinstance(result, str) for result in transaction.commit())
+    if bound == "nodes":
+        monkeypatch.setattr(sentinel.cache, "MAX_SECTION_NODES", 30)
+        read = 30
+    else:  # each junk node is 1,000 bytes: the budget is spent after ten of them
+        monkeypatch.setattr(sentinel.cache, "MAX_SECTION_BYTES", 10_000)
+        read = None
+    client = make_client("app")
+    assert client.get_service("db", policy=MinLag(cutoff=30)).label == "b"
+    stats = client.cache_stats
+    snapshot = client._snapshots["db"]
+    assert {"p1:a", "p1:b"} <= snapshot.metrics.keys()  # the instances' own, read first
+    if read is not None:
+        assert len(snapshot.metrics) + len(snapshot.invalid) == read
+        assert stats.over_limit == junk + 2 - read
+    else:
+        assert 2 + 10 <= len(snapshot.metrics) + len(snapshot.invalid) <= 2 + 10 + 1
+        assert stats.over_limit >= junk - 11
+    doctor = cli_in_process("doctor", "--json")
+    flooded = [f for f in json.loads(doctor.stdout) if f["check"] == "flooded section"]
+    if bound == "nodes":  # doctor names the section by the same bound
+        assert [f["detail"].split()[0] for f in flooded] == ["/metrics/db"], doctor.stdout
+        assert f"holds {junk + 2} nodes" in flooded[0]["detail"]
+    else:
+        assert flooded == []

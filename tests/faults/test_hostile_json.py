@@ -121,6 +121,10 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
         writer.update_auth("svc", "reader", {"user": "u", "password": "p"})
         assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
         raw = writer._zk
+        counted_before = reader.cache_stats.decode_errors
+        # Writes the reader's cache must count whatever else it re-reads: a whole hostile
+        # value (never a record) in an instance node it follows.
+        certainly_counted = 0
         for kind, target, data in operations:
             if kind == "node":
                 parent, name = target
@@ -131,6 +135,8 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
                 path = bucket_path("tenants", target)
             with contextlib.suppress(KazooException):  # a size ZooKeeper refuses
                 _put(raw, path, data)
+                if path == "/services/svc/pg:bad" and not data.startswith(b'{"v": 1'):
+                    certainly_counted += 1
             # Every public read: the cache, and the one-shot reads of each section.
             assert reader.get_service("svc", GOOD_KEY).label == "good"
             assert "good" in {e.label for e in reader.instances("svc")}
@@ -147,5 +153,40 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
             lambda: {e.label for e in reader.instances("svc")} >= {"good", "good2"}, timeout=20
         ), "the reader stopped following the service"
         assert reader._cache._worker.is_alive()
+        # Counted: each of those writes at least (the events before good2 were applied first).
+        counted = reader.cache_stats.decode_errors - counted_before
+        assert counted >= certainly_counted, (counted, certainly_counted)
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not failures, [r.getMessage() for r in failures]
+
+
+HOSTILE_NODES = (
+    b"\xff not json",
+    b"[" * 100_000 + b"]" * 100_000,
+    b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+    str(10**1000).encode(),
+    b"NaN",
+    b"1e400",
+    b'"\xed\xa0\x80"',
+    _instance("bad", "port", str(10**1000).encode()),
+    _instance("bad", "metrics", b"[" * 100_000 + b"]" * 100_000),
+    _instance("bad", "weight", b"Infinity"),
+)
+
+
+def test_each_hostile_node_is_counted_exactly_once(make_client, raw_zk):
+    """The counter the skips promise: one decode error per hostile node the cache reads,
+    instances and metrics alike, no more (nothing re-read twice) and none missed."""
+    writer = make_client("writer")
+    reader = make_client("reader")
+    writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+    writer.update_metrics("svc", "pg", "good", {"lag": 1})
+    assert reader.get_service("svc").label == "good"
+    before = reader.cache_stats.decode_errors
+    for i, data in enumerate(HOSTILE_NODES):
+        raw_zk.create(f"/services/svc/pg:bad{i}", data)
+        raw_zk.create(f"/metrics/svc/pg:bad{i}", data)
+    # Applied in order: once this arrives, every hostile node before it was read.
+    writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
+    assert wait_until(lambda: {e.label for e in reader.instances("svc")} == {"good", "good2"})
+    assert reader.cache_stats.decode_errors - before == 2 * len(HOSTILE_NODES)

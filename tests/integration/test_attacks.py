@@ -27,18 +27,28 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
-from sentinel.errors import ClientNotEnrolled, KeySlotNotOwned, RotationFailed, SigningRequired
+from sentinel.errors import (
+    ClientNotEnrolled,
+    KeySlotNotOwned,
+    NamespaceNotTrusted,
+    RotationFailed,
+    SigningRequired,
+)
 from sentinel.events import AuthChanged
 from sentinel.layout import (
+    AUTH,
     AUTH_KEYS,
     CLIENTS,
+    METRICS,
+    SECTIONS,
     SERVICES,
+    SHARD_INFO,
     auth_keys_path,
     auth_path,
     client_path,
     service_path,
 )
-from sentinel.records import ServiceSpec
+from sentinel.records import MAX_AUTH_VERSION, ServiceSpec
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -103,20 +113,63 @@ def secured(
     identities_file = tmp_path / "identities.json"
     done = cli_in_process("init", "--secure", "--identities", str(identities_file))
     assert done.returncode == 0, done.stderr
-    space = SecuredNamespace(
+    space = secured_namespace(zookeeper, namespace, identities_file)
+    yield space
+    space.close()
+
+
+def secured_namespace(
+    zookeeper: LocalZooKeeper, namespace: str, identities_file: Path
+) -> SecuredNamespace:
+    """The namespace `init --secure` made with ``identities_file``, to act in as each role."""
+    return SecuredNamespace(
         zookeeper.connect_string,
         namespace,
         json.loads(identities_file.read_text()),
         identities_file,
         ManagerKey.generate(),
     )
+
+
+@pytest.fixture
+def upgrade(
+    zookeeper: LocalZooKeeper, namespace: str, cli_in_process, tmp_path: Path
+) -> Iterator[SecuredNamespace]:
+    """A namespace still open (`sentinel init` without --secure): sessions made with
+    ``upgrade.kazoo()`` act in it before the test secures it with the CLI."""
+    done = cli_in_process("init")
+    assert done.returncode == 0, done.stderr
+    identities_file = tmp_path / "identities.json"
+    space = SecuredNamespace(
+        zookeeper.connect_string, namespace, {}, identities_file, ManagerKey.generate()
+    )
     yield space
     space.close()
+
+
+def secure_with_cli(space: SecuredNamespace, cli_in_process) -> tuple[int, dict]:
+    """`sentinel init --secure` as docs/auth.md tells an operator: its exit code and report
+    (the space then knows the roles' identities)."""
+    done = cli_in_process("init", "--secure", "--identities", str(space.identities_file), "--json")
+    space.identities = json.loads(space.identities_file.read_text())
+    return done.returncode, json.loads(done.stdout)["acl_nodes"]
+
+
+def doctor_acls(cli_in_process, *options: str) -> tuple[int, list[dict]]:
+    """`sentinel doctor --json`: its exit code and its ACL findings."""
+    done = cli_in_process("doctor", "--json", *options)
+    return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
 
 
 @pytest.fixture
 def victim(secured: SecuredNamespace) -> Sentinel:
     """billing-api, enrolled, holding signed credential v1 for billing-db."""
+    return enrolled_victim(secured)
+
+
+def enrolled_victim(secured: SecuredNamespace) -> Sentinel:
+    """billing-db published at 10.0.0.5:5432 and billing-api enrolled, holding signed
+    credential v1 for it."""
     publisher = secured.role("publisher")
     publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     app = secured.app("billing-api")
@@ -156,6 +209,17 @@ def still_works(secured: SecuredNamespace, victim: Sentinel, password: str) -> N
         return auth is not None and auth.version == version and auth["password"] == password
 
     assert wait_until(arrived) is not None
+
+
+def still_rotates(secured: SecuredNamespace, victim: Sentinel, tmp_path: Path) -> int:
+    """A full rotation of the victim's credential completes (create, publish, confirm,
+    revoke) and the victim applies the new version; returns it."""
+    manager = secured.role("auth_manager", f"rotator-{uuid.uuid4().hex[:6]}")
+    backend = FileBackend(tmp_path / f"credentials-{uuid.uuid4().hex[:6]}.json")
+    result = manager.rotate_auth(SERVICE, "billing-api", backend, timeout=10, signer=secured.signer)
+    version = result.versions["billing-api"]
+    assert wait_until(lambda: victim.get_service(SERVICE).auth.version == version) is not None
+    return version
 
 
 # --- key slots (enrolment) ------------------------------------------------------------------
@@ -278,6 +342,73 @@ def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_p
         manager._zk, manager.namespace, SERVICE, ["billing-api"], backend, signer=secured.signer
     )
     assert rotation.resume(10).revoked == {"billing-api": (1,)}
+
+
+@pytest.mark.parametrize("who", ["impostor", "another client", "the client itself"])
+def test_a_confirmation_cannot_move_the_next_version(secured, victim, tmp_path, who):
+    identity = {
+        "impostor": "billing-api:evil",  # anyone may claim the client's user name
+        "another client": ANOTHER_CLIENT,
+        "the client itself": "billing-api:billing-api-password",  # a compromised process
+    }[who]
+    if who == "another client":
+        intruders(secured)  # enrolled
+    writer = secured.kazoo(identity)
+    for name, version in (
+        ("x-billing-api", 10**300 - 2),  # would make every later version unwritable
+        ("y-billing-api", MAX_AUTH_VERSION - 1),
+        ("z-billing-api", "1e300"),
+    ):
+        forged = {"client_id": name, "auth_client": "billing-api", "auth_version": version}
+        writer.create(client_path(SERVICE, name), json.dumps({**forged, "v": 1}).encode())
+    # The manager issues the next version itself: the victim moves from 1 to 2, then 3.
+    assert still_rotates(secured, victim, tmp_path) == 2
+    assert still_rotates(secured, victim, tmp_path) == 3
+    still_works(secured, victim, "after-forged-versions")
+    assert victim.get_service(SERVICE).auth.version == 4
+
+
+def test_a_squatter_under_clients_holds_no_rotation_and_is_named(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    # Two enrolled clients that are not running now (their keys are published).
+    for idle in ("billing-report", "billing-audit"):
+        app = secured.app(idle)
+        app.get_service(SERVICE)
+        app.close()
+    squats = {}
+    for idle, intruder in zip(("billing-report", "billing-audit"), intruders(secured), strict=True):
+        path = client_path(SERVICE, idle)
+        wait_until(lambda p=path: secured.kazoo().exists(p) is None)
+        intruder.create(path, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+        intruder.create(f"{path}/pinned", b"", acl=list(OPEN_ACL_UNSAFE))
+        intruder.set_acls(path, list(READ_ACL_UNSAFE))  # now nobody may delete below it
+        squats[path] = intruder
+    removable = client_path(SERVICE, "leftover")
+    secured.kazoo().create(removable, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+    admin = secured.kazoo(secured.identities["admin"])
+    for path in squats:
+        assert refused(lambda p=path: admin.delete(p, recursive=True))  # ZooKeeper's limit
+    # The tooling says what it can and cannot do ...
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, sorted(report["unrepaired"])) == (1, sorted(squats))
+    assert report["removed"] == [removable] and admin.exists(removable) is None
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    flagged = {f["detail"].split(": ")[0]: f["detail"] for f in findings}
+    assert code == 1 and all("rotations ignore it" in flagged[path] for path in squats)
+    # ... and rotations ignore what nobody they trust wrote, and what no live process holds
+    # (a persistent entry, even the client's own identity's: it would outlive any process).
+    ghost = secured.kazoo("billing-api:billing-api-password")
+    never = json.dumps({"v": 1, "auth_client": "billing-api"}).encode()  # applied nothing
+    ghost.create(client_path(SERVICE, "billing-api-ghost"), never)
+    manager = secured.role("auth_manager", "rotator")
+    backend = FileBackend(tmp_path / "credentials.json")
+    clients = ["billing-api", "billing-report", "billing-audit"]
+    result = manager.rotate_auth(SERVICE, clients, backend, timeout=10, signer=secured.signer)
+    assert result.versions == {"billing-api": 2, "billing-report": 1, "billing-audit": 1}
+    assert wait_until(lambda: victim.get_service(SERVICE).auth.version == 2)
+    still_rotates(secured, victim, tmp_path)
+    assert victim.get_service(SERVICE).port == 5432
 
 
 def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace, cli_in_process):
@@ -406,6 +537,223 @@ def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog,
     assert "DEBUG" in listed.stderr
 
 
+# --- nodes planted while the namespace was open ---------------------------------------------
+
+
+def impostor(space: SecuredNamespace, role: str) -> KazooClient:
+    """An anonymous session that claims ``role``'s user name with a password of its own."""
+    zk = space.kazoo()
+    zk.add_auth("digest", f"{role}:evil")
+    return zk
+
+
+def impostor_acl(role: str) -> list:
+    return [acls.owner_acl(f"{role}:evil"), acls.WORLD_READ]
+
+
+def plant(space: SecuredNamespace) -> dict[str, KazooClient]:
+    """While the namespace is open, the attacker writes a node in each section as the
+    section's role's user name (its own password): path -> the session that made it."""
+    legit = space.sentinel("old-publisher")  # the publisher of the open era, anonymous
+    legit.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    [name] = [n for n in space.kazoo().get_children(service_path(SERVICE))]
+    record = json.loads(space.kazoo().get(f"{service_path(SERVICE)}/{name}")[0])
+    record.update(host="127.0.0.77", port=7777, label="zz")
+    planted: dict[str, KazooClient] = {}
+    for role, parent, child, data in (
+        ("publisher", service_path(SERVICE), "p1:zz", json.dumps(record).encode()),
+        ("collector", f"{METRICS}/{SERVICE}", "p1:zz", b'{"v": 1}'),
+        ("shard_manager", SHARD_INFO, "evil-policy", b'{"v": 1}'),
+        ("auth_manager", f"{AUTH}/{SERVICE}", "billing-api", b'{"v": 1}'),
+    ):
+        session = impostor(space, role)
+        session.ensure_path(parent)  # world-writable, as anything made while it was open
+        session.create(f"{parent}/{child}", data, acl=impostor_acl(role))
+        planted[f"{parent}/{child}"] = session
+    return planted
+
+
+def test_nodes_planted_with_a_roles_user_name_are_removed_by_init_secure(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    planted = plant(upgrade)
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    # Each was written by `<role>:evil`, not by the role: removed (its ACL cannot be reset).
+    assert (code, sorted(report["removed"]), report["unrepaired"]) == (0, sorted(planted), [])
+    assert all(upgrade.kazoo().exists(path) is None for path in planted)
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    assert [f["severity"] for f in findings] == ["ok"], findings
+    victim = enrolled_victim(upgrade)
+    # Neither the impostors nor the other intruders can put the nodes back.
+    for path, session in planted.items():
+        for intruder in (session, *intruders(upgrade)):
+            assert refused(lambda i=intruder, p=path: i.create(p, b"{}"))
+    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    still_rotates(upgrade, victim, tmp_path)
+    assert victim.get_service(SERVICE).host == "10.0.0.5"
+
+
+def test_a_planted_node_init_secure_cannot_remove_is_named_and_doctor_flags_it(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    session = impostor(upgrade, "shard_manager")
+    policy = f"{SHARD_INFO}/evil-policy"
+    session.create(policy, b"{}", acl=impostor_acl("shard_manager"))
+    session.create(f"{policy}/a-key", b"{}", acl=impostor_acl("shard_manager"))  # blocks removal
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    assert code == 1 and report["unrepaired"] == [policy, f"{policy}/a-key"]
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    flagged = {f["detail"].split(":")[0]: f for f in findings if f["severity"] == "error"}
+    assert code == 1 and set(flagged) == {policy, f"{policy}/a-key"}
+    assert "another password" in flagged[policy]["detail"]
+    # Without the identities doctor cannot see digests, and says what it could not check.
+    code, findings = doctor_acls(cli_in_process)
+    assert any(f["severity"] == "warn" and "user name only" in f["detail"] for f in findings)
+    # The rest of the namespace is secured: the victim resolves and rotates.
+    victim = enrolled_victim(upgrade)
+    still_rotates(upgrade, victim, tmp_path)
+
+
+def test_an_upgrade_from_an_open_namespace_an_attacker_wrote_to(
+    upgrade: SecuredNamespace, cli_in_process, tmp_path: Path
+):
+    planted = plant(upgrade)  # role user names with the attacker's passwords, every section
+    anonymous = upgrade.kazoo()
+    slot = auth_keys_path("billing-api")  # a key slot holding the attacker's key
+    keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+    anonymous.ensure_path(AUTH_KEYS)
+    anonymous.create(slot, keys, acl=list(READ_ACL_UNSAFE))
+    squat = client_path(SERVICE, "carol")  # a /clients entry the admin cannot delete
+    anonymous.ensure_path(f"{CLIENTS}/{SERVICE}")
+    anonymous.create(squat, b"garbage", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.create(f"{squat}/pinned", b"", acl=list(OPEN_ACL_UNSAFE))
+    anonymous.set_acls(squat, list(READ_ACL_UNSAFE))
+    opened = f"{METRICS}/{SERVICE}/p1:open"  # anyone's, as everything was: its ACL is reset
+    anonymous.create(opened, b'{"v": 1}', acl=list(OPEN_ACL_UNSAFE))
+    code, report = secure_with_cli(upgrade, cli_in_process)
+    # Every node is repaired (reset, removed, or made again empty) or named.
+    assert code == 1 and report["unrepaired"] == [squat]
+    assert sorted(report["removed"]) == sorted(planted) and report["reset_key_slots"] == [slot]
+    assert not acls.world_writable(anonymous.get_acls(opened)[0])
+    assert anonymous.get(slot)[0] == b""
+    # doctor agrees: what init named, and only that (with what lies below it), is flagged.
+    code, findings = doctor_acls(cli_in_process, "--identities", str(upgrade.identities_file))
+    flagged = {f["detail"].split(": ")[0] for f in findings if f["severity"] == "error"}
+    assert code == 1 and flagged == {squat, f"{squat}/pinned"}, findings
+    # The victim resolves the publisher's instance only, and rotates.
+    victim = enrolled_victim(upgrade)
+    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    still_rotates(upgrade, victim, tmp_path)
+
+
+# --- ADMIN is the admin's -------------------------------------------------------------------
+
+
+def test_no_role_may_change_an_acl_it_did_not_create(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    daemon_service = service_path("metric-collector-default")  # granted by init --secure
+    nodes = ["/", *SECTIONS, AUTH_KEYS, f"{CLIENTS}/{SERVICE}", daemon_service]
+    roles = [role for role in acls.ROLES if role != "admin"]
+    sessions = [secured.kazoo(secured.identities[role]) for role in roles]
+    for session in (*sessions, *intruders(secured)):
+        for path in nodes:
+            for acl in (list(OPEN_ACL_UNSAFE), list(READ_ACL_UNSAFE)):  # open it, or shut it
+                assert refused(lambda s=session, p=path, a=acl: s.set_acls(p, a)), path
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    assert (code, [f["severity"] for f in findings]) == (0, ["ok"]), findings
+    # A namespace secured by an earlier version gave each role ALL (ADMIN too) on its section:
+    # doctor says so, from the section node itself, and init --secure takes it back.
+    admin = secured.kazoo(secured.identities["admin"])
+    earlier = [acls.owner_acl(secured.identities[r]) for r in ("admin", "collector")]
+    admin.set_acls(METRICS, [*earlier, acls.WORLD_READ])
+    code, findings = doctor_acls(cli_in_process)
+    assert code == 1 and any(
+        f["detail"].startswith(f"{METRICS}: collector may change its ACL") for f in findings
+    ), findings
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, report["changed"], report["unrepaired"]) == (0, 1, [])
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    assert (code, [f["severity"] for f in findings]) == (0, ["ok"]), findings
+    still_rotates(secured, victim, tmp_path)
+    assert victim.get_service(SERVICE).port == 5432
+
+
+def test_a_node_a_daemon_left_that_nobody_may_remove_is_named(
+    secured: SecuredNamespace, victim: Sentinel, cli_in_process, tmp_path: Path
+):
+    collector = secured.kazoo(secured.identities["collector"])
+    pinned = f"{service_path('metric-collector-default')}/p1:pinned"
+    collector.create(pinned, b"{}", acl=list(OPEN_ACL_UNSAFE))
+    collector.create(f"{pinned}/child", b"", acl=list(OPEN_ACL_UNSAFE))
+    collector.set_acls(pinned, list(READ_ACL_UNSAFE))  # its own node: nobody may write it now
+    admin = secured.kazoo(secured.identities["admin"])
+    assert refused(lambda: admin.delete(pinned, recursive=True))
+    code, report = secure_with_cli(secured, cli_in_process)
+    assert (code, report["unrepaired"]) == (1, [pinned])
+    code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
+    flagged = [f["detail"] for f in findings if f["severity"] == "error"]
+    assert code == 1 and flagged == [
+        f"{pinned}: nobody may write it, so nobody can change or remove what it says"
+    ]
+    still_rotates(secured, victim, tmp_path)
+
+
+# --- a namespace someone else made -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("squatter", "open_sections"), [("admin:evil", True), ("mallory:mallory-pw", False)]
+)
+def test_a_squatted_namespace_root_is_refused(
+    zookeeper, namespace, cli_in_process, tmp_path, squatter, open_sections
+):
+    attacker = KazooClient(hosts=zookeeper.connect_string)
+    attacker.start(timeout=10)
+    try:
+        # ZooKeeper's / is anyone's: the namespace is made first, with the squatter as admin.
+        attacker.add_auth("digest", squatter)
+        mine = [acls.owner_acl(squatter), acls.WORLD_READ]
+        attacker.create(namespace, b"", acl=mine)
+        for section in SECTIONS:
+            attacker.create(
+                namespace + section, b"", acl=OPEN_ACL_UNSAFE if open_sections else mine
+            )
+        slot = auth_keys_path("billing-api")
+        attacker.create(namespace + AUTH_KEYS, b"", acl=mine)
+        keys = ClientKeyring.generate().published("billing-api").to_bytes(slot)
+        attacker.create(namespace + slot, keys, acl=mine)  # the squatter's own key
+        identities = tmp_path / "identities.json"
+        done = cli_in_process("init", "--secure", "--identities", str(identities))
+        user = squatter.split(":")[0]
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert f"{namespace} is controlled by digest:{user}" in done.stderr
+        assert "superuser" in done.stderr and "another --namespace" in done.stderr
+        assert attacker.get_acls(namespace)[0] == mine  # nothing was changed
+        # The operator carries on anyway: the manager encrypts nothing to the squatter's key.
+        space = secured_namespace(zookeeper, namespace, identities)
+        manager = space.role("auth_manager")
+        with pytest.raises(NamespaceNotTrusted, match="/auth"):
+            manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=space.signer)
+        assert attacker.exists(namespace + auth_path(SERVICE, "billing-api")) is None
+        space.close()
+    finally:
+        attacker.stop()
+        attacker.close()
+    # The fix it names: another namespace, secured by the CLI, serves the victim.
+    elsewhere = f"{namespace}-2"
+    done = cli_in_process(
+        "init", "--secure", "--identities", str(identities), namespace_override=elsewhere
+    )
+    assert done.returncode == 0, done.stderr
+    space = secured_namespace(zookeeper, elsewhere, identities)
+    try:
+        victim = enrolled_victim(space)
+        still_rotates(space, victim, tmp_path)
+    finally:
+        space.close()
+
+
 # --- what the admin sees and repairs ----------------------------------------------------------
 
 
@@ -413,8 +761,7 @@ def test_doctor_flags_what_init_secure_repairs(
     secured: SecuredNamespace, victim: Sentinel, cli_in_process
 ):
     def doctor() -> tuple[int, list[dict]]:
-        done = cli_in_process("doctor", "--json")
-        return done.returncode, [f for f in json.loads(done.stdout) if f["check"] == "acl"]
+        return doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
 
     code, findings = doctor()
     assert [f["severity"] for f in findings] == ["ok"], findings

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, Gauge, start_http_server
+from sentinel.policies import MinLag
 
-from policies import MinLag
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until
@@ -262,3 +262,59 @@ def test_check_validates_without_connecting(tmp_path):
     refused = sentinel_in_process("collector", "check", "--config", str(bad))
     assert refused.returncode == 2
     assert "services[0] (relay).source: missing required field 'command'" in refused.stderr
+
+
+def test_a_second_collector_with_another_configuration_takes_no_work(
+    make_client, exporters, raw_zk
+):
+    """A test collector started with a broken configuration in the fleet's cluster: it is
+    refused, owns nothing, and the fleet's member keeps collecting every instance."""
+    publisher = make_client("publisher")
+    publisher.ensure_service("db")
+    exporter = exporters(0.5)
+    names = [f"p1:r{i}" for i in range(6)]
+    for name in names:
+        publisher.register_service("db", "p1", "127.0.0.1", exporter.port, label=name[3:])
+    broken = parse_config(
+        {
+            "cluster": "fleet",
+            "services": [{"service": "db", "source": {"type": "command", "command": "false"}}],
+        }
+    )
+    fleet_config = collecting(cluster="fleet")
+    assert broken.digest != fleet_config.digest
+    reports: list[tuple[str, dict]] = []
+    with MetricCollector(make_client("collector-fleet"), fleet_config) as fleet:
+        assert wait_until(lambda: len(fleet.owned) == len(names), 15)
+        with MetricCollector(
+            make_client("collector-test"), broken, lambda *report: reports.append(report)
+        ) as test:
+            assert wait_until(lambda: len(fleet.members) == 2 and len(test.members) == 2, 15)
+            assert wait_until(lambda: any(kind == "refused" for kind, _ in reports), 15)
+            refused = next(details for kind, details in reports if kind == "refused")
+            assert refused == {
+                "cluster": "fleet",
+                "config": broken.digest,
+                "cluster_config": fleet_config.digest,
+                "members": 1,
+            }
+            assert test.owned == frozenset() and test.peers == (fleet.member,)
+            assert fleet.peers == (fleet.member,)
+            assert len(fleet.owned) == len(names)  # nothing moved to the refused member
+            since = time.time()
+            # Publishing went on for every instance while the test collector was up.
+            assert wait_until(
+                lambda: all(published(raw_zk, "db", n)["measured_at"] > since for n in names),
+                15,
+            )
+        assert not any(kind == "assigned" and d["members"] > 1 for kind, d in reports)
+
+
+def test_members_with_the_same_settings_agree_whatever_their_workers():
+    one = parse_config({"cluster": "c", "workers": 4, "services": [_COMMAND_SERVICE]})
+    other = parse_config({"services": [_COMMAND_SERVICE], "cluster": "c", "workers": 32})
+    moved = parse_config({"cluster": "d", "services": [_COMMAND_SERVICE]})
+    assert one.digest == other.digest != moved.digest
+
+
+_COMMAND_SERVICE = {"service": "db", "source": {"type": "command", "command": "true"}}

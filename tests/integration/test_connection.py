@@ -22,7 +22,9 @@ def test_no_server_within_the_timeout_raises_and_leaves_no_threads():
     started = time.monotonic()
     with pytest.raises(ZooKeeperUnavailable, match=f"127.0.0.1:{port}.*within 1s"):
         client.start()
-    assert time.monotonic() - started < 5
+    # It waits out the timeout it was given, and not much more (measured 1.02-1.10 s): a
+    # timeout ignored (kazoo's 15 s default) or doubled fails.
+    assert 1.0 <= time.monotonic() - started < 2.0
     assert wait_until(lambda: threading.active_count() <= threads_before, timeout=5) is not None
 
 

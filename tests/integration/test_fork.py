@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
+from sentinel.errors import ZooKeeperUnavailable
 from sentinel.events import InstancesChanged
-from sentinel.testing.helpers import wait_until
+from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import free_ports
 
 pytestmark = pytest.mark.integration
@@ -133,6 +134,98 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     assert wait_until(lambda: {e.label for e in parent.get_services("db")} == {"a", "b"})
     writer.register_service("db", "p1", "10.0.0.3", 5432, label="d")
     assert wait_until(lambda: len(parent.get_services("db")) == 3, timeout=PROPAGATION_BOUND)
+
+
+@pytest.mark.parametrize(
+    ("inherited_max_age", "served"),
+    [
+        pytest.param("default", {"a"}, id="default: read afresh"),
+        # The control: today's opt-out serves the inherited snapshot, drained instance and all.
+        pytest.param(None, {"a", "b"}, id="None: the inherited snapshot"),
+    ],
+)
+def test_a_child_whose_first_use_comes_after_a_drain_never_returns_the_drained_instance(
+    make_client, inherited_max_age, served
+):
+    writer = make_client("writer")
+    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    drained = writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
+    options = {} if inherited_max_age == "default" else {"inherited_max_age": inherited_max_age}
+    parent = make_client("app", **options)
+    assert {e.label for e in parent.get_services("db")} == {"a", "b"}  # warm before the fork
+
+    def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
+        assert pipe.poll(REPLY_TIMEOUT)  # the parent has drained b
+        pipe.recv()
+        since_fork = time.time() - client._forked_at
+        return {"labels": {e.label for e in client.get_services("db")}, "age": since_fork}
+
+    pid, pipe = _fork(parent, child)
+    writer.drain(drained)  # deregister, then drain_wait (1 s) for clients to see it
+    pipe.send("drained")
+    result = _receive(pipe)
+    assert _exit_code(pid) == 0
+    assert result["age"] > 1.0  # the first use came after the drain, past the default bound
+    assert result["labels"] == served
+
+
+def test_a_child_within_inherited_max_age_serves_the_inherited_snapshot_with_no_zookeeper(
+    zookeeper, make_client
+):
+    """Served, not loaded: the link is cut before the child's first lookup, so only the
+    snapshot it inherited can answer it (a child that inherited nothing fails here)."""
+    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    try:
+        # A bound far above the fork's own time, so the test does not depend on the load.
+        parent = make_client("app", hosts=proxy.address, inherited_max_age=60.0)
+        parent.get_service("db")
+
+        def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
+            assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
+            pipe.recv()
+            return {"label": client.get_service("db").label, "state": client.connection_state}
+
+        pid, pipe = _fork(parent, child)
+        proxy.cut()
+        pipe.send("cut")
+        result = _receive(pipe)
+        assert _exit_code(pid) == 0
+    finally:
+        proxy.close()
+    assert result == {"label": "a", "state": "snapshot"}
+
+
+def test_a_child_past_inherited_max_age_that_cannot_connect_fails_typed_not_stale(
+    zookeeper, namespace, make_client
+):
+    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    try:
+        parent = make_client("app", hosts=proxy.address, connect_timeout=1.0)
+        parent.get_service("db")
+
+        def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
+            assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
+            pipe.recv()
+            # Timed by the child's own clock: the fork itself may take a while under load.
+            assert wait_until(lambda: time.time() - client._forked_at > client.inherited_max_age)
+            started = time.monotonic()
+            try:
+                client.get_service("db")
+            except ZooKeeperUnavailable as exc:
+                return {"raised": str(exc), "waited": time.monotonic() - started}
+            return {"raised": None}
+
+        pid, pipe = _fork(parent, child)
+        proxy.cut()
+        pipe.send("cut")
+        result = _receive(pipe)
+        assert _exit_code(pid) == 0
+    finally:
+        proxy.close()
+    assert result["raised"] is not None, "the child served its stale inherited cache"
+    assert 0.9 <= result["waited"] < 3.0  # connect_timeout (1 s), then the typed error
 
 
 def test_a_child_closing_its_inherited_client_leaves_the_parent_session_alone(make_client, raw_zk):
@@ -268,6 +361,36 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
         clients = raw_zk.get_children("/clients/db")
         owners = {raw_zk.get(f"/clients/db/{name}")[1].ephemeralOwner for name in clients}
         assert len(owners) == 3
+    finally:
+        server.terminate()
+        server.wait(timeout=REPLY_TIMEOUT)
+
+
+def test_gunicorn_preload_workers_whose_first_request_comes_after_a_drain_never_return_it(
+    gunicorn, zookeeper, namespace, make_client, tmp_path
+):
+    writer = make_client("writer")
+    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    drained = writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
+    (tmp_path / "app.py").write_text(_docs_app())  # prefetches db in the master
+    (port,) = free_ports(1)
+    env = os.environ | {"SENTINEL_ZK": zookeeper.connect_string, "WEB_NAMESPACE": namespace}
+    command = [gunicorn, "--preload", "-w", "2", "-b", f"127.0.0.1:{port}", "app:application"]
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as stderr:
+        server = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    try:
+        # Both workers forked (gunicorn logs each), and no request served yet.
+        assert wait_until(
+            lambda: log.read_text().count("Booting worker") == 2, timeout=REPLY_TIMEOUT
+        ), log.read_text()
+        writer.drain(drained)
+        # Round robin per worker: two answers each would include b if a worker still had it.
+        answers = [a for _ in range(2) for a in _both_workers(port, "/db")]
+        assert len({a["pid"] for a in answers}) == 2
+        assert {a["uri"] for a in answers} == {"http://10.0.0.1:5432"}
     finally:
         server.terminate()
         server.wait(timeout=REPLY_TIMEOUT)

@@ -7,8 +7,8 @@ snapshot equals the one a fresh client loads.
 """
 
 import pytest
+from sentinel.policies import SelectionPolicy
 
-from policies import SelectionPolicy
 from sentinel.events import InstancesChanged, MetricsChanged
 from tests.integration.recorder import Recorder
 

@@ -11,6 +11,7 @@ import pytest
 
 from sentinel.errors import LabelTaken, RegistryConflict, ValidationError
 from sentinel.layout import sanitize_name
+from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -88,23 +89,34 @@ def test_the_same_endpoint_restarted_replaces_its_stale_node(make_client, raw_zk
         assert json.loads(data)["host"] == spelling
 
 
+@pytest.fixture
+def link(zookeeper):
+    """A relay to ZooKeeper that can be cut; closed after the clients (set up before them)."""
+    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    yield proxy
+    proxy.close()
+
+
 def test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_rest(
-    make_client, raw_zk, caplog
+    link, make_client, raw_zk, zookeeper, caplog
 ):
     """After a session expiry the client re-creates its nodes; when another instance took one
     of its labels meanwhile, that one is logged and left to it, and the others come back."""
-    client = make_client("expired")
+    client = make_client("expired", hosts=link.address)
     mine = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
     other = client.register_service("api", "p1", "10.0.0.1", 81, label="b")
-    # What an expiry leaves: the session's nodes gone; a rival registers label "a" meanwhile.
-    raw_zk.delete(mine.path)
-    raw_zk.delete(other.path)
     rival = make_client("rival")
-    rival.register_service("api", "p1", "10.0.0.2", 80, label="a")
     with caplog.at_level(logging.ERROR, logger="sentinel.ephemeral"):
-        restored = client._nodes._restore_all()  # what the worker runs on a new session
-    assert restored == 1
+        # The client cut off, its session expired meanwhile (its nodes go with it), and
+        # a rival registers label "a" before the client can reconnect.
+        link.cut()
+        old_session = expire_session(client, hosts=zookeeper.connect_string)
+        assert raw_zk.exists(mine.path) is None and raw_zk.exists(other.path) is None
+        rival.register_service("api", "p1", "10.0.0.2", 80, label="a")
+        link.restore()
+        assert wait_until(lambda: raw_zk.exists(other.path) is not None, 20)
+    new_session = raw_zk.exists(other.path).ephemeralOwner
+    assert new_session == client.session_id != old_session
     assert "not re-creating /services/api/p1:a" in caplog.text and "10.0.0.2" in caplog.text
     data, stat = raw_zk.get(mine.path)
     assert (json.loads(data)["host"], stat.ephemeralOwner) == ("10.0.0.2", rival.session_id)
-    assert raw_zk.exists(other.path).ephemeralOwner == client.session_id

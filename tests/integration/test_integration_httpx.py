@@ -9,9 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sentinel.balancers.load import PowerOfTwoChoices
+from sentinel.balancers.weighted import WeightedRandom
 
-from balancers.load import PowerOfTwoChoices
-from balancers.weighted import WeightedRandom
 from sentinel.errors import ServiceNotFound
 from sentinel.integrations.httpx import AsyncSentinelTransport, SentinelTransport
 from sentinel.testing.helpers import wait_until
@@ -159,6 +159,7 @@ def test_latency_feedback_shifts_load_away_from_a_slow_instance(make_client, ser
 
 
 def test_unknown_hosts_pass_through_untouched(make_client, servers):
+    make_client("publisher").ensure_namespace()  # an initialised namespace without the service
     client = make_client("reader")
     direct = servers("direct")
     counting = Counting()

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sentinel.policies.metrics import MinLag
 
-from policies.metrics import MinLag
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
 from sentinel.collector import MetricCollector, parse_config
@@ -145,6 +145,28 @@ def test_a_killed_replica_costs_no_request_and_is_reported_down(postgres, make_c
         assert "p1:r1" not in repr(pools)  # its pool, and its reconnecting threads, are gone
 
 
+def test_an_error_inside_the_block_rolls_back_is_raised_and_is_never_retried(postgres, make_client):
+    publisher, app = make_client("publisher"), make_client("ledger-api")
+    publisher.ensure_service("ledger-db", scheme="postgresql")
+    publisher.register_service("ledger-db", "p1", postgres.host, postgres.port, label="primary")
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE entries (n int)")
+    runs = 0
+    with ReplicaPools(app, "ledger-db", min_size=1, kwargs=superuser(postgres)) as pools:
+        for error in (ZeroDivisionError, psycopg.OperationalError):
+            # The block's own error, as raised, not EndpointFailed.
+            with pytest.raises(error), pools.connection() as conn:
+                runs += 1
+                conn.execute("INSERT INTO entries VALUES (1)")
+                raise error("the application's own failure")
+        with pools.connection() as conn:
+            conn.execute("INSERT INTO entries VALUES (2)")  # committed on a clean exit
+    assert runs == 2  # each block ran once: an error inside it is never a retry
+    with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
+        assert conn.execute("SELECT n FROM entries").fetchall() == [(2,)]  # the rest rolled back
+    assert [e.label for e in app.get_services("ledger-db")] == ["primary"]  # not reported down
+
+
 def test_connect_reports_a_dead_endpoint_and_gives_up_after_the_retries(postgres, make_client):
     (r1,) = start_replicas(postgres, make_client("publisher"), 1)
     app = make_client("orders-api")
@@ -187,15 +209,19 @@ class RecordingBackend(PostgresBackend):
         super().__init__(server.dsn())
         self.server = server
         self.logged_in_at_revoke: set[str] = set()
+        self.old_sessions_lasted: float | None = None
 
     def revoke(self, service, client, version):
+        # Called once every client confirmed the new version: its pools have dropped the old
+        # credential's connections by then, and each one's server process exits a moment
+        # later. How long the last one lasted from here (None: still there after 5 s).
         old = self.role_name(service, client, version)
 
         def old_sessions_gone():
             self.logged_in_at_revoke = sessions(self.server)
             return old not in self.logged_in_at_revoke
 
-        wait_until(old_sessions_gone, 5)  # a closed connection's backend exits in a moment
+        self.old_sessions_lasted = wait_until(old_sessions_gone, 5)
         super().revoke(service, client, version)
 
 
@@ -232,6 +258,10 @@ def test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential(post
                 # The pools dropped v1's idle connections before the client confirmed v2,
                 # so that the manager found none of them when it revoked v1.
                 assert v1 not in backend.logged_in_at_revoke
+                # ...and their server processes had exited, or did within a moment (measured
+                # 0.04-0.09 s): a pool closed late (1.5 s after the switch) fails here.
+                lasted = backend.old_sessions_lasted
+                assert lasted is not None and lasted < 0.5, lasted
                 assert [current_user(pools) for _ in range(3)] == [v2] * 3
                 assert [await current_user_async(async_pools) for _ in range(3)] == [v2] * 3
                 assert v1 not in sessions(postgres) and v2 in sessions(postgres)

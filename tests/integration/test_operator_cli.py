@@ -2,7 +2,6 @@
 
 import contextlib
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -12,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from sentinel.cli import build_parser
 from sentinel.testing.zookeeper import free_ports
+from tests.conftest import sentinel_in_process
+from tests.parser_tree import every_command
 
 pytestmark = pytest.mark.integration
 
@@ -306,34 +308,64 @@ def test_prune_removes_only_old_orphaned_metrics(cli, world, raw_zk):
 
 
 def test_every_command_has_help():
-    for command in (
-        "ls",
-        "resolve",
-        "watch",
-        "deps",
-        "doctor",
-        "init",
-        "grant",
-        "export",
-        "import",
-        "prune",
-        "zk",
-        "demo",
-    ):
-        result = subprocess.run(
-            [SENTINEL, command, "--help"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env={**os.environ},
-        )
-        assert result.returncode == 0 and "usage: sentinel" in result.stdout, command
+    """``sentinel WORDS --help`` for every command and group the parser has: exit 0, a usage
+    line naming the command, and the command's description. In this process (the console
+    script's own --help is test_cli's): 37 interpreters would take a minute of CI."""
+    commands = list(every_command(build_parser()))
+    assert len(commands) > 30  # the walk found the groups' commands too
+    for words, parser in commands:
+        result = sentinel_in_process(*words, "--help")
+        assert result.returncode == 0, (words, result.stderr)
+        assert result.stdout.startswith("usage: sentinel " + " ".join(words) + " "), words
+        assert parser.description, f"{words} has no description"
+        # argparse re-wraps the text, breaking lines after hyphens too: compare it unspaced.
+        assert "".join(parser.description.split()) in "".join(result.stdout.split()), words
 
 
 def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, make_client):
+    """Ctrl-C sent at moments the command's own output marks: while it loads the services
+    there at start, idle, while it follows new services, while it prints a stream of events.
+    Each time: exit 0, no traceback."""
     writer = make_client("busy-publisher")
-    for attempt in range(4):
-        with watching(zookeeper, namespace):
-            # A new service makes the command load it; Ctrl-C lands while it does.
-            writer.register_service(f"burst-{attempt}", "p1", "h", 1)
+    for i in range(40):  # enough services that loading them at start takes a while
+        writer.register_service(f"present-{i}", "p1", "h", 1)
+
+    def ctrl_c_after(stream: str, text: str, then=None) -> None:
+        process = subprocess.Popen(
+            [SENTINEL, "-v", "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            if then is not None:
+                _read_until(process.stderr, "watching every service", limit=500)
+                then()
+            _read_until(getattr(process, stream), text, limit=500)
+            process.send_signal(signal.SIGINT)
+            assert process.wait(10) == 0, (stream, text, process.stderr.read())
+            assert "Traceback" not in process.stderr.read(), (stream, text)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()
+
+    # Connected (the client's -v line), the services there not loaded yet.
+    ctrl_c_after("stderr", "connected to")
+    # Ready, nothing happening.
+    ctrl_c_after("stderr", "watching every service")
+
+    def new_services():
+        for i in range(20):
+            writer.register_service(f"burst-{i}", "p1", "h", 1)
+
+    # The first of 20 new services shown, the others still being followed.
+    ctrl_c_after("stdout", "service appeared", then=new_services)
+
+    def new_instances():
+        for i in range(50):
+            writer.register_service("api", "main", "10.1.0.2", 9000 + i, label=f"api-x{i}")
+
+    # The first of 50 registrations printed, the others still arriving.
+    ctrl_c_after("stdout", "+ main:api-x", then=new_instances)

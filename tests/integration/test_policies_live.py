@@ -4,9 +4,9 @@ import json
 import time
 
 import pytest
+from sentinel.balancers import RoundRobin
+from sentinel.policies import AllUp, FreshMetrics, MinLag, Tagged
 
-from balancers import RoundRobin
-from policies import AllUp, FreshMetrics, MinLag, Tagged
 from sentinel.errors import (
     InstanceNotRegistered,
     InvalidName,

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import threading
 import time
 
@@ -187,6 +188,17 @@ def test_drain_deregisters_then_waits(make_client, raw_zk):
     finished = time.monotonic()
     assert raw_zk.exists(registration.path) is None
     assert gone_at and gone_at[0] - started < 0.3 <= finished - started
+
+
+@pytest.mark.parametrize("wait", [-1, math.nan])
+def test_a_drain_wait_that_is_no_duration_is_refused_before_deregistering(
+    make_client, raw_zk, wait
+):
+    client = make_client()
+    registration = client.register_service("api", "p1", "h", 80)
+    with pytest.raises(ValidationError, match="wait"):
+        client.drain(registration, wait=wait)
+    assert raw_zk.exists(registration.path) is not None
 
 
 def test_registration_is_restored_after_session_expiry(make_client, raw_zk):

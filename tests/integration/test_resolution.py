@@ -4,9 +4,9 @@ import json
 import threading
 
 import pytest
+from sentinel.balancers import Balancer
+from sentinel.policies import SelectionPolicy
 
-from balancers import Balancer
-from policies import SelectionPolicy
 from sentinel.errors import (
     ClientClosed,
     InvalidName,
@@ -242,7 +242,7 @@ def test_policies_and_balancers_plug_in(make_client):
     assert client.get_service("api", balancer=Last()).label == "b"
     # A policy filters the up instances: "c" is in zone 2 but down, so it is never offered.
     assert [e.label for e in client.get_services("api", policy=in_zone_2)] == ["b"]
-    from policies import AllUp
+    from sentinel.policies import AllUp
 
     assert [e.label for e in client.get_services("api", policy=AllUp() & in_zone_2)] == ["b"]
     assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "b"
@@ -384,7 +384,9 @@ def test_a_closed_client_refuses_lookups_even_of_loaded_services(make_client):
 def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw_zk):
     publisher, client = make_client("publisher"), make_client("reader")
     # ensure_service refuses a policy that does not exist, but a spec naming one can still be
-    # met (written by another program, or its policy deleted since): written here directly.
+    # met (written by another program, or its policy deleted since): written here directly,
+    # once a writer has made the sections (starting a client no longer does).
+    publisher.ensure_namespace()
     path = "/services/orders"
     raw_zk.create(path, ServiceSpec("orders", "postgresql", "later").to_bytes(path))
     publisher.register_service("orders", "p1", "10.0.0.1", 5432, scheme="postgresql")

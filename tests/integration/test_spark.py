@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 from pyspark import TaskContext, cloudpickle
+from sentinel.policies import MinLag
 
-from policies import MinLag
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth.backends import FileBackend
 from sentinel.client import Sentinel

@@ -131,7 +131,9 @@ def test_the_cli_lists_and_resolves_with_zk_tls_and_the_environment(tls_zk, tls_
 
 
 def test_the_cli_takes_the_tls_files_as_options(tls_zk, tls_client):
-    namespace = tls_client("publisher").namespace
+    publisher = tls_client("publisher")
+    publisher.ensure_namespace()  # starting writes nothing; ls needs the namespace to exist
+    namespace = publisher.namespace
     config = tls_zk.tls_client_config
     listed = _cli(
         tls_zk,

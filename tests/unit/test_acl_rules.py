@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, Id, Permissions
 
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner, key_slot_acl, owned_by
@@ -68,3 +68,23 @@ def test_digest_ids_are_checked():
     for text in ("billing-api", "billing-api:short", ":" + CLIENT.id.split(":")[1]):
         with pytest.raises(ValidationError):
             acl.parse_digest_id(text)
+
+
+def test_only_the_admin_holds_admin_on_what_init_secure_sets():
+    identities = {role: f"{role}:pw" for role in acl.ROLES}
+    for path, entries in acl.namespace_acls(identities).items():
+        holders = {e.id for e in entries if e.perms & Permissions.ADMIN}
+        assert holders == {acl.identity_id(identities["admin"])}, path
+    assert acl.role_acl("publisher:pw").perms == Permissions.ALL & ~Permissions.ADMIN
+
+
+def test_a_node_nobody_may_write_is_nobodys():
+    shut = list(READ_ACL_UNSAFE)  # a squatter's, shut after it wrote it
+    assert not owned_by(shut, CLIENT, frozenset({ADMIN}))
+    assert not owned_by(shut, None, frozenset({ADMIN}))  # nor the admin's
+    assert owned_by([ACL(Permissions.ALL, ADMIN), acl.WORLD_READ], None, frozenset({ADMIN}))
+
+
+def test_a_hidden_digest_is_told_from_a_whole_one():
+    assert acl.hidden(redacted(CLIENT)) and not acl.hidden(CLIENT)
+    assert not acl.hidden(Id("sasl", "billing-api"))

@@ -6,10 +6,9 @@ import threading
 import time
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
-
-from balancers import (
+from sentinel.balancers import (
     Balancer,
     PowerOfTwoChoices,
     Random,
@@ -18,6 +17,7 @@ from balancers import (
     Sticky,
     WeightedRandom,
 )
+
 from sentinel.errors import ValidationError
 from sentinel.feedback import InstanceFeedback
 from sentinel.plugins import BALANCERS, POLICIES, available, load_balancer, load_policy
@@ -73,12 +73,23 @@ def test_round_robin_is_exact_across_threads():
     assert picks == {e.label: 10_000 for e in endpoints}
 
 
+# nginx's algorithm keeps every prefix close to the ideal share, but not within one: a search
+# over 150,000 weight sets (up to 6 endpoints, weights up to 9) found 1.056 at worst, for
+# weights [1, 1, 1, 1, 7, 7] after 13 picks (hypothesis found it too). A bursty order, an
+# endpoint's whole weight in a row, is off by 1.5 already for weights [3, 3].
+SMOOTHNESS = 1.5
+
+
 @given(
     weights=st.lists(st.integers(0, 9), min_size=1, max_size=6).filter(any),
     cycles=st.integers(1, 3),
     offset=st.integers(0, 30),
 )
-def test_smooth_wrr_is_within_one_of_ideal_and_exact_over_whole_cycles(weights, cycles, offset):
+@example(weights=[1, 1, 1, 1, 7, 7], cycles=1, offset=0)
+@example(weights=[3, 3], cycles=1, offset=0)
+def test_smooth_wrr_stays_near_the_ideal_share_and_is_exact_over_whole_cycles(
+    weights, cycles, offset
+):
     balancer, endpoints = SmoothWeightedRoundRobin(), pool(len(weights), weights)
     total = sum(weights)
     sequence = [balancer.pick(endpoints).label for _ in range(offset + total * cycles)]
@@ -86,7 +97,7 @@ def test_smooth_wrr_is_within_one_of_ideal_and_exact_over_whole_cycles(weights, 
     for length, label in enumerate(sequence[: total * 2], start=1):  # every prefix
         counts[label] += 1
         for e, w in zip(endpoints, weights, strict=True):
-            assert abs(counts[e.label] - length * w / total) <= 1
+            assert abs(counts[e.label] - length * w / total) < SMOOTHNESS
     window = collections.Counter(sequence[offset:])  # any whole number of cycles
     assert window == {e.label: w * cycles for e, w in zip(endpoints, weights, strict=True) if w}
 

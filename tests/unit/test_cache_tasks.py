@@ -20,11 +20,11 @@ def cache():
         (EventType.DELETED, "/services/db", "_refresh_service", ("db",)),
         (EventType.CHANGED, "/services/db/p1:a", "_refresh_child", ("instances", "db", "p1:a")),
         (EventType.CREATED, "/services/db/p1:a", "_refresh_child", ("instances", "db", "p1:a")),
-        (EventType.DELETED, "/services/db/p1:a", "_forget_child", ("instances", "db", "p1:a")),
+        (EventType.DELETED, "/services/db/p1:a", "_refresh_child", ("instances", "db", "p1:a")),
         (EventType.CHILD, "/metrics/db", "_refresh_children", ("metrics", "db")),
         (EventType.CREATED, "/metrics/db", "_refresh_children", ("metrics", "db")),
         (EventType.CHANGED, "/metrics/db/p1:a", "_refresh_child", ("metrics", "db", "p1:a")),
-        (EventType.DELETED, "/metrics/db/p1:a", "_forget_child", ("metrics", "db", "p1:a")),
+        (EventType.DELETED, "/metrics/db/p1:a", "_refresh_child", ("metrics", "db", "p1:a")),
         (EventType.CHANGED, "/auth/db/me", "_refresh_auth", ("db",)),
         (EventType.DELETED, "/auth/db/me", "_refresh_auth", ("db",)),
         (EventType.CHANGED, "/shard_info/tenants", "_reload_policy", ("tenants",)),
@@ -35,6 +35,16 @@ def test_each_event_names_one_bound_method_by_its_path(cache, kind, path, method
     task = cache._task_for(kind, path)
     assert task == _Task(getattr(cache, method), args)
     assert str(task) == f"{method}{args}"
+
+
+@pytest.mark.parametrize("path", ["/services/db/p1:a", "/metrics/db/p1:a"])
+def test_a_deleted_child_is_read_with_one_shot_watches_and_dropped_under_a_recursive_one(
+    cache, path
+):
+    # One-shot, the node may already exist again under its name (a restart), and only this
+    # read sets a watch on it; a recursive watch reports its creation by itself.
+    assert cache._task_for(EventType.DELETED, path).run == cache._refresh_child
+    assert cache._task_for(EventType.DELETED, path, persistent=True).run == cache._forget_child
 
 
 @pytest.mark.parametrize(

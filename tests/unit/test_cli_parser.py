@@ -2,6 +2,7 @@
 
 import argparse
 import itertools
+import re
 import shlex
 import shutil
 import subprocess
@@ -10,23 +11,7 @@ import pytest
 
 from sentinel.cli import build_parser, main
 from sentinel.client import DEFAULT_NAMESPACE
-
-
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    return next(
-        action.choices
-        for action in parser._actions
-        if isinstance(action, argparse._SubParsersAction)
-    )
-
-
-def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    """Every command that runs something, with its words: ``("shard", "move")``."""
-    for name, sub in subcommands(parser).items():
-        if any(isinstance(action, argparse._SubParsersAction) for action in sub._actions):
-            yield from leaves(sub, (*path, name))
-        else:
-            yield (*path, name), sub
+from tests.parser_tree import has_subcommands, leaves, subcommands
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -129,11 +114,31 @@ def completion(shell: str, capsys) -> str:
     return capsys.readouterr().out
 
 
+def zsh_command_lists(script: str) -> dict[tuple[str, ...], list[str]]:
+    """The command names each ``_shtab_sentinel[_GROUP]_commands`` function of a zsh script
+    offers, by group words: ``{(): ["auth", ...], ("shard",): ["assign", ...]}``."""
+    lists = {}
+    pattern = r"^_shtab_sentinel((?:_[\w-]+)*)_commands\(\) \{\n  local _commands=\(\n(.*?)\n  \)$"
+    for match in re.finditer(pattern, script, re.M | re.S):
+        group = tuple(word for word in match[1].split("_") if word)
+        lists[group] = [line.strip().split(":", 1)[0] for line in match[2].splitlines()]
+    return lists
+
+
 def test_zsh_completion_names_every_command(capsys):
     script = completion("zsh", capsys)
     assert script.startswith("#compdef sentinel")
-    for name in subcommands(build_parser()):
-        assert name in script
+    # Each list of commands the script completes, parsed out of it: a name found anywhere
+    # else in the script (`zk` in `--zk`, `ls` in `tls`) proves nothing.
+    offered = zsh_command_lists(script)
+    parser = build_parser()
+    expected = {(): sorted(subcommands(parser))}
+    for name, sub in subcommands(parser).items():
+        if has_subcommands(sub):
+            expected[(name,)] = sorted(subcommands(sub))
+    assert offered == expected
+    # and the top-level list is the one completed after `sentinel`
+    assert "': :_shtab_sentinel_commands'" in script
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")

@@ -72,3 +72,34 @@ def test_a_client_that_was_not_started_refuses_to_work():
     with pytest.raises(ClientClosed, match="not started"):
         client.register_service("db", "p1", "h", 1)
     client.close()  # closing a client that never started is harmless
+
+
+def test_a_bad_sentinel_zk_says_it_came_from_the_variable(monkeypatch):
+    monkeypatch.setenv("SENTINEL_ZK", "zk1:2181/prod")
+    with pytest.raises(ValidationError, match=r"^\$SENTINEL_ZK \(the environment variable\) "):
+        Sentinel()
+    # Given explicitly, the same string is blamed on the argument, not on the variable.
+    with pytest.raises(ValidationError, match=r"^hosts 'zk1:2181/prod' must look like") as raised:
+        Sentinel(hosts="zk1:2181/prod")
+    assert "SENTINEL_ZK" not in str(raised.value)
+
+
+def test_the_cli_names_the_variable_or_the_flag_and_exits_2(monkeypatch):
+    from tests.conftest import sentinel_in_process
+
+    monkeypatch.setenv("SENTINEL_ZK", "localhost:abc")
+    from_env = sentinel_in_process("ls")
+    assert from_env.returncode == 2
+    assert "$SENTINEL_ZK (the environment variable) 'localhost:abc'" in from_env.stderr
+    from_flag = sentinel_in_process("ls", "--zk", "localhost:abc")
+    assert from_flag.returncode == 2 and "argument --zk: hosts 'localhost:abc'" in from_flag.stderr
+    assert "SENTINEL_ZK" not in from_flag.stderr.splitlines()[-1]
+
+
+def test_no_zookeeper_given_is_a_usage_error_exit_2():
+    from tests.conftest import sentinel_in_process
+
+    # docs/cli.md: 2 is "usage error or bad input"; 4 is "ZooKeeper could not be started".
+    result = sentinel_in_process("ls")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("sentinel: error: no ZooKeeper given")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,12 @@ CHECKED = [
     ROOT / "policies",
     ROOT / "balancers",
 ]
+
+
+def package_dirs() -> dict[str, str]:
+    """The packages pyproject.toml installs from another folder: installed name to folder."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return dict(config["tool"]["setuptools"].get("package-dir", {}))
 
 
 def mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -63,7 +70,8 @@ def test_importing_a_submodule_does_not_import_the_client():
         "print(' '.join(sorted(sys.modules)))"
     ).split()
     assert "sentinel.strategies" in loaded
-    assert not [m for m in loaded if m in ("sentinel.client", "sentinel.cache", "balancers")]
+    plugins = ("sentinel.policies", "sentinel.balancers")
+    assert not [m for m in loaded if m in ("sentinel.client", "sentinel.cache", *plugins)]
     assert not [m for m in loaded if m == "kazoo" or m.startswith("kazoo.")]
 
 
@@ -118,6 +126,59 @@ def test_mypy_strict_passes_on_the_typed_example_and_fails_on_a_wrong_use(tmp_pa
     assert lines == {1, 5, 9}, refused.stdout
 
 
+# What the built-ins that take required arguments are given; the rest are built bare.
+BUILT_IN_ARGUMENTS = {
+    "min_metric": {"metric": "cpu"},
+    "threshold": {"metric": "cpu", "below": 0.9},
+    "fresh_metrics": {"max_age": 30},
+    "zone_affinity": {"zone": "eu-1"},
+    "sticky": {"key": "tenant-42"},
+}
+
+
+def test_an_application_with_its_own_policies_and_balancers_modules_loads_every_built_in(
+    tmp_path,
+):
+    # "policies" and "balancers" are common module names in an application: the built-ins must
+    # load by name from a script in a directory that has both (its directory is sys.path[0]).
+    (tmp_path / "policies.py").write_text('OWN = "the application policies"\n')
+    (tmp_path / "balancers.py").write_text('OWN = "the application balancers"\n')
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
+    wanted = {
+        group: {name: BUILT_IN_ARGUMENTS.get(name, {}) for name in declared[group]}
+        for group in ("sentinel.policies", "sentinel.balancers")
+    }
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import json, sys\n"
+        "from sentinel.plugins import load_balancer, load_policy\n"
+        "wanted = json.loads(sys.argv[1])\n"
+        "for load, group in ((load_policy, 'sentinel.policies'), "
+        "(load_balancer, 'sentinel.balancers')):\n"
+        "    for name, arguments in wanted[group].items():\n"
+        "        print(name, type(load(name, **arguments)).__module__)\n"
+        "import balancers, policies\n"
+        "print(policies.OWN, balancers.OWN, sep='; ')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(wanted)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    *loaded, own = done.stdout.splitlines()
+    assert [line.split()[0] for line in loaded] == [
+        *wanted["sentinel.policies"],
+        *wanted["sentinel.balancers"],
+    ]
+    assert all(line.split()[1].startswith("sentinel.") for line in loaded), loaded
+    # ... and the application's own modules are still the ones its imports find.
+    assert own == "the application policies; the application balancers"
+
+
 def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
     # A copy of the sources, so that the build's scratch files never land in the worktree.
     source = tmp_path / "source"
@@ -145,7 +206,15 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
     [wheel] = (tmp_path / "dist").glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
-    assert tops == {"sentinel", "policies", "balancers"}
+    assert tops == {"sentinel"}  # an application's own "policies" module shadows nothing of ours
     assert "sentinel/py.typed" in names
-    assert "policies/__init__.py" in names and "balancers/__init__.py" in names
-    assert not any(name.startswith("benchmarks/") for name in names)
+    # Every module of the source, at its installed name: the explicit package list misses none.
+    folders = {"sentinel": "sentinel", **package_dirs()}
+    expected = {
+        f"{package.replace('.', '/')}/{path.relative_to(ROOT / folder).as_posix()}"
+        for package, folder in folders.items()
+        for path in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
+    assert {name for name in names if name.endswith(".py")} == expected
+    assert "sentinel/policies/metrics.py" in expected and "sentinel/balancers/load.py" in expected

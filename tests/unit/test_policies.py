@@ -3,8 +3,7 @@
 import time
 
 import pytest
-
-from policies import (
+from sentinel.policies import (
     AllUp,
     Chain,
     FreshMetrics,
@@ -15,6 +14,7 @@ from policies import (
     Threshold,
     ZoneAffinity,
 )
+
 from sentinel.collector.config import DEFAULT_INTERVAL
 from sentinel.errors import ValidationError
 from sentinel.freshness import METRICS_MAX_AGE, STALE_AFTER_INTERVALS

@@ -357,6 +357,8 @@ def test_client_record_trusts_the_node_name_over_the_client_id_it_holds():
         ("auth_version", "3"),
         ("auth_version", True),
         ("auth_version", 2.5),
+        ("auth_version", 2**53),  # above every version a manager issues
+        ("auth_version", 10**300 - 2),
         ("pid", 0),
         ("pid", "4121"),
         ("started", "yesterday"),

@@ -2,8 +2,8 @@
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sentinel.balancers import RoundRobin
 
-from balancers import RoundRobin
 from sentinel.cache import ServiceSnapshot
 from sentinel.records import MetricsRecord, ServiceSpec
 from sentinel.telemetry import LookupCounts

@@ -1,0 +1,143 @@
+"""``sentinel drain`` and ``sentinel undrain``: take one live instance out of rotation and back.
+
+The instance keeps its registration (its process, its node, its metrics); only its status
+changes, to ``draining`` and back to ``up``, and clients stop or start choosing it as soon as
+their cache sees the change. The process that registered the instance keeps the status it finds
+(:meth:`sentinel.ephemeral.EphemeralNodes.follow`): its later updates and the re-creation of its
+node after a session expiry do not undo an operator's drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from sentinel.cli.common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    SERVICE_HELP,
+    add_command,
+    connect,
+    fail,
+    print_json,
+)
+from sentinel.errors import RegistryConflict, ValidationError
+from sentinel.layout import (
+    INSTANCE_SEPARATOR,
+    instance_name,
+    instance_path,
+    parse_instance_name,
+    service_path,
+    validate_name,
+)
+from sentinel.records import InstanceRecord
+
+_ATTEMPTS = 5
+
+
+def _find(zk: KazooClient, service: str, instance: str) -> tuple[str, str] | str:
+    """``(partition, label)`` of ``instance`` (``PARTITION:LABEL``, or a label that one
+    partition holds), or the reason it names no live instance."""
+    if INSTANCE_SEPARATOR in instance:
+        return parse_instance_name(instance)
+    label = validate_name("label", instance)
+    try:
+        names = zk.get_children(service_path(service))
+    except NoNodeError:
+        return f"service {service!r} is not registered"
+    matches = sorted(n for n in names if n.endswith(f"{INSTANCE_SEPARATOR}{label}"))
+    if len(matches) > 1:
+        raise ValidationError(
+            f"label {label!r} is in several partitions of {service!r} ({', '.join(matches)}): "
+            "give PARTITION:LABEL"
+        )
+    if not matches:
+        return f"service {service!r} has no live instance labelled {label!r}"
+    return parse_instance_name(matches[0])
+
+
+def _set_status(args: argparse.Namespace, status: str) -> int:
+    service = validate_name("service", args.service)
+    with connect(args) as zk:
+        found = _find(zk, service, args.instance)
+        if isinstance(found, str):
+            return fail(found, EXIT_NOT_FOUND)
+        partition, label = found
+        name, path = instance_name(partition, label), instance_path(service, partition, label)
+        for _ in range(_ATTEMPTS):
+            try:
+                data, stat = zk.get(path)
+            except NoNodeError:
+                return fail(f"service {service!r} has no live instance {name}", EXIT_NOT_FOUND)
+            record = InstanceRecord.from_bytes(service, name, path, data)
+            before = record.status
+            if before != status:
+                updated = dataclasses.replace(record, status=status)
+                try:  # conditional: a write in between (its owner's update) is read again
+                    zk.set(path, updated.to_bytes(path), version=stat.version)
+                except (BadVersionError, NoNodeError):
+                    continue
+            break
+        else:
+            raise RegistryConflict(f"{path} kept changing during {_ATTEMPTS} attempts")
+    if args.json:
+        print_json({"service": service, "instance": name, "old": before, "new": status})
+    elif before == status:
+        print(f"{service} {name} is {status} already")
+    else:
+        back = f"sentinel {'undrain' if status == 'draining' else 'drain'} {service} {name}"
+        print(f"{service} {name}: {before} -> {status} (`{back}` undoes it)")
+    return EXIT_OK
+
+
+def _drain(args: argparse.Namespace) -> int:
+    return _set_status(args, "draining")
+
+
+def _undrain(args: argparse.Namespace) -> int:
+    return _set_status(args, "up")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``drain`` and ``undrain``."""
+    for name, handler, summary, description in (
+        (
+            "drain",
+            _drain,
+            "take one instance out of rotation (status draining)",
+            "Set the status of one live instance to draining: clients stop choosing it as "
+            "soon as their cache sees the change (get_service returns only instances that are "
+            "up), while it stays registered and keeps serving what it has. Its process keeps "
+            "that status across its own updates and session expiries, until `sentinel "
+            "undrain` (or its own update_registration(status=...)). To remove an instance "
+            "for good, stop it or call Sentinel.drain() in its process.",
+        ),
+        (
+            "undrain",
+            _undrain,
+            "put a drained instance back into rotation (status up)",
+            "Set the status of one live instance back to up: clients choose it again as soon "
+            "as their cache sees the change.",
+        ),
+    ):
+        parser = add_command(
+            commands,
+            name,
+            handler,
+            summary,
+            description,
+            (
+                f"sentinel {name} orders-db p1:replica-b",
+                f"sentinel {name} orders-db replica-b   # the label, when one partition has it",
+            ),
+        )
+        parser.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
+        parser.add_argument(
+            "instance",
+            metavar="INSTANCE",
+            help="PARTITION:LABEL as `sentinel ls SERVICE` and `watch` show it, or the LABEL "
+            "alone when one partition holds it",
+        )

@@ -1,0 +1,83 @@
+"""What a write costs the publisher, counted by the server: the requests its session sent.
+
+ZooKeeper's ``cons`` command reports, per connection, how many packets the server received
+(``recved``) under the session id; the difference around one call is that call's requests.
+Pings count too (kazoo sends one when the session has been quiet for a third of its
+timeout), so each figure is the fewest of a few tries: a ping lands in one try, not in all.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
+
+pytestmark = pytest.mark.integration
+
+TRIES = 5
+
+
+def received(zookeeper: LocalZooKeeper, client: Sentinel) -> int:
+    """Packets the server has received on ``client``'s session so far."""
+    session = f"sid=0x{client.session_id:x},"
+    for member in zookeeper.members:
+        for line in four_letter_word("127.0.0.1", member.client_port, "cons").splitlines():
+            if session in line:
+                match = re.search(r"recved=(\d+)", line)
+                assert match, line
+                return int(match.group(1))
+    raise AssertionError(f"no connection of session {client.session_id:x} on the server")
+
+
+def requests_of(zookeeper: LocalZooKeeper, client: Sentinel, call: Callable[[int], None]) -> int:
+    """The fewest requests ``call(try)`` sent in TRIES tries."""
+    counts = []
+    for attempt in range(TRIES):
+        before = received(zookeeper, client)
+        call(attempt)
+        counts.append(received(zookeeper, client) - before)
+    return min(counts)
+
+
+def test_register_update_metrics_and_deregister_pay_their_round_trips_and_nothing_else(
+    zookeeper, make_client
+):
+    publisher = make_client("publisher", announce=False)
+    first = publisher.register_service("db", "p1", "10.0.0.1", 5432, label="first")
+    # The service exists and this client has published to it: the steady state.
+    publisher.update_metrics(first, {"replication_lag": 0.5})
+    registrations = {}
+
+    def register(attempt: int) -> None:
+        registrations[attempt] = publisher.register_service(
+            "db", "p1", "10.0.0.2", 6000 + attempt, label=f"r{attempt}"
+        )
+
+    def update(attempt: int) -> None:
+        publisher.update_metrics(first, {"replication_lag": attempt})
+
+    def deregister(attempt: int) -> None:
+        assert publisher.deregister_service(registrations[attempt])
+
+    assert requests_of(zookeeper, publisher, register) == 1  # the create
+    assert requests_of(zookeeper, publisher, update) == 1  # the set (its node exists)
+    # The delete, after the check that the node is still this session's own (a node
+    # re-created by another process under the label must not be removed).
+    assert requests_of(zookeeper, publisher, deregister) == 2
+
+
+def test_the_count_sees_an_extra_request(zookeeper, make_client):
+    """The control: a call that adds one read is counted as two requests."""
+    publisher = make_client("publisher", announce=False)
+    registration = publisher.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    publisher.update_metrics(registration, {"replication_lag": 0.5})
+
+    def update_and_read(attempt: int) -> None:
+        publisher.update_metrics(registration, {"replication_lag": attempt})
+        publisher._zk.exists("/metrics/db")
+
+    assert requests_of(zookeeper, publisher, update_and_read) == 2

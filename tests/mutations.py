@@ -1,0 +1,307 @@
+"""Break the code on purpose, one way at a time, and show which test catches each break.
+
+Each mutation below is a bug that once went unnoticed (issue 30): the code still ran, and the
+test whose name promised the behaviour stayed green. This script copies the repository's
+working tree to a temporary directory, applies one mutation there, runs the test file meant to
+catch it, reverts, and goes on to the next; the checkout itself is never modified. It prints
+a table: mutation, the test that failed (caught) or ``SURVIVED``.
+
+Run it from the repository's root (not collected by pytest: nothing here is a test)::
+
+    python -m tests.mutations              # every mutation
+    python -m tests.mutations zsh decode   # those whose name contains a word given
+    python -m tests.mutations --why        # and the first line of each failure
+    python -m tests.mutations --tests-from 0f29c0c   # the control: the tests before issue 30
+
+It exits 1 when a mutation survived or could not be applied (its code moved: update it);
+with ``--tests-from`` it only reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """Replace ``old`` (which must occur exactly once in ``path``) by ``new``, and each
+    ``(old, new)`` pair of ``also`` likewise; ``tests`` are the pytest node ids that must fail."""
+
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    also: tuple[tuple[str, str], ...] = ()
+
+
+TELEMETRY = (
+    "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
+)
+
+MUTATIONS = (
+    Mutation(
+        "zsh-no-top-level-commands",
+        "sentinel/cli/__init__.py",
+        "print(shtab.complete(build_parser(), shell=args.shell))",
+        # the zsh script without its list of top-level commands
+        'print(__import__("re").sub(r"(?s)_shtab_sentinel_commands\\(\\) \\{.*?\\n\\}\\n", "", '
+        "shtab.complete(build_parser(), shell=args.shell)))",
+        ("tests/unit/test_cli_parser.py::test_zsh_completion_names_every_command",),
+    ),
+    Mutation(
+        "telemetry-snapshot-age-in-milliseconds",
+        "sentinel/client.py",
+        "return {name: now - s.built_at for name, s in dict(self._snapshots).items()}",
+        "return {name: (now - s.built_at) * 1000 for name, s in dict(self._snapshots).items()}",
+        (TELEMETRY,),
+    ),
+    Mutation(
+        "telemetry-propagation-delay-clamped-to-0",
+        "sentinel/telemetry.py",
+        "observe(max(time.time() - stat.mtime / 1000.0, 0.0))",
+        "observe(0.0)",
+        (TELEMETRY,),
+    ),
+    Mutation(
+        "forked-child-inherits-no-cache",
+        "sentinel/client.py",
+        "self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)",
+        "self._serve_restored({}, {}, stale_since)",
+        (
+            "tests/integration/test_fork.py::"
+            "test_a_child_within_inherited_max_age_serves_the_inherited_snapshot_with_no_zookeeper",
+        ),
+    ),
+    Mutation(
+        "postgres-old-pool-closed-1.5s-late",
+        "sentinel/integrations/postgres.py",
+        "    def _drain(self, pool: ConnectionPool[Any]) -> None:\n        pool.close(timeout=0)\n",
+        "    def _drain(self, pool: ConnectionPool[Any]) -> None:\n"
+        '        __import__("threading").Timer(1.5, lambda: pool.close(timeout=0)).start()\n',
+        (
+            "tests/integration/test_integration_postgres.py::"
+            "test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential",
+        ),
+    ),
+    Mutation(
+        "snapshot-rate-limit-100x-weaker",
+        "sentinel/snapshot.py",
+        "self._stop.wait(self._min_interval)",
+        "self._stop.wait(self._min_interval / 100)",
+        ("tests/faults/test_snapshot.py::test_snapshot_writes_are_rate_limited",),
+    ),
+    Mutation(
+        "decode-errors-not-counted",
+        "sentinel/cache.py",
+        "        self.stats.decode_errors += 1\n",
+        "        pass\n",
+        (
+            "tests/faults/test_hostile_json.py::test_hostile_json_is_a_counted_skip_everywhere",
+            "tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",
+        ),
+    ),
+    Mutation(
+        "decode-errors-counted-twice",
+        "sentinel/cache.py",
+        "        self.stats.decode_errors += 1\n",
+        "        self.stats.decode_errors += 2\n",
+        ("tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",),
+    ),
+    Mutation(
+        "resync-on-every-reconnection",
+        "sentinel/cache.py",
+        "        if state == KazooState.CONNECTED:\n"
+        "            self._tasks.put(_Task(self._schedule_resync))\n",
+        "        if state == KazooState.CONNECTED:\n"
+        "            self._tasks.put(_Task(self._resync))\n",
+        (
+            "tests/faults/test_faults.py::"
+            "test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst",
+        ),
+    ),
+    Mutation(
+        "help-a-command-without-summary",
+        "sentinel/cli/common.py",
+        "        help=summary,\n",
+        '        help=summary if name != "prune" else None,\n',
+        ("tests/integration/test_cli.py::test_help_explains_every_command",),
+    ),
+    Mutation(
+        "help-a-subcommand-without-description",
+        "sentinel/cli/common.py",
+        "        description=description,\n",
+        '        description=description if name != "stats" else None,\n',
+        ("tests/integration/test_operator_cli.py::test_every_command_has_help",),
+    ),
+    Mutation(
+        "connect-timeout-doubled",
+        "sentinel/client.py",
+        "self._zk.start(timeout=self.connect_timeout)",
+        "self._zk.start(timeout=self.connect_timeout * 2)",
+        (
+            "tests/integration/test_connection.py::"
+            "test_no_server_within_the_timeout_raises_and_leaves_no_threads",
+        ),
+    ),
+    Mutation(
+        "sasl-refusal-reported-late",
+        "sentinel/zkerrors.py",
+        "    if isinstance(exc, AuthFailedError):\n",
+        # a refused login reported only after a wait, as if retried until a timeout
+        "    if isinstance(exc, AuthFailedError):\n        __import__('time').sleep(2)\n",
+        ("tests/integration/test_sasl.py::test_a_wrong_password_is_refused_at_once_and_typed",),
+    ),
+    Mutation(
+        "ephemeral-nodes-not-restored-on-a-new-session",
+        "sentinel/ephemeral.py",
+        "restored = self._restore_all()",
+        "restored = 0",
+        (
+            "tests/integration/test_instance_labels.py::"
+            "test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_rest",
+        ),
+    ),
+    Mutation(
+        # Ctrl-C handled only once ready: one landing while the services load exits 130.
+        "watch-ctrl-c-handled-only-once-ready",
+        "sentinel/cli/watch.py",
+        "        signal.signal(signum, lambda *_: stop.set())\n",
+        "        pass\n",
+        ("tests/integration/test_operator_cli.py::test_watch_exits_cleanly_whenever_ctrl_c_lands",),
+        also=(
+            (
+                '            print("watching every service; Ctrl-C to stop", file=sys.stderr, '
+                "flush=True)\n",
+                "            for signum in (signal.SIGINT, signal.SIGTERM):\n"
+                "                signal.signal(signum, lambda *_: stop.set())\n"
+                '            print("watching every service; Ctrl-C to stop", file=sys.stderr, '
+                "flush=True)\n",
+            ),
+        ),
+    ),
+)
+
+
+def copy_tree(destination: Path) -> None:
+    """The working tree as it is (tracked and untracked files, not ignored ones)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (entry.decode() for entry in listed)):
+        source = ROOT / name
+        if source.is_file():
+            target = destination / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def use_tests_from(revision: str, tree: Path) -> None:
+    """Replace the copy's ``tests/`` by the one of ``revision`` (the control: older tests)."""
+    shutil.rmtree(tree / "tests")
+    archive = subprocess.run(
+        ["git", "archive", revision, "tests"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+
+
+def existing(tests: tuple[str, ...], tree: Path) -> tuple[str, ...]:
+    """Those of ``tests`` whose function is defined in ``tree``."""
+    return tuple(
+        test
+        for test in tests
+        if (tree / test.split("::")[0]).is_file()
+        and f"def {test.split('::')[-1]}(" in (tree / test.split("::")[0]).read_text()
+    )
+
+
+def run(mutation: Mutation, tree: Path, why: bool = False) -> tuple[str, float]:
+    """Apply ``mutation`` in ``tree``, run its tests, revert: (outcome, seconds)."""
+    tests = existing(mutation.tests, tree)
+    if not tests:
+        return "no such test in this tree", 0.0
+    path = tree / mutation.path
+    original = mutated = path.read_text()
+    for old, new in ((mutation.old, mutation.new), *mutation.also):
+        if mutated.count(old) != 1:
+            return f"NOT APPLIED ({old[:40]!r} found {mutated.count(old)}x)", 0.0
+        mutated = mutated.replace(old, new)
+    path.write_text(mutated)
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-rf",
+                *tests,
+            ],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        path.write_text(original)
+    seconds = time.monotonic() - started
+    failed = re.findall(r"^FAILED (\S+)", result.stdout, re.M)
+    if failed:
+        caught = "caught by " + ", ".join(sorted({name.split("::", 1)[-1] for name in failed}))
+        if why:  # the first line pytest marked as the error
+            caught += "\n    " + next(
+                (line for line in result.stdout.splitlines() if line.startswith("E ")), ""
+            )
+        return caught, seconds
+    if result.returncode == 0:
+        return "SURVIVED", seconds
+    return f"ERROR (pytest exit {result.returncode}): {result.stdout[-300:]}", seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("words", nargs="*", help="only mutations whose name contains one")
+    parser.add_argument("--why", action="store_true", help="show each failure's first line")
+    parser.add_argument(
+        "--tests-from",
+        metavar="REV",
+        help="run the tests of git revision REV instead (the control: did they catch it?)",
+    )
+    args = parser.parse_args()
+    chosen = [m for m in MUTATIONS if not args.words or any(w in m.name for w in args.words)]
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="sentinel-mutations-") as directory:
+        tree = Path(directory)
+        copy_tree(tree)
+        if args.tests_from:
+            use_tests_from(args.tests_from, tree)
+        width = max(len(m.name) for m in chosen)
+        print(f"{'mutation':<{width}}  {'seconds':>7}  outcome", flush=True)
+        for mutation in chosen:
+            outcome, seconds = run(mutation, tree, args.why)
+            bad += not outcome.startswith("caught")
+            print(f"{mutation.name:<{width}}  {seconds:7.1f}  {outcome}", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} mutations caught")
+    return 1 if bad and not args.tests_from else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
