@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's two entry points; each sets up whatever is missing first.
 #   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
-#   ./run.sh test [ARGS...]   lint, then run the whole test suite (ARGS go to pytest)
+#   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest)
 # Set-up: Debian's ZooKeeper and PostgreSQL packages when missing (needs root and apt-get),
 # then a virtual environment in .venv with the project installed in editable mode.
 set -euo pipefail
@@ -76,6 +76,10 @@ case "$command" in
         ensure_venv
         .venv/bin/ruff check sentinel policies balancers benchmarks tests
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests
+        # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors.
+        site=$(mktemp -d)
+        .venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; die "the docs build failed"; }
+        rm -rf "$site"
         status=0
         .venv/bin/python -m pytest "$@" || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from sentinel.strategies import Chain, Endpoints, SelectionPolicy
 
-from .metrics import FreshMetrics, MinLag, MinMetric, Threshold
+from .metrics import AgeLimited, FreshMetrics, MinLag, MinMetric, Threshold
 from .placement import Tagged, ZoneAffinity
 
 
@@ -41,6 +41,7 @@ class AllUp(SelectionPolicy):
 
 
 __all__ = [
+    "AgeLimited",
     "AllUp",
     "Chain",
     "Endpoints",

@@ -80,8 +80,7 @@ class AgeLimited(SelectionPolicy):
         return self._select_at(endpoints, time.time())[0]
 
     def __call__(self, endpoints: Endpoints) -> Endpoints:
-        if self.max_age is None:
-            return super().__call__(endpoints)
+        # One memo for both cases: without an age limit an answer holds for ever (until=inf).
         now = time.time()
         window: dict[int, tuple[Endpoints, float, float, Endpoints]] | None = self.__dict__.get(
             "_windows"

@@ -999,15 +999,13 @@ class Sentinel:
         instances = snapshot.partitions.get(partition, ())
         eligible = tuple(e for e in instances if e.status == "up")
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
-        chain = getattr(policy, "policies", None) or (() if policy is None else (policy,))
-        for step in chain:
-            # A metric policy with an age limit (policies.metrics.AgeLimited) names the
+        for step in () if policy is None else _steps(policy):
+            # A metric policy with an age limit (sentinel.policies.metrics.AgeLimited) names the
             # endpoints it distrusts for their metrics' age: their verdict is "stale".
             stale = getattr(step, "stale", None)
             old = tuple(stale(eligible)) if callable(stale) and eligible else ()
             if old:
-                name = f"metrics older than {step.max_age:g}s ({step!r})"  # type: ignore[attr-defined]
-                steps.append(ExplainStep(name, old, verdict=STALE))
+                steps.append(ExplainStep(f"stale metrics under {step!r}", old, verdict=STALE))
                 eligible = tuple(e for e in eligible if e not in old)
             kept = tuple(step(eligible)) if eligible else ()
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
@@ -1026,15 +1024,26 @@ class Sentinel:
         )
         snapshot = self._snapshots.get(service)
         live = len(snapshot.partitions.get(partition, ())) if snapshot else 0
-        down = sum(
-            self.feedback.is_down(e) for e in (snapshot.up.get(partition, ()) if snapshot else ())
-        )
+        up = snapshot.up.get(partition, ()) if snapshot else ()
+        down = sum(self.feedback.is_down(e) for e in up)
+        # The cost of the freshness default, said where it bites: a stopped collector shows
+        # here as instances whose metrics are too old, not as a mystery.
+        stale: set[str] = set()
+        for step in () if policy is None else _steps(policy):
+            distrusted = getattr(step, "stale", None)
+            if callable(distrusted) and up:
+                stale.update(e.name for e in distrusted(up))
         reason = (
             "has no live instance"
             if live == 0
             else f"has {live} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"
             + (f" ({down} reported down)" if down else "")
+            + (
+                f" ({len(stale)} with stale metrics: check their collector, or pass max_age)"
+                if stale
+                else ""
+            )
         )
         return NoInstanceAvailable(
             f"{where} {reason}", service=service, key=key, partition=partition, policy=policy
@@ -1137,7 +1146,10 @@ class Sentinel:
         Values are finite numbers or strings of at most 256 characters, at most 256 metrics.
         ``measured_at`` (Unix seconds, default now) is when they were measured, so policies can
         tell fresh from stale. The node is persistent: metrics outlive a collector's session,
-        and their age says how much to trust them.
+        and their age says how much to trust them. Metrics for an instance that is not
+        registered raise :class:`~sentinel.errors.InstanceNotRegistered` (a
+        :class:`~sentinel.errors.ValidationError`) and nothing is written: the check is part
+        of the write's own transaction, so it costs no extra round trip.
         """
         self._require_writable()
         identity = (
@@ -1341,6 +1353,13 @@ class Sentinel:
         names = [clients] if isinstance(clients, str) else list(clients)
         rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
         return rotation.run(timeout)
+
+
+def _steps(policy: object) -> tuple[object, ...]:
+    """The policies a chain applies one after the other, nested chains flattened (``a & b & c``
+    is ``Chain(Chain(a, b), c)``), so explain() shows each one's verdict."""
+    inner = getattr(policy, "policies", None)
+    return (policy,) if not inner else tuple(step for p in inner for step in _steps(p))
 
 
 def _shard_policy_spec(

@@ -185,8 +185,8 @@ class EphemeralNodes:
         newer process registered the same identity (a rolling restart on the same host and
         port), the old one shutting down must not delete the new one's node. No single request
         can tell the two apart: ZooKeeper conditions a delete only on the data version, and the
-        successor's node starts at version 0 like ours (docs/design-notes.md, "Issue 18:
-        deregistration in one round trip").
+        successor's node starts at version 0 like ours
+        (docs/decisions/deregistration-reads-before-deleting.md).
         """
         with self._lock:
             data = self._nodes.pop(path, None)

@@ -1,12 +1,12 @@
 """TLS to ZooKeeper: which CA to trust and which certificate to present, as plain values.
 
-Secrets must not cross the wire in clear (docs/design-notes.md), so a client can talk to
-ZooKeeper's ``secureClientPort`` instead of its plain port. :class:`TlsConfig` holds three file
-paths and no key material, so it pickles into a Spark closure like any other setting; the files
-are read where the client runs. The server certificate is always verified (against ``ca``, or
-the system's trusted CAs when ``ca`` is None) and so is its host name, as ZooKeeper's Java
-client does; ``certfile`` and ``keyfile`` give the client certificate a server with
-``ssl.clientAuth=need`` asks for.
+Secrets must not cross the wire in clear (docs/decisions/tls-verifies-everything.md), so a
+client can talk to ZooKeeper's ``secureClientPort`` instead of its plain port.
+:class:`TlsConfig` holds three file paths and no key material, so it pickles into a Spark
+closure like any other setting; the files are read where the client runs. The server certificate
+is always verified (against ``ca``, or the system's trusted CAs when ``ca`` is None) and so is
+its host name, as ZooKeeper's Java client does; ``certfile`` and ``keyfile`` give the client
+certificate a server with ``ssl.clientAuth=need`` asks for.
 
 Environment: ``SENTINEL_ZK_TLS_CA``, ``SENTINEL_ZK_TLS_CERT``, ``SENTINEL_ZK_TLS_KEY``
 (read by :meth:`TlsConfig.from_env`; they do not turn TLS on by themselves)::

@@ -82,6 +82,9 @@ MUTATIONS = (
         (
             "tests/integration/test_fork.py::"
             "test_a_child_within_inherited_max_age_serves_the_inherited_snapshot_with_no_zookeeper",
+            # the "served, not loaded" check the issue found weak (a 1 s bound)
+            "tests/integration/test_fork.py::"
+            "test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork",
         ),
     ),
     Mutation(

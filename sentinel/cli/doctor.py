@@ -435,11 +435,10 @@ def _partitions(
         ]
     except DecodeError as exc:
         return [Finding("error", "schema", str(exc), f"recreate shard policy {spec.shard_policy}")]
-    if policy.partitions is not None:
-        used = set(policy.partitions)
-    elif policy.kind == "range":
-        used = {p for _, p in policy.boundaries}
-    else:
+    declared = policy.declared
+    if declared is not None:
+        used = set(declared)
+    else:  # any partition may be used: the ones the keys map to
         used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
     return [
         Finding(

@@ -313,11 +313,11 @@ class ConvergenceFuzzer:
                     kind = "metrics"
                     self.writer.update_metrics(service, partition, label, {"load": 0})
         elif kind == "shard":
-            key = rng.choice(KEYS)
+            shard_key = rng.choice(KEYS)
             if rng.random() < 0.25:
-                self.writer.remove_shard_key(POLICY, key)
+                self.writer.remove_shard_key(POLICY, shard_key)
             else:
-                self.writer.update_shard_info(POLICY, key, rng.choice(("p0", "p1")))
+                self.writer.update_shard_info(POLICY, shard_key, rng.choice(("p0", "p1")))
         time.sleep(rng.uniform(0, 0.01))  # changes in bursts, as deployments make them
         return kind
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 from sentinel.balancers import RoundRobin
-from sentinel.policies import FreshMetrics, MinLag
+from sentinel.policies import AllUp, FreshMetrics, MinLag, Tagged
 
 from sentinel.errors import (
     InstanceNotRegistered,
@@ -254,8 +254,13 @@ def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client,
     assert verdicts["r1"] == "stale" and verdicts["r2"] == "eligible"
     assert verdicts["r3"].startswith("excluded by MinLag(")
     assert [e.label for e in explanation.eligible] == ["r2"]
+    chained = client.explain("db", "acme", MinLag() & AllUp() & Tagged())  # nested chains
+    assert {n.rsplit(":", 1)[1]: v for n, v in chained.verdicts.items()} == verdicts
     # Trusting metrics of any age is still possible, and explicit.
     assert client.get_service("db", "acme", policy=MinLag(max_age=None)).label == "r1"
+    # When nothing is fresh the error says so, rather than routing to an old value.
+    with pytest.raises(NoInstanceAvailable, match=r"\(3 with stale metrics: check their"):
+        client.get_service("db", "acme", policy=MinLag(max_age=0.001))
     resolved = cli_in_process("resolve", "db", "acme", "--policy", "min_lag", "--json")
     assert resolved.returncode == 0, resolved.stderr
     answer = json.loads(resolved.stdout)

@@ -132,8 +132,8 @@ def _requests_sent(client, action) -> list[str]:
 
 
 def test_deregistration_costs_one_read_and_one_conditional_delete(make_client, raw_zk):
-    # The floor while the guarantee below holds (docs/design-notes.md, "Issue 18:
-    # deregistration in one round trip"): no request beyond the ownership read and the delete.
+    # The floor while the guarantee below holds (docs/decisions/
+    # deregistration-reads-before-deleting.md): no request beyond the ownership read and delete.
     client = make_client()
     registration = client.register_service("api", "p1", "h", 80)
     sent = _requests_sent(client, lambda: client.deregister_service(registration))

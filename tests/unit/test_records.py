@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
 from sentinel.records import (
     MAX_CLIENT_TEXT,
+    MAX_INT_DIGITS,
+    MAX_JSON_DEPTH,
     MAX_VALUE_BYTES,
     ClientRecord,
     InstanceRecord,
@@ -16,6 +18,8 @@ from sentinel.records import (
     ServiceSpec,
     decode,
     encode,
+    finite_number,
+    parse_json,
 )
 
 PATH = "/services/db/p1:a"
@@ -389,3 +393,64 @@ def test_client_record_refuses_undecodable_nodes(data):
 def test_arbitrary_bytes_either_decode_as_a_client_record_or_raise_decode_error(data):
     with contextlib.suppress(DecodeError):
         ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)
+
+
+# The bounds of parse_json at their edges (found by mutation testing, docs/testing.md): the
+# limits are inclusive, and a refusal names the node's path.
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+def test_nesting_up_to_the_limit_parses_and_one_more_is_refused():
+    assert parse_json(PATH, nested(MAX_JSON_DEPTH)) is not None
+    with pytest.raises(DecodeError, match=f"nesting of {MAX_JSON_DEPTH + 1} levels") as refused:
+        parse_json(PATH, nested(MAX_JSON_DEPTH + 1))
+    assert refused.value.path == PATH
+
+
+def test_nesting_is_the_deepest_path_not_the_bracket_count():
+    # Many brackets in siblings (counted past the limit), each shallow: accepted.
+    siblings = "[" + ",".join([nested(MAX_JSON_DEPTH - 1)] * 3) + "]"
+    assert len(parse_json(PATH, siblings)) == 3
+    # Brackets inside strings are text, not nesting.
+    assert parse_json(PATH, json.dumps(["[" * 200])) == ["[" * 200]
+    # Closed siblings before a deep branch: the depth is followed, not guessed.
+    deep_after = "[" + "[]," * 10 + nested(MAX_JSON_DEPTH) + "]"
+    with pytest.raises(DecodeError, match=f"nesting of {MAX_JSON_DEPTH + 1} levels"):
+        parse_json(PATH, deep_after)
+
+
+def test_integers_up_to_the_digit_limit_parse_and_one_digit_more_is_refused():
+    limit = "9" * MAX_INT_DIGITS
+    assert parse_json(PATH, limit) == int(limit)
+    assert parse_json(PATH, "-" + limit) == -int(limit)  # the sign is not a digit
+    with pytest.raises(DecodeError, match=f"at most {MAX_INT_DIGITS}") as refused:
+        parse_json(PATH, limit + "9")
+    assert refused.value.path == PATH
+
+
+def test_floats_out_of_range_are_refused_by_name():
+    with pytest.raises(DecodeError, match="a number out of float range"):
+        parse_json(PATH, "1e400")
+
+
+def test_a_value_of_exactly_max_bytes_parses_and_one_byte_more_is_refused():
+    value = b"[" + b" " * 8 + b"]"  # 10 bytes
+    assert parse_json(PATH, value, max_bytes=10) == []
+    with pytest.raises(DecodeError, match="value of 11 bytes is over the limit of 10") as refused:
+        parse_json(PATH, value + b" ", max_bytes=10)
+    assert refused.value.path == PATH
+
+
+def test_finite_number_says_what_is_wrong():
+    with pytest.raises(ValidationError, match=r"^weight must be a number, got str$"):
+        finite_number("weight", "1")
+    with pytest.raises(ValidationError, match=r"^weight is an integer too large for a float$"):
+        finite_number("weight", 10**400)
+    with pytest.raises(ValidationError, match=r"^weight -1 must be a finite number >= 0$"):
+        finite_number("weight", -1, minimum=0)
+    with pytest.raises(ValidationError, match=r"^weight inf must be a finite number$"):
+        finite_number("weight", math.inf)
+    assert finite_number("weight", 0, minimum=0) == 0
