@@ -198,6 +198,12 @@ def _scheme(value: object) -> str:
     return value
 
 
+def _or_empty(value: object) -> object:
+    """A stored mapping field: None (absent or null) reads as empty; anything else is left
+    for :func:`_properties` to validate (``value or {}`` let ``[]``, ``0`` and ``""`` pass)."""
+    return {} if value is None else value
+
+
 def _properties(value: object) -> Mapping[str, Any]:
     """A read-only deep copy of JSON-able properties with string keys."""
     if value is None:
@@ -249,7 +255,7 @@ class ServiceSpec:
                 service=service,
                 scheme=document["scheme"],
                 shard_policy=document.get("shard_policy"),
-                defaults=document.get("defaults") or {},
+                defaults=_or_empty(document.get("defaults")),
             )
 
 
@@ -328,7 +334,8 @@ class InstanceRecord:
                 status=document.get("status", "up"),
                 weight=document.get("weight", 1),
                 zone=document.get("zone"),
-                properties=document.get("properties") or {},
+                # Absent or null is none; any other non-mapping ([] included) is refused.
+                properties=_or_empty(document.get("properties")),
                 registered_at=float(registered_at),
             )
 

@@ -162,6 +162,26 @@ def test_instance_decoding_validates_every_field(document, fragment):
         InstanceRecord.from_bytes("db", "p1:a", PATH, data)
 
 
+@pytest.mark.parametrize("value", [[], 0, "", False, [1], "x"])
+def test_stored_properties_and_defaults_that_are_no_mapping_are_decode_errors(value):
+    """``[]`` passed as "no properties" once (found by the hostile JSON test): only an absent
+    or null field reads as empty."""
+    instance = {"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 1}
+    data = json.dumps({**instance, "scheme": "http", "properties": value}).encode()
+    with pytest.raises(DecodeError, match="properties must be a mapping"):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+    spec = json.dumps({"v": 1, "scheme": "http", "shard_policy": None, "defaults": value})
+    with pytest.raises(DecodeError, match="must be a mapping"):
+        ServiceSpec.from_bytes("db", "/services/db", spec.encode())
+
+
+def test_absent_or_null_properties_read_as_none():
+    instance = {"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 1, "scheme": "http"}
+    for document in (instance, {**instance, "properties": None}):
+        record = InstanceRecord.from_bytes("db", "p1:a", PATH, json.dumps(document).encode())
+        assert dict(record.properties) == {}
+
+
 def test_instance_decoding_rejects_a_malformed_node_name():
     data = make_instance().to_bytes(PATH)
     with pytest.raises(DecodeError, match="no ':'"):
