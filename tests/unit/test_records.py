@@ -11,6 +11,8 @@ from sentinel.records import (
     MAX_CLIENT_TEXT,
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
+    MAX_METRIC_TEXT,
+    MAX_METRICS,
     MAX_VALUE_BYTES,
     ClientRecord,
     InstanceRecord,
@@ -452,3 +454,93 @@ def test_finite_number_says_what_is_wrong():
     with pytest.raises(ValidationError, match=r"^weight inf must be a finite number$"):
         finite_number("weight", math.inf)
     assert finite_number("weight", 0, minimum=0) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("app", "not a name", "^app name 'not a name' may only hold"),
+        ("auth_client", "../etc", "^auth client name '../etc' may only hold"),
+        ("pid", 0, "^pid must be an integer >= 1, got 0$"),
+        ("pid", True, "^pid must be an integer >= 1, got True$"),
+        ("auth_version", -1, "^auth_version must be an integer >= 0, got -1$"),
+        ("host", "h" * (MAX_CLIENT_TEXT + 1), "^host must be a string of at most 256 characters$"),
+        ("sentinel_version", 1, "^sentinel_version must be a string of at most 256 characters$"),
+        ("started", "x", "^started must be a number, got str$"),
+    ],
+)
+def test_client_record_names_the_field_it_refuses(field, value, message):
+    with pytest.raises(ValidationError, match=message):
+        ClientRecord(service="db", client_id="c", **{field: value})
+
+
+def test_client_record_bounds_are_inclusive():
+    edge = ClientRecord(
+        service="db",
+        client_id="c",
+        pid=1,
+        auth_version=0,
+        host="h" * MAX_CLIENT_TEXT,
+        sentinel_version="v" * MAX_CLIENT_TEXT,
+        started=0,
+    )
+    assert (edge.pid, edge.auth_version, len(edge.host), len(edge.sentinel_version)) == (
+        1,
+        0,
+        MAX_CLIENT_TEXT,
+        MAX_CLIENT_TEXT,
+    )
+
+
+METRICS_PATH = "/metrics/db/p1:a"
+
+
+def test_metrics_record_round_trip():
+    record = MetricsRecord("db", "p1", "a", {"lag": 3, "state": "ok", "load": 0.5}, 12.5)
+    data = record.to_bytes(METRICS_PATH)
+    assert json.loads(data) == {
+        "v": 1,
+        "measured_at": 12.5,
+        "metrics": {"lag": 3, "state": "ok", "load": 0.5},
+    }
+    back = MetricsRecord.from_bytes("db", "p1:a", METRICS_PATH, data)
+    assert (back.service, back.partition, back.label, back.measured_at) == ("db", "p1", "a", 12.5)
+    assert dict(back.values) == {"lag": 3, "state": "ok", "load": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"measured_at": 1.0, "metrics": [1]}, "metrics must be a mapping, got list"),
+        ({"measured_at": 1.0, "metrics": {"a%": 1}}, "metric name 'a%' may only hold"),
+        (
+            {"measured_at": 1.0, "metrics": {"a": "x" * (MAX_METRIC_TEXT + 1)}},
+            "metric 'a' is a string of 257 characters; at most 256 are allowed",
+        ),
+        (
+            {"measured_at": 1.0, "metrics": {"a": True}},
+            "metric 'a' must be a number or a string, got bool",
+        ),
+        (
+            {"measured_at": 1.0, "metrics": {f"m{i}": 1 for i in range(MAX_METRICS + 1)}},
+            "257 metrics given; at most 256 are allowed",
+        ),
+        ({"measured_at": "now", "metrics": {}}, "measured_at must be a number, got str"),
+        ({"metrics": {}}, "measured_at"),
+        ({"measured_at": 1.0}, "metrics"),
+    ],
+)
+def test_metrics_record_refusals_are_decode_errors_naming_the_problem(document, message):
+    data = json.dumps({"v": 1, **document}).encode()
+    with pytest.raises(DecodeError, match=message) as caught:
+        MetricsRecord.from_bytes("db", "p1:a", METRICS_PATH, data)
+    assert caught.value.path == METRICS_PATH
+
+
+def test_metrics_record_bounds_are_inclusive():
+    values = {f"m{i}": "x" * MAX_METRIC_TEXT for i in range(MAX_METRICS)}
+    assert len(MetricsRecord("db", "p1", "a", values, 1.0).values) == MAX_METRICS
+    with pytest.raises(DecodeError, match="node name"):
+        MetricsRecord.from_bytes(
+            "db", "no-colon", METRICS_PATH, b'{"v":1,"measured_at":1,"metrics":{}}'
+        )
