@@ -544,3 +544,60 @@ def test_metrics_record_bounds_are_inclusive():
         MetricsRecord.from_bytes(
             "db", "no-colon", METRICS_PATH, b'{"v":1,"measured_at":1,"metrics":{}}'
         )
+
+
+# Every decoder names the node it refused, whatever failed: the bytes, or a field.
+DECODERS = {
+    "spec": lambda data: ServiceSpec.from_bytes("db", "/services/db", data),
+    "instance": lambda data: InstanceRecord.from_bytes("db", "p1:a", "/services/db/p1:a", data),
+    "metrics": lambda data: MetricsRecord.from_bytes("db", "p1:a", "/metrics/db/p1:a", data),
+    "client": lambda data: ClientRecord.from_bytes("db", "c", "/clients/db/c", data),
+}
+DECODER_PATHS = {
+    "spec": "/services/db",
+    "instance": "/services/db/p1:a",
+    "metrics": "/metrics/db/p1:a",
+    "client": "/clients/db/c",
+}
+BAD_FIELD = {
+    "spec": b'{"v": 1, "scheme": 7}',
+    "instance": b'{"v": 1, "partition": "p1", "label": "a", "host": "h", "port": "x"}',
+    "metrics": b'{"v": 1, "measured_at": "x", "metrics": {}}',
+    "client": b'{"v": 1, "pid": 0}',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DECODERS))
+def test_each_decoder_names_the_node_it_refuses(kind):
+    for data in (b"\xff", BAD_FIELD[kind]):
+        with pytest.raises(DecodeError) as caught:
+            DECODERS[kind](data)
+        assert caught.value.path == DECODER_PATHS[kind], (kind, data)
+
+
+def test_an_instance_node_under_another_name_is_refused_naming_it():
+    data = make_instance().to_bytes(PATH)
+    with pytest.raises(DecodeError, match="partition and label do not match") as caught:
+        InstanceRecord.from_bytes("db", "p1:b", PATH, data)
+    assert caught.value.path == PATH
+
+
+def test_an_instance_without_the_optional_fields_gets_their_defaults():
+    data = b'{"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 80, "scheme": "http"}'
+    record = InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+    assert (record.status, record.weight, record.registered_at) == ("up", 1, 0.0)
+
+
+@pytest.mark.parametrize("field", ["service", "partition", "label"])
+def test_metrics_record_names_the_name_it_refuses(field):
+    names = {"service": "db", "partition": "p1", "label": "a", field: "bad name"}
+    with pytest.raises(ValidationError, match=f"^{field} name 'bad name'"):
+        MetricsRecord(**names, values={}, measured_at=1.0)
+
+
+def test_metrics_record_values_are_checked_and_read_only():
+    record = MetricsRecord("db", "p1", "a", {"lag": 1}, 1.0)
+    with pytest.raises(TypeError):
+        record.values["lag"] = 2  # type: ignore[index]
+    with pytest.raises(ValidationError, match=r"^metric 'lag' inf must be a finite number$"):
+        MetricsRecord("db", "p1", "a", {"lag": math.inf}, 1.0)
