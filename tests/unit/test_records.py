@@ -13,6 +13,7 @@ from sentinel.records import (
     MAX_JSON_DEPTH,
     MAX_METRIC_TEXT,
     MAX_METRICS,
+    MAX_PROPERTY_KEY_LENGTH,
     MAX_VALUE_BYTES,
     ClientRecord,
     InstanceRecord,
@@ -601,3 +602,65 @@ def test_metrics_record_values_are_checked_and_read_only():
         record.values["lag"] = 2  # type: ignore[index]
     with pytest.raises(ValidationError, match=r"^metric 'lag' inf must be a finite number$"):
         MetricsRecord("db", "p1", "a", {"lag": math.inf}, 1.0)
+
+
+def test_a_non_default_status_and_the_spec_defaults_survive_the_round_trip():
+    draining = make_instance(status="draining", weight=3)
+    back = InstanceRecord.from_bytes("db", "p1:a", PATH, draining.to_bytes(PATH))
+    assert (back.status, back.weight) == ("draining", 3)
+    spec = ServiceSpec("db", defaults={"pool": {"size": 5}})
+    assert dict(spec.defaults) == {"pool": {"size": 5}}
+    again = ServiceSpec.from_bytes("db", "/services/db", spec.to_bytes("/services/db"))
+    assert dict(again.defaults) == {"pool": {"size": 5}}
+
+
+def test_encode_writes_compact_json_up_to_the_byte_limit_inclusive():
+    assert encode(PATH, {"a": [1, 2]}) == b'{"v":1,"a":[1,2]}'
+    overhead = len(encode(PATH, {"x": ""}))
+    assert len(encode(PATH, {"x": "y" * (MAX_VALUE_BYTES - overhead)})) == MAX_VALUE_BYTES
+    with pytest.raises(ValueTooLarge, match=f"^value for {PATH} is {MAX_VALUE_BYTES + 1} bytes"):
+        encode(PATH, {"x": "y" * (MAX_VALUE_BYTES - overhead + 1)})
+
+
+def test_a_property_key_of_the_maximum_length_is_accepted():
+    key = "k" * MAX_PROPERTY_KEY_LENGTH
+    assert dict(make_instance(properties={key: 1}).properties) == {key: 1}
+    with pytest.raises(ValidationError):
+        make_instance(properties={key + "k": 1})
+
+
+def test_nesting_is_followed_back_down_after_a_branch_closes():
+    # [[[], then 63 levels: 2 + 63 = 65 deep, though a branch closed on the way.
+    data = "[[[]," + nested(MAX_JSON_DEPTH - 1) + "]]"
+    with pytest.raises(DecodeError, match=f"nesting of {MAX_JSON_DEPTH + 1} levels"):
+        parse_json(PATH, data)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ServiceSpec("bad name"), "^service name 'bad name'"),
+        (lambda: ServiceSpec("db", shard_policy="bad name"), "^shard policy name 'bad name'"),
+        (lambda: make_instance(service="bad name"), "^service name 'bad name'"),
+        (lambda: make_instance(partition="bad name"), "^partition name 'bad name'"),
+        (lambda: make_instance(label="bad name"), "^label name 'bad name'"),
+        (lambda: make_instance(zone="bad name"), "^zone name 'bad name'"),
+        (lambda: make_instance(port="80"), "^port must be an integer, got str$"),
+        (lambda: make_instance(weight=-1), "^weight -1 must be a finite number >= 0$"),
+        (lambda: make_instance(registered_at="x"), "^registered_at must be a number, got str$"),
+        (lambda: ClientRecord(service="bad name", client_id="c"), "^service name 'bad name'"),
+        (lambda: ClientRecord(service="db", client_id="bad name"), "^client name 'bad name'"),
+    ],
+)
+def test_records_name_the_field_they_refuse(build, message):
+    with pytest.raises(ValidationError, match=message):
+        build()
+
+
+def test_a_decoded_instance_names_a_bad_registered_at():
+    data = json.dumps(
+        {"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 80, "scheme": "http"}
+        | {"registered_at": "x"}
+    ).encode()
+    with pytest.raises(DecodeError, match="registered_at must be a number"):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
