@@ -664,3 +664,22 @@ def test_a_decoded_instance_names_a_bad_registered_at():
     ).encode()
     with pytest.raises(DecodeError, match="registered_at must be a number"):
         InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+
+
+def test_the_highest_port_is_accepted_and_one_more_is_not():
+    assert make_instance(port=65535).port == 65535
+    with pytest.raises(ValidationError):
+        make_instance(port=65536)
+
+
+def test_spec_defaults_and_properties_are_read_only_copies_and_none_is_empty():
+    given = {"pool": {"size": 5}}
+    spec = ServiceSpec("db", defaults=given)
+    given["pool"]["size"] = 6  # a deep copy: the caller's dict changing later changes nothing
+    assert spec.defaults["pool"]["size"] == 5
+    with pytest.raises(TypeError):
+        spec.defaults["pool"] = {}  # type: ignore[index]
+    assert dict(make_instance(properties=None).properties) == {}
+    assert dict(ServiceSpec("db", defaults=None).defaults) == {}
+    with pytest.raises(ValidationError, match=r"^properties must be a mapping, got list$"):
+        make_instance(properties=[1])
