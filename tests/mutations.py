@@ -11,7 +11,7 @@ Run it from the repository's root (not collected by pytest: nothing here is a te
     python -m tests.mutations              # every mutation
     python -m tests.mutations zsh decode   # those whose name contains a word given
     python -m tests.mutations --why        # and the first line of each failure
-    python -m tests.mutations --tests-from 0f29c0c   # the control: the tests before issue 30
+    python -m tests.mutations --tests-from 63070e5^  # the control: the tests before issue 30
 
 It exits 1 when a mutation survived or could not be applied (its code moved: update it);
 with ``--tests-from`` it only reports.

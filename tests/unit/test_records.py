@@ -11,6 +11,9 @@ from sentinel.records import (
     MAX_CLIENT_TEXT,
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,
+    MAX_METRIC_TEXT,
+    MAX_METRICS,
+    MAX_PROPERTY_KEY_LENGTH,
     MAX_VALUE_BYTES,
     ClientRecord,
     InstanceRecord,
@@ -474,3 +477,231 @@ def test_finite_number_says_what_is_wrong():
     with pytest.raises(ValidationError, match=r"^weight inf must be a finite number$"):
         finite_number("weight", math.inf)
     assert finite_number("weight", 0, minimum=0) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("app", "not a name", "^app name 'not a name' may only hold"),
+        ("auth_client", "../etc", "^auth client name '../etc' may only hold"),
+        ("pid", 0, "^pid must be an integer >= 1, got 0$"),
+        ("pid", True, "^pid must be an integer >= 1, got True$"),
+        ("auth_version", -1, "^auth_version must be an integer >= 0, got -1$"),
+        ("host", "h" * (MAX_CLIENT_TEXT + 1), "^host must be a string of at most 256 characters$"),
+        ("sentinel_version", 1, "^sentinel_version must be a string of at most 256 characters$"),
+        ("started", "x", "^started must be a number, got str$"),
+    ],
+)
+def test_client_record_names_the_field_it_refuses(field, value, message):
+    with pytest.raises(ValidationError, match=message):
+        ClientRecord(service="db", client_id="c", **{field: value})
+
+
+def test_client_record_bounds_are_inclusive():
+    edge = ClientRecord(
+        service="db",
+        client_id="c",
+        pid=1,
+        auth_version=0,
+        host="h" * MAX_CLIENT_TEXT,
+        sentinel_version="v" * MAX_CLIENT_TEXT,
+        started=0,
+    )
+    assert (edge.pid, edge.auth_version, len(edge.host), len(edge.sentinel_version)) == (
+        1,
+        0,
+        MAX_CLIENT_TEXT,
+        MAX_CLIENT_TEXT,
+    )
+
+
+METRICS_PATH = "/metrics/db/p1:a"
+
+
+def test_metrics_record_round_trip():
+    record = MetricsRecord("db", "p1", "a", {"lag": 3, "state": "ok", "load": 0.5}, 12.5)
+    data = record.to_bytes(METRICS_PATH)
+    assert json.loads(data) == {
+        "v": 1,
+        "measured_at": 12.5,
+        "metrics": {"lag": 3, "state": "ok", "load": 0.5},
+    }
+    back = MetricsRecord.from_bytes("db", "p1:a", METRICS_PATH, data)
+    assert (back.service, back.partition, back.label, back.measured_at) == ("db", "p1", "a", 12.5)
+    assert dict(back.values) == {"lag": 3, "state": "ok", "load": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"measured_at": 1.0, "metrics": [1]}, "metrics must be a mapping, got list"),
+        ({"measured_at": 1.0, "metrics": {"a%": 1}}, "metric name 'a%' may only hold"),
+        (
+            {"measured_at": 1.0, "metrics": {"a": "x" * (MAX_METRIC_TEXT + 1)}},
+            "metric 'a' is a string of 257 characters; at most 256 are allowed",
+        ),
+        (
+            {"measured_at": 1.0, "metrics": {"a": True}},
+            "metric 'a' must be a number or a string, got bool",
+        ),
+        (
+            {"measured_at": 1.0, "metrics": {f"m{i}": 1 for i in range(MAX_METRICS + 1)}},
+            "257 metrics given; at most 256 are allowed",
+        ),
+        ({"measured_at": "now", "metrics": {}}, "measured_at must be a number, got str"),
+        ({"metrics": {}}, "measured_at"),
+        ({"measured_at": 1.0}, "metrics"),
+    ],
+)
+def test_metrics_record_refusals_are_decode_errors_naming_the_problem(document, message):
+    data = json.dumps({"v": 1, **document}).encode()
+    with pytest.raises(DecodeError, match=message) as caught:
+        MetricsRecord.from_bytes("db", "p1:a", METRICS_PATH, data)
+    assert caught.value.path == METRICS_PATH
+
+
+def test_metrics_record_bounds_are_inclusive():
+    values = {f"m{i}": "x" * MAX_METRIC_TEXT for i in range(MAX_METRICS)}
+    assert len(MetricsRecord("db", "p1", "a", values, 1.0).values) == MAX_METRICS
+    with pytest.raises(DecodeError, match="node name"):
+        MetricsRecord.from_bytes(
+            "db", "no-colon", METRICS_PATH, b'{"v":1,"measured_at":1,"metrics":{}}'
+        )
+
+
+# Every decoder names the node it refused, whatever failed: the bytes, or a field.
+DECODERS = {
+    "spec": lambda data: ServiceSpec.from_bytes("db", "/services/db", data),
+    "instance": lambda data: InstanceRecord.from_bytes("db", "p1:a", "/services/db/p1:a", data),
+    "metrics": lambda data: MetricsRecord.from_bytes("db", "p1:a", "/metrics/db/p1:a", data),
+    "client": lambda data: ClientRecord.from_bytes("db", "c", "/clients/db/c", data),
+}
+DECODER_PATHS = {
+    "spec": "/services/db",
+    "instance": "/services/db/p1:a",
+    "metrics": "/metrics/db/p1:a",
+    "client": "/clients/db/c",
+}
+BAD_FIELD = {
+    "spec": b'{"v": 1, "scheme": 7}',
+    "instance": b'{"v": 1, "partition": "p1", "label": "a", "host": "h", "port": "x"}',
+    "metrics": b'{"v": 1, "measured_at": "x", "metrics": {}}',
+    "client": b'{"v": 1, "pid": 0}',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DECODERS))
+def test_each_decoder_names_the_node_it_refuses(kind):
+    for data in (b"\xff", BAD_FIELD[kind]):
+        with pytest.raises(DecodeError) as caught:
+            DECODERS[kind](data)
+        assert caught.value.path == DECODER_PATHS[kind], (kind, data)
+
+
+def test_an_instance_node_under_another_name_is_refused_naming_it():
+    data = make_instance().to_bytes(PATH)
+    with pytest.raises(DecodeError, match="partition and label do not match") as caught:
+        InstanceRecord.from_bytes("db", "p1:b", PATH, data)
+    assert caught.value.path == PATH
+
+
+def test_an_instance_without_the_optional_fields_gets_their_defaults():
+    data = b'{"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 80, "scheme": "http"}'
+    record = InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+    assert (record.status, record.weight, record.registered_at) == ("up", 1, 0.0)
+
+
+@pytest.mark.parametrize("field", ["service", "partition", "label"])
+def test_metrics_record_names_the_name_it_refuses(field):
+    names = {"service": "db", "partition": "p1", "label": "a", field: "bad name"}
+    with pytest.raises(ValidationError, match=f"^{field} name 'bad name'"):
+        MetricsRecord(**names, values={}, measured_at=1.0)
+
+
+def test_metrics_record_values_are_checked_and_read_only():
+    record = MetricsRecord("db", "p1", "a", {"lag": 1}, 1.0)
+    with pytest.raises(TypeError):
+        record.values["lag"] = 2  # type: ignore[index]
+    with pytest.raises(ValidationError, match=r"^metric 'lag' inf must be a finite number$"):
+        MetricsRecord("db", "p1", "a", {"lag": math.inf}, 1.0)
+
+
+def test_a_non_default_status_and_the_spec_defaults_survive_the_round_trip():
+    draining = make_instance(status="draining", weight=3)
+    back = InstanceRecord.from_bytes("db", "p1:a", PATH, draining.to_bytes(PATH))
+    assert (back.status, back.weight) == ("draining", 3)
+    spec = ServiceSpec("db", defaults={"pool": {"size": 5}})
+    assert dict(spec.defaults) == {"pool": {"size": 5}}
+    again = ServiceSpec.from_bytes("db", "/services/db", spec.to_bytes("/services/db"))
+    assert dict(again.defaults) == {"pool": {"size": 5}}
+
+
+def test_encode_writes_compact_json_up_to_the_byte_limit_inclusive():
+    assert encode(PATH, {"a": [1, 2]}) == b'{"v":1,"a":[1,2]}'
+    overhead = len(encode(PATH, {"x": ""}))
+    assert len(encode(PATH, {"x": "y" * (MAX_VALUE_BYTES - overhead)})) == MAX_VALUE_BYTES
+    with pytest.raises(ValueTooLarge, match=f"^value for {PATH} is {MAX_VALUE_BYTES + 1} bytes"):
+        encode(PATH, {"x": "y" * (MAX_VALUE_BYTES - overhead + 1)})
+
+
+def test_a_property_key_of_the_maximum_length_is_accepted():
+    key = "k" * MAX_PROPERTY_KEY_LENGTH
+    assert dict(make_instance(properties={key: 1}).properties) == {key: 1}
+    with pytest.raises(ValidationError):
+        make_instance(properties={key + "k": 1})
+
+
+def test_nesting_is_followed_back_down_after_a_branch_closes():
+    # [[[], then 63 levels: 2 + 63 = 65 deep, though a branch closed on the way.
+    data = "[[[]," + nested(MAX_JSON_DEPTH - 1) + "]]"
+    with pytest.raises(DecodeError, match=f"nesting of {MAX_JSON_DEPTH + 1} levels"):
+        parse_json(PATH, data)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ServiceSpec("bad name"), "^service name 'bad name'"),
+        (lambda: ServiceSpec("db", shard_policy="bad name"), "^shard policy name 'bad name'"),
+        (lambda: make_instance(service="bad name"), "^service name 'bad name'"),
+        (lambda: make_instance(partition="bad name"), "^partition name 'bad name'"),
+        (lambda: make_instance(label="bad name"), "^label name 'bad name'"),
+        (lambda: make_instance(zone="bad name"), "^zone name 'bad name'"),
+        (lambda: make_instance(port="80"), "^port must be an integer, got str$"),
+        (lambda: make_instance(weight=-1), "^weight -1 must be a finite number >= 0$"),
+        (lambda: make_instance(registered_at="x"), "^registered_at must be a number, got str$"),
+        (lambda: ClientRecord(service="bad name", client_id="c"), "^service name 'bad name'"),
+        (lambda: ClientRecord(service="db", client_id="bad name"), "^client name 'bad name'"),
+    ],
+)
+def test_records_name_the_field_they_refuse(build, message):
+    with pytest.raises(ValidationError, match=message):
+        build()
+
+
+def test_a_decoded_instance_names_a_bad_registered_at():
+    data = json.dumps(
+        {"v": 1, "partition": "p1", "label": "a", "host": "h", "port": 80, "scheme": "http"}
+        | {"registered_at": "x"}
+    ).encode()
+    with pytest.raises(DecodeError, match="registered_at must be a number"):
+        InstanceRecord.from_bytes("db", "p1:a", PATH, data)
+
+
+def test_the_highest_port_is_accepted_and_one_more_is_not():
+    assert make_instance(port=65535).port == 65535
+    with pytest.raises(ValidationError):
+        make_instance(port=65536)
+
+
+def test_spec_defaults_and_properties_are_read_only_copies_and_none_is_empty():
+    given = {"pool": {"size": 5}}
+    spec = ServiceSpec("db", defaults=given)
+    given["pool"]["size"] = 6  # a deep copy: the caller's dict changing later changes nothing
+    assert spec.defaults["pool"]["size"] == 5
+    with pytest.raises(TypeError):
+        spec.defaults["pool"] = {}  # type: ignore[index]
+    assert dict(make_instance(properties=None).properties) == {}
+    assert dict(ServiceSpec("db", defaults=None).defaults) == {}
+    with pytest.raises(ValidationError, match=r"^properties must be a mapping, got list$"):
+        make_instance(properties=[1])
