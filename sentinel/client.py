@@ -301,7 +301,9 @@ class Sentinel:
         check.flag("require_signed", require_signed, optional=True)
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
-        self.client_id = validate_name("client", client_id or default_client_id())
+        self.client_id = validate_name(
+            "client", default_client_id() if client_id is None else client_id
+        )
         self.auth_client = validate_name("auth client", auth_client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
@@ -949,7 +951,10 @@ class Sentinel:
         ``prefetch`` yet, or it was removed). Never touches ZooKeeper."""
         self._check_fork()
         snapshot = self._snapshots.get(service)
-        return snapshot.partitions[None] if snapshot is not None else ()
+        if snapshot is None:  # a name no service could have is a mistake, not "none yet"
+            validate_name("service", service)
+            return ()
+        return snapshot.partitions[None]
 
     def prefetch(self, service: str) -> None:
         """Load ``service`` into the cache now, as its first ``get_service`` would.
@@ -1076,6 +1081,8 @@ class Sentinel:
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
+        if service is not None:
+            validate_name("service", service)
         return self._cache.listen(service, callback)
 
     @property

@@ -50,7 +50,10 @@ class InstanceFeedback:
         self._lock = threading.Lock()
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
-        """Record one use of ``endpoint``: whether it worked and how long it took (seconds)."""
+        """Record one use of ``endpoint``: whether it worked and how long it took (seconds, a
+        finite number of 0 or more, else :class:`~sentinel.errors.ValidationError`)."""
+        if latency is not None:  # NaN would poison the average for good
+            latency = check.number("latency", latency, least=0)
         key = _key(endpoint)
         now = time.monotonic()
         with self._lock:

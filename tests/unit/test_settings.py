@@ -104,3 +104,29 @@ def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
 def test_feedback_settings_are_refused_naming_them(settings):
     with pytest.raises(ValidationError, match=next(iter(settings))):
         InstanceFeedback(**settings)
+
+
+def test_an_empty_client_id_is_refused_not_replaced_by_the_default():
+    with pytest.raises(ValidationError, match="client"):
+        Sentinel(HOSTS, client_id="", prometheus_registry=None)
+
+
+@pytest.mark.parametrize("latency", [math.nan, math.inf, -0.1, "fast", True])
+def test_a_reported_latency_must_be_a_finite_number_of_zero_or_more(latency):
+    from tests.unit.endpoints import endpoint
+
+    feedback = InstanceFeedback()
+    one = endpoint("a")
+    feedback.report(one, latency=0.25)
+    with pytest.raises(ValidationError, match="latency"):
+        feedback.report(one, latency=latency)
+    assert feedback.latency(one) == 0.25  # the average is untouched
+
+
+@pytest.mark.parametrize("call", ["listen", "instances"])
+def test_a_service_name_no_service_could_have_is_refused(call):
+    client = Sentinel(HOSTS, client_id="names", prometheus_registry=None)
+    arguments = ("bad name!", lambda event: None) if call == "listen" else ("bad name!",)
+    with pytest.raises(ValidationError, match="service"):
+        getattr(client, call)(*arguments)
+    assert client.instances("not-followed") == ()
