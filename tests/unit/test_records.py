@@ -486,7 +486,11 @@ def test_finite_number_says_what_is_wrong():
         ("auth_client", "../etc", "^auth client name '../etc' may only hold"),
         ("pid", 0, "^pid must be an integer >= 1, got 0$"),
         ("pid", True, "^pid must be an integer >= 1, got True$"),
-        ("auth_version", -1, "^auth_version must be an integer >= 0, got -1$"),
+        (
+            "auth_version",
+            -1,
+            "^auth_version must be an integer from 0 to 9007199254740991, got -1$",
+        ),
         ("host", "h" * (MAX_CLIENT_TEXT + 1), "^host must be a string of at most 256 characters$"),
         ("sentinel_version", 1, "^sentinel_version must be a string of at most 256 characters$"),
         ("started", "x", "^started must be a number, got str$"),
