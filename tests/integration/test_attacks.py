@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
 
+import sentinel.cache
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth import acl as acls
@@ -931,3 +932,36 @@ def test_an_entry_shut_to_the_manager_holds_no_rotation_and_is_named(
     code, findings = doctor_acls(cli_in_process, "--identities", str(secured.identities_file))
     shut = f"{client_path(SERVICE, 'shut')}: nobody but its writer may read it"
     assert code == 1 and any(f["detail"].startswith(shut) for f in findings), findings
+
+
+# --- a daemon flooding a section (attack 6) -------------------------------------------------
+
+
+def test_a_collector_flooding_metrics_cannot_stall_a_new_clients_first_lookup(
+    secured: SecuredNamespace, victim: Sentinel, monkeypatch, cli_in_process, tmp_path
+):
+    """The collector identity may write /metrics: it floods /metrics/billing-db past what a
+    follower reads (the bound lowered to 200 nodes here, 20,000 as shipped). A new client's
+    first lookup reads the bound, the instance's own metrics first, and resolves at once;
+    doctor names the flooded section; the victim still resolves and rotates."""
+    monkeypatch.setattr(sentinel.cache, "MAX_SECTION_NODES", 200)
+    publisher = secured.role("publisher", "publisher-2")
+    instance = publisher.register_service(SERVICE, "p1", "10.0.0.6", 5432, label="b")
+    collector = secured.role("collector")
+    collector.update_metrics(instance, {"replication_lag": 0.5})
+    flood = secured.kazoo(secured.identities["collector"])
+    for start in range(0, 600, 200):
+        transaction = flood.transaction()
+        for n in range(start, start + 200):
+            transaction.create(f"{METRICS}/{SERVICE}/{n:05d}", b"x" * 1000)
+        assert all(isinstance(r, str) for r in transaction.commit())
+    started = time.monotonic()
+    newcomer = secured.app("billing-report")
+    endpoints = newcomer.get_services(SERVICE)
+    assert time.monotonic() - started < 5.0
+    assert {e.label for e in endpoints} >= {"b"}
+    assert next(e for e in endpoints if e.label == "b").metrics == {"replication_lag": 0.5}
+    assert newcomer.cache_stats.over_limit == 600 + 1 - 200  # junk and b's node, 200 read
+    findings = json.loads(cli_in_process("doctor", "--json").stdout)
+    assert any(f["check"] == "flooded section" for f in findings)
+    still_rotates(secured, victim, tmp_path)
