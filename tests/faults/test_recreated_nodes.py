@@ -17,9 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from sentinel.events import InstancesChanged
-from sentinel.layout import instance_path, metrics_path
-from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
+from tests.integration.nodes import instance, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -27,16 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 # the creation of b in each section (a children event) and the deletion of a (a data event; the
 # children watch is spent, its re-read still queued); persistent, every creation and deletion.
 EVENTS_WHILE_HELD = {False: 4, True: 6}
-
-
-def instance(label: str, weight: float = 1) -> tuple[str, bytes]:
-    path = instance_path("api", "p1", label)
-    return path, InstanceRecord("api", "p1", label, "10.0.0.1", 8080, weight=weight).to_bytes(path)
-
-
-def metrics(label: str, load: float) -> tuple[str, bytes]:
-    path = metrics_path("api", "p1", label)
-    return path, MetricsRecord("api", "p1", label, {"load": load}, 1.0).to_bytes(path)
 
 
 @pytest.fixture

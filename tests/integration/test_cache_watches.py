@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.zkcost import mntr, watches
-from sentinel.layout import instance_path, metrics_path
-from sentinel.records import InstanceRecord, MetricsRecord
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
+from tests.integration.nodes import instance, metrics
 
 pytestmark = pytest.mark.integration
 
@@ -28,16 +27,6 @@ def reads_served(zookeeper, namespace: str) -> int:
     """Reads the server has served under ``namespace`` (``mntr``)."""
     host, port = zookeeper.connect_string.split(":")
     return int(mntr(host, int(port)).get(f"zk_cnt_{namespace.strip('/')}_read_per_namespace", 0))
-
-
-def instance(label: str, weight: float = 1) -> tuple[str, bytes]:
-    path = instance_path("api", "p1", label)
-    return path, InstanceRecord("api", "p1", label, "10.0.0.1", 8080, weight=weight).to_bytes(path)
-
-
-def metrics(label: str, load: float) -> tuple[str, bytes]:
-    path = metrics_path("api", "p1", label)
-    return path, MetricsRecord("api", "p1", label, {"load": load}, 1.0).to_bytes(path)
 
 
 def populate(make_client, raw_zk, count: int) -> None:

@@ -169,61 +169,58 @@ def test_a_child_whose_first_use_comes_after_a_drain_never_returns_the_drained_i
     assert result["labels"] == served
 
 
+def _fork_then_cut_the_link(
+    zookeeper, make_client, child: Child, **parent_options: Any
+) -> dict[str, Any]:
+    """A warm parent ``app`` whose link to ZooKeeper goes through a proxy; fork, cut the link,
+    and tell the child (``child`` waits for it on the pipe); returns the child's result."""
+    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    try:
+        parent = make_client("app", hosts=proxy.address, **parent_options)
+        parent.get_service("db")
+        pid, pipe = _fork(parent, child)
+        proxy.cut()
+        pipe.send("cut")
+        result = _receive(pipe)
+        assert _exit_code(pid) == 0
+    finally:
+        proxy.close()
+    return result
+
+
 def test_a_child_within_inherited_max_age_serves_the_inherited_snapshot_with_no_zookeeper(
     zookeeper, make_client
 ):
     """Served, not loaded: the link is cut before the child's first lookup, so only the
     snapshot it inherited can answer it (a child that inherited nothing fails here)."""
-    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
-    try:
-        # A bound far above the fork's own time, so the test does not depend on the load.
-        parent = make_client("app", hosts=proxy.address, inherited_max_age=60.0)
-        parent.get_service("db")
 
-        def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
-            assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
-            pipe.recv()
-            return {"label": client.get_service("db").label, "state": client.connection_state}
+    def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
+        assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
+        pipe.recv()
+        return {"label": client.get_service("db").label, "state": client.connection_state}
 
-        pid, pipe = _fork(parent, child)
-        proxy.cut()
-        pipe.send("cut")
-        result = _receive(pipe)
-        assert _exit_code(pid) == 0
-    finally:
-        proxy.close()
+    # A bound far above the fork's own time, so the test does not depend on the load.
+    result = _fork_then_cut_the_link(zookeeper, make_client, child, inherited_max_age=60.0)
     assert result == {"label": "a", "state": "snapshot"}
 
 
 def test_a_child_past_inherited_max_age_that_cannot_connect_fails_typed_not_stale(
-    zookeeper, namespace, make_client
+    zookeeper, make_client
 ):
-    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
-    try:
-        parent = make_client("app", hosts=proxy.address, connect_timeout=1.0)
-        parent.get_service("db")
+    def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
+        assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
+        pipe.recv()
+        # Timed by the child's own clock: the fork itself may take a while under load.
+        assert wait_until(lambda: time.time() - client._forked_at > client.inherited_max_age)
+        started = time.monotonic()
+        try:
+            client.get_service("db")
+        except ZooKeeperUnavailable as exc:
+            return {"raised": str(exc), "waited": time.monotonic() - started}
+        return {"raised": None}
 
-        def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
-            assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
-            pipe.recv()
-            # Timed by the child's own clock: the fork itself may take a while under load.
-            assert wait_until(lambda: time.time() - client._forked_at > client.inherited_max_age)
-            started = time.monotonic()
-            try:
-                client.get_service("db")
-            except ZooKeeperUnavailable as exc:
-                return {"raised": str(exc), "waited": time.monotonic() - started}
-            return {"raised": None}
-
-        pid, pipe = _fork(parent, child)
-        proxy.cut()
-        pipe.send("cut")
-        result = _receive(pipe)
-        assert _exit_code(pid) == 0
-    finally:
-        proxy.close()
+    result = _fork_then_cut_the_link(zookeeper, make_client, child, connect_timeout=1.0)
     assert result["raised"] is not None, "the child served its stale inherited cache"
     assert 0.9 <= result["waited"] < 3.0  # connect_timeout (1 s), then the typed error
 
