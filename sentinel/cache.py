@@ -947,7 +947,8 @@ class RegistryCache:
             unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
             decode = _timed(section, decode)  # new children of a live service: a change
         preferred = set(first)
-        unread = sorted(unread, key=lambda name: name not in preferred)
+        if preferred:  # the preferred names first, the rest in their order
+            unread = sorted(unread, key=lambda name: name not in preferred)
         room = max(MAX_SECTION_NODES - len(decoded) - len(invalid), 0)
         budget = ReadBudget(MAX_SECTION_BYTES, skipped=len(unread) - min(room, len(unread)))
         fresh, failed = decode_children(
@@ -1188,10 +1189,8 @@ class RegistryCache:
             return
         parent, field, decode = self._section(section, service)
         path = f"{parent}/{name}"
-        if (
-            name not in getattr(current, field)
-            and len(getattr(current, field)) >= MAX_SECTION_NODES
-        ):
+        known = getattr(current, field)
+        if name not in known and len(known) >= MAX_SECTION_NODES:
             self.stats.over_limit += 1  # a flooded section's newcomer: left unread
             return
         invalid = current.invalid - {path}

@@ -66,6 +66,14 @@ def member_service(cluster: str) -> str:
     return f"{COLLECTOR_SERVICE_PREFIX}{cluster}"
 
 
+def _digest_of(member: Endpoint) -> str | None:
+    """The configuration digest a member published; None when it published none or
+    something else (whoever may register there writes the property): such a member neither
+    counts towards a configuration nor takes work."""
+    digest = member.properties.get(CONFIG_PROPERTY)
+    return digest if isinstance(digest, str) else None
+
+
 def owner(key: str, members: Sequence[str]) -> str | None:
     """The member (by node name) that collects ``key``: the highest rendezvous score."""
     return max(members, key=lambda member: rendezvous_score(key, member)) if members else None
@@ -108,7 +116,7 @@ class MetricCollector:
         self._followed: set[str] = set()
         self._listening: set[str] = set()
         self._last_assignment: dict[str, int] | None = None
-        self._refused_for: object = None  # the cluster's configuration this member is not
+        self._refused_for: str | None = None  # the cluster's configuration this member is not
         self._random = random.Random()
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="sentinel-collect")
@@ -152,9 +160,11 @@ class MetricCollector:
         return tuple(m.name for m in self._cluster_members())
 
     def _cluster_members(self) -> tuple[Endpoint, ...]:
-        groups: dict[object, list[Endpoint]] = {}
+        groups: dict[str, list[Endpoint]] = {}
         for member in self._topology.view.members:  # in joining order
-            groups.setdefault(member.properties.get(CONFIG_PROPERTY), []).append(member)
+            digest = _digest_of(member)
+            if digest is not None:  # a member without a digest runs no configuration
+                groups.setdefault(digest, []).append(member)
         # max() keeps the first of equals: the group whose first member joined earliest.
         return tuple(max(groups.values(), key=len, default=()))
 
@@ -226,9 +236,10 @@ class MetricCollector:
     def _reassign(self) -> None:
         """Recompute the instances this member owns from the view and the cached instances."""
         self._dirty = False
-        members = self.peers
+        cluster = self._cluster_members()
+        members = tuple(m.name for m in cluster)
         wanted: dict[tuple[str, str], tuple[ServiceCollection, Endpoint]] = {}
-        self._check_agreement(members)
+        self._check_agreement(cluster)
         if self.member in members:  # absent while re-registering, or refused
             for collection in self.config.services:
                 for endpoint in self._sentinel.instances(collection.service):
@@ -258,15 +269,15 @@ class MetricCollector:
             self._last_assignment = counts
             self._report("assigned", {"members": len(members), "instances": counts})
 
-    def _check_agreement(self, peers: tuple[str, ...]) -> None:
-        """Report ``refused`` when this member is live but does not run the cluster's
-        configuration (once per change of that configuration), and log why."""
+    def _check_agreement(self, cluster: tuple[Endpoint, ...]) -> None:
+        """Report ``refused`` when this member is live but not one of ``cluster`` (the
+        members that run the cluster's configuration; once per change of that
+        configuration), and log why."""
         live = any(m.name == self.member for m in self._topology.view.members)
-        cluster = self._cluster_members()
-        if not live or self.member in peers or not cluster:
+        if not live or not cluster or any(m.name == self.member for m in cluster):
             self._refused_for = None
             return
-        digest = cluster[0].properties.get(CONFIG_PROPERTY)
+        digest = _digest_of(cluster[0])
         if self._refused_for == digest:
             return
         self._refused_for = digest

@@ -318,3 +318,30 @@ def test_members_with_the_same_settings_agree_whatever_their_workers():
 
 
 _COMMAND_SERVICE = {"service": "db", "source": {"type": "command", "command": "true"}}
+
+
+def test_a_member_registration_with_a_garbage_digest_moves_no_work(make_client, exporters):
+    """Anyone who may register in the members' service can write any ``config`` property:
+    a list (unhashable), a mapping, a number. Such members count towards no configuration:
+    the cluster keeps its configuration and its work, whatever their number."""
+    publisher = make_client("publisher")
+    publisher.ensure_service("db")
+    exporter = exporters(0.5)
+    for i in range(4):
+        publisher.register_service("db", "p1", "127.0.0.1", exporter.port, label=f"r{i}")
+    config = collecting(cluster="fleet")
+    with MetricCollector(make_client("collector-fleet"), config) as fleet:
+        assert wait_until(lambda: len(fleet.owned) == 4, 15)
+        for n, garbage in enumerate((["x"], {"a": 1}, 7)):
+            publisher.register_service(
+                "metric-collector-fleet",
+                "fleet",
+                "127.0.0.1",
+                1000 + n,
+                label=f"liar-{n}",
+                properties={"config": garbage},
+            )
+        assert wait_until(lambda: len(fleet.members) == 4, 15)
+        fleet._changed()  # reassign now, as the membership event does
+        assert wait_until(lambda: fleet.peers == (fleet.member,), 15)
+        assert len(fleet.owned) == 4 and fleet._thread.is_alive()
