@@ -31,7 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import percentiles, report
-from sentinel import Sentinel, cache, zkprotocol
+from sentinel import Sentinel, zkprotocol
+from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -96,8 +97,8 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
                     conn.client is zk and STAGES[4] in trace.times and trace.mark(STAGES[5])
                 ),
             ),
-            _wrap(cache.RegistryCache, "_on_persistent", lambda *_: trace.mark(STAGES[2])),
-            _wrap(cache.RegistryCache, "_apply_event", lambda *_: trace.mark(STAGES[3])),
+            _wrap(PersistentFollower, "_on_event", lambda *_: trace.mark(STAGES[2])),
+            _wrap(PersistentFollower, "_apply_event", lambda *_: trace.mark(STAGES[3])),
         ]
         follower.prefetch("hops")
         get = zk.get

@@ -365,7 +365,7 @@ class Sentinel:
                 snapshot_interval,
                 None if self._credentials is None else self._credentials.highest_versions,
             )
-            self._cache.on_change = self._snapshot_writer.mark_dirty
+            self._cache.worker.on_change = self._snapshot_writer.mark_dirty
 
     def _new_session(self) -> None:
         """A kazoo client, ephemeral nodes, publisher and cache of this process's own, not

@@ -349,6 +349,9 @@ class PersistentWatches:
     def __init__(self, client: KazooClient, *, force_fallback: bool = False) -> None:
         self._client = client
         self._supported: bool | None = False if force_fallback else None
+        self._told = threading.Event()  # set once _supported is known
+        if force_fallback:
+            self._told.set()
         self._lock = threading.Lock()
         # server paths (chroot included) -> watchers, as kazoo keys its one-shot watchers
         self._persistent: dict[str, list[Watcher]] = {}
@@ -372,6 +375,14 @@ class PersistentWatches:
         after ``start()``), it waits for the answer.
         """
         return self._probe()
+
+    def wait_supported(self, timeout: float) -> bool | None:
+        """:attr:`supported`, waiting up to ``timeout`` seconds for a connection to tell
+        (a client still connecting); None when none has by then."""
+        self._probe()
+        if self._supported is None:
+            self._told.wait(timeout)
+        return self._supported
 
     @property
     def fallback(self) -> bool:
@@ -460,6 +471,7 @@ class PersistentWatches:
         has the 3.6 opcodes, and re-register the session's watches on a resumed session."""
         if self._supported is None:
             self._supported = connection._exchange([_MultiRead(())], timeout) == [0]
+            self._told.set()
             log.debug("ZooKeeper 3.6 watches %s", "on" if self._supported else "unavailable")
         if not (resumed and self._supported):
             return
@@ -603,6 +615,7 @@ class PersistentWatches:
                 self._supported = True
             except UnimplementedError:
                 self._supported = False
+            self._told.set()
         return bool(self._supported)
 
     def _server_path(self, path: str) -> str:

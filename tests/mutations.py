@@ -107,8 +107,8 @@ MUTATIONS = (
     ),
     Mutation(
         "decode-errors-not-counted",
-        "sentinel/cache.py",
-        "        self.stats.decode_errors += 1\n",
+        "sentinel/cache/reads.py",
+        "        self._stats.decode_errors += 1\n",
         "        pass\n",
         (
             "tests/faults/test_hostile_json.py::test_hostile_json_is_a_counted_skip_everywhere",
@@ -117,18 +117,18 @@ MUTATIONS = (
     ),
     Mutation(
         "decode-errors-counted-twice",
-        "sentinel/cache.py",
-        "        self.stats.decode_errors += 1\n",
-        "        self.stats.decode_errors += 2\n",
+        "sentinel/cache/reads.py",
+        "        self._stats.decode_errors += 1\n",
+        "        self._stats.decode_errors += 2\n",
         ("tests/faults/test_hostile_json.py::test_each_hostile_node_is_counted_exactly_once",),
     ),
     Mutation(
         "resync-on-every-reconnection",
-        "sentinel/cache.py",
+        "sentinel/cache/registry_cache.py",
         "        if state == KazooState.CONNECTED:\n"
-        "            self._tasks.put(_Task(self._schedule_resync))\n",
+        "            self.worker.put(Task(self.worker.schedule_resync))\n",
         "        if state == KazooState.CONNECTED:\n"
-        "            self._tasks.put(_Task(self._resync))\n",
+        "            self.worker.put(Task(self._resync))\n",
         (
             "tests/faults/test_faults.py::"
             "test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst",

@@ -17,10 +17,10 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
-from sentinel import cache
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
+from sentinel.cache import reads as cache_reads
 from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -389,13 +389,13 @@ def _flooded(zk: KazooClient, service: str, namespace: str) -> list[Finding]:
     findings = []
     for parent in (f"{SERVICES}/{service}", f"{METRICS}/{service}"):
         stat = zk.exists(parent)
-        if stat is not None and stat.numChildren > cache.MAX_SECTION_NODES:
+        if stat is not None and stat.numChildren > cache_reads.MAX_SECTION_NODES:
             findings.append(
                 Finding(
                     "error",
                     "flooded section",
                     f"{parent} holds {stat.numChildren} nodes; clients read "
-                    f"{cache.MAX_SECTION_NODES} at most (the instances' own metrics first) "
+                    f"{cache_reads.MAX_SECTION_NODES} at most (the instances' own metrics first) "
                     "and skip the rest",
                     f"find the writer (zkCli.sh getAcl {namespace}{parent}), stop it, and "
                     f"delete its nodes; sentinel prune --namespace {namespace} removes "

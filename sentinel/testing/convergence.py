@@ -343,7 +343,8 @@ class ConvergenceFuzzer:
     def _settled(self) -> bool:
         """The reader is connected and owes no re-sync: what it holds now is what it keeps
         (checked before the contents, so an expiry is seen before the session is compared)."""
-        return self.reader.connection_state == "connected" and self.reader._cache._resync_at is None
+        reader = self.reader
+        return reader.connection_state == "connected" and not reader._cache.worker.resync_due
 
     def differences(self) -> list[str]:
         """What the reader's cache holds that a fresh read does not, and the reverse, by

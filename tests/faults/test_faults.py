@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from sentinel import Sentinel
-from sentinel import cache as cache_module
+from sentinel.cache import worker as cache_worker
 from sentinel.layout import CLIENTS
 from sentinel.testing.helpers import PublisherProcess, TcpProxy, flap, wait_until
 from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
@@ -161,7 +161,7 @@ def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
     # reconnections meanwhile share it: one re-sync per window. The window is random; drawn
     # at its maximum (longer than the burst), the whole burst shares one re-sync. With
     # resync_jitter's 0.5 s a 3 s burst makes several (measured 4 for 30 flaps).
-    monkeypatch.setattr(cache_module, "random", SimpleNamespace(uniform=lambda low, high: high))
+    monkeypatch.setattr(cache_worker, "random", SimpleNamespace(uniform=lambda low, high: high))
     hosts = ",".join(p.address for p in relays)
     with (
         Sentinel(ensemble.connect_string, "writer", namespace) as writer,

@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from sentinel.policies import MinLag
 
-import sentinel.cache
+import sentinel.cache.reads
 from sentinel import Sentinel
 from sentinel.shards.spec import bucket_of, bucket_path
 from sentinel.testing.helpers import wait_until
@@ -152,7 +152,7 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         finally:
             stop.set()
             flicker.join()
-        assert reader._cache._worker.is_alive()
+        assert reader._cache.worker._thread.is_alive()
         assert reader.get_service("svc", GOOD_KEY).label in ("good", "good2")
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not failures, [r.getMessage() for r in failures]
@@ -175,10 +175,10 @@ def test_a_flooded_section_is_read_up_to_its_bounds_and_the_instances_metrics_fi
         transaction.create(f"/metrics/db/{i:04d}", b"x" * 1000)
     assert all(result is True or isinstance(result, str) for result in transaction.commit())
     if bound == "nodes":
-        monkeypatch.setattr(sentinel.cache, "MAX_SECTION_NODES", 30)
+        monkeypatch.setattr(sentinel.cache.reads, "MAX_SECTION_NODES", 30)
         read = 30
     else:  # each junk node is 1,000 bytes: the budget is spent after ten of them
-        monkeypatch.setattr(sentinel.cache, "MAX_SECTION_BYTES", 10_000)
+        monkeypatch.setattr(sentinel.cache.reads, "MAX_SECTION_BYTES", 10_000)
         read = None
     client = make_client("app")
     assert client.get_service("db", policy=MinLag(cutoff=30)).label == "b"

@@ -20,7 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, READ_ACL_UNSAFE, make_digest_acl
 
-import sentinel.cache
+import sentinel.cache.reads
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth import acl as acls
@@ -944,7 +944,7 @@ def test_a_collector_flooding_metrics_cannot_stall_a_new_clients_first_lookup(
     follower reads (the bound lowered to 200 nodes here, 20,000 as shipped). A new client's
     first lookup reads the bound, the instance's own metrics first, and resolves at once;
     doctor names the flooded section; the victim still resolves and rotates."""
-    monkeypatch.setattr(sentinel.cache, "MAX_SECTION_NODES", 200)
+    monkeypatch.setattr(sentinel.cache.reads, "MAX_SECTION_NODES", 200)
     publisher = secured.role("publisher", "publisher-2")
     instance = publisher.register_service(SERVICE, "p1", "10.0.0.6", 5432, label="b")
     collector = secured.role("collector")

@@ -1,0 +1,532 @@
+"""How a cache follows ZooKeeper: one follower per watch mode, chosen once per session.
+
+* :class:`PersistentFollower` (ZooKeeper 3.6+, the default): one persistent recursive watch per
+  followed subtree (a service's node and instances, its metrics, this client's credential
+  node, a shard policy and its buckets), added before the subtree is read with multi-reads.
+  Events are applied from their path: a deletion drops the node with no read, a creation or
+  change reads that one node. The watches are kept across reconnections within the session,
+  and the server reports what changed while the connection was down (the follower hands it
+  the paths the cache holds), so an unchanged client reads nothing after a reconnection. A
+  session's end takes the watches with it: each subtree is followed and read again.
+* :class:`OneShotFollower` (older servers, or ``persistent_watches=False``): kazoo's watches,
+  set again by each read; kazoo drops them all when the connection is suspended, so each
+  reconnection re-syncs by re-reading everything the cache holds.
+
+Both name a watch event's work by the node's path alone (a :class:`~sentinel.cache.worker.Task`,
+so repeated events merge), read through the same :class:`~sentinel.cache.reads.ServiceReads`,
+and hand what they read to the cache (:class:`~sentinel.cache.source.FollowedCache`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ClassVar, Concatenate, ParamSpec
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoWatcherError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from sentinel.auth.reader import CredentialReader
+from sentinel.cache.reads import ServiceReads, Watch, section_of
+from sentinel.cache.source import FollowedCache
+from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
+from sentinel.cache.worker import Task
+from sentinel.errors import DecodeError, ServiceNotFound
+from sentinel.layout import AUTH, METRICS, SERVICES, SHARD_INFO, auth_path, service_path
+from sentinel.registry import pipelined_reads
+from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
+from sentinel.shards.spec import bucket_path, policy_path
+from sentinel.zkprotocol import AddWatchMode, PersistentWatches, WatcherType
+
+# Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
+MULTI_READ_BATCH = 256
+
+_SECTIONS = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}
+
+P = ParamSpec("P")
+
+
+def _while_cached(
+    apply: Callable[Concatenate[Any, ServiceSnapshot, str, P], None],
+) -> Callable[Concatenate[Any, str, P], None]:
+    """A task on one service, run with the service's current snapshot; skipped when the cache
+    no longer holds the service (dropped since the event, or never followed)."""
+
+    @functools.wraps(apply)
+    def run(self: _ZooKeeperFollower, service: str, *args: P.args, **kwargs: P.kwargs) -> None:
+        current = self._cache.snapshots.get(service)
+        if current is not None:
+            apply(self, current, service, *args, **kwargs)
+
+    return run
+
+
+def node_at(path: str) -> tuple[str, tuple[Any, ...]] | None:
+    """What the cache follows at ``path``: ``(kind, (service or policy, ...))``, or None.
+
+    Kinds: ``service`` (a service's node), ``metrics`` (a service's metrics section),
+    ``child`` (an instance or metrics node: service, section, name), ``auth`` (this client's
+    credential node of a service), ``policy`` and ``bucket`` (policy, index).
+    """
+    parts = path.split("/")
+    if len(parts) not in (3, 4):
+        return None
+    top, name = parts[1], parts[2]
+    section = _SECTIONS.get(top)
+    if len(parts) == 3:
+        if section == "instances":
+            return "service", (name,)
+        if section == "metrics":
+            return "metrics", (name,)
+        return ("policy", (name,)) if top == SHARD_INFO[1:] else None
+    child = parts[3]
+    if section is not None:
+        return "child", (name, section, child)
+    if top == AUTH[1:]:
+        return "auth", (name,)  # only this client's own node is followed
+    if top == SHARD_INFO[1:] and len(child) == 4:
+        with contextlib.suppress(ValueError):  # only buckets are followed; be sure anyway
+            return "bucket", (name, int(child, 16))
+    return None
+
+
+class _ZooKeeperFollower:
+    """What both watch modes share: the reads, and how what they read reaches the cache."""
+
+    persistent: ClassVar[bool]
+
+    def __init__(
+        self, cache: FollowedCache, zk: KazooClient, credentials: CredentialReader | None
+    ) -> None:
+        self._cache = cache
+        self._zk = zk
+        self._credentials = credentials
+        self._reads = ServiceReads(
+            zk,
+            cache.stats,
+            credentials,
+            watch=self._read_watch(),
+            reads=self._read_many,
+            watch_absent=self._watch_absent,
+        )
+
+    # --- what a watch mode decides -------------------------------------------------------
+
+    def _read_watch(self) -> Watch | None:
+        """The watch every read sets."""
+        raise NotImplementedError
+
+    def _read_many(
+        self, items: Iterable[Any], path_of: Callable[[Any], str]
+    ) -> Iterator[tuple[Any, Any]]:
+        """``(item, result)`` for the node of each item (see :data:`sentinel.registry.Reads`)."""
+        raise NotImplementedError
+
+    def _watch_absent(self, path: str) -> bool:
+        """Learn when ``path`` (found absent) is created; True when it exists already."""
+        raise NotImplementedError
+
+    def _task_for(self, kind: str, path: str) -> Task | None:
+        """The work one watch event of ``kind`` on ``path`` asks for."""
+        raise NotImplementedError
+
+    def _follow_service(self, service: str) -> bool:
+        """Before ``service`` is read: have its changes reported; True when that is new."""
+        raise NotImplementedError
+
+    def _unfollow_service(self, service: str) -> None:
+        raise NotImplementedError
+
+    def _follow_policy(self, policy: str) -> None:
+        raise NotImplementedError
+
+    # --- services --------------------------------------------------------------------------
+
+    def load_service(self, service: str) -> ServiceSnapshot:
+        """Follow ``service`` (before any read: what changes from now on is reported), read it
+        and return its first snapshot."""
+        self._follow_service(service)
+        try:
+            state = self._reads.service(service)
+        except ServiceNotFound:
+            self._unfollow_service(service)
+            raise
+        self._use_policy(state.spec.shard_policy, service)
+        return ServiceSnapshot.first(*state)
+
+    @_while_cached
+    def _refresh_service(self, current: ServiceSnapshot, service: str) -> None:
+        """Read the whole service again (setting the watches again, one-shot)."""
+        try:
+            state = self._reads.service(service, current.spec)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        self._use_policy(state.spec.shard_policy, service)
+        self._cache.swap(service, current.rebuilt(**state._asdict()))
+
+    @_while_cached
+    def _refresh_spec(self, current: ServiceSnapshot, service: str) -> None:
+        """After an event on the service's node alone: read its spec again."""
+        try:
+            spec = self._reads.spec(service, current.spec)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        self._use_policy(spec.shard_policy, service)
+        if spec != current.spec:
+            self._cache.swap(service, current.rebuilt(spec=spec))
+
+    @_while_cached
+    def _refresh_children(self, current: ServiceSnapshot, service: str, section: str) -> None:
+        """After a children event: read the new children of one section."""
+        parent, field, _ = section_of(section, service)
+        try:
+            children, bad = self._reads.section(section, service, current)
+        except ServiceNotFound:
+            self._drop_service(service)
+            return
+        known = getattr(current, field)
+        changes = dict.fromkeys(known.keys() - children.keys())  # removed: None
+        changes.update((n, children[n]) for n in children.keys() - known.keys())
+        others = {path for path in current.invalid if not path.startswith(f"{parent}/")}
+        self._cache.update(service, current, field, changes, frozenset(others | bad))
+
+    @_while_cached
+    def _refresh_child(
+        self, current: ServiceSnapshot, service: str, section: str, name: str
+    ) -> None:
+        """After a data event (one-shot: a deletion too): read one child again (it may be
+        gone, created again, or now invalid)."""
+        read = self._reads.child(section, current, service, name)
+        if read is None:  # a flooded section's newcomer: left unread
+            return
+        value, unreadable = read
+        parent, field, _ = section_of(section, service)
+        path = f"{parent}/{name}"
+        invalid = current.invalid | {path} if unreadable else current.invalid - {path}
+        self._cache.update(service, current, field, {name: value}, invalid)
+
+    @_while_cached
+    def _forget_section(self, current: ServiceSnapshot, service: str, section: str) -> None:
+        """After a section's parent was deleted: drop its children, no read."""
+        parent, field, _ = section_of(section, service)
+        invalid = {path for path in current.invalid if not path.startswith(f"{parent}/")}
+        changes = dict.fromkeys(getattr(current, field))
+        self._cache.update(service, current, field, changes, frozenset(invalid))
+
+    @_while_cached
+    def _forget_child(
+        self, current: ServiceSnapshot, service: str, section: str, name: str
+    ) -> None:
+        """After a deletion under a recursive watch: drop the child, no read (the watch
+        reports the node if it is created again)."""
+        parent, field, _ = section_of(section, service)
+        invalid = current.invalid - {f"{parent}/{name}"}
+        self._cache.update(service, current, field, {name: None}, invalid)
+
+    @_while_cached
+    def _refresh_auth(self, current: ServiceSnapshot, service: str, gone: bool = False) -> None:
+        """After an event on this client's credential node; ``gone``: it was deleted (no
+        read: there is no credential)."""
+        if gone:
+            self._reads.forget_auth(service)
+        auth = None if gone else self._reads.auth(service)
+        if auth != current.auth:
+            self._cache.swap(service, current.rebuilt(auth=auth))
+
+    @_while_cached
+    def _drop_service(self, current: ServiceSnapshot, service: str) -> None:
+        self._unfollow_service(service)
+        self._cache.drop(service)
+
+    # --- shard maps --------------------------------------------------------------------------
+
+    def _use_policy(self, policy: str | None, service: str) -> None:
+        if policy is None:
+            return
+        self._cache.add_policy_user(policy, service)
+        if policy not in self._cache.shard_maps:
+            self._load_policy(policy)
+
+    def _reload_policy(self, policy: str, gone: bool = False) -> None:
+        """After an event on a policy's node: read it again if the cache still holds it;
+        ``gone``: it was deleted (no read)."""
+        if policy in self._cache.shard_maps:
+            self._load_policy(policy, gone)
+
+    def _load_policy(self, policy: str, gone: bool = False) -> None:
+        """(Re-)read a policy's spec and, for a directory, every bucket."""
+        self._follow_policy(policy)
+        old = self._cache.shard_maps.get(policy)
+        try:
+            spec = None if gone else self._reads.policy(policy)
+        except DecodeError:
+            if old is not None:
+                return  # as with a service spec: one bad write must not unshard everyone
+            spec = None
+        if spec is None:
+            self._cache.set_shard_map(policy, None, key_changes(directory_keys(old), {}))
+            return
+        keep = isinstance(old, DirectoryMap) and old.spec == spec
+        shard_map: ShardMap = old if keep else new_map(spec)  # type: ignore[assignment]
+        changes: dict[str, tuple[Any, Any]] = {}
+        if isinstance(shard_map, DirectoryMap):
+            for index, keys in self._reads.buckets(policy, spec.buckets):
+                bucket_changes = shard_map.apply_bucket(index, keys)
+                if keep:
+                    changes.update(bucket_changes)
+        if not keep and policy in self._cache.shard_maps:
+            # A first load has nobody to tell; diffing a million keys would only cost memory.
+            changes = key_changes(directory_keys(old), directory_keys(shard_map))
+        self._cache.set_shard_map(policy, shard_map, changes)
+
+    def _refresh_bucket(self, policy: str, index: int, gone: bool = False) -> None:
+        """After an event on a bucket: read it again; ``gone``: it was deleted (no read)."""
+        shard_map = self._cache.shard_maps.get(policy)
+        if not isinstance(shard_map, DirectoryMap) or index >= shard_map.spec.buckets:
+            return
+        changes = shard_map.apply_bucket(index, {} if gone else self._reads.bucket(policy, index))
+        if changes:
+            self._cache.emit_keys(policy, changes)
+
+
+class OneShotFollower(_ZooKeeperFollower):
+    """kazoo's one-shot watches, set again by each read; everything re-read after a
+    reconnection (kazoo drops the watches when the connection is suspended)."""
+
+    persistent = False
+
+    def resync(self) -> None:
+        """Read every policy and service the cache holds again, reporting real changes."""
+        for policy in list(self._cache.shard_maps):
+            self._load_policy(policy)
+        for service in list(self._cache.snapshots):
+            self._refresh_service(service)
+
+    def _on_event(self, event: WatchedEvent) -> None:
+        """kazoo's thread: queue the event's work, nothing more."""
+        if event.type == EventType.NONE:
+            return  # the connection changed; the re-sync after reconnecting covers it
+        self._cache.stats.watch_events += 1
+        task = self._task_for(event.type, event.path)
+        if task is not None:
+            self._cache.worker.merge(task)
+
+    def _task_for(self, kind: str, path: str) -> Task | None:
+        node = node_at(path)
+        if node is None:
+            return None
+        what, args = node
+        if what == "service":
+            if kind == EventType.CHILD:
+                return Task(self._refresh_children, (*args, "instances"))
+            return Task(self._refresh_service, args)
+        if what == "metrics":  # children changed, or the section appeared
+            return Task(self._refresh_children, (*args, "metrics"))
+        if what == "child":
+            # A deletion is read too: the node may exist again under its name (a restart),
+            # and only this read sets a watch on the new node. The parent's children watch
+            # cannot be relied on for it: a re-read of the children queued before this event
+            # finds the name again and trusts it watched (see ServiceReads.section), and its
+            # own watch may be spent, its re-read merged into that.
+            return Task(self._refresh_child, args)
+        if what == "auth":
+            return Task(self._refresh_auth, args)
+        if what == "policy":
+            return Task(self._reload_policy, args)
+        return Task(self._refresh_bucket, args)
+
+    def _read_watch(self) -> Watch:
+        return self._on_event
+
+    def _read_many(
+        self, items: Iterable[Any], path_of: Callable[[Any], str]
+    ) -> Iterator[tuple[Any, Any]]:
+        return pipelined_reads(self._zk, items, path_of, self._on_event)
+
+    def _watch_absent(self, path: str) -> bool:
+        return self._zk.exists(path, watch=self._on_event) is not None
+
+    def _follow_service(self, service: str) -> bool:
+        return False  # the reads set the watches
+
+    def _unfollow_service(self, service: str) -> None:
+        pass  # a one-shot watch that fires for a service no longer held asks for nothing
+
+    def _follow_policy(self, policy: str) -> None:
+        pass  # the reads set the watches
+
+
+class PersistentFollower(_ZooKeeperFollower):
+    """One persistent recursive watch per followed subtree, kept across reconnections within
+    the session (see :class:`~sentinel.zkprotocol.PersistentWatches`)."""
+
+    persistent = True
+
+    def __init__(
+        self,
+        cache: FollowedCache,
+        zk: KazooClient,
+        credentials: CredentialReader | None,
+        watches: PersistentWatches,
+    ) -> None:
+        self._watches = watches
+        # The subtrees this session has a recursive watch on (a session's end pops them on
+        # kazoo's thread), and the last event of each node not yet applied.
+        self._followed: dict[str, bool] = {}
+        self._latest: dict[str, str] = {}
+        super().__init__(cache, zk, credentials)
+
+    def resync(self) -> None:
+        """Watch again every subtree in use whose watch went with a session, and read those
+        again; with every watch in place (a resumed session) nothing is read: the server
+        reported what changed meanwhile, and those events are applied as any."""
+        self._follow_all()
+
+    def _follow_all(self) -> None:
+        for policy in list(self._cache.shard_maps):
+            if self._follow(policy_path(policy)):
+                self._load_policy(policy)
+        for service in list(self._cache.snapshots):
+            if self._follow_service(service):
+                self._refresh_service(service)
+
+    def _on_event(self, root: str, event: WatchedEvent) -> None:
+        """kazoo's thread: an event of the recursive watch on ``root``'s subtree.
+
+        A node's events are applied in one task that reads the latest event's kind when it
+        runs: events queued meanwhile (changed, deleted, created again) coalesce into what is
+        true last, with at most one read.
+        """
+        if event.type == EventType.NONE:  # the session ended and took the watch with it
+            self._followed.pop(root, None)
+            self._cache.worker.merge(Task(self._follow_all))
+            return
+        self._cache.stats.watch_events += 1
+        if event.type == EventType.CHILD:  # a reconnection's report: a parent's children
+            task = self._task_for(event.type, event.path)
+        else:
+            self._latest[event.path] = event.type
+            task = Task(self._apply_event, (event.path,))
+        if task is not None:
+            self._cache.worker.merge(task)
+
+    def _apply_event(self, path: str) -> None:
+        """Apply the latest event of one node (see :meth:`_on_event`)."""
+        kind = self._latest.pop(path, EventType.CHANGED)  # popped by a run meanwhile: read it
+        task = self._task_for(kind, path)
+        if task is not None:
+            task.run(*task.args)
+
+    def _task_for(self, kind: str, path: str) -> Task | None:
+        """The node stays watched: a deletion is applied with no read, and a service's node
+        changing is its spec alone (its children report their own changes)."""
+        node = node_at(path)
+        if node is None:
+            return None
+        what, args = node
+        gone = kind == EventType.DELETED
+        if what == "service":
+            if kind == EventType.CHILD:
+                return Task(self._refresh_children, (*args, "instances"))
+            return Task(self._drop_service if gone else self._refresh_spec, args)
+        if what == "metrics":
+            run = self._forget_section if gone else self._refresh_children
+            return Task(run, (*args, "metrics"))
+        if what == "child":
+            return Task(self._forget_child if gone else self._refresh_child, args)
+        if what == "policy" and kind == EventType.CHILD:
+            return None  # every bucket is watched itself; the rest is not the cache's
+        deleted = (True,) if gone else ()  # the ``gone`` argument of the no-read deletions
+        by_kind = {"auth": self._refresh_auth, "policy": self._reload_policy}
+        return Task(by_kind.get(what, self._refresh_bucket), (*args, *deleted))
+
+    def _read_watch(self) -> None:
+        return None  # the recursive watch above every read node reports its changes
+
+    def _read_many(
+        self, items: Iterable[Any], path_of: Callable[[Any], str]
+    ) -> Iterator[tuple[Any, Any]]:
+        """Multi-reads of MULTI_READ_BATCH nodes each."""
+        pending = list(items)
+        for start in range(0, len(pending), MULTI_READ_BATCH):
+            batch = pending[start : start + MULTI_READ_BATCH]
+            paths = [path_of(item) for item in batch]
+            results = self._watches.get_many(data=paths).data
+            for item, path in zip(batch, paths, strict=True):
+                yield item, _Read(results[path])
+
+    def _watch_absent(self, path: str) -> bool:
+        return False  # followed since before the read: its creation will be reported
+
+    def _service_roots(self, service: str) -> list[str]:
+        """The subtrees one recursive watch each follows for ``service``."""
+        roots = [service_path(service), f"{METRICS}/{service}"]
+        if self._credentials is not None:
+            roots.append(auth_path(service, self._credentials.client))
+        return roots
+
+    def _follow_service(self, service: str) -> bool:
+        # every root is followed (a list, not any()) before the service is read
+        return any([self._follow(root) for root in self._service_roots(service)])
+
+    def _unfollow_service(self, service: str) -> None:
+        for root in self._service_roots(service):
+            if self._followed.pop(root, None):
+                with contextlib.suppress(NoWatcherError):  # gone with a session meanwhile
+                    self._watches.remove_watches(root, WatcherType.PERSISTENT_RECURSIVE)
+
+    def _follow_policy(self, policy: str) -> None:
+        self._follow(policy_path(policy))
+
+    def _follow(self, root: str) -> bool:
+        """Watch ``root``'s subtree, unless this session does already; True when the watch is
+        new (what it covers must be read now)."""
+        if root in self._followed:
+            return False
+        self._followed[root] = True  # before the request: a session ending meanwhile pops it
+        try:
+            self._watches.add_watch(
+                root,
+                functools.partial(self._on_event, root),
+                AddWatchMode.PERSISTENT_RECURSIVE,
+                known=functools.partial(self._known_paths, root),
+            )
+        except BaseException:
+            self._followed.pop(root, None)
+            raise
+        return True
+
+    def _known_paths(self, root: str) -> list[str]:
+        """The nodes the cache holds under ``root``, for the server to report which changed
+        while the connection was down (see :meth:`PersistentWatches.add_watch`). Called on
+        kazoo's connection thread: reads the immutable snapshots, no I/O, no lock."""
+        _, top, name, *_ = root.split("/")
+        if top == SHARD_INFO[1:]:
+            shard_map = self._cache.shard_maps.get(name)
+            buckets = shard_map.spec.buckets if isinstance(shard_map, DirectoryMap) else 0
+            return [root, *(bucket_path(name, i) for i in range(buckets))]
+        snapshot = self._cache.snapshots.get(name)
+        if snapshot is None or top == AUTH[1:]:
+            return [root]
+        held = snapshot.endpoints if top == SERVICES[1:] else snapshot.metrics
+        below = f"{root}/"
+        invalid = [path for path in snapshot.invalid if path.startswith(below)]
+        return [root, *(below + child for child in list(held)), *invalid]
+
+
+class _Read:
+    """One node of a multi-read, with a kazoo async result's ``get``."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome  # (data, stat), or the exception of that node
+
+    def get(self) -> Any:
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome

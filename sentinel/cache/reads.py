@@ -1,0 +1,300 @@
+"""The reads a cache makes of the registry, written once for every way of following it.
+
+Every node is untrusted: a node that fails to decode is logged, counted and skipped, and a
+service already served keeps its last readable spec. What differs between the watch modes is
+passed in, not asked about: the watch a read sets (kazoo's one-shot watch, or none under a
+recursive one), how many nodes are read at once, and what is done about a node that is absent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import WatchedEvent, ZnodeStat
+
+from sentinel.auth.envelope import Credential
+from sentinel.auth.reader import CredentialReader
+from sentinel.cache.stats import CacheStats
+from sentinel.cache.views import ServiceSnapshot
+from sentinel.endpoint import Endpoint
+from sentinel.errors import DecodeError, ServiceNotFound
+from sentinel.layout import METRICS, auth_path, service_path
+from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, fields_of
+from sentinel.registry import ReadBudget, Reads, decode_children
+from sentinel.shards.spec import ShardPolicySpec, bucket_path, decode_bucket, policy_path
+from sentinel.telemetry import observe_propagation
+
+log = logging.getLogger(__name__)
+
+# What a follower reads of one section of a service (its instances, or its metrics), at most.
+# Registries hold thousands of instances per service (10,000 measured in the benchmarks), each
+# node well under a KB; past these bounds a writer is flooding the section, and reading all of
+# it would stall every new client's first lookup. The excess is skipped, counted and logged.
+MAX_SECTION_NODES = 20_000
+MAX_SECTION_BYTES = 32 * 1024 * 1024
+
+Watch = Callable[[WatchedEvent], None]
+Decoder = Callable[[str, str, bytes, ZnodeStat], Any]
+
+
+class ServiceState(NamedTuple):
+    """Everything read of one service: what a :class:`ServiceSnapshot` is built from."""
+
+    spec: ServiceSpec
+    endpoints: dict[str, Endpoint]
+    metrics: dict[str, MetricsRecord]
+    invalid: frozenset[str]
+    auth: Credential | None
+
+
+class Section(NamedTuple):
+    """Where one section of a service lives, which snapshot field holds it, how it decodes."""
+
+    parent: str
+    field: str
+    decode: Decoder
+
+
+def section_of(section: str, service: str) -> Section:
+    """``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
+    (``/metrics/<service>``, as MetricsRecords)."""
+    if section == "instances":
+        return Section(
+            service_path(service),
+            "endpoints",
+            lambda name, path, data, stat: Endpoint.from_record(
+                InstanceRecord.from_bytes(service, name, path, data), joined=stat.czxid
+            ),
+        )
+    return Section(
+        f"{METRICS}/{service}",
+        "metrics",
+        lambda name, path, data, _: MetricsRecord.from_bytes(service, name, path, data),
+    )
+
+
+class ServiceReads:
+    """The decoding reads of services, credentials and shard policies.
+
+    ``watch`` is set by every read (None: none); ``reads`` reads many nodes at once;
+    ``watch_absent(path)`` learns when an absent node appears and says whether it exists
+    already (created between two reads).
+    """
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        stats: CacheStats,
+        credentials: CredentialReader | None,
+        *,
+        watch: Watch | None,
+        reads: Reads,
+        watch_absent: Callable[[str], bool],
+    ) -> None:
+        self._zk = zk
+        self._stats = stats
+        self._credentials = credentials
+        self._watch = watch
+        self._reads = reads
+        self._watch_absent = watch_absent
+        self._over_limit: set[str] = set()  # sections reported past the bounds
+
+    def service(self, service: str, last_good: ServiceSpec | None = None) -> ServiceState:
+        """The spec, instances, metrics and this client's credential of ``service``.
+
+        Raises :class:`ServiceNotFound` when its node is gone (or, never served, unreadable).
+        """
+        spec = self.spec(service, last_good)
+        endpoints, bad_instances = self.section("instances", service)
+        metrics, bad_metrics = self.section("metrics", service, first=endpoints)
+        invalid = frozenset(bad_instances | bad_metrics)
+        return ServiceState(spec, endpoints, metrics, invalid, self.auth(service))
+
+    def spec(self, service: str, last_good: ServiceSpec | None = None) -> ServiceSpec:
+        """The service's spec. An unreadable one is skipped: a service already served keeps
+        its ``last_good`` spec (one bad write must not unlist it everywhere)."""
+        path = service_path(service)
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            raise ServiceNotFound(service) from None
+        try:
+            return ServiceSpec.from_bytes(service, path, data)
+        except DecodeError as exc:
+            self.skip(exc)
+            if last_good is not None:
+                return last_good
+            raise ServiceNotFound(service, f"has an unreadable spec: {exc}") from None
+
+    def section(
+        self,
+        section: str,
+        service: str,
+        known: ServiceSnapshot | None = None,
+        first: Iterable[str] = (),
+    ) -> tuple[dict[str, Any], set[str]]:
+        """Decode the children of one section of ``service`` (see :func:`section_of`).
+
+        With ``known`` (a children event while watches are in place) only new children are
+        read: the others' data watches report their own changes. A known name may be a new
+        node (deleted and created again); its old node's watch fired with the deletion, and
+        that event's task reads the new one. Returns the decoded children by name and the
+        paths that failed. At most MAX_SECTION_NODES children and MAX_SECTION_BYTES of data
+        are read (``first`` before the others: a metrics read takes the instances' own nodes
+        first), the rest skipped and counted.
+        """
+        parent, field, decode = section_of(section, service)
+        try:
+            names = self._zk.get_children(parent, watch=self._watch)
+        except NoNodeError:
+            if section == "instances":
+                raise ServiceNotFound(service) from None
+            if self._watch_absent(parent):  # created between the two reads: list it again
+                return self.section(section, service, known)
+            return {}, set()
+        decoded: dict[str, Any] = {}
+        invalid: set[str] = set()
+        unread = names
+        if known is not None:
+            current = getattr(known, field)
+            decoded = {n: current[n] for n in names if n in current}
+            invalid = {f"{parent}/{n}" for n in names if f"{parent}/{n}" in known.invalid}
+            unread = [n for n in names if n not in decoded and f"{parent}/{n}" not in invalid]
+            decode = _timed(section, decode)  # new children of a live service: a change
+        preferred = set(first)
+        if preferred:  # the preferred names first, the rest in their order
+            unread = sorted(unread, key=lambda name: name not in preferred)
+        room = max(MAX_SECTION_NODES - len(decoded) - len(invalid), 0)
+        budget = ReadBudget(MAX_SECTION_BYTES, skipped=len(unread) - min(room, len(unread)))
+        fresh, failed = decode_children(
+            self._zk, parent, unread[:room], decode, reads=self._reads, budget=budget
+        )
+        if budget.skipped:
+            self._stats.over_limit += budget.skipped
+        if budget.skipped and parent not in self._over_limit:  # once, not per event
+            self._over_limit.add(parent)
+            log.warning(
+                "%s has more than a follower reads (%d nodes, %d MiB): %d left unread; "
+                "'sentinel doctor' names what is flooding it",
+                parent,
+                MAX_SECTION_NODES,
+                MAX_SECTION_BYTES >> 20,
+                budget.skipped,
+            )
+        for exc in failed.values():
+            self.skip(exc)
+        decoded.update(fresh)
+        invalid.update(f"{parent}/{n}" for n in failed)
+        return decoded, invalid
+
+    def child(
+        self, section: str, known: ServiceSnapshot, service: str, name: str
+    ) -> tuple[Any, bool] | None:
+        """One child of a section read again: ``(value, unreadable)``, value None when it is
+        gone or unreadable; None when it is a newcomer to a section past MAX_SECTION_NODES
+        (left unread, counted)."""
+        parent, field, decode = section_of(section, service)
+        held = getattr(known, field)
+        if name not in held and len(held) >= MAX_SECTION_NODES:
+            self._stats.over_limit += 1
+            return None
+        path = f"{parent}/{name}"
+        try:
+            data, stat = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            return None, False
+        observe_propagation(section, stat)
+        try:
+            with fields_of(path):
+                value = decode(name, path, data, stat)
+        except DecodeError as exc:
+            self.skip(exc)
+            return None, True
+        return value, False
+
+    def auth(self, service: str) -> Credential | None:
+        """This client's newest readable credential for ``service``.
+
+        Never one older than a credential applied before (see :mod:`sentinel.auth.reader`):
+        a replayed old version is logged, counted in ``auth_errors``, and the applied one kept.
+        """
+        if self._credentials is None:
+            return None
+        path = auth_path(service, self._credentials.client)
+        try:
+            data, stat = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            self._watch_absent(path)
+            self._credentials.forget(service)
+            return None
+        observe_propagation("auth", stat)
+        try:
+            credential, errors = self._credentials.newest(service, path, data)
+        except DecodeError as exc:
+            credential, errors = None, [exc]
+        for error in errors:
+            self._stats.auth_errors += 1
+            log.warning("skipping a credential: %s", error)  # messages hold no secrets
+        return credential
+
+    def forget_auth(self, service: str) -> None:
+        """This client's credential node for ``service`` is gone."""
+        if self._credentials is not None:
+            self._credentials.forget(service)
+
+    def policy(self, policy: str) -> ShardPolicySpec | None:
+        """A shard policy's spec, None when it does not exist. An unreadable one is counted
+        and its :class:`DecodeError` raised: the caller keeps what it had."""
+        path = policy_path(policy)
+        try:
+            data, _ = self._zk.get(path, watch=self._watch)
+        except NoNodeError:
+            self._watch_absent(path)
+            return None
+        try:
+            return ShardPolicySpec.from_bytes(policy, path, data)
+        except DecodeError as exc:
+            self.skip(exc)
+            raise
+
+    def buckets(self, policy: str, count: int) -> Iterator[tuple[int, dict[str, str]]]:
+        """``(index, keys)`` of each of a directory policy's ``count`` buckets."""
+        for index, result in self._reads(range(count), lambda i: bucket_path(policy, i)):
+            yield index, self._bucket_keys(policy, index, result)
+
+    def bucket(self, policy: str, index: int) -> dict[str, str]:
+        """The keys of one bucket, read again after an event."""
+        result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
+        keys = self._bucket_keys(policy, index, result)
+        if result.successful():
+            observe_propagation("shard_info", result.value[1])
+        return keys
+
+    def skip(self, exc: DecodeError) -> None:
+        """Count and log a node that could not be decoded."""
+        self._stats.decode_errors += 1
+        log.warning("skipping %s", exc)
+
+    def _bucket_keys(self, policy: str, index: int, result: Any) -> dict[str, str]:
+        try:
+            data, _ = result.get()
+            return decode_bucket(bucket_path(policy, index), data)
+        except NoNodeError:
+            return {}
+        except DecodeError as exc:
+            self.skip(exc)
+            return {}
+
+
+def _timed(section: str, decode: Decoder) -> Decoder:
+    """``decode``, observing each node's propagation delay first."""
+
+    def timed(name: str, path: str, data: bytes, stat: Any) -> Any:
+        observe_propagation(section, stat)
+        return decode(name, path, data, stat)
+
+    return timed

@@ -1,0 +1,364 @@
+"""The client's view of the registry: the snapshots and shard maps lookups read, kept current
+by one follower, served on one worker thread.
+
+Readers never lock: a service's state is one immutable
+:class:`~sentinel.cache.views.ServiceSnapshot`, replaced by a single dict store when anything
+changes; directory shard maps are one flat dict updated a key at a time (see
+:class:`~sentinel.shards.maps.DirectoryMap` for why). All loading and updating happens on the
+worker (:mod:`sentinel.cache.worker`), which runs what the follower queued
+(:mod:`sentinel.cache.followers`), swaps the new state in and tells the listeners.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionLoss
+
+from sentinel.auth.acl import ensure_clients_node
+from sentinel.auth.envelope import Credential
+from sentinel.auth.reader import CredentialReader
+from sentinel.cache.followers import OneShotFollower, PersistentFollower
+from sentinel.cache.listeners import Listener, Listeners
+from sentinel.cache.read_through import ReadThrough
+from sentinel.cache.source import Follower
+from sentinel.cache.stats import CacheStats
+from sentinel.cache.views import ServiceSnapshot, endpoint_events
+from sentinel.cache.worker import CacheWorker, Task
+from sentinel.ephemeral import EphemeralNodes
+from sentinel.errors import ClientClosed, ZooKeeperUnavailable
+from sentinel.events import (
+    AuthChanged,
+    ChangeEvent,
+    ConnectionChanged,
+    InstancesChanged,
+    ServiceSpecChanged,
+    ShardKeysChanged,
+)
+from sentinel.layout import client_path
+from sentinel.records import ClientRecord
+from sentinel.shards.maps import ShardMap
+from sentinel.telemetry import auth_version_applied
+from sentinel.version import __version__
+from sentinel.zkerrors import translate
+from sentinel.zkprotocol import PersistentWatches
+
+
+class RegistryCache:
+    """The client's view of the registry, loaded per service on first use."""
+
+    def __init__(
+        self,
+        zk: KazooClient,
+        client_id: str,
+        nodes: EphemeralNodes,
+        *,
+        load_timeout: float = 10.0,
+        negative_ttl: float = 1.0,
+        negative_size: int = 10_000,
+        announce: bool = True,
+        app: str | None = None,
+        credentials: CredentialReader | None = None,
+        resync_jitter: float = 0.5,
+        read_through_rate: float = 100.0,
+        watches: PersistentWatches | None = None,
+    ) -> None:
+        self._zk = zk
+        self._watches = watches
+        self._credentials = credentials
+        self._client_id = client_id
+        self._nodes = nodes
+        self._load_timeout = load_timeout
+        self._announce = announce
+        self._app = app
+        self._announced_at: dict[str, float] = {}
+        # Read without a lock by the hot path; written only by the worker.
+        self.snapshots: dict[str, ServiceSnapshot] = {}
+        self.shard_maps: dict[str, ShardMap | None] = {}
+        self._policy_users: dict[str, set[str]] = {}
+        self.stats = CacheStats()
+        self.listeners = Listeners()
+        self.worker = CacheWorker(self._resync, resync_jitter)
+        self._follower: Follower | None = None  # chosen on first use, once per session
+        self.read_through = ReadThrough(
+            zk,
+            self.shard_maps,
+            self.stats,
+            rate=read_through_rate,
+            negative_ttl=negative_ttl,
+            negative_size=negative_size,
+        ).partition
+        self.connection_state = "connected"
+        self.disconnected_at: float | None = None
+        # Services restore() served and no re-sync has re-read yet: stale, and not yet in
+        # /clients under this client's id (the re-sync announces them).
+        self._restored: frozenset[str] = frozenset()
+        self._state_lock = threading.Lock()  # held for assignments only (kazoo's thread takes it)
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker and follow the connection state."""
+        self._zk.add_listener(self._on_state)
+        self.worker.start()
+
+    def close(self) -> None:
+        """Stop the worker once it has run the tasks queued so far (see
+        :meth:`CacheWorker.stop`); a reader waiting for a load dropped meanwhile hears so at
+        once rather than at its timeout."""
+        self._zk.remove_listener(self._on_state)
+        self.worker.stop(self._dropped)
+
+    def _dropped(self, task: Task) -> None:
+        if task.run == self._serve_load:
+            task.args[1].set_exception(ClientClosed("the client was closed"))
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the worker (a listener, or a task, is running)."""
+        return self.worker.on_worker()
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the cache follows ZooKeeper with persistent recursive watches."""
+        if self._follower is not None:
+            return self._follower.persistent
+        return self._watches is not None and self._watches.supported
+
+    # --- called by readers ------------------------------------------------------------------
+
+    def load(self, service: str) -> ServiceSnapshot:
+        """The snapshot of ``service``, loading it on the worker the first time.
+
+        On the worker itself (a lookup made from a listener) the load runs there and then:
+        queued, it would wait behind the listener that waits for it.
+        """
+        future: Future[ServiceSnapshot] = Future()
+        if self.on_worker():
+            self._serve_load(service, future)
+            return future.result()
+        self.worker.put(Task(self._serve_load, (service, future)))
+        try:
+            return future.result(timeout=self._load_timeout)
+        except FutureTimeout:
+            raise ZooKeeperUnavailable(
+                f"loading service {service!r} took longer than {self._load_timeout:g}s"
+            ) from None
+
+    def prefetch(self, services: list[str]) -> None:
+        """Load ``services`` on the worker, in the background (a forked child re-reading what
+        its parent followed); a lookup meanwhile waits for its own service's load."""
+        for service in services:
+            self.worker.put(Task(self._serve_load, (service, Future())))
+
+    def restore(
+        self,
+        snapshots: Mapping[str, ServiceSnapshot],
+        shard_maps: Mapping[str, ShardMap | None],
+        written_at: float,
+    ) -> None:
+        """Serve a last-known-good state (call before :meth:`start`) until a connection
+        re-syncs it; ``staleness`` counts from when it was written."""
+        self.shard_maps.update(shard_maps)
+        self.snapshots.update(snapshots)
+        self.connection_state = "snapshot"
+        self.disconnected_at = written_at
+        self._restored = frozenset(snapshots)
+
+    def adopt_listeners(self, inherited: RegistryCache) -> None:
+        """Deliver to ``inherited``'s listeners (call before :meth:`start`): a forked child's
+        new cache keeps the listeners the application added in the parent."""
+        self.listeners.adopt(inherited.listeners)
+
+    def listen(self, service: str | None, listener: Listener) -> Callable[[], None]:
+        """Add a listener for ``service`` (None: every service); returns its remover."""
+        return self.listeners.add(service, listener)
+
+    # --- kazoo's thread ---------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        now = time.time()
+        reached = {KazooState.CONNECTED: "connected", KazooState.SUSPENDED: "suspended"}
+        reached_state = reached.get(state, "lost")
+        events = self.stats.session_events
+        events[reached_state] = events.get(reached_state, 0) + 1
+        with self._state_lock:
+            if state == KazooState.CONNECTED and self._restored:
+                # Still serving a restored state: stale until the re-sync has re-read it.
+                self.worker.put(Task(self.worker.schedule_resync))
+                return
+            self.connection_state = reached_state
+            if state == KazooState.CONNECTED:
+                self.disconnected_at = None
+            elif self.disconnected_at is None:
+                self.disconnected_at = now
+        # Listeners hear of the connection first, then of what the re-sync found.
+        event = ConnectionChanged(reached_state, now)
+        self.worker.put(Task(self._emit, (None, event), changes_cache=False))
+        if state == KazooState.CONNECTED:
+            self.worker.put(Task(self.worker.schedule_resync))
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def _follower_now(self) -> Follower:
+        """This session's follower, chosen on first use once the server has said whether it
+        has ZooKeeper 3.6's watches (the connection learns it before any request)."""
+        if self._follower is None:
+            watches = self._watches
+            # A client still connecting (a forked child's first load) waits for it to tell.
+            supported = False if watches is None else watches.wait_supported(self._load_timeout)
+            if supported is None:
+                raise ConnectionLoss("not connected yet: the server's watch mode is not known")
+            if supported:
+                self._follower = PersistentFollower(self, self._zk, self._credentials, watches)
+            else:
+                self._follower = OneShotFollower(self, self._zk, self._credentials)
+        return self._follower
+
+    def _serve_load(self, service: str, future: Future[ServiceSnapshot]) -> None:
+        """A reader's :meth:`load`: the cached snapshot, or the service loaded now."""
+        try:
+            snapshot = self.snapshots.get(service)
+            if snapshot is None:
+                snapshot = self._follower_now().load_service(service)
+                self._confirm(service, snapshot.auth)
+                self.snapshots[service] = snapshot
+            future.set_result(snapshot)
+        except Exception as exc:
+            future.set_exception(translate(exc, f"loading service {service!r}"))
+
+    def _resync(self) -> None:
+        """After a reconnection: the follower brings everything up to date; the first one
+        after :meth:`restore` ends the restored state."""
+        self._follower_now().resync()
+        self.stats.resyncs += 1
+        if self._restored:
+            self._end_restored()
+
+    def _end_restored(self) -> None:
+        """The first re-sync after :meth:`restore` is done: announce the services restored
+        (this client uses them, with their credential applied) and stop marking them stale."""
+        for service in sorted(self._restored & self.snapshots.keys()):
+            self._confirm(service, self.snapshots[service].auth)
+        with self._state_lock:
+            self._restored = frozenset()
+            if self._zk.state != KazooState.CONNECTED:
+                return  # lost again meanwhile: _on_state has said so
+            self.connection_state = "connected"
+            self.disconnected_at = None
+        self._emit(None, ConnectionChanged("connected", time.time()))
+
+    def _emit(self, service: str | None, event: ChangeEvent) -> None:
+        self.listeners.emit(service, event)
+
+    # --- what the follower hands in, on the worker (see sentinel.cache.source) ----------------
+
+    def swap(
+        self, service: str, snapshot: ServiceSnapshot, names: Iterable[str] | None = None
+    ) -> None:
+        """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
+        instances that may have (None: any)."""
+        old = self.snapshots[service]
+        self.snapshots[service] = snapshot
+        if old.spec != snapshot.spec:
+            self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
+        before, after = old.endpoints, snapshot.endpoints
+        if names is not None:  # a diff of what was touched, not of the whole service
+            before = {n: before[n] for n in names if n in before}
+            after = {n: after[n] for n in names if n in after}
+        for event in endpoint_events(service, before, after):
+            self._emit(service, event)
+        if old.auth != snapshot.auth:
+            versions = [None if a is None else a.version for a in (old.auth, snapshot.auth)]
+            self._emit(service, AuthChanged(service, *versions, snapshot.auth))
+            # Confirmed only now that the listeners (the application's pools) have it.
+            self._confirm(service, snapshot.auth)
+
+    def update(
+        self,
+        service: str,
+        current: ServiceSnapshot,
+        field: str,
+        changes: Mapping[str, Any],
+        invalid: frozenset[str],
+    ) -> None:
+        """Serve ``current`` with a few children of one section (``field``) replaced, None
+        for removed; nothing when that changes nothing."""
+        snapshot = current.updated(invalid, **{field: changes})
+        if snapshot is not current:
+            self.swap(service, snapshot, changes)
+
+    def drop(self, service: str) -> None:
+        """Stop serving ``service``: its listeners hear that it and its instances are gone."""
+        old = self.snapshots.pop(service, None)
+        if old is None:
+            return
+        self._emit(service, ServiceSpecChanged(service, old.spec, None))
+        if old.endpoints:
+            self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
+
+    def add_policy_user(self, policy: str, service: str) -> None:
+        """``service`` is sharded by ``policy``: its listeners hear of the policy's keys."""
+        self._policy_users.setdefault(policy, set()).add(service)
+
+    def set_shard_map(
+        self, policy: str, shard_map: ShardMap | None, changes: dict[str, tuple[Any, Any]]
+    ) -> None:
+        """Serve ``shard_map`` (None: the policy does not exist) and tell of ``changes``."""
+        self.shard_maps[policy] = shard_map
+        if changes:
+            self.emit_keys(policy, changes)
+
+    def emit_keys(self, policy: str, changes: dict[str, tuple[Any, Any]]) -> None:
+        """Tell the users of ``policy`` which keys moved."""
+        for service in sorted(self._policy_users.get(policy, ())):
+            self._emit(service, ShardKeysChanged(service, policy, changes))
+
+    # --- /clients -----------------------------------------------------------------------------
+
+    def _confirm(self, service: str, auth: Credential | None) -> None:
+        """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
+        node (which a rotation waits on, Procedure 2) and in its telemetry."""
+        if self._announce:
+            self._register_client(service, auth)
+        if auth is not None:
+            auth_version_applied(service, auth.version)
+
+    def _register_client(self, service: str, auth: Credential | None) -> None:
+        """``/clients/<service>/<client_id>``: who uses the service, kept across sessions.
+
+        Bookkeeping must never fail a lookup: a write refused (a secured namespace whose
+        ``/clients/<service>`` is missing or shut) is logged once and retried in the
+        background (:meth:`EphemeralNodes.put` with ``keep_trying``).
+        """
+        path = client_path(service, self._client_id)
+        record = ClientRecord(
+            service=service,
+            client_id=self._client_id,
+            app=self._app,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            # When it began to use the service; confirmations of new credentials keep it.
+            started=self._announced_at.setdefault(service, time.time()),
+            sentinel_version=__version__,
+            auth_client=None if self._credentials is None else self._credentials.client,
+            auth_version=None if auth is None else auth.version,
+        )
+        self._nodes.put(
+            path,
+            record.to_bytes(path),
+            prepare=functools.partial(ensure_clients_node, self._zk, service),
+            keep_trying=True,
+            on_failure=self._count_clients_failure,
+        )
+
+    def _count_clients_failure(self) -> None:
+        self.stats.clients_write_failures += 1

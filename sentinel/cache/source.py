@@ -1,0 +1,83 @@
+"""The contract between the cache and what feeds it.
+
+A :class:`Follower` keeps one :class:`~sentinel.cache.RegistryCache` current: ZooKeeper's
+watches in one of two modes today (:mod:`sentinel.cache.followers`), a host agent tomorrow.
+It reads or receives a service's state and hands changes to the cache through
+:class:`FollowedCache`, on the cache's worker; the cache serves them (immutable snapshots, one
+dict store per change) and tells the listeners. Nothing on the lookup path knows which
+follower fed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from sentinel.cache.stats import CacheStats
+from sentinel.cache.views import ServiceSnapshot
+from sentinel.cache.worker import CacheWorker
+from sentinel.shards.maps import ShardMap
+
+
+class Follower(Protocol):
+    """What keeps a cache current. One per cache, chosen once per session; every method
+    runs on the cache's worker."""
+
+    #: Whether changes arrive on persistent watches kept across reconnections (for telemetry
+    #: and ``Sentinel.persistent_watches``; nothing branches on it).
+    persistent: bool
+
+    def load_service(self, service: str) -> ServiceSnapshot:
+        """Start following ``service`` and return its first snapshot (raises
+        :class:`~sentinel.errors.ServiceNotFound`); its changes reach the cache from now on."""
+        ...
+
+    def resync(self) -> None:
+        """After a reconnection: bring every followed service and shard policy up to date,
+        handing only real changes to the cache."""
+        ...
+
+
+class FollowedCache(Protocol):
+    """The cache as its follower sees it: the state it holds and how a change is handed in."""
+
+    snapshots: Mapping[str, ServiceSnapshot]
+    shard_maps: Mapping[str, ShardMap | None]
+    stats: CacheStats
+    worker: CacheWorker
+
+    def swap(
+        self, service: str, snapshot: ServiceSnapshot, names: Iterable[str] | None = None
+    ) -> None:
+        """Serve ``snapshot`` for a followed service; ``names``: the only instances that may
+        have changed (None: any)."""
+        ...
+
+    def update(
+        self,
+        service: str,
+        current: ServiceSnapshot,
+        field: str,
+        changes: Mapping[str, Any],
+        invalid: frozenset[str],
+    ) -> None:
+        """Serve ``current`` with a few children of one section replaced (None: removed)."""
+        ...
+
+    def drop(self, service: str) -> None:
+        """Stop serving ``service`` (its node is gone)."""
+        ...
+
+    def add_policy_user(self, policy: str, service: str) -> None:
+        """``service`` is sharded by ``policy``: its listeners hear of the policy's keys."""
+        ...
+
+    def set_shard_map(
+        self, policy: str, shard_map: ShardMap | None, changes: dict[str, tuple[Any, Any]]
+    ) -> None:
+        """Serve ``shard_map`` (None: the policy does not exist) and tell of ``changes``."""
+        ...
+
+    def emit_keys(self, policy: str, changes: dict[str, tuple[Any, Any]]) -> None:
+        """Tell the policy's users of keys that moved in a map changed in place."""
+        ...

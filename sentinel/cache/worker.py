@@ -1,0 +1,145 @@
+"""The cache's one worker thread: its queue of tasks, their merging, and the re-sync's timing.
+
+ZooKeeper's callbacks run on kazoo's thread, which must never block, so they only queue a
+:class:`Task` naming what changed; the worker runs it. A task equal to one still queued is not
+queued again: repeated events for one node coalesce into one read.
+
+After a reconnection the re-sync starts after a random delay of up to ``resync_jitter``
+seconds, so a fleet that reconnects together does not read together, and reconnections within
+that delay share one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sentinel.errors import ZooKeeperUnavailable
+from sentinel.zkerrors import translate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One piece of the worker's work: a bound method and its arguments.
+
+    Equal tasks are equal values (a bound method equals another of the same object and
+    function), so repeated events for one node merge while the first is still queued.
+    ``changes_cache`` is False for work that only tells listeners.
+    """
+
+    run: Callable[..., None]
+    args: tuple[Any, ...] = ()
+    changes_cache: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.run.__name__}{self.args}"
+
+
+class CacheWorker:
+    """Runs a cache's tasks one at a time, in order, on a thread of its own.
+
+    ``resync`` runs once per burst of reconnections, ``resync_jitter`` seconds at most after
+    the first :meth:`schedule_resync`; ``on_change`` (if set) after every task that may have
+    changed the cache, on the worker (it must not block).
+    """
+
+    def __init__(self, resync: Callable[[], None], resync_jitter: float) -> None:
+        self._resync = resync
+        self._resync_jitter = resync_jitter
+        self._resync_at: float | None = None  # monotonic; only the worker touches it
+        self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # None: stop
+        self._pending: set[Task] = set()
+        self._pending_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.on_change: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread = threading.Thread(target=self._run, name="sentinel-cache", daemon=True)
+        self._thread.start()
+
+    def stop(self, dropped: Callable[[Task], None]) -> None:
+        """Stop once the tasks queued so far have run.
+
+        Called on the worker itself (a listener closing the client), it stops after the task
+        it is running, unwaited for: a thread cannot join itself, and the tasks queued behind
+        it would only read from the session being closed; each is handed to ``dropped``.
+        """
+        if self.on_worker():
+            self._thread = None  # no longer the worker: it stops after this task (see _run)
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    task = self._tasks.get_nowait()
+                    if task is not None:
+                        with self._pending_lock:  # queued again after a start(): must be queued
+                            self._pending.discard(task)
+                        dropped(task)
+            return
+        self._tasks.put(None)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is the worker (a listener, or a task, is running)."""
+        return self._thread is threading.current_thread()
+
+    def put(self, task: Task) -> None:
+        """Queue ``task`` as it is (work that must not merge: a load, a listener's event)."""
+        self._tasks.put(task)
+
+    def merge(self, task: Task) -> None:
+        """Queue ``task`` unless an equal one is queued and has not started."""
+        with self._pending_lock:
+            if task in self._pending:
+                return
+            self._pending.add(task)
+        self._tasks.put(task)
+
+    def schedule_resync(self) -> None:
+        """On the worker, after a reconnection: re-sync after the jitter; reconnections
+        meanwhile share it."""
+        if self._resync_at is None:
+            self._resync_at = time.monotonic() + random.uniform(0, self._resync_jitter)
+
+    @property
+    def resync_due(self) -> bool:
+        """A re-sync is scheduled and has not started."""
+        return self._resync_at is not None
+
+    def _next_task(self) -> Task | None:
+        """The next queued task, or the re-sync once its jittered time has come."""
+        if self._resync_at is None:
+            return self._tasks.get()
+        wait = self._resync_at - time.monotonic()
+        with contextlib.suppress(queue.Empty):
+            if wait > 0:
+                return self._tasks.get(timeout=wait)
+        self._resync_at = None
+        return Task(self._resync)
+
+    def _run(self) -> None:
+        worker = threading.current_thread()
+        # Until stop(), or a stop() from a listener on this thread (then a start() may have
+        # begun another worker already).
+        while self._thread is worker and (task := self._next_task()) is not None:
+            with self._pending_lock:
+                self._pending.discard(task)
+            try:
+                task.run(*task.args)
+                if self.on_change is not None and task.changes_cache:
+                    self.on_change()
+            except Exception as exc:
+                if isinstance(translate(exc, ""), ZooKeeperUnavailable):
+                    log.info("%s interrupted by the connection; the re-sync will cover it", task)
+                else:
+                    log.exception("cache task %s failed", task)
