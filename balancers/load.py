@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
-    from sentinel.endpoint import Endpoint
     from sentinel.feedback import InstanceFeedback
+    from sentinel.registry.endpoint import Endpoint
 
 
 class PowerOfTwoChoices(Balancer):

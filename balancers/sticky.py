@@ -10,7 +10,7 @@ from sentinel.rendezvous import rendezvous_score
 from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
-    from sentinel.endpoint import Endpoint
+    from sentinel.registry.endpoint import Endpoint
 
 
 class Sticky(Balancer):

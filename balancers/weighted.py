@@ -14,7 +14,7 @@ from sentinel.memo import IdentityMemo
 from sentinel.strategies import Balancer
 
 if TYPE_CHECKING:
-    from sentinel.endpoint import Endpoint
+    from sentinel.registry.endpoint import Endpoint
 
 
 class Random(Balancer):

@@ -67,7 +67,7 @@ PAPER = {"lookup_p95_us": 17.0, "propagation_p99_ms": 500.0}
 OUR_RTT = textwrap.dedent("""
     import json, sys, time
     from kazoo.client import KazooClient
-    from sentinel.transport import PollHandler
+    from sentinel.zk.transport import PollHandler
     client = KazooClient(sys.argv[1], handler=PollHandler())  # the transport Sentinel uses
     client.start()
     for _ in range(500):

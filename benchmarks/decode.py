@@ -12,7 +12,7 @@ import argparse
 import timeit
 
 from benchmarks.common import report
-from sentinel.records import InstanceRecord, decode
+from sentinel.registry.records import InstanceRecord, decode
 from sentinel.shards.spec import decode_bucket, encode_bucket
 
 

@@ -30,11 +30,11 @@ from kazoo.security import make_acl, make_digest_acl
 
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
-from sentinel.ephemeral import first_failure
 from sentinel.events import InstancesChanged
-from sentinel.layout import instance_path
-from sentinel.records import InstanceRecord
+from sentinel.registry.layout import instance_path
+from sentinel.registry.records import InstanceRecord
 from sentinel.testing.zookeeper import LocalZooKeeper
+from sentinel.zk.ephemeral import first_failure
 
 SERVICE = "db"
 PARTITION = "p0"

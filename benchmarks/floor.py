@@ -17,7 +17,7 @@ The clients:
 * ``Java client``: ZooKeeper's own client (``benchmarks/peers/FloorBench.java``, compiled
   here against Debian's jars), its watch callback reading the node again on its event
   thread: what a JVM cache (Curator's) starts from;
-* ``kazoo``: kazoo's client on the transport Sentinel uses (``sentinel.transport``'s
+* ``kazoo``: kazoo's client on the transport Sentinel uses (``sentinel.zk.transport``'s
   PollHandler), the follower's watch callback reading the node again with ``get_async``;
 * ``sentinel``: the whole path a user gets, ``update_metrics`` on a publisher to a
   ``listen()`` callback on another client (persistent watch, the worker's read, the snapshot
@@ -52,7 +52,7 @@ from benchmarks.common import compile_peer, percentiles, report
 from sentinel import Sentinel
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
-from sentinel.transport import PollHandler
+from sentinel.zk.transport import PollHandler
 
 PEER = Path(__file__).resolve().parent / "peers" / "FloorBench.java"
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-nop")

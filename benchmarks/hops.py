@@ -7,7 +7,7 @@ threads by wrappers that take ``time.perf_counter()`` (one clock for every threa
 
 1. ``write``: ``update_metrics`` called on the writer;
 2. ``event on connection thread``: the watch event read off the follower's socket (kazoo's
-   connection thread, ``sentinel.zkprotocol``'s ``_read_watch_event``);
+   connection thread, ``sentinel.zk.protocol``'s ``_read_watch_event``);
 3. ``event on callback thread``: the cache's watcher called (kazoo's callback thread,
    ``RegistryCache._on_persistent``), which only queues a task;
 4. ``task on worker``: the cache's worker starts the task (``_apply_event``);
@@ -31,10 +31,11 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import percentiles, report
-from sentinel import Sentinel, zkprotocol
+from sentinel import Sentinel
 from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
+from sentinel.zk import protocol as zkprotocol
 
 WARM_UP = 100
 STAGES = (

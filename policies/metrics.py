@@ -19,7 +19,7 @@ from sentinel.freshness import METRICS_MAX_AGE
 from sentinel.strategies import Endpoints, SelectionPolicy
 
 if TYPE_CHECKING:
-    from sentinel.endpoint import Endpoint
+    from sentinel.registry.endpoint import Endpoint
 
 
 def numeric(endpoint: Endpoint, metric: str) -> float | None:

@@ -28,7 +28,6 @@ from sentinel.version import __version__
 if TYPE_CHECKING:
     from sentinel.aio import AsyncSentinel, EventsMissed
     from sentinel.client import Sentinel
-    from sentinel.endpoint import Endpoint
     from sentinel.errors import (
         AuthError,
         RegistryConflict,
@@ -48,19 +47,20 @@ if TYPE_CHECKING:
         ShardKeysChanged,
     )
     from sentinel.publisher import Registration
-    from sentinel.records import InstanceRecord, ServiceSpec
-    from sentinel.tls import TlsConfig
+    from sentinel.registry.endpoint import Endpoint
+    from sentinel.registry.records import InstanceRecord, ServiceSpec
+    from sentinel.zk.tls import TlsConfig
 
 # Each exported name and the module that defines it.
 _EXPORTS = {
     "Sentinel": "sentinel.client",
     "AsyncSentinel": "sentinel.aio",
     "EventsMissed": "sentinel.aio",
-    "Endpoint": "sentinel.endpoint",
+    "Endpoint": "sentinel.registry.endpoint",
     "Registration": "sentinel.publisher",
-    "InstanceRecord": "sentinel.records",
-    "ServiceSpec": "sentinel.records",
-    "TlsConfig": "sentinel.tls",
+    "InstanceRecord": "sentinel.registry.records",
+    "ServiceSpec": "sentinel.registry.records",
+    "TlsConfig": "sentinel.zk.tls",
     **dict.fromkeys(
         (
             "SentinelError",

@@ -21,7 +21,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import shards, telemetry, zkprotocol
+from sentinel import shards, telemetry
 from sentinel import validation as check
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
@@ -29,10 +29,9 @@ from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, u
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
+from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
-from sentinel.endpoint import Endpoint
-from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     CalledFromListener,
     ClientClosed,
@@ -51,7 +50,10 @@ from sentinel.errors import (
 )
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
-from sentinel.layout import (
+from sentinel.plugins import as_balancer, as_policy
+from sentinel.publisher import Publisher, Registration
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import (
     SECTIONS,
     SERVICES,
     default_label,
@@ -61,14 +63,19 @@ from sentinel.layout import (
     validate_name,
     validate_namespace,
 )
-from sentinel.plugins import as_balancer, as_policy
-from sentinel.publisher import Publisher, Registration
-from sentinel.records import InstanceRecord, MetricsRecord, MetricValue, ServiceSpec, decode
-from sentinel.registry import ServiceListing, read_service
-from sentinel.snapshot import SnapshotWriter, load_snapshot
+from sentinel.registry.reads import ServiceListing, read_service
+from sentinel.registry.records import (
+    InstanceRecord,
+    MetricsRecord,
+    MetricValue,
+    ServiceSpec,
+    decode,
+)
 from sentinel.strategies import Balancer, SelectionPolicy
-from sentinel.tls import TlsConfig
-from sentinel.zkerrors import translate_zk_errors
+from sentinel.zk import protocol as zkprotocol
+from sentinel.zk.ephemeral import EphemeralNodes
+from sentinel.zk.errors import translate_zk_errors
+from sentinel.zk.tls import TlsConfig
 
 if TYPE_CHECKING:
     from sentinel.strategies import Endpoints
@@ -173,8 +180,8 @@ class Sentinel:
     session_timeout : float, default 10.0
         How long ZooKeeper keeps this client's ephemeral nodes after it stops answering.
     tls : TlsConfig or bool or None, default None (plain TCP)
-        Connect to ``secureClientPort`` over TLS: a :class:`~sentinel.tls.TlsConfig`, or True
-        for :meth:`TlsConfig.from_env() <sentinel.tls.TlsConfig.from_env>`
+        Connect to ``secureClientPort`` over TLS: a :class:`~sentinel.zk.tls.TlsConfig`, or True
+        for :meth:`TlsConfig.from_env() <sentinel.zk.tls.TlsConfig.from_env>`
         (``$SENTINEL_ZK_TLS_CA``, ``_CERT``, ``_KEY``). A file that cannot be loaded raises
         :class:`~sentinel.errors.TlsConfigError` here; a certificate that does not verify
         makes :meth:`start` raise :class:`~sentinel.errors.TlsHandshakeFailed`.
@@ -220,7 +227,7 @@ class Sentinel:
         a fleet does not re-read at once.
     persistent_watches : bool, default True
         Follow each section with one ZooKeeper 3.6 persistent recursive watch, kept across
-        reconnections within the session (:mod:`sentinel.zkprotocol`); False, or a server
+        reconnections within the session (:mod:`sentinel.zk.protocol`); False, or a server
         older than 3.6, keeps kazoo's one-shot watches, re-read after every reconnection.
     feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
         Holds what :meth:`report` learns; lookups skip instances it marks down.
@@ -382,7 +389,7 @@ class Sentinel:
             **connection,
         )
         # Installed with the cache that relies on it: once installed, kazoo keeps its
-        # one-shot watches across reconnections too (see sentinel.zkprotocol).
+        # one-shot watches across reconnections too (see sentinel.zk.protocol).
         watches = zkprotocol.install(self._zk, force_fallback=not self._persistent_watches)
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
@@ -760,7 +767,8 @@ class Sentinel:
 
         The node is ephemeral and is re-created after a session expiry. ``label`` names the
         instance within its partition (default: ``<host>_<port>``, one label per endpoint, see
-        :func:`~sentinel.layout.default_label`); registering the same identity again replaces
+        :func:`~sentinel.registry.layout.default_label`); registering the same identity again
+        replaces
         the earlier node: this client's own, or another session's node of the same host and
         port (this instance restarted). A label another live instance (another host or port)
         holds raises :class:`~sentinel.errors.LabelTaken` and writes nothing. The host must be

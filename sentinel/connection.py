@@ -15,18 +15,18 @@ from typing import Any
 
 from sentinel.auth import acl
 from sentinel.errors import TlsHandshakeFailed, ZooKeeperUnavailable
-from sentinel.redaction import install_kazoo_redaction
-from sentinel.tls import TlsConfig
-from sentinel.transport import PollHandler
+from sentinel.zk.redaction import install_kazoo_redaction
+from sentinel.zk.tls import TlsConfig
+from sentinel.zk.transport import PollHandler
 
 
 def client_arguments(identity: str | None = None, tls: TlsConfig | None = None) -> dict[str, Any]:
-    """``KazooClient`` arguments: a :class:`~sentinel.transport.PollHandler` (``handler``),
+    """``KazooClient`` arguments: a :class:`~sentinel.zk.transport.PollHandler` (``handler``),
     the digest ``identity`` (``user:password``; default ``$SENTINEL_ZK_IDENTITY``; none:
     anonymous), TLS (none: plain TCP) and a :class:`QuietRetries` logger of its own.
 
     Raises TlsConfigError when a TLS file cannot be loaded. Also makes sure kazoo's log
-    records never carry the identity's password (:mod:`sentinel.redaction`).
+    records never carry the identity's password (:mod:`sentinel.zk.redaction`).
     """
     install_kazoo_redaction()
     identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
@@ -72,7 +72,7 @@ class QuietRetries(logging.LoggerAdapter[logging.Logger]):
     rest at DEBUG (``-vv`` and ``logging.DEBUG`` still show each); the next established
     connection ends the outage, said at INFO with how many attempts failed. Everything else
     goes through unchanged, on the same ``kazoo.client`` logger (its filters, such as
-    :mod:`sentinel.redaction`'s, still apply). One adapter per client: each has its outages.
+    :mod:`sentinel.zk.redaction`'s, still apply). One adapter per client: each has its outages.
     """
 
     def __init__(self, logger: logging.Logger) -> None:

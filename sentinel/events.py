@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sentinel.auth.envelope import Credential
-from sentinel.endpoint import Endpoint
-from sentinel.records import ServiceSpec
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.records import ServiceSpec
 
 
 @dataclass(frozen=True)

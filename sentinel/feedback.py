@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from sentinel import validation as check
-from sentinel.endpoint import Endpoint
+from sentinel.registry.endpoint import Endpoint
 
 _Key = tuple[str, str, str]
 

@@ -1,6 +1,6 @@
 """Registering service instances: ephemeral nodes under ``/services/<service>``.
 
-Instances are kept by :class:`~sentinel.ephemeral.EphemeralNodes`, so they come back by
+Instances are kept by :class:`~sentinel.zk.ephemeral.EphemeralNodes`, so they come back by
 themselves after a session expiry and take over stale nodes of older sessions.
 """
 
@@ -17,7 +17,6 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel import shards
 from sentinel.auth.acl import ensure_clients_node
-from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import (
     AccessDenied,
     LabelTaken,
@@ -26,8 +25,9 @@ from sentinel.errors import (
     ShardPolicyNotFound,
     ValidationError,
 )
-from sentinel.layout import host_key, instance_name, instance_path, service_path
-from sentinel.records import InstanceRecord, ServiceSpec
+from sentinel.registry.layout import host_key, instance_name, instance_path, service_path
+from sentinel.registry.records import InstanceRecord, ServiceSpec
+from sentinel.zk.ephemeral import EphemeralNodes
 
 log = logging.getLogger(__name__)
 

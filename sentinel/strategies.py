@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from sentinel.memo import IdentityMemo
 
 if TYPE_CHECKING:
-    from sentinel.endpoint import Endpoint
+    from sentinel.registry.endpoint import Endpoint
 
 Endpoints = Sequence["Endpoint"]
 

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sentinel.endpoint import Endpoint
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
+from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel

@@ -100,7 +100,7 @@ MUTATIONS = (
     ),
     Mutation(
         "snapshot-rate-limit-100x-weaker",
-        "sentinel/snapshot.py",
+        "sentinel/cache/snapshot_file.py",
         "self._stop.wait(self._min_interval)",
         "self._stop.wait(self._min_interval / 100)",
         ("tests/faults/test_snapshot.py::test_snapshot_writes_are_rate_limited",),
@@ -160,7 +160,7 @@ MUTATIONS = (
     ),
     Mutation(
         "sasl-refusal-reported-late",
-        "sentinel/zkerrors.py",
+        "sentinel/zk/errors.py",
         "    if isinstance(exc, AuthFailedError):\n",
         # a refused login reported only after a wait, as if retried until a timeout
         "    if isinstance(exc, AuthFailedError):\n        __import__('time').sleep(2)\n",
@@ -168,7 +168,7 @@ MUTATIONS = (
     ),
     Mutation(
         "ephemeral-nodes-not-restored-on-a-new-session",
-        "sentinel/ephemeral.py",
+        "sentinel/zk/ephemeral.py",
         "restored = self._restore_all()",
         "restored = 0",
         (

@@ -49,9 +49,9 @@ from kazoo.security import (
 
 from sentinel.auth.keys import read_secret_file, write_secret_file
 from sentinel.errors import AccessDenied, DecodeError, KeyFileError, ValidationError
-from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
-from sentinel.records import decode, encode
-from sentinel.zkerrors import translate
+from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
+from sentinel.registry.records import decode, encode
+from sentinel.zk.errors import translate
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
 # "sasl:user:password" authenticates with SASL DIGEST-MD5 instead of the digest scheme.
@@ -298,7 +298,7 @@ def ensure_clients_node(zk: KazooClient, service: str) -> None:
 
     Raises :class:`~sentinel.errors.AccessDenied` naming the node and the rights it takes when
     this session may not create it (kazoo's ``NoAuthError``, translated as everywhere by
-    :mod:`sentinel.zkerrors`), or cannot tell who its admins are.
+    :mod:`sentinel.zk.errors`), or cannot tell who its admins are.
     """
     path = f"{CLIENTS}/{service}"
     if zk.exists(path) is not None:

@@ -20,7 +20,7 @@ from kazoo.security import ACL, Id, Permissions
 
 from sentinel.auth import acl
 from sentinel.errors import KeySlotNotOwned, NamespaceNotTrusted
-from sentinel.layout import AUTH, auth_keys_path, validate_name
+from sentinel.registry.layout import AUTH, auth_keys_path, validate_name
 
 
 def enroll(zk: KazooClient, client: str, owner: Id, *, replace: bool = False) -> bool:

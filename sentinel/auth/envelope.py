@@ -37,7 +37,7 @@ from sentinel.errors import (
     UnknownKeyId,
     ValidationError,
 )
-from sentinel.records import MAX_AUTH_VERSION, parse_json, to_json
+from sentinel.registry.records import MAX_AUTH_VERSION, parse_json, to_json
 
 SUITE_NAME = "DHKEM-X25519-HKDF-SHA256/HKDF-SHA256/ChaCha20Poly1305"
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
@@ -179,7 +179,7 @@ def seal(
 
 def envelope_version(envelope: object, path: str) -> int:
     """The version of an envelope read from ``path``; DecodeError if it has none (or one
-    above :data:`~sentinel.records.MAX_AUTH_VERSION`, which no manager issues)."""
+    above :data:`~sentinel.registry.records.MAX_AUTH_VERSION`, which no manager issues)."""
     version = envelope.get("version") if isinstance(envelope, dict) else None
     if (
         isinstance(version, bool)

@@ -13,7 +13,7 @@ from kazoo.security import ACL, Permissions
 
 from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl, role_acl
 from sentinel.errors import AccessDenied, ValidationError
-from sentinel.layout import (
+from sentinel.registry.layout import (
     COLLECTOR_SERVICE_PREFIX,
     DEFAULT_COLLECTOR_CLUSTER,
     NAME_MAX_LENGTH,
@@ -23,8 +23,8 @@ from sentinel.layout import (
     service_path,
     validate_name,
 )
-from sentinel.records import ServiceSpec
-from sentinel.registry import valid_children
+from sentinel.registry.reads import valid_children
+from sentinel.registry.records import ServiceSpec
 
 # Which services each daemon role announces itself under (its cluster views). Only these can be
 # granted, so a grant never lets a daemon write a service that applications resolve.

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from sentinel.errors import KeyFileError, ValidationError
 from sentinel.private_files import read_private, write_private
-from sentinel.records import decode, encode, fields_of
+from sentinel.registry.records import decode, encode, fields_of
 
 KEY_FILE_ENV = "SENTINEL_AUTH_KEY_FILE"
 KEY_ENV = "SENTINEL_AUTH_KEY"

@@ -62,9 +62,9 @@ from sentinel.errors import (
     SigningRequired,
     ValidationError,
 )
-from sentinel.layout import AUTH_KEYS, CLIENTS, auth_keys_path, validate_name
-from sentinel.records import MAX_AUTH_VERSION, ClientRecord
-from sentinel.registry import pipelined, pipelined_reads, valid_children
+from sentinel.registry.layout import AUTH_KEYS, CLIENTS, auth_keys_path, validate_name
+from sentinel.registry.reads import pipelined, pipelined_reads, valid_children
+from sentinel.registry.records import MAX_AUTH_VERSION, ClientRecord
 from sentinel.telemetry import auth_rotation
 
 log = logging.getLogger(__name__)

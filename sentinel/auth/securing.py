@@ -37,8 +37,8 @@ from sentinel.auth.acl import (
 from sentinel.auth.enrolment import enrolled_owner, key_slot_acl
 from sentinel.auth.grants import daemon_grants, grant_daemon_services, service_acl
 from sentinel.errors import NamespaceNotControlled
-from sentinel.layout import AUTH, CLIENTS, SERVICES, service_path
-from sentinel.registry import all_children
+from sentinel.registry.layout import AUTH, CLIENTS, SERVICES, service_path
+from sentinel.registry.reads import all_children
 
 
 def check_namespace_control(zk: KazooClient, namespace: str, identities: Mapping[str, str]) -> None:

@@ -24,8 +24,8 @@ from sentinel.errors import (
     RegistryConflict,
     ValidationError,
 )
-from sentinel.layout import auth_keys_path, auth_path
-from sentinel.records import MAX_AUTH_VERSION, decode, encode, fields_of
+from sentinel.registry.layout import auth_keys_path, auth_path
+from sentinel.registry.records import MAX_AUTH_VERSION, decode, encode, fields_of
 
 MAX_LIVE_CREDENTIALS = 4
 _CAS_ATTEMPTS = 5
@@ -124,7 +124,7 @@ def read_issued(zk: KazooClient, service: str, client: str) -> int:
     which only the auth manager and the admin may write, apart from the client's own node:
     rewriting that node with an old credential, or deleting it, does not lower it, and
     nothing a client writes (its ``/clients`` confirmation) moves it. Entries that are not
-    integers from 1 to :data:`~sentinel.records.MAX_AUTH_VERSION` are ignored.
+    integers from 1 to :data:`~sentinel.registry.records.MAX_AUTH_VERSION` are ignored.
     """
     return _version_or_zero(_read_issued(zk, service)[0].get(client))
 

@@ -34,11 +34,11 @@ from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
 from sentinel.errors import DecodeError, ServiceNotFound
-from sentinel.layout import AUTH, METRICS, SERVICES, SHARD_INFO, auth_path, service_path
-from sentinel.registry import pipelined_reads
+from sentinel.registry.layout import AUTH, METRICS, SERVICES, SHARD_INFO, auth_path, service_path
+from sentinel.registry.reads import pipelined_reads
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import bucket_path, policy_path
-from sentinel.zkprotocol import AddWatchMode, PersistentWatches, WatcherType
+from sentinel.zk.protocol import AddWatchMode, PersistentWatches, WatcherType
 
 # Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
 MULTI_READ_BATCH = 256
@@ -121,7 +121,8 @@ class _ZooKeeperFollower:
     def _read_many(
         self, items: Iterable[Any], path_of: Callable[[Any], str]
     ) -> Iterator[tuple[Any, Any]]:
-        """``(item, result)`` for the node of each item (see :data:`sentinel.registry.Reads`)."""
+        """``(item, result)`` for the node of each item (see
+        :data:`sentinel.registry.reads.Reads`)."""
         raise NotImplementedError
 
     def _watch_absent(self, path: str) -> bool:
@@ -362,7 +363,7 @@ class OneShotFollower(_ZooKeeperFollower):
 
 class PersistentFollower(_ZooKeeperFollower):
     """One persistent recursive watch per followed subtree, kept across reconnections within
-    the session (see :class:`~sentinel.zkprotocol.PersistentWatches`)."""
+    the session (see :class:`~sentinel.zk.protocol.PersistentWatches`)."""
 
     persistent = True
 

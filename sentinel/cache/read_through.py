@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from cachetools import TTLCache
 from kazoo.client import KazooClient
 
+from sentinel.cache.ratelimit import TokenBucket
 from sentinel.cache.stats import CacheStats
 from sentinel.errors import PartitionNotFound, ReadThroughThrottled
-from sentinel.ratelimit import TokenBucket
 from sentinel.shards.maps import DirectoryMap, ShardMap
 from sentinel.shards.spec import validate_key
 from sentinel.shards.store import read_key
-from sentinel.zkerrors import translate
+from sentinel.zk.errors import translate
 
 
 class ReadThrough:

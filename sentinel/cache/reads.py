@@ -20,11 +20,11 @@ from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.endpoint import Endpoint
 from sentinel.errors import DecodeError, ServiceNotFound
-from sentinel.layout import METRICS, auth_path, service_path
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, fields_of
-from sentinel.registry import ReadBudget, Reads, decode_children
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import METRICS, auth_path, service_path
+from sentinel.registry.reads import ReadBudget, Reads, decode_children
+from sentinel.registry.records import InstanceRecord, MetricsRecord, ServiceSpec, fields_of
 from sentinel.shards.spec import ShardPolicySpec, bucket_path, decode_bucket, policy_path
 from sentinel.telemetry import observe_propagation
 

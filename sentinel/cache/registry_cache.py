@@ -34,7 +34,6 @@ from sentinel.cache.source import Follower
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot, endpoint_events
 from sentinel.cache.worker import CacheWorker, Task
-from sentinel.ephemeral import EphemeralNodes
 from sentinel.errors import ClientClosed, ZooKeeperUnavailable
 from sentinel.events import (
     AuthChanged,
@@ -44,13 +43,14 @@ from sentinel.events import (
     ServiceSpecChanged,
     ShardKeysChanged,
 )
-from sentinel.layout import client_path
-from sentinel.records import ClientRecord
+from sentinel.registry.layout import client_path
+from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import ShardMap
 from sentinel.telemetry import auth_version_applied
 from sentinel.version import __version__
-from sentinel.zkerrors import translate
-from sentinel.zkprotocol import PersistentWatches
+from sentinel.zk.ephemeral import EphemeralNodes
+from sentinel.zk.errors import translate
+from sentinel.zk.protocol import PersistentWatches
 
 
 class RegistryCache:

@@ -18,9 +18,9 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel.auth.envelope import Credential
-from sentinel.endpoint import NO_METRICS, Endpoint
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
-from sentinel.records import MetricsRecord, ServiceSpec
+from sentinel.registry.endpoint import NO_METRICS, Endpoint
+from sentinel.registry.records import MetricsRecord, ServiceSpec
 from sentinel.shards.maps import DirectoryMap, ShardMap
 from sentinel.strategies import Balancer, RoundRobin
 from sentinel.telemetry import LookupCounts

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sentinel.errors import ZooKeeperUnavailable
-from sentinel.zkerrors import translate
+from sentinel.zk.errors import translate
 
 log = logging.getLogger(__name__)
 

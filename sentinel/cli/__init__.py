@@ -47,7 +47,7 @@ from sentinel.cli.common import (
 )
 from sentinel.errors import SentinelError
 from sentinel.version import __version__
-from sentinel.zkerrors import translate
+from sentinel.zk.errors import translate
 
 COMMAND_GROUPS = (devzk, inspect, rotation, watch, deps, doctor, shard, backup, auth, collector)
 

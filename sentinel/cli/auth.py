@@ -28,10 +28,10 @@ from sentinel.cli.common import (
     seconds,
 )
 from sentinel.errors import ClientKeyNotFound, DecodeError, RotationFailed, ValidationError
-from sentinel.layout import AUTH, CLIENTS, auth_keys_path, validate_name
 from sentinel.plugins import AUTH_BACKENDS, load
-from sentinel.records import parse_json
-from sentinel.registry import valid_children
+from sentinel.registry.layout import AUTH, CLIENTS, auth_keys_path, validate_name
+from sentinel.registry.reads import valid_children
+from sentinel.registry.records import parse_json
 
 
 def _keygen(args: argparse.Namespace) -> int:

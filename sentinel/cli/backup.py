@@ -35,11 +35,11 @@ from sentinel.cli.common import (
     read_input,
     seconds_or_zero,
 )
-from sentinel.ephemeral import first_failure
 from sentinel.errors import AccessDenied, ValidationError
-from sentinel.layout import AUTH_KEYS, METRICS, SECTIONS, validate_namespace
-from sentinel.records import MAX_VALUE_BYTES
-from sentinel.registry import list_services, pipelined_reads, read_metrics, read_service
+from sentinel.registry.layout import AUTH_KEYS, METRICS, SECTIONS, validate_namespace
+from sentinel.registry.reads import list_services, pipelined_reads, read_metrics, read_service
+from sentinel.registry.records import MAX_VALUE_BYTES
+from sentinel.zk.ephemeral import first_failure
 
 EXPORT_VERSION = 1
 # Bytes of writes per multi request: half of ZooKeeper's default jute.maxbuffer (1 MB), which

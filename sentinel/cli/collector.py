@@ -61,7 +61,7 @@ def _check(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from sentinel.collector.runner import MetricCollector
-    from sentinel.layout import sanitize_name
+    from sentinel.registry.layout import sanitize_name
 
     config = load_config(args.config)  # before connecting: a bad file publishes nothing
 

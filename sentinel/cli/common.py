@@ -19,7 +19,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import start_http_server
 
-from sentinel import tls
+from sentinel.cli.output import format_table
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts, validate_hosts
@@ -32,10 +32,10 @@ from sentinel.errors import (
     ValidationError,
     ZooKeeperUnavailable,
 )
-from sentinel.layout import validate_namespace
-from sentinel.output import format_table
 from sentinel.plugins import available
-from sentinel.zkerrors import translate
+from sentinel.registry.layout import validate_namespace
+from sentinel.zk import tls
+from sentinel.zk.errors import translate
 
 EXIT_OK = 0
 EXIT_NOT_FOUND = 1  # not found, nothing eligible, problems found

@@ -12,8 +12,8 @@ from sentinel.cli.common import (
     connect,
     print_json,
 )
-from sentinel.dependencies import DependencyGraph
-from sentinel.registry import read_clients
+from sentinel.registry.dependencies import DependencyGraph
+from sentinel.registry.reads import read_clients
 
 
 def _deps(args: argparse.Namespace) -> int:

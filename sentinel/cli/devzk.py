@@ -18,6 +18,7 @@ from sentinel.cli.common import (
     seconds,
     zk_hosts,
 )
+from sentinel.cli.output import format_table
 from sentinel.client import DEFAULT_NAMESPACE
 from sentinel.devserver import (
     dev_server,
@@ -27,7 +28,6 @@ from sentinel.devserver import (
     state_dir,
     stop_dev_server,
 )
-from sentinel.output import format_table
 
 if TYPE_CHECKING:
     from sentinel.testing.spark import LocalSparkCluster

@@ -31,13 +31,19 @@ from sentinel.cli.common import (
     print_json,
     seconds_or_zero,
 )
+from sentinel.cli.output import format_table
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.freshness import METRICS_MAX_AGE
-from sentinel.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
-from sentinel.output import format_table
-from sentinel.records import ServiceSpec
-from sentinel.registry import all_children, list_services, pipelined, read_metrics, read_service
+from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
+from sentinel.registry.reads import (
+    all_children,
+    list_services,
+    pipelined,
+    read_metrics,
+    read_service,
+)
+from sentinel.registry.records import ServiceSpec
 from sentinel.shards.spec import ShardPolicySpec, policy_path
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.zookeeper import four_letter_word

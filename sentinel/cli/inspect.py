@@ -21,11 +21,11 @@ from sentinel.cli.common import (
     print_json,
     print_table,
 )
-from sentinel.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
 from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
-from sentinel.records import InstanceRecord, MetricsRecord
-from sentinel.registry import list_services, read_metrics, read_service
+from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
+from sentinel.registry.reads import list_services, read_metrics, read_service
+from sentinel.registry.records import InstanceRecord, MetricsRecord
 
 
 def age(seconds: float | None) -> str:

@@ -3,7 +3,7 @@
 The instance keeps its registration (its process, its node, its metrics); only its status
 changes, to ``draining`` and back to ``up``, and clients stop or start choosing it as soon as
 their cache sees the change. The process that registered the instance keeps the status it finds
-(:meth:`sentinel.ephemeral.EphemeralNodes.follow`): its later updates and the re-creation of its
+(:meth:`sentinel.zk.ephemeral.EphemeralNodes.follow`): its later updates and the re-creation of its
 node after a session expiry do not undo an operator's drain.
 """
 
@@ -25,7 +25,7 @@ from sentinel.cli.common import (
     print_json,
 )
 from sentinel.errors import RegistryConflict, ValidationError
-from sentinel.layout import (
+from sentinel.registry.layout import (
     INSTANCE_SEPARATOR,
     instance_name,
     instance_path,
@@ -33,7 +33,7 @@ from sentinel.layout import (
     service_path,
     validate_name,
 )
-from sentinel.records import InstanceRecord
+from sentinel.registry.records import InstanceRecord
 
 _ATTEMPTS = 5
 

@@ -36,8 +36,8 @@ from sentinel.cli.common import (
     seconds,
 )
 from sentinel.errors import SentinelError, ValidationError
-from sentinel.records import InstanceRecord
-from sentinel.registry import read_service, services_sharded_by
+from sentinel.registry.reads import read_service, services_sharded_by
+from sentinel.registry.records import InstanceRecord
 from sentinel.shards.maps import new_map
 from sentinel.shards.spec import (
     ShardPolicySpec,
@@ -380,8 +380,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from sentinel.layout import sanitize_name
-    from sentinel.shard_manager import ShardManager
+    from sentinel.registry.layout import sanitize_name
+    from sentinel.shards.manager import ShardManager
 
     report = event_printer(
         args,

@@ -14,7 +14,6 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from sentinel.cli.common import EXIT_OK, SERVICE_HELP, add_command, client, connect
 from sentinel.cli.inspect import metrics_text
-from sentinel.endpoint import Endpoint
 from sentinel.errors import ServiceNotFound
 from sentinel.events import (
     AuthChanged,
@@ -24,7 +23,8 @@ from sentinel.events import (
     MetricsChanged,
     ShardKeysChanged,
 )
-from sentinel.layout import SERVICES
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import SERVICES
 
 SHOWN_KEYS = 5
 

@@ -37,8 +37,8 @@ from typing import Any
 
 from sentinel.collector.options import Options
 from sentinel.collector.source import instance_environment
-from sentinel.endpoint import Endpoint
 from sentinel.errors import SourceError, SourceTimeout
+from sentinel.registry.endpoint import Endpoint
 
 DEFAULT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "TZ", "HOME")
 DEFAULT_MAX_OUTPUT = 1024 * 1024

@@ -30,7 +30,7 @@ from sentinel.collector.options import Options
 from sentinel.collector.source import Source, build_source
 from sentinel.errors import CollectorConfigError, ValidationError
 from sentinel.freshness import DEFAULT_COLLECT_INTERVAL
-from sentinel.layout import DEFAULT_COLLECTOR_CLUSTER, validate_name
+from sentinel.registry.layout import DEFAULT_COLLECTOR_CLUSTER, validate_name
 
 # Defined with the staleness it sets (sentinel.freshness): metrics older than three intervals
 # are not trusted, so the two must change together.

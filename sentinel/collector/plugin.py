@@ -9,7 +9,8 @@ Configuration::
     queue = "active"
 
 The callable is called as ``callable(endpoint, timeout=seconds, **options)`` with the
-instance's :class:`~sentinel.endpoint.Endpoint`, on a worker thread, and returns a mapping of
+instance's :class:`~sentinel.registry.endpoint.Endpoint`, on a worker thread, and returns a mapping
+of
 metric name to number or string. Raise :class:`~sentinel.errors.SourceError` (or anything
 else) to report a failure; honour ``timeout``, because a thread cannot be interrupted.
 """
@@ -21,8 +22,8 @@ from importlib import import_module
 from typing import Any
 
 from sentinel.collector.options import Options
-from sentinel.endpoint import Endpoint
 from sentinel.errors import SourceError
+from sentinel.registry.endpoint import Endpoint
 
 
 def resolve(target: str) -> Callable[..., Any]:

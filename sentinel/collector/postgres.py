@@ -25,8 +25,8 @@ import math
 import os
 
 from sentinel.collector.options import Options
-from sentinel.endpoint import Endpoint
 from sentinel.errors import SourceError, SourceTimeout
+from sentinel.registry.endpoint import Endpoint
 
 LAG_QUERY = """
 SELECT pg_is_in_recovery(),

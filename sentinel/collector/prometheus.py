@@ -37,8 +37,8 @@ from typing import Any
 from prometheus_client.parser import parse_labels, text_string_to_metric_families
 
 from sentinel.collector.options import Options
-from sentinel.endpoint import Endpoint, format_uri
 from sentinel.errors import SourceError, SourceTimeout
+from sentinel.registry.endpoint import Endpoint, format_uri
 
 MAX_EXPOSITION_BYTES = 16 * 1024 * 1024
 _SELECTOR = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{(.*)\})?\Z", re.DOTALL)

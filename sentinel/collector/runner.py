@@ -40,7 +40,6 @@ from sentinel import telemetry
 from sentinel.auth.grants import not_granted
 from sentinel.client import Sentinel
 from sentinel.collector.config import CollectorConfig, ServiceCollection
-from sentinel.endpoint import Endpoint
 from sentinel.errors import (
     AccessDenied,
     SentinelError,
@@ -50,7 +49,8 @@ from sentinel.errors import (
     ZooKeeperUnavailable,
 )
 from sentinel.events import ChangeEvent, InstancesChanged, Reporter, ServiceSpecChanged
-from sentinel.layout import COLLECTOR_SERVICE_PREFIX, instance_name
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import COLLECTOR_SERVICE_PREFIX, instance_name
 from sentinel.rendezvous import rendezvous_score
 from sentinel.topology import Topology
 

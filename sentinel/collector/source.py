@@ -17,8 +17,8 @@ from importlib import import_module
 from typing import Protocol
 
 from sentinel.collector.options import Options
-from sentinel.endpoint import Endpoint
-from sentinel.records import MetricValue
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.records import MetricValue
 
 SOURCE_TYPES = {
     "command": "sentinel.collector.command:CommandSource",

@@ -10,7 +10,8 @@ SQLite files (:mod:`sentinel.demo.databases`). The job's credential is created b
 (PostgreSQL login roles, or a file) and distributed through ``/auth``, encrypted to the job's
 key. A PySpark job then aggregates every tenant's orders on its workers, logging in with the
 credential they decrypted: through :mod:`sentinel.integrations.postgres`'s ``ReplicaPools`` on
-PostgreSQL, through :func:`sentinel.spark.resolve_partitions` on SQLite. Halfway through, one
+PostgreSQL, through :func:`sentinel.integrations.spark.resolve_partitions` on SQLite. Halfway
+through, one
 replica stops replaying while its primary takes new orders, so that its lag passes the cut-off,
 another replica's agent is killed and its database taken away, and the credential is rotated by
 Procedure 2; the second half of the job must read around the first two with the new credential.
@@ -37,17 +38,17 @@ from kazoo.client import KazooClient
 
 from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import RotationResult
+from sentinel.cli.output import format_table
 from sentinel.client import Sentinel
 from sentinel.demo.databases import Databases, choose
 from sentinel.demo.job import Gate, JobReads
 from sentinel.demo.world import Agents, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
-from sentinel.output import format_table
+from sentinel.integrations.spark import ClientConfig
 from sentinel.policies import MinLag
-from sentinel.registry import read_clients
-from sentinel.shard_manager import ShardManager
-from sentinel.spark import ClientConfig
+from sentinel.registry.reads import read_clients
+from sentinel.shards.manager import ShardManager
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 

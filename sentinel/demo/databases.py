@@ -23,7 +23,7 @@ from sentinel.auth.backends import FileBackend, PostgresBackend
 from sentinel.demo.job import Aggregate, JobReads
 from sentinel.demo.world import Partition, Ticker, Totals
 from sentinel.errors import PostgresNotInstalled
-from sentinel.spark import resolve_partitions
+from sentinel.integrations.spark import resolve_partitions
 from sentinel.testing.helpers import wait_until
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """What the demo's Spark job runs on the executors (imported there, so kept importable alone).
 
 The job aggregates orders per tenant, reading each tenant's partition from the replica
-:func:`~sentinel.spark.resolve_partitions` resolved for it. Every read attempt, and the moment a
+:func:`~sentinel.integrations.spark.resolve_partitions` resolved for it. Every read attempt, and the
+moment a
 worker's cache saw the midway lag change, is appended as one JSON line to a progress file that
 the driver follows to print progress and to know when the first half of the job is done.
 """
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from sentinel.auth.backends import FileBackend
 from sentinel.demo.world import connect, totals
-from sentinel.endpoint import Endpoint
-from sentinel.spark import ClientConfig, get_client
+from sentinel.integrations.spark import ClientConfig, get_client
+from sentinel.registry.endpoint import Endpoint
 from sentinel.testing.helpers import wait_until
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """What the demo's Spark job runs on the executors when its databases are PostgreSQL.
 
 Each worker process keeps one :class:`~sentinel.integrations.postgres.ReplicaPools` on its
-Sentinel client (:func:`~sentinel.spark.get_client`), created on first use and reused by every
+Sentinel client (:func:`~sentinel.integrations.spark.get_client`), created on first use and reused
+by every
 later task of the worker, and reads each tenant with ``pools.connection(key=tenant)``: the
 least-lagging replica of the tenant's partition, another one when a connection cannot be had,
 the credential of the moment. Which server answered and which role logged in are PostgreSQL's
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sentinel.demo.job import JobReads, record
 from sentinel.integrations.postgres import ReplicaPools
-from sentinel.spark import ClientConfig, get_client
+from sentinel.integrations.spark import ClientConfig, get_client
 
 if TYPE_CHECKING:
     from sentinel.strategies import SelectionPolicy

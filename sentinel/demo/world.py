@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from subprocess import Popen
 
-from sentinel.endpoint import Endpoint
+from sentinel.registry.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import httpx
 
 from sentinel.errors import NoInstanceAvailable, ValidationError
-from sentinel.retry import without
+from sentinel.integrations.retry import without
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
-    from sentinel.endpoint import Endpoint
+    from sentinel.registry.endpoint import Endpoint
     from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)

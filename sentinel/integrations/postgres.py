@@ -11,7 +11,8 @@ the policy picks for a key::
 
 A connection that cannot be opened (a killed replica, a refused login) is reported to
 ``client.report(endpoint, ok=False)`` and opened on another eligible endpoint, at most
-``retries`` more times (:func:`sentinel.retry.first_success`, as the Spark helpers do). A
+``retries`` more times (:func:`sentinel.integrations.retry.first_success`, as the Spark helpers do).
+A
 failure inside the ``with`` block is the application's: a statement is never repeated.
 
 Pools follow the cache through ``client.listen``: the pool of an instance that left is
@@ -35,10 +36,10 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 
 from sentinel.aio import to_loop
-from sentinel.endpoint import Endpoint
 from sentinel.errors import ClientClosed
 from sentinel.events import AuthChanged, ChangeEvent, InstancesChanged
-from sentinel.retry import Attempts, first_success
+from sentinel.integrations.retry import Attempts, first_success
+from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel

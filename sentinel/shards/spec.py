@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
-from sentinel.layout import SHARD_INFO, validate_name
-from sentinel.records import decode, encode, fields_of
+from sentinel.registry.layout import SHARD_INFO, validate_name
+from sentinel.registry.records import decode, encode, fields_of
 
 KINDS = ("directory", "range", "hash")
 DEFAULT_BUCKETS = 256

@@ -12,16 +12,15 @@ from collections.abc import Iterable, Mapping
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from sentinel.ephemeral import first_failure
 from sentinel.errors import (
     RegistryConflict,
     ShardPolicyExists,
     ShardPolicyNotFound,
     ValidationError,
 )
-from sentinel.layout import SHARD_INFO, validate_name
-from sentinel.records import MAX_VALUE_BYTES
-from sentinel.registry import pipelined_reads
+from sentinel.registry.layout import SHARD_INFO, validate_name
+from sentinel.registry.reads import pipelined_reads
+from sentinel.registry.records import MAX_VALUE_BYTES
 from sentinel.shards.spec import (
     Key,
     ShardPolicySpec,
@@ -32,6 +31,7 @@ from sentinel.shards.spec import (
     policy_path,
     validate_key,
 )
+from sentinel.zk.ephemeral import first_failure
 
 # A bucket that loses this many races in a row is contended: say so rather than spin.
 CAS_ATTEMPTS = 10

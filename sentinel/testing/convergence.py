@@ -41,9 +41,9 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from sentinel.client import Registration, Sentinel
-from sentinel.layout import METRICS, metrics_path, service_path
-from sentinel.records import InstanceRecord
-from sentinel.registry import decode_children, read_metrics
+from sentinel.registry.layout import METRICS, metrics_path, service_path
+from sentinel.registry.reads import decode_children, read_metrics
+from sentinel.registry.records import InstanceRecord
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.helpers import TcpProxy, wait_until

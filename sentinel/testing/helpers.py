@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 
 from sentinel.client import Sentinel
 from sentinel.connection import client_arguments
-from sentinel.registry import read_metrics
+from sentinel.registry.reads import read_metrics
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
 

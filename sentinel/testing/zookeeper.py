@@ -22,7 +22,7 @@ Example::
         Sentinel(zk.secure_connect_string, tls=zk.tls_client_config)
 
 With ``tls=True`` each server also listens on a ``secureClientPort`` (Netty's connection
-factory, which TLS needs) with a throwaway CA made at start (:mod:`sentinel.certificates`):
+factory, which TLS needs) with a throwaway CA made at start (:mod:`sentinel.zk.certificates`):
 PEM key and trust stores, a server certificate for ``localhost`` and ``127.0.0.1``, and a
 client certificate for clients to present. ``tls_client_auth`` is ZooKeeper's
 ``ssl.clientAuth``: ``need`` (the default, as in ZooKeeper: a client without a certificate
@@ -52,9 +52,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sentinel.certificates import LocalPki, make_local_pki, write_file
 from sentinel.errors import LauncherError, ZooKeeperNotInstalled, ZooKeeperStartFailed
-from sentinel.tls import TlsConfig
+from sentinel.zk.certificates import LocalPki, make_local_pki, write_file
+from sentinel.zk.tls import TlsConfig
 
 log = logging.getLogger(__name__)
 

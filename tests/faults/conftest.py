@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
+from sentinel.cli.output import format_table
 from sentinel.errors import ZooKeeperUnavailable
-from sentinel.output import format_table
 from sentinel.testing.helpers import cached_view, registry_view, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 

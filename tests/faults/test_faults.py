@@ -14,7 +14,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.cache import worker as cache_worker
-from sentinel.layout import CLIENTS
+from sentinel.registry.layout import CLIENTS
 from sentinel.testing.helpers import PublisherProcess, TcpProxy, flap, wait_until
 from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
 

@@ -20,7 +20,7 @@ from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
 from sentinel.auth.manager import live_processes
 from sentinel.errors import DecodeError
-from sentinel.registry import read_clients, read_metrics, read_service
+from sentinel.registry.reads import read_clients, read_metrics, read_service
 from sentinel.shards.spec import bucket_of, bucket_path
 from sentinel.testing.helpers import wait_until
 

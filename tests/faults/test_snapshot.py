@@ -17,10 +17,10 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.envelope import seal
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
+from sentinel.cache.snapshot_file import hosts_fingerprint, load_snapshot
 from sentinel.errors import CredentialRollback, SnapshotRejected, ZooKeeperUnavailable
-from sentinel.layout import auth_path
 from sentinel.private_files import write_private
-from sentinel.snapshot import hosts_fingerprint, load_snapshot
+from sentinel.registry.layout import auth_path
 from sentinel.testing.helpers import cached_view, registry_view, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -310,7 +310,7 @@ def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
         auth_keys=ClientKeyring.generate(),
         connect_timeout=1,
     )
-    with caplog.at_level(logging.WARNING, logger="sentinel.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="sentinel.cache.snapshot_file"):
         stranger.start()
     try:  # another key ring serves the locations, not the credential it cannot open
         assert stranger.get_service("db", "acme").label == "a"

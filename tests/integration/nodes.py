@@ -3,8 +3,8 @@ write them past the API (pipelined, or while the reader's worker is held)."""
 
 from __future__ import annotations
 
-from sentinel.layout import instance_path, metrics_path
-from sentinel.records import InstanceRecord, MetricsRecord
+from sentinel.registry.layout import instance_path, metrics_path
+from sentinel.registry.records import InstanceRecord, MetricsRecord
 
 
 def instance(label: str, weight: float = 1) -> tuple[str, bytes]:

@@ -3,8 +3,9 @@
 A process holds one SparkContext, and the test session's own is the local ``spark`` fixture,
 so a job on another master needs another driver process. Run as ``python -m
 tests.integration.spark_driver MASTER SETTINGS``: ``SETTINGS`` is JSON with ``conf`` (Spark
-settings), ``config`` (a :class:`~sentinel.spark.ClientConfig`'s fields), ``service``,
-``tasks`` and ``out``. One row per task goes through :func:`~sentinel.spark.resolve_partitions`;
+settings), ``config`` (a :class:`~sentinel.integrations.spark.ClientConfig`'s fields), ``service``,
+``tasks`` and ``out``. One row per task goes through
+:func:`~sentinel.integrations.spark.resolve_partitions`;
 each task reports its Python worker: pid, parent (the executor's worker daemon), the daemon's
 parent (the executor JVM) and the ZooKeeper session of the worker's client. The reports are
 written to ``out`` as JSON; the driver then holds its executors, and their sessions, until its
@@ -18,8 +19,8 @@ import os
 import sys
 from pathlib import Path
 
-from sentinel.endpoint import Endpoint
-from sentinel.spark import ClientConfig, get_client, resolve_partitions
+from sentinel.integrations.spark import ClientConfig, get_client, resolve_partitions
+from sentinel.registry.endpoint import Endpoint
 
 
 def parent_of(pid: int) -> int:

@@ -38,7 +38,7 @@ from sentinel.errors import (
     SigningRequired,
 )
 from sentinel.events import AuthChanged
-from sentinel.layout import (
+from sentinel.registry.layout import (
     AUTH,
     AUTH_KEYS,
     CLIENTS,
@@ -51,7 +51,7 @@ from sentinel.layout import (
     client_path,
     service_path,
 )
-from sentinel.records import MAX_AUTH_VERSION, ServiceSpec
+from sentinel.registry.records import MAX_AUTH_VERSION, ServiceSpec
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 

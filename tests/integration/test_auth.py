@@ -15,7 +15,7 @@ from sentinel.auth.backends import FileBackend
 from sentinel.auth.manager import Rotation, live_versions
 from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
 from sentinel.events import AuthChanged
-from sentinel.layout import auth_path
+from sentinel.registry.layout import auth_path
 from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import sentinel_in_process

@@ -11,9 +11,9 @@ from sentinel.errors import (
     ShardPolicyNotFound,
     ValidationError,
 )
-from sentinel.layout import client_path
-from sentinel.records import ClientRecord
-from sentinel.registry import read_clients
+from sentinel.registry.layout import client_path
+from sentinel.registry.reads import read_clients
+from sentinel.registry.records import ClientRecord
 from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from kazoo.exceptions import NoAuthError
 
 from sentinel.auth import acl as acls
 from sentinel.errors import AccessDenied
-from sentinel.layout import CLIENTS
+from sentinel.registry.layout import CLIENTS
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = pytest.mark.integration

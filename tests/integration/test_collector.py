@@ -213,7 +213,10 @@ def test_two_collectors_split_the_work_and_survive_a_sigkill(
             assert wait_until(lambda: len(local.owned) == len(names), 20)
             assert {name for _, name in local.owned} >= mine  # its own share never moved
             assert wait_until(
-                lambda: all(published(raw_zk, "db", n)["measured_at"] > killed_at for n in names),
+                lambda: all(
+                    (published(raw_zk, "db", n) or {}).get("measured_at", 0) > killed_at
+                    for n in names
+                ),
                 15,
             )
     finally:
@@ -304,7 +307,10 @@ def test_a_second_collector_with_another_configuration_takes_no_work(
             since = time.time()
             # Publishing went on for every instance while the test collector was up.
             assert wait_until(
-                lambda: all(published(raw_zk, "db", n)["measured_at"] > since for n in names),
+                # a node not yet published (None) is not yet after ``since``
+                lambda: all(
+                    (published(raw_zk, "db", n) or {}).get("measured_at", 0) > since for n in names
+                ),
                 15,
             )
         assert not any(kind == "assigned" and d["members"] > 1 for kind, d in reports)

@@ -41,7 +41,7 @@ def test_a_flapping_connection_keeps_the_session_and_writes_nothing(caplog):
             registration = client.register_service("api", "p1", "h", 80)
             _, before = client._zk.get(registration.path)
             session = client.session_id
-            with caplog.at_level(logging.INFO, logger="sentinel.ephemeral"):
+            with caplog.at_level(logging.INFO, logger="sentinel.zk.ephemeral"):
                 for _flap in range(2):
                     zk.members[0].pause()
                     assert wait_until(lambda: KazooState.SUSPENDED in states, timeout=10), (

@@ -17,7 +17,7 @@ from kazoo.security import Permissions
 
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import AccessDenied, ServiceConflict
-from sentinel.records import MetricsRecord
+from sentinel.registry.records import MetricsRecord
 from sentinel.testing.helpers import wait_until
 from tests.integration.daemons import Daemon
 

@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from sentinel.errors import LabelTaken, RegistryConflict, ValidationError
-from sentinel.layout import sanitize_name
+from sentinel.registry.layout import sanitize_name
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_res
     mine = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
     other = client.register_service("api", "p1", "10.0.0.1", 81, label="b")
     rival = make_client("rival")
-    with caplog.at_level(logging.ERROR, logger="sentinel.ephemeral"):
+    with caplog.at_level(logging.ERROR, logger="sentinel.zk.ephemeral"):
         # The client cut off, its session expired meanwhile (its nodes go with it), and
         # a rival registers label "a" before the client can reconnect.
         link.cut()

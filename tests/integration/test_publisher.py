@@ -18,7 +18,7 @@ from sentinel.errors import (
     ValidationError,
     ValueTooLarge,
 )
-from sentinel.records import MAX_VALUE_BYTES
+from sentinel.registry.records import MAX_VALUE_BYTES
 from sentinel.testing.helpers import expire_session, wait_until
 
 pytestmark = pytest.mark.integration
@@ -326,7 +326,7 @@ def test_read_service_returns_decodable_instances_and_counts_the_rest(make_clien
     raw_zk.create("/services/api/p1:garbage", b"\xff\x00not json")
     raw_zk.create("/services/api/p1:future", b'{"v": 99}')
     raw_zk.create("/services/api/no-separator", b"{}")
-    with caplog.at_level(logging.WARNING, logger="sentinel.registry"):
+    with caplog.at_level(logging.WARNING, logger="sentinel.registry.reads"):
         listing = client.read_service("api")
     assert [i.label for i in listing.instances] == ["good"]
     assert listing.skipped == 3

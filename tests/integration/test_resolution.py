@@ -19,7 +19,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.events import InstancesChanged, ServiceSpecChanged, ShardKeysChanged
-from sentinel.records import ServiceSpec
+from sentinel.registry.records import ServiceSpec
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.integration.recorder import Recorder
 

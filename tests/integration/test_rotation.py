@@ -6,7 +6,7 @@ import json
 
 from kazoo.exceptions import NoNodeError
 
-from sentinel.records import InstanceRecord
+from sentinel.registry.records import InstanceRecord
 from sentinel.testing.helpers import expire_session, wait_until
 
 

@@ -20,14 +20,14 @@ from sentinel.auth.backends import FileBackend
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
 from sentinel.feedback import InstanceFeedback
-from sentinel.publisher import Registration
-from sentinel.spark import (
+from sentinel.integrations.spark import (
     ClientConfig,
     get_client,
     resolve_groups,
     resolve_partitions,
     with_endpoint,
 )
+from sentinel.publisher import Registration
 from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,5 @@
-"""``sentinel.spark`` on a real Spark standalone cluster (issue 19 item 6): a master and two
+"""``sentinel.integrations.spark`` on a real Spark standalone cluster (issue 19 item 6): a master
+and two
 workers, separate JVMs started by :mod:`sentinel.testing.spark`, each worker's executor with
 its own Python worker daemon. The ZooKeeper sessions a job opens are its executors' Python
 worker processes, one each, as ZooKeeper itself counts them."""

@@ -15,16 +15,17 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.exceptions import KazooException
 
-from sentinel import Sentinel, spark
+from sentinel import Sentinel
 from sentinel.errors import (
     TlsConfigError,
     TlsHandshakeFailed,
     ZooKeeperUnavailable,
 )
-from sentinel.spark import ClientConfig, get_client
+from sentinel.integrations import spark
+from sentinel.integrations.spark import ClientConfig, get_client
 from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, server_mode
-from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
+from sentinel.zk.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
 from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""pytest plug-in for kazoo's own suite: install ``sentinel.zkprotocol`` on every KazooClient.
+"""pytest plug-in for kazoo's own suite: install ``sentinel.zk.protocol`` on every KazooClient.
 
 Loaded after the shared suite's ``kzpatch`` (``run.sh`` here adds ``-p kzext``). In the patched
 mode (``KZ_HANDLER=poll``) every client built gets the protocol extension; before each test an
@@ -23,9 +23,9 @@ if ACTIVE:
     # By file path, as kzpatch loads the transport: sentinel/__init__ needs a cryptography the
     # harness's pyOpenSSL cannot have; zkprotocol.py imports only kazoo and the standard library.
     _path = os.path.join(os.environ.get("SENTINEL_SRC", "."), "sentinel", "zkprotocol.py")
-    _spec = importlib.util.spec_from_file_location("sentinel.zkprotocol", _path)
+    _spec = importlib.util.spec_from_file_location("sentinel.zk.protocol", _path)
     zkprotocol = importlib.util.module_from_spec(_spec)
-    sys.modules["sentinel.zkprotocol"] = zkprotocol
+    sys.modules["sentinel.zk.protocol"] = zkprotocol
     _spec.loader.exec_module(zkprotocol)
 
     _exchange = zkprotocol._Connection._exchange

@@ -16,7 +16,7 @@ from sentinel import (
 )
 from sentinel.aio import AsyncSentinel, EventsMissed
 from sentinel.events import ChangeEvent
-from sentinel.records import MetricsRecord
+from sentinel.registry.records import MetricsRecord
 from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 

@@ -3,7 +3,7 @@
 import time
 from types import MappingProxyType
 
-from sentinel.endpoint import Endpoint
+from sentinel.registry.endpoint import Endpoint
 
 
 def endpoint(

@@ -13,8 +13,8 @@ from sentinel.collector.command import CommandSource
 from sentinel.collector.config import load_config, parse_config
 from sentinel.collector.prometheus import PrometheusSource, Selector
 from sentinel.collector.runner import owner
-from sentinel.endpoint import Endpoint
 from sentinel.errors import CollectorConfigError, SourceError, SourceTimeout
+from sentinel.registry.endpoint import Endpoint
 
 PROMETHEUS = {"type": "prometheus", "metrics": {"replication_lag": "pg_lag_seconds"}}
 

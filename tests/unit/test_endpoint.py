@@ -5,8 +5,8 @@ import json
 from types import MappingProxyType
 
 from sentinel.collector.source import instance_environment
-from sentinel.endpoint import RECORD_FIELDS, Endpoint
-from sentinel.records import InstanceRecord
+from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
+from sentinel.registry.records import InstanceRecord
 
 # A value for every field of InstanceRecord, none of them its default, so a field the
 # conversion drops or swaps shows.

@@ -6,9 +6,9 @@ import dataclasses
 import httpx
 import pytest
 
-from sentinel.endpoint import format_uri
 from sentinel.errors import ValidationError
 from sentinel.integrations.httpx import SentinelTransport, routed_url
+from sentinel.registry.endpoint import format_uri
 from tests.unit.endpoints import endpoint
 
 

@@ -8,8 +8,14 @@ import itertools
 import pytest
 
 from sentinel.errors import DecodeError, ValidationError
-from sentinel.layout import NAME_MAX_LENGTH, default_label, host_key, validate_host, validate_name
-from sentinel.records import InstanceRecord, encode
+from sentinel.registry.layout import (
+    NAME_MAX_LENGTH,
+    default_label,
+    host_key,
+    validate_host,
+    validate_name,
+)
+from sentinel.registry.records import InstanceRecord, encode
 
 LONG = "x" * 63 + "." + "y" * 63  # 127 characters: a label from it is over 128
 VALID = [

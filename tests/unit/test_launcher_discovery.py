@@ -93,7 +93,7 @@ def test_importing_the_client_does_not_load_the_launcher():
         [
             sys.executable,
             "-c",
-            "import sys, sentinel.client, sentinel.devserver, sentinel.spark; "
+            "import sys, sentinel.client, sentinel.devserver, sentinel.integrations.spark; "
             "print(sorted(m for m in sys.modules if m.startswith('sentinel.testing')))",
         ],
         capture_output=True,

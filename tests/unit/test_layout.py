@@ -1,7 +1,7 @@
 import pytest
 
 from sentinel.errors import InvalidName, ValidationError
-from sentinel.layout import (
+from sentinel.registry.layout import (
     NAME_MAX_LENGTH,
     instance_name,
     instance_path,

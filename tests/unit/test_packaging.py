@@ -82,18 +82,18 @@ def test_the_package_exports_what_users_touch_on_first_use():
         "print(Sentinel.__module__, Endpoint.__module__, Registration.__module__)\n"
         "print(all(getattr(sentinel, n) is not None for n in sentinel.__all__))\n"
         "print(set(sentinel.__all__) <= set(dir(sentinel)))\n"
-        "from sentinel import records  # a submodule, not an export\n"
-        "print(records.__name__)\n"
+        "from sentinel import errors  # a submodule, not an export\n"
+        "print(errors.__name__)\n"
         "try:\n"
         "    sentinel.NotExported\n"
         "except AttributeError as exc:\n"
         "    print(exc)\n"
     ).splitlines()
     assert out == [
-        "sentinel.client sentinel.endpoint sentinel.publisher",
+        "sentinel.client sentinel.registry.endpoint sentinel.publisher",
         "True",
         "True",
-        "sentinel.records",
+        "sentinel.errors",
         "module 'sentinel' has no attribute 'NotExported'",
     ]
     import sentinel
@@ -218,3 +218,20 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
     }
     assert {name for name in names if name.endswith(".py")} == expected
     assert "sentinel/policies/metrics.py" in expected and "sentinel/balancers/load.py" in expected
+
+
+def test_the_old_spark_module_warns_and_still_serves_the_integration():
+    import importlib
+    import sys
+    import warnings
+
+    sys.modules.pop("sentinel.spark", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = importlib.import_module("sentinel.spark")
+    from sentinel.integrations import spark
+
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "sentinel.integrations.spark" in str(caught[0].message)
+    assert old.resolve_partitions is spark.resolve_partitions
+    assert old.get_client is spark.get_client

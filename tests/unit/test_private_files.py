@@ -15,9 +15,9 @@ import pytest
 from sentinel.auth.acl import load_client_identity, load_identities
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.keys import ClientKeyring, ManagerKey
+from sentinel.cache.snapshot_file import load_snapshot
 from sentinel.errors import AuthError, KeyFileError, SentinelError, SnapshotRejected
 from sentinel.private_files import read_private, write_private
-from sentinel.snapshot import load_snapshot
 
 VICTIM_TEXT = "the victim's own content\n"
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
-from sentinel.records import (
+from sentinel.registry.records import (
     MAX_CLIENT_TEXT,
     MAX_INT_DIGITS,
     MAX_JSON_DEPTH,

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from sentinel.redaction import KazooSecretFilter, install_kazoo_redaction, redact
+from sentinel.zk.redaction import KazooSecretFilter, install_kazoo_redaction, redact
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_installing_twice_adds_one_filter_to_every_kazoo_logger(caplog):
 
 def test_building_a_connection_installs_the_filter_before_kazoo_can_log(monkeypatch, caplog):
     from sentinel.connection import client_arguments
-    from sentinel.redaction import _FILTER
+    from sentinel.zk.redaction import _FILTER
 
     for name in ("kazoo", "kazoo.client", "kazoo.protocol.connection"):
         monkeypatch.setattr(logging.getLogger(name), "filters", [])

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from sentinel.balancers import RoundRobin
 
 from sentinel.cache import ServiceSnapshot
-from sentinel.records import MetricsRecord, ServiceSpec
+from sentinel.registry.records import MetricsRecord, ServiceSpec
 from sentinel.telemetry import LookupCounts
 from tests.unit.endpoints import endpoint
 

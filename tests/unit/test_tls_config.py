@@ -7,13 +7,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from sentinel.certificates import make_local_pki
 from sentinel.cli import build_parser
 from sentinel.cli.common import tls_config
 from sentinel.connection import client_arguments, unavailable
 from sentinel.errors import TlsConfigError, TlsHandshakeFailed, ZooKeeperUnavailable
 from sentinel.testing.zookeeper import LocalZooKeeper
-from sentinel.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
+from sentinel.zk.certificates import make_local_pki
+from sentinel.zk.tls import CA_ENV, CERT_ENV, KEY_ENV, TlsConfig
 
 ENV = {CA_ENV: "/etc/zk/ca.pem", CERT_ENV: "/etc/zk/me.pem", KEY_ENV: "/etc/zk/me.key"}
 

@@ -8,9 +8,9 @@ import ssl
 import threading
 import time
 
-from sentinel.certificates import make_local_pki
 from sentinel.testing.helpers import wait_until
-from sentinel.transport import poll_select
+from sentinel.zk.certificates import make_local_pki
+from sentinel.zk.transport import poll_select
 
 
 def test_readable_writable_and_timeout():

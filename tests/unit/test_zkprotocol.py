@@ -1,11 +1,11 @@
-"""sentinel.zkprotocol's wire records and SetWatches2 batching, without a server."""
+"""sentinel.zk.protocol's wire records and SetWatches2 batching, without a server."""
 
 import struct
 
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.serialization import GetChildren, GetData, int_struct, long_struct
 
-from sentinel.zkprotocol import (
+from sentinel.zk.protocol import (
     SET_WATCHES_MAX_LENGTH,
     AddWatchMode,
     _AddWatch,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from sentinel.records import ClientRecord
+from sentinel.registry.records import ClientRecord
 
 
 @dataclass(frozen=True)

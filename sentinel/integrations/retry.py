@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from sentinel.endpoint import Endpoint
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
 from sentinel.plugins import as_policy
+from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from sentinel.tls import TlsConfig
+from sentinel.zk.tls import TlsConfig
 
 KEY_BITS = 2048
 VALIDITY = datetime.timedelta(days=2)

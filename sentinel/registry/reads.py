@@ -19,8 +19,14 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
-from sentinel.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
-from sentinel.records import ClientRecord, InstanceRecord, MetricsRecord, ServiceSpec, fields_of
+from sentinel.registry.layout import CLIENTS, METRICS, SERVICES, service_path, validate_name
+from sentinel.registry.records import (
+    ClientRecord,
+    InstanceRecord,
+    MetricsRecord,
+    ServiceSpec,
+    fields_of,
+)
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from sentinel.records import InstanceRecord, MetricValue
+from sentinel.registry.records import InstanceRecord, MetricValue
 
 NO_METRICS: Mapping[str, MetricValue] = MappingProxyType({})
 # An endpoint carries every field of its instance record under the same name, so the two

@@ -27,9 +27,9 @@ from sentinel.auth.grants import not_granted
 from sentinel.client import Sentinel
 from sentinel.errors import AccessDenied, DecodeError, SentinelError, ValidationError
 from sentinel.events import ChangeEvent, InstancesChanged, Reporter
-from sentinel.layout import SHARD_MANAGER_SERVICE_PREFIX
-from sentinel.records import decode
-from sentinel.registry import services_sharded_by
+from sentinel.registry.layout import SHARD_MANAGER_SERVICE_PREFIX
+from sentinel.registry.reads import services_sharded_by
+from sentinel.registry.records import decode
 from sentinel.shards.placement import place_key, requests_path
 from sentinel.shards.store import iter_assignments, read_spec
 from sentinel.topology import Topology, TopologyEvent

@@ -37,11 +37,11 @@ from typing import Any
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
 from sentinel.cache import ServiceSnapshot
-from sentinel.endpoint import Endpoint
 from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
-from sentinel.layout import METRICS, auth_path, service_path
 from sentinel.private_files import read_private, write_private
-from sentinel.records import InstanceRecord, MetricsRecord, ServiceSpec, parse_json
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import METRICS, auth_path, service_path
+from sentinel.registry.records import InstanceRecord, MetricsRecord, ServiceSpec, parse_json
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import (
     ShardPolicySpec,

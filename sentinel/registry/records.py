@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
-from sentinel.layout import parse_instance_name, validate_host, validate_name
+from sentinel.registry.layout import parse_instance_name, validate_host, validate_name
 
 SCHEMA_VERSION = 1
 # ZooKeeper's jute.maxbuffer is 1 MB and a larger write makes the server drop the connection;
