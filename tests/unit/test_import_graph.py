@@ -168,6 +168,24 @@ def test_the_core_never_imports_a_plug_in_package_when_it_is_imported():
             raise AssertionError(f"{module} imports a plug-in: {' -> '.join(reversed(chain))}")
 
 
+# The two lowest layers: what each may import from sentinel (every import counted).
+LAYERS = {
+    "sentinel.zk": ("sentinel.errors", "sentinel.zk"),
+    "sentinel.registry": ("sentinel.errors", "sentinel.zk", "sentinel.registry"),
+}
+
+
+def test_the_lowest_layers_import_nothing_above_them():
+    for layer, allowed in LAYERS.items():
+        members = [m for m in EVERY if _within(m, (layer,))]
+        assert len(members) > 3, layer
+        upward = {
+            m: sorted(t for t in EVERY[m] if _within(t, ("sentinel",)) and not _within(t, allowed))
+            for m in members
+        }
+        assert not any(upward.values()), {m: t for m, t in upward.items() if t}
+
+
 def test_the_walker_sees_cycles_through_packages_and_counts_deferred_imports_when_told(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
