@@ -169,7 +169,7 @@ class Chaos:
 
     def build(self) -> None:
         writer = self.writer.start()
-        writer.create_shard_policy("tenants", "directory", partitions=list(PARTITIONS), buckets=8)
+        writer.shard_maps.create("tenants", "directory", partitions=list(PARTITIONS), buckets=8)
         for service, policy in SERVICES.items():
             writer.ensure_service(service, shard_policy=policy)
             for i in range(IN_PROCESS):
@@ -240,9 +240,9 @@ class Chaos:
         with self.lock:
             self.keys[key] = (self.keys.get(key, (None, 0.0))[0], float("inf"))  # in flux
         if partition is None:
-            self._retry(lambda: self.writer.remove_shard_key("tenants", key))
+            self._retry(lambda: self.writer.shard_maps.unassign("tenants", key))
         else:
-            self._retry(lambda: self.writer.update_shard_info("tenants", key, partition))
+            self._retry(lambda: self.writer.shard_maps.assign("tenants", key, partition))
         with self.lock:
             self.keys[key] = (partition, time.time())
 

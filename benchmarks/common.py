@@ -86,7 +86,7 @@ def build_world(
     """
     names = [f"p{i}" for i in range(partitions)]
     if create_policy:
-        client.create_shard_policy(policy, "directory", partitions=names)
+        client.shard_maps.create(policy, "directory", partitions=names)
     client.ensure_service(service, scheme="postgresql", shard_policy=policy)
     for i in range(instances):
         client.register_service(
@@ -100,7 +100,7 @@ def build_world(
     tenant_keys = [f"tenant-{i:07d}" for i in range(keys)]
     batch = 100_000
     for start in range(0, keys, batch):
-        client.update_shard_info_many(
+        client.shard_maps.assign_many(
             policy,
             {
                 k: names[(start + j) % partitions]

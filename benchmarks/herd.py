@@ -81,9 +81,9 @@ def world(zk: LocalZooKeeper) -> Iterator[None]:
     """One sharded service: INSTANCES instances (held by a session of their own while the
     fleet storms) with metrics, and keys in every bucket."""
     with Sentinel(zk.connect_string, "herd-writer", NAMESPACE, announce=False) as writer:
-        writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
+        writer.shard_maps.create("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("db", shard_policy="tenants")
-        writer.update_shard_info_many("tenants", {f"k{i}": f"p{i % 2}" for i in range(200)})
+        writer.shard_maps.assign_many("tenants", {f"k{i}": f"p{i % 2}" for i in range(200)})
         for i in range(INSTANCES):
             writer.register_service("db", f"p{i % 2}", "127.0.0.1", 5432 + i, label=f"r{i}")
             writer.update_metrics("db", f"p{i % 2}", f"r{i}", {"load": i})

@@ -83,7 +83,9 @@ def main(argv=None) -> None:
         for i in range(20):
             writer.register_service("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
             writer.register_service("vault", "p0", f"10.2.0.{i}", 80, label=f"v{i}")
-        writer.update_auth("vault", "bench-reader", {"user": "bench", "password": "not-secret"})
+        writer.credentials.publish(
+            "vault", "bench-reader", {"user": "bench", "password": "not-secret"}
+        )
         rng = random.Random(7)
         keyed_args = [("db", keys[rng.randrange(len(keys))]) for _ in range(args.calls)]
         hot = keys[:1000]

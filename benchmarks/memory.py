@@ -49,7 +49,7 @@ def main(argv=None) -> None:
 
     with LocalZooKeeper() as zk, Sentinel(zk.connect_string, "bench-writer") as writer:
         names = [f"p{i}" for i in range(50)]
-        writer.create_shard_policy("tenants", "directory", partitions=names, buckets=args.buckets)
+        writer.shard_maps.create("tenants", "directory", partitions=names, buckets=args.buckets)
         keys = build_world(
             writer,
             service="db",

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "bench-pools") as sentinel,
     ):
-        sentinel.ensure_shard_policy("tenants", "directory", partitions=["p1"])
-        sentinel.update_shard_info_many("tenants", {KEY: "p1"})
+        sentinel.shard_maps.ensure("tenants", "directory", partitions=["p1"])
+        sentinel.shard_maps.assign_many("tenants", {KEY: "p1"})
         sentinel.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
         sentinel.register_service(SERVICE, "p1", server.host, server.port, scheme="postgresql")
         one: dict[str, Any] = {"min_size": 1, "max_size": 1}

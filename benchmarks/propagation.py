@@ -61,7 +61,7 @@ def writer(hosts: str, count: int, interval: float) -> None:
             timed(
                 "shard key",
                 f"moving-{i}",
-                lambda i=i: client.update_shard_info("tenants", f"moving-{i}", "p1"),
+                lambda i=i: client.shard_maps.assign("tenants", f"moving-{i}", "p1"),
             )
         for i in range(count):
             timed(
@@ -73,7 +73,7 @@ def writer(hosts: str, count: int, interval: float) -> None:
             timed(
                 "auth",
                 f"auth-{i}",
-                lambda i=i: client.update_auth(
+                lambda i=i: client.credentials.publish(
                     "db", "bench-reader", {"user": "bench", "password": "not-a-secret", "seq": i}
                 ),
             )
@@ -178,10 +178,10 @@ def one_round(hosts: str, count: int, interval: float) -> Delays:
 def prepare(setup: Sentinel, count: int) -> None:
     """The world the writer changes (built once), with every moving key back in p0."""
     with contextlib.suppress(ShardPolicyExists):  # an earlier round built it
-        setup.create_shard_policy("tenants", "directory", partitions=["p0", "p1"])
+        setup.shard_maps.create("tenants", "directory", partitions=["p0", "p1"])
         setup.ensure_service("db", shard_policy="tenants")
         setup.register_service("db", "p0", "10.0.0.1", 5432, label="base")
-    setup.update_shard_info_many(
+    setup.shard_maps.assign_many(
         "tenants", {"seed": "p0", **{f"moving-{i}": "p0" for i in range(count)}}
     )
 

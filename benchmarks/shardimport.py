@@ -60,7 +60,7 @@ def main(argv=None) -> None:
             namespace = f"/bench-import-{round_number}"
             connection = ("--zk", zk.connect_string, "--namespace", namespace)
             with Sentinel(zk.connect_string, "bench-writer", namespace) as writer:
-                writer.create_shard_policy(
+                writer.shard_maps.create(
                     "tenants", "directory", partitions=["p0", "p1", "p2", "p3"]
                 )
             for name in ("first", "again"):

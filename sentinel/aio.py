@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sentinel.client import Sentinel
+from sentinel.deprecation import moved
 from sentinel.errors import ValidationError
 from sentinel.events import ChangeEvent
 from sentinel.publisher import Registration
@@ -234,10 +235,9 @@ class AsyncSentinel:
     Awaited, run on a worker thread: :meth:`start`, :meth:`close`, ``prefetch``, ``resolve``
     (``get_service`` for a cold cache or an uncached key), ``explain``, ``read_service``, the
     publisher's ``ensure_service``, ``register_service``, ``update_registration``,
-    ``deregister_service`` and :meth:`drain`, ``update_metrics``, the shard manager's
-    ``create_shard_policy``, ``ensure_shard_policy``, ``update_shard_info``,
-    ``update_shard_info_many``, ``remove_shard_key``, ``request_placement``, and the
-    authentication manager's ``update_auth`` and ``rotate_auth``.
+    ``deregister_service`` and :meth:`drain`, ``update_metrics``, and every method of the role
+    objects ``shard_maps`` (the shard manager's writes) and ``credentials`` (the
+    authentication manager's).
     """
 
     @_takes_arguments_of(Sentinel)
@@ -248,6 +248,10 @@ class AsyncSentinel:
         self.partition_of = self.sync.partition_of
         self.instances = self.sync.instances
         self.report = self.sync.report
+        #: ``Sentinel.shard_maps``, awaited: ``await client.shard_maps.create(...)``.
+        self.shard_maps = OffLoop(self.sync.shard_maps)
+        #: ``Sentinel.credentials``, awaited: ``await client.credentials.publish(...)``.
+        self.credentials = OffLoop(self.sync.credentials)
         self._streams: weakref.WeakSet[EventStream] = weakref.WeakSet()
 
     def __repr__(self) -> str:
@@ -320,11 +324,32 @@ class AsyncSentinel:
     register_service = _off_loop(Sentinel.register_service)
     deregister_service = _off_loop(Sentinel.deregister_service)
     update_metrics = _off_loop(Sentinel.update_metrics)
-    create_shard_policy = _off_loop(Sentinel.create_shard_policy)
-    ensure_shard_policy = _off_loop(Sentinel.ensure_shard_policy)
-    update_shard_info = _off_loop(Sentinel.update_shard_info)
-    update_shard_info_many = _off_loop(Sentinel.update_shard_info_many)
-    remove_shard_key = _off_loop(Sentinel.remove_shard_key)
-    request_placement = _off_loop(Sentinel.request_placement)
-    update_auth = _off_loop(Sentinel.update_auth)
-    rotate_auth = _off_loop(Sentinel.rotate_auth)
+    # The old names of the role objects' methods (one release): each warns.
+    create_shard_policy = moved("create_shard_policy", "shard_maps.create")
+    ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
+    update_shard_info = moved("update_shard_info", "shard_maps.assign")
+    update_shard_info_many = moved("update_shard_info_many", "shard_maps.assign_many")
+    remove_shard_key = moved("remove_shard_key", "shard_maps.unassign")
+    request_placement = moved("request_placement", "shard_maps.request_placement")
+    update_auth = moved("update_auth", "credentials.publish")
+    rotate_auth = moved("rotate_auth", "credentials.rotate")
+
+
+class OffLoop:
+    """A role object of the sync client (``shard_maps``, ``credentials``) whose methods are
+    coroutine functions, each run on a worker thread: ``await client.shard_maps.create(...)``."""
+
+    def __init__(self, role: object) -> None:
+        self._role = role
+
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        method = getattr(self._role, name)
+
+        @functools.wraps(method)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(method, *args, **kwargs)
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"<awaitable {self._role.__class__.__name__}>"

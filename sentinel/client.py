@@ -24,16 +24,16 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from sentinel import shards, telemetry
 from sentinel import validation as check
 from sentinel.auth import acl
-from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, ManagerKey, verify_key
-from sentinel.auth.manager import CredentialBackend, Rotation, RotationResult, update_auth
+from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
+from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
 from sentinel.connection import client_arguments, unavailable
+from sentinel.deprecation import moved
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
-    CalledFromListener,
     ClientClosed,
     ClientNotEnrolled,
     InstanceNotRegistered,
@@ -41,8 +41,6 @@ from sentinel.errors import (
     NoInstanceAvailable,
     SentinelError,
     ServiceNotFound,
-    ShardPolicyConflict,
-    ShardPolicyExists,
     SigningRequired,
     SnapshotRejected,
     ValidationError,
@@ -69,8 +67,8 @@ from sentinel.registry.records import (
     MetricsRecord,
     MetricValue,
     ServiceSpec,
-    decode,
 )
+from sentinel.shards.writer import ShardMapWriter
 from sentinel.strategies import Balancer, SelectionPolicy
 from sentinel.zk import protocol as zkprotocol
 from sentinel.zk.ephemeral import EphemeralNodes
@@ -352,6 +350,12 @@ class Sentinel:
         }
         self._new_session()
         self.feedback = feedback or InstanceFeedback()
+        #: The shard manager's writes: policies and key assignments.
+        self.shard_maps = ShardMapWriter(self._session, self._require_writable)
+        #: The authentication manager's writes: credentials published and rotated.
+        self.credentials = CredentialWriter(
+            self.namespace, self._session, self._require_writable, self._on_listener_thread
+        )
         self._lookup_failures: dict[tuple[str, str], int] = {}
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
@@ -558,6 +562,13 @@ class Sentinel:
         for section in SECTIONS:
             self._zk.ensure_path(section)
         self._namespace_ready = True
+
+    def _session(self) -> KazooClient:
+        """This process's kazoo client (a forked child's own, once renewed)."""
+        return self._zk
+
+    def _on_listener_thread(self) -> bool:
+        return self._cache.on_worker()
 
     def _require_writable(self) -> None:
         """Before a write: started, and the namespace's sections made (once per client)."""
@@ -1222,152 +1233,16 @@ class Sentinel:
             )
         return written if isinstance(written, Exception) else None
 
-    # --- shard maps (the shard manager's writer API) ------------------------------------------
+    # --- the old names of the role objects' methods (one release) ----------------------------
 
-    @translate_zk_errors
-    def create_shard_policy(
-        self,
-        policy: str,
-        kind: str = "directory",
-        partitions: list[str] | tuple[str, ...] | None = None,
-        boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None = None,
-        *,
-        key_type: str = "str",
-        buckets: int = shards.DEFAULT_BUCKETS,
-    ) -> shards.ShardPolicySpec:
-        """Create shard policy ``policy`` of ``kind`` ``directory``, ``range`` or ``hash``.
-
-        ``directory``: explicit assignments, optionally restricted to ``partitions``; keys are
-        stored in ``buckets`` hash buckets. ``range``: ``boundaries`` as ``(lower bound,
-        partition)`` pairs, compared as ``key_type``. ``hash``: ``partitions`` by jump hash.
-        Raises :class:`~sentinel.errors.ShardPolicyExists` if it exists (see
-        :meth:`ensure_shard_policy` for the idempotent form).
-        """
-        self._require_writable()
-        spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
-        shards.create_policy(self._zk, spec)
-        return spec
-
-    @translate_zk_errors
-    def ensure_shard_policy(
-        self,
-        policy: str,
-        kind: str = "directory",
-        partitions: list[str] | tuple[str, ...] | None = None,
-        boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None = None,
-        *,
-        key_type: str = "str",
-        buckets: int = shards.DEFAULT_BUCKETS,
-    ) -> shards.ShardPolicySpec:
-        """Create shard policy ``policy`` unless it exists; return the stored spec.
-
-        The idempotent twin of :meth:`create_shard_policy` (same arguments), as
-        :meth:`ensure_service` is for services: set-up code that runs on every start calls
-        this. Raises :class:`~sentinel.errors.ShardPolicyConflict` (a
-        :class:`~sentinel.errors.ShardPolicyExists`) if the policy exists with another spec,
-        and then writes nothing; its keys are never touched.
-        """
-        self._require_writable()
-        spec = _shard_policy_spec(policy, kind, partitions, boundaries, key_type, buckets)
-        try:
-            shards.create_policy(self._zk, spec)
-        except ShardPolicyExists:
-            stored = shards.read_spec(self._zk, spec.policy)
-            conflict = _spec_conflict(stored, spec)
-            if conflict:
-                raise ShardPolicyConflict(
-                    f"shard policy {spec.policy!r} exists with other settings: {conflict}"
-                ) from None
-            return stored
-        return spec
-
-    @translate_zk_errors
-    def update_shard_info(self, policy: str, key: object, partition: str) -> None:
-        """Assign ``key`` to ``partition`` in directory policy ``policy``."""
-        self._require_writable()
-        shards.update_keys(self._zk, policy, {key: partition})  # type: ignore[dict-item]
-
-    @translate_zk_errors
-    def remove_shard_key(self, policy: str, key: object) -> None:
-        """Remove ``key`` from directory policy ``policy`` (no-op if it is not there)."""
-        self._require_writable()
-        shards.update_keys(self._zk, policy, {key: None})  # type: ignore[dict-item]
-
-    @translate_zk_errors
-    def request_placement(self, policy: str, key: object) -> bool:
-        """Ask the shard manager (``sentinel shard serve``) to place ``key``.
-
-        Returns False if the key already has a partition. Once the leader has placed it, the
-        bucket's watch brings it to every client.
-        """
-        self._require_writable()
-        return shards.request_placement(self._zk, policy, key)  # type: ignore[arg-type]
-
-    @translate_zk_errors
-    def update_shard_info_many(self, policy: str, mapping: Mapping[object, str | None]) -> int:
-        """Assign (or, with None, remove) many keys at once; returns the buckets written.
-
-        Everything is validated before the first write; buckets are written in multi-op
-        transactions under the size limit, each with a compare-and-set on its version.
-        """
-        self._require_writable()
-        return shards.update_keys(self._zk, policy, mapping)  # type: ignore[arg-type]
-
-    # --- authentication manager ---------------------------------------------------------------
-
-    @translate_zk_errors
-    def update_auth(
-        self,
-        service: str,
-        client: str,
-        credential: Mapping[str, Any],
-        *,
-        signer: ManagerKey | None = None,
-    ) -> int:
-        """Publish ``credential`` (``{"user": ..., "password": ...}``) for a client of a service.
-
-        It is encrypted to the client's newest published public key (HPKE) and replaces the
-        credentials published before; returns its version, one above every version published
-        or confirmed by the client. ``signer`` signs it for clients that trust only the
-        manager's key. Raises :class:`~sentinel.errors.ClientKeyNotFound` when the client has
-        published no key, :class:`~sentinel.errors.ValidationError` for a malformed
-        credential, :class:`~sentinel.errors.SigningRequired` without ``signer`` in a secured
-        namespace, in each case before anything is written.
-        """
-        self._require_writable()
-        return update_auth(self._zk, self.namespace, service, client, credential, signer=signer)
-
-    @translate_zk_errors
-    def rotate_auth(
-        self,
-        service: str,
-        clients: str | list[str] | tuple[str, ...],
-        backend: CredentialBackend,
-        *,
-        timeout: float = 30.0,
-        signer: ManagerKey | None = None,
-    ) -> RotationResult:
-        """Rotate the credentials of ``clients`` of ``service`` by Procedure 2.
-
-        The backend creates each new credential, it is published alongside the old one, and
-        the old one is revoked only once every live client has confirmed the new version
-        (see :mod:`sentinel.auth.manager`). Raises :class:`~sentinel.errors.RotationFailed`
-        naming the step (and, on a timeout, the clients that had not confirmed); the old
-        credential then still works. Without ``signer`` in a secured namespace it raises
-        :class:`~sentinel.errors.SigningRequired` before the backend creates anything.
-        From a listener it raises :class:`~sentinel.errors.CalledFromListener`: the rotation
-        waits for confirmations, this client's own made by the thread that runs listeners.
-        """
-        self._require_writable()
-        if self._cache.on_worker():
-            raise CalledFromListener(
-                "rotate_auth() waits for clients to confirm the new credential, and this "
-                "client confirms on the thread that runs its listeners: call it from another "
-                "thread"
-            )
-        names = [clients] if isinstance(clients, str) else list(clients)
-        rotation = Rotation(self._zk, self.namespace, service, names, backend, signer=signer)
-        return rotation.run(timeout)
+    create_shard_policy = moved("create_shard_policy", "shard_maps.create")
+    ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
+    update_shard_info = moved("update_shard_info", "shard_maps.assign")
+    remove_shard_key = moved("remove_shard_key", "shard_maps.unassign")
+    update_shard_info_many = moved("update_shard_info_many", "shard_maps.assign_many")
+    request_placement = moved("request_placement", "shard_maps.request_placement")
+    update_auth = moved("update_auth", "credentials.publish")
+    rotate_auth = moved("rotate_auth", "credentials.rotate")
 
 
 def _steps(policy: object) -> tuple[object, ...]:
@@ -1375,35 +1250,3 @@ def _steps(policy: object) -> tuple[object, ...]:
     is ``Chain(Chain(a, b), c)``), so explain() shows each one's verdict."""
     inner = getattr(policy, "policies", None)
     return (policy,) if not inner else tuple(step for p in inner for step in _steps(p))
-
-
-def _shard_policy_spec(
-    policy: str,
-    kind: str,
-    partitions: list[str] | tuple[str, ...] | None,
-    boundaries: list[tuple[object, str]] | tuple[tuple[object, str], ...] | None,
-    key_type: str,
-    buckets: int,
-) -> shards.ShardPolicySpec:
-    """The spec :meth:`Sentinel.create_shard_policy`'s arguments describe (validated)."""
-    return shards.ShardPolicySpec(
-        policy=policy,
-        kind=kind,
-        partitions=None if partitions is None else tuple(partitions),
-        boundaries=tuple(boundaries or ()),
-        key_type=key_type,
-        buckets=buckets,
-    )
-
-
-def _spec_conflict(stored: shards.ShardPolicySpec, asked: shards.ShardPolicySpec) -> str:
-    """How ``asked`` differs from ``stored`` as the node holds them (``kind='range'``, asked
-    ``'hash'``; ...), empty when they are the same. Compared in stored form, so settings a kind
-    does not keep (the buckets of a hash policy) never conflict."""
-    path = shards.policy_path(stored.policy)
-    have, want = (decode(path, spec.to_bytes(path)) for spec in (stored, asked))
-    return "; ".join(
-        f"{name}={have.get(name)!r}, asked {want.get(name)!r}"
-        for name in sorted(have.keys() | want.keys())
-        if have.get(name) != want.get(name)
-    )

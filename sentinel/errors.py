@@ -36,7 +36,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ServiceConflict
     ├── ShardPolicyNotFound
     ├── ShardPolicyExists
-    │   └── ShardPolicyConflict              ensure_shard_policy: another spec is stored
+    │   └── ShardPolicyConflict              shard_maps.ensure: another spec is stored
     ├── AuthError                            credentials (/auth)
     │   ├── KeyFileError
     │   ├── ClientKeyNotFound
@@ -303,7 +303,7 @@ class ShardPolicyExists(SentinelError):
 
 
 class ShardPolicyConflict(ShardPolicyExists):
-    """``ensure_shard_policy``: the policy exists with another spec (kind, partitions...)."""
+    """``shard_maps.ensure``: the policy exists with another spec (kind, partitions...)."""
 
 
 # --- credentials ------------------------------------------------------------------------------

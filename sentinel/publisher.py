@@ -178,7 +178,7 @@ class Publisher:
             instance = dataclasses.replace(instance, scheme=spec.scheme)
         if policy is not None:
             try:
-                # The check update_shard_info makes: a partition no key can map to would
+                # The check shard_maps.assign makes: a partition no key can map to would
                 # hold an instance no lookup ever returns.
                 policy.check_partition(instance.partition)
             except ValidationError as exc:

@@ -116,7 +116,9 @@ def _signer(args: argparse.Namespace) -> ManagerKey | None:
 def _set(args: argparse.Namespace) -> int:
     credential = _credential(args)
     with client(args) as sentinel:
-        version = sentinel.update_auth(args.service, args.client, credential, signer=_signer(args))
+        version = sentinel.credentials.publish(
+            args.service, args.client, credential, signer=_signer(args)
+        )
     if args.json:
         print_json({"service": args.service, "client": args.client, "version": version})
     else:

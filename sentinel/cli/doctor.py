@@ -436,7 +436,7 @@ def _partitions(
                 "error",
                 "shard policy",
                 f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist",
-                f"create it (Sentinel.create_shard_policy) in {namespace}",
+                f"create it (Sentinel.shard_maps.create) in {namespace}",
             )
         ]
     except DecodeError as exc:

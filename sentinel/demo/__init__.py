@@ -280,7 +280,7 @@ def _run_shard_manager(
     sentinel: Sentinel, tenants: list[str], partitions: list[str]
 ) -> tuple[dict[str, str], float]:
     """Let a shard manager place every tenant; returns the placement and the seconds it took."""
-    sentinel.create_shard_policy(POLICY, "directory", partitions=partitions)
+    sentinel.shard_maps.create(POLICY, "directory", partitions=partitions)
     placed: dict[str, str] = {}
     changed = threading.Condition()
 
@@ -296,7 +296,7 @@ def _run_shard_manager(
     started = time.monotonic()
     try:
         for tenant in tenants:
-            sentinel.request_placement(POLICY, tenant)
+            sentinel.shard_maps.request_placement(POLICY, tenant)
         with changed:
             if not changed.wait_for(lambda: len(placed) == len(tenants), WAIT):
                 raise RuntimeError(f"the shard manager placed {len(placed)} of {len(tenants)}")
@@ -401,7 +401,7 @@ def _create_credential(stage: _Stage) -> tuple[Path, CredentialBackend]:
         )
     )
     logins = stage.databases.credentials()
-    first_login = stage.admin.rotate_auth(SERVICE, JOB, logins, timeout=WAIT)
+    first_login = stage.admin.credentials.rotate(SERVICE, JOB, logins, timeout=WAIT)
     stage.emit(
         f"  {JOB}'s credential v{first_login.versions[JOB]} created by the backend and "
         "published in /auth, encrypted to the job's key (HPKE)"
@@ -518,7 +518,7 @@ def _disrupt(stage: _Stage, world: _World, second_half: set[str]) -> _HalfWay:
     world.agents.kill(killed)
     databases.destroy(killed_partition, label)
     emit(f"  -- half-way: {JOB}'s credential is rotated (Procedure 2)")
-    rotation = stage.admin.rotate_auth(SERVICE, JOB, world.logins, timeout=WAIT)
+    rotation = stage.admin.credentials.rotate(SERVICE, JOB, world.logins, timeout=WAIT)
     emit(
         f"     v{rotation.versions[JOB]} published next to the old one, confirmed by "
         f"every live worker in {rotation.confirmed_in * 1000:.0f} ms, then "

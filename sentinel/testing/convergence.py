@@ -162,8 +162,8 @@ class ConvergenceFuzzer:
         return self._reader
 
     def _build(self) -> None:
-        self.writer.create_shard_policy(POLICY, "directory", partitions=["p0", "p1"], buckets=8)
-        self.writer.update_shard_info_many(
+        self.writer.shard_maps.create(POLICY, "directory", partitions=["p0", "p1"], buckets=8)
+        self.writer.shard_maps.assign_many(
             POLICY, {key: self._random.choice(("p0", "p1")) for key in KEYS[::2]}
         )
         for service, (_, policy) in SERVICES.items():
@@ -315,9 +315,9 @@ class ConvergenceFuzzer:
         elif kind == "shard":
             shard_key = rng.choice(KEYS)
             if rng.random() < 0.25:
-                self.writer.remove_shard_key(POLICY, shard_key)
+                self.writer.shard_maps.unassign(POLICY, shard_key)
             else:
-                self.writer.update_shard_info(POLICY, shard_key, rng.choice(("p0", "p1")))
+                self.writer.shard_maps.assign(POLICY, shard_key, rng.choice(("p0", "p1")))
         time.sleep(rng.uniform(0, 0.01))  # changes in bursts, as deployments make them
         return kind
 

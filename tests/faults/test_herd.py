@@ -24,7 +24,7 @@ def test_a_reconnect_storm_reads_each_followed_node_once_per_reconnection(zookee
 
 def test_read_throughs_are_rate_limited_per_service(make_client):
     writer = make_client("writer")
-    writer.create_shard_policy("tenants", "directory")
+    writer.shard_maps.create("tenants", "directory")
     writer.ensure_service("db", shard_policy="tenants")
     writer.ensure_service("other", shard_policy="tenants")
     writer.register_service("db", "p1", "127.0.0.1", 5432)

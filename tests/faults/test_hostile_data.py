@@ -129,9 +129,9 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         Sentinel(hosts, "reader", namespace) as reader,
         caplog.at_level(logging.WARNING, logger="sentinel"),
     ):
-        writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
+        writer.shard_maps.create("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("svc", shard_policy="tenants")
-        writer.update_shard_info("tenants", GOOD_KEY, "pg")
+        writer.shard_maps.assign("tenants", GOOD_KEY, "pg")
         writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
         reader.prefetch("svc")
         raw = writer._zk

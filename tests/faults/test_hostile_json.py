@@ -116,11 +116,11 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
         Sentinel(hosts, "reader", namespace, auth_keys=ClientKeyring.generate()) as reader,
         caplog.at_level(logging.WARNING, logger="sentinel"),
     ):
-        writer.create_shard_policy("tenants", "directory", buckets=BUCKETS)
+        writer.shard_maps.create("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("svc", shard_policy="tenants")
-        writer.update_shard_info("tenants", GOOD_KEY, "pg")
+        writer.shard_maps.assign("tenants", GOOD_KEY, "pg")
         writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
-        writer.update_auth("svc", "reader", {"user": "u", "password": "p"})
+        writer.credentials.publish("svc", "reader", {"user": "u", "password": "p"})
         assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
         raw = writer._zk
         counted_before = reader.cache_stats.decode_errors

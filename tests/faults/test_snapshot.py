@@ -45,9 +45,9 @@ def server(stoppable: LocalZooKeeper) -> LocalZooKeeper:
 
 
 def _world(writer: Sentinel) -> None:
-    writer.create_shard_policy("tenants", "directory", buckets=4)
+    writer.shard_maps.create("tenants", "directory", buckets=4)
     writer.ensure_service("db", scheme="postgresql", shard_policy="tenants")
-    writer.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2"})
+    writer.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
     writer.register_service("db", "p1", "10.0.0.1", 5432, scheme="postgresql", label="a")
     writer.register_service("db", "p2", "10.0.0.2", 5432, scheme="postgresql", label="b")
     writer.update_metrics("db", "p1", "a", {"lag": 3})
@@ -86,7 +86,7 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(
             # for its handshake reply as long as kazoo's connect timeout: the session timeout
             # over the number of hosts, 30 s for the writer (seen once in a full CI run).
             assert wait_until(lambda: writer.connection_state == "connected", timeout=45)
-            writer.update_shard_info("tenants", "acme", "p2")
+            writer.shard_maps.assign("tenants", "acme", "p2")
             assert wait_until(lambda: app.get_service("db", "acme").label == "b", timeout=15)
             assert cached_view(app, "db") == registry_view(writer, "db")
             assert app.staleness == 0.0
@@ -112,10 +112,10 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
         hosts, node = zk.connect_string, auth_path("db", "app")
         with Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app:
             _world(writer)
-            writer.update_auth("db", "app", {"user": "app", "password": "one"})
+            writer.credentials.publish("db", "app", {"user": "app", "password": "one"})
             assert wait_until(lambda: password(app) == (1, "one"))
             v1_node, _ = writer._zk.get(node)
-            writer.update_auth("db", "app", {"user": "app", "password": "two"})
+            writer.credentials.publish("db", "app", {"user": "app", "password": "two"})
             assert wait_until(lambda: password(app) == (2, "two"))
             assert wait_until(lambda: '"auth_version":2' in path.read_text())
         writer._zk.set(node, v1_node)  # the replay happens while the app is away
@@ -285,7 +285,7 @@ def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
         Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app,
     ):
         _world(writer)
-        writer.update_auth("db", "app", {"user": "app", "password": "kept-secret"})
+        writer.credentials.publish("db", "app", {"user": "app", "password": "kept-secret"})
         assert wait_until(lambda: app.get_service("db", "acme").auth is not None)
         assert wait_until(lambda: path.exists() and '"auth":{' in path.read_text())
     server.members[0].stop()

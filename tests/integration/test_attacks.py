@@ -177,7 +177,7 @@ def enrolled_victim(secured: SecuredNamespace) -> Sentinel:
     publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     app = secured.app("billing-api")
     manager = secured.role("auth_manager")
-    manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
+    manager.credentials.publish(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
     assert wait_until(lambda: app.get_service(SERVICE).auth is not None) is not None
     return app
 
@@ -203,7 +203,7 @@ def refused(call: Callable[[], object]) -> bool:
 def still_works(secured: SecuredNamespace, victim: Sentinel, password: str) -> None:
     """The manager still reaches the victim: a new credential arrives and opens."""
     manager = secured.role("auth_manager", "auth-manager-2")
-    version = manager.update_auth(
+    version = manager.credentials.publish(
         SERVICE, "billing-api", {"user": "billing", "password": password}, signer=secured.signer
     )
 
@@ -219,7 +219,9 @@ def still_rotates(secured: SecuredNamespace, victim: Sentinel, tmp_path: Path) -
     revoke) and the victim applies the new version; returns it."""
     manager = secured.role("auth_manager", f"rotator-{uuid.uuid4().hex[:6]}")
     backend = FileBackend(tmp_path / f"credentials-{uuid.uuid4().hex[:6]}.json")
-    result = manager.rotate_auth(SERVICE, "billing-api", backend, timeout=10, signer=secured.signer)
+    result = manager.credentials.rotate(
+        SERVICE, "billing-api", backend, timeout=10, signer=secured.signer
+    )
     version = result.versions["billing-api"]
     assert wait_until(lambda: victim.get_service(SERVICE).auth.version == version) is not None
     return version
@@ -264,7 +266,7 @@ def test_a_key_slot_the_admin_opened_is_refused_by_the_manager(secured, victim):
     admin.set_acls(path, list(OPEN_ACL_UNSAFE))  # a mistake: now anyone could swap the keys
     manager = secured.role("auth_manager")
     with pytest.raises(KeySlotNotOwned, match=path):
-        manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
+        manager.credentials.publish(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
     assert victim.get_service(SERVICE).auth.version == 1  # nothing was written
 
 
@@ -324,7 +326,9 @@ def held_rotation(secured: SecuredNamespace, victim: Sentinel, tmp_path: Path) -
     backend = FileBackend(tmp_path / "credentials.json")
     try:
         with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(SERVICE, "billing-api", backend, timeout=1.5, signer=secured.signer)
+            manager.credentials.rotate(
+                SERVICE, "billing-api", backend, timeout=1.5, signer=secured.signer
+            )
     finally:
         release.set()
     assert caught.value.step == "confirm"
@@ -407,7 +411,9 @@ def test_a_squatter_under_clients_holds_no_rotation_and_is_named(
     manager = secured.role("auth_manager", "rotator")
     backend = FileBackend(tmp_path / "credentials.json")
     clients = ["billing-api", "billing-report", "billing-audit"]
-    result = manager.rotate_auth(SERVICE, clients, backend, timeout=10, signer=secured.signer)
+    result = manager.credentials.rotate(
+        SERVICE, clients, backend, timeout=10, signer=secured.signer
+    )
     assert result.versions == {"billing-api": 2, "billing-report": 1, "billing-audit": 1}
     assert wait_until(lambda: victim.get_service(SERVICE).auth.version == 2)
     still_rotates(secured, victim, tmp_path)
@@ -451,11 +457,11 @@ def test_replay_an_older_credential_version(secured: SecuredNamespace) -> None:
     manager = _service_with_a_manager(secured)
     app = secured.app("billing-api")
     app.get_service(SERVICE)
-    manager.update_auth(SERVICE, "billing-api", {"password": "one"}, signer=secured.signer)
+    manager.credentials.publish(SERVICE, "billing-api", {"password": "one"}, signer=secured.signer)
     assert wait_until(lambda: _has(app, 1, "one"))
     attacker = secured.kazoo(secured.identities["auth_manager"])
     signed_v1, _ = attacker.get(auth_path(SERVICE, "billing-api"))
-    manager.update_auth(SERVICE, "billing-api", {"password": "two"}, signer=secured.signer)
+    manager.credentials.publish(SERVICE, "billing-api", {"password": "two"}, signer=secured.signer)
     assert wait_until(lambda: _has(app, 2, "two"))
     confirmed = client_path(SERVICE, app.client_id)
     assert wait_until(lambda: json.loads(attacker.get(confirmed)[0])["auth_version"] == 2)
@@ -467,7 +473,7 @@ def test_replay_an_older_credential_version(secured: SecuredNamespace) -> None:
     assert _has(app, 2, "two"), "the client went back to an older credential"
 
     # The manager moves on past every version a client confirmed, and the client follows.
-    version = manager.update_auth(
+    version = manager.credentials.publish(
         SERVICE, "billing-api", {"password": "three"}, signer=secured.signer
     )
     assert version == 3
@@ -481,14 +487,16 @@ def test_write_an_unsigned_credential_in_a_secured_namespace(
     manager = _service_with_a_manager(secured)
     app = secured.app("billing-api")
     app.get_service(SERVICE)
-    manager.update_auth(SERVICE, "billing-api", {"password": "signed"}, signer=secured.signer)
+    manager.credentials.publish(
+        SERVICE, "billing-api", {"password": "signed"}, signer=secured.signer
+    )
     assert wait_until(lambda: _has(app, 1, "signed"))
     attacker = secured.kazoo(secured.identities["auth_manager"])
     before = attacker.get(auth_path(SERVICE, "billing-api"))
 
     # The manager's own API refuses to publish unsigned here, before writing anything.
     with pytest.raises(SigningRequired, match="signing key"):
-        manager.update_auth(SERVICE, "billing-api", {"password": "unsigned"})
+        manager.credentials.publish(SERVICE, "billing-api", {"password": "unsigned"})
     assert attacker.get(auth_path(SERVICE, "billing-api")) == before
 
     # A writer of /auth forges one anyway, encrypted to the app's real public key, in front.
@@ -737,7 +745,7 @@ def test_a_squatted_namespace_root_is_refused(
         space = secured_namespace(zookeeper, namespace, identities)
         manager = space.role("auth_manager")
         with pytest.raises(NamespaceNotTrusted, match="/auth"):
-            manager.update_auth(SERVICE, "billing-api", CREDENTIAL, signer=space.signer)
+            manager.credentials.publish(SERVICE, "billing-api", CREDENTIAL, signer=space.signer)
         assert attacker.exists(namespace + auth_path(SERVICE, "billing-api")) is None
         space.close()
     finally:
@@ -788,7 +796,7 @@ def test_init_secure_converges_on_a_namespace_in_use(
     secured: SecuredNamespace, victim, cli_in_process
 ):
     # Every role has written its own nodes, with its own ACLs, since the namespace was secured.
-    secured.role("shard_manager").create_shard_policy("tenants", "directory", partitions=["p1"])
+    secured.role("shard_manager").shard_maps.create("tenants", "directory", partitions=["p1"])
     secured.role("collector").update_metrics(SERVICE, "p1", "10.0.0.5_5432", {"lag": 0.5})
 
     def init() -> dict:
@@ -850,7 +858,9 @@ def test_junk_under_clients_costs_a_rotation_one_stat_per_entry(
     reads = counting(manager._zk, monkeypatch)
     backend = FileBackend(tmp_path / "credentials.json")
     started = time.monotonic()
-    result = manager.rotate_auth(SERVICE, "billing-api", backend, timeout=20, signer=secured.signer)
+    result = manager.credentials.rotate(
+        SERVICE, "billing-api", backend, timeout=20, signer=secured.signer
+    )
     took = time.monotonic() - started
     print(f"rotation with {JUNK:,} junk entries: {took:.2f}s, reads {reads}")
     assert result.versions == {"billing-api": 2}
@@ -873,7 +883,9 @@ def test_a_confirm_pass_ends_at_the_deadline_however_much_junk(
     started = time.monotonic()
     try:
         with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(SERVICE, "billing-api", backend, timeout=1, signer=secured.signer)
+            manager.credentials.rotate(
+                SERVICE, "billing-api", backend, timeout=1, signer=secured.signer
+            )
     finally:
         release.set()
     took = time.monotonic() - started

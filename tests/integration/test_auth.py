@@ -49,8 +49,8 @@ def test_each_client_gets_its_own_credential_and_cannot_read_another(manager, ma
     alice = make_client("alice", auth_keys=ClientKeyring.generate())
     bob = make_client("bob", auth_keys=ClientKeyring.generate())
     assert auth_of(alice) is None and auth_of(bob) is None
-    manager.update_auth(SERVICE, "alice", {"user": "alice", "password": "a-secret"})
-    manager.update_auth(SERVICE, "bob", {"user": "bob", "password": "b-secret"})
+    manager.credentials.publish(SERVICE, "alice", {"user": "alice", "password": "a-secret"})
+    manager.credentials.publish(SERVICE, "bob", {"user": "bob", "password": "b-secret"})
     wait_for_version(alice, 1)
     wait_for_version(bob, 1)
     assert dict(auth_of(alice)) == {"user": "alice", "password": "a-secret"}
@@ -70,20 +70,20 @@ def test_listeners_hear_of_changes_and_the_client_confirms_after_them(manager, m
     client.get_service(SERVICE)
     heard = Recorder()
     client.listen(SERVICE, heard)
-    manager.update_auth(SERVICE, "worker", {"user": "w", "password": "one"})
+    manager.credentials.publish(SERVICE, "worker", {"user": "w", "password": "one"})
     event = heard.wait(lambda e: isinstance(e, AuthChanged))
     assert (event.old_version, event.new_version) == (None, 1)
     assert event.credential["password"] == "one"
-    manager.update_auth(SERVICE, "worker", {"user": "w", "password": "two"})
+    manager.credentials.publish(SERVICE, "worker", {"user": "w", "password": "two"})
     event = heard.wait(lambda e: isinstance(e, AuthChanged) and e.new_version == 2)
     assert event.old_version == 1
 
 
 def test_unknown_client_key_refused_before_writing(manager, raw_zk):
     with pytest.raises(ClientKeyNotFound, match="nobody"):
-        manager.update_auth(SERVICE, "nobody", {"user": "x", "password": "y"})
+        manager.credentials.publish(SERVICE, "nobody", {"user": "x", "password": "y"})
     with pytest.raises(ValidationError):
-        manager.update_auth(SERVICE, "nobody", {"password": ["not", "text"]})
+        manager.credentials.publish(SERVICE, "nobody", {"password": ["not", "text"]})
     assert raw_zk.exists(auth_path(SERVICE, "nobody")) is None
 
 
@@ -93,20 +93,22 @@ def test_signed_credentials_only(manager, make_client):
         "strict", auth_keys=ClientKeyring.generate(), auth_signer=signing_key.public_text
     )
     strict.get_service(SERVICE)
-    manager.update_auth(SERVICE, "strict", {"user": "s", "password": "unsigned"})
+    manager.credentials.publish(SERVICE, "strict", {"user": "s", "password": "unsigned"})
     assert wait_until(lambda: strict.cache_stats.auth_errors >= 1) is not None
     assert auth_of(strict) is None
-    manager.update_auth(SERVICE, "strict", {"user": "s", "password": "signed"}, signer=signing_key)
+    manager.credentials.publish(
+        SERVICE, "strict", {"user": "s", "password": "signed"}, signer=signing_key
+    )
     wait_for_version(strict, 2)
     assert auth_of(strict)["password"] == "signed"
 
 
 def test_credential_survives_session_expiry(manager, make_client):
     client = make_client("durable", auth_keys=ClientKeyring.generate())
-    manager.update_auth(SERVICE, "durable", {"user": "d", "password": "p1"})
+    manager.credentials.publish(SERVICE, "durable", {"user": "d", "password": "p1"})
     wait_for_version(client, 1)
     expire_session(client)
-    manager.update_auth(SERVICE, "durable", {"user": "d", "password": "p2"})
+    manager.credentials.publish(SERVICE, "durable", {"user": "d", "password": "p2"})
     wait_for_version(client, 2, timeout=20)
 
 
@@ -116,7 +118,7 @@ def test_rotation_waits_for_every_live_client(manager, make_client, tmp_path):
         name: make_client(name, auth_keys=ClientKeyring.generate()) for name in ("api", "batch")
     }
     for name, client in clients.items():
-        manager.update_auth(SERVICE, name, backend.create(SERVICE, name, 1))
+        manager.credentials.publish(SERVICE, name, backend.create(SERVICE, name, 1))
         wait_for_version(client, 1)
     old = {name: dict(auth_of(c)) for name, c in clients.items()}
 
@@ -132,7 +134,7 @@ def test_rotation_waits_for_every_live_client(manager, make_client, tmp_path):
     outcome = {}
     rotating = threading.Thread(
         target=lambda: outcome.update(
-            result=manager.rotate_auth(SERVICE, ["api", "batch"], backend, timeout=30)
+            result=manager.credentials.rotate(SERVICE, ["api", "batch"], backend, timeout=30)
         )
     )
     rotating.start()
@@ -160,14 +162,14 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
     fast = make_client("fast", auth_keys=ClientKeyring.generate())
     paused = make_client("paused", auth_keys=ClientKeyring.generate())
     for name, client in (("fast", fast), ("paused", paused)):
-        manager.update_auth(SERVICE, name, backend.create(SERVICE, name, 1))
+        manager.credentials.publish(SERVICE, name, backend.create(SERVICE, name, 1))
         wait_for_version(client, 1)
     old_paused = dict(auth_of(paused))
     release = threading.Event()
     paused.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
     try:
         with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(SERVICE, ["fast", "paused"], backend, timeout=1.5)
+            manager.credentials.rotate(SERVICE, ["fast", "paused"], backend, timeout=1.5)
     finally:
         release.set()
     assert caught.value.step == "confirm"
@@ -185,7 +187,7 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
 
 def test_a_failing_backend_leaves_the_old_credential(manager, make_client, tmp_path):
     client = make_client("solo", auth_keys=ClientKeyring.generate())
-    manager.update_auth(SERVICE, "solo", {"user": "solo", "password": "old"})
+    manager.credentials.publish(SERVICE, "solo", {"user": "solo", "password": "old"})
     wait_for_version(client, 1)
 
     class Broken:
@@ -196,7 +198,7 @@ def test_a_failing_backend_leaves_the_old_credential(manager, make_client, tmp_p
             raise AssertionError("nothing was created, nothing to revoke")
 
     with pytest.raises(RotationFailed) as caught:
-        manager.rotate_auth(SERVICE, "solo", Broken(), timeout=5)
+        manager.credentials.rotate(SERVICE, "solo", Broken(), timeout=5)
     assert caught.value.step == "create"
     assert "ConnectionError" in str(caught.value)
     assert auth_of(client)["password"] == "old"
@@ -207,7 +209,7 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
 ):
     backend = FileBackend(tmp_path / "credentials.json")
     api = make_client("api", auth_keys=ClientKeyring.generate())
-    manager.update_auth(SERVICE, "api", backend.create(SERVICE, "api", 1))
+    manager.credentials.publish(SERVICE, "api", backend.create(SERVICE, "api", 1))
     wait_for_version(api, 1)
     old = dict(auth_of(api))
 
@@ -218,7 +220,9 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
             return super().create(service, client, version)
 
     with pytest.raises(RotationFailed) as caught:
-        manager.rotate_auth(SERVICE, ["api", "flaky"], FailsForFlaky(backend.path), timeout=5)
+        manager.credentials.rotate(
+            SERVICE, ["api", "flaky"], FailsForFlaky(backend.path), timeout=5
+        )
     assert caught.value.step == "create" and "--resume" in str(caught.value)
     # api may have applied v2 already, and clients never go back a version: so v2 stays
     # published and valid next to v1, as after a confirmation timeout.
@@ -290,14 +294,14 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
             publisher.register_service("db", "p1", "10.0.0.1", 5432)
             assert app.get_service("db").port == 5432  # clients read, and add /clients nodes
             with pytest.raises(AccessDenied):
-                publisher.update_auth(
+                publisher.credentials.publish(
                     "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
                 )
             with pytest.raises(AccessDenied):
                 auth_manager.register_service("db", "p1", "10.6.6.6", 1)
             with pytest.raises(AccessDenied):
                 app.update_metrics("db", "p1", "10.0.0.1_5432", {"lag": 0})
-            auth_manager.update_auth(
+            auth_manager.credentials.publish(
                 "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
             )
             assert wait_until(lambda: app.get_service("db").auth is not None) is not None
@@ -322,14 +326,14 @@ def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp
     backend = FileBackend(tmp_path / "credentials.json")
     ring = ClientKeyring.generate()  # one application, one key ring, two processes
     workers = [make_client(f"etl-{i}", auth_keys=ring, auth_client="etl") for i in (1, 2)]
-    manager.update_auth(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
+    manager.credentials.publish(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
     for worker in workers:
         wait_for_version(worker, 1)
     release = threading.Event()
     workers[1].listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
     try:
         with pytest.raises(RotationFailed) as caught:
-            manager.rotate_auth(SERVICE, "etl", backend, timeout=1.5)
+            manager.credentials.rotate(SERVICE, "etl", backend, timeout=1.5)
     finally:
         release.set()
     assert caught.value.laggards == ("etl-2",)  # the process, not just the application
@@ -405,5 +409,5 @@ def test_credentials_past_the_readers_bounds_are_refused_before_writing(
 ):
     make_client("bounded", auth_keys=ClientKeyring.generate())
     with pytest.raises(ValidationError):
-        manager.update_auth(SERVICE, "bounded", credential)
+        manager.credentials.publish(SERVICE, "bounded", credential)
     assert raw_zk.exists(auth_path(SERVICE, "bounded")) is None

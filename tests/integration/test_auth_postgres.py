@@ -32,7 +32,7 @@ def test_rotation_creates_a_login_role_and_drops_the_old_one(postgres, make_clie
     app = make_client("orders-api", auth_keys=ClientKeyring.generate())
     app.get_service(SERVICE)
 
-    first = manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    first = manager.credentials.rotate(SERVICE, "orders-api", backend, timeout=20)
     assert first.versions == {"orders-api": 1}
     assert wait_until(lambda: app.get_service(SERVICE).auth is not None) is not None
     old = dict(app.get_service(SERVICE).auth)
@@ -42,7 +42,7 @@ def test_rotation_creates_a_login_role_and_drops_the_old_one(postgres, make_clie
     # Its session is ended at revocation, not left running on a revoked credential.
     held = psycopg.connect(postgres.dsn(user=old["user"], password=old["password"]))
 
-    second = manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    second = manager.credentials.rotate(SERVICE, "orders-api", backend, timeout=20)
     assert second.revoked == {"orders-api": (1,)}
     new = dict(app.get_service(SERVICE).auth)  # confirmed, so the cache has it already
     assert new["user"] == PostgresBackend.role_name(SERVICE, "orders-api", 2)

@@ -71,11 +71,11 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
     make_client, zookeeper, namespace, persistent_watches
 ):
     writer = make_client("writer")
-    writer.create_shard_policy("tenants", "directory", buckets=8)
+    writer.shard_maps.create("tenants", "directory", buckets=8)
     writer.ensure_service("orders", shard_policy="tenants")
     keep = writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep")
     gone = writer.register_service("orders", "p1", "10.0.0.2", 80, label="gone")
-    writer.update_shard_info_many("tenants", {"moves": "p1", "stays": "p1", "vanishes": "p1"})
+    writer.shard_maps.assign_many("tenants", {"moves": "p1", "stays": "p1", "vanishes": "p1"})
 
     host, port = zookeeper.connect_string.split(":")
     proxy = TcpProxy(host, int(port))
@@ -101,7 +101,7 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
         writer.deregister_service(gone)
         writer.register_service("orders", "p2", "10.0.0.3", 80, label="new")
         writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep", weight=5)
-        writer.update_shard_info_many("tenants", {"moves": "p2", "vanishes": None, "fresh": "p2"})
+        writer.shard_maps.assign_many("tenants", {"moves": "p2", "vanishes": None, "fresh": "p2"})
         assert client.get_service("orders", "moves").partition == "p1"
         assert client.staleness > 0
         resyncs = client.cache_stats.resyncs
@@ -164,10 +164,10 @@ GARBAGE = [b"\xff\xfe\x00", b"not json", b"[]", b'{"v": 7}', b'{"v": 1}']
 
 def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_zk, caplog):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("tenants", "directory", buckets=2)
+    publisher.shard_maps.create("tenants", "directory", buckets=2)
     publisher.ensure_service("orders", shard_policy="tenants")
     publisher.register_service("orders", "p1", "10.0.0.1", 80, label="good")
-    publisher.update_shard_info("tenants", "acme", "p1")
+    publisher.shard_maps.assign("tenants", "acme", "p1")
     for i, data in enumerate(GARBAGE):
         raw_zk.create(f"/services/orders/p1:bad{i}", data)
     raw_zk.create("/services/orders/no-colon", b"{}")
@@ -182,10 +182,10 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     # A bucket overwritten with garbage: its keys are dropped, the other bucket keeps serving.
     from sentinel.shards.spec import bucket_of, bucket_path
 
-    publisher.update_shard_info("tenants", "other", "p1")
+    publisher.shard_maps.assign("tenants", "other", "p1")
     acme_bucket = bucket_of("acme", 2)
     if bucket_of("other", 2) == acme_bucket:
-        publisher.update_shard_info("tenants", "other-2", "p1")
+        publisher.shard_maps.assign("tenants", "other-2", "p1")
     survivor = next(k for k in ("other", "other-2") if bucket_of(k, 2) != acme_bucket)
     raw_zk.set(bucket_path("tenants", acme_bucket), b'{"v": 1, "partitions": {"../etc": ["acme"]}}')
     assert wait_until(lambda: client._shard_maps["tenants"].lookup("acme") is None)
@@ -233,7 +233,7 @@ def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper
         Sentinel(hosts=hosts, client_id="writer", namespace=namespace) as writer,
         Sentinel(hosts=hosts, client_id="reader", namespace=namespace) as reader,
     ):
-        writer.create_shard_policy("tenants", "directory", buckets=4)
+        writer.shard_maps.create("tenants", "directory", buckets=4)
         writer.ensure_service("svc", shard_policy="tenants")
         reader._load("svc")  # cache loaded before the writes, so watches must carry them
         registrations = {}
@@ -248,9 +248,9 @@ def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper
                 if registration is not None:
                     writer.deregister_service(registration)
             else:
-                writer.update_shard_info("tenants", operation[1], operation[2]) if operation[
+                writer.shard_maps.assign("tenants", operation[1], operation[2]) if operation[
                     2
-                ] else writer.remove_shard_key("tenants", operation[1])
+                ] else writer.shard_maps.unassign("tenants", operation[1])
 
         def fresh():
             listing = writer.read_service("svc")

@@ -76,7 +76,7 @@ def test_bad_policy_arguments_exit_2(cli, published, spec):
 
 
 def test_an_argument_that_is_not_utf8_is_exit_2(zookeeper, namespace, make_client):
-    make_client("manager").create_shard_policy("tenants", "directory", partitions=["p1"])
+    make_client("manager").shard_maps.create("tenants", "directory", partitions=["p1"])
     connection = [b"--zk", zookeeper.connect_string.encode(), b"--namespace", namespace.encode()]
     result = subprocess.run(
         [
@@ -337,7 +337,7 @@ def test_imported_nodes_get_their_sections_acl(cli, namespace, raw_zk, tmp_path,
 def test_a_bad_shard_import_file_is_exit_2_and_writes_nothing(
     cli, make_client, raw_zk, tmp_path, content, fragment
 ):
-    make_client("manager").create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    make_client("manager").shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
     bad = tmp_path / "bad.json"
     bad.write_bytes(content)
     for dry_run in (("--dry-run",), ()):
@@ -350,7 +350,7 @@ def test_a_bad_shard_import_file_is_exit_2_and_writes_nothing(
 def test_a_bucket_over_the_size_limit_is_refused_by_the_dry_run_too(
     cli, make_client, raw_zk, tmp_path
 ):
-    make_client("manager").create_shard_policy("one", "directory", partitions=["p1"], buckets=1)
+    make_client("manager").shard_maps.create("one", "directory", partitions=["p1"], buckets=1)
     source = tmp_path / "keys.csv"
     source.write_text("".join(f"{'k' * 200}-{i:06d},p1\n" for i in range(3000)))  # ~600 KB
     for dry_run in (("--dry-run",), ()):
@@ -369,8 +369,8 @@ def test_a_namespace_with_a_100000_key_map_exports_and_imports_identically(
     # 256 buckets of about 8 KB each, 2 MB in all: more than one multi request may carry
     # (batches of 200 nodes were over jute.maxbuffer and failed with ConnectionLoss).
     manager = make_client("manager")
-    manager.create_shard_policy("tenants", "directory", partitions=["p0", "p1", "p2", "p3"])
-    manager.update_shard_info_many(
+    manager.shard_maps.create("tenants", "directory", partitions=["p0", "p1", "p2", "p3"])
+    manager.shard_maps.assign_many(
         "tenants", {f"tenant-{i:07d}": f"p{i % 4}" for i in range(100_000)}
     )
     manager.register_service("db", "p0", "10.0.0.1", 5432, label="a")

@@ -1,10 +1,14 @@
 """The client's idempotent set-up calls, metrics by registration and the /clients record
 (issue 17), against a real ZooKeeper."""
 
+import asyncio
 import json
 
 import pytest
 
+from sentinel import Sentinel
+from sentinel.aio import AsyncSentinel
+from sentinel.auth.writer import CredentialWriter
 from sentinel.errors import (
     ShardPolicyConflict,
     ShardPolicyExists,
@@ -14,6 +18,8 @@ from sentinel.errors import (
 from sentinel.registry.layout import client_path
 from sentinel.registry.reads import read_clients
 from sentinel.registry.records import ClientRecord
+from sentinel.shards.store import read_key
+from sentinel.shards.writer import ShardMapWriter
 from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
@@ -21,11 +27,11 @@ pytestmark = pytest.mark.integration
 
 def test_ensure_shard_policy_creates_once_then_returns_the_stored_spec(make_client, raw_zk):
     client = make_client()
-    created = client.ensure_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
-    client.update_shard_info("tenants", "acme", "p2")
+    created = client.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"], buckets=4)
+    client.shard_maps.assign("tenants", "acme", "p2")
     _, stat = raw_zk.get("/shard_info/tenants")
     buckets = raw_zk.get_children("/shard_info/tenants")
-    again = client.ensure_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
+    again = client.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"], buckets=4)
     assert again == created
     # Nothing rewritten: the spec's version, its buckets and the keys in them are as they were.
     assert raw_zk.get("/shard_info/tenants")[1].version == stat.version
@@ -47,10 +53,10 @@ def test_ensure_shard_policy_refuses_another_spec_and_writes_nothing(
     make_client, raw_zk, asked, conflict
 ):
     client = make_client()
-    client.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
+    client.shard_maps.create("tenants", "directory", partitions=["p1", "p2"], buckets=4)
     before = raw_zk.get("/shard_info/tenants")
     with pytest.raises(ShardPolicyConflict, match=conflict.replace("[", r"\[")) as caught:
-        client.ensure_shard_policy("tenants", **asked)
+        client.shard_maps.ensure("tenants", **asked)
     assert isinstance(caught.value, ShardPolicyExists)  # callers of create catch it too
     assert raw_zk.get("/shard_info/tenants") == before
     assert len(raw_zk.get_children("/shard_info/tenants")) == 4
@@ -58,19 +64,19 @@ def test_ensure_shard_policy_refuses_another_spec_and_writes_nothing(
 
 def test_ensure_shard_policy_compares_what_the_node_keeps(make_client):
     client = make_client()
-    spec = client.ensure_shard_policy("spread", "hash", partitions=["h0", "h1"])
+    spec = client.shard_maps.ensure("spread", "hash", partitions=["h0", "h1"])
     # A hash policy keeps no bucket count, so asking with another one is the same policy ...
-    assert client.ensure_shard_policy("spread", "hash", partitions=["h0", "h1"], buckets=8) == spec
+    assert client.shard_maps.ensure("spread", "hash", partitions=["h0", "h1"], buckets=8) == spec
     # ... but the partitions' order is the hash's, so another order is another policy.
     with pytest.raises(ShardPolicyConflict):
-        client.ensure_shard_policy("spread", "hash", partitions=["h1", "h0"])
+        client.shard_maps.ensure("spread", "hash", partitions=["h1", "h0"])
     bounds = [(0, "low"), (100, "high")]
-    ranged = client.ensure_shard_policy("ids", "range", boundaries=bounds, key_type="int")
-    assert client.ensure_shard_policy("ids", "range", boundaries=bounds, key_type="int") == ranged
+    ranged = client.shard_maps.ensure("ids", "range", boundaries=bounds, key_type="int")
+    assert client.shard_maps.ensure("ids", "range", boundaries=bounds, key_type="int") == ranged
     with pytest.raises(ShardPolicyConflict, match="key_type='int', asked 'str'"):
-        client.ensure_shard_policy("ids", "range", boundaries=bounds)
+        client.shard_maps.ensure("ids", "range", boundaries=bounds)
     with pytest.raises(ValidationError):  # invalid input is refused before anything is read
-        client.ensure_shard_policy("bad/name", "directory")
+        client.shard_maps.ensure("bad/name", "directory")
 
 
 def test_ensure_service_refuses_a_shard_policy_that_does_not_exist(make_client, raw_zk):
@@ -79,7 +85,7 @@ def test_ensure_service_refuses_a_shard_policy_that_does_not_exist(make_client, 
         client.ensure_service("orders", shard_policy="nonexistent")
     assert raw_zk.exists("/services/orders") is None
     assert raw_zk.exists("/clients/orders") is None
-    client.ensure_shard_policy("nonexistent", "hash", partitions=["p1"])
+    client.shard_maps.ensure("nonexistent", "hash", partitions=["p1"])
     assert client.ensure_service("orders", shard_policy="nonexistent").shard_policy == "nonexistent"
 
 
@@ -109,3 +115,50 @@ def test_a_client_announces_itself_with_a_client_record(make_client, raw_zk):
     assert (record.client_id, record.app, record.confirms_for) == ("api-7", "api", "api-7")
     assert record.pid is not None and record.auth_version is None
     assert read_clients(raw_zk)["api"] == {"api-7": record}
+
+
+OLD_NAMES = {
+    "create_shard_policy": "shard_maps.create",
+    "ensure_shard_policy": "shard_maps.ensure",
+    "update_shard_info": "shard_maps.assign",
+    "update_shard_info_many": "shard_maps.assign_many",
+    "remove_shard_key": "shard_maps.unassign",
+    "request_placement": "shard_maps.request_placement",
+    "update_auth": "credentials.publish",
+    "rotate_auth": "credentials.rotate",
+}
+
+
+@pytest.mark.parametrize("client_class", [Sentinel, AsyncSentinel])
+def test_every_old_name_of_a_role_method_is_a_warning_alias_of_an_existing_one(client_class):
+    role_classes = {"shard_maps": ShardMapWriter, "credentials": CredentialWriter}
+    for old, new in OLD_NAMES.items():
+        alias = getattr(client_class, old)
+        assert alias.__doc__ == f"Deprecated: use ``{new}``, which takes the same arguments."
+        role, method = new.split(".")
+        assert callable(getattr(role_classes[role], method)), new
+
+
+def test_the_old_names_warn_and_write_what_the_new_ones_write(make_client, raw_zk):
+    client = make_client("old-names")
+    with pytest.warns(DeprecationWarning, match=r"\.create_shard_policy\(\) is deprecated: use "):
+        spec = client.create_shard_policy("legacy", "directory", partitions=["p1"], buckets=4)
+    assert spec == client.shard_maps.ensure("legacy", "directory", partitions=["p1"], buckets=4)
+    with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.assign\(\)"):
+        client.update_shard_info("legacy", "acme", "p1")
+    assert read_key(raw_zk, spec, "acme") == "p1"
+    with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.unassign\(\)"):
+        client.remove_shard_key("legacy", "acme")
+    assert read_key(raw_zk, spec, "acme") is None
+
+
+def test_the_async_clients_old_names_warn_and_its_roles_are_awaited(zookeeper, namespace, raw_zk):
+    async def main():
+        async with AsyncSentinel(zookeeper.connect_string, "aio-roles", namespace) as client:
+            with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.create\(\)"):
+                spec = await client.create_shard_policy("async-legacy", "directory", buckets=4)
+            await client.shard_maps.assign("async-legacy", "k", "p2")
+            return spec
+
+    spec = asyncio.run(main())
+    assert read_key(raw_zk, spec, "k") == "p2"

@@ -55,8 +55,8 @@ def secured(cli_in_process, make_client, tmp_path: Path) -> Secured:
     }
     identities = json.loads(identities_file.read_text())
     maker = make_client("policy-maker", identity=identities["shard_manager"], announce=False)
-    maker.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
-    maker.update_shard_info("tenants", "old-1", "p1")
+    maker.shard_maps.create("tenants", "directory", partitions=["p1", "p2"], buckets=4)
+    maker.shard_maps.assign("tenants", "old-1", "p1")
     again = admin(cli_in_process, "grant", identities_file)
     assert again["grants"] == {
         "metric-collector-default": "collector",
@@ -132,7 +132,7 @@ def test_the_shard_manager_runs_under_its_own_identity(secured, zookeeper, names
         requester = make_client(
             "requester", identity=secured.identities["shard_manager"], announce=False
         )
-        assert requester.request_placement("tenants", "fresh") is True
+        assert requester.shard_maps.request_placement("tenants", "fresh") is True
         assert wait_until(lambda: manager.saw("placed", key="fresh"), timeout=30), manager.events
         app = make_client("app")
         assert app.get_service(SERVICE, "old-1").port == 5432
@@ -169,7 +169,7 @@ def test_a_shard_manager_not_granted_stops_saying_what_to_do(
 ):
     identity = secured.identities["shard_manager"]
     maker = make_client("policy-maker", identity=identity, announce=False)
-    maker.create_shard_policy("later", "directory", partitions=["p1"], buckets=2)
+    maker.shard_maps.create("later", "directory", partitions=["p1"], buckets=2)
     manager = Daemon(zookeeper, namespace, "shard", "serve", "--policy", "later", identity=identity)
     code = manager.process.wait(60)
     stderr = manager.stop()

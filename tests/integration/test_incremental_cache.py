@@ -17,9 +17,9 @@ pytestmark = pytest.mark.integration
 
 def sharded_world(publisher, per_partition=3):
     """Service ``db`` over p1 and p2 (key k1 -> p1, k2 -> p2), metrics on every instance."""
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
     publisher.ensure_service("db", scheme="postgresql", shard_policy="tenants")
-    publisher.update_shard_info_many("tenants", {"k1": "p1", "k2": "p2"})
+    publisher.shard_maps.assign_many("tenants", {"k1": "p1", "k2": "p2"})
     registrations = {}
     for partition in ("p1", "p2"):
         for r in range(per_partition):

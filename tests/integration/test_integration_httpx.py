@@ -177,8 +177,8 @@ def test_unknown_hosts_pass_through_untouched(make_client, servers):
 
 def test_the_shard_key_selects_the_partition(make_client, servers):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.ensure_shard_policy("tenants", "directory", partitions=["p1", "p2"])
-    publisher.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2"})
+    publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
     publisher.ensure_service("orders", shard_policy="tenants")
     register(publisher, "orders", [servers("p1-a"), servers("p1-b")], partition="p1")
     register(publisher, "orders", [servers("p2-a")], partition="p2")

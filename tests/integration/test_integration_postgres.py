@@ -197,7 +197,7 @@ def primary_with_a_credential(primary, make_client, backend):
     )
     app = make_client("orders-api", auth_keys=ClientKeyring.generate())
     app.get_service(SERVICE)
-    manager.rotate_auth(SERVICE, "orders-api", backend, timeout=20)
+    manager.credentials.rotate(SERVICE, "orders-api", backend, timeout=20)
     assert wait_until(lambda: app.get_service(SERVICE).auth is not None, 10)
     return manager, app, registration
 
@@ -252,7 +252,7 @@ def test_after_a_rotation_no_connection_logs_in_with_the_revoked_credential(post
                 # Both pools' idle connections logged in.
                 assert await asyncio.to_thread(wait_until, lambda: count_v1() == 4, 10)
                 result = await asyncio.to_thread(
-                    manager.rotate_auth, SERVICE, "orders-api", backend, timeout=20
+                    manager.credentials.rotate, SERVICE, "orders-api", backend, timeout=20
                 )
                 assert result.revoked == {"orders-api": (1,)}
                 # The pools dropped v1's idle connections before the client confirmed v2,

@@ -25,8 +25,8 @@ SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 def world(make_client):
     """orders-db sharded over p1/p2 (p2 empty of live replicas), with lag metrics; api."""
     publisher = make_client("publisher")
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=4)
-    publisher.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2"})
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"], buckets=4)
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
     publisher.ensure_service("orders-db", scheme="postgresql", shard_policy="tenants")
     for label, lag in (("replica-a", 3), ("replica-b", 12)):
         publisher.register_service(

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 def three_replicas(publisher):
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1"], buckets=4)
-    publisher.update_shard_info("tenants", "acme", "p1")
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1"], buckets=4)
+    publisher.shard_maps.assign("tenants", "acme", "p1")
     publisher.ensure_service("db", scheme="postgresql", shard_policy="tenants")
     for label in ("r1", "r2", "r3"):
         publisher.register_service(

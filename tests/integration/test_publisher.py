@@ -250,7 +250,7 @@ def test_a_stale_node_of_another_session_is_taken_over_and_watchers_fire(
 def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk):
     client = make_client()
     for policy in ("tenants", "regions"):
-        client.create_shard_policy(policy, "hash", partitions=["p1"])
+        client.shard_maps.create(policy, "hash", partitions=["p1"])
     spec = client.ensure_service(
         "orders", scheme="postgresql", shard_policy="tenants", defaults={"pool": 5}
     )
@@ -403,10 +403,10 @@ def test_out_of_bounds_writes_are_validation_errors_and_write_nothing(make_clien
 def test_a_partition_the_shard_policy_does_not_declare_is_refused(
     make_client, raw_zk, kind, settings, declared
 ):
-    """Issue 24: update_shard_info refuses an undeclared partition; so does a registration
+    """Issue 24: shard_maps.assign refuses an undeclared partition; so does a registration
     (no key could ever reach the instance)."""
     client = make_client()
-    client.create_shard_policy("tenants", kind, **settings)
+    client.shard_maps.create("tenants", kind, **settings)
     client.ensure_service("orders-db", scheme="postgresql", shard_policy="tenants")
     with pytest.raises(ValidationError, match=r"'p9' is not one of policy 'tenants'"):
         client.register_service("orders-db", "p9", "10.0.0.5", 5432)

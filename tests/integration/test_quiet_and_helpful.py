@@ -82,10 +82,10 @@ def test_a_service_not_found_suggests_the_closest_names(make_client):
 
 def test_watch_events_shows_only_the_kinds_asked_for(zookeeper, namespace, make_client):
     publisher = make_client("publisher")
-    publisher.ensure_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
     publisher.ensure_service("orders-db", "postgresql", shard_policy="tenants")
     first = publisher.register_service("orders-db", "p1", "10.0.0.1", 5432, scheme="postgresql")
-    publisher.update_shard_info("tenants", "acme", "p1")
+    publisher.shard_maps.assign("tenants", "acme", "p1")
     zk_options = ["--zk", zookeeper.connect_string, "--namespace", namespace]
     process = subprocess.Popen(
         [SENTINEL, "watch", "--events", "shard,connection", "--json", *zk_options],
@@ -98,7 +98,7 @@ def test_watch_events_shows_only_the_kinds_asked_for(zookeeper, namespace, make_
         # Metrics and instances change first; only the shard move may be printed.
         publisher.update_metrics(first, {"replication_lag": 3})
         publisher.register_service("orders-db", "p2", "10.0.0.2", 5432, scheme="postgresql")
-        publisher.update_shard_info("tenants", "acme", "p2")
+        publisher.shard_maps.assign("tenants", "acme", "p2")
         moved = json.loads(process.stdout.readline())
         assert moved["event"] == "ShardKeysChanged"
         assert moved["changes"] == {"acme": ["p1", "p2"]}

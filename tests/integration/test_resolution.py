@@ -53,9 +53,9 @@ def test_unsharded_service_round_robins_over_up_instances(make_client):
 
 def test_directory_policy_resolves_keys_to_their_partition(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=16)
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"], buckets=16)
     make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
-    publisher.update_shard_info_many("tenants", {"acme": "p1", "globex": "p2", 42: "p2"})
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2", 42: "p2"})
     assert client.get_service("orders", "acme").partition == "p1"
     assert client.get_service("orders", "globex").partition == "p2"
     assert client.get_service("orders", 42).partition == "p2"
@@ -64,7 +64,7 @@ def test_directory_policy_resolves_keys_to_their_partition(make_client):
 
 def test_range_policy_resolves_by_lower_bound(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy(
+    publisher.shard_maps.create(
         "ids", "range", boundaries=[(0, "low"), (1000, "high")], key_type="int"
     )
     make_replicas(publisher, "events", ["low", "high"], policy="ids")
@@ -77,7 +77,7 @@ def test_range_policy_resolves_by_lower_bound(make_client):
 
 def test_hash_policy_spreads_keys_over_its_partitions(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("spread", "hash", partitions=["h0", "h1", "h2"])
+    publisher.shard_maps.create("spread", "hash", partitions=["h0", "h1", "h2"])
     make_replicas(publisher, "cache", ["h0", "h1", "h2"], per_partition=1, policy="spread")
     seen = {client.get_service("cache", f"user-{i}").partition for i in range(200)}
     assert seen == {"h0", "h1", "h2"}
@@ -100,10 +100,10 @@ def test_one_key_rule_for_every_shard_kind(make_client, kind, options):
     """Issue 16 item 2: no key is PartitionNotFound and only str and int keys are accepted,
     whatever the policy's kind; the map is never consulted for a refused key."""
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("keys", kind, **options)
+    publisher.shard_maps.create("keys", kind, **options)
     make_replicas(publisher, "svc", ["p1", "p2"], per_partition=1, policy="keys")
     if kind == "directory":
-        publisher.update_shard_info_many("keys", {"7": "p1", "12": "p2"})
+        publisher.shard_maps.assign_many("keys", {"7": "p1", "12": "p2"})
     assert client.get_service("svc", 7).partition == client.get_service("svc", "7").partition
     assert client.get_service("svc", 12).partition == client.get_service("svc", "12").partition
     for call in (client.get_service, client.get_services, client.partition_of, client.explain):
@@ -117,17 +117,17 @@ def test_one_key_rule_for_every_shard_kind(make_client, kind, options):
 
 def test_key_changes_propagate_through_the_watch(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("tenants", "directory", buckets=8)
+    publisher.shard_maps.create("tenants", "directory", buckets=8)
     make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
-    publisher.update_shard_info("tenants", "acme", "p1")
+    publisher.shard_maps.assign("tenants", "acme", "p1")
     assert client.get_service("orders", "acme").partition == "p1"
     recorder = Recorder()
     client.listen("orders", recorder)
-    publisher.update_shard_info("tenants", "acme", "p2")
+    publisher.shard_maps.assign("tenants", "acme", "p2")
     event = recorder.wait(lambda e: isinstance(e, ShardKeysChanged))
     assert event.changes == {"acme": ("p1", "p2")} and event.policy == "tenants"
     assert client.get_service("orders", "acme").partition == "p2"
-    publisher.remove_shard_key("tenants", "acme")
+    publisher.shard_maps.unassign("tenants", "acme")
     recorder.wait(lambda e: isinstance(e, ShardKeysChanged) and e.changes == {"acme": ("p2", None)})
     with pytest.raises(PartitionNotFound, match="'acme'"):
         client.get_service("orders", "acme")
@@ -135,9 +135,9 @@ def test_key_changes_propagate_through_the_watch(make_client):
 
 def test_procedure_1_reads_through_without_writing_the_cache(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("tenants", "directory", buckets=8)
+    publisher.shard_maps.create("tenants", "directory", buckets=8)
     make_replicas(publisher, "orders", ["p1", "p2"], policy="tenants")
-    publisher.update_shard_info("tenants", "first", "p1")
+    publisher.shard_maps.assign("tenants", "first", "p1")
     client.get_service("orders", "first")
 
     # Hold the cache's worker inside a listener, so the next watch event cannot land yet.
@@ -149,10 +149,10 @@ def test_procedure_1_reads_through_without_writing_the_cache(make_client):
             release.wait(10)
 
     client.listen("orders", block)
-    publisher.update_shard_info("tenants", "blocker", "p1")
+    publisher.shard_maps.assign("tenants", "blocker", "p1")
     assert worker_busy.wait(10)
     try:
-        publisher.update_shard_info("tenants", "late", "p2")
+        publisher.shard_maps.assign("tenants", "late", "p2")
         reads_before = client.cache_stats.read_throughs
         assert client.get_service("orders", "late").partition == "p2"
         assert client.cache_stats.read_throughs == reads_before + 1
@@ -168,7 +168,7 @@ def test_procedure_1_reads_through_without_writing_the_cache(make_client):
 def test_negative_cache_bounds_reads_of_unknown_keys(make_client):
     publisher = make_client("publisher")
     client = make_client("reader", negative_ttl=0.3)
-    publisher.create_shard_policy("tenants", "directory", buckets=4)
+    publisher.shard_maps.create("tenants", "directory", buckets=4)
     make_replicas(publisher, "orders", ["p1"], policy="tenants")
     for _ in range(100):
         with pytest.raises(PartitionNotFound):
@@ -188,9 +188,9 @@ def _misses_again(client):
 
 def test_typed_errors_name_service_key_and_partition(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
     make_replicas(publisher, "orders", ["p1"], policy="tenants")
-    publisher.update_shard_info_many("tenants", {"acme": "p1", "empty-co": "p2"})
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "empty-co": "p2"})
     with pytest.raises(ServiceNotFound, match="'nothing'") as raised:
         client.get_service("nothing")
     assert fields(raised.value) == ("nothing", None, None, None)
@@ -319,24 +319,24 @@ def test_clients_node_records_the_user_and_survives_expiry(make_client, raw_zk):
 
 def test_shard_writer_rejects_bad_input_and_writes_nothing(make_client, raw_zk):
     publisher = make_client("publisher")
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1"], buckets=4)
-    publisher.create_shard_policy("spread", "hash", partitions=["a"])
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1"], buckets=4)
+    publisher.shard_maps.create("spread", "hash", partitions=["a"])
     before = {
         n: raw_zk.get(f"/shard_info/tenants/{n}")[1].version
         for n in raw_zk.get_children("/shard_info/tenants")
     }
     with pytest.raises(ValidationError, match="not one of"):
-        publisher.update_shard_info_many("tenants", {"ok": "p1", "bad": "p9"})
+        publisher.shard_maps.assign_many("tenants", {"ok": "p1", "bad": "p9"})
     with pytest.raises(ValidationError, match="shard key"):
-        publisher.update_shard_info("tenants", "", "p1")
+        publisher.shard_maps.assign("tenants", "", "p1")
     with pytest.raises(ValidationError, match="hash policy"):
-        publisher.update_shard_info("spread", "k", "a")
+        publisher.shard_maps.assign("spread", "k", "a")
     with pytest.raises(ShardPolicyNotFound):
-        publisher.update_shard_info("nope", "k", "p1")
+        publisher.shard_maps.assign("nope", "k", "p1")
     with pytest.raises(ShardPolicyExists):
-        publisher.create_shard_policy("tenants", "directory")
+        publisher.shard_maps.create("tenants", "directory")
     with pytest.raises(ValidationError):
-        publisher.create_shard_policy("broken", "range", boundaries=[("b", "p1"), ("a", "p2")])
+        publisher.shard_maps.create("broken", "range", boundaries=[("b", "p1"), ("a", "p2")])
     assert raw_zk.exists("/shard_info/broken") is None
     after = {
         n: raw_zk.get(f"/shard_info/tenants/{n}")[1].version
@@ -347,14 +347,14 @@ def test_shard_writer_rejects_bad_input_and_writes_nothing(make_client, raw_zk):
 
 def test_bulk_updates_split_into_transactions_and_survive_races(make_client, raw_zk):
     publisher, other = make_client("publisher"), make_client("other-writer")
-    publisher.create_shard_policy("tenants", "directory", buckets=64)
+    publisher.shard_maps.create("tenants", "directory", buckets=64)
     mapping = {f"tenant-{i:06d}": f"p{i % 4}" for i in range(60_000)}
-    written = publisher.update_shard_info_many("tenants", mapping)
+    written = publisher.shard_maps.assign_many("tenants", mapping)
     assert written == 64
     # A second writer racing on the same buckets: compare-and-set makes both changes stick.
     threads = [
         threading.Thread(
-            target=writer.update_shard_info_many,
+            target=writer.shard_maps.assign_many,
             args=("tenants", {f"{name}-{i}": "p9" for i in range(300)}),
         )
         for name, writer in (("a", publisher), ("b", other))
@@ -394,8 +394,8 @@ def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw
         client.get_service("orders", "acme")
     recorder = Recorder()
     client.listen("orders", recorder)
-    publisher.create_shard_policy("later", "directory", buckets=4)
-    publisher.update_shard_info("later", "acme", "p1")
+    publisher.shard_maps.create("later", "directory", buckets=4)
+    publisher.shard_maps.assign("later", "acme", "p1")
     recorder.wait(lambda e: isinstance(e, ShardKeysChanged) and "acme" in e.changes)
     reads = client.cache_stats.read_throughs
     assert client.get_service("orders", "acme").partition == "p1"

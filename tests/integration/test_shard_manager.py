@@ -28,8 +28,8 @@ class Replica(Daemon):
 @pytest.fixture
 def replicas(zookeeper, namespace, make_client):
     setup = make_client("setup")
-    setup.create_shard_policy("tenants", "directory", partitions=["p1", "p2"], buckets=8)
-    setup.update_shard_info_many("tenants", {"old-1": "p1", "old-2": "p1"})
+    setup.shard_maps.create("tenants", "directory", partitions=["p1", "p2"], buckets=8)
+    setup.shard_maps.assign_many("tenants", {"old-1": "p1", "old-2": "p1"})
     started = []
 
     def start(*options):
@@ -60,16 +60,16 @@ def test_the_leader_places_keys_and_a_follower_takes_over_exactly_once(
         "orders",
         lambda e: isinstance(e, ShardKeysChanged) and "fresh" in e.changes and arrived.set(),
     )
-    assert client.request_placement("tenants", "fresh") is True
+    assert client.shard_maps.request_placement("tenants", "fresh") is True
     assert wait_until(lambda: first.placed("fresh"), timeout=20), first.events
     # p1 holds two keys and p2 none: the least-keys rule puts the newcomer in p2.
     assert first.placed("fresh")[0]["partition"] == "p2"
     assert arrived.wait(10) and client._shard_maps["tenants"].lookup("fresh") == "p2"
-    assert client.request_placement("tenants", "fresh") is False  # already placed
+    assert client.shard_maps.request_placement("tenants", "fresh") is False  # already placed
 
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
-    assert client.request_placement("tenants", "while-leaderless") is True
+    assert client.shard_maps.request_placement("tenants", "while-leaderless") is True
     assert wait_until(lambda: second.saw("leader"), timeout=20), second.events
     assert wait_until(lambda: second.placed("while-leaderless"), timeout=20), second.events
     assert len(first.placed("while-leaderless") + second.placed("while-leaderless")) == 1
@@ -85,7 +85,7 @@ def test_a_request_for_a_key_placed_meanwhile_is_dropped_not_placed_again(
     from sentinel.shards.placement import request_node
 
     client = make_client("app")
-    client.update_shard_info("tenants", "done", "p1")
+    client.shard_maps.assign("tenants", "done", "p1")
     raw_zk.ensure_path("/shard_info/tenants/requests")
     raw_zk.create(request_node("tenants", "done"), b'{"v": 1, "key": "done"}')
     leader = replicas()
@@ -103,7 +103,9 @@ def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, ma
     publisher.register_service("orders", "p2", "10.0.0.2", 5432, label="b")
     leader = replicas()
     assert wait_until(lambda: leader.saw("leader"), timeout=20)
-    make_client("app").request_placement("tenants", "wake-up")  # the leader looks at users
+    make_client("app").shard_maps.request_placement(
+        "tenants", "wake-up"
+    )  # the leader looks at users
     assert wait_until(lambda: leader.placed("wake-up"), timeout=20)
     assert not leader.saw("alert")
     publisher.deregister_service(one)
@@ -113,7 +115,7 @@ def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, ma
 
 
 def test_serve_refuses_a_policy_it_cannot_place_into(make_client, cli_in_process):
-    make_client("setup").create_shard_policy("spread", "hash", partitions=["a"])
+    make_client("setup").shard_maps.create("spread", "hash", partitions=["a"])
     result = cli_in_process("shard", "serve", "--policy", "spread")
     assert result.returncode == 2 and "directory policy" in result.stderr
 
@@ -125,6 +127,6 @@ def test_serve_exposes_its_placements_on_a_metrics_port(replicas, make_client):
     policy = (("policy", "tenants"),)
     assert scrape(port)[("sentinel_shard_manager_leader", policy)] == 1
     client = make_client("app")
-    assert client.request_placement("tenants", "counted") is True
+    assert client.shard_maps.request_placement("tenants", "counted") is True
     assert wait_until(lambda: replica.placed("counted"), timeout=20), replica.events
     assert scrape(port)[("sentinel_shard_placements_total", policy)] == 1

@@ -59,8 +59,8 @@ class World:
 @pytest.fixture
 def world(make_client, zookeeper, namespace):
     publisher = make_client("publisher")
-    publisher.create_shard_policy("tenants", "directory", partitions=list(LAGS))
-    publisher.update_shard_info_many("tenants", TENANTS)
+    publisher.shard_maps.create("tenants", "directory", partitions=list(LAGS))
+    publisher.shard_maps.assign_many("tenants", TENANTS)
     publisher.ensure_service(SERVICE, scheme="sqlite", shard_policy="tenants")
     registrations = {}
     for port, (partition, label, lag) in enumerate(
@@ -151,7 +151,7 @@ def test_rows_whose_key_moves_before_resolution_are_grouped_again(world, make_cl
         # Reading the last row, the shard manager moves t00 (grouped under p1 already) to p2.
         if row is ROWS[-1] and not moved.is_set():
             moved.set()
-            world.publisher.update_shard_info("tenants", "t00", "p2")
+            world.publisher.shard_maps.assign("tenants", "t00", "p2")
             assert wait_until(lambda: client.partition_of(SERVICE, "t00") == "p2")
         return row[0]
 
@@ -288,7 +288,9 @@ def test_workers_given_the_key_file_read_the_clients_credential(
     keys = tmp_path / "etl.keys"
     ClientKeyring.generate().save(keys)
     make_client("etl", auth_keys=keys)  # publishes the client's public keys
-    version = world.publisher.update_auth(SERVICE, "etl", {"user": "etl", "password": "s3cret"})
+    version = world.publisher.credentials.publish(
+        SERVICE, "etl", {"user": "etl", "password": "s3cret"}
+    )
     config = dataclasses.replace(world.config, key_file=str(keys))
 
     def credential(endpoint, rows):
@@ -304,7 +306,7 @@ def test_workers_given_the_manager_key_accept_only_signed_credentials(world, mak
     keys, signing_key = tmp_path / "etl.keys", ManagerKey.generate()
     ClientKeyring.generate().save(keys)
     make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
-    world.publisher.update_auth(SERVICE, "etl", {"user": "etl", "password": "unsigned"})
+    world.publisher.credentials.publish(SERVICE, "etl", {"user": "etl", "password": "unsigned"})
     config = dataclasses.replace(
         world.config, key_file=str(keys), auth_signer=signing_key.public_text
     )
@@ -313,7 +315,7 @@ def test_workers_given_the_manager_key_accept_only_signed_credentials(world, mak
     try:
         assert worker.get_service(SERVICE, "t00").auth is None
         assert worker.cache_stats.auth_errors >= 1
-        world.publisher.update_auth(
+        world.publisher.credentials.publish(
             SERVICE, "etl", {"user": "etl", "password": "signed"}, signer=signing_key
         )
 
@@ -334,7 +336,7 @@ def test_a_credential_rotation_during_the_job_is_picked_up_without_failing_it(
     make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
     store = tmp_path / "credentials.json"
     backend = FileBackend(store)
-    world.publisher.update_auth(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
+    world.publisher.credentials.publish(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
     config = dataclasses.replace(world.config, key_file=str(keys))
     before, tasks = 4, 10
     go = tmp_path / "go"
@@ -359,7 +361,7 @@ def test_a_credential_rotation_during_the_job_is_picked_up_without_failing_it(
     try:
         assert wait_until(lambda: len(list(tmp_path.glob("done-*"))) >= before, 120)
         # Procedure 2 waits for every live worker process, then revokes version 1.
-        rotated = world.publisher.rotate_auth(SERVICE, "etl", backend, timeout=60)
+        rotated = world.publisher.credentials.rotate(SERVICE, "etl", backend, timeout=60)
         go.write_text("rotated")
     finally:
         go.touch()

@@ -38,8 +38,8 @@ def alive(pid: int) -> bool:
 def test_sessions_are_the_executors_python_workers(make_client, zookeeper, namespace, raw_zk):
     publisher = make_client("publisher")
     tenants = {f"t{i:02d}": f"p{i % 2 + 1}" for i in range(TASKS)}
-    publisher.create_shard_policy("tenants", "directory", partitions=["p1", "p2"])
-    publisher.update_shard_info_many("tenants", tenants)
+    publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.assign_many("tenants", tenants)
     publisher.ensure_service(SERVICE, scheme="sqlite", shard_policy="tenants")
     for port, partition in enumerate(("p1", "p2")):
         publisher.register_service(SERVICE, partition, "127.0.0.1", 7000 + port, label="a")
