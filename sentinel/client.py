@@ -80,6 +80,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# close(): how long the threads may finish their work on a live session, then how long they
+# may take to stop once the session has ended (which fails any read still waiting on it).
+_CLOSE_DRAIN_SECONDS = 2.0
+_CLOSE_JOIN_SECONDS = 10.0
+
 
 @dataclass(frozen=True)
 class ExplainStep:
@@ -704,20 +709,29 @@ class Sentinel:
                 return
             self._started = False
         # The session ends whatever stopping a thread raises: a second close() finds the
-        # client closed and returns, so this one is the only chance.
+        # client closed and returns, so this one is the only chance. The threads finish what
+        # they were given while the session serves them; one waiting on a session that cannot
+        # reconnect (a partition, a server gone) would wait forever, so that wait is bounded
+        # (and skipped while disconnected), and the session's end fails what still waits on
+        # it before the threads are joined.
+        drain = _CLOSE_DRAIN_SECONDS if self._cache.connection_state == "connected" else 0.0
+        drain_until = time.monotonic() + drain
         try:
             if self._exports is not None:
                 self._exports.discard(self)
-            self._cache.close()
+            self._cache.close(timeout=drain)
             if self._snapshot_writer is not None:
                 self._snapshot_writer.close()
             # Emptied, a lookup falls through to the load, which refuses on a closed client.
             self._snapshots.clear()
             self._shard_maps.clear()
-            self._nodes.close()
+            self._nodes.close(timeout=max(0.0, drain_until - time.monotonic()))
         finally:
             self._zk.stop()
             self._zk.close()
+            for name, join in (("cache", self._cache.worker.join), ("ephemeral", self._nodes.join)):
+                if not join(_CLOSE_JOIN_SECONDS):
+                    log.warning("the %s thread did not stop after the session ended", name)
 
     def _require_started(self) -> None:
         self._check_fork()

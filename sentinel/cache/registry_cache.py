@@ -111,12 +111,12 @@ class RegistryCache:
         self._zk.add_listener(self._on_state)
         self.worker.start()
 
-    def close(self) -> None:
-        """Stop the worker once it has run the tasks queued so far (see
-        :meth:`CacheWorker.stop`); a reader waiting for a load dropped meanwhile hears so at
-        once rather than at its timeout."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the worker once it has run the tasks queued so far, waiting ``timeout``
+        seconds at most (see :meth:`CacheWorker.stop`); whether it has stopped. A reader
+        waiting for a load dropped meanwhile hears so at once rather than at its timeout."""
         self._zk.remove_listener(self._on_state)
-        self.worker.stop(self._dropped)
+        return self.worker.stop(self._dropped, timeout)
 
     def _dropped(self, task: Task) -> None:
         if task.run == self._serve_load:

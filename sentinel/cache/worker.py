@@ -67,8 +67,13 @@ class CacheWorker:
         self._thread = threading.Thread(target=self._run, name="sentinel-cache", daemon=True)
         self._thread.start()
 
-    def stop(self, dropped: Callable[[Task], None]) -> None:
-        """Stop once the tasks queued so far have run.
+    def stop(self, dropped: Callable[[Task], None], timeout: float | None = None) -> bool:
+        """Stop once the tasks queued so far have run, waiting ``timeout`` seconds at most
+        (None: for as long as that takes); whether the thread has ended.
+
+        A task reading from a session that cannot reconnect waits as long as the session
+        does, so a caller that bounds the wait ends the session next (which fails that read)
+        and then calls :meth:`join`.
 
         Called on the worker itself (a listener closing the client), it stops after the task
         it is running, unwaited for: a thread cannot join itself, and the tasks queued behind
@@ -83,11 +88,19 @@ class CacheWorker:
                         with self._pending_lock:  # queued again after a start(): must be queued
                             self._pending.discard(task)
                         dropped(task)
-            return
+            return True
         self._tasks.put(None)
-        if self._thread is not None:
-            self._thread.join()
+        return self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for a stopped thread to end, ``timeout`` seconds at most; whether it has."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
             self._thread = None
+        return True
 
     def on_worker(self) -> bool:
         """Whether the calling thread is the worker (a listener, or a task, is running)."""

@@ -75,13 +75,24 @@ class EphemeralNodes:
         self._worker = threading.Thread(target=self._run, name="sentinel-ephemeral", daemon=True)
         self._worker.start()
 
-    def close(self) -> None:
-        """Stop the worker; the session's end removes the nodes themselves."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the worker, waiting ``timeout`` seconds at most (None: as long as its write
+        in progress takes); whether it has stopped. The session's end removes the nodes
+        themselves, and fails a write that waits on a session that cannot reconnect: a caller
+        that bounds the wait ends the session next, then calls :meth:`join`."""
         self._closed.set()
         self._wake.set()
         self._zk.remove_listener(self._on_state)
+        return self.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for a closed worker to end, ``timeout`` seconds at most; whether it has."""
         if self._worker is not None:
-            self._worker.join()
+            self._worker.join(timeout)
+            if self._worker.is_alive():
+                return False
+            self._worker = None
+        return True
 
     def put(
         self,

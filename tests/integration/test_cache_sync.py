@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from kazoo.exceptions import NoNodeError
 
 from sentinel import Sentinel
+from sentinel.errors import ClientClosed, ZooKeeperUnavailable
 from sentinel.events import ConnectionChanged, InstancesChanged, ShardKeysChanged
 from sentinel.shards.store import iter_assignments
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -133,6 +135,32 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
         }
         assert client.get_service("orders", "moves").label == "new"
         assert keep.label in {e.label for e in client.get_services("orders", "stays")}
+    finally:
+        proxy.close()
+
+
+def test_close_ends_a_partitioned_client_whose_worker_waits_on_a_read(make_client, zookeeper):
+    # A lookup of an uncached service loads it on the cache's worker. Cut off, the load's
+    # read waits for a reconnection that never comes; the lookup gives up at connect_timeout
+    # but the read stays in flight. close() used to wait for it, forever (the stalled CI run).
+    make_client("writer").register_service("unread", "p1", "10.0.0.1", 80)
+    host, port = zookeeper.connect_string.split(":")
+    proxy = TcpProxy(host, int(port))
+    try:
+        client = make_client("partitioned", hosts=proxy.address, connect_timeout=1.0)
+        proxy.cut()
+        assert wait_until(lambda: client.connection_state == "suspended", timeout=15)
+        with pytest.raises(ZooKeeperUnavailable, match="took longer than 1s"):
+            client.get_service("unread")
+        closed = threading.Event()
+        started = time.monotonic()
+        threading.Thread(target=lambda: (client.close(), closed.set()), daemon=True).start()
+        assert closed.wait(30), "close() waited on a read of a session that cannot reconnect"
+        # Disconnected, close() does not wait for the worker to drain (measured: 0.06 s).
+        assert time.monotonic() - started < 2.0
+        assert client.session_id is None
+        with pytest.raises(ClientClosed):
+            client.get_service("unread")
     finally:
         proxy.close()
 
