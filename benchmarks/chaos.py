@@ -43,6 +43,7 @@ from typing import Any
 from benchmarks.common import report
 from sentinel import Sentinel
 from sentinel.cache import RegistryCache
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import (
     InstanceNotRegistered,
     NoInstanceAvailable,
@@ -186,7 +187,7 @@ class Chaos:
             hosts = ",".join(p.address for p in proxies) if proxied else self.zk.connect_string
             client = Sentinel(
                 hosts, f"chaos-{name}", self.namespace,
-                session_timeout=SESSION_TIMEOUT, resync_jitter=RESYNC_JITTER,
+                session_timeout=SESSION_TIMEOUT, cache=CacheConfig(resync_jitter=RESYNC_JITTER),
             ).start()  # fmt: skip
             for service in SERVICES:
                 client.prefetch(service)
@@ -219,7 +220,7 @@ class Chaos:
         with self.lock:
             life.alive = True
         self.registrations[label] = self._retry(
-            lambda: self.writer.register_service(
+            lambda: self.writer.register(
                 life.service, life.partition, "127.0.0.1", 8000, label=label
             )
         )
@@ -231,7 +232,7 @@ class Chaos:
         with self.lock:
             life.live_since = None
         registration = self.registrations[label]
-        self._retry(lambda: self.writer.deregister_service(registration))
+        self._retry(lambda: self.writer.deregister(registration))
         del self.registrations[label]
         with self.lock:
             life.alive, life.dead_since = False, time.time()

@@ -66,9 +66,7 @@ def populate(setup: Sentinel, service: str, instances: int, partitions: int) -> 
 
     def one(index: int) -> None:
         partition, label = names[index]
-        setup.register_service(
-            service, partition, f"10.{index // 250}.{index % 250}.1", 5432, label=label
-        )
+        setup.register(service, partition, f"10.{index // 250}.{index % 250}.1", 5432, label=label)
         setup.update_metrics(service, partition, label, {"seq": -1, "load": 0.0})
 
     with ThreadPoolExecutor(16) as pool:  # kazoo pipelines the requests of several threads

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.cli.output import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -89,7 +90,7 @@ def build_world(
         client.shard_maps.create(policy, "directory", partitions=names)
     client.ensure_service(service, scheme="postgresql", shard_policy=policy)
     for i in range(instances):
-        client.register_service(
+        client.register(
             service,
             names[i % partitions],
             f"10.{i // 250}.{i % 250}.1",
@@ -116,7 +117,9 @@ def writer_and_reader() -> Iterator[tuple[LocalZooKeeper, Sentinel, Sentinel]]:
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "bench-writer") as writer,
-        Sentinel(zk.connect_string, "bench-reader", auth_keys=ClientKeyring.generate()) as reader,
+        Sentinel(
+            zk.connect_string, "bench-reader", auth=AuthConfig(keys=ClientKeyring.generate())
+        ) as reader,
     ):
         yield zk, writer, reader
 

@@ -89,7 +89,7 @@ OUR_COLD_START = textwrap.dedent("""
     started = time.perf_counter()
     with Sentinel(sys.argv[1], "cold", announce=False) as client:
         client.prefetch("big")
-        assert len(client.get_services("big")) == int(sys.argv[2])
+        assert len(client.eligible_instances("big")) == int(sys.argv[2])
         elapsed = time.perf_counter() - started
         rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
     print(json.dumps({"total_s": elapsed, "rss_mb": rss / 1024}))
@@ -136,9 +136,9 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
         Sentinel(zk.connect_string, "compare-reader", announce=False) as reader,
     ):
         for i in range(20):
-            writer.register_service("api", "p", f"10.1.0.{i}", 80, label=f"a{i}")
+            writer.register("api", "p", f"10.1.0.{i}", 80, label=f"a{i}")
         for i in range(args.instances):
-            writer.register_service("big", "p", f"10.{i // 250}.{i % 250}.1", 80, label=f"b{i}")
+            writer.register("big", "p", f"10.{i // 250}.{i % 250}.1", 80, label=f"b{i}")
         reader.prefetch("api")
         for round_number in range(args.rounds):
             print(f"  round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)

@@ -4,7 +4,7 @@ One writer client deletes instance nodes in turn three ways, alternated round by
 the machine's load falls on the three alike, and a second client in the same process records
 when each deletion reaches its cache (the listener call, made right after the snapshot swap):
 
-- ``guarded``: ``deregister_service``, the library's way. It reads the node, then deletes it
+- ``guarded``: ``deregister``, the library's way. It reads the node, then deletes it
   conditionally on the version read if this session owns it: two requests, and an old process
   never deletes the node a successor took over.
 - ``blind``: one unconditional delete, Curator's way. One request; it would delete a
@@ -95,10 +95,8 @@ class _Writer:
     def create(self, variant: str, label: str) -> Callable[[], None]:
         """Make the node; return the deletion to time."""
         if variant == "guarded":
-            registration = self._client.register_service(
-                SERVICE, PARTITION, "10.0.0.1", 7000, label=label
-            )
-            return lambda: self._client.deregister_service(registration)
+            registration = self._client.register(SERVICE, PARTITION, "10.0.0.1", 7000, label=label)
+            return lambda: self._client.deregister(registration)
         path = instance_path(SERVICE, PARTITION, label)
         data = InstanceRecord(SERVICE, PARTITION, label, "10.0.0.1", 7000).to_bytes(path)
         if variant == "blind":
@@ -142,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         Sentinel(zk.connect_string, "bench-writer") as writer_client,
         Sentinel(zk.connect_string, "bench-reader") as reader,
     ):
-        writer_client.register_service(SERVICE, PARTITION, "10.0.0.1", 6999, label="base")
+        writer_client.register(SERVICE, PARTITION, "10.0.0.1", 6999, label="base")
         reader.get_service(SERVICE)
         reader.listen(SERVICE, arrivals.on_change)
         writer = _Writer(writer_client)

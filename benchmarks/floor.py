@@ -279,7 +279,7 @@ def sentinel_change(hosts: str, changes: int) -> list[float]:
         Sentinel(hosts, "floor-writer", announce=False) as writer,
         Sentinel(hosts, "floor-follower", announce=False) as follower,
     ):
-        registration = writer.register_service("floor", "p1", "127.0.0.1", 5432, label="a")
+        registration = writer.register("floor", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})
         heard = threading.Event()
         expected: list[float] = [-1.0]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from benchmarks.common import report
 from benchmarks.zkcost import WATCH_MODES
 from sentinel import Sentinel
+from sentinel.cache.config import CacheConfig
 from sentinel.events import ConnectionChanged
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
@@ -85,7 +86,7 @@ def world(zk: LocalZooKeeper) -> Iterator[None]:
         writer.ensure_service("db", shard_policy="tenants")
         writer.shard_maps.assign_many("tenants", {f"k{i}": f"p{i % 2}" for i in range(200)})
         for i in range(INSTANCES):
-            writer.register_service("db", f"p{i % 2}", "127.0.0.1", 5432 + i, label=f"r{i}")
+            writer.register("db", f"p{i % 2}", "127.0.0.1", 5432 + i, label=f"r{i}")
             writer.update_metrics("db", f"p{i % 2}", f"r{i}", {"load": i})
         yield
 
@@ -105,9 +106,8 @@ def fleet(
                 proxy.address,
                 f"herd-{i}",
                 NAMESPACE,
-                resync_jitter=jitter,
+                cache=CacheConfig(resync_jitter=jitter, persistent_watches=WATCH_MODES[mode]),
                 session_timeout=30,
-                **WATCH_MODES[mode],
             )
             stack.enter_context(client)
             client.prefetch("db")

@@ -81,7 +81,7 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
         Sentinel(hosts, "hops-writer", announce=False) as writer,
         Sentinel(hosts, "hops-follower", announce=False) as follower,
     ):
-        registration = writer.register_service("hops", "p1", "127.0.0.1", 5432, label="a")
+        registration = writer.register("hops", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})
         zk = follower._zk
         # Before the follower follows the service: its watcher is bound when the watch is set.

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         httpx.Client(transport=canned) as plain_canned,
         httpx.Client(transport=SentinelTransport(sentinel, canned)) as routed_canned,
     ):
-        sentinel.register_service("bench", "p1", "127.0.0.1", port)
+        sentinel.register("bench", "p1", "127.0.0.1", port)
         direct_url = f"http://127.0.0.1:{port}/"
         loopback = {"httpx": (plain, direct_url), "sentinel": (routed, "http://bench.sentinel/")}
         mock = {

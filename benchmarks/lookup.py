@@ -81,8 +81,8 @@ def main(argv=None) -> None:
     with writer_and_reader() as (_, writer, reader):
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
-            writer.register_service("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
-            writer.register_service("vault", "p0", f"10.2.0.{i}", 80, label=f"v{i}")
+            writer.register("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
+            writer.register("vault", "p0", f"10.2.0.{i}", 80, label=f"v{i}")
         writer.credentials.publish(
             "vault", "bench-reader", {"user": "bench", "password": "not-secret"}
         )

@@ -34,9 +34,7 @@ def main(argv=None) -> None:
     with writer_and_reader() as (_, writer, reader):
         for service, count in (("db3", 3), ("db50", 50), ("api20", 20)):
             for i in range(count):
-                writer.register_service(
-                    service, "p0", f"10.0.0.{i}", 5432, label=f"r{i}", weight=1 + i % 3
-                )
+                writer.register(service, "p0", f"10.0.0.{i}", 5432, label=f"r{i}", weight=1 + i % 3)
                 writer.update_metrics(
                     service, "p0", f"r{i}", {"replication_lag": (i * 7) % 11, "queue": i % 5}
                 )
@@ -67,7 +65,7 @@ def main(argv=None) -> None:
         for service, _, _ in cases.values():
             reader.get_service(service)
         for service in ("db3", "db50", "api20"):  # metrics attached before timing
-            assert all(e.metrics for e in reader.get_services(service))
+            assert all(e.metrics for e in reader.eligible_instances(service))
         rounds = {case: [] for case in cases}
         for _ in range(args.rounds):
             for case, (service, policy, balancer) in cases.items():

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         sentinel.shard_maps.ensure("tenants", "directory", partitions=["p1"])
         sentinel.shard_maps.assign_many("tenants", {KEY: "p1"})
         sentinel.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
-        sentinel.register_service(SERVICE, "p1", server.host, server.port, scheme="postgresql")
+        sentinel.register(SERVICE, "p1", server.host, server.port, scheme="postgresql")
         one: dict[str, Any] = {"min_size": 1, "max_size": 1}
         login = {"user": "postgres", "password": server.password, "dbname": "postgres"}
         with (

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.errors import ShardPolicyExists
 from sentinel.events import AuthChanged, InstancesChanged, MetricsChanged, ShardKeysChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -49,14 +50,12 @@ def writer(hosts: str, count: int, interval: float) -> None:
             timed(
                 "register",
                 f"new-{i}",
-                lambda i=i: client.register_service(
-                    "db", "p0", "10.0.0.1", 6000 + i, label=f"new-{i}"
-                ),
+                lambda i=i: client.register("db", "p0", "10.0.0.1", 6000 + i, label=f"new-{i}"),
             )
             for i in range(count)
         ]
         for i, registration in enumerate(registrations):
-            timed("deregister", f"new-{i}", lambda r=registration: client.deregister_service(r))
+            timed("deregister", f"new-{i}", lambda r=registration: client.deregister(r))
         for i in range(count):
             timed(
                 "shard key",
@@ -149,7 +148,7 @@ def one_round(hosts: str, count: int, interval: float) -> Delays:
             elif isinstance(event, AuthChanged) and event.credential is not None:
                 arrivals.setdefault(("auth", f"auth-{event.credential['seq']}"), now)
 
-    with Sentinel(hosts, "bench-reader", auth_keys=ClientKeyring.generate()) as reader:
+    with Sentinel(hosts, "bench-reader", auth=AuthConfig(keys=ClientKeyring.generate())) as reader:
         reader.get_service("db", "seed")
         reader.listen("db", on_change)
         process = subprocess.run(
@@ -180,7 +179,7 @@ def prepare(setup: Sentinel, count: int) -> None:
     with contextlib.suppress(ShardPolicyExists):  # an earlier round built it
         setup.shard_maps.create("tenants", "directory", partitions=["p0", "p1"])
         setup.ensure_service("db", shard_policy="tenants")
-        setup.register_service("db", "p0", "10.0.0.1", 5432, label="base")
+        setup.register("db", "p0", "10.0.0.1", 5432, label="base")
     setup.shard_maps.assign_many(
         "tenants", {"seed": "p0", **{f"moving-{i}": "p0" for i in range(count)}}
     )

@@ -30,9 +30,10 @@ client is connected again and has re-synced. Per-client figures are (at n client
 These are counts, not times: the shared machine's load does not move them.
 
 ``--watch-mode`` names how the cache follows ZooKeeper; ``WATCH_MODES`` maps each mode to the
-``Sentinel`` options that select it: ``one-shot`` (kazoo's watches, re-read after every
-reconnection) and ``persistent`` (one recursive watch per followed subtree, kept across
-reconnections within the session); the default measures both, one after the other, in one table.
+``CacheConfig.persistent_watches`` that selects it: ``one-shot`` (kazoo's watches, re-read
+after every reconnection) and ``persistent`` (one recursive watch per followed subtree, kept
+across reconnections within the session); the default measures both, one after the other, in
+one table.
 """
 
 from __future__ import annotations
@@ -52,17 +53,14 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 
 from benchmarks.common import RESULTS, report
-from sentinel import Sentinel
+from sentinel import CacheConfig, Sentinel
 from sentinel.cli.output import format_table
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 NAMESPACE = "/zkcost"
-# How each watch mode is selected: the Sentinel options that give it.
-WATCH_MODES: dict[str, dict[str, object]] = {
-    "one-shot": {"persistent_watches": False},
-    "persistent": {"persistent_watches": True},
-}
+# How each watch mode is selected: CacheConfig(persistent_watches=...).
+WATCH_MODES: dict[str, bool] = {"one-shot": False, "persistent": True}
 CHANGES = ("metric", "register", "deregister")
 FIRED = ("changed", "children", "deleted", "created")
 
@@ -199,7 +197,7 @@ def worker(hosts: str, mode: str, services: list[str]) -> None:
                         announce=False,
                         session_timeout=30,
                         prometheus_registry=None,
-                        **WATCH_MODES[mode],
+                        cache=CacheConfig(persistent_watches=WATCH_MODES[mode]),
                     )
                     stack.enter_context(client)
                     for service in services:
@@ -219,7 +217,7 @@ def _wait_for(clients: list[Sentinel], command: Mapping) -> bool:
     service, label, load = command["service"], command["label"], command.get("load")
 
     def shows(client: Sentinel) -> bool:
-        found = [e for e in client.instances(service) if e.label == label]
+        found = [e for e in client.cached_instances(service) if e.label == label]
         if load is not None:
             return bool(found) and found[0].metrics.get("load") == load
         return bool(found) == command["present"]
@@ -291,7 +289,7 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[dict]:
         host, port = _host_port(zk.connect_string)
         for service in services:
             for i in range(args.instances):
-                writer.register_service(service, "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
+                writer.register(service, "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
                 writer.update_metrics(service, "p0", f"r{i}", {"load": 0})
         with workers(zk.connect_string, mode, services, args.workers) as processes:
             load = 0
@@ -339,10 +337,10 @@ def _change(writer: Sentinel, service: str, kind: str, repeat: int, load: int) -
         writer.update_metrics(service, "p0", "r0", {"load": load})
         return {"cmd": "wait", "service": service, "label": "r0", "load": load}
     if kind == "register":
-        writer.register_service(service, "p0", "10.0.0.2", 6000 + repeat, label=label)
+        writer.register(service, "p0", "10.0.0.2", 6000 + repeat, label=label)
         return {"cmd": "wait", "service": service, "label": label, "present": True}
     (registration,) = [r for r in writer.registrations if r.label == label]
-    writer.deregister_service(registration)
+    writer.deregister(registration)
     return {"cmd": "wait", "service": service, "label": label, "present": False}
 
 

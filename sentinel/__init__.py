@@ -6,12 +6,13 @@ The entry point is :class:`Sentinel`, a client that is also a context manager (a
     from sentinel import Sentinel
 
     with Sentinel(hosts="127.0.0.1:2181") as sentinel:
-        sentinel.register_service("billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
+        sentinel.register("billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
 
 This package also exports what a user of the client touches: :class:`Endpoint` (what
 ``get_service`` returns), :class:`Registration`, the records, the change events, the bases of
 each group of errors (the whole tree is drawn in :mod:`sentinel.errors`; every error derives
-from :class:`SentinelError`) and :class:`TlsConfig`.
+from :class:`SentinelError`) and the settings grouped as values: :class:`CacheConfig`,
+:class:`AuthConfig` and :class:`TlsConfig`.
 
 The names are loaded on first use (PEP 562), so that importing one module of the package, say
 ``sentinel.errors`` or ``sentinel.strategies`` from a plug-in, does not import the client and
@@ -27,6 +28,8 @@ from sentinel.version import __version__
 
 if TYPE_CHECKING:
     from sentinel.aio import AsyncSentinel, EventsMissed
+    from sentinel.auth.config import AuthConfig
+    from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
     from sentinel.errors import (
         AuthError,
@@ -61,6 +64,8 @@ _EXPORTS = {
     "InstanceRecord": "sentinel.registry.records",
     "ServiceSpec": "sentinel.registry.records",
     "TlsConfig": "sentinel.zk.tls",
+    "CacheConfig": "sentinel.cache.config",
+    "AuthConfig": "sentinel.auth.config",
     **dict.fromkeys(
         (
             "SentinelError",
@@ -90,7 +95,9 @@ _EXPORTS = {
 __all__ = [
     "AsyncSentinel",
     "AuthChanged",
+    "AuthConfig",
     "AuthError",
+    "CacheConfig",
     "ChangeEvent",
     "ConnectionChanged",
     "Endpoint",

@@ -12,18 +12,19 @@ async iterator.
 
 Everything that waits for ZooKeeper (start, close, registration, every write, a service's
 first load) runs on a worker thread (:func:`asyncio.to_thread`) and is awaited; the lookups
-(``get_service``, ``get_services``, ``partition_of``, ``instances``, ``report``) are the sync
-client's own methods, called directly: on a warm cache they are dictionary lookups. A lookup
-that finds its service not loaded, or a shard key not in the cached map, reads ZooKeeper
-(Procedure 1's read-through, rate-limited and negatively cached) and blocks the loop for that
-round trip: ``await client.prefetch(service)`` at start-up, or ``await client.resolve(...)``
-where keys are often new, keeps it off the loop.
+(``get_service``, ``eligible_instances``, ``partition_of``, ``cached_instances``, ``report``)
+are the sync client's own methods, called directly: on a warm cache they are dictionary
+lookups. A lookup that finds its service not loaded, or a shard key not in the cached map,
+reads ZooKeeper (Procedure 1's read-through, rate-limited and negatively cached) and blocks the
+loop for that round trip: ``await client.prefetch(service)`` at start-up, or
+``await client.aget_service(...)`` where keys are often new, keeps it off the loop. The
+``a`` names the awaited twin of a plain method, as httpx's ``Response.read``/``aread``.
 
 :meth:`AsyncSentinel.events` hands the cache's events (:mod:`sentinel.events`) to one event
 loop through a bounded buffer: the cache's worker thread appends and, when the consumer waits,
 wakes it with ``call_soon_threadsafe``; it never waits. When the consumer falls ``maxsize``
 events behind, newer events are dropped and counted, and the consumer gets
-:class:`EventsMissed` in their place: re-read what it follows (``client.instances(service)``)
+:class:`EventsMissed` in their place: re-read what it follows (``client.cached_instances(service)``)
 and carry on.
 """
 
@@ -230,12 +231,13 @@ class AsyncSentinel:
     (``listen``, ``feedback``, ``connection_state``, ...).
 
     Plain calls (the sync client's methods; no I/O on a warm cache): ``get_service``,
-    ``get_services``, ``partition_of``, ``instances``, ``report``.
+    ``eligible_instances``, ``partition_of``, ``cached_instances``, ``report``.
 
-    Awaited, run on a worker thread: :meth:`start`, :meth:`close`, ``prefetch``, ``resolve``
-    (``get_service`` for a cold cache or an uncached key), ``explain``, ``read_service``, the
-    publisher's ``ensure_service``, ``register_service``, ``update_registration``,
-    ``deregister_service`` and :meth:`drain`, ``update_metrics``, and every method of the role
+    Awaited, run on a worker thread: :meth:`start`, :meth:`close`, ``prefetch``,
+    ``aget_service`` and ``aget_eligible_instances`` (the lookups, for a cold cache or an
+    uncached key), ``explain``, ``read_service``, the
+    publisher's ``ensure_service``, ``register``, ``update_registration``,
+    ``deregister`` and :meth:`drain`, ``update_metrics``, and every method of the role
     objects ``shard_maps`` (the shard manager's writes) and ``credentials`` (the
     authentication manager's).
     """
@@ -244,9 +246,9 @@ class AsyncSentinel:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.sync = Sentinel(*args, **kwargs)
         self.get_service = self.sync.get_service
-        self.get_services = self.sync.get_services
+        self.eligible_instances = self.sync.eligible_instances
         self.partition_of = self.sync.partition_of
-        self.instances = self.sync.instances
+        self.cached_instances = self.sync.cached_instances
         self.report = self.sync.report
         #: ``Sentinel.shard_maps``, awaited: ``await client.shard_maps.create(...)``.
         self.shard_maps = OffLoop(self.sync.shard_maps)
@@ -308,7 +310,7 @@ class AsyncSentinel:
     async def drain(self, registration: Registration, wait: float | None = None) -> None:
         """:meth:`Sentinel.drain` without a thread held: deregister, then sleep ``wait``
         seconds (default ``drain_wait``) on the loop."""
-        await self.deregister_service(registration)
+        await self.deregister(registration)
         await asyncio.sleep(self.sync.drain_wait if wait is None else wait)
 
     async def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -317,14 +319,20 @@ class AsyncSentinel:
         return await asyncio.to_thread(self.sync.update_registration, registration, **changes)
 
     prefetch = _off_loop(Sentinel.prefetch)
-    resolve = _off_loop(Sentinel.get_service)
+    aget_service = _off_loop(Sentinel.get_service)
+    aget_eligible_instances = _off_loop(Sentinel.eligible_instances)
     explain = _off_loop(Sentinel.explain)
     read_service = _off_loop(Sentinel.read_service)
     ensure_service = _off_loop(Sentinel.ensure_service)
-    register_service = _off_loop(Sentinel.register_service)
-    deregister_service = _off_loop(Sentinel.deregister_service)
+    register = _off_loop(Sentinel.register)
+    deregister = _off_loop(Sentinel.deregister)
     update_metrics = _off_loop(Sentinel.update_metrics)
-    # The old names of the role objects' methods (one release): each warns.
+    # The old names (one release): each warns.
+    resolve = moved("resolve", "aget_service")
+    register_service = moved("register_service", "register")
+    deregister_service = moved("deregister_service", "deregister")
+    get_services = moved("get_services", "eligible_instances")
+    instances = moved("instances", "cached_instances")
     create_shard_policy = moved("create_shard_policy", "shard_maps.create")
     ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
     update_shard_info = moved("update_shard_info", "shard_maps.assign")

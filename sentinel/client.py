@@ -24,14 +24,16 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from sentinel import shards, telemetry
 from sentinel import validation as check
 from sentinel.auth import acl
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
 from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
+from sentinel.cache.config import CacheConfig
 from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
 from sentinel.connection import client_arguments, unavailable
-from sentinel.deprecation import moved
+from sentinel.deprecation import moved, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     ClientClosed,
@@ -128,9 +130,6 @@ class Explanation:
 
 DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
-# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
-# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
-DEFAULT_INHERITED_MAX_AGE = 0.5
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
 # seconds at most, and a fleet's retries stay spread.
@@ -160,19 +159,20 @@ class Sentinel:
     Use it as a context manager, or call :meth:`start` and :meth:`close`::
 
         with Sentinel(hosts="127.0.0.1:2181", client_id="billing-api") as sentinel:
-            registration = sentinel.register_service("billing-db", "p1", "10.0.0.5", 5432,
-                                                     scheme="postgresql", label="replica-a")
+            registration = sentinel.register("billing-db", "p1", "10.0.0.5", 5432,
+                                     scheme="postgresql", label="replica-a")
             ...
             sentinel.drain(registration)
 
     Every parameter but the first three is keyword-only; all have defaults. Each is checked
-    here: a value of the wrong type or out of its range raises
-    :class:`~sentinel.errors.ValidationError` naming it.
+    here (the grouped ones when their value object is made): a value of the wrong type or out
+    of its range raises :class:`~sentinel.errors.ValidationError` naming it. The settings that
+    were keywords of their own before :class:`CacheConfig` and :class:`AuthConfig` grouped them
+    (``persistent_watches=``, ``auth_keys=``, ...) are still accepted for one release, with a
+    :class:`DeprecationWarning`.
 
     Parameters
     ----------
-    **Connection**
-
     hosts : str, default ``$SENTINEL_ZK``, else the development server (``sentinel zk start``)
         ZooKeeper's connect string, ``host:port,...``.
     namespace : str, default ``"/sentinel"``
@@ -192,8 +192,6 @@ class Sentinel:
         ``"user:password"``, the ZooKeeper digest identity of a secured namespace
         (``sentinel init --secure``); nodes this client creates are writable by it alone.
 
-    **Identity and credentials**
-
     client_id : str, default ``<hostname>-<pid>``
         This process's name in ``/clients`` and in logs; unique per process.
     app : str or None, default None (the client id)
@@ -202,57 +200,19 @@ class Sentinel:
     announce : bool, default True
         False keeps the client out of ``/clients`` (tools that only look, such as the CLI,
         should not appear as dependents).
-    auth_keys : ClientKeyring or path or None, default ``$SENTINEL_AUTH_KEY_FILE`` or
-        ``$SENTINEL_AUTH_KEY``
-        This client's key ring (:class:`~sentinel.auth.ClientKeyring` or its file). With one,
-        the client publishes its public keys and every endpoint carries its decrypted
-        credential in ``auth``.
-    auth_client : str or None, default None (the client id)
-        The identity credentials are encrypted to: the processes of one application share it
-        and its key ring, each with a client id of its own, and a rotation waits for all.
-    auth_signer : str or None, default ``$SENTINEL_AUTH_SIGNER``
-        The manager's public key text: credentials it did not sign are rejected.
-    require_signed : bool or None, default None
-        Whether a client with a key ring must have ``auth_signer``: None when the namespace is
-        secured (checked at :meth:`start`), True always, False never. One that must and has
-        none fails at :meth:`start` with :class:`~sentinel.errors.SigningRequired` (serving
-        its snapshot, it logs that and refuses every credential).
 
-    **Cache and resolution** (see ``docs/resolution.md`` and ``docs/reliability.md``)
-
-    negative_ttl : float, default 1.0
-        Seconds a shard key found nowhere is remembered as missing before ZooKeeper is asked
-        again.
-    read_through_rate : float, default 100.0
-        Cap on Procedure 1's direct reads of uncached keys, per service and second.
-    resync_jitter : float, default 0.5
-        The re-read after a reconnection waits a random delay of up to this many seconds, so
-        a fleet does not re-read at once.
-    persistent_watches : bool, default True
-        Follow each section with one ZooKeeper 3.6 persistent recursive watch, kept across
-        reconnections within the session (:mod:`sentinel.zk.protocol`); False, or a server
-        older than 3.6, keeps kazoo's one-shot watches, re-read after every reconnection.
+    auth : AuthConfig or None, default ``AuthConfig()`` (the key ring from the environment)
+        This client's key ring, the identity credentials are encrypted to, and the manager
+        whose signature they must carry: :class:`~sentinel.auth.config.AuthConfig`.
+    cache : CacheConfig or None, default ``CacheConfig()``
+        How the cache follows ZooKeeper (persistent or one-shot watches), remembers missing
+        keys, paces its reads and re-syncs, keeps a snapshot file, and what a forked child
+        serves: :class:`~sentinel.cache.config.CacheConfig`.
     feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
         Holds what :meth:`report` learns; lookups skip instances it marks down.
-    snapshot_path : path or None, default None (no snapshot)
-        A file the cache is written to; when no server answers at :meth:`start`, the client
-        serves that last-known-good snapshot, marked stale, and keeps connecting.
-    snapshot_interval : float, default 1.0
-        The snapshot is written at most this often (seconds).
-    inherited_max_age : float or None, default 0.5
-        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
-        parent's cache may be for the child to serve it while its own session connects.
-        Older, the child's first lookup of each service waits for its own session's read (up
-        to ``connect_timeout``, then :class:`~sentinel.errors.ZooKeeperUnavailable`), so a
-        worker forked long before its first request never returns an instance drained
-        since. None serves the inherited cache however old it is.
-
-    **Publishing**
 
     drain_wait : float, default 1.0
         Seconds :meth:`drain` waits after deregistering, for clients to see it.
-
-    **Telemetry**
 
     prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
         Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
@@ -267,68 +227,50 @@ class Sentinel:
         *,
         connect_timeout: float = 10.0,
         session_timeout: float = 10.0,
-        drain_wait: float = DEFAULT_DRAIN_WAIT,
-        negative_ttl: float = 1.0,
-        feedback: InstanceFeedback | None = None,
-        announce: bool = True,
-        app: str | None = None,
-        auth_keys: ClientKeyring | str | os.PathLike[str] | None = None,
-        auth_signer: str | None = None,
-        require_signed: bool | None = None,
-        identity: str | None = None,
-        auth_client: str | None = None,
         tls: TlsConfig | bool | None = None,
+        identity: str | None = None,
+        app: str | None = None,
+        announce: bool = True,
+        auth: AuthConfig | None = None,
+        cache: CacheConfig | None = None,
+        feedback: InstanceFeedback | None = None,
+        drain_wait: float = DEFAULT_DRAIN_WAIT,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
-        resync_jitter: float = 0.5,
-        read_through_rate: float = 100.0,
-        snapshot_path: str | os.PathLike[str] | None = None,
-        snapshot_interval: float = 1.0,
-        persistent_watches: bool = True,
-        inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE,
+        **ungrouped: Any,
     ) -> None:
         # Every setting is checked here, once, so a wrong one fails where it is given: the
         # lookup path never checks them.
         connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
         session_timeout = check.number("session_timeout", session_timeout, above=0)
         drain_wait = check.number("drain_wait", drain_wait, least=0)
-        negative_ttl = check.number("negative_ttl", negative_ttl, least=0)
-        resync_jitter = check.number("resync_jitter", resync_jitter, least=0)
-        read_through_rate = check.number("read_through_rate", read_through_rate, above=0)
-        snapshot_interval = check.number("snapshot_interval", snapshot_interval, above=0)
-        if inherited_max_age is not None:
-            inherited_max_age = check.number("inherited_max_age", inherited_max_age, least=0)
         check.instance("feedback", feedback, InstanceFeedback)
         check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
         check.instance("identity", identity, str)
-        check.instance("auth_signer", auth_signer, str)
-        if auth_signer:  # given, it must be a key even while no key ring uses it
-            verify_key(auth_signer)
-        if not isinstance(auth_keys, ClientKeyring):
-            check.path("auth_keys", auth_keys)
-        check.path("snapshot_path", snapshot_path)
         check.flag("announce", announce)
-        check.flag("persistent_watches", persistent_watches)
-        check.flag("require_signed", require_signed, optional=True)
+        cache = check.instance("cache", cache, CacheConfig) or CacheConfig()
+        auth = check.instance("auth", auth, AuthConfig) or AuthConfig()
+        if ungrouped:
+            cache, auth = settings_given_ungrouped(ungrouped, cache, auth)
+        self.cache_config = cache
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
         self.client_id = validate_name(
             "client", default_client_id() if client_id is None else client_id
         )
-        self.auth_client = validate_name("auth client", auth_client or self.client_id)
+        self.auth_client = validate_name("auth client", auth.client or self.client_id)
         self.connect_timeout = connect_timeout
         self.drain_wait = drain_wait
-        self.inherited_max_age = inherited_max_age
         # Whether this client made (or found) the namespace's sections: its first write does.
         self._namespace_ready = False
-        if auth_keys is None:
+        if auth.keys is None:
             self._keyring = ClientKeyring.from_env()
-        elif isinstance(auth_keys, ClientKeyring):
-            self._keyring = auth_keys
+        elif isinstance(auth.keys, ClientKeyring):
+            self._keyring = auth.keys
         else:
-            self._keyring = ClientKeyring.load(auth_keys)
-        auth_signer = auth_signer or os.environ.get(SIGNER_ENV) or None
-        self._require_signed = require_signed
-        if self._keyring is not None and auth_signer is None and require_signed:
+            self._keyring = ClientKeyring.load(auth.keys)
+        auth_signer = auth.signer or os.environ.get(SIGNER_ENV) or None
+        self._require_signed = auth.require_signed
+        if self._keyring is not None and auth_signer is None and auth.require_signed:
             raise SigningRequired(self._signer_missing("require_signed=True"))
         self._credentials = (
             None
@@ -343,15 +285,14 @@ class Sentinel:
         self.tls = TlsConfig.resolve(tls)
         self._identity = identity
         self._session_timeout = session_timeout
-        self._persistent_watches = persistent_watches
         self._cache_options: dict[str, Any] = {
             "load_timeout": connect_timeout,
-            "negative_ttl": negative_ttl,
+            "negative_ttl": cache.negative_ttl,
             "announce": announce,
             "app": None if app is None else validate_name("app", app),
             "credentials": self._credentials,
-            "resync_jitter": resync_jitter,
-            "read_through_rate": read_through_rate,
+            "resync_jitter": cache.resync_jitter,
+            "read_through_rate": cache.read_through_rate,
         }
         self._new_session()
         self.feedback = feedback or InstanceFeedback()
@@ -371,14 +312,14 @@ class Sentinel:
         self._forked_at: float | None = None
         _clients.add(self)
         self._snapshot_writer = None
-        if snapshot_path is not None:
+        if cache.snapshot_path is not None:
             self._snapshot_writer = SnapshotWriter(
-                Path(snapshot_path),
+                Path(cache.snapshot_path),
                 self._snapshots,
                 self._shard_maps,
                 self.namespace,
                 self.hosts,
-                snapshot_interval,
+                cache.snapshot_interval,
                 None if self._credentials is None else self._credentials.highest_versions,
             )
             self._cache.worker.on_change = self._snapshot_writer.mark_dirty
@@ -399,7 +340,8 @@ class Sentinel:
         )
         # Installed with the cache that relies on it: once installed, kazoo keeps its
         # one-shot watches across reconnections too (see sentinel.zk.protocol).
-        watches = zkprotocol.install(self._zk, force_fallback=not self._persistent_watches)
+        one_shot = not self.cache_config.persistent_watches
+        watches = zkprotocol.install(self._zk, force_fallback=one_shot)
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
         self._cache = RegistryCache(
@@ -461,7 +403,7 @@ class Sentinel:
             started, self._started = self._started, False
             if started and serve:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                limit = self.inherited_max_age
+                limit = self.cache_config.inherited_max_age
                 if limit is None or time.time() - stale_since <= limit:
                     self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
                 else:  # too old to serve: read afresh, the inherited services first
@@ -489,7 +431,7 @@ class Sentinel:
     @translate_zk_errors
     def start(self) -> Sentinel:
         """Connect. Nothing is written (but a key ring's public keys): the namespace and its
-        sections are created by the first write (:meth:`register_service`,
+        sections are created by the first write (:meth:`register`,
         :meth:`update_metrics`...) or by :meth:`ensure_namespace`; until then reads raise
         :class:`~sentinel.errors.NamespaceNotFound`.
 
@@ -622,7 +564,7 @@ class Sentinel:
     def _signer_missing(self, because: str) -> str:
         return (
             f"{because}, so client {self.client_id!r} accepts only signed credentials and needs "
-            f"the manager's public key: Sentinel(auth_signer=...) or ${SIGNER_ENV} "
+            f"the manager's public key: Sentinel(auth=AuthConfig(signer=...)) or ${SIGNER_ENV} "
             "(the text 'sentinel auth keygen --manager' printed)"
         )
 
@@ -775,7 +717,7 @@ class Sentinel:
         return self._publisher.ensure_service(spec)
 
     @translate_zk_errors
-    def register_service(
+    def register(
         self,
         service: str,
         partition: str,
@@ -843,7 +785,7 @@ class Sentinel:
         return self._publisher.register(instance)
 
     @translate_zk_errors
-    def deregister_service(self, registration: Registration) -> bool:
+    def deregister(self, registration: Registration) -> bool:
         """Remove the instance; returns False if this client no longer held it."""
         self._require_started()
         return self._publisher.deregister(registration)
@@ -854,7 +796,7 @@ class Sentinel:
         Call it before a server stops serving, so that no client still picks it.
         """
         wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
-        self.deregister_service(registration)
+        self.deregister(registration)
         time.sleep(wait)
 
     @translate_zk_errors
@@ -910,7 +852,7 @@ class Sentinel:
         snapshot.lookups.ok += 1  # a plain int, read at scrape time (see sentinel.telemetry)
         return balancer.pick(candidates)
 
-    def get_services(
+    def eligible_instances(
         self,
         service: str,
         key: object = None,
@@ -978,7 +920,7 @@ class Sentinel:
             raise self._nothing_eligible(service, key, partition, policy)
         return candidates
 
-    def instances(self, service: str) -> tuple[Endpoint, ...]:
+    def cached_instances(self, service: str) -> tuple[Endpoint, ...]:
         """Every cached instance of ``service``, any partition or status, by partition and
         label; ``()`` when this client does not follow the service (no lookup, no
         ``prefetch`` yet, or it was removed). Never touches ZooKeeper."""
@@ -1176,7 +1118,7 @@ class Sentinel:
     ) -> MetricsRecord:
         """Publish an instance's run-time metrics, replacing the ones published before.
 
-        The instance is the :class:`Registration` that :meth:`register_service` returned, or
+        The instance is the :class:`Registration` that :meth:`register` returned, or
         its service, partition and label (a collector publishing for instances that other
         processes registered)::
 
@@ -1249,6 +1191,11 @@ class Sentinel:
 
     # --- the old names of the role objects' methods (one release) ----------------------------
 
+    # The old names of the publisher's and the lookups' methods, one word per concept now.
+    register_service = moved("register_service", "register")
+    deregister_service = moved("deregister_service", "deregister")
+    get_services = moved("get_services", "eligible_instances")
+    instances = moved("instances", "cached_instances")
     create_shard_policy = moved("create_shard_policy", "shard_maps.create")
     ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
     update_shard_info = moved("update_shard_info", "shard_maps.assign")

@@ -1,12 +1,17 @@
 """Old names kept for one release: each warns with :class:`DeprecationWarning` and calls the
-new one, so code written against the previous release runs unchanged meanwhile."""
+new one (or, for a setting now grouped in a value object, sets it there), so code written
+against the previous release runs unchanged meanwhile."""
 
 from __future__ import annotations
 
 import operator
 import warnings
 from collections.abc import Callable
+from dataclasses import fields, replace
 from typing import Any
+
+from sentinel.auth.config import AuthConfig
+from sentinel.cache.config import CacheConfig
 
 
 def moved(old: str, new: str) -> Callable[..., Any]:
@@ -26,3 +31,37 @@ def moved(old: str, new: str) -> Callable[..., Any]:
     alias.__name__ = alias.__qualname__ = old
     alias.__doc__ = f"Deprecated: use ``{new}``, which takes the same arguments."
     return alias
+
+
+# The settings that were keywords of Sentinel() of their own before CacheConfig and AuthConfig
+# grouped them: old keyword -> (group, field).
+_UNGROUPED = {
+    **{name: ("cache", name) for name in (f.name for f in fields(CacheConfig))},
+    "auth_keys": ("auth", "keys"),
+    "auth_client": ("auth", "client"),
+    "auth_signer": ("auth", "signer"),
+    "require_signed": ("auth", "require_signed"),
+}
+
+
+def settings_given_ungrouped(
+    given: dict[str, Any], cache: CacheConfig, auth: AuthConfig
+) -> tuple[CacheConfig, AuthConfig]:
+    """``cache`` and ``auth`` with the settings ``given`` as the old keywords folded in, each
+    with a :class:`DeprecationWarning`; a keyword no release took is a :class:`TypeError`, as
+    for any function. The value objects check the values."""
+    unknown = sorted(given.keys() - _UNGROUPED.keys())
+    if unknown:
+        raise TypeError(f"Sentinel() got an unexpected keyword argument {unknown[0]!r}")
+    folded: dict[str, dict[str, Any]] = {"cache": {}, "auth": {}}
+    for name, value in given.items():
+        group, field = _UNGROUPED[name]
+        folded[group][field] = value
+        warnings.warn(
+            f"Sentinel({name}=...) is deprecated: use {group}="
+            f"{'CacheConfig' if group == 'cache' else 'AuthConfig'}({field}=...) (the old "
+            "keyword goes in the next release)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    return replace(cache, **folded["cache"]), replace(auth, **folded["auth"])

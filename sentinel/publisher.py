@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Registration:
-    """A live registration made by this client: pass it to ``deregister_service`` or ``drain``."""
+    """A live registration made by this client: pass it to ``deregister`` or ``drain``."""
 
     instance: InstanceRecord
     path: str

@@ -262,7 +262,7 @@ class ClientCollector(Collector):
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {
             "lookups": CounterMetricFamily(
                 "sentinel_lookups",
-                "get_service/get_services calls by service and result.",
+                "get_service/eligible_instances calls by service and result.",
                 labels=["client", "service", "result"],
             ),
             "age": GaugeMetricFamily(

@@ -138,7 +138,7 @@ class Topology:
         self._remove()
 
     def _read_view(self) -> ClusterView:
-        members = sorted(self._sentinel.instances(self.service), key=lambda e: e.joined)
+        members = sorted(self._sentinel.cached_instances(self.service), key=lambda e: e.joined)
         return ClusterView(self.service, tuple(members))
 
     def _on_change(self, event: ChangeEvent) -> None:

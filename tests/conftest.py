@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import logging
 import os
@@ -12,11 +13,13 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.postgres import LocalPostgres
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -42,11 +45,17 @@ def make_client(zookeeper: LocalZooKeeper, namespace: str) -> Iterator[Callable[
     """Start Sentinel clients on the shared server and namespace; close them after the test."""
     clients: list[Sentinel] = []
 
-    def make(client_id: str = "test-client", **kwargs: object) -> Sentinel:
+    def make(
+        client_id: str = "test-client", persistent_watches: bool | None = None, **kwargs: Any
+    ) -> Sentinel:
         kwargs.setdefault("hosts", zookeeper.connect_string)
         kwargs.setdefault("namespace", namespace)
-        # SENTINEL_TEST_WATCHES=one-shot runs the tests' clients in the fallback mode
-        kwargs.setdefault("persistent_watches", os.environ.get(WATCHES_ENV) != "one-shot")
+        # SENTINEL_TEST_WATCHES=one-shot runs the tests' clients in the fallback mode, except
+        # where a test asks for a mode (which then wins over its cache=CacheConfig's).
+        if persistent_watches is None:
+            persistent_watches = os.environ.get(WATCHES_ENV) != "one-shot"
+        cache = kwargs.get("cache") or CacheConfig()
+        kwargs["cache"] = dataclasses.replace(cache, persistent_watches=persistent_watches)
         client = Sentinel(client_id=client_id, **kwargs).start()
         clients.append(client)
         return client

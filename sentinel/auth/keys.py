@@ -8,7 +8,7 @@ add a key (``sentinel auth keygen --add``), let the manager re-encrypt, then dro
 
 The authentication manager may sign what it publishes with an Ed25519 :class:`ManagerKey`
 (``$SENTINEL_AUTH_SIGNING_KEY_FILE`` names its file for the CLI); clients given its public
-half (``Sentinel(auth_signer=...)`` or ``$SENTINEL_AUTH_SIGNER``) reject credentials it did not
+half (``AuthConfig(signer=...)`` or ``$SENTINEL_AUTH_SIGNER``) reject credentials it did not
 sign. In a secured namespace both are required.
 """
 
@@ -162,8 +162,9 @@ class ClientKeyring:
     """A client's X25519 private keys, newest first. Never shows them.
 
     Create one with :meth:`generate`, keep it with :meth:`save` (mode 0600), and give it to a
-    client as ``Sentinel(auth_keys=path)``, or through ``$SENTINEL_AUTH_KEY_FILE`` (a path) or
-    ``$SENTINEL_AUTH_KEY`` (the file's contents, for containers and Spark executors).
+    client as ``Sentinel(auth=AuthConfig(keys=path))``, or through ``$SENTINEL_AUTH_KEY_FILE``
+    (a path) or ``$SENTINEL_AUTH_KEY`` (the file's contents, for containers and Spark
+    executors).
     """
 
     def __init__(self, private_keys: Sequence[X25519PrivateKey]) -> None:
@@ -254,7 +255,7 @@ class ClientKeyring:
 class ManagerKey:
     """The authentication manager's Ed25519 signing key. Never shows it.
 
-    Clients trust its :attr:`public_text` (``Sentinel(auth_signer=...)``) and then reject
+    Clients trust its :attr:`public_text` (``AuthConfig(signer=...)``) and then reject
     credentials it did not sign.
     """
 

@@ -180,7 +180,7 @@ def read_public_keys(zk: KazooClient, client: str) -> PublishedKeys:
     if not data:  # an enrolled slot stays empty until its client publishes
         raise ClientKeyNotFound(
             f"client {client!r} has published no public key at {path}: start it with a key "
-            "ring (Sentinel(auth_keys=...)) or run 'sentinel auth keygen --publish'"
+            "ring (Sentinel(auth=AuthConfig(keys=...))) or run 'sentinel auth keygen --publish'"
         )
     return PublishedKeys.from_bytes(client, path, data)
 

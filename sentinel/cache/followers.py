@@ -8,9 +8,9 @@
   and the server reports what changed while the connection was down (the follower hands it
   the paths the cache holds), so an unchanged client reads nothing after a reconnection. A
   session's end takes the watches with it: each subtree is followed and read again.
-* :class:`OneShotFollower` (older servers, or ``persistent_watches=False``): kazoo's watches,
-  set again by each read; kazoo drops them all when the connection is suspended, so each
-  reconnection re-syncs by re-reading everything the cache holds.
+* :class:`OneShotFollower` (older servers, or ``CacheConfig(persistent_watches=False)``):
+  kazoo's watches, set again by each read; kazoo drops them all when the connection is
+  suspended, so each reconnection re-syncs by re-reading everything the cache holds.
 
 Both name a watch event's work by the node's path alone (a :class:`~sentinel.cache.worker.Task`,
 so repeated events merge), read through the same :class:`~sentinel.cache.reads.ServiceReads`,

@@ -1,6 +1,6 @@
 """The last-known-good snapshot: the client's cache on disk, for starting without ZooKeeper.
 
-With ``Sentinel(snapshot_path=...)`` a :class:`SnapshotWriter` thread writes the cache to a
+With ``CacheConfig(snapshot_path=...)`` a :class:`SnapshotWriter` thread writes the cache to a
 file after it changes, at most once per ``min_interval`` seconds, atomically and readable by
 its owner only (:func:`~sentinel.private_files.write_private`: a temporary file made with
 ``mkstemp`` in the same directory, fsynced, then renamed over the old one), so a crash

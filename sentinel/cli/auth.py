@@ -49,7 +49,7 @@ def _keygen(args: argparse.Namespace) -> int:
         document: dict[str, Any] = {"file": str(path), "id": key.id, "public": key.public_text}
         if not args.json:
             print(f"manager signing key {key.id} written to {path}")
-            print(f"clients trust it with Sentinel(auth_signer={key.public_text!r})")
+            print(f"clients trust it with AuthConfig(signer={key.public_text!r})")
     else:
         ring = ClientKeyring.load(path).with_new_key() if args.add else ClientKeyring.generate()
         ring.save(path)

@@ -121,7 +121,7 @@ class MetricCollector:
         self._thread: threading.Thread | None = None
         self._pool = ThreadPoolExecutor(config.workers, thread_name_prefix="sentinel-collect")
         try:
-            self.registration = sentinel.register_service(
+            self.registration = sentinel.register(
                 member_service(config.cluster),
                 config.cluster,
                 socket.gethostname(),
@@ -199,7 +199,7 @@ class MetricCollector:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._topology.close()
             try:
-                self._sentinel.deregister_service(self.registration)
+                self._sentinel.deregister(self.registration)
             except SentinelError as exc:
                 log.info("could not leave the collector cluster: %s", exc)
 
@@ -242,7 +242,7 @@ class MetricCollector:
         self._check_agreement(cluster)
         if self.member in members:  # absent while re-registering, or refused
             for collection in self.config.services:
-                for endpoint in self._sentinel.instances(collection.service):
+                for endpoint in self._sentinel.cached_instances(collection.service):
                     key = (collection.service, endpoint.name)
                     if collection.wants(endpoint.partition) and (
                         owner(f"{key[0]}/{key[1]}", members) == self.member

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from kazoo.client import KazooClient
 
 from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import RotationResult
 from sentinel.cli.output import format_table
 from sentinel.client import Sentinel
@@ -373,7 +374,7 @@ def _start_collector(stage: _Stage, observer: Sentinel) -> None:
     def all_measured() -> bool:
         if sidecar.poll() is not None:
             raise RuntimeError(f"the collector sidecar exited with {sidecar.returncode}")
-        found = observer.instances(SERVICE)
+        found = observer.cached_instances(SERVICE)
         return len(found) == expected and all("replication_lag" in e.metrics for e in found)
 
     if wait_until(all_measured, WAIT) is None:
@@ -395,8 +396,7 @@ def _create_credential(stage: _Stage) -> tuple[Path, CredentialBackend]:
             stage.hosts,
             f"{JOB}-keys",
             stage.namespace,
-            auth_keys=keys,
-            auth_client=JOB,
+            auth=AuthConfig(keys=keys, client=JOB),
             announce=False,
         )
     )

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     with Sentinel(
         hosts, f"demo-agent-{partition}-{label}", namespace, session_timeout=SESSION_TIMEOUT
     ) as sentinel:
-        sentinel.register_service(
+        sentinel.register(
             service,
             partition,
             host,

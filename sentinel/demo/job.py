@@ -95,7 +95,7 @@ class Gate:
         client = get_client(self.config)
 
         def lagging() -> bool:
-            cached = {e.name: e for e in client.instances(self.service)}
+            cached = {e.name: e for e in client.cached_instances(self.service)}
             endpoint = cached.get(change["replica"])
             # A worker that has not loaded the service yet loads the current state.
             return not cached or (

@@ -83,7 +83,7 @@ class PooledTotals:
             )
             raise
         # The server that answered is alive, so its registration is in the cache.
-        served = next(e for e in pools.client.instances(self.job.service) if e.port == port)
+        served = next(e for e in pools.client.cached_instances(self.job.service) if e.port == port)
         version = role_version(role)
         record(self.job.progress, tenants=[tenant], replica=served.name, auth=version, ok=True)
         return (tenant, count, int(total), served.partition, served.label)

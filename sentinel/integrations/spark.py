@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sentinel.auth.config import AuthConfig
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel, default_client_id
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import EndpointFailed
@@ -129,9 +130,9 @@ def get_client(config: ClientConfig) -> Sentinel:
                 connect_timeout=config.connect_timeout,
                 session_timeout=config.session_timeout,
                 app=config.client_id,
-                auth_keys=config.key_file,
-                auth_client=config.client_id,
-                auth_signer=config.auth_signer,
+                auth=AuthConfig(
+                    keys=config.key_file, client=config.client_id, signer=config.auth_signer
+                ),
                 tls=config.tls,
             ).start()
             _clients[config] = client

@@ -63,7 +63,7 @@ class ShardManager:
         self._alerted: set[tuple[str, str]] = set()
         self._alert_lock = threading.Lock()  # the loop and the cache's thread both check
         try:
-            self.registration = sentinel.register_service(
+            self.registration = sentinel.register(
                 manager_service(policy),
                 policy,
                 socket.gethostname(),
@@ -116,7 +116,7 @@ class ShardManager:
                 log.warning("placement round failed: %s", exc)
             except Exception as exc:  # ZooKeeper trouble: the loop retries within a second
                 log.warning("placement round interrupted: %s", exc)
-        self._sentinel.deregister_service(self.registration)
+        self._sentinel.deregister(self.registration)
 
     def _place_pending(self) -> None:
         try:
@@ -163,7 +163,7 @@ class ShardManager:
             self._check_partitions(event.service)
 
     def _check_partitions(self, service: str) -> None:
-        live = {e.partition for e in self._sentinel.instances(service) if e.status == "up"}
+        live = {e.partition for e in self._sentinel.cached_instances(service) if e.status == "up"}
         with self._alert_lock:
             for partition in self._spec.partitions or ():
                 if partition in live:

@@ -40,6 +40,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
+from sentinel.cache.config import CacheConfig
 from sentinel.client import Registration, Sentinel
 from sentinel.registry.layout import METRICS, metrics_path, service_path
 from sentinel.registry.reads import decode_children, read_metrics
@@ -179,8 +180,9 @@ class ConvergenceFuzzer:
             self.namespace,
             announce=False,
             session_timeout=self.settings.session_timeout,
-            resync_jitter=self.settings.resync_jitter,
-            persistent_watches=self.persistent,
+            cache=CacheConfig(
+                resync_jitter=self.settings.resync_jitter, persistent_watches=self.persistent
+            ),
         ).start()
         for service in SERVICES:
             reader.prefetch(service)
@@ -286,11 +288,11 @@ class ConvergenceFuzzer:
                 return self._change("deregister")
             self._register(rng.choice(free))
         elif kind == "deregister":
-            self.writer.deregister_service(self._live.pop(rng.choice(live)))
+            self.writer.deregister(self._live.pop(rng.choice(live)))
         elif kind == "restart":  # the same default label, a new node (new content or not)
             key = rng.choice(live)
             instance = self._live[key].instance
-            self.writer.deregister_service(self._live.pop(key))
+            self.writer.deregister(self._live.pop(key))
             self._register((instance.service, instance.partition, instance.host, instance.port))
             if rng.random() < 0.5:
                 self._update(key)
@@ -323,7 +325,7 @@ class ConvergenceFuzzer:
 
     def _register(self, address: tuple[str, str, str, int]) -> None:
         service, partition, host, port = address
-        self._live[service, host, port] = self.writer.register_service(
+        self._live[service, host, port] = self.writer.register(
             service, partition, host, port, weight=self._random.randint(1, 3)
         )
 

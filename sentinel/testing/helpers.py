@@ -289,7 +289,7 @@ def _hold_registration(argv: list[str]) -> None:
         announce=False,
     )
     with client:
-        client.register_service(service, partition, "127.0.0.1", 9000, label=label)
+        client.register(service, partition, "127.0.0.1", 9000, label=label)
         sys.stdout.write("registered\n")
         sys.stdout.flush()
         sys.stdin.read()

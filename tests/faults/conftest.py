@@ -133,9 +133,9 @@ def time_to_recover(writer: Sentinel, reader: Sentinel, service: str, label: str
     """Seconds from now until a change made now is in ``reader``'s cache, and the cache equals
     a fresh read: the end-to-end recovery a user sees (the writer may be reconnecting too)."""
     started = time.monotonic()
-    when_possible(lambda: writer.register_service(service, "p1", "127.0.0.1", 7000, label=label))
+    when_possible(lambda: writer.register(service, "p1", "127.0.0.1", 7000, label=label))
     arrived = wait_until(
-        lambda: any(e.label == label for e in reader.instances(service)), timeout=60
+        lambda: any(e.label == label for e in reader.cached_instances(service)), timeout=60
     )
     assert arrived is not None, f"{label} never reached the reader: watches not set again"
     elapsed = time.monotonic() - started

@@ -14,6 +14,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.cache import worker as cache_worker
+from sentinel.cache.config import CacheConfig
 from sentinel.registry.layout import CLIENTS
 from sentinel.testing.helpers import PublisherProcess, TcpProxy, flap, wait_until
 from tests.faults.conftest import FaultRow, Prober, time_to_recover, when_possible
@@ -31,7 +32,7 @@ def world(ensemble, namespace):
         Sentinel(hosts, "writer", namespace, session_timeout=30.0) as writer,
         Sentinel(hosts, "reader", namespace, session_timeout=4.0) as reader,
     ):
-        writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
+        writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
         reader.prefetch(SERVICE)
         yield writer, reader
 
@@ -93,18 +94,19 @@ def test_a_frozen_publisher_leaves_and_comes_back(ensemble, world, namespace, fa
         ensemble.connect_string, namespace, SERVICE, "p1", "frozen", session_timeout=2.0
     )
     try:
-        assert wait_until(lambda: "frozen" in {e.label for e in reader.instances(SERVICE)})
+        assert wait_until(lambda: "frozen" in {e.label for e in reader.cached_instances(SERVICE)})
         with Prober(reader, SERVICE) as prober:
             paused = time.monotonic()
             publisher.pause()
             gone = wait_until(
-                lambda: "frozen" not in {e.label for e in reader.instances(SERVICE)}, timeout=30
+                lambda: "frozen" not in {e.label for e in reader.cached_instances(SERVICE)},
+                timeout=30,
             )
             assert gone is not None, "a frozen publisher's instance was never dropped"
             publisher.resume()
             resumed = time.monotonic()
             back = wait_until(
-                lambda: "frozen" in {e.label for e in reader.instances(SERVICE)}, timeout=30
+                lambda: "frozen" in {e.label for e in reader.cached_instances(SERVICE)}, timeout=30
             )
             assert back is not None, "the resumed publisher never registered again"
             recovery = time.monotonic() - resumed
@@ -125,7 +127,7 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, 
         Sentinel(ensemble.connect_string, "writer", namespace) as writer,
         Sentinel(hosts, "paused", namespace, session_timeout=2.0) as reader,
     ):
-        old = writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="old")
+        old = writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="old")
         reader.prefetch(SERVICE)
         session = reader.session_id
         announced = f"{CLIENTS}/{SERVICE}/paused"
@@ -138,13 +140,13 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, 
             assert wait_until(lambda: writer._zk.exists(announced) is None, timeout=30), (
                 "the server never expired the cut-off client's session"
             )
-            writer.register_service(SERVICE, "p1", "127.0.0.1", 8001, label="new")
-            writer.deregister_service(old)
+            writer.register(SERVICE, "p1", "127.0.0.1", 8001, label="new")
+            writer.deregister(old)
             for proxy in relays:
                 proxy.restore()
             recovery = time_to_recover(writer, reader, SERVICE, "after-expiry")
         assert reader.session_id != session
-        assert {e.label for e in reader.instances(SERVICE)} == {"new", "after-expiry"}
+        assert {e.label for e in reader.cached_instances(SERVICE)} == {"new", "after-expiry"}
         assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
     fault_table.append(_row("client session expired (cut off > 2s)", recovery, prober))
     prober.check()
@@ -166,10 +168,14 @@ def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
     with (
         Sentinel(ensemble.connect_string, "writer", namespace) as writer,
         Sentinel(
-            hosts, "flappy", namespace, session_timeout=6.0, resync_jitter=RESYNC_WINDOW
+            hosts,
+            "flappy",
+            namespace,
+            session_timeout=6.0,
+            cache=CacheConfig(resync_jitter=RESYNC_WINDOW),
         ) as reader,
     ):
-        writer.register_service(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
+        writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
         reader.prefetch(SERVICE)
         session, resyncs = reader.session_id, reader.cache_stats.resyncs
         with Prober(reader, SERVICE) as prober:

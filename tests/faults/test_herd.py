@@ -8,6 +8,7 @@ import time
 import pytest
 
 from benchmarks.herd import reads_per_resync, storm, world
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import PartitionNotFound, ReadThroughThrottled
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -27,8 +28,11 @@ def test_read_throughs_are_rate_limited_per_service(make_client):
     writer.shard_maps.create("tenants", "directory")
     writer.ensure_service("db", shard_policy="tenants")
     writer.ensure_service("other", shard_policy="tenants")
-    writer.register_service("db", "p1", "127.0.0.1", 5432)
-    reader = make_client("reader", read_through_rate=5.0, negative_ttl=0.001)
+    writer.register("db", "p1", "127.0.0.1", 5432)
+    reader = make_client(
+        "reader",
+        cache=CacheConfig(read_through_rate=5.0, negative_ttl=0.001),
+    )
     reader.prefetch("db")
     throttled = 0
     started = time.monotonic()

@@ -132,7 +132,7 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         writer.shard_maps.create("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("svc", shard_policy="tenants")
         writer.shard_maps.assign("tenants", GOOD_KEY, "pg")
-        writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+        writer.register("svc", "pg", "10.0.0.1", 80, label="good")
         reader.prefetch("svc")
         raw = writer._zk
         stop = threading.Event()
@@ -144,9 +144,9 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
                     _hostile(raw, operation)
                 assert reader.get_service("svc", GOOD_KEY).label == "good"
             # Not stuck: a valid change made after the storm still arrives.
-            writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
+            writer.register("svc", "pg", "10.0.0.2", 80, label="good2")
             assert wait_until(
-                lambda: {e.label for e in reader.instances("svc")} >= {"good", "good2"},
+                lambda: {e.label for e in reader.cached_instances("svc")} >= {"good", "good2"},
                 timeout=20,
             ), "the reader stopped following the service"
         finally:
@@ -167,7 +167,7 @@ def test_a_flooded_section_is_read_up_to_its_bounds_and_the_instances_metrics_fi
     past them), counts the rest, and resolves with its metrics policy as usual."""
     publisher = make_client("publisher")
     for label, lag in (("a", 5.0), ("b", 1.0)):
-        publisher.register_service("db", "p1", f"10.0.0.{len(label)}", 5432, label=label)
+        publisher.register("db", "p1", f"10.0.0.{len(label)}", 5432, label=label)
         publisher.update_metrics("db", "p1", label, {"replication_lag": lag})
     junk = 120
     transaction = raw_zk.transaction()

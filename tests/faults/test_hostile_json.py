@@ -18,6 +18,7 @@ from kazoo.exceptions import KazooException
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import live_processes
 from sentinel.errors import DecodeError
 from sentinel.registry.reads import read_clients, read_metrics, read_service
@@ -113,13 +114,15 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
     with (
         Sentinel(hosts, "writer", namespace) as writer,
         # With a key ring, so the reader also decodes its /auth node.
-        Sentinel(hosts, "reader", namespace, auth_keys=ClientKeyring.generate()) as reader,
+        Sentinel(
+            hosts, "reader", namespace, auth=AuthConfig(keys=ClientKeyring.generate())
+        ) as reader,
         caplog.at_level(logging.WARNING, logger="sentinel"),
     ):
         writer.shard_maps.create("tenants", "directory", buckets=BUCKETS)
         writer.ensure_service("svc", shard_policy="tenants")
         writer.shard_maps.assign("tenants", GOOD_KEY, "pg")
-        writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+        writer.register("svc", "pg", "10.0.0.1", 80, label="good")
         writer.credentials.publish("svc", "reader", {"user": "u", "password": "p"})
         assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
         raw = writer._zk
@@ -141,7 +144,7 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
                     certainly_counted += 1
             # Every public read: the cache, and the one-shot reads of each section.
             assert reader.get_service("svc", GOOD_KEY).label == "good"
-            assert "good" in {e.label for e in reader.instances("svc")}
+            assert "good" in {e.label for e in reader.cached_instances("svc")}
             try:
                 assert "good" in {i.label for i in read_service(raw, "svc").instances}
             except DecodeError as exc:  # typed: a one-shot read has no last good spec
@@ -150,9 +153,10 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
             read_clients(raw)
             live_processes(raw, "svc")
         # Not stuck: a valid change made after the garbage still arrives.
-        writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
+        writer.register("svc", "pg", "10.0.0.2", 80, label="good2")
         assert wait_until(
-            lambda: {e.label for e in reader.instances("svc")} >= {"good", "good2"}, timeout=20
+            lambda: {e.label for e in reader.cached_instances("svc")} >= {"good", "good2"},
+            timeout=20,
         ), "the reader stopped following the service"
         assert reader._cache.worker._thread.is_alive()
         # Counted: each of those writes at least (the events before good2 were applied first).
@@ -181,7 +185,7 @@ def test_each_hostile_node_is_counted_exactly_once(make_client, raw_zk):
     instances and metrics alike, no more (nothing re-read twice) and none missed."""
     writer = make_client("writer")
     reader = make_client("reader")
-    writer.register_service("svc", "pg", "10.0.0.1", 80, label="good")
+    writer.register("svc", "pg", "10.0.0.1", 80, label="good")
     writer.update_metrics("svc", "pg", "good", {"lag": 1})
     assert reader.get_service("svc").label == "good"
     before = reader.cache_stats.decode_errors
@@ -189,6 +193,8 @@ def test_each_hostile_node_is_counted_exactly_once(make_client, raw_zk):
         raw_zk.create(f"/services/svc/pg:bad{i}", data)
         raw_zk.create(f"/metrics/svc/pg:bad{i}", data)
     # Applied in order: once this arrives, every hostile node before it was read.
-    writer.register_service("svc", "pg", "10.0.0.2", 80, label="good2")
-    assert wait_until(lambda: {e.label for e in reader.instances("svc")} == {"good", "good2"})
+    writer.register("svc", "pg", "10.0.0.2", 80, label="good2")
+    assert wait_until(
+        lambda: {e.label for e in reader.cached_instances("svc")} == {"good", "good2"}
+    )
     assert reader.cache_stats.decode_errors - before == 2 * len(HOSTILE_NODES)

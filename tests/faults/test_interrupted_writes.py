@@ -14,7 +14,7 @@ def test_a_deregistration_the_connection_interrupted_can_be_retried(
     make_client, raw_zk, monkeypatch
 ):
     client = make_client("publisher")
-    registration = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
+    registration = client.register("api", "p1", "10.0.0.1", 80, label="a")
     real_delete = client._zk.delete
 
     def lost(*args, **kwargs):  # the request never reached the server
@@ -22,10 +22,10 @@ def test_a_deregistration_the_connection_interrupted_can_be_retried(
 
     monkeypatch.setattr(client._zk, "delete", lost)
     with pytest.raises(ConnectionInterrupted):
-        client.deregister_service(registration)
+        client.deregister(registration)
     assert raw_zk.exists(registration.path) is not None
     monkeypatch.setattr(client._zk, "delete", real_delete)
-    assert client.deregister_service(registration) is True, "the retry found nothing to remove"
+    assert client.deregister(registration) is True, "the retry found nothing to remove"
     assert raw_zk.exists(registration.path) is None
     assert client.registrations == ()
 
@@ -34,9 +34,9 @@ def test_a_lost_session_id_mid_write_is_a_connection_loss(make_client, monkeypat
     """kazoo clears ``client_id`` when the connection drops, even between two requests of
     one write; the ephemeral-node keeper must treat that as the connection loss it is."""
     client = make_client("publisher")
-    registration = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
+    registration = client.register("api", "p1", "10.0.0.1", 80, label="a")
     monkeypatch.setattr(type(client._zk), "client_id", property(lambda _: None))
     with pytest.raises(ConnectionInterrupted):
-        client.register_service("api", "p1", "10.0.0.1", 80, label="a")  # exists: compares owner
+        client.register("api", "p1", "10.0.0.1", 80, label="a")  # exists: compares owner
     monkeypatch.undo()
-    assert client.deregister_service(registration) is True
+    assert client.deregister(registration) is True

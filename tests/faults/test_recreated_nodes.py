@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sentinel.cache.config import CacheConfig
 from sentinel.events import InstancesChanged
 from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
 from tests.integration.nodes import instance, metrics
@@ -67,7 +68,7 @@ def test_a_node_recreated_under_its_name_is_followed(make_client, raw_zk, proxy,
         "reader",
         hosts=proxy.address,
         announce=False,
-        resync_jitter=0,
+        cache=CacheConfig(resync_jitter=0),
         persistent_watches=persistent,
     )
     assert reader.persistent_watches is persistent
@@ -110,4 +111,4 @@ def test_a_node_recreated_under_its_name_is_followed(make_client, raw_zk, proxy,
         cached_view(reader, "api"),
         registry_view(writer, "api"),
     )
-    assert reader.instances("api")[0].weight == 4
+    assert reader.cached_instances("api")[0].weight == 4

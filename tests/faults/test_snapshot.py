@@ -14,9 +14,11 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.envelope import seal
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
+from sentinel.cache.config import CacheConfig
 from sentinel.cache.snapshot_file import hosts_fingerprint, load_snapshot
 from sentinel.errors import CredentialRollback, SnapshotRejected, ZooKeeperUnavailable
 from sentinel.private_files import write_private
@@ -48,8 +50,8 @@ def _world(writer: Sentinel) -> None:
     writer.shard_maps.create("tenants", "directory", buckets=4)
     writer.ensure_service("db", scheme="postgresql", shard_policy="tenants")
     writer.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
-    writer.register_service("db", "p1", "10.0.0.1", 5432, scheme="postgresql", label="a")
-    writer.register_service("db", "p2", "10.0.0.2", 5432, scheme="postgresql", label="b")
+    writer.register("db", "p1", "10.0.0.1", 5432, scheme="postgresql", label="a")
+    writer.register("db", "p2", "10.0.0.2", 5432, scheme="postgresql", label="b")
     writer.update_metrics("db", "p1", "a", {"lag": 3})
 
 
@@ -61,14 +63,16 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(
     # The writer's session outlives the outage, so its instances are still there after it.
     with Sentinel(zk.connect_string, "writer", namespace, session_timeout=30) as writer:
         hosts = zk.connect_string
-        with Sentinel(hosts, "app", namespace, snapshot_path=path) as app:
+        with Sentinel(hosts, "app", namespace, cache=CacheConfig(snapshot_path=path)) as app:
             _world(writer)
             assert app.get_service("db", "acme").label == "a"
             assert wait_until(lambda: path.exists() and "globex" in path.read_text())
             before = cached_view(app, "db")
         zk.members[0].stop()
 
-        app = Sentinel(hosts, "app", namespace, snapshot_path=path, connect_timeout=1.0)
+        app = Sentinel(
+            hosts, "app", namespace, cache=CacheConfig(snapshot_path=path), connect_timeout=1.0
+        )
         with caplog.at_level(logging.WARNING, logger="sentinel.client"):
             app.start()
         try:
@@ -90,8 +94,8 @@ def test_a_client_starts_from_its_snapshot_while_zookeeper_is_down(
             assert wait_until(lambda: app.get_service("db", "acme").label == "b", timeout=15)
             assert cached_view(app, "db") == registry_view(writer, "db")
             assert app.staleness == 0.0
-            registration = app.register_service("web", "p1", "10.0.0.3", 80)  # fully started
-            assert app.deregister_service(registration)
+            registration = app.register("web", "p1", "10.0.0.3", 80)  # fully started
+            assert app.deregister(registration)
         finally:
             app.close()
 
@@ -110,7 +114,13 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
     zk = server
     with Sentinel(zk.connect_string, "writer", namespace, session_timeout=30) as writer:
         hosts, node = zk.connect_string, auth_path("db", "app")
-        with Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app:
+        with Sentinel(
+            hosts,
+            "app",
+            namespace,
+            cache=CacheConfig(snapshot_path=path),
+            auth=AuthConfig(keys=keys),
+        ) as app:
             _world(writer)
             writer.credentials.publish("db", "app", {"user": "app", "password": "one"})
             assert wait_until(lambda: password(app) == (1, "one"))
@@ -122,7 +132,12 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
         zk.members[0].stop()
 
         app = Sentinel(
-            hosts, "app", namespace, snapshot_path=path, auth_keys=keys, connect_timeout=1.0
+            hosts,
+            "app",
+            namespace,
+            cache=CacheConfig(snapshot_path=path),
+            auth=AuthConfig(keys=keys),
+            connect_timeout=1.0,
         )
         app.start()
         try:
@@ -161,7 +176,9 @@ def test_the_snapshot_floor_holds_without_the_credential(tmp_path):
 
 def test_without_a_snapshot_the_start_fails_as_before(tmp_path, caplog):
     path = tmp_path / "missing.json"
-    client = Sentinel("127.0.0.1:1", "app", snapshot_path=path, connect_timeout=0.5)
+    client = Sentinel(
+        "127.0.0.1:1", "app", cache=CacheConfig(snapshot_path=path), connect_timeout=0.5
+    )
     with (
         caplog.at_level(logging.WARNING, logger="sentinel.client"),
         pytest.raises(ZooKeeperUnavailable),
@@ -230,7 +247,9 @@ def test_corrupt_or_foreign_snapshots_are_refused_with_the_reason(
     write_private(path, content)  # private, so only the content is at fault
     with pytest.raises(SnapshotRejected, match=reason):
         load_snapshot(path, "/sentinel", "127.0.0.1:1")
-    client = Sentinel("127.0.0.1:1", "app", snapshot_path=path, connect_timeout=0.5)
+    client = Sentinel(
+        "127.0.0.1:1", "app", cache=CacheConfig(snapshot_path=path), connect_timeout=0.5
+    )
     with (
         caplog.at_level(logging.WARNING, logger="sentinel.client"),
         pytest.raises(ZooKeeperUnavailable),
@@ -256,13 +275,16 @@ def test_an_interrupted_write_leaves_the_previous_snapshot(tmp_path, monkeypatch
 def test_snapshot_writes_are_rate_limited(make_client, tmp_path):
     path = tmp_path / "cache.json"
     writer = make_client("writer")
-    app = make_client("app", snapshot_path=path, snapshot_interval=0.5)
-    writer.register_service("api", "p1", "10.0.0.1", 80, label="x0")
+    app = make_client(
+        "app",
+        cache=CacheConfig(snapshot_path=path, snapshot_interval=0.5),
+    )
+    writer.register("api", "p1", "10.0.0.1", 80, label="x0")
     app.prefetch("api")
     started = time.monotonic()
     for i in range(1, 40):  # 39 changes, each applied to the cache by a watch
-        writer.register_service("api", "p1", "10.0.0.1", 80 + i, label=f"x{i}")
-    assert wait_until(lambda: len(app.instances("api")) == 40)
+        writer.register("api", "p1", "10.0.0.1", 80 + i, label=f"x{i}")
+    assert wait_until(lambda: len(app.cached_instances("api")) == 40)
     assert wait_until(lambda: '"p1:x39"' in path.read_text(), timeout=5)
     elapsed = time.monotonic() - started
     writes = app._snapshot_writer.writes
@@ -282,7 +304,13 @@ def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
     hosts = server.connect_string
     with (
         Sentinel(hosts, "writer", namespace) as writer,
-        Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys) as app,
+        Sentinel(
+            hosts,
+            "app",
+            namespace,
+            cache=CacheConfig(snapshot_path=path),
+            auth=AuthConfig(keys=keys),
+        ) as app,
     ):
         _world(writer)
         writer.credentials.publish("db", "app", {"user": "app", "password": "kept-secret"})
@@ -291,7 +319,14 @@ def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
     server.members[0].stop()
     assert "kept-secret" not in path.read_text()
 
-    app = Sentinel(hosts, "app", namespace, snapshot_path=path, auth_keys=keys, connect_timeout=1.0)
+    app = Sentinel(
+        hosts,
+        "app",
+        namespace,
+        cache=CacheConfig(snapshot_path=path),
+        auth=AuthConfig(keys=keys),
+        connect_timeout=1.0,
+    )
     app.start()
     try:
         assert app.connection_state == "snapshot"
@@ -306,8 +341,8 @@ def test_credentials_are_kept_encrypted_and_served_from_the_snapshot(
         hosts,
         "app",
         namespace,
-        snapshot_path=path,
-        auth_keys=ClientKeyring.generate(),
+        cache=CacheConfig(snapshot_path=path),
+        auth=AuthConfig(keys=ClientKeyring.generate()),
         connect_timeout=1,
     )
     with caplog.at_level(logging.WARNING, logger="sentinel.cache.snapshot_file"):

@@ -48,13 +48,13 @@ def test_events_arrive_in_order_and_closing_the_stream_removes_its_listener(zook
             async with client.events("api") as events:  # follows "api" before any write
                 first = None
                 for n, label in enumerate(labels):
-                    registration = await client.register_service(
+                    registration = await client.register(
                         "api", "p1", "127.0.0.1", 9000 + n, label=label
                     )
                     first = first or registration
                 for weight in range(2, 7):
                     first = await client.update_registration(first, weight=weight)
-                await client.deregister_service(first)
+                await client.deregister(first)
                 async with asyncio.timeout(10):
                     async for event in events:
                         received.append(event)
@@ -67,7 +67,7 @@ def test_events_arrive_in_order_and_closing_the_stream_removes_its_listener(zook
             # A bare ``async for`` left by break: the dropped stream unlistens too.
             stream = client.events("api")
             feed = weakref.ref(stream._feed)
-            await client.register_service("api", "p1", "127.0.0.1", 9100, label="late")
+            await client.register("api", "p1", "127.0.0.1", 9100, label="late")
             async with asyncio.timeout(10):
                 async for event in stream:
                     assert event.added[0].label == "late"
@@ -106,7 +106,7 @@ def test_a_stalled_consumer_never_delays_the_cache_and_is_told_what_it_missed(
 ):
     publisher = make_client("publisher")
     publisher.ensure_service("api")
-    registration = publisher.register_service("api", "p1", "127.0.0.1", 9000, label="a")
+    registration = publisher.register("api", "p1", "127.0.0.1", 9000, label="a")
     writes, held = 12, 4
     latencies, seen = [], []
 
@@ -181,7 +181,7 @@ def test_start_writes_and_close_never_block_the_loop(zookeeper, namespace, raw_z
     async def awaited():
         async with client(AsyncSentinel) as aio:
             await aio.ensure_service("api")
-            registration = await aio.register_service("api", "p1", "127.0.0.1", 9000)
+            registration = await aio.register("api", "p1", "127.0.0.1", 9000)
             await aio.update_metrics(registration, {"lag": 1})
             await aio.prefetch("api")
             assert aio.get_service("api").port == 9000  # warm: a plain call

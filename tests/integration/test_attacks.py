@@ -25,6 +25,7 @@ from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth import acl as acls
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
@@ -95,13 +96,13 @@ class SecuredNamespace:
         """The admin gives ``client``'s key slot to ``identity`` (sentinel auth enroll)."""
         enroll(self.kazoo(self.identities["admin"]), client, acls.identity_id(identity))
 
-    def app(self, client_id: str, **kwargs: object) -> Sentinel:
+    def app(self, client_id: str, *, signed: bool = True, **kwargs: object) -> Sentinel:
         """An enrolled application client with an identity and a key ring of its own,
-        trusting the namespace's manager signing key."""
+        trusting the namespace's manager signing key (unless not ``signed``)."""
         identity = kwargs.setdefault("identity", f"{client_id}:{client_id}-password")
-        kwargs.setdefault("auth_keys", ClientKeyring.generate())
-        kwargs.setdefault("auth_signer", self.signer.public_text)
-        self.enroll(str(kwargs.get("auth_client") or client_id), str(identity))
+        signer = self.signer.public_text if signed else None
+        kwargs.setdefault("auth", AuthConfig(keys=ClientKeyring.generate(), signer=signer))
+        self.enroll(client_id, str(identity))
         return self.sentinel(client_id, **kwargs)
 
     def close(self) -> None:
@@ -174,7 +175,7 @@ def enrolled_victim(secured: SecuredNamespace) -> Sentinel:
     """billing-db published at 10.0.0.5:5432 and billing-api enrolled, holding signed
     credential v1 for it."""
     publisher = secured.role("publisher")
-    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    publisher.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     app = secured.app("billing-api")
     manager = secured.role("auth_manager")
     manager.credentials.publish(SERVICE, "billing-api", CREDENTIAL, signer=secured.signer)
@@ -235,14 +236,13 @@ def test_squat_a_key_slot(secured: SecuredNamespace):
         assert refused(lambda i=intruder: i.create(auth_keys_path("billing-api"), b"{}"))
         assert intruder.exists(auth_keys_path("billing-api")) is None
     publisher = secured.role("publisher")
-    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    publisher.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     # Not even a real client with an identity claims a slot the admin did not give it.
     with pytest.raises(ClientNotEnrolled):
         secured.sentinel(
             "billing-api",
             identity="billing-api:pw",
-            auth_keys=ClientKeyring.generate(),
-            auth_signer=secured.signer.public_text,
+            auth=AuthConfig(keys=ClientKeyring.generate(), signer=secured.signer.public_text),
         )
     victim = secured.app("billing-api")  # enrolled by the admin: starts and publishes
     still_works(secured, victim, "after-squat")
@@ -426,7 +426,7 @@ def test_a_refused_clients_write_never_fails_a_lookup(secured: SecuredNamespace,
     spec = ServiceSpec("ledger", scheme="http")
     section_acl = admin.get_acls(SERVICES)[0]
     admin.create(service_path("ledger"), spec.to_bytes(service_path("ledger")), acl=section_acl)
-    secured.role("publisher").register_service("ledger", "p1", "10.0.0.9", 80)
+    secured.role("publisher").register("ledger", "p1", "10.0.0.9", 80)
     app = secured.sentinel("ledger-app", identity="ledger-app:pw")
     assert app.get_service("ledger").port == 80  # served although /clients refused it
     assert app.cache_stats.clients_write_failures >= 1
@@ -444,7 +444,7 @@ def _service_with_a_manager(secured: SecuredNamespace) -> Sentinel:
     """The service published, and the authentication manager's client."""
     publisher = secured.role("publisher")
     publisher.ensure_service(SERVICE, scheme="postgresql")
-    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    publisher.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
     return secured.role("auth_manager")
 
 
@@ -518,8 +518,8 @@ def test_write_an_unsigned_credential_in_a_secured_namespace(
     assert _has(app, 1, "signed"), "the client took an unsigned credential"
 
     # A client with a key ring and no manager key to verify with does not start at all.
-    with pytest.raises(SigningRequired, match="auth_signer"):
-        secured.app("careless", auth_signer=None)
+    with pytest.raises(SigningRequired, match=r"AuthConfig\(signer=\.\.\.\)"):
+        secured.app("careless", signed=False)
 
 
 # --- secrets in logs ------------------------------------------------------------------------
@@ -531,7 +531,7 @@ def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog,
     # The library: kazoo's records at every level (BLATHER too) while a role connects.
     caplog.set_level(1, logger="kazoo")
     client = secured.role("publisher", "debug-publisher")
-    client.register_service(SERVICE, "p1", "10.0.0.5", 5432)
+    client.register(SERVICE, "p1", "10.0.0.5", 5432)
     _, session_password = client._zk.client_id  # joins the session: a secret too
     auth_records = [r for r in caplog.records if "Auth(" in r.getMessage()]
     assert auth_records, "kazoo logged no Auth request: the test would prove nothing"
@@ -566,7 +566,7 @@ def plant(space: SecuredNamespace) -> dict[str, KazooClient]:
     """While the namespace is open, the attacker writes a node in each section as the
     section's role's user name (its own password): path -> the session that made it."""
     legit = space.sentinel("old-publisher")  # the publisher of the open era, anonymous
-    legit.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    legit.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
     [name] = [n for n in space.kazoo().get_children(service_path(SERVICE))]
     record = json.loads(space.kazoo().get(f"{service_path(SERVICE)}/{name}")[0])
     record.update(host="127.0.0.77", port=7777, label="zz")
@@ -599,7 +599,7 @@ def test_nodes_planted_with_a_roles_user_name_are_removed_by_init_secure(
     for path, session in planted.items():
         for intruder in (session, *intruders(upgrade)):
             assert refused(lambda i=intruder, p=path: i.create(p, b"{}"))
-    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    assert {e.host for e in victim.cached_instances(SERVICE)} == {"10.0.0.5"}
     still_rotates(upgrade, victim, tmp_path)
     assert victim.get_service(SERVICE).host == "10.0.0.5"
 
@@ -653,7 +653,7 @@ def test_an_upgrade_from_an_open_namespace_an_attacker_wrote_to(
     assert code == 1 and flagged == {squat, f"{squat}/pinned"}, findings
     # The victim resolves the publisher's instance only, and rotates.
     victim = enrolled_victim(upgrade)
-    assert {e.host for e in victim.instances(SERVICE)} == {"10.0.0.5"}
+    assert {e.host for e in victim.cached_instances(SERVICE)} == {"10.0.0.5"}
     still_rotates(upgrade, victim, tmp_path)
 
 
@@ -958,7 +958,7 @@ def test_a_collector_flooding_metrics_cannot_stall_a_new_clients_first_lookup(
     doctor names the flooded section; the victim still resolves and rotates."""
     monkeypatch.setattr(sentinel.cache.reads, "MAX_SECTION_NODES", 200)
     publisher = secured.role("publisher", "publisher-2")
-    instance = publisher.register_service(SERVICE, "p1", "10.0.0.6", 5432, label="b")
+    instance = publisher.register(SERVICE, "p1", "10.0.0.6", 5432, label="b")
     collector = secured.role("collector")
     collector.update_metrics(instance, {"replication_lag": 0.5})
     flood = secured.kazoo(secured.identities["collector"])
@@ -969,7 +969,7 @@ def test_a_collector_flooding_metrics_cannot_stall_a_new_clients_first_lookup(
         assert all(isinstance(r, str) for r in transaction.commit())
     started = time.monotonic()
     newcomer = secured.app("billing-report")
-    endpoints = newcomer.get_services(SERVICE)
+    endpoints = newcomer.eligible_instances(SERVICE)
     assert time.monotonic() - started < 5.0
     assert {e.label for e in endpoints} >= {"b"}
     assert next(e for e in endpoints if e.label == "b").metrics == {"replication_lag": 0.5}

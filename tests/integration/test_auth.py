@@ -12,6 +12,7 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring, ManagerKey, acl
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import Rotation, live_versions
 from sentinel.errors import AccessDenied, ClientKeyNotFound, RotationFailed, ValidationError
 from sentinel.events import AuthChanged
@@ -29,7 +30,7 @@ SERVICE = "billing-db"
 def manager(make_client):
     client = make_client("auth-manager", announce=False)
     client.ensure_service(SERVICE, scheme="postgresql")
-    client.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    client.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
     return client
 
 
@@ -46,8 +47,8 @@ def wait_for_version(client: Sentinel, version: int, timeout: float = 10.0) -> N
 
 
 def test_each_client_gets_its_own_credential_and_cannot_read_another(manager, make_client, raw_zk):
-    alice = make_client("alice", auth_keys=ClientKeyring.generate())
-    bob = make_client("bob", auth_keys=ClientKeyring.generate())
+    alice = make_client("alice", auth=AuthConfig(keys=ClientKeyring.generate()))
+    bob = make_client("bob", auth=AuthConfig(keys=ClientKeyring.generate()))
     assert auth_of(alice) is None and auth_of(bob) is None
     manager.credentials.publish(SERVICE, "alice", {"user": "alice", "password": "a-secret"})
     manager.credentials.publish(SERVICE, "bob", {"user": "bob", "password": "b-secret"})
@@ -66,7 +67,7 @@ def test_each_client_gets_its_own_credential_and_cannot_read_another(manager, ma
 
 
 def test_listeners_hear_of_changes_and_the_client_confirms_after_them(manager, make_client):
-    client = make_client("worker", auth_keys=ClientKeyring.generate())
+    client = make_client("worker", auth=AuthConfig(keys=ClientKeyring.generate()))
     client.get_service(SERVICE)
     heard = Recorder()
     client.listen(SERVICE, heard)
@@ -90,7 +91,8 @@ def test_unknown_client_key_refused_before_writing(manager, raw_zk):
 def test_signed_credentials_only(manager, make_client):
     signing_key = ManagerKey.generate()
     strict = make_client(
-        "strict", auth_keys=ClientKeyring.generate(), auth_signer=signing_key.public_text
+        "strict",
+        auth=AuthConfig(keys=ClientKeyring.generate(), signer=signing_key.public_text),
     )
     strict.get_service(SERVICE)
     manager.credentials.publish(SERVICE, "strict", {"user": "s", "password": "unsigned"})
@@ -104,7 +106,7 @@ def test_signed_credentials_only(manager, make_client):
 
 
 def test_credential_survives_session_expiry(manager, make_client):
-    client = make_client("durable", auth_keys=ClientKeyring.generate())
+    client = make_client("durable", auth=AuthConfig(keys=ClientKeyring.generate()))
     manager.credentials.publish(SERVICE, "durable", {"user": "d", "password": "p1"})
     wait_for_version(client, 1)
     expire_session(client)
@@ -115,7 +117,8 @@ def test_credential_survives_session_expiry(manager, make_client):
 def test_rotation_waits_for_every_live_client(manager, make_client, tmp_path):
     backend = FileBackend(tmp_path / "credentials.json")
     clients = {
-        name: make_client(name, auth_keys=ClientKeyring.generate()) for name in ("api", "batch")
+        name: make_client(name, auth=AuthConfig(keys=ClientKeyring.generate()))
+        for name in ("api", "batch")
     }
     for name, client in clients.items():
         manager.credentials.publish(SERVICE, name, backend.create(SERVICE, name, 1))
@@ -159,8 +162,8 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
     manager, make_client, tmp_path
 ):
     backend = FileBackend(tmp_path / "credentials.json")
-    fast = make_client("fast", auth_keys=ClientKeyring.generate())
-    paused = make_client("paused", auth_keys=ClientKeyring.generate())
+    fast = make_client("fast", auth=AuthConfig(keys=ClientKeyring.generate()))
+    paused = make_client("paused", auth=AuthConfig(keys=ClientKeyring.generate()))
     for name, client in (("fast", fast), ("paused", paused)):
         manager.credentials.publish(SERVICE, name, backend.create(SERVICE, name, 1))
         wait_for_version(client, 1)
@@ -186,7 +189,7 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
 
 
 def test_a_failing_backend_leaves_the_old_credential(manager, make_client, tmp_path):
-    client = make_client("solo", auth_keys=ClientKeyring.generate())
+    client = make_client("solo", auth=AuthConfig(keys=ClientKeyring.generate()))
     manager.credentials.publish(SERVICE, "solo", {"user": "solo", "password": "old"})
     wait_for_version(client, 1)
 
@@ -208,7 +211,7 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
     manager, make_client, tmp_path
 ):
     backend = FileBackend(tmp_path / "credentials.json")
-    api = make_client("api", auth_keys=ClientKeyring.generate())
+    api = make_client("api", auth=AuthConfig(keys=ClientKeyring.generate()))
     manager.credentials.publish(SERVICE, "api", backend.create(SERVICE, "api", 1))
     wait_for_version(api, 1)
     old = dict(auth_of(api))
@@ -235,7 +238,7 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
 
 
 def test_cli_set_status_and_rotate(manager, make_client, cli_in_process, tmp_path):
-    make_client("cli-app", auth_keys=ClientKeyring.generate()).get_service(SERVICE)
+    make_client("cli-app", auth=AuthConfig(keys=ClientKeyring.generate())).get_service(SERVICE)
     credential = json.dumps({"user": "cli", "password": "from-stdin"})
     done = cli_in_process(
         "auth", "set", "--service", SERVICE, "--client", "cli-app", "-", input=credential
@@ -286,19 +289,18 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
             Sentinel(
                 hosts,
                 "an-app",
-                auth_keys=ClientKeyring.generate(),
+                auth=AuthConfig(keys=ClientKeyring.generate(), signer=signing_key.public_text),
                 identity="an-app:pw",
-                auth_signer=signing_key.public_text,
             ) as app,
         ):
-            publisher.register_service("db", "p1", "10.0.0.1", 5432)
+            publisher.register("db", "p1", "10.0.0.1", 5432)
             assert app.get_service("db").port == 5432  # clients read, and add /clients nodes
             with pytest.raises(AccessDenied):
                 publisher.credentials.publish(
                     "db", "an-app", {"user": "u", "password": "p"}, signer=signing_key
                 )
             with pytest.raises(AccessDenied):
-                auth_manager.register_service("db", "p1", "10.6.6.6", 1)
+                auth_manager.register("db", "p1", "10.6.6.6", 1)
             with pytest.raises(AccessDenied):
                 app.update_metrics("db", "p1", "10.0.0.1_5432", {"lag": 0})
             auth_manager.credentials.publish(
@@ -325,7 +327,13 @@ def test_acls_keep_each_role_to_its_section(tmp_path: Path):
 def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp_path):
     backend = FileBackend(tmp_path / "credentials.json")
     ring = ClientKeyring.generate()  # one application, one key ring, two processes
-    workers = [make_client(f"etl-{i}", auth_keys=ring, auth_client="etl") for i in (1, 2)]
+    workers = [
+        make_client(
+            f"etl-{i}",
+            auth=AuthConfig(keys=ring, client="etl"),
+        )
+        for i in (1, 2)
+    ]
     manager.credentials.publish(SERVICE, "etl", backend.create(SERVICE, "etl", 1))
     for worker in workers:
         wait_for_version(worker, 1)
@@ -376,7 +384,7 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     signing_key.save(key_file)
     publisher = make_client("pub", identity=roles["publisher"], announce=False)
     publisher.ensure_service(SERVICE, scheme="postgresql")
-    publisher.register_service(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
+    publisher.register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql", label="r1")
     digest = acl.identity_id("signed-app:pw").id
     enrolled = cli_in_process(
         "auth", "enroll", "signed-app", "--digest", digest, "--identities", str(identities)
@@ -384,9 +392,8 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
     assert enrolled.returncode == 0, enrolled.stderr
     app = make_client(
         "signed-app",
-        auth_keys=ClientKeyring.generate(),
+        auth=AuthConfig(keys=ClientKeyring.generate(), signer=signing_key.public_text),
         identity="signed-app:pw",
-        auth_signer=signing_key.public_text,
     )
     app.get_service(SERVICE)
     monkeypatch.setenv("SENTINEL_ZK_IDENTITY", roles["auth_manager"])
@@ -407,7 +414,7 @@ def test_cli_signs_with_the_key_file_the_environment_names_in_a_secured_namespac
 def test_credentials_past_the_readers_bounds_are_refused_before_writing(
     manager, make_client, raw_zk, credential
 ):
-    make_client("bounded", auth_keys=ClientKeyring.generate())
+    make_client("bounded", auth=AuthConfig(keys=ClientKeyring.generate()))
     with pytest.raises(ValidationError):
         manager.credentials.publish(SERVICE, "bounded", credential)
     assert raw_zk.exists(auth_path(SERVICE, "bounded")) is None

@@ -7,6 +7,7 @@ import pytest
 
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.postgres import LocalPostgres
 
@@ -26,10 +27,10 @@ def test_rotation_creates_a_login_role_and_drops_the_old_one(postgres, make_clie
     backend = PostgresBackend(postgres.dsn(), member_of="orders_readers")
     manager = make_client("auth-manager", announce=False)
     manager.ensure_service(SERVICE, scheme="postgresql")
-    manager.register_service(
+    manager.register(
         SERVICE, "p1", postgres.host, postgres.port, scheme="postgresql", label="primary"
     )
-    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
+    app = make_client("orders-api", auth=AuthConfig(keys=ClientKeyring.generate()))
     app.get_service(SERVICE)
 
     first = manager.credentials.rotate(SERVICE, "orders-api", backend, timeout=20)

@@ -29,7 +29,7 @@ PUBLISHER = textwrap.dedent(
     from sentinel import Sentinel
     client = Sentinel(hosts=sys.argv[1], namespace=sys.argv[2], client_id="doomed",
                       session_timeout=2.0).start()
-    client.register_service("api", "p1", "10.9.9.9", 80, label="doomed")
+    client.register("api", "p1", "10.9.9.9", 80, label="doomed")
     print("registered", flush=True)
     time.sleep(600)
     """
@@ -38,7 +38,7 @@ PUBLISHER = textwrap.dedent(
 
 def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zookeeper, namespace):
     survivor = make_client("survivor")
-    survivor.register_service("api", "p1", "10.0.0.1", 80, label="alive")
+    survivor.register("api", "p1", "10.0.0.1", 80, label="alive")
     process = subprocess.Popen(
         [sys.executable, "-c", PUBLISHER, zookeeper.connect_string, namespace],
         stdout=subprocess.PIPE,
@@ -47,7 +47,7 @@ def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zo
     try:
         assert process.stdout.readline().strip() == "registered"
         client = make_client("reader")
-        assert {e.label for e in client.get_services("api")} == {"alive", "doomed"}
+        assert {e.label for e in client.eligible_instances("api")} == {"alive", "doomed"}
         removed = threading.Event()
         client.listen(
             "api",
@@ -61,7 +61,7 @@ def test_a_killed_publisher_disappears_after_its_session_timeout(make_client, zo
         process.wait()
         # The server expires the session after 2 s (plus up to a tick); then the watch fires.
         assert removed.wait(10), "the dead publisher's instance was never removed"
-        assert [e.label for e in client.get_services("api")] == ["alive"]
+        assert [e.label for e in client.eligible_instances("api")] == ["alive"]
     finally:
         if process.poll() is None:
             process.kill()
@@ -75,8 +75,8 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
     writer = make_client("writer")
     writer.shard_maps.create("tenants", "directory", buckets=8)
     writer.ensure_service("orders", shard_policy="tenants")
-    keep = writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep")
-    gone = writer.register_service("orders", "p1", "10.0.0.2", 80, label="gone")
+    keep = writer.register("orders", "p1", "10.0.0.1", 80, label="keep")
+    gone = writer.register("orders", "p1", "10.0.0.2", 80, label="gone")
     writer.shard_maps.assign_many("tenants", {"moves": "p1", "stays": "p1", "vanishes": "p1"})
 
     host, port = zookeeper.connect_string.split(":")
@@ -100,9 +100,9 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
         proxy.cut()
         assert wait_until(lambda: client.connection_state == "suspended", timeout=15)
         # Meanwhile the world changes, and the partitioned client keeps serving what it knew.
-        writer.deregister_service(gone)
-        writer.register_service("orders", "p2", "10.0.0.3", 80, label="new")
-        writer.register_service("orders", "p1", "10.0.0.1", 80, label="keep", weight=5)
+        writer.deregister(gone)
+        writer.register("orders", "p2", "10.0.0.3", 80, label="new")
+        writer.register("orders", "p1", "10.0.0.1", 80, label="keep", weight=5)
         writer.shard_maps.assign_many("tenants", {"moves": "p2", "vanishes": None, "fresh": "p2"})
         assert client.get_service("orders", "moves").partition == "p1"
         assert client.staleness > 0
@@ -114,7 +114,7 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
         # With persistent watches the re-sync reads nothing and the server's reports are
         # applied as events, perhaps after it: a write made now is reported after all of
         # them, so everything before its event is what the partition changed.
-        writer.register_service("orders", "p1", "10.0.0.9", 80, label="marker")
+        writer.register("orders", "p1", "10.0.0.9", 80, label="marker")
 
         def marker_index():
             with lock:
@@ -148,7 +148,7 @@ def test_a_partitioned_client_serves_stale_then_resyncs_exactly_the_changes(
             "fresh": (None, "p2"),
         }
         assert client.get_service("orders", "moves").label == "new"
-        assert keep.label in {e.label for e in client.get_services("orders", "stays")}
+        assert keep.label in {e.label for e in client.eligible_instances("orders", "stays")}
     finally:
         proxy.close()
 
@@ -157,7 +157,7 @@ def test_close_ends_a_partitioned_client_whose_worker_waits_on_a_read(make_clien
     # A lookup of an uncached service loads it on the cache's worker. Cut off, the load's
     # read waits for a reconnection that never comes; the lookup gives up at connect_timeout
     # but the read stays in flight. close() used to wait for it, forever (the stalled CI run).
-    make_client("writer").register_service("unread", "p1", "10.0.0.1", 80)
+    make_client("writer").register("unread", "p1", "10.0.0.1", 80)
     host, port = zookeeper.connect_string.split(":")
     proxy = TcpProxy(host, int(port))
     try:
@@ -185,7 +185,7 @@ def test_a_server_restart_resyncs_the_cache():
         writer = Sentinel(hosts=zk.connect_string, client_id="writer", session_timeout=20.0)
         reader = Sentinel(hosts=zk.connect_string, client_id="reader", session_timeout=20.0)
         with writer, reader:
-            writer.register_service("api", "p1", "h", 80, label="a")
+            writer.register("api", "p1", "h", 80, label="a")
             assert reader.get_service("api").label == "a"
             resyncs = reader.cache_stats.resyncs
             zk.members[0].stop()
@@ -195,8 +195,8 @@ def test_a_server_restart_resyncs_the_cache():
             assert wait_until(lambda: reader.cache_stats.resyncs > resyncs, timeout=30)
             # Under load the writer's session may have expired meanwhile: wait for its new one.
             assert wait_until(lambda: writer.connection_state == "connected", timeout=30)
-            writer.register_service("api", "p1", "h2", 80, label="b")
-            assert wait_until(lambda: len(reader.get_services("api")) == 2, timeout=10), (
+            writer.register("api", "p1", "h2", 80, label="b")
+            assert wait_until(lambda: len(reader.eligible_instances("api")) == 2, timeout=10), (
                 "watches were not re-set after the restart"
             )
 
@@ -208,7 +208,7 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     publisher, client = make_client("publisher"), make_client("reader")
     publisher.shard_maps.create("tenants", "directory", buckets=2)
     publisher.ensure_service("orders", shard_policy="tenants")
-    publisher.register_service("orders", "p1", "10.0.0.1", 80, label="good")
+    publisher.register("orders", "p1", "10.0.0.1", 80, label="good")
     publisher.shard_maps.assign("tenants", "acme", "p1")
     for i, data in enumerate(GARBAGE):
         raw_zk.create(f"/services/orders/p1:bad{i}", data)
@@ -282,13 +282,13 @@ def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper
         for operation in operations:
             if operation[0] == "register":
                 _, partition, label, status, weight = operation
-                registrations[partition, label] = writer.register_service(
+                registrations[partition, label] = writer.register(
                     "svc", partition, "h", 80, label=label, status=status, weight=weight
                 )
             elif operation[0] == "deregister":
                 registration = registrations.pop(operation[1:], None)
                 if registration is not None:
-                    writer.deregister_service(registration)
+                    writer.deregister(registration)
             else:
                 writer.shard_maps.assign("tenants", operation[1], operation[2]) if operation[
                     2
@@ -316,7 +316,7 @@ def test_a_metrics_section_created_while_the_service_loads_is_followed(make_clie
     exists watch: that data watch would never report the section's children, so the cache
     reads them at once instead of serving no metrics until the next re-sync."""
     publisher, reader = make_client("publisher"), make_client("reader")
-    publisher.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    publisher.register("db", "p1", "10.0.0.1", 5432, label="a")
     zk = reader._zk
     read_children = zk.get_children
 

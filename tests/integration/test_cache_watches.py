@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.zkcost import mntr, watches
+from sentinel.cache.config import CacheConfig
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 from tests.integration.nodes import instance, metrics
 
@@ -45,7 +46,7 @@ def test_a_client_of_a_1000_instance_service_costs_the_server_a_handful_of_watch
     before = watches_total(zookeeper)
     client = make_client("reader", announce=False, persistent_watches=True)
     assert client.persistent_watches
-    assert len(client.get_services("api")) == 1000
+    assert len(client.eligible_instances("api")) == 1000
     # one recursive watch on /services/api and one on /metrics/api (one-shot: 1,002)
     assert watches_total(zookeeper) - before == 2
     # ... and they follow every instance: a change below is applied
@@ -64,11 +65,11 @@ def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything
             "reader",
             hosts=proxy.address,
             announce=False,
-            resync_jitter=0,
+            cache=CacheConfig(resync_jitter=0),
             persistent_watches=True,
         )
         assert client.persistent_watches
-        assert len(client.get_services("api")) == 20
+        assert len(client.eligible_instances("api")) == 20
 
         def cut_and_restore(while_away) -> None:
             resyncs = client.cache_stats.resyncs
@@ -92,7 +93,7 @@ def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything
         cut_and_restore(while_away)
 
         def applied() -> bool:
-            endpoints = {e.label: e for e in client.get_services("api")}
+            endpoints = {e.label: e for e in client.eligible_instances("api")}
             return (
                 "i2" not in endpoints
                 and "new" in endpoints
@@ -126,4 +127,4 @@ def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything
 
 
 def _labels_weights(client) -> dict[str, float]:
-    return {e.label: e.weight for e in client.get_services("api")}
+    return {e.label: e.weight for e in client.eligible_instances("api")}

@@ -59,7 +59,7 @@ def test_dev_server_life_cycle(cli_env, monkeypatch):
     monkeypatch.delenv("SENTINEL_ZK", raising=False)
     with Sentinel(client_id="cli-test") as client:
         assert client.hosts == server["connect_string"]
-        client.register_service("api", "p1", "h", 80)
+        client.register("api", "p1", "h", 80)
 
     stopped = run("zk", "stop", env=cli_env)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
@@ -73,7 +73,7 @@ def test_dev_server_keeps_its_port_and_data_so_clients_reconnect(cli_env, monkey
     monkeypatch.setenv("SENTINEL_STATE_DIR", cli_env["SENTINEL_STATE_DIR"])
     monkeypatch.delenv("SENTINEL_ZK", raising=False)
     with Sentinel(client_id="restart-test") as client:
-        client.register_service("api", "p1", "10.0.0.1", 80)
+        client.register("api", "p1", "10.0.0.1", 80)
         assert client.get_service("api").port == 80
         zk = KazooClient(hosts=hosts)
         zk.start(timeout=10)

@@ -62,7 +62,7 @@ def test_bad_hosts_and_timeouts_are_usage_errors(args, fragment):
 @pytest.fixture
 def published(make_client):
     publisher = make_client("publisher")
-    publisher.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    publisher.register("db", "p1", "10.0.0.1", 5432, label="a")
     publisher.update_metrics("db", "p1", "a", {"replication_lag": 1})
     return publisher
 
@@ -373,7 +373,7 @@ def test_a_namespace_with_a_100000_key_map_exports_and_imports_identically(
     manager.shard_maps.assign_many(
         "tenants", {f"tenant-{i:07d}": f"p{i % 4}" for i in range(100_000)}
     )
-    manager.register_service("db", "p0", "10.0.0.1", 5432, label="a")
+    manager.register("db", "p0", "10.0.0.1", 5432, label="a")
     exported, copied = tmp_path / "out.json", tmp_path / "copy.json"
     assert cli("export", str(exported)).returncode == 0
     target = f"{namespace}-copy"

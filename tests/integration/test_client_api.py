@@ -15,7 +15,7 @@ from sentinel.errors import (
     ShardPolicyNotFound,
     ValidationError,
 )
-from sentinel.registry.layout import client_path
+from sentinel.registry.layout import client_path, instance_path
 from sentinel.registry.reads import read_clients
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.store import read_key
@@ -37,7 +37,7 @@ def test_ensure_shard_policy_creates_once_then_returns_the_stored_spec(make_clie
     assert raw_zk.get("/shard_info/tenants")[1].version == stat.version
     assert raw_zk.get_children("/shard_info/tenants") == buckets
     client.ensure_service("orders", shard_policy="tenants")
-    client.register_service("orders", "p2", "10.0.0.2", 5432)
+    client.register("orders", "p2", "10.0.0.2", 5432)
     assert client.get_service("orders", "acme").partition == "p2"
 
 
@@ -91,7 +91,7 @@ def test_ensure_service_refuses_a_shard_policy_that_does_not_exist(make_client, 
 
 def test_update_metrics_takes_the_registration_or_its_names(make_client, raw_zk):
     client = make_client()
-    registration = client.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    registration = client.register("db", "p1", "10.0.0.1", 5432, label="a")
     record = client.update_metrics(registration, {"lag": 2}, measured_at=1000.0)
     assert (record.service, record.partition, record.label) == ("db", "p1", "a")
     stored = json.loads(raw_zk.get("/metrics/db/p1:a")[0])
@@ -106,7 +106,7 @@ def test_update_metrics_takes_the_registration_or_its_names(make_client, raw_zk)
 
 def test_a_client_announces_itself_with_a_client_record(make_client, raw_zk):
     publisher = make_client("publisher")
-    publisher.register_service("api", "p1", "10.0.0.1", 80)
+    publisher.register("api", "p1", "10.0.0.1", 80)
     app = make_client("api-7", app="api")
     app.get_service("api")
     path = client_path("api", "api-7")
@@ -139,6 +139,43 @@ def test_every_old_name_of_a_role_method_is_a_warning_alias_of_an_existing_one(c
         assert callable(getattr(role_classes[role], method)), new
 
 
+# One word per concept (docs/decisions/one-word-per-concept.md): the sync client's renames,
+# and the async client's, whose lookups on a warm cache stay plain calls.
+RENAMED = {
+    "register_service": "register",
+    "deregister_service": "deregister",
+    "get_services": "eligible_instances",
+    "instances": "cached_instances",
+}
+
+
+@pytest.mark.parametrize("client_class", [Sentinel, AsyncSentinel])
+def test_every_renamed_method_is_a_warning_alias_of_its_new_name(client_class):
+    renamed = RENAMED | ({"resolve": "aget_service"} if client_class is AsyncSentinel else {})
+    for old, new in renamed.items():
+        assert getattr(client_class, old).__doc__ == (
+            f"Deprecated: use ``{new}``, which takes the same arguments."
+        )
+    for new in set(renamed.values()) - {"eligible_instances", "cached_instances"}:
+        assert callable(getattr(client_class, new)), new  # the async lookups are per client
+
+
+def test_the_renamed_methods_warn_and_do_what_the_new_ones_do(make_client, raw_zk):
+    client = make_client("renamed")
+    with pytest.warns(
+        DeprecationWarning, match=r"\.register_service\(\) is deprecated: use \.register\(\)"
+    ):
+        registration = client.register_service("api", "p1", "10.0.0.1", 80, label="old")
+    assert raw_zk.exists(instance_path("api", "p1", "old"))
+    with pytest.warns(DeprecationWarning, match=r"use \.eligible_instances\(\)"):
+        assert client.get_services("api") == client.eligible_instances("api")
+    with pytest.warns(DeprecationWarning, match=r"use \.cached_instances\(\)"):
+        assert [e.label for e in client.instances("api")] == ["old"]
+    with pytest.warns(DeprecationWarning, match=r"use \.deregister\(\)"):
+        assert client.deregister_service(registration) is True
+    assert not raw_zk.exists(instance_path("api", "p1", "old"))
+
+
 def test_the_old_names_warn_and_write_what_the_new_ones_write(make_client, raw_zk):
     client = make_client("old-names")
     with pytest.warns(DeprecationWarning, match=r"\.create_shard_policy\(\) is deprecated: use "):
@@ -158,6 +195,13 @@ def test_the_async_clients_old_names_warn_and_its_roles_are_awaited(zookeeper, n
             with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.create\(\)"):
                 spec = await client.create_shard_policy("async-legacy", "directory", buckets=4)
             await client.shard_maps.assign("async-legacy", "k", "p2")
+            await client.register("api", "p2", "10.0.0.2", 80, label="a")
+            # A lookup on a cold cache, awaited: the load runs off the loop.
+            assert (await client.aget_service("api")).label == "a"
+            assert [e.label for e in await client.aget_eligible_instances("api")] == ["a"]
+            assert client.get_service("api").label == "a"  # warm: the plain call
+            with pytest.warns(DeprecationWarning, match=r"\.resolve\(\) is deprecated"):
+                assert (await client.resolve("api")).label == "a"
             return spec
 
     spec = asyncio.run(main())

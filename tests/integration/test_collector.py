@@ -97,7 +97,7 @@ def test_published_lag_steers_min_lag(make_client, exporters, raw_zk):
     publisher.ensure_service("db", scheme="postgresql")
     replicas = {label: exporters(lag) for label, lag in (("r1", 5.0), ("r2", 1.0), ("r3", 3.0))}
     for label, exporter in replicas.items():
-        publisher.register_service("db", "p1", "127.0.0.1", exporter.port, label=label)
+        publisher.register("db", "p1", "127.0.0.1", exporter.port, label=label)
     policy = MinLag(cutoff=30, max_age=5)
 
     def picked():
@@ -121,9 +121,9 @@ def test_hung_and_dead_endpoints_stall_nobody_and_age(make_client, exporters, ra
     # A listener that never accepts: connections complete in the kernel, requests never answer.
     hung = socket.create_server(("127.0.0.1", 0), backlog=16)
     try:
-        publisher.register_service("db", "p1", "127.0.0.1", healthy.port, label="healthy")
-        publisher.register_service("db", "p1", "127.0.0.1", doomed.port, label="doomed")
-        publisher.register_service("db", "p1", "127.0.0.1", hung.getsockname()[1], label="hung")
+        publisher.register("db", "p1", "127.0.0.1", healthy.port, label="healthy")
+        publisher.register("db", "p1", "127.0.0.1", doomed.port, label="doomed")
+        publisher.register("db", "p1", "127.0.0.1", hung.getsockname()[1], label="hung")
         timeouts = error_count("timeout")
         errors = error_count("error")
         config = collecting(interval="400ms", timeout="300ms", jitter="0ms")
@@ -171,7 +171,7 @@ def test_two_collectors_split_the_work_and_survive_a_sigkill(
     names = [f"p{i % 2}:r{i}" for i in range(10)]
     for name in names:
         partition, label = name.split(":")
-        publisher.register_service("db", partition, "127.0.0.1", exporter.port, label=label)
+        publisher.register("db", partition, "127.0.0.1", exporter.port, label=label)
     config_path = tmp_path / "collector.toml"
     config_path.write_text(
         'cluster = "pair"\n[[services]]\nservice = "db"\ninterval = "500ms"\njitter = "50ms"\n'
@@ -277,7 +277,7 @@ def test_a_second_collector_with_another_configuration_takes_no_work(
     exporter = exporters(0.5)
     names = [f"p1:r{i}" for i in range(6)]
     for name in names:
-        publisher.register_service("db", "p1", "127.0.0.1", exporter.port, label=name[3:])
+        publisher.register("db", "p1", "127.0.0.1", exporter.port, label=name[3:])
     broken = parse_config(
         {
             "cluster": "fleet",
@@ -334,12 +334,12 @@ def test_a_member_registration_with_a_garbage_digest_moves_no_work(make_client, 
     publisher.ensure_service("db")
     exporter = exporters(0.5)
     for i in range(4):
-        publisher.register_service("db", "p1", "127.0.0.1", exporter.port, label=f"r{i}")
+        publisher.register("db", "p1", "127.0.0.1", exporter.port, label=f"r{i}")
     config = collecting(cluster="fleet")
     with MetricCollector(make_client("collector-fleet"), config) as fleet:
         assert wait_until(lambda: len(fleet.owned) == 4, 15)
         for n, garbage in enumerate((["x"], {"a": 1}, 7)):
-            publisher.register_service(
+            publisher.register(
                 "metric-collector-fleet",
                 "fleet",
                 "127.0.0.1",

@@ -43,8 +43,8 @@ def test_replica_lag_grows_while_replay_is_paused_and_falls_after(
 
     publisher = make_client("publisher")
     publisher.ensure_service("billing-db", scheme="postgresql")
-    publisher.register_service("billing-db", "p1", replica.host, replica.port, label="replica")
-    publisher.register_service("billing-db", "p1", postgres.host, postgres.port, label="primary")
+    publisher.register("billing-db", "p1", replica.host, replica.port, label="replica")
+    publisher.register("billing-db", "p1", postgres.host, postgres.port, label="primary")
     monkeypatch.setenv(PASSWORD_VARIABLE, postgres.password)  # the source reads it, never logs it
     config = parse_config(
         {

@@ -38,7 +38,7 @@ def test_a_flapping_connection_keeps_the_session_and_writes_nothing(caplog):
         try:
             states: list[str] = []
             client._zk.add_listener(states.append)
-            registration = client.register_service("api", "p1", "h", 80)
+            registration = client.register("api", "p1", "h", 80)
             _, before = client._zk.get(registration.path)
             session = client.session_id
             with caplog.at_level(logging.INFO, logger="sentinel.zk.ephemeral"):

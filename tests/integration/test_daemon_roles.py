@@ -65,7 +65,7 @@ def secured(cli_in_process, make_client, tmp_path: Path) -> Secured:
     }
     publisher = make_client("publisher", identity=identities["publisher"], announce=False)
     publisher.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
-    publisher.register_service(SERVICE, "p1", "10.0.0.1", 5432, label="primary")
+    publisher.register(SERVICE, "p1", "10.0.0.1", 5432, label="primary")
     return Secured(identities, identities_file)
 
 
@@ -153,7 +153,7 @@ def test_a_daemon_identity_writes_no_other_service(secured, make_client, raw_zk,
     daemon = make_client(f"a-{role}", identity=secured.identities[role], announce=False)
     for service in others:
         with pytest.raises(AccessDenied):
-            daemon.register_service(service, "p1", "10.6.6.6", 1, label="intruder")
+            daemon.register(service, "p1", "10.6.6.6", 1, label="intruder")
         assert not raw_zk.exists(f"/services/{service}/p1:intruder")
     with pytest.raises(AccessDenied):
         daemon.ensure_service(f"{role}-new-service")
@@ -197,13 +197,13 @@ def test_grant_takes_over_a_daemon_service_the_publisher_made(
 ):
     # Before the daemons had roles, operators ran them as the publisher.
     as_publisher = make_client("old-way", identity=secured.identities["publisher"], announce=False)
-    as_publisher.register_service("metric-collector-old", "old", "10.0.0.9", 1, label="old")
+    as_publisher.register("metric-collector-old", "old", "10.0.0.9", 1, label="old")
     collector = make_client("new-way", identity=secured.identities["collector"], announce=False)
     with pytest.raises(AccessDenied):
-        collector.register_service("metric-collector-old", "old", "10.0.0.9", 2, label="new")
+        collector.register("metric-collector-old", "old", "10.0.0.9", 2, label="new")
     grants = admin(cli_in_process, "grant", secured.identities_file)["grants"]
     assert grants["metric-collector-old"] == "collector"
-    collector.register_service("metric-collector-old", "old", "10.0.0.9", 2, label="new")
+    collector.register("metric-collector-old", "old", "10.0.0.9", 2, label="new")
     assert sorted(raw_zk.get_children("/services/metric-collector-old")) == ["old:new", "old:old"]
 
 

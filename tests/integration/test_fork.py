@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import ZooKeeperUnavailable
 from sentinel.events import InstancesChanged
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -67,10 +68,10 @@ def _exit_code(pid: int) -> int:
 
 def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(make_client, raw_zk):
     writer = make_client("writer")
-    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    writer.register_service("cache", "p1", "10.0.0.9", 6379, label="c")
+    writer.register("db", "p1", "10.0.0.1", 5432, label="a")
+    writer.register("cache", "p1", "10.0.0.9", 6379, label="c")
     parent = make_client("app")
-    mine = parent.register_service("web", "p1", "10.0.1.1", 8080, label="w")
+    mine = parent.register("web", "p1", "10.0.1.1", 8080, label="w")
     assert parent.get_service("db").label == "a"  # warm before the fork
     parent_session = parent.session_id
     heard: list[InstancesChanged] = []
@@ -84,7 +85,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
         assert pipe.poll(REPLY_TIMEOUT)  # the parent has registered b after the fork
         pipe.recv()
         seen = wait_until(
-            lambda: {e.label for e in client.get_services("db")} == {"a", "b"},
+            lambda: {e.label for e in client.eligible_instances("db")} == {"a", "b"},
             timeout=PROPAGATION_BOUND,
         )
         return {
@@ -109,7 +110,7 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     hello = _receive(pipe)
     assert hello["first"] == "a"
     assert hello["first_lookup"] < 1.0  # served, not loaded: no wait for a connection
-    writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")  # after the fork
+    writer.register("db", "p1", "10.0.0.2", 5432, label="b")  # after the fork
     pipe.send("registered")
     result = _receive(pipe)
     assert _exit_code(pid) == 0
@@ -131,9 +132,9 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
     _, stat = raw_zk.get(mine.path)
     assert stat.ephemeralOwner == parent_session
     assert parent.registrations == (mine,)
-    assert wait_until(lambda: {e.label for e in parent.get_services("db")} == {"a", "b"})
-    writer.register_service("db", "p1", "10.0.0.3", 5432, label="d")
-    assert wait_until(lambda: len(parent.get_services("db")) == 3, timeout=PROPAGATION_BOUND)
+    assert wait_until(lambda: {e.label for e in parent.eligible_instances("db")} == {"a", "b"})
+    writer.register("db", "p1", "10.0.0.3", 5432, label="d")
+    assert wait_until(lambda: len(parent.eligible_instances("db")) == 3, timeout=PROPAGATION_BOUND)
 
 
 @pytest.mark.parametrize(
@@ -148,17 +149,21 @@ def test_a_child_whose_first_use_comes_after_a_drain_never_returns_the_drained_i
     make_client, inherited_max_age, served
 ):
     writer = make_client("writer")
-    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    drained = writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
-    options = {} if inherited_max_age == "default" else {"inherited_max_age": inherited_max_age}
+    writer.register("db", "p1", "10.0.0.1", 5432, label="a")
+    drained = writer.register("db", "p1", "10.0.0.2", 5432, label="b")
+    options = (
+        {}
+        if inherited_max_age == "default"
+        else {"cache": CacheConfig(inherited_max_age=inherited_max_age)}
+    )
     parent = make_client("app", **options)
-    assert {e.label for e in parent.get_services("db")} == {"a", "b"}  # warm before the fork
+    assert {e.label for e in parent.eligible_instances("db")} == {"a", "b"}  # warm before the fork
 
     def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
         assert pipe.poll(REPLY_TIMEOUT)  # the parent has drained b
         pipe.recv()
         since_fork = time.time() - client._forked_at
-        return {"labels": {e.label for e in client.get_services("db")}, "age": since_fork}
+        return {"labels": {e.label for e in client.eligible_instances("db")}, "age": since_fork}
 
     pid, pipe = _fork(parent, child)
     writer.drain(drained)  # deregister, then drain_wait (1 s) for clients to see it
@@ -174,7 +179,7 @@ def _fork_then_cut_the_link(
 ) -> dict[str, Any]:
     """A warm parent ``app`` whose link to ZooKeeper goes through a proxy; fork, cut the link,
     and tell the child (``child`` waits for it on the pipe); returns the child's result."""
-    make_client("writer").register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    make_client("writer").register("db", "p1", "10.0.0.1", 5432, label="a")
     proxy = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
     try:
         parent = make_client("app", hosts=proxy.address, **parent_options)
@@ -201,7 +206,9 @@ def test_a_child_within_inherited_max_age_serves_the_inherited_snapshot_with_no_
         return {"label": client.get_service("db").label, "state": client.connection_state}
 
     # A bound far above the fork's own time, so the test does not depend on the load.
-    result = _fork_then_cut_the_link(zookeeper, make_client, child, inherited_max_age=60.0)
+    result = _fork_then_cut_the_link(
+        zookeeper, make_client, child, cache=CacheConfig(inherited_max_age=60.0)
+    )
     assert result == {"label": "a", "state": "snapshot"}
 
 
@@ -212,7 +219,9 @@ def test_a_child_past_inherited_max_age_that_cannot_connect_fails_typed_not_stal
         assert pipe.poll(REPLY_TIMEOUT)  # the link is cut
         pipe.recv()
         # Timed by the child's own clock: the fork itself may take a while under load.
-        assert wait_until(lambda: time.time() - client._forked_at > client.inherited_max_age)
+        assert wait_until(
+            lambda: time.time() - client._forked_at > client.cache_config.inherited_max_age
+        )
         started = time.monotonic()
         try:
             client.get_service("db")
@@ -227,7 +236,7 @@ def test_a_child_past_inherited_max_age_that_cannot_connect_fails_typed_not_stal
 
 def test_a_child_closing_its_inherited_client_leaves_the_parent_session_alone(make_client, raw_zk):
     parent = make_client("app")
-    mine = parent.register_service("web", "p1", "10.0.1.1", 8080, label="w")
+    mine = parent.register("web", "p1", "10.0.1.1", 8080, label="w")
     parent_session = parent.session_id
 
     def child(client: Sentinel, _: multiprocessing.connection.Connection) -> dict[str, Any]:
@@ -248,7 +257,7 @@ def test_a_child_closing_its_inherited_client_leaves_the_parent_session_alone(ma
 
 def test_a_used_child_that_closes_ends_only_its_own_session(make_client, raw_zk):
     writer = make_client("writer")
-    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    writer.register("db", "p1", "10.0.0.1", 5432, label="a")
     parent = make_client("app")
     parent.get_service("db")
     parent_session = parent.session_id
@@ -317,8 +326,8 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
     gunicorn, zookeeper, namespace, make_client, raw_zk, tmp_path
 ):
     writer = make_client("writer")
-    old = writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    writer.register_service("cache", "p1", "10.0.0.9", 6379, label="c")
+    old = writer.register("db", "p1", "10.0.0.1", 5432, label="a")
+    writer.register("cache", "p1", "10.0.0.9", 6379, label="c")
     (tmp_path / "app.py").write_text(_docs_app())
     (port,) = free_ports(1)
     env = os.environ | {"SENTINEL_ZK": zookeeper.connect_string, "WEB_NAMESPACE": namespace}
@@ -333,8 +342,8 @@ def test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations
             log.read_text()
         )
         # After the fork: a new instance, and the old one gone, so only a fresh view answers b.
-        writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
-        writer.deregister_service(old)
+        writer.register("db", "p1", "10.0.0.2", 5432, label="b")
+        writer.deregister(old)
         answers: dict[int, dict[str, Any]] = {}
 
         def both_answer_b() -> bool:
@@ -367,8 +376,8 @@ def test_gunicorn_preload_workers_whose_first_request_comes_after_a_drain_never_
     gunicorn, zookeeper, namespace, make_client, tmp_path
 ):
     writer = make_client("writer")
-    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
-    drained = writer.register_service("db", "p1", "10.0.0.2", 5432, label="b")
+    writer.register("db", "p1", "10.0.0.1", 5432, label="a")
+    drained = writer.register("db", "p1", "10.0.0.2", 5432, label="b")
     (tmp_path / "app.py").write_text(_docs_app())  # prefetches db in the master
     (port,) = free_ports(1)
     env = os.environ | {"SENTINEL_ZK": zookeeper.connect_string, "WEB_NAMESPACE": namespace}
@@ -406,14 +415,14 @@ def _resolve_in_worker(service: str) -> tuple[int, str, int | None, str]:
 def test_multiprocessing_fork_pool_workers_resolve_on_sessions_of_their_own(make_client):
     global _POOL_CLIENT
     writer = make_client("writer")
-    writer.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    writer.register("db", "p1", "10.0.0.1", 5432, label="a")
     parent = _POOL_CLIENT = make_client("app")
     parent.get_service("db")
     parent_session = parent.session_id
     try:
         with multiprocessing.get_context("fork").Pool(2) as pool:
             # Registered after the workers were forked: they load it on their own sessions.
-            writer.register_service("queue", "p1", "10.0.0.7", 5672, label="q")
+            writer.register("queue", "p1", "10.0.0.7", 5672, label="q")
             results = pool.map(_resolve_in_worker, ["queue", "db"] * 4, chunksize=1)
     finally:
         _POOL_CLIENT = None

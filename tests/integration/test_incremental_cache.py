@@ -24,7 +24,7 @@ def sharded_world(publisher, per_partition=3):
     for partition in ("p1", "p2"):
         for r in range(per_partition):
             label = f"r{r}"
-            registrations[partition, label] = publisher.register_service(
+            registrations[partition, label] = publisher.register(
                 "db", partition, f"10.0.{partition[1]}.{r}", 5432, label=label
             )
             publisher.update_metrics("db", partition, label, {"lag": 0})
@@ -102,7 +102,7 @@ def test_memoized_policy_results_are_recomputed_for_the_changed_partition_only(m
     for key in ("k1", "k2", "k1", "k2"):
         client.get_service("db", key, policy=policy)
     assert policy.calls == ["p1", "p2", "p2"]
-    assert client.get_services("db", "k2", policy=policy)[2].metrics == {"lag": 9}
+    assert client.eligible_instances("db", "k2", policy=policy)[2].metrics == {"lag": 9}
 
 
 def test_instance_changes_in_a_partition_match_a_fresh_load(make_client):
@@ -113,15 +113,15 @@ def test_instance_changes_in_a_partition_match_a_fresh_load(make_client):
     client.listen("db", recorder)
     start = client._snapshots["db"]
 
-    publisher.register_service("db", "p1", "10.0.1.9", 5432, label="new")
+    publisher.register("db", "p1", "10.0.1.9", 5432, label="new")
     added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
     assert [e.name for e in added.added] == ["p1:new"] and not added.removed
     snapshot = client._snapshots["db"]
     assert [e.label for e in snapshot.partitions["p1"]] == ["new", "r0", "r1", "r2"]
     assert snapshot.partitions["p2"] is start.partitions["p2"]
-    assert "p1:new" in {e.name for e in client.get_services("db", "k1")}
+    assert "p1:new" in {e.name for e in client.eligible_instances("db", "k1")}
 
-    publisher.register_service("db", "p1", "10.0.1.0", 5432, label="r0", status="down")
+    publisher.register("db", "p1", "10.0.1.0", 5432, label="r0", status="down")
     updated = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.updated)
     assert [(o.status, n.status, n.name) for o, n in updated.updated] == [("up", "down", "p1:r0")]
     snapshot = client._snapshots["db"]
@@ -129,11 +129,11 @@ def test_instance_changes_in_a_partition_match_a_fresh_load(make_client):
     assert "p1:r0" in {e.name for e in snapshot.partitions["p1"]}
 
     for label in ("r1", "r2"):
-        publisher.deregister_service(registrations["p2", label])
+        publisher.deregister(registrations["p2", label])
     recorder.wait(
         lambda e: isinstance(e, InstancesChanged) and [x.name for x in e.removed] == ["p2:r2"]
     )
-    publisher.deregister_service(registrations["p2", "r0"])
+    publisher.deregister(registrations["p2", "r0"])
     recorder.wait(
         lambda e: isinstance(e, InstancesChanged) and [x.name for x in e.removed] == ["p2:r0"]
     )

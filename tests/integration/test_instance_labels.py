@@ -23,9 +23,9 @@ def test_a_bad_host_is_refused_before_anything_is_written(make_client, raw_zk, h
     client = make_client()
     client.ensure_service("api")
     with pytest.raises(ValidationError, match="must be an IPv4 or IPv6 address or a DNS name"):
-        client.register_service("api", "p1", host, 80)
+        client.register("api", "p1", host, 80)
     with pytest.raises(ValidationError):
-        client.register_service("api", "p1", host, 80, label="explicit")
+        client.register("api", "p1", host, 80, label="explicit")
     assert raw_zk.get_children("/services/api") == []
 
 
@@ -33,8 +33,8 @@ def test_registrations_that_used_to_share_a_default_label_both_exist(make_client
     first_host, second_host = LONG + ".a", LONG + ".b"
     # What the label used to be: both truncated to the same 128 characters.
     assert sanitize_name(f"{first_host}_80") == sanitize_name(f"{second_host}_80")
-    first = make_client("one").register_service("api", "p1", first_host, 80)
-    second = make_client("two").register_service("api", "p1", second_host, 80)
+    first = make_client("one").register("api", "p1", first_host, 80)
+    second = make_client("two").register("api", "p1", second_host, 80)
     assert first.label != second.label
     hosts = {
         json.loads(raw_zk.get(f"/services/api/{name}")[0])["host"]
@@ -46,7 +46,7 @@ def test_registrations_that_used_to_share_a_default_label_both_exist(make_client
 def test_ipv6_hosts_get_their_own_labels(make_client, raw_zk):
     client = make_client()
     for host in ("fe80::1", "fe80::1%eth0", "fe80--1.example"):
-        client.register_service("api", "p1", host, 80)
+        client.register("api", "p1", host, 80)
     assert sorted(raw_zk.get_children("/services/api")) == [
         "p1:_6_fe80--1_80",
         "p1:_6_fe80--1_eth0_80",
@@ -56,19 +56,19 @@ def test_ipv6_hosts_get_their_own_labels(make_client, raw_zk):
 
 def test_a_label_held_by_another_endpoint_is_refused_and_left_alone(make_client, raw_zk):
     holder = make_client("holder")
-    held = holder.register_service("api", "p1", "10.0.0.1", 80, label="primary")
+    held = holder.register("api", "p1", "10.0.0.1", 80, label="primary")
     intruder = make_client("intruder")
     with pytest.raises(LabelTaken, match=r"held by another instance \(10.0.0.1 port 80\)"):
-        intruder.register_service("api", "p1", "10.0.0.2", 80, label="primary")
+        intruder.register("api", "p1", "10.0.0.2", 80, label="primary")
     with pytest.raises(LabelTaken):
-        intruder.register_service("api", "p1", "10.0.0.1", 81, label="primary")
+        intruder.register("api", "p1", "10.0.0.1", 81, label="primary")
     assert issubclass(LabelTaken, RegistryConflict)
     data, stat = raw_zk.get(held.path)
     assert stat.ephemeralOwner == holder.session_id
     assert json.loads(data)["host"] == "10.0.0.1"
     assert intruder.registrations == ()
     # Another partition is another label space.
-    intruder.register_service("api", "p2", "10.0.0.2", 80, label="primary")
+    intruder.register("api", "p2", "10.0.0.2", 80, label="primary")
 
 
 @pytest.mark.parametrize("spelling", ["10.0.0.9", "::1", "[::1]", "0:0::1", "DB-1.example"])
@@ -77,12 +77,12 @@ def test_the_same_endpoint_restarted_replaces_its_stale_node(make_client, raw_zk
     same host and port (spelt either way) take it over, for an explicit and a default label."""
     canonical = {"::1": "::1", "[::1]": "::1", "0:0::1": "::1", "DB-1.example": "db-1.example"}
     old = make_client("old")
-    explicit = old.register_service("api", "p1", canonical.get(spelling, spelling), 80, label="a")
-    default = old.register_service("api", "p1", canonical.get(spelling, spelling), 80)
+    explicit = old.register("api", "p1", canonical.get(spelling, spelling), 80, label="a")
+    default = old.register("api", "p1", canonical.get(spelling, spelling), 80)
     new = make_client("new")
     for before in (explicit, default):
         label = before.label if before is explicit else None
-        again = new.register_service("api", "p1", spelling, 80, label=label)
+        again = new.register("api", "p1", spelling, 80, label=label)
         assert again.path == before.path
         data, stat = raw_zk.get(again.path)
         assert stat.ephemeralOwner == new.session_id != old.session_id
@@ -103,8 +103,8 @@ def test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_res
     """After a session expiry the client re-creates its nodes; when another instance took one
     of its labels meanwhile, that one is logged and left to it, and the others come back."""
     client = make_client("expired", hosts=link.address)
-    mine = client.register_service("api", "p1", "10.0.0.1", 80, label="a")
-    other = client.register_service("api", "p1", "10.0.0.1", 81, label="b")
+    mine = client.register("api", "p1", "10.0.0.1", 80, label="a")
+    other = client.register("api", "p1", "10.0.0.1", 81, label="b")
     rival = make_client("rival")
     with caplog.at_level(logging.ERROR, logger="sentinel.zk.ephemeral"):
         # The client cut off, its session expired meanwhile (its nodes go with it), and
@@ -112,7 +112,7 @@ def test_a_restore_meeting_another_endpoint_skips_that_node_and_restores_the_res
         link.cut()
         old_session = expire_session(client, hosts=zookeeper.connect_string)
         assert raw_zk.exists(mine.path) is None and raw_zk.exists(other.path) is None
-        rival.register_service("api", "p1", "10.0.0.2", 80, label="a")
+        rival.register("api", "p1", "10.0.0.2", 80, label="a")
         link.restore()
         assert wait_until(lambda: raw_zk.exists(other.path) is not None, 20)
     new_session = raw_zk.exists(other.path).ephemeralOwner

@@ -56,7 +56,7 @@ def servers():
 
 def register(publisher, service, servers, partition="p1", **kwargs):
     for server in servers:
-        publisher.register_service(
+        publisher.register(
             service, partition, "127.0.0.1", server.port, label=server.name, **kwargs
         )
 
@@ -66,7 +66,7 @@ def names(http, url, count, **kwargs):
 
 
 def endpoint_of(client, service, label):
-    return next(e for e in client.instances(service) if e.label == label)
+    return next(e for e in client.cached_instances(service) if e.label == label)
 
 
 def test_requests_are_spread_by_the_balancer_and_keep_path_and_query(make_client, servers):
@@ -82,7 +82,7 @@ def test_requests_are_spread_by_the_balancer_and_keep_path_and_query(make_client
         assert names(http, "http://api.sentinel/", 90) == {"a": 30, "b": 30, "c": 30}
 
     heavy = servers("heavy")
-    publisher.register_service("weighted", "p1", "127.0.0.1", heavy.port, label="heavy", weight=3)
+    publisher.register("weighted", "p1", "127.0.0.1", heavy.port, label="heavy", weight=3)
     register(publisher, "weighted", [servers("light")])
     transport = SentinelTransport(client, balancer=WeightedRandom(seed=7))
     with httpx.Client(transport=transport) as http:
@@ -154,7 +154,7 @@ def test_latency_feedback_shifts_load_away_from_a_slow_instance(make_client, ser
         assert slow is not None and slow >= 0.05
         # A new instance is tried, measured, and gets its share.
         register(publisher, "api", [servers("fast-3")])
-        assert wait_until(lambda: len(client.instances("api")) == 4)
+        assert wait_until(lambda: len(client.cached_instances("api")) == 4)
         assert names(http, url, 90)["fast-3"] >= 15
 
 

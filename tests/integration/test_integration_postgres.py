@@ -18,6 +18,7 @@ from sentinel.policies.metrics import MinLag
 
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import PostgresBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
 from sentinel.feedback import InstanceFeedback
@@ -56,14 +57,14 @@ def start_replicas(primary, publisher, count: int) -> list:
             assert wait_until(caught_up, 30), "a replica never caught up"
     publisher.ensure_service(SERVICE, scheme="postgresql")
     for n, replica in enumerate(replicas, 1):
-        publisher.register_service(
+        publisher.register(
             SERVICE, "p1", replica.host, replica.port, scheme="postgresql", label=f"r{n}"
         )
     return replicas
 
 
 def cached_lags(client) -> dict:
-    return {e.label: e.metrics.get("replication_lag") for e in client.get_services(SERVICE)}
+    return {e.label: e.metrics.get("replication_lag") for e in client.eligible_instances(SERVICE)}
 
 
 def test_connections_follow_the_least_lagging_replica_under_the_cutoff(
@@ -141,14 +142,14 @@ def test_a_killed_replica_costs_no_request_and_is_reported_down(postgres, make_c
         asyncio.run(with_async_pools(lambda: r1.stop("immediate")))
         # Every request succeeds: the dead replica's failures stay inside the bounded retries.
         assert {served_by(pools) for _ in range(8)} == {r2.port}
-        assert [e.label for e in app.get_services(SERVICE)] == ["r2"]  # marked down
+        assert [e.label for e in app.eligible_instances(SERVICE)] == ["r2"]  # marked down
         assert "p1:r1" not in repr(pools)  # its pool, and its reconnecting threads, are gone
 
 
 def test_an_error_inside_the_block_rolls_back_is_raised_and_is_never_retried(postgres, make_client):
     publisher, app = make_client("publisher"), make_client("ledger-api")
     publisher.ensure_service("ledger-db", scheme="postgresql")
-    publisher.register_service("ledger-db", "p1", postgres.host, postgres.port, label="primary")
+    publisher.register("ledger-db", "p1", postgres.host, postgres.port, label="primary")
     with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
         conn.execute("CREATE TABLE entries (n int)")
     runs = 0
@@ -164,7 +165,9 @@ def test_an_error_inside_the_block_rolls_back_is_raised_and_is_never_retried(pos
     assert runs == 2  # each block ran once: an error inside it is never a retry
     with psycopg.connect(postgres.dsn(), autocommit=True) as conn:
         assert conn.execute("SELECT n FROM entries").fetchall() == [(2,)]  # the rest rolled back
-    assert [e.label for e in app.get_services("ledger-db")] == ["primary"]  # not reported down
+    assert [e.label for e in app.eligible_instances("ledger-db")] == [
+        "primary"
+    ]  # not reported down
 
 
 def test_connect_reports_a_dead_endpoint_and_gives_up_after_the_retries(postgres, make_client):
@@ -192,10 +195,10 @@ def primary_with_a_credential(primary, make_client, backend):
     (manager, app, registration)."""
     manager = make_client("auth-manager", announce=False)
     manager.ensure_service(SERVICE, scheme="postgresql")
-    registration = manager.register_service(
+    registration = manager.register(
         SERVICE, "p1", primary.host, primary.port, scheme="postgresql", label="primary"
     )
-    app = make_client("orders-api", auth_keys=ClientKeyring.generate())
+    app = make_client("orders-api", auth=AuthConfig(keys=ClientKeyring.generate()))
     app.get_service(SERVICE)
     manager.credentials.rotate(SERVICE, "orders-api", backend, timeout=20)
     assert wait_until(lambda: app.get_service(SERVICE).auth is not None, 10)

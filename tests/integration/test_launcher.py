@@ -47,7 +47,7 @@ def test_ensemble_survives_losing_its_leader_and_the_member_rejoins():
         modes = sorted(member.mode() for member in ensemble)
         assert modes == ["follower", "follower", "leader"]
         with Sentinel(hosts=ensemble.connect_string, client_id="ha", session_timeout=6.0) as c:
-            before = c.register_service("api", "p1", "h", 80)
+            before = c.register("api", "p1", "h", 80)
             old_leader = ensemble.leader()
             old_leader.kill()
             assert not old_leader.is_running()
@@ -59,10 +59,10 @@ def test_ensemble_survives_losing_its_leader_and_the_member_rejoins():
                 return labels == [before.label]
 
             assert wait_until(still_served, timeout=20, ignore=(ConnectionInterrupted,))
-            after = c.register_service("api", "p2", "h", 81)
+            after = c.register("api", "p2", "h", 81)
             assert {i.partition for i in c.read_service("api").instances} == {"p1", "p2"}
 
             old_leader.restart()
             assert old_leader.mode() == "follower"
             assert ensemble.leader() is new_leader
-            c.deregister_service(after)
+            c.deregister(after)

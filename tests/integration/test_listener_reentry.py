@@ -17,6 +17,7 @@ import pytest
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.auth.writer import CredentialWriter
 from sentinel.errors import CalledFromListener, ClientClosed, SentinelError, ServiceNotFound
 from sentinel.events import InstancesChanged
@@ -62,11 +63,11 @@ def call_from_listener(
     publisher: Sentinel, client: Sentinel, call: Callable[[Sentinel], Any]
 ) -> FromListener:
     """Make a change ``client`` hears, run ``call`` in its listener, and wait for it."""
-    publisher.register_service("trigger", "p1", "10.9.0.1", 80, label="a")
+    publisher.register("trigger", "p1", "10.9.0.1", 80, label="a")
     client.get_service("trigger")
     probe = FromListener(client, call)
     client.listen("trigger", probe)
-    publisher.register_service("trigger", "p1", "10.9.0.2", 80, label="b")
+    publisher.register("trigger", "p1", "10.9.0.2", 80, label="b")
     assert probe.done.wait(30), "the listener did not finish within 30 s"
     assert probe.thread is not threading.current_thread()
     return probe
@@ -85,7 +86,7 @@ def test_close_from_a_listener_ends_the_session_and_its_registrations(
 ):
     publisher = make_client("publisher")
     client = make_client("closer")
-    client.register_service("own", "p1", "10.9.1.1", 5432, label="mine")
+    client.register("own", "p1", "10.9.1.1", 5432, label="mine")
     session = f"sid=0x{client.session_id:x},"
     assert session in sessions_on_server(zookeeper)
 
@@ -104,7 +105,7 @@ def test_close_from_a_listener_ends_the_session_and_its_registrations(
 
 def test_a_lookup_queued_behind_a_listener_that_closes_fails_at_once(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.register_service("other", "p1", "10.9.2.1", 5432, label="x")
+    publisher.register("other", "p1", "10.9.2.1", 5432, label="x")
     waiting: dict[str, Any] = {}
 
     def lookup_then_close(c: Sentinel) -> None:
@@ -132,7 +133,7 @@ def test_a_lookup_queued_behind_a_listener_that_closes_fails_at_once(make_client
 
 def test_a_first_lookup_from_a_listener_loads_the_service_at_once(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.register_service("other", "p1", "10.9.2.1", 5432, label="x")
+    publisher.register("other", "p1", "10.9.2.1", 5432, label="x")
 
     probe = call_from_listener(publisher, client, lambda c: c.get_service("other"))
 
@@ -140,8 +141,8 @@ def test_a_first_lookup_from_a_listener_loads_the_service_at_once(make_client):
     assert probe.seconds < AT_ONCE
     assert probe.result.host == "10.9.2.1"
     # Loaded as any lookup loads it: cached and followed from now on.
-    publisher.register_service("other", "p1", "10.9.2.2", 5432, label="y")
-    assert wait_until(lambda: len(client.instances("other")) == 2) is not None
+    publisher.register("other", "p1", "10.9.2.2", 5432, label="y")
+    assert wait_until(lambda: len(client.cached_instances("other")) == 2) is not None
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class Scene:
 def follow_credential(client: Sentinel, scene: Scene) -> None:
     """The client holds version 1 of a credential for ``vault``, so a rotation of it waits
     for this client's confirmation."""
-    scene.publisher.register_service("vault", "p1", "10.9.4.1", 5432, label="v")
+    scene.publisher.register("vault", "p1", "10.9.4.1", 5432, label="v")
     scene.publisher.credentials.publish(
         "vault", "caller", scene.backend.create("vault", "caller", 1)
     )
@@ -182,22 +183,20 @@ CASES: dict[str, Case] = {
     # resolution: every first lookup loads its service on the spot
     "get_service": Case(lambda c, s: c.get_service("sharded", "acme")),
     "get_service of no service": Case(lambda c, s: c.get_service("absent"), ServiceNotFound),
-    "get_services": Case(lambda c, s: c.get_services("other")),
+    "eligible_instances": Case(lambda c, s: c.eligible_instances("other")),
     "prefetch": Case(lambda c, s: c.prefetch("other")),
     "partition_of": Case(lambda c, s: c.partition_of("sharded", "acme")),
     "explain": Case(lambda c, s: c.explain("sharded", "acme")),
-    "instances": Case(lambda c, s: c.instances("other")),
+    "cached_instances": Case(lambda c, s: c.cached_instances("other")),
     "read_service": Case(lambda c, s: c.read_service("other")),
     "report": Case(lambda c, s: c.report(c.get_service("other"), ok=False, latency=0.1)),
     "listen": Case(lambda c, s: c.listen("other", lambda event: None)),
     # publishing
     "ensure_namespace": Case(lambda c, s: c.ensure_namespace()),
     "ensure_service": Case(lambda c, s: c.ensure_service("fresh")),
-    "register_service": Case(
-        lambda c, s: c.register_service("own", "p1", "10.9.1.2", 5432, label="second")
-    ),
+    "register": Case(lambda c, s: c.register("own", "p1", "10.9.1.2", 5432, label="second")),
     "update_registration": Case(lambda c, s: c.update_registration(s.own, weight=2)),
-    "deregister_service": Case(lambda c, s: c.deregister_service(s.own)),
+    "deregister": Case(lambda c, s: c.deregister(s.own)),
     "drain": Case(lambda c, s: c.drain(s.own, wait=0)),
     "update_metrics": Case(lambda c, s: c.update_metrics(s.own, {"replication_lag": 1.5})),
     # shard maps
@@ -252,15 +251,15 @@ def test_the_survey_covers_every_public_name_of_sentinel():
 def test_every_public_call_from_a_listener_works_or_refuses_at_once(name, make_client, tmp_path):
     case = CASES[name]
     publisher = make_client("publisher")
-    client = make_client("caller", auth_keys=ClientKeyring.generate())
+    client = make_client("caller", auth=AuthConfig(keys=ClientKeyring.generate()))
     publisher.shard_maps.create("tenants", "directory", buckets=4)
     publisher.ensure_service("sharded", shard_policy="tenants")
-    publisher.register_service("sharded", "p1", "10.9.3.1", 5432, label="s")
+    publisher.register("sharded", "p1", "10.9.3.1", 5432, label="s")
     publisher.shard_maps.assign("tenants", "acme", "p1")
-    publisher.register_service("other", "p1", "10.9.2.1", 5432, label="x")
+    publisher.register("other", "p1", "10.9.2.1", 5432, label="x")
     scene = Scene(
         publisher,
-        client.register_service("own", "p1", "10.9.1.1", 5432, label="mine"),
+        client.register("own", "p1", "10.9.1.1", 5432, label="mine"),
         FileBackend(tmp_path / "credentials.json"),
     )
     if case.prepare is not None:
@@ -278,5 +277,7 @@ def test_every_public_call_from_a_listener_works_or_refuses_at_once(name, make_c
         with pytest.raises(ClientClosed):
             client.get_service("other")
     else:
-        publisher.register_service("other", "p1", "10.9.2.9", 5432, label="late")
-        assert wait_until(lambda: "10.9.2.9" in {e.host for e in client.get_services("other")})
+        publisher.register("other", "p1", "10.9.2.9", 5432, label="late")
+        assert wait_until(
+            lambda: "10.9.2.9" in {e.host for e in client.eligible_instances("other")}
+        )

@@ -29,11 +29,11 @@ def world(make_client):
     publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
     publisher.ensure_service("orders-db", scheme="postgresql", shard_policy="tenants")
     for label, lag in (("replica-a", 3), ("replica-b", 12)):
-        publisher.register_service(
+        publisher.register(
             "orders-db", "p1", f"10.0.0.{lag}", 5432, label=label, scheme="postgresql", zone="z1"
         )
         publisher.update_metrics("orders-db", "p1", label, {"replication_lag": lag})
-    publisher.register_service("api", "main", "10.1.0.1", 8080, label="api-1")
+    publisher.register("api", "main", "10.1.0.1", 8080, label="api-1")
     return publisher
 
 
@@ -129,13 +129,13 @@ def watching(zookeeper, namespace):
 def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, make_client):
     with watching(zookeeper, namespace) as process:
         writer = make_client("late-publisher")
-        writer.register_service("api", "main", "10.1.0.9", 8080, label="api-9")
+        writer.register("api", "main", "10.1.0.9", 8080, label="api-9")
         registered = time.monotonic()
         line = process.stdout.readline()
         seen = time.monotonic()
         assert "api" in line and "+ main:api-9 http://10.1.0.9:8080 (up)" in line
         assert seen - registered < 0.1, f"shown {1000 * (seen - registered):.0f} ms later"
-        writer.register_service("brand-new", "p1", "h", 1)
+        writer.register("brand-new", "p1", "h", 1)
         assert "brand-new" in process.stdout.readline()
 
 
@@ -157,7 +157,7 @@ def chain(make_client):
     """s1 -> s2 -> s3 -> s4 -> s5 -> s6, and s6 -> s4 closing a cycle, as live clients."""
     publisher = make_client("publisher")
     for i in range(1, 7):
-        publisher.register_service(f"s{i}", "p", f"10.2.0.{i}", 80)
+        publisher.register(f"s{i}", "p", f"10.2.0.{i}", 80)
     for source, target in [(f"s{i}", f"s{i + 1}") for i in range(1, 6)] + [("s6", "s4")]:
         make_client(f"{source}-to-{target}", app=source).prefetch(target)
 
@@ -236,7 +236,7 @@ def test_doctor_reports_findings_with_fixes(cli, world, raw_zk):
 
 
 def test_doctor_passes_a_healthy_namespace(cli, make_client):
-    make_client("publisher").register_service("api", "main", "h", 80)
+    make_client("publisher").register("api", "main", "h", 80)
     result = cli("doctor")
     assert result.returncode == 0, result.stdout
     assert "0 problem(s)" in result.stdout
@@ -328,7 +328,7 @@ def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, 
     Each time: exit 0, no traceback."""
     writer = make_client("busy-publisher")
     for i in range(40):  # enough services that loading them at start takes a while
-        writer.register_service(f"present-{i}", "p1", "h", 1)
+        writer.register(f"present-{i}", "p1", "h", 1)
 
     def ctrl_c_after(stream: str, text: str, then=None) -> None:
         process = subprocess.Popen(
@@ -358,14 +358,14 @@ def test_watch_exits_cleanly_whenever_ctrl_c_lands(zookeeper, namespace, world, 
 
     def new_services():
         for i in range(20):
-            writer.register_service(f"burst-{i}", "p1", "h", 1)
+            writer.register(f"burst-{i}", "p1", "h", 1)
 
     # The first of 20 new services shown, the others still being followed.
     ctrl_c_after("stdout", "service appeared", then=new_services)
 
     def new_instances():
         for i in range(50):
-            writer.register_service("api", "main", "10.1.0.2", 9000 + i, label=f"api-x{i}")
+            writer.register("api", "main", "10.1.0.2", 9000 + i, label=f"api-x{i}")
 
     # The first of 50 registrations printed, the others still arriving.
     ctrl_c_after("stdout", "+ main:api-x", then=new_instances)

@@ -26,7 +26,7 @@ def three_replicas(publisher):
     publisher.shard_maps.assign("tenants", "acme", "p1")
     publisher.ensure_service("db", scheme="postgresql", shard_policy="tenants")
     for label in ("r1", "r2", "r3"):
-        publisher.register_service(
+        publisher.register(
             "db", "p1", f"10.0.0.{label[-1]}", 5432, scheme="postgresql", label=label
         )
 
@@ -85,24 +85,24 @@ def test_metrics_reach_endpoints_with_their_age_and_outlive_instances(make_clien
         "measured_at": 1000.0,
         "metrics": {"replication_lag": 2, "role": "hot"},
     }
-    endpoints = {e.label: e for e in client.get_services("db", "acme")}
+    endpoints = {e.label: e for e in client.eligible_instances("db", "acme")}
     assert endpoints["r1"].metrics == record.values and endpoints["r1"].metrics_at == 1_000.0
     assert endpoints["r1"].metrics_age > 1e9
     assert endpoints["r2"].metrics == {} and endpoints["r2"].metrics_age is None
     with pytest.raises(NoInstanceAvailable, match="FreshMetrics"):  # measured in 1970
-        client.get_services("db", "acme", policy=FreshMetrics(60))
+        client.eligible_instances("db", "acme", policy=FreshMetrics(60))
     # Metrics for an instance nobody registered are refused (issue 24): no orphan node.
     with pytest.raises(InstanceNotRegistered, match="'p1:r9' of service 'db'"):
         collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
     assert raw_zk.exists("/metrics/db/p1:r9") is None
     # Metrics outlive their instance: when it registers again they are attached as it appears.
-    r9 = publisher.register_service("db", "p1", "10.0.0.9", 5432, label="r9")
+    r9 = publisher.register("db", "p1", "10.0.0.9", 5432, label="r9")
     collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
-    publisher.deregister_service(r9)
-    wait_until(lambda: "r9" not in {e.label for e in client.instances("db")})
+    publisher.deregister(r9)
+    wait_until(lambda: "r9" not in {e.label for e in client.cached_instances("db")})
     recorder = Recorder()
     client.listen("db", recorder)
-    publisher.register_service("db", "p1", "10.0.0.9", 5432, label="r9")
+    publisher.register("db", "p1", "10.0.0.9", 5432, label="r9")
     added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
     assert added.added[0].label == "r9"
     assert added.added[0].metrics == {"replication_lag": 0}
@@ -122,7 +122,7 @@ def test_hostile_metrics_nodes_are_skipped_and_the_rest_served(make_client, raw_
     assert client.get_service("db", "acme", policy=MinLag()).label == "r1"
     assert client.cache_stats.decode_errors == 3
     # The instances whose metrics are broken are still served by metric-free lookups.
-    assert {e.label for e in client.get_services("db", "acme")} == {"r1", "r2", "r3"}
+    assert {e.label for e in client.eligible_instances("db", "acme")} == {"r1", "r2", "r3"}
     # A repaired node is picked up through its watch.
     recorder = Recorder()
     client.listen("db", recorder)
@@ -159,7 +159,7 @@ def test_the_largest_allowed_metrics_are_accepted(make_client, raw_zk):
     # 256 metrics of 256-character strings is the most the validation allows (~100 KB),
     # well under the 512 KB value limit, so valid metrics never fail on size.
     collector = make_client("collector")
-    collector.register_service("db", "p1", "10.0.0.1", 5432, label="r1")
+    collector.register("db", "p1", "10.0.0.1", 5432, label="r1")
     largest = {f"metric-{i:03d}-{'n' * 110}": "x" * 256 for i in range(256)}
     collector.update_metrics("db", "p1", "r1", largest)
     assert len(json.loads(raw_zk.get("/metrics/db/p1:r1")[0])["metrics"]) == 256
@@ -168,14 +168,14 @@ def test_the_largest_allowed_metrics_are_accepted(make_client, raw_zk):
 def test_reported_failures_take_an_instance_out_for_a_while(make_client):
     publisher = make_client("publisher")
     client = make_client("app", feedback=InstanceFeedback(errors=2, window=10, down_for=0.5))
-    publisher.register_service("api", "p1", "h1", 80, label="a")
-    publisher.register_service("api", "p1", "h2", 80, label="b")
-    bad = next(e for e in client.get_services("api") if e.label == "a")
+    publisher.register("api", "p1", "h1", 80, label="a")
+    publisher.register("api", "p1", "h2", 80, label="b")
+    bad = next(e for e in client.eligible_instances("api") if e.label == "a")
     client.report(bad, ok=False)
     client.report(bad, ok=False)
     assert {client.get_service("api").label for _ in range(6)} == {"b"}
-    client.report(next(e for e in client.get_services("api") if e.label == "b"), ok=False)
-    client.report(next(e for e in client.get_services("api") if e.label == "b"), ok=False)
+    client.report(next(e for e in client.eligible_instances("api") if e.label == "b"), ok=False)
+    client.report(next(e for e in client.eligible_instances("api") if e.label == "b"), ok=False)
     with pytest.raises(NoInstanceAvailable, match="2 reported down"):
         client.get_service("api")
     # After down_for, both come back by themselves.
@@ -184,7 +184,7 @@ def test_reported_failures_take_an_instance_out_for_a_while(make_client):
 
 def _eligible(client, service):
     try:
-        return len(client.get_services(service))
+        return len(client.eligible_instances(service))
     except NoInstanceAvailable:
         return 0
 
@@ -197,7 +197,7 @@ def test_policy_and_balancer_accept_their_registered_names(make_client):
         collector.update_metrics("db", "p1", label, {"replication_lag": lag})
     wait_until(lambda: client.get_service("db", "acme", policy=MinLag()).label == "r2")
     assert client.get_service("db", "acme", policy="min_lag").label == "r2"
-    assert [e.label for e in client.get_services("db", "acme", policy="min_lag")] == ["r2"]
+    assert [e.label for e in client.eligible_instances("db", "acme", policy="min_lag")] == ["r2"]
     assert [e.label for e in client.explain("db", "acme", policy="min_lag").eligible] == ["r2"]
     picked = {client.get_service("db", "acme", balancer="round_robin").label for _ in range(3)}
     assert picked == {"r1", "r2", "r3"}
@@ -223,7 +223,7 @@ def test_a_policy_or_balancer_neither_an_instance_nor_a_name_is_a_validation_err
     lookups = [lambda: client.get_service("db", "acme", **arguments)]
     if "policy" in arguments:
         lookups += [
-            lambda: client.get_services("db", "acme", **arguments),
+            lambda: client.eligible_instances("db", "acme", **arguments),
             lambda: client.explain("db", "acme", **arguments),
         ]
     for lookup in lookups:
@@ -246,7 +246,7 @@ def test_an_hour_old_metric_loses_to_a_fresh_one_and_is_shown_stale(make_client,
     )
     collector.update_metrics("db", "p1", "r2", {"replication_lag": 5})
     collector.update_metrics("db", "p1", "r3", {"replication_lag": 9})
-    wait_until(lambda: all(e.metrics for e in client.get_services("db", "acme")))
+    wait_until(lambda: all(e.metrics for e in client.eligible_instances("db", "acme")))
     assert client.get_service("db", "acme", policy=MinLag()).label == "r2"
     assert client.get_service("db", "acme", policy="min_lag").label == "r2"
     explanation = client.explain("db", "acme", MinLag())
@@ -283,5 +283,7 @@ def test_doctor_calls_stale_what_the_policies_exclude(make_client, cli_in_proces
     result = cli_in_process("doctor", "--json")
     stale = [f["detail"] for f in json.loads(result.stdout) if f["check"] == "stale metrics"]
     assert len(stale) == 1 and stale[0].startswith("db p1:r1: measured 4"), stale
-    wait_until(lambda: sum(bool(e.metrics) for e in publisher.get_services("db", "acme")) == 2)
-    assert [e.label for e in MinLag().stale(publisher.get_services("db", "acme"))] == ["r1"]
+    wait_until(
+        lambda: sum(bool(e.metrics) for e in publisher.eligible_instances("db", "acme")) == 2
+    )
+    assert [e.label for e in MinLag().stale(publisher.eligible_instances("db", "acme"))] == ["r1"]

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 def test_register_writes_an_ephemeral_node_with_versioned_json(make_client, raw_zk):
     client = make_client()
-    registration = client.register_service(
+    registration = client.register(
         "billing-db",
         "p1",
         "10.0.0.5",
@@ -84,16 +84,16 @@ def test_register_writes_an_ephemeral_node_with_versioned_json(make_client, raw_
 
 
 def test_default_label_is_derived_from_host_and_port(make_client, raw_zk):
-    registration = make_client().register_service("api", "p1", "::1", 8080)
+    registration = make_client().register("api", "p1", "::1", 8080)
     assert registration.label == "_6_--1_8080"  # ':' has no place in a label: see default_label
     assert raw_zk.exists("/services/api/p1:_6_--1_8080") is not None
 
 
 def test_registering_the_same_identity_again_replaces_the_node(make_client, raw_zk):
     client = make_client()
-    first = client.register_service("api", "p1", "h1", 80, label="a")
+    first = client.register("api", "p1", "h1", 80, label="a")
     _, before = raw_zk.get(first.path)
-    client.register_service("api", "p1", "h2", 81, label="a")
+    client.register("api", "p1", "h2", 81, label="a")
     data, after = raw_zk.get(first.path)
     assert json.loads(data)["host"] == "h2"
     assert after.czxid == before.czxid and after.version == before.version + 1
@@ -102,12 +102,12 @@ def test_registering_the_same_identity_again_replaces_the_node(make_client, raw_
 
 def test_deregister_removes_the_node_once(make_client, raw_zk):
     client = make_client()
-    registration = client.register_service("api", "p1", "h", 80)
-    other = client.register_service("api", "p2", "h", 81)
-    assert client.deregister_service(registration) is True
+    registration = client.register("api", "p1", "h", 80)
+    other = client.register("api", "p2", "h", 81)
+    assert client.deregister(registration) is True
     assert raw_zk.exists(registration.path) is None
     assert raw_zk.exists(other.path) is not None
-    assert client.deregister_service(registration) is False
+    assert client.deregister(registration) is False
     assert client.registrations == (other,)
 
 
@@ -135,8 +135,8 @@ def test_deregistration_costs_one_read_and_one_conditional_delete(make_client, r
     # The floor while the guarantee below holds (docs/decisions/
     # deregistration-reads-before-deleting.md): no request beyond the ownership read and delete.
     client = make_client()
-    registration = client.register_service("api", "p1", "h", 80)
-    sent = _requests_sent(client, lambda: client.deregister_service(registration))
+    registration = client.register("api", "p1", "h", 80)
+    sent = _requests_sent(client, lambda: client.deregister(registration))
     assert sent == ["Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
 
@@ -144,7 +144,7 @@ def test_deregistration_costs_one_read_and_one_conditional_delete(make_client, r
 @pytest.mark.parametrize("expired", [False, True], ids=["rolling-restart", "after-expiry"])
 def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, expired):
     old = make_client("old")
-    stale = old.register_service("api", "p1", "10.0.0.9", 80, label="a")
+    stale = old.register("api", "p1", "10.0.0.9", 80, label="a")
     if expired:
         before = expire_session(old)
         restored = wait_until(
@@ -155,14 +155,14 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
         assert restored is not None, "the old process did not restore its node"
     _, old_stat = raw_zk.get(stale.path)
     successor = make_client("successor")
-    current = successor.register_service("api", "p1", "10.0.0.9", 80, label="a")
+    current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
     _, stat = raw_zk.get(current.path)
     assert stat.ephemeralOwner == successor.session_id
     # Same path and the same data version as the old node: a delete conditional on the
     # version alone would remove the successor's node.
     assert (current.path, stat.version) == (stale.path, old_stat.version)
 
-    sent = _requests_sent(old, lambda: old.deregister_service(stale))
+    sent = _requests_sent(old, lambda: old.deregister(stale))
 
     assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
     assert sent == ["Exists"]  # the read showed another owner: no delete was sent
@@ -173,14 +173,14 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
 def test_close_removes_every_registration_at_once(make_client, raw_zk):
     client = make_client()
     for partition in ("p1", "p2", "p3"):
-        client.register_service("api", partition, "h", 80)
+        client.register("api", partition, "h", 80)
     client.close()
     assert raw_zk.get_children("/services/api") == []
 
 
 def test_drain_deregisters_then_waits(make_client, raw_zk):
     client = make_client()
-    registration = client.register_service("api", "p1", "h", 80)
+    registration = client.register("api", "p1", "h", 80)
     gone_at = []
     raw_zk.exists(registration.path, watch=lambda event: gone_at.append(time.monotonic()))
     started = time.monotonic()
@@ -195,7 +195,7 @@ def test_a_drain_wait_that_is_no_duration_is_refused_before_deregistering(
     make_client, raw_zk, wait
 ):
     client = make_client()
-    registration = client.register_service("api", "p1", "h", 80)
+    registration = client.register("api", "p1", "h", 80)
     with pytest.raises(ValidationError, match="wait"):
         client.drain(registration, wait=wait)
     assert raw_zk.exists(registration.path) is not None
@@ -204,8 +204,8 @@ def test_a_drain_wait_that_is_no_duration_is_refused_before_deregistering(
 def test_registration_is_restored_after_session_expiry(make_client, raw_zk):
     client = make_client(session_timeout=4.0)
     bystander = make_client("bystander")
-    mine = [client.register_service("api", p, "h", 80) for p in ("p1", "p2")]
-    theirs = bystander.register_service("api", "p3", "h", 80)
+    mine = [client.register("api", p, "h", 80) for p in ("p1", "p2")]
+    theirs = bystander.register("api", "p3", "h", 80)
     old_session = expire_session(client)
 
     def restored():
@@ -234,7 +234,7 @@ def test_a_stale_node_of_another_session_is_taken_over_and_watchers_fire(
         raw_zk.get_children("/services/api", watch=lambda event: changed.set())
 
         client = make_client()
-        registration = client.register_service("api", "p1", "10.0.0.9", 80, label="a")
+        registration = client.register("api", "p1", "10.0.0.9", 80, label="a")
 
         data, stat = raw_zk.get(registration.path)
         assert stat.ephemeralOwner == client.session_id != stale_owner
@@ -266,7 +266,7 @@ def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk)
     assert raw_zk.get("/services/orders")[1].version == stat.version
     # An instance registered later keeps the spec as it was, and must agree with it.
     with pytest.raises(ValidationError, match="scheme 'postgresql'"):
-        client.register_service("orders", "p1", "h", 5432, scheme="http")
+        client.register("orders", "p1", "h", 5432, scheme="http")
     assert json.loads(raw_zk.get("/services/orders")[0])["scheme"] == "postgresql"
     assert raw_zk.get_children("/services/orders") == []
 
@@ -278,7 +278,7 @@ def test_an_instance_inherits_its_services_scheme(make_client, raw_zk):
     owner = make_client("owner")
     owner.ensure_service("orders-db", scheme="postgresql")
     for client in (owner, make_client("other")):
-        registration = client.register_service(
+        registration = client.register(
             "orders-db", "p1", "127.0.0.1", 25999, label=client.client_id
         )
         assert registration.instance.scheme == "postgresql"
@@ -286,23 +286,20 @@ def test_an_instance_inherits_its_services_scheme(make_client, raw_zk):
     endpoint = owner.get_service("orders-db", balancer=None)
     assert endpoint.uri.startswith("postgresql://127.0.0.1:25999")
     # A new service takes the scheme of its first instance; later ones inherit it.
-    owner.register_service("cache", "p1", "10.0.0.1", 6379, scheme="redis", label="a")
-    assert (
-        make_client("third").register_service("cache", "p1", "10.0.0.2", 6379).instance.scheme
-        == "redis"
-    )
+    owner.register("cache", "p1", "10.0.0.1", 6379, scheme="redis", label="a")
+    assert make_client("third").register("cache", "p1", "10.0.0.2", 6379).instance.scheme == "redis"
 
 
 def test_a_scheme_other_than_the_services_is_refused_and_writes_nothing(make_client, raw_zk):
     client = make_client()
     client.ensure_service("orders-db", scheme="postgresql")
     with pytest.raises(ValidationError, match=r"scheme 'postgresql'.*scheme 'http'") as raised:
-        client.register_service("orders-db", "p1", "10.0.0.5", 5432, scheme="http")
+        client.register("orders-db", "p1", "10.0.0.5", 5432, scheme="http")
     assert "scheme='postgresql'" in str(raised.value)  # the fix, in the message
     assert raw_zk.get_children("/services/orders-db") == []
     assert client.registrations == ()
     # The same scheme given explicitly is accepted.
-    client.register_service("orders-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
+    client.register("orders-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
 
 
 def test_registration_reads_the_spec_once_per_service(make_client, raw_zk):
@@ -310,19 +307,15 @@ def test_registration_reads_the_spec_once_per_service(make_client, raw_zk):
     registrations send exactly what they did before (the instance's create)."""
     client = make_client()
     client.ensure_service("orders-db", scheme="postgresql")
-    first = _requests_sent(
-        client, lambda: client.register_service("orders-db", "p1", "10.0.0.5", 5432)
-    )
-    later = _requests_sent(
-        client, lambda: client.register_service("orders-db", "p1", "10.0.0.6", 5432)
-    )
+    first = _requests_sent(client, lambda: client.register("orders-db", "p1", "10.0.0.5", 5432))
+    later = _requests_sent(client, lambda: client.register("orders-db", "p1", "10.0.0.6", 5432))
     assert first == ["GetData", "Create"]
     assert later == ["Create"]  # what every registration sent before the scheme was inherited
 
 
 def test_read_service_returns_decodable_instances_and_counts_the_rest(make_client, raw_zk, caplog):
     client = make_client()
-    client.register_service("api", "p1", "h", 80, label="good")
+    client.register("api", "p1", "h", 80, label="good")
     raw_zk.create("/services/api/p1:garbage", b"\xff\x00not json")
     raw_zk.create("/services/api/p1:future", b'{"v": 99}')
     raw_zk.create("/services/api/no-separator", b"{}")
@@ -362,7 +355,7 @@ def test_bad_input_raises_a_typed_error_and_writes_nothing(make_client, raw_zk, 
     arguments = dict(service="api", partition="p1", host="10.0.0.1", port=80)
     arguments.update(overrides)
     with pytest.raises(error):
-        client.register_service(**arguments)
+        client.register(**arguments)
     assert raw_zk.get_children("/services") == []
     assert client.registrations == ()
 
@@ -379,11 +372,9 @@ def test_out_of_bounds_writes_are_validation_errors_and_write_nothing(make_clien
     client = make_client("writer", announce=False)
     client.ensure_service("db")
     with pytest.raises(ValidationError):
-        client.register_service("db", "p1", "10.0.0.1", 80, label="a", weight=10**400)
+        client.register("db", "p1", "10.0.0.1", 80, label="a", weight=10**400)
     with pytest.raises(ValidationError):
-        client.register_service(
-            "db", "p1", "10.0.0.1", 80, label="a", properties={"x": _deep(5_000)}
-        )
+        client.register("db", "p1", "10.0.0.1", 80, label="a", properties={"x": _deep(5_000)})
     assert raw_zk.get_children("/services/db") == []
     with pytest.raises(ValidationError):
         client.update_metrics("db", "p1", "a", {"lag": 10**400})
@@ -409,9 +400,9 @@ def test_a_partition_the_shard_policy_does_not_declare_is_refused(
     client.shard_maps.create("tenants", kind, **settings)
     client.ensure_service("orders-db", scheme="postgresql", shard_policy="tenants")
     with pytest.raises(ValidationError, match=r"'p9' is not one of policy 'tenants'"):
-        client.register_service("orders-db", "p9", "10.0.0.5", 5432)
+        client.register("orders-db", "p9", "10.0.0.5", 5432)
     assert raw_zk.get_children("/services/orders-db") == []
-    client.register_service("orders-db", declared, "10.0.0.5", 5432)
+    client.register("orders-db", declared, "10.0.0.5", 5432)
     assert raw_zk.get_children("/services/orders-db") == [f"{declared}:10.0.0.5_5432"]
 
 
@@ -419,7 +410,7 @@ def test_metrics_are_refused_for_an_instance_nobody_registered(make_client, raw_
     """Issue 24: update_metrics for an unregistered label created an orphan node; it is now
     refused, and the check rides in the write's own transaction (one request, as before)."""
     client = make_client()
-    registration = client.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    registration = client.register("db", "p1", "10.0.0.1", 5432, label="a")
     client.update_metrics(registration, {"lag": 1})  # the first one creates the node
     sent = _requests_sent(client, lambda: client.update_metrics(registration, {"lag": 2}))
     assert sent == ["Transaction"]

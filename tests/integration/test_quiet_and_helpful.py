@@ -67,8 +67,8 @@ def test_each_outage_of_a_session_is_one_warning(zookeeper, namespace, caplog):
 
 def test_a_service_not_found_suggests_the_closest_names(make_client):
     publisher, reader = make_client("publisher"), make_client("reader")
-    publisher.register_service("orders-db", "p1", "10.0.0.1", 5432)
-    publisher.register_service("billing", "main", "10.0.0.2", 80)
+    publisher.register("orders-db", "p1", "10.0.0.1", 5432)
+    publisher.register("billing", "main", "10.0.0.2", 80)
     with pytest.raises(ServiceNotFound, match=r"did you mean 'orders-db'\?") as raised:
         reader.get_service("order-db")
     assert raised.value.suggestions == ("orders-db",)
@@ -84,7 +84,7 @@ def test_watch_events_shows_only_the_kinds_asked_for(zookeeper, namespace, make_
     publisher = make_client("publisher")
     publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
     publisher.ensure_service("orders-db", "postgresql", shard_policy="tenants")
-    first = publisher.register_service("orders-db", "p1", "10.0.0.1", 5432, scheme="postgresql")
+    first = publisher.register("orders-db", "p1", "10.0.0.1", 5432, scheme="postgresql")
     publisher.shard_maps.assign("tenants", "acme", "p1")
     zk_options = ["--zk", zookeeper.connect_string, "--namespace", namespace]
     process = subprocess.Popen(
@@ -97,7 +97,7 @@ def test_watch_events_shows_only_the_kinds_asked_for(zookeeper, namespace, make_
         assert "watching every service" in process.stderr.readline()
         # Metrics and instances change first; only the shard move may be printed.
         publisher.update_metrics(first, {"replication_lag": 3})
-        publisher.register_service("orders-db", "p2", "10.0.0.2", 5432, scheme="postgresql")
+        publisher.register("orders-db", "p2", "10.0.0.2", 5432, scheme="postgresql")
         publisher.shard_maps.assign("tenants", "acme", "p2")
         moved = json.loads(process.stdout.readline())
         assert moved["event"] == "ShardKeysChanged"

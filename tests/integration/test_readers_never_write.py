@@ -52,7 +52,7 @@ def test_a_reading_client_leaves_a_missing_namespace_untouched(
     assert raw_zk.exists("/missing") is None
     reads = {
         "get_service": lambda: reader.get_service("orders-db"),
-        "get_services": lambda: reader.get_services("orders-db"),
+        "eligible_instances": lambda: reader.eligible_instances("orders-db"),
         "prefetch": lambda: reader.prefetch("orders-db"),
         "explain": lambda: reader.explain("orders-db"),
         "partition_of": lambda: reader.partition_of("orders-db", "acme"),
@@ -69,7 +69,7 @@ def test_a_reading_client_leaves_a_missing_namespace_untouched(
 
     # Only a writer creates it; the same reader then resolves without being restarted.
     writer = make_client("writer", namespace=missing)
-    writer.register_service("orders-db", "main", "10.0.0.1", 5432, label="a")
+    writer.register("orders-db", "main", "10.0.0.1", 5432, label="a")
     assert sorted(raw_zk.get_children("/missing")) == sorted(
         ["services", "auth", "shard_info", "metrics", "clients"]
     )

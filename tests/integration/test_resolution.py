@@ -7,6 +7,7 @@ import pytest
 from sentinel.balancers import Balancer
 from sentinel.policies import SelectionPolicy
 
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import (
     ClientClosed,
     InvalidName,
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.integration
 def make_replicas(publisher, service, partitions, per_partition=2, policy=None):
     publisher.ensure_service(service, scheme="postgresql", shard_policy=policy)
     return {
-        (p, r): publisher.register_service(
+        (p, r): publisher.register(
             service, p, f"10.0.{i}.{r}", 5432, scheme="postgresql", label=f"r{r}"
         )
         for i, p in enumerate(partitions)
@@ -39,16 +40,16 @@ def make_replicas(publisher, service, partitions, per_partition=2, policy=None):
 
 def test_unsharded_service_round_robins_over_up_instances(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.register_service("api", "p1", "h1", 80, label="a")
-    publisher.register_service("api", "p2", "h2", 80, label="b")
-    publisher.register_service("api", "p3", "h3", 80, label="c", status="down")
+    publisher.register("api", "p1", "h1", 80, label="a")
+    publisher.register("api", "p2", "h2", 80, label="b")
+    publisher.register("api", "p3", "h3", 80, label="c", status="down")
     picks = [client.get_service("api").label for _ in range(6)]
     assert sorted(picks) == ["a", "a", "a", "b", "b", "b"]
     assert picks[0] != picks[1]
     assert client.get_service("api", key="ignored").label in {"a", "b"}
     endpoint = client.get_service("api")
     assert endpoint.uri == f"http://{endpoint.host}:80" and endpoint.auth is None
-    assert [e.label for e in client.get_services("api")] == ["a", "b"]
+    assert [e.label for e in client.eligible_instances("api")] == ["a", "b"]
 
 
 def test_directory_policy_resolves_keys_to_their_partition(make_client):
@@ -59,7 +60,7 @@ def test_directory_policy_resolves_keys_to_their_partition(make_client):
     assert client.get_service("orders", "acme").partition == "p1"
     assert client.get_service("orders", "globex").partition == "p2"
     assert client.get_service("orders", 42).partition == "p2"
-    assert {e.label for e in client.get_services("orders", "acme")} == {"r0", "r1"}
+    assert {e.label for e in client.eligible_instances("orders", "acme")} == {"r0", "r1"}
 
 
 def test_range_policy_resolves_by_lower_bound(make_client):
@@ -106,7 +107,12 @@ def test_one_key_rule_for_every_shard_kind(make_client, kind, options):
         publisher.shard_maps.assign_many("keys", {"7": "p1", "12": "p2"})
     assert client.get_service("svc", 7).partition == client.get_service("svc", "7").partition
     assert client.get_service("svc", 12).partition == client.get_service("svc", "12").partition
-    for call in (client.get_service, client.get_services, client.partition_of, client.explain):
+    for call in (
+        client.get_service,
+        client.eligible_instances,
+        client.partition_of,
+        client.explain,
+    ):
         with pytest.raises(PartitionNotFound, match="a key is required"):
             call("svc", None)
         for wrong in (True, False, 3.5, b"7", ("7",)):
@@ -167,7 +173,7 @@ def test_procedure_1_reads_through_without_writing_the_cache(make_client):
 
 def test_negative_cache_bounds_reads_of_unknown_keys(make_client):
     publisher = make_client("publisher")
-    client = make_client("reader", negative_ttl=0.3)
+    client = make_client("reader", cache=CacheConfig(negative_ttl=0.3))
     publisher.shard_maps.create("tenants", "directory", buckets=4)
     make_replicas(publisher, "orders", ["p1"], policy="tenants")
     for _ in range(100):
@@ -228,9 +234,9 @@ def fields(error: ResolutionError) -> tuple[object, ...]:
 
 def test_policies_and_balancers_plug_in(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.register_service("api", "p1", "h1", 80, label="a", zone="z1")
-    publisher.register_service("api", "p1", "h2", 80, label="b", zone="z2")
-    publisher.register_service("api", "p1", "h3", 80, label="c", zone="z2", status="down")
+    publisher.register("api", "p1", "h1", 80, label="a", zone="z1")
+    publisher.register("api", "p1", "h2", 80, label="b", zone="z2")
+    publisher.register("api", "p1", "h3", 80, label="c", zone="z2", status="down")
 
     class Last(Balancer):
         def pick(self, endpoints):
@@ -241,33 +247,33 @@ def test_policies_and_balancers_plug_in(make_client):
 
     assert client.get_service("api", balancer=Last()).label == "b"
     # A policy filters the up instances: "c" is in zone 2 but down, so it is never offered.
-    assert [e.label for e in client.get_services("api", policy=in_zone_2)] == ["b"]
+    assert [e.label for e in client.eligible_instances("api", policy=in_zone_2)] == ["b"]
     from sentinel.policies import AllUp
 
-    assert [e.label for e in client.get_services("api", policy=AllUp() & in_zone_2)] == ["b"]
+    assert [e.label for e in client.eligible_instances("api", policy=AllUp() & in_zone_2)] == ["b"]
     assert client.get_service("api", policy=in_zone_2, balancer=Last()).label == "b"
 
 
 def test_listeners_receive_exact_instance_diffs(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    first = publisher.register_service("api", "p1", "h1", 80, label="a")
+    first = publisher.register("api", "p1", "h1", 80, label="a")
     client.get_service("api")
     recorder = Recorder()
     client.listen("api", recorder)
-    second = publisher.register_service("api", "p1", "h2", 80, label="b")
+    second = publisher.register("api", "p1", "h2", 80, label="b")
     added = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.added)
     assert [e.label for e in added.added] == ["b"] and not added.removed and not added.updated
-    publisher.register_service("api", "p1", "h1", 80, label="a", status="down")
+    publisher.register("api", "p1", "h1", 80, label="a", status="down")
     updated = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.updated)
     ((old, new),) = updated.updated
     assert (old.status, new.status, new.label) == ("up", "down", "a")
-    publisher.deregister_service(second)
+    publisher.deregister(second)
     removed = recorder.wait(lambda e: isinstance(e, InstancesChanged) and e.removed)
     assert [e.label for e in removed.removed] == ["b"]
     # Only "a" is left, and it is down: known but not eligible.
     with pytest.raises(NoInstanceAvailable, match=r"1 instance\(s\) but none is eligible"):
-        client.get_services("api")
-    publisher.deregister_service(first)
+        client.eligible_instances("api")
+    publisher.deregister(first)
     recorder.wait(
         lambda e: isinstance(e, InstancesChanged) and e.removed and e.removed[0].label == "a"
     )
@@ -278,7 +284,7 @@ def test_listeners_receive_exact_instance_diffs(make_client):
 def test_spec_changes_and_service_removal_reach_listeners(make_client, raw_zk):
     publisher, client = make_client("publisher"), make_client("reader")
     publisher.ensure_service("api", scheme="http")
-    publisher.register_service("api", "p1", "h", 80)
+    publisher.register("api", "p1", "h", 80)
     client.get_service("api")
     recorder = Recorder()
     client.listen(None, recorder)
@@ -300,7 +306,7 @@ def test_spec_changes_and_service_removal_reach_listeners(make_client, raw_zk):
 def test_clients_node_records_the_user_and_survives_expiry(make_client, raw_zk):
     publisher = make_client("publisher")
     client = make_client("billing-api", session_timeout=4.0)
-    publisher.register_service("api", "p1", "h", 80)
+    publisher.register("api", "p1", "h", 80)
     client.get_service("api")
     data, stat = raw_zk.get("/clients/api/billing-api")
     document = json.loads(data)
@@ -372,13 +378,13 @@ def test_bulk_updates_split_into_transactions_and_survive_races(make_client, raw
 
 def test_a_closed_client_refuses_lookups_even_of_loaded_services(make_client):
     publisher, client = make_client("publisher"), make_client("reader")
-    publisher.register_service("api", "p1", "h", 80)
+    publisher.register("api", "p1", "h", 80)
     client.get_service("api")
     client.close()
     with pytest.raises(ClientClosed):
         client.get_service("api")
     with pytest.raises(ClientClosed):
-        client.get_services("other")
+        client.eligible_instances("other")
 
 
 def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw_zk):
@@ -389,7 +395,7 @@ def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw
     publisher.ensure_namespace()
     path = "/services/orders"
     raw_zk.create(path, ServiceSpec("orders", "postgresql", "later").to_bytes(path))
-    publisher.register_service("orders", "p1", "10.0.0.1", 5432, scheme="postgresql")
+    publisher.register("orders", "p1", "10.0.0.1", 5432, scheme="postgresql")
     with pytest.raises(PartitionNotFound, match="'later' does not exist"):
         client.get_service("orders", "acme")
     recorder = Recorder()

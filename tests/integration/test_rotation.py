@@ -11,7 +11,7 @@ from sentinel.testing.helpers import expire_session, wait_until
 
 
 def _labels(client, service="api"):
-    return {e.label for e in client.get_services(service)}
+    return {e.label for e in client.eligible_instances(service)}
 
 
 def _status(raw_zk, name="main:b"):
@@ -23,8 +23,8 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
     make_client, raw_zk, cli_in_process
 ):
     publisher, reader = make_client("publisher"), make_client("reader")
-    publisher.register_service("api", "main", "10.0.0.1", 80, label="a")
-    b = publisher.register_service("api", "main", "10.0.0.2", 80, label="b")
+    publisher.register("api", "main", "10.0.0.1", 80, label="a")
+    b = publisher.register("api", "main", "10.0.0.2", 80, label="b")
     assert _labels(reader) == {"a", "b"}
 
     drained = cli_in_process("drain", "api", "main:b", "--json")
@@ -36,7 +36,7 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
         "new": "draining",
     }
     assert wait_until(lambda: _labels(reader) == {"a"})
-    assert {e.label: e.status for e in reader.instances("api")}["b"] == "draining"
+    assert {e.label: e.status for e in reader.cached_instances("api")}["b"] == "draining"
 
     # The owner adopts the operator's status: the node it re-creates after its session
     # expired is still out of rotation...
@@ -51,7 +51,7 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
     updated = publisher.update_registration(b, weight=2)
     assert (updated.instance.status, updated.instance.weight) == ("draining", 2)
     assert _status(raw_zk)[0] == "draining"
-    assert wait_until(lambda: {e.label: e.weight for e in reader.instances("api")}["b"] == 2)
+    assert wait_until(lambda: {e.label: e.weight for e in reader.cached_instances("api")}["b"] == 2)
     assert _labels(reader) == {"a"}
 
     # The label alone names it when one partition holds it; undrain puts it back.
@@ -65,8 +65,8 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
 
 def test_the_api_takes_its_own_instance_out_of_rotation_and_back(make_client):
     publisher, reader = make_client("publisher"), make_client("reader")
-    publisher.register_service("api", "main", "10.0.0.1", 80, label="a")
-    b = publisher.register_service("api", "main", "10.0.0.2", 80, label="b")
+    publisher.register("api", "main", "10.0.0.1", 80, label="a")
+    b = publisher.register("api", "main", "10.0.0.2", 80, label="b")
     assert _labels(reader) == {"a", "b"}
     b = publisher.update_registration(b, status="draining")
     assert wait_until(lambda: _labels(reader) == {"a"})
@@ -76,8 +76,8 @@ def test_the_api_takes_its_own_instance_out_of_rotation_and_back(make_client):
 
 def test_drain_of_an_instance_that_is_not_there_is_exit_1(make_client, cli_in_process):
     publisher = make_client("publisher")
-    publisher.register_service("api", "main", "10.0.0.1", 80, label="a")
-    publisher.register_service("api", "other", "10.0.0.2", 80, label="a")
+    publisher.register("api", "main", "10.0.0.1", 80, label="a")
+    publisher.register("api", "other", "10.0.0.2", 80, label="a")
     missing = cli_in_process("drain", "api", "main:zzz")
     assert missing.returncode == 1 and "no live instance main:zzz" in missing.stderr
     unknown = cli_in_process("drain", "nothing", "a")

@@ -61,8 +61,8 @@ def test_nodes_of_a_sasl_identity_are_writable_by_that_user_alone(connect):
     assert all(entry.id.scheme != "digest" for entry in acl)
     bob = connect(f"sasl:bob:{BOB_PW}", announce=False)  # /clients is alice's here too
     with pytest.raises(AccessDenied):
-        bob.register_service("api", "main", "10.0.0.9", 80)
-    alice.register_service("api", "main", "10.0.0.9", 80)
+        bob.register("api", "main", "10.0.0.9", 80)
+    alice.register("api", "main", "10.0.0.9", 80)
     assert bob.get_service("api").host == "10.0.0.9"
 
 

@@ -108,8 +108,8 @@ def test_an_interrupted_import_resumes_to_the_same_map(
 def test_move_shows_the_instances_before_and_after(shard, make_client):
     publisher = make_client("publisher")
     publisher.ensure_service("orders", shard_policy="tenants")
-    publisher.register_service("orders", "p1", "10.0.0.1", 5432, label="one")
-    publisher.register_service("orders", "p2", "10.0.0.2", 5432, label="two")
+    publisher.register("orders", "p1", "10.0.0.1", 5432, label="one")
+    publisher.register("orders", "p2", "10.0.0.2", 5432, label="two")
     assert shard("assign", "acme", "p1", "--policy", "tenants").returncode == 0
     dry = json.loads(
         shard("move", "acme", "p2", "--policy", "tenants", "--dry-run", "--json").stdout
@@ -134,7 +134,7 @@ def test_move_shows_the_instances_before_and_after(shard, make_client):
     assert stats["keys_per_partition"] == {"p2": 1}
     assert stats["partitions_without_live_instance"] == {"orders": ["p3"]}
     assert shard("validate", "--policy", "tenants").returncode == 1
-    publisher.register_service("orders", "p3", "10.0.0.3", 5432, label="three")
+    publisher.register("orders", "p3", "10.0.0.3", 5432, label="three")
     assert shard("validate", "--policy", "tenants").returncode == 0
     assert shard("remove", "acme", "--policy", "tenants").returncode == 0
     assert shard("remove", "acme", "--policy", "tenants").returncode == 1

@@ -53,7 +53,7 @@ def test_the_leader_places_keys_and_a_follower_takes_over_exactly_once(
 
     client = make_client("app")
     client.ensure_service("orders", shard_policy="tenants")
-    client.register_service("orders", "p1", "10.0.0.1", 5432)
+    client.register("orders", "p1", "10.0.0.1", 5432)
     client.get_service("orders", "old-1")
     arrived = threading.Event()
     client.listen(
@@ -99,8 +99,8 @@ def test_a_request_for_a_key_placed_meanwhile_is_dropped_not_placed_again(
 def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, make_client):
     publisher = make_client("publisher")
     publisher.ensure_service("orders", shard_policy="tenants")
-    one = publisher.register_service("orders", "p1", "10.0.0.1", 5432, label="a")
-    publisher.register_service("orders", "p2", "10.0.0.2", 5432, label="b")
+    one = publisher.register("orders", "p1", "10.0.0.1", 5432, label="a")
+    publisher.register("orders", "p2", "10.0.0.2", 5432, label="b")
     leader = replicas()
     assert wait_until(lambda: leader.saw("leader"), timeout=20)
     make_client("app").shard_maps.request_placement(
@@ -108,7 +108,7 @@ def test_the_leader_alerts_when_a_partition_loses_its_last_instance(replicas, ma
     )  # the leader looks at users
     assert wait_until(lambda: leader.placed("wake-up"), timeout=20)
     assert not leader.saw("alert")
-    publisher.deregister_service(one)
+    publisher.deregister(one)
     assert wait_until(lambda: leader.saw("alert", service="orders", partition="p1"), timeout=20), (
         leader.events
     )

@@ -17,6 +17,7 @@ from sentinel.policies import MinLag
 
 from sentinel.auth import ClientKeyring, ManagerKey
 from sentinel.auth.backends import FileBackend
+from sentinel.auth.config import AuthConfig
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
 from sentinel.feedback import InstanceFeedback
@@ -66,7 +67,7 @@ def world(make_client, zookeeper, namespace):
     for port, (partition, label, lag) in enumerate(
         (p, label, lag) for p, lags in LAGS.items() for label, lag in lags.items()
     ):
-        registrations[partition, label] = publisher.register_service(
+        registrations[partition, label] = publisher.register(
             SERVICE, partition, "127.0.0.1", 7000 + port, scheme="sqlite", label=label
         )
         publisher.update_metrics(SERVICE, partition, label, {"replication_lag": lag})
@@ -139,7 +140,7 @@ def test_retries_are_bounded(world, make_client):
     # Both replicas failed once, then (none left) the policy's pick was tried again.
     assert calls == ["p1:replica-a", "p1:replica-b", "p1:replica-a"]
     # Each failure was reported: two of replica-a mark it down for the client's other lookups.
-    down = {e.name for e in client.instances(SERVICE) if client.feedback.is_down(e)}
+    down = {e.name for e in client.cached_instances(SERVICE) if client.feedback.is_down(e)}
     assert down == {"p1:replica-a"}
 
 
@@ -232,7 +233,7 @@ def test_a_replica_deregistered_during_the_job_is_not_used_once_it_has_propagate
             deregistered_at = float(go.read_text())
             client = get_client(config)
             seen = wait_until(
-                lambda: gone_name not in {e.name for e in client.instances(SERVICE)}, 30
+                lambda: gone_name not in {e.name for e in client.cached_instances(SERVICE)}, 30
             )
             assert seen is not None, "the deregistration never reached this worker"
             (tmp_path / f"propagated-{index}").write_text(str(time.time() - deregistered_at))
@@ -250,7 +251,7 @@ def test_a_replica_deregistered_during_the_job_is_not_used_once_it_has_propagate
     runner.start()
     try:
         assert wait_until(lambda: len(list(tmp_path.glob("done-*"))) >= before, 120)
-        world.publisher.deregister_service(gone)
+        world.publisher.deregister(gone)
         go.write_text(str(time.time()))
     finally:
         go.touch()
@@ -287,7 +288,7 @@ def test_workers_given_the_key_file_read_the_clients_credential(
 ):
     keys = tmp_path / "etl.keys"
     ClientKeyring.generate().save(keys)
-    make_client("etl", auth_keys=keys)  # publishes the client's public keys
+    make_client("etl", auth=AuthConfig(keys=keys))  # publishes the client's public keys
     version = world.publisher.credentials.publish(
         SERVICE, "etl", {"user": "etl", "password": "s3cret"}
     )
@@ -305,7 +306,10 @@ def test_workers_given_the_key_file_read_the_clients_credential(
 def test_workers_given_the_manager_key_accept_only_signed_credentials(world, make_client, tmp_path):
     keys, signing_key = tmp_path / "etl.keys", ManagerKey.generate()
     ClientKeyring.generate().save(keys)
-    make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
+    make_client(
+        "etl-setup",
+        auth=AuthConfig(keys=keys, client="etl"),
+    )  # publishes the public keys
     world.publisher.credentials.publish(SERVICE, "etl", {"user": "etl", "password": "unsigned"})
     config = dataclasses.replace(
         world.config, key_file=str(keys), auth_signer=signing_key.public_text
@@ -333,7 +337,10 @@ def test_a_credential_rotation_during_the_job_is_picked_up_without_failing_it(
 ):
     keys = tmp_path / "etl.keys"
     ClientKeyring.generate().save(keys)
-    make_client("etl-setup", auth_keys=keys, auth_client="etl")  # publishes the public keys
+    make_client(
+        "etl-setup",
+        auth=AuthConfig(keys=keys, client="etl"),
+    )  # publishes the public keys
     store = tmp_path / "credentials.json"
     backend = FileBackend(store)
     world.publisher.credentials.publish(SERVICE, "etl", backend.create(SERVICE, "etl", 1))

@@ -42,7 +42,7 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
     publisher.shard_maps.assign_many("tenants", tenants)
     publisher.ensure_service(SERVICE, scheme="sqlite", shard_policy="tenants")
     for port, partition in enumerate(("p1", "p2")):
-        publisher.register_service(SERVICE, partition, "127.0.0.1", 7000 + port, label="a")
+        publisher.register(SERVICE, partition, "127.0.0.1", 7000 + port, label="a")
     config = {"hosts": zookeeper.connect_string, "namespace": namespace, "client_id": "etl"}
 
     with (

@@ -48,7 +48,7 @@ def test_lookup_counters_move_and_cache_events_are_exported(link, exported, make
     registry, port = exported
     publisher = make_client("publisher")
     publisher.ensure_service("api")
-    publisher.register_service("api", "p1", "10.0.0.1", 80, label="a1")
+    publisher.register("api", "p1", "10.0.0.1", 80, label="a1")
     # The app reaches ZooKeeper through a relay that can be slowed (after this, nothing
     # changes "api" until the metrics update below: the snapshot loaded here stays).
     app = make_client("app", hosts=link.address, prometheus_registry=registry)
@@ -58,7 +58,7 @@ def test_lookup_counters_move_and_cache_events_are_exported(link, exported, make
     before = scrape(port)
     for _ in range(25):
         app.get_service("api")
-    app.get_services("api")
+    app.eligible_instances("api")
     with pytest.raises(ServiceNotFound):
         app.get_service("missing")
     with pytest.raises(NoInstanceAvailable):
@@ -109,7 +109,7 @@ def test_off_switch_exports_nothing(exported, make_client):
     _, port = exported
     silent = make_client("silent", prometheus_registry=None)
     silent.ensure_service("api")
-    silent.register_service("api", "p1", "10.0.0.1", 80)
+    silent.register("api", "p1", "10.0.0.1", 80)
     for _ in range(5):
         silent.get_service("api")
     assert silent.lookup_counts[("api", "ok")] == 5  # still counted, for the application

@@ -95,20 +95,16 @@ def test_the_plain_port_is_closed_and_the_tls_port_answers_only_tls(tls_zk):
 def test_a_publisher_and_a_client_resolve_over_tls(tls_client):
     publisher = tls_client("publisher")
     publisher.ensure_service("orders-db", scheme="postgresql")
-    publisher.register_service(
-        "orders-db", "main", "10.0.0.5", 5432, scheme="postgresql", label="a"
-    )
+    publisher.register("orders-db", "main", "10.0.0.5", 5432, scheme="postgresql", label="a")
     reader = tls_client("reader")
     assert reader.get_service("orders-db").uri == "postgresql://10.0.0.5:5432"
-    publisher.register_service(
-        "orders-db", "main", "10.0.0.6", 5432, scheme="postgresql", label="b"
-    )
-    assert wait_until(lambda: len(reader.get_services("orders-db")) == 2) is not None
+    publisher.register("orders-db", "main", "10.0.0.6", 5432, scheme="postgresql", label="b")
+    assert wait_until(lambda: len(reader.eligible_instances("orders-db")) == 2) is not None
 
 
 def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):
     publisher = tls_client("publisher")
-    registration = publisher.register_service("api", "main", "10.0.0.8", 80, scheme="http")
+    registration = publisher.register("api", "main", "10.0.0.8", 80, scheme="http")
     old_session = expire_session(publisher)  # the intruder joins the session over TLS too
 
     def registered_again() -> bool:
@@ -120,7 +116,7 @@ def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):
 
 def test_the_cli_lists_and_resolves_with_zk_tls_and_the_environment(tls_zk, tls_client):
     publisher = tls_client("publisher")
-    publisher.register_service("api", "main", "10.0.0.7", 80, scheme="http")
+    publisher.register("api", "main", "10.0.0.7", 80, scheme="http")
     namespace = publisher.namespace
     env = _tls_env(tls_zk.tls_client_config)
     listed = _cli(tls_zk, namespace, "ls", "--zk-tls", env=env)

@@ -16,7 +16,7 @@ def labels(view):
 
 def join(make_client, label, **properties):
     member = make_client(f"member-{label}")
-    return member, member.register_service(
+    return member, member.register(
         "managers", "p", f"10.0.0.{len(label)}", 80, label=label, properties=properties
     )
 
@@ -62,7 +62,7 @@ def test_properties_change_keeps_the_view_id_and_the_place(make_client):
     topology.add_listener(events)
     events.wait_for(1)
     before = topology.view
-    first.register_service("managers", "p", "10.0.0.1", 80, label="a", properties={"load": 7})
+    first.register("managers", "p", "10.0.0.1", 80, label="a", properties={"load": 7})
     (changed,) = events.wait_for(2)[1:]
     assert changed.type is TopologyEventType.PROPERTIES_CHANGED
     assert changed.old_view.members[0].properties == {"load": 1}
@@ -71,7 +71,7 @@ def test_properties_change_keeps_the_view_id_and_the_place(make_client):
     # Metrics are not properties, and an unchanged registration is no change: neither raises
     # an event. Events arrive in order, so the join that follows fences anything spurious.
     first.update_metrics("managers", "p", "a", {"queue": 3})
-    first.register_service("managers", "p", "10.0.0.1", 80, label="a", properties={"load": 7})
+    first.register("managers", "p", "10.0.0.1", 80, label="a", properties={"load": 7})
     join(make_client, "c")
     assert [e.type for e in events.wait_for(4)[2:]] == [
         TopologyEventType.TOPOLOGY_CHANGING,

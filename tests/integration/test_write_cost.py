@@ -63,13 +63,13 @@ def test_register_update_metrics_and_deregister_pay_their_round_trips_and_nothin
     zookeeper, make_client
 ):
     publisher = make_client("publisher", announce=False)
-    first = publisher.register_service("db", "p1", "10.0.0.1", 5432, label="first")
+    first = publisher.register("db", "p1", "10.0.0.1", 5432, label="first")
     # The service exists and this client has published to it: the steady state.
     publisher.update_metrics(first, {"replication_lag": 0.5})
     registrations = {}
 
     def register(attempt: int) -> None:
-        registrations[attempt] = publisher.register_service(
+        registrations[attempt] = publisher.register(
             "db", "p1", "10.0.0.2", 6000 + attempt, label=f"r{attempt}"
         )
 
@@ -77,9 +77,9 @@ def test_register_update_metrics_and_deregister_pay_their_round_trips_and_nothin
         publisher.update_metrics(first, {"replication_lag": attempt})
 
     def deregister(attempt: int) -> None:
-        assert publisher.deregister_service(registrations[attempt])
+        assert publisher.deregister(registrations[attempt])
 
-    # The create, which register_service waits for, and nothing else on its path; then, in
+    # The create, which register waits for, and nothing else on its path; then, in
     # the background, one read that sets a watch on the new node, so that its process keeps a
     # status an operator writes there (`sentinel drain`) across its own updates and expiries.
     assert requests_of(zookeeper, publisher, register) == 2
@@ -92,7 +92,7 @@ def test_register_update_metrics_and_deregister_pay_their_round_trips_and_nothin
 def test_the_count_sees_an_extra_request(zookeeper, make_client):
     """The control: a call that adds one read is counted as two requests."""
     publisher = make_client("publisher", announce=False)
-    registration = publisher.register_service("db", "p1", "10.0.0.1", 5432, label="a")
+    registration = publisher.register("db", "p1", "10.0.0.1", 5432, label="a")
     publisher.update_metrics(registration, {"replication_lag": 0.5})
 
     def update_and_read(attempt: int) -> None:

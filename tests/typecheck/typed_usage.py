@@ -53,7 +53,7 @@ def on_change(event: ChangeEvent) -> None:
 
 def serve(hosts: str) -> Registration:
     with Sentinel(hosts=hosts, client_id="billing-api") as sentinel:
-        registration: Registration = sentinel.register_service(
+        registration: Registration = sentinel.register(
             "billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql"
         )
         stop = sentinel.listen("billing-db", on_change)
@@ -74,13 +74,13 @@ def lookup(sentinel: Sentinel, tenant: str) -> str | None:
     except SentinelError:
         raise
     host, port = address(endpoint)
-    every: tuple[Endpoint, ...] = sentinel.get_services("billing-db", key=tenant)
+    every: tuple[Endpoint, ...] = sentinel.eligible_instances("billing-db", key=tenant)
     return f"{endpoint.uri} {host}:{port + 1} of {len(every)}"
 
 
 async def serve_async(hosts: str) -> int:
     async with AsyncSentinel(hosts=hosts, client_id="billing-api", drain_wait=0.5) as client:
-        registration: Registration = await client.register_service(
+        registration: Registration = await client.register(
             "billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql"
         )
         record: MetricsRecord = await client.update_metrics(registration, {"lag": 2.5})

@@ -70,7 +70,7 @@ def test_a_stale_state_file_is_not_trusted(tmp_path):
 def test_a_client_that_was_not_started_refuses_to_work():
     client = Sentinel(hosts="127.0.0.1:1")
     with pytest.raises(ClientClosed, match="not started"):
-        client.register_service("db", "p1", "h", 1)
+        client.register("db", "p1", "h", 1)
     client.close()  # closing a client that never started is harmless
 
 

@@ -12,16 +12,14 @@ from prometheus_client import CollectorRegistry
 
 from sentinel import Sentinel
 from sentinel.auth import ManagerKey
+from sentinel.auth.config import AuthConfig
+from sentinel.cache.config import CacheConfig
 from sentinel.errors import ValidationError
 from sentinel.feedback import InstanceFeedback
 
 HOSTS = "127.0.0.1:2181"  # never connected: nothing here calls start()
 
 WRONG_SETTINGS = [
-    ("read_through_rate", 0),
-    ("read_through_rate", -5.0),
-    ("read_through_rate", math.inf),
-    ("read_through_rate", "100"),
     ("connect_timeout", 0),
     ("connect_timeout", -1),
     ("connect_timeout", math.nan),
@@ -29,6 +27,20 @@ WRONG_SETTINGS = [
     ("session_timeout", 0),
     ("session_timeout", "10"),
     ("drain_wait", -0.5),
+    ("feedback", 3),
+    ("prometheus_registry", "default"),
+    ("identity", 42),
+    ("announce", "no"),
+    ("announce", 1),
+    ("cache", {"persistent_watches": False}),
+    ("auth", "keys.json"),
+]
+
+WRONG_CACHE_SETTINGS = [
+    ("read_through_rate", 0),
+    ("read_through_rate", -5.0),
+    ("read_through_rate", math.inf),
+    ("read_through_rate", "100"),
     ("negative_ttl", -1),
     ("resync_jitter", -1),
     ("resync_jitter", 10**400),
@@ -36,25 +48,81 @@ WRONG_SETTINGS = [
     ("snapshot_interval", None),
     ("inherited_max_age", -1),
     ("inherited_max_age", "old"),
-    ("feedback", 3),
-    ("prometheus_registry", "default"),
-    ("identity", 42),
-    ("auth_signer", 42),
-    ("auth_signer", "not a key"),
-    ("auth_keys", 42),
     ("snapshot_path", 42),
-    ("announce", "no"),
-    ("announce", 1),
     ("persistent_watches", None),
-    ("require_signed", "yes"),
+]
+
+WRONG_AUTH_SETTINGS = [  # the setting, a wrong value, what the refusal names
+    ("signer", 42, "signer"),
+    ("signer", "not a key", "manager public key"),
+    ("keys", 42, "keys"),
+    ("require_signed", "yes", "require_signed"),
+    ("client", "not a name!", "auth client"),
 ]
 
 
 @pytest.mark.parametrize(("name", "value"), WRONG_SETTINGS)
 def test_a_wrong_setting_is_refused_at_construction_naming_it(name, value):
-    with pytest.raises(ValidationError) as refused:
+    with pytest.raises(ValidationError, match=name):
         Sentinel(HOSTS, **{"prometheus_registry": None, name: value})
-    assert name in str(refused.value) or name == "auth_signer"
+
+
+@pytest.mark.parametrize(("name", "value"), WRONG_CACHE_SETTINGS)
+def test_a_wrong_cache_setting_is_refused_where_it_is_written(name, value):
+    with pytest.raises(ValidationError, match=name):
+        CacheConfig(**{name: value})
+
+
+@pytest.mark.parametrize(("name", "value", "named"), WRONG_AUTH_SETTINGS)
+def test_a_wrong_auth_setting_is_refused_where_it_is_written(name, value, named):
+    with pytest.raises(ValidationError, match=named):
+        AuthConfig(**{name: value})
+
+
+@pytest.mark.parametrize(
+    ("old", "group", "field", "value"),
+    [
+        ("read_through_rate", "cache", "read_through_rate", 5.0),
+        ("persistent_watches", "cache", "persistent_watches", False),
+        ("snapshot_interval", "cache", "snapshot_interval", 2.0),
+        ("auth_client", "auth", "client", "billing-api"),
+        ("require_signed", "auth", "require_signed", False),
+    ],
+)
+def test_an_ungrouped_setting_still_works_for_one_release_and_warns(old, group, field, value):
+    with pytest.warns(
+        DeprecationWarning, match=rf"Sentinel\({old}=\.\.\.\) is deprecated: use {group}="
+    ):
+        client = Sentinel(HOSTS, prometheus_registry=None, **{old: value})
+    if group == "cache":
+        assert getattr(client.cache_config, field) == value
+    else:
+        assert client.auth_client == value if field == "client" else client._require_signed is value
+
+
+def test_an_ungrouped_setting_is_checked_as_its_group_checks_it():
+    # The case: a rate of 0 once failed later, on the lookup path, as a ValueError.
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ValidationError, match="read_through_rate"),
+    ):
+        Sentinel(HOSTS, read_through_rate=0, prometheus_registry=None)
+
+
+def test_an_ungrouped_setting_overrides_its_field_and_keeps_the_groups_other_fields():
+    with pytest.warns(DeprecationWarning):
+        client = Sentinel(
+            HOSTS,
+            cache=CacheConfig(negative_ttl=3.0, persistent_watches=False),
+            negative_ttl=4.0,
+            prometheus_registry=None,
+        )
+    assert client.cache_config == CacheConfig(negative_ttl=4.0, persistent_watches=False)
+
+
+def test_a_keyword_no_release_took_is_a_type_error_as_for_any_function():
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sesion_timeout'"):
+        Sentinel(HOSTS, sesion_timeout=3, prometheus_registry=None)
 
 
 def test_a_secret_setting_is_never_in_the_message():
@@ -67,23 +135,22 @@ def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
     client = Sentinel(
         HOSTS,
         drain_wait=0,
-        negative_ttl=0,
-        resync_jitter=0,
-        inherited_max_age=0,
-        read_through_rate=0.5,
-        snapshot_interval=0.01,
-        snapshot_path=tmp_path / "snapshot.json",
+        cache=CacheConfig(
+            negative_ttl=0,
+            resync_jitter=0,
+            inherited_max_age=0,
+            read_through_rate=0.5,
+            snapshot_interval=0.01,
+            snapshot_path=tmp_path / "snapshot.json",
+            persistent_watches=False,
+        ),
+        auth=AuthConfig(signer=ManagerKey.generate().public_text, require_signed=None),
         feedback=InstanceFeedback(errors=1, down_for=0, smoothing=1),
         prometheus_registry=CollectorRegistry(),
-        auth_signer=ManagerKey.generate().public_text,
-        require_signed=None,
-        persistent_watches=False,
         announce=False,
     )
-    assert (client.drain_wait, client.inherited_max_age) == (0, 0)
-    assert (
-        Sentinel(HOSTS, inherited_max_age=None, prometheus_registry=None).inherited_max_age is None
-    )
+    assert (client.drain_wait, client.cache_config.inherited_max_age) == (0, 0)
+    assert CacheConfig(inherited_max_age=None).inherited_max_age is None
 
 
 @pytest.mark.parametrize(
@@ -123,10 +190,10 @@ def test_a_reported_latency_must_be_a_finite_number_of_zero_or_more(latency):
     assert feedback.latency(one) == 0.25  # the average is untouched
 
 
-@pytest.mark.parametrize("call", ["listen", "instances"])
+@pytest.mark.parametrize("call", ["listen", "cached_instances"])
 def test_a_service_name_no_service_could_have_is_refused(call):
     client = Sentinel(HOSTS, client_id="names", prometheus_registry=None)
     arguments = ("bad name!", lambda event: None) if call == "listen" else ("bad name!",)
     with pytest.raises(ValidationError, match="service"):
         getattr(client, call)(*arguments)
-    assert client.instances("not-followed") == ()
+    assert client.cached_instances("not-followed") == ()

@@ -1,0 +1,74 @@
+"""How the cache follows ZooKeeper and answers lookups, as one validated value.
+
+:class:`CacheConfig` groups the cache's settings as :class:`~sentinel.zk.tls.TlsConfig` groups
+TLS's: a frozen value checked when it is made, so a wrong setting fails where it is written,
+and plain data that pickles into a Spark closure::
+
+    Sentinel(hosts, "billing-api", cache=CacheConfig(snapshot_path="/var/lib/billing/zk.json"))
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sentinel import validation as check
+
+# A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
+# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+DEFAULT_INHERITED_MAX_AGE = 0.5
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The cache's settings (``docs/resolution.md``, ``docs/reliability.md``).
+
+    Each is checked here: a value of the wrong type or out of its range raises
+    :class:`~sentinel.errors.ValidationError` naming it.
+
+    Attributes
+    ----------
+    persistent_watches : bool, default True
+        Follow each section with one ZooKeeper 3.6 persistent recursive watch, kept across
+        reconnections within the session (:mod:`sentinel.zk.protocol`); False, or a server
+        older than 3.6, keeps kazoo's one-shot watches, re-read after every reconnection.
+    negative_ttl : float, default 1.0
+        Seconds a shard key found nowhere is remembered as missing before ZooKeeper is asked
+        again.
+    read_through_rate : float, default 100.0
+        Cap on Procedure 1's direct reads of uncached keys, per service and second.
+    resync_jitter : float, default 0.5
+        The re-read after a reconnection waits a random delay of up to this many seconds, so
+        a fleet does not re-read at once.
+    snapshot_path : path or None, default None (no snapshot)
+        A file the cache is written to; when no server answers at start, the client serves
+        that last-known-good snapshot, marked stale, and keeps connecting.
+    snapshot_interval : float, default 1.0
+        The snapshot is written at most this often (seconds).
+    inherited_max_age : float or None, default 0.5
+        In a forked child (gunicorn ``--preload``, ``multiprocessing``), the oldest the
+        parent's cache may be for the child to serve it while its own session connects.
+        Older, the child's first lookup of each service waits for its own session's read (up
+        to the client's ``connect_timeout``, then
+        :class:`~sentinel.errors.ZooKeeperUnavailable`), so a worker forked long before its
+        first request never returns an instance drained since. None serves the inherited
+        cache however old it is.
+    """
+
+    persistent_watches: bool = True
+    negative_ttl: float = 1.0
+    read_through_rate: float = 100.0
+    resync_jitter: float = 0.5
+    snapshot_path: str | os.PathLike[str] | None = None
+    snapshot_interval: float = 1.0
+    inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE
+
+    def __post_init__(self) -> None:
+        check.flag("persistent_watches", self.persistent_watches)
+        check.number("negative_ttl", self.negative_ttl, least=0)
+        check.number("read_through_rate", self.read_through_rate, above=0)
+        check.number("resync_jitter", self.resync_jitter, least=0)
+        check.path("snapshot_path", self.snapshot_path)
+        check.number("snapshot_interval", self.snapshot_interval, above=0)
+        if self.inherited_max_age is not None:
+            check.number("inherited_max_age", self.inherited_max_age, least=0)
