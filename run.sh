@@ -39,6 +39,14 @@ ensure_graphviz() {
     command -v dot >/dev/null || apt_install graphviz || echo "run.sh: graphviz not installed" >&2
 }
 
+ensure_curator() {
+    # The interop tests run Apache Curator itself (a Java peer compiled at test time) against
+    # the project's ZooKeeper; without it they skip, saying what to install.
+    [ -f /usr/share/java/curator-x-discovery.jar ] && command -v javac >/dev/null && return
+    apt_install default-jdk-headless libcurator-discovery-java libcurator-recipes-java libslf4j-java \
+        || echo "run.sh: Curator not installed; the Curator interop tests skip" >&2
+}
+
 ensure_postgresql() {
     # The demo's databases, and the auth backend's, the collector's and the integration's
     # tests, are real PostgreSQL servers; without them the demo uses SQLite, the tests skip.
@@ -72,6 +80,7 @@ case "$command" in
     test)
         ensure_zookeeper
         ensure_graphviz
+        ensure_curator
         ensure_postgresql
         ensure_venv
         .venv/bin/ruff check sentinel policies balancers benchmarks tests

@@ -1,0 +1,257 @@
+"""Apache Curator's x-discovery format: the registries of JVM shops, read as Sentinel endpoints.
+
+Curator's ``ServiceDiscovery``, Spring Cloud Zookeeper and Apache Dubbo 3's application-level
+discovery keep one node per instance at ``<basePath>/<service>/<instance id>``, holding
+Curator's ``ServiceInstance`` as JSON::
+
+    {"name": "orders", "id": "b2f...", "address": "10.0.0.1", "port": 8080, "sslPort": null,
+     "payload": {"@class": "...", ...}, "registrationTimeUTC": 1795576186745,
+     "serviceType": "DYNAMIC", "uriSpec": {"parts": [{"value": "scheme", "variable": true}, ...]},
+     "enabled": true}
+
+:class:`CuratorInstance` decodes one such node, as untrusted as any other (a node that is not
+one is a :class:`~sentinel.errors.DecodeError` for its path, never a crash), and makes the
+:class:`~sentinel.registry.endpoint.Endpoint` a lookup returns. The mapping, in the words of
+``docs/curator.md``:
+
+* ``address`` is the host; with an ``sslPort`` the endpoint is ``https`` on it, else ``http``
+  on ``port`` (Curator's own rule for its ``{scheme}`` field);
+* ``uriSpec`` is rendered as Curator's ``UriSpec.build(instance)`` renders it, into ``uri``;
+* ``payload`` (without Jackson's ``@class``) is ``properties["payload"]``; ``id``, ``port``,
+  ``sslPort``, ``serviceType``, ``registrationTimeUTC``, the payload's class and any field this
+  version does not know are ``properties["curator"]``;
+* ``enabled: false`` is status ``down``: Curator's ``ServiceProvider`` leaves such instances
+  out (``EnabledInstanceFilter``), and so does every Sentinel lookup;
+* the id is the label (made a valid name: Dubbo's ``host:port`` ids become ``host_port``);
+  every instance is in one partition, :data:`CURATOR_PARTITION`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from sentinel.errors import DecodeError, ValidationError
+from sentinel.registry.endpoint import Endpoint, format_uri
+from sentinel.registry.layout import sanitize_name, validate_host
+from sentinel.registry.records import InstanceRecord, fields_of, parse_json
+
+# The one partition of a service read from a Curator registry: Curator has no partitions.
+CURATOR_PARTITION = "curator"
+# ServiceType's names; Jackson refuses any other, and so does this decoder.
+SERVICE_TYPES = frozenset({"DYNAMIC", "DYNAMIC_SEQUENTIAL", "STATIC", "PERMANENT"})
+_KNOWN_FIELDS = frozenset(
+    {
+        "name",
+        "id",
+        "address",
+        "port",
+        "sslPort",
+        "payload",
+        "registrationTimeUTC",
+        "serviceType",
+        "uriSpec",
+        "enabled",
+    }
+)
+# The variables of UriSpec.build(instance) that are not the instance's own fields.
+_BRACES = {"[": "{", "]": "}"}
+
+
+@dataclass(frozen=True, slots=True)
+class UriPart:
+    """One token of a Curator ``uriSpec``: literal text, or the name of a variable."""
+
+    value: str
+    variable: bool
+
+
+@dataclass(frozen=True)
+class CuratorInstance:
+    """One decoded Curator ``ServiceInstance`` (see the module's mapping)."""
+
+    name: str
+    id: str
+    address: str
+    port: int | None
+    ssl_port: int | None
+    payload: Any = None
+    registration_time_utc: int | None = None
+    service_type: str = "DYNAMIC"
+    uri_spec: tuple[UriPart, ...] | None = None
+    enabled: bool = True
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_bytes(cls, path: str, data: bytes | None) -> CuratorInstance:
+        """Decode the node at ``path``; :class:`~sentinel.errors.DecodeError` if it is not a
+        ``ServiceInstance`` Curator could read, or if its id is not the node's name (a value
+        copied to another node would otherwise be served under another identity)."""
+        if not data:
+            raise DecodeError(path, "empty value")
+        document = parse_json(path, data)
+        if not isinstance(document, dict):
+            raise DecodeError(path, f"expected a JSON object, got {type(document).__name__}")
+        with fields_of(path):
+            instance = cls(
+                name=_text("name", document["name"]),
+                id=_text("id", document["id"]),
+                address=validate_host(document["address"]),
+                port=_port("port", document.get("port")),
+                ssl_port=_port("sslPort", document.get("sslPort")),
+                payload=document.get("payload"),
+                registration_time_utc=_timestamp(document.get("registrationTimeUTC")),
+                service_type=_service_type(document.get("serviceType", "DYNAMIC")),
+                uri_spec=_uri_spec(document.get("uriSpec")),
+                enabled=_flag("enabled", document.get("enabled", True)),
+                extra={k: v for k, v in document.items() if k not in _KNOWN_FIELDS},
+            )
+            if instance.port is None and instance.ssl_port is None:
+                raise ValidationError("neither port nor sslPort is set")
+        node = path.rsplit("/", 1)[-1]
+        if instance.id != node:
+            raise DecodeError(path, f"id {instance.id!r} is not the node's name {node!r}")
+        return instance
+
+    @property
+    def scheme(self) -> str:
+        """``https`` when the instance has an ``sslPort``, as Curator's ``{scheme}`` says."""
+        return "https" if self.ssl_port is not None else "http"
+
+    def render_uri(self) -> str | None:
+        """The ``uriSpec`` rendered as Curator's ``UriSpec.build(instance)`` renders it (a
+        variable it does not know is left out), or None without one."""
+        if self.uri_spec is None:
+            return None
+        variables = {
+            **_BRACES,
+            "scheme": self.scheme,
+            "name": self.name,
+            "id": self.id,
+            "address": self.address,
+            "port": _java_text(self.port),
+            "ssl-port": _java_text(self.ssl_port),
+            "registration-time-utc": _java_text(self.registration_time_utc),
+            "service-type": self.service_type.lower(),
+        }
+        return "".join(
+            variables.get(part.value, "") if part.variable else part.value for part in self.uri_spec
+        )
+
+    def endpoint(self, service: str, joined: int = 0) -> Endpoint:
+        """The endpoint a lookup of ``service`` returns for this instance."""
+        port = self.ssl_port if self.ssl_port is not None else self.port
+        assert port is not None  # from_bytes refuses an instance with neither
+        payload = self.payload
+        payload_class = None
+        if isinstance(payload, dict) and isinstance(payload.get("@class"), str):
+            payload = {k: v for k, v in payload.items() if k != "@class"}
+            payload_class = self.payload["@class"]
+        curator = {
+            "id": self.id,
+            "port": self.port,
+            "sslPort": self.ssl_port,
+            "serviceType": self.service_type,
+            "registrationTimeUTC": self.registration_time_utc,
+            "payloadClass": payload_class,
+            **self.extra,
+        }
+        record = InstanceRecord(
+            service,
+            CURATOR_PARTITION,
+            sanitize_name(self.id),
+            self.address,
+            port,
+            scheme=self.scheme,
+            status="up" if self.enabled else "down",
+            properties={"payload": payload, "curator": curator},
+            registered_at=(self.registration_time_utc or 0) / 1000,
+        )
+        endpoint = Endpoint.from_record(record, joined=joined)
+        uri = self.render_uri()
+        if uri is None or uri == format_uri(record.scheme, record.host, record.port):
+            return endpoint
+        return replace(endpoint, uri=uri)
+
+
+def _text(what: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{what} must be a non-empty string")
+    return value
+
+
+def _port(what: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ValidationError(f"{what} must be a port number (1-65535) or null, got {value!r}")
+    return value
+
+
+def _timestamp(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError("registrationTimeUTC must be milliseconds since 1970")
+    return value
+
+
+def _service_type(value: object) -> str:
+    if value not in SERVICE_TYPES:
+        raise ValidationError(f"serviceType {value!r} is not one of {sorted(SERVICE_TYPES)}")
+    return str(value)
+
+
+def _flag(what: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be true or false")
+    return value
+
+
+def _uri_spec(value: object) -> tuple[UriPart, ...] | None:
+    if value is None:
+        return None
+    parts = value.get("parts") if isinstance(value, dict) else None
+    if not isinstance(parts, Sequence) or isinstance(parts, str):
+        raise ValidationError("uriSpec must be an object with a list of parts")
+    decoded = []
+    for part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("value"), str):
+            raise ValidationError("each part of uriSpec needs a string value")
+        decoded.append(UriPart(part["value"], _flag("variable", part.get("variable", False))))
+    return tuple(decoded)
+
+
+def _java_text(value: int | None) -> str:
+    """What Java's ``StringBuilder.append`` writes of a boxed number, "" for null (UriSpec's
+    ``nullCheck``)."""
+    return "" if value is None else str(value)
+
+
+def read_instances(
+    zk: KazooClient, base_path: str, service: str
+) -> tuple[tuple[Endpoint, ...], tuple[DecodeError, ...]]:
+    """Read ``service``'s instances under the Curator ``base_path`` straight from ZooKeeper
+    (``zk`` is a client without a chroot, or rooted where the base path is given from): the
+    endpoints, by label, and the nodes skipped as undecodable. No watch is set."""
+    parent = f"{base_path.rstrip('/')}/{service}"
+    endpoints, skipped = [], []
+    try:
+        children = zk.get_children(parent)
+    except NoNodeError:
+        return (), ()
+    for child in sorted(children):
+        path = f"{parent}/{child}"
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            continue  # gone between the listing and the read
+        try:
+            endpoints.append(CuratorInstance.from_bytes(path, data).endpoint(service, stat.czxid))
+        except DecodeError as exc:
+            skipped.append(exc)
+    return tuple(sorted(endpoints, key=lambda e: e.label)), tuple(skipped)

@@ -1,0 +1,99 @@
+// A Java service registry written by Apache Curator's x-discovery, for the interop tests.
+// Compiled at test time against Debian's jars (libcurator-discovery-java); prints one JSON
+// object: what Curator's own ServiceProvider returns for each service written.
+//
+//   java CuratorRegistry CONNECT_STRING BASE_PATH
+//
+// Under BASE_PATH it registers, in Curator's current JSON: "orders" with an instance of each
+// shape (a plain port and a uriSpec, an sslPort only, both ports, disabled, a static one, a
+// Map payload shaped as Spring Cloud Zookeeper's ZookeeperInstance), and under
+// BASE_PATH + "-compat" the same plain instance with compatibleSerializationMode (the format
+// before CURATOR-275, without "enabled"). Then it waits for a line on stdin and exits, so its
+// session and its ephemeral nodes live until the test is done reading.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.TreeSet;
+import java.util.stream.Collectors;
+
+import org.apache.curator.framework.CuratorFramework;
+import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.curator.x.discovery.ServiceDiscovery;
+import org.apache.curator.x.discovery.ServiceDiscoveryBuilder;
+import org.apache.curator.x.discovery.ServiceInstance;
+import org.apache.curator.x.discovery.ServiceProvider;
+import org.apache.curator.x.discovery.ServiceType;
+import org.apache.curator.x.discovery.UriSpec;
+import org.apache.curator.x.discovery.details.JsonInstanceSerializer;
+
+public final class CuratorRegistry {
+    @SuppressWarnings({"rawtypes", "unchecked"})
+    public static void main(String[] args) throws Exception {
+        CuratorFramework client =
+            CuratorFrameworkFactory.newClient(args[0], new ExponentialBackoffRetry(100, 3));
+        client.start();
+        client.blockUntilConnected();
+        String base = args[1];
+
+        ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
+            .client(client).basePath(base).build();
+        discovery.start();
+        Map<String, Object> metadata = new LinkedHashMap<>();
+        metadata.put("tenant-group", "p1");
+        metadata.put("zone", "eu-1");
+        Map<String, Object> spring = new LinkedHashMap<>();
+        spring.put("id", "orders-1");
+        spring.put("name", "orders");
+        spring.put("metadata", metadata);
+
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("plain")
+            .address("10.0.0.1").port(8080).uriSpec(new UriSpec("{scheme}://{address}:{port}/v1"))
+            .build());
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("ssl-only")
+            .address("10.0.0.2").sslPort(8443).build());
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("both")
+            .address("10.0.0.3").port(80).sslPort(443)
+            .uriSpec(new UriSpec("{scheme}://{address}:{ssl-port}/{name}/{id}[x]")).build());
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("disabled")
+            .address("10.0.0.4").port(8080).enabled(false).build());
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("static")
+            .address("10.0.0.5").port(8080).serviceType(ServiceType.STATIC).build());
+        discovery.registerService(ServiceInstance.<Map>builder().name("orders").id("spring")
+            .address("10.0.0.6").port(8080).payload(spring).build());
+
+        ServiceDiscovery<Map> compat = ServiceDiscoveryBuilder.builder(Map.class)
+            .client(client).basePath(base + "-compat")
+            .serializer(new JsonInstanceSerializer<>(Map.class, true)).build();
+        compat.start();
+        compat.registerService(ServiceInstance.<Map>builder().name("orders").id("old")
+            .address("10.0.0.7").port(8080).payload(spring).build());
+
+        StringBuilder out = new StringBuilder("{");
+        String[][] providers = {{"current", base}, {"compat", base + "-compat"}};
+        for (int i = 0; i < providers.length; i++) {
+            ServiceDiscovery<Map> from = i == 0 ? discovery : compat;
+            ServiceProvider<Map> provider = from.serviceProviderBuilder().serviceName("orders").build();
+            provider.start();
+            TreeSet<String> ids = provider.getAllInstances().stream()
+                .map(ServiceInstance::getId).collect(Collectors.toCollection(TreeSet::new));
+            TreeSet<String> uris = provider.getAllInstances().stream()
+                .filter(s -> s.getUriSpec() != null).map(s -> s.buildUriSpec())
+                .collect(Collectors.toCollection(TreeSet::new));
+            provider.close();
+            out.append(i == 0 ? "" : ", ").append('"').append(providers[i][0]).append("\": {\"ids\": [")
+                .append(ids.stream().map(s -> '"' + s + '"').collect(Collectors.joining(", ")))
+                .append("], \"uris\": [")
+                .append(uris.stream().map(s -> '"' + s + '"').collect(Collectors.joining(", ")))
+                .append("]}");
+        }
+        System.out.println(out.append("}"));
+        System.out.flush();
+        new BufferedReader(new InputStreamReader(System.in)).readLine();
+        compat.close();
+        discovery.close();
+        client.close();
+    }
+}
