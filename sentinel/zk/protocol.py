@@ -130,6 +130,7 @@ class _AddWatch(NamedTuple):
     mode: AddWatchMode
     callback: Watcher
     known: Callable[[], Iterable[str]] | None
+    absolute: bool = False  # path given from the server's root, not the client's chroot
     type = ADD_WATCH
 
     def serialize(self) -> bytes:
@@ -358,6 +359,7 @@ class PersistentWatches:
         self._recursive: dict[str, list[Watcher]] = {}
         self._absent: set[str] = set()  # kazoo data watches set by exists() on no node
         self._known: dict[str, Callable[[], Iterable[str]]] = {}  # add_watch(known=...)
+        self._absolute: set[str] = set()  # watched paths given from the server's root
         # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
         self._resync_data: set[str] = set()
         self._resync_children: set[str] = set()
@@ -398,6 +400,7 @@ class PersistentWatches:
         mode: AddWatchMode,
         *,
         known: Callable[[], Iterable[str]] | None = None,
+        absolute: bool = False,
     ) -> None:
         """Watch ``path`` until :meth:`remove_watches`, calling ``watcher`` for every event.
 
@@ -415,12 +418,22 @@ class PersistentWatches:
         deleted) and the parents whose children changed (children-changed, for creations),
         all to ``watcher``; the ones that did not fire are removed again before any other
         request, so the server goes back to holding one watch.
+
+        ``absolute``: ``path`` (and what ``known`` returns) is given from the server's root, not
+        from the client's chroot: a registry another library keeps outside this client's
+        namespace (Curator's base path) is followed on the same session. Its events carry
+        paths from the server's root too. kazoo's own watches cannot do this: it keys them by
+        the path its callbacks see, where ``/services`` outside the chroot and inside it would
+        be one key; these tables are keyed by the server's path.
         """
         if not self._probe():
             raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
-        self._call(_AddWatch(self._server_path(path), AddWatchMode(mode), watcher, known))
+        server_path = path if absolute else self._server_path(path)
+        self._call(_AddWatch(server_path, AddWatchMode(mode), watcher, known, absolute))
 
-    def remove_watches(self, path: str, watcher_type: WatcherType) -> None:
+    def remove_watches(
+        self, path: str, watcher_type: WatcherType, *, absolute: bool = False
+    ) -> None:
         """Remove the watches of ``watcher_type`` on ``path`` (kazoo's one-shot ones included
         for DATA, CHILDREN and ANY) on the server and here: no event for them is dispatched
         from now on. Raises :class:`~kazoo.exceptions.NoWatcherError` if the server had none.
@@ -428,10 +441,11 @@ class PersistentWatches:
         ZooKeeper before 3.9 removes persistent watches only with ANY (ZOOKEEPER-4472; it
         answers PERSISTENT and PERSISTENT_RECURSIVE with an error and closes the connection),
         so those two are sent as ANY: every watch on ``path`` goes, here as on the server.
+        ``absolute`` as for :meth:`add_watch`.
         """
         if WatcherType(watcher_type) in (WatcherType.PERSISTENT, WatcherType.PERSISTENT_RECURSIVE):
             watcher_type = WatcherType.ANY
-        server_path = self._server_path(path)
+        server_path = path if absolute else self._server_path(path)
         client = self._client
         if watcher_type != WatcherType.CHILDREN:
             client._data_watchers.pop(server_path, None)
@@ -443,21 +457,26 @@ class PersistentWatches:
                 self._persistent.pop(server_path, None)
                 self._recursive.pop(server_path, None)
                 self._known.pop(server_path, None)
+                self._absolute.discard(server_path)
         self._call(_RemoveWatches(server_path, WatcherType(watcher_type)))
 
-    def get_many(self, data: Iterable[str] = (), children: Iterable[str] = ()) -> ReadResults:
+    def get_many(
+        self, data: Iterable[str] = (), children: Iterable[str] = (), *, absolute: bool = False
+    ) -> ReadResults:
         """Read the data of the ``data`` paths and the children of the ``children`` paths in one
         request (multi-read), with an error per path rather than for the whole; no watches.
 
-        In fallback mode the reads are pipelined kazoo requests, with the same results. The
-        reply must fit the server's jute.maxbuffer (1 MB by default): batch large reads.
+        In fallback mode the reads are pipelined requests, with the same results. The reply
+        must fit the server's jute.maxbuffer (1 MB by default): batch large reads.
+        ``absolute``: the paths are given from the server's root (see :meth:`add_watch`).
         """
         data, children = list(data), list(children)
-        if not self._probe():
-            return self._get_many_pipelined(data, children)
-        operations = tuple(GetData(self._server_path(path), None) for path in data) + tuple(
-            GetChildren(self._server_path(path), None) for path in children
+        server = str if absolute else self._server_path
+        operations = tuple(GetData(server(path), None) for path in data) + tuple(
+            GetChildren(server(path), None) for path in children
         )
+        if not self._probe():
+            return self._get_many_pipelined(data, children, operations)
         results = self._call(_MultiRead(operations)) if operations else []
         return ReadResults(
             dict(zip(data, results[: len(data)], strict=True)),
@@ -507,11 +526,13 @@ class PersistentWatches:
         with self._lock:
             providers = list(self._known.items())
             persistent = set(self._persistent) | set(self._recursive)
+            absolute = set(self._absolute)
         data: set[str] = set()
         children: set[str] = set()
         for root, known in providers:
+            server = str if root in absolute else self._server_path
             try:
-                paths = {self._server_path(path) for path in known()}
+                paths = {server(path) for path in known()}
             except Exception:  # a caller's bug must not take the connection thread down
                 log.exception("known paths of the watch on %s failed: no re-sync", root)
                 continue
@@ -551,6 +572,8 @@ class PersistentWatches:
                 table.setdefault(request.path, []).append(request.callback)
                 if request.known is not None:
                     self._known[request.path] = request.known
+                if request.absolute:
+                    self._absolute.add(request.path)
         elif isinstance(request, Exists) and request.watcher is not None:
             if code == NoNodeError.code:
                 self._absent.add(request.path)
@@ -565,19 +588,27 @@ class PersistentWatches:
         if watch.type not in EVENT_TYPE_MAP or self._client._stopped.is_set():
             return
         kind = EVENT_TYPE_MAP[watch.type]
+        # Watchers of paths given from the chroot see the path from it; the others, from the
+        # server's root (add_watch(absolute=True)).
+        chrooted: list[Watcher] = []
+        absolute: list[Watcher] = []
         with self._lock:
-            watchers = list(self._persistent.get(watch.path, ()))
+            watched = [(watch.path, self._persistent.get(watch.path, ()))]
             # children-changed events reach recursive watchers only from a re-sync's watches
             if kind != EventType.CHILD or watch.path in self._resync_children:
-                for path in _ancestors(watch.path):
-                    watchers.extend(self._recursive.get(path, ()))
+                recursive = self._recursive
+                watched += [(path, recursive.get(path, ())) for path in _ancestors(watch.path)]
+            for path, watchers in watched:
+                (absolute if path in self._absolute else chrooted).extend(watchers)
             if kind != EventType.CHILD:
                 self._resync_data.discard(watch.path)
             if kind != EventType.CHANGED:
                 self._resync_children.discard(watch.path)
-        if watchers:
-            event = WatchedEvent(kind, self._client._state, self._client.unchroot(watch.path))
-            self._deliver(watchers, event)
+        state = self._client._state
+        if chrooted:
+            self._deliver(chrooted, WatchedEvent(kind, state, self._client.unchroot(watch.path)))
+        if absolute:
+            self._deliver(absolute, WatchedEvent(kind, state, watch.path))
 
     def _reset_watchers(self) -> None:
         """kazoo calls this on SUSPENDED and when the session ends: keep every watch while the
@@ -599,6 +630,7 @@ class PersistentWatches:
             self._persistent.clear()
             self._recursive.clear()
             self._known.clear()
+            self._absolute.clear()
         self._deliver(dropped, WatchedEvent(EventType.NONE, state, None))
 
     # --- helpers -------------------------------------------------------------------------
@@ -626,13 +658,17 @@ class PersistentWatches:
         self._client._call(request, result)
         return result.get()
 
-    def _get_many_pipelined(self, data: list[str], children: list[str]) -> ReadResults:
-        client = self._client
-        pending_data = {path: client.get_async(path) for path in data}
-        pending_children = {path: client.get_children_async(path) for path in children}
+    def _get_many_pipelined(
+        self, data: list[str], children: list[str], operations: tuple[Any, ...]
+    ) -> ReadResults:
+        pending = []
+        for operation in operations:  # all sent before the first reply is waited for
+            pending.append(self._client.handler.async_result())
+            self._client._call(operation, pending[-1])
+        results = [_outcome(result) for result in pending]
         return ReadResults(
-            {path: _outcome(result) for path, result in pending_data.items()},
-            {path: _outcome(result) for path, result in pending_children.items()},
+            dict(zip(data, results[: len(data)], strict=True)),
+            dict(zip(children, results[len(data) :], strict=True)),
         )
 
 

@@ -8,6 +8,7 @@ The server's own accounts are the evidence: ``wchc`` lists the watches it holds 
 from __future__ import annotations
 
 import threading
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 
@@ -350,3 +351,59 @@ def test_known_paths_let_the_server_report_what_changed_below_a_recursive_watch(
         (EventType.CREATED, "/svc/later"),
     ]  # the server handles SetWatches2's data watches before its child watches
     assert reads_served(zookeeper, namespace) == reads_before  # nothing was read again
+
+
+def test_an_absolute_watch_follows_a_registry_outside_the_chroot_on_the_same_session(
+    watched, raw_zk, zookeeper
+):
+    # A Curator base path outside the client's namespace, named as a path inside it is: one
+    # session follows both, and neither watcher hears of the other's nodes.
+    ours = watched()
+    outside = f"/jvm-{uuid.uuid4().hex[:8]}"
+    unrooted = KazooClient(hosts=zookeeper.connect_string)
+    unrooted.start(timeout=10)
+    try:
+        unrooted.ensure_path(f"{outside}/services/orders")
+        raw_zk.ensure_path(f"{outside}/services/orders")  # the same path, inside the chroot
+        theirs, mine = Events(), Events()
+        held = [f"{outside}/services/orders/a"]
+        ours.watches.add_watch(
+            f"{outside}/services",
+            theirs,
+            AddWatchMode.PERSISTENT_RECURSIVE,
+            known=lambda: list(held),
+            absolute=True,
+        )
+        ours.watches.add_watch(f"{outside}/services", mine, AddWatchMode.PERSISTENT_RECURSIVE)
+        unrooted.create(f"{outside}/services/orders/a", b"1")
+        raw_zk.create(f"{outside}/services/orders/b", b"2")
+        assert theirs.wait_for(EventType.CREATED, {f"{outside}/services/orders/a"})
+        assert mine.wait_for(EventType.CREATED, {f"{outside}/services/orders/b"})
+        assert [e.path for e in theirs.seen] == [f"{outside}/services/orders/a"]
+        assert [e.path for e in mine.seen] == [f"{outside}/services/orders/b"]
+        chroot = raw_zk.chroot
+        assert sorted(watches_held(zookeeper, ours.client)) == sorted(
+            [f"{outside}/services", f"{chroot}{outside}/services"]
+        )
+        # Reads from the server's root, in one multi-read and pipelined alike.
+        results = ours.watches.get_many(
+            [f"{outside}/services/orders/a"], [f"{outside}/services/orders"], absolute=True
+        )
+        assert results.data[f"{outside}/services/orders/a"][0] == b"1"
+        assert results.children[f"{outside}/services/orders"] == ["a"]
+        fallback = watched(force_fallback=True)
+        piped = fallback.watches.get_many([f"{outside}/services/orders/a"], absolute=True)
+        assert piped.data[f"{outside}/services/orders/a"][0] == b"1"
+        # Known paths from the server's root: a change while cut off is reported on return.
+        ours.cut_and_restore(lambda: unrooted.set(f"{outside}/services/orders/a", b"changed"))
+        assert theirs.wait_for(EventType.CHANGED, {f"{outside}/services/orders/a"})
+        ours.watches.remove_watches(
+            f"{outside}/services", WatcherType.PERSISTENT_RECURSIVE, absolute=True
+        )
+        unrooted.create(f"{outside}/services/orders/c", b"3")
+        raw_zk.create(f"{outside}/services/orders/c", b"3")
+        assert mine.wait_for(EventType.CREATED, {f"{outside}/services/orders/c"})
+        assert f"{outside}/services/orders/c" not in theirs.of(EventType.CREATED)
+    finally:
+        unrooted.stop()
+        unrooted.close()
