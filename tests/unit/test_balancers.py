@@ -281,3 +281,12 @@ def test_smooth_wrr_handles_fractional_and_huge_weights():
     assert picks == {"e0": 100, "e1": 300}
     huge = tuple(pool(2, [1e9, 1]))
     assert collections.Counter(smooth.pick(huge).label for _ in range(1000))["e0"] >= 999
+
+
+def test_a_balancer_shows_its_public_fields_only():
+    round_robin, sticky = RoundRobin(), Sticky(42)
+    round_robin.pick(pool(2))
+    assert repr(round_robin) == "RoundRobin()"
+    assert repr(sticky) == "Sticky(key='42')"
+    assert repr(WeightedRandom("queue", seed=1)) == "WeightedRandom(metric='queue')"
+    assert repr(PowerOfTwoChoices(seed=1)) == "PowerOfTwoChoices(metric=None, feedback=None)"

@@ -156,3 +156,43 @@ def test_long_host_names_get_distinct_hashed_labels():
     first, second = default_label(LONG + ".a", 80), default_label(LONG + ".b", 80)
     assert first != second
     assert first.startswith("_h_") and len(first) <= NAME_MAX_LENGTH
+
+
+@pytest.mark.parametrize(("port", "type_name"), [("80", "str"), (True, "bool"), (80.0, "float")])
+def test_a_port_that_is_not_an_int_is_refused(port, type_name):
+    with pytest.raises(ValidationError) as info:
+        default_label("db-1.example.com", port)
+    assert str(info.value) == f"port must be an integer, got {type_name}"
+
+
+@pytest.mark.parametrize("host", [80, None])
+def test_a_host_that_is_not_a_string_is_named_by_its_type(host):
+    with pytest.raises(ValidationError) as info:
+        validate_host(host)
+    assert str(info.value) == f"host must be a string, got {type(host).__name__}"
+
+
+A63 = "a" * 63
+
+
+def test_a_label_of_exactly_128_characters_is_kept_as_it_is():
+    host = f"{A63}.{'b' * 61}"  # 125 characters: "<host>_80" is 128
+    assert default_label(host, 80) == f"{host}_80"
+    longer = f"{A63}.{'b' * 62}"  # one more: hashed
+    # sha256 of "<longer>_80", first 20 hex digits (sha256sum)
+    assert default_label(longer, 80) == f"_h_{longer[:101]}_80_ca5d63a501c28a50e6df"
+
+
+@pytest.mark.parametrize(
+    ("host", "start", "digest"),
+    [
+        # The cut (101 characters for port 80) ends on a '.': it is dropped.
+        (f"{A63}.{'b' * 36}.{'c' * 30}", f"{A63}.{'b' * 36}", "baf2f77eb746f0521dfc"),
+        # ... on two '-': both dropped, so the label is a valid name.
+        (f"{A63}.{'b' * 35}--{'c' * 20}.{'d' * 10}", f"{A63}.{'b' * 35}", "cf09aebcf5ec85e20cc6"),
+    ],
+)
+def test_a_hashed_label_drops_the_dots_and_hyphens_its_cut_ends_on(host, start, digest):
+    # digest: sha256 of "<host>_80", first 20 hex digits (sha256sum)
+    assert default_label(host, 80) == f"_h_{start}_80_{digest}"
+    assert default_label(host.upper(), 80) == f"_h_{start}_80_{digest}"

@@ -214,3 +214,14 @@ def test_a_time_limited_policy_is_evaluated_every_time():
 def test_a_policy_refuses_arguments_that_are_not_numbers_when_built(name, arguments):
     with pytest.raises(ValidationError, match="must be a"):
         load_policy(name, **arguments)
+
+
+def test_a_policy_shows_its_arguments_not_its_memo_or_purity():
+    pool = tuple(lagging(1, 9))
+    policy = MinLag(cutoff=5, max_age=None)  # pure: it keeps a memo once called
+    chain = AllUp() & policy
+    assert labels(policy(pool)) == ["r0"] and chain(pool) is chain(pool)
+    assert repr(policy) == "MinLag(metric='replication_lag', cutoff=5, max_age=None)"
+    assert repr(chain) == (
+        "Chain(policies=(AllUp(), MinLag(metric='replication_lag', cutoff=5, max_age=None)))"
+    )
