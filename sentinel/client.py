@@ -293,6 +293,7 @@ class Sentinel:
             "credentials": self._credentials,
             "resync_jitter": cache.resync_jitter,
             "read_through_rate": cache.read_through_rate,
+            "curator_base_paths": cache.curator_base_paths,
         }
         self._new_session()
         self.feedback = feedback or InstanceFeedback()
@@ -321,6 +322,7 @@ class Sentinel:
                 self.hosts,
                 cache.snapshot_interval,
                 None if self._credentials is None else self._credentials.highest_versions,
+                skip=self._cache.foreign_services,
             )
             self._cache.worker.on_change = self._snapshot_writer.mark_dirty
 
@@ -405,7 +407,10 @@ class Sentinel:
                 stale_since = inherited.disconnected_at or self._forked_at or time.time()
                 limit = self.cache_config.inherited_max_age
                 if limit is None or time.time() - stale_since <= limit:
-                    self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)
+                    # A Curator service is read again on the child's session, not inherited.
+                    foreign = inherited.foreign_services()
+                    served = {s: v for s, v in inherited.snapshots.items() if s not in foreign}
+                    self._serve_restored(served, inherited.shard_maps, stale_since)
                 else:  # too old to serve: read afresh, the inherited services first
                     self._serve_restored({}, {}, stale_since)
                     self._cache.prefetch(sorted(inherited.snapshots))

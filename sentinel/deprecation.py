@@ -36,7 +36,11 @@ def moved(old: str, new: str) -> Callable[..., Any]:
 # The settings that were keywords of Sentinel() of their own before CacheConfig and AuthConfig
 # grouped them: old keyword -> (group, field).
 _UNGROUPED = {
-    **{name: ("cache", name) for name in (f.name for f in fields(CacheConfig))},
+    **{
+        name: ("cache", name)
+        for name in (f.name for f in fields(CacheConfig))
+        if name != "curator_base_paths"  # new with the value object: never a keyword
+    },
     "auth_keys": ("auth", "keys"),
     "auth_client": ("auth", "client"),
     "auth_signer": ("auth", "signer"),

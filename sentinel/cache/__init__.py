@@ -7,6 +7,7 @@ One concern per module:
 * :mod:`~sentinel.cache.listeners`: the application's listeners;
 * :mod:`~sentinel.cache.source`: the contract between the cache and what feeds it;
 * :mod:`~sentinel.cache.followers`: one ZooKeeper follower per watch mode;
+* :mod:`~sentinel.cache.curator`: the follower of Curator registries outside the namespace;
 * :mod:`~sentinel.cache.reads`: the reads of a service, written once for both modes;
 * :mod:`~sentinel.cache.read_through`: Procedure 1, keys the cached map does not hold;
 * :mod:`~sentinel.cache.registry_cache`: the cache itself, which ties them together.

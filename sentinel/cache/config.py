@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 
 from sentinel import validation as check
+from sentinel.errors import InvalidName, ValidationError
+from sentinel.registry.layout import validate_namespace
 
 # A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
 # resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
@@ -53,6 +55,11 @@ class CacheConfig:
         :class:`~sentinel.errors.ZooKeeperUnavailable`), so a worker forked long before its
         first request never returns an instance drained since. None serves the inherited
         cache however old it is.
+    curator_base_paths : tuple of str, default () (none)
+        Apache Curator x-discovery base paths (Curator, Spring Cloud Zookeeper, Dubbo 3) on
+        the client's own ensemble: a service the namespace does not hold is looked for under
+        each, in order, and followed there on the client's session (``docs/curator.md``).
+        Needs ZooKeeper 3.6's persistent watches.
     """
 
     persistent_watches: bool = True
@@ -62,6 +69,7 @@ class CacheConfig:
     snapshot_path: str | os.PathLike[str] | None = None
     snapshot_interval: float = 1.0
     inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE
+    curator_base_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check.flag("persistent_watches", self.persistent_watches)
@@ -72,3 +80,15 @@ class CacheConfig:
         check.number("snapshot_interval", self.snapshot_interval, above=0)
         if self.inherited_max_age is not None:
             check.number("inherited_max_age", self.inherited_max_age, least=0)
+        paths = self.curator_base_paths
+        if isinstance(paths, str) or not isinstance(paths, tuple | list):
+            raise ValidationError("curator_base_paths must be a tuple of ZooKeeper paths")
+        for path in paths:
+            try:
+                validate_namespace(path)  # an absolute path of valid names, as a namespace is
+            except InvalidName:
+                raise ValidationError(
+                    f"curator_base_paths: {path!r} is not an absolute ZooKeeper path of valid "
+                    "names such as '/services'"
+                ) from None
+        object.__setattr__(self, "curator_base_paths", tuple(paths))

@@ -304,7 +304,7 @@ class OneShotFollower(_ZooKeeperFollower):
         """Read every policy and service the cache holds again, reporting real changes."""
         for policy in list(self._cache.shard_maps):
             self._load_policy(policy)
-        for service in list(self._cache.snapshots):
+        for service in self._cache.native_services():
             self._refresh_service(service)
 
     def _on_event(self, event: WatchedEvent) -> None:
@@ -391,7 +391,7 @@ class PersistentFollower(_ZooKeeperFollower):
         for policy in list(self._cache.shard_maps):
             if self._follow(policy_path(policy)):
                 self._load_policy(policy)
-        for service in list(self._cache.snapshots):
+        for service in self._cache.native_services():
             if self._follow_service(service):
                 self._refresh_service(service)
 

@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -27,6 +27,7 @@ from kazoo.exceptions import ConnectionLoss
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
+from sentinel.cache.curator import CuratorFollower
 from sentinel.cache.followers import OneShotFollower, PersistentFollower
 from sentinel.cache.listeners import Listener, Listeners
 from sentinel.cache.read_through import ReadThrough
@@ -34,7 +35,7 @@ from sentinel.cache.source import Follower
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot, endpoint_events
 from sentinel.cache.worker import CacheWorker, Task
-from sentinel.errors import ClientClosed, ZooKeeperUnavailable
+from sentinel.errors import ClientClosed, RegistryError, ServiceNotFound, ZooKeeperUnavailable
 from sentinel.events import (
     AuthChanged,
     ChangeEvent,
@@ -71,9 +72,12 @@ class RegistryCache:
         resync_jitter: float = 0.5,
         read_through_rate: float = 100.0,
         watches: PersistentWatches | None = None,
+        curator_base_paths: Sequence[str] = (),
     ) -> None:
         self._zk = zk
         self._watches = watches
+        self._curator_base_paths = tuple(curator_base_paths)
+        self._curator: CuratorFollower | None = None  # made on the first Curator service
         self._credentials = credentials
         self._client_id = client_id
         self._nodes = nodes
@@ -219,16 +223,49 @@ class RegistryCache:
                 raise ConnectionLoss("not connected yet: the server's watch mode is not known")
             if supported:
                 self._follower = PersistentFollower(self, self._zk, self._credentials, watches)
+                if self._curator_base_paths:
+                    self._curator = CuratorFollower(self, watches, self._curator_base_paths)
             else:
                 self._follower = OneShotFollower(self, self._zk, self._credentials)
         return self._follower
+
+    def _curator_now(self) -> CuratorFollower:
+        """The follower of Curator base paths, made with the session's follower; there is
+        none without ZooKeeper 3.6's watches."""
+        self._follower_now()
+        if self._curator is None:
+            raise RegistryError(
+                "Curator registries are followed with ZooKeeper 3.6's persistent watches, and "
+                "this client has none (an older server, or "
+                "CacheConfig(persistent_watches=False))"
+            )
+        return self._curator
+
+    def _load_service(self, service: str) -> ServiceSnapshot:
+        """The namespace's service of that name, else the first Curator base path's."""
+        try:
+            return self._follower_now().load_service(service)
+        except ServiceNotFound:
+            if not self._curator_base_paths:
+                raise
+        return self._curator_now().load_service(service)
+
+    def native_services(self) -> list[str]:
+        """The services the namespace's follower feeds (every one but the Curator ones)."""
+        foreign = self._curator.services if self._curator is not None else frozenset()
+        return [service for service in self.snapshots if service not in foreign]
+
+    def foreign_services(self) -> frozenset[str]:
+        """The services read from Curator base paths: not in the snapshot file, and not
+        served by a forked child before its own session has read them."""
+        return self._curator.services if self._curator is not None else frozenset()
 
     def _serve_load(self, service: str, future: Future[ServiceSnapshot]) -> None:
         """A reader's :meth:`load`: the cached snapshot, or the service loaded now."""
         try:
             snapshot = self.snapshots.get(service)
             if snapshot is None:
-                snapshot = self._follower_now().load_service(service)
+                snapshot = self._load_service(service)
                 self._confirm(service, snapshot.auth)
                 self.snapshots[service] = snapshot
             future.set_result(snapshot)
@@ -239,6 +276,8 @@ class RegistryCache:
         """After a reconnection: the follower brings everything up to date; the first one
         after :meth:`restore` ends the restored state."""
         self._follower_now().resync()
+        if self._curator is not None:
+            self._curator.resync()
         self.stats.resyncs += 1
         if self._restored:
             self._end_restored()
@@ -326,8 +365,9 @@ class RegistryCache:
 
     def _confirm(self, service: str, auth: Credential | None) -> None:
         """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
-        node (which a rotation waits on, Procedure 2) and in its telemetry."""
-        if self._announce:
+        node (which a rotation waits on, Procedure 2) and in its telemetry. A Curator service
+        has no ``/clients`` node, and a reader never makes one."""
+        if self._announce and service not in self.foreign_services():
             self._register_client(service, auth)
         if auth is not None:
             auth_version_applied(service, auth.version)

@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,7 +244,9 @@ class SnapshotWriter:
     :meth:`mark_dirty` only sets a flag (the cache's worker calls it after every change); the
     writing happens on this class's own thread, off both kazoo's thread and the cache's. A
     write that would not change the file's contents is skipped. ``auth_versions`` returns the
-    highest credential version applied per service (the client's credential reader).
+    highest credential version applied per service (the client's credential reader);
+    ``skip`` the services left out (read from Curator base paths: a start from the file serves
+    the namespace's services only).
     """
 
     def __init__(
@@ -255,8 +258,10 @@ class SnapshotWriter:
         hosts: str,
         min_interval: float = 1.0,
         auth_versions: Callable[[], Mapping[str, int]] | None = None,
+        skip: Callable[[], AbstractSet[str]] = frozenset,
     ) -> None:
         self.path = path
+        self._skip = skip
         self._auth_versions = auth_versions
         self._snapshots = snapshots
         self._shard_maps = shard_maps
@@ -296,8 +301,9 @@ class SnapshotWriter:
     def write_now(self) -> None:
         """Write the snapshot if the cache holds something new; errors are logged, not raised."""
         try:
+            skip = self._skip()
             document = dump_snapshot(
-                dict(self._snapshots),
+                {name: s for name, s in list(self._snapshots.items()) if name not in skip},
                 dict(self._shard_maps),
                 self._namespace,
                 self._hosts,

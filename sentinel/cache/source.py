@@ -1,7 +1,8 @@
 """The contract between the cache and what feeds it.
 
 A :class:`Follower` keeps one :class:`~sentinel.cache.RegistryCache` current: ZooKeeper's
-watches in one of two modes today (:mod:`sentinel.cache.followers`), a host agent tomorrow.
+watches in one of two modes (:mod:`sentinel.cache.followers`), Curator registries outside the
+namespace (:mod:`sentinel.cache.curator`), a host agent tomorrow.
 It reads or receives a service's state and hands changes to the cache through
 :class:`FollowedCache`, on the cache's worker; the cache serves them (immutable snapshots, one
 dict store per change) and tells the listeners. Nothing on the lookup path knows which
@@ -20,8 +21,9 @@ from sentinel.shards.maps import ShardMap
 
 
 class Follower(Protocol):
-    """What keeps a cache current. One per cache, chosen once per session; every method
-    runs on the cache's worker."""
+    """What keeps a cache current. The namespace's follower is chosen once per session; a
+    follower of other registries (:mod:`sentinel.cache.curator`) feeds the services the
+    namespace does not hold. Every method runs on the cache's worker."""
 
     #: Whether changes arrive on persistent watches kept across reconnections (for telemetry
     #: and ``Sentinel.persistent_watches``; nothing branches on it).
@@ -62,6 +64,10 @@ class FollowedCache(Protocol):
         invalid: frozenset[str],
     ) -> None:
         """Serve ``current`` with a few children of one section replaced (None: removed)."""
+        ...
+
+    def native_services(self) -> list[str]:
+        """The services the namespace's follower feeds (another source feeds the rest)."""
         ...
 
     def drop(self, service: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,11 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import compile_peer
 from benchmarks.compare import INSTALL, JARS
+from sentinel import CacheConfig
+from sentinel.errors import RegistryError, ServiceNotFound
+from sentinel.events import InstancesChanged
 from sentinel.registry.curator import CURATOR_PARTITION, read_instances
+from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +119,142 @@ def test_nodes_curator_would_not_parse_are_skipped_and_named_the_rest_served(jav
     endpoints, skipped = read_instances(zk, registry["base"], "orders")
     assert sorted(e.path.rsplit("/", 1)[-1] for e in skipped) == sorted(hostile)
     assert [e.label for e in endpoints if e.status == "up"] == registry["current"]["ids"]
+
+
+def test_a_client_follows_a_curator_service_through_its_cache(java_registry, make_client, raw_zk):
+    registry, zk = java_registry
+    base = registry["base"]
+    client = make_client("jvm-reader", cache=CacheConfig(curator_base_paths=(base,)))
+    assert [e.label for e in client.eligible_instances("orders")] == registry["current"]["ids"]
+    assert client.get_service("orders").label in registry["current"]["ids"]
+    # Nothing is written into the namespace for it (no spec, no /clients entry).
+    assert not raw_zk.exists("/services/orders") and not raw_zk.exists("/clients/orders")
+    assert client.cache_stats.clients_write_failures == 0
+    events, lock = [], threading.Lock()
+
+    def record(event):
+        with lock:
+            events.append(event)
+
+    client.listen("orders", record)
+
+    def changed(kind):
+        with lock:
+            return [
+                [e.label for e in getattr(event, kind)]
+                for event in events
+                if isinstance(event, InstancesChanged) and getattr(event, kind)
+            ]
+
+    node = {"name": "orders", "id": "late", "address": "10.0.0.8", "port": 9000}
+    zk.create(f"{base}/orders/late", json.dumps(node).encode())
+    assert wait_until(lambda: changed("added") == [["late"]], timeout=10)
+    zk.set(f"{base}/orders/late", json.dumps({**node, "enabled": False}).encode())
+    assert wait_until(
+        lambda: (
+            {e.label: e.status for e in client.cached_instances("orders")}.get("late") == "down"
+        ),
+        timeout=10,
+    )
+    decode_errors = client.cache_stats.decode_errors
+    zk.create(f"{base}/orders/garbage", b"\xff not json")
+    assert wait_until(lambda: client.cache_stats.decode_errors == decode_errors + 1, timeout=10)
+    zk.delete(f"{base}/orders/late")
+    assert wait_until(lambda: changed("removed") == [["late"]], timeout=10)
+    assert [e.label for e in client.eligible_instances("orders")] == registry["current"]["ids"]
+
+
+def test_a_killed_java_publisher_leaves_the_python_cache(curator_java, zookeeper, make_client):
+    base = f"/jvm-{uuid.uuid4().hex[:8]}"
+    peer = subprocess.Popen(
+        [*curator_java, zookeeper.connect_string, base],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        registered = json.loads(peer.stdout.readline())["current"]["ids"]
+        client = make_client("jvm-reader", cache=CacheConfig(curator_base_paths=(base,)))
+        assert [e.label for e in client.eligible_instances("orders")] == registered
+        peer.kill()
+        peer.wait()
+        # Its session (4 s) expires; only the STATIC instance, a persistent node, stays.
+        assert wait_until(
+            lambda: [e.label for e in client.cached_instances("orders")] == ["static"],
+            timeout=20,
+        )
+    finally:
+        if peer.poll() is None:
+            peer.kill()
+        peer.stdout.close()
+        peer.stdin.close()
+
+
+def test_the_namespace_wins_a_name_both_hold_and_a_missing_name_names_both(
+    java_registry, make_client
+):
+    registry, _ = java_registry
+    make_client("native").register("orders", "p1", "10.9.9.9", 80, label="native")
+    client = make_client("reader", cache=CacheConfig(curator_base_paths=(registry["base"],)))
+    assert [e.label for e in client.eligible_instances("orders")] == ["native"]
+    with pytest.raises(ServiceNotFound, match=f"nor under {registry['base']}"):
+        client.get_service("payments")
+
+
+def test_curator_services_need_persistent_watches_and_say_so(java_registry, make_client):
+    registry, _ = java_registry
+    client = make_client(
+        "old-mode",
+        persistent_watches=False,
+        cache=CacheConfig(curator_base_paths=(registry["base"],)),
+    )
+    with pytest.raises(RegistryError, match="persistent watches"):
+        client.get_service("orders")
+
+
+def test_changes_while_cut_off_and_across_a_session_expiry_reach_the_cache(
+    java_registry, make_client, zookeeper
+):
+    registry, zk = java_registry
+    parent = f"{registry['base']}/orders"
+    host, port = zookeeper.connect_string.split(":")
+    proxy = TcpProxy(host, int(port))
+    try:
+        client = make_client(
+            "cut-reader",
+            hosts=proxy.address,
+            cache=CacheConfig(curator_base_paths=(registry["base"],), resync_jitter=0),
+        )
+
+        def labels():
+            return {e.label: e.port for e in client.cached_instances("orders")}
+
+        client.prefetch("orders")
+        assert labels()["plain"] == 8080
+        session = client.session_id
+        proxy.cut()
+        assert wait_until(lambda: client.connection_state == "suspended", timeout=15)
+        # Meanwhile: one instance changed, one deleted, one created. The server reports them
+        # on the same session (the nodes the cache holds were handed to it).
+        plain = json.loads(zk.get(f"{parent}/plain")[0])
+        zk.set(f"{parent}/plain", json.dumps({**plain, "port": 8081}).encode())
+        zk.delete(f"{parent}/static")
+        zk.create(f"{parent}/new", json.dumps({**plain, "id": "new"}).encode())
+        proxy.restore()
+        assert wait_until(
+            lambda: (
+                (labels().get("plain"), "static" in labels(), labels().get("new"))
+                == (8081, False, 8080)
+            ),
+            timeout=15,
+        ), labels()
+        assert client.session_id == session
+        # A session's end takes the watch: the service is followed and read again.
+        expire_session(client)
+        assert wait_until(lambda: client.session_id not in (None, session), timeout=15)
+        zk.delete(f"{parent}/new")
+        assert wait_until(lambda: "new" not in labels(), timeout=15)
+        zk.create(f"{parent}/newer", json.dumps({**plain, "id": "newer"}).encode())
+        assert wait_until(lambda: "newer" in labels(), timeout=15)
+    finally:
+        proxy.close()

@@ -9,7 +9,7 @@
 // Map payload shaped as Spring Cloud Zookeeper's ZookeeperInstance), and under
 // BASE_PATH + "-compat" the same plain instance with compatibleSerializationMode (the format
 // before CURATOR-275, without "enabled"). Then it waits for a line on stdin and exits, so its
-// session and its ephemeral nodes live until the test is done reading.
+// session and its ephemeral nodes live until the test is done reading (or kills it).
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -32,8 +32,9 @@ import org.apache.curator.x.discovery.details.JsonInstanceSerializer;
 public final class CuratorRegistry {
     @SuppressWarnings({"rawtypes", "unchecked"})
     public static void main(String[] args) throws Exception {
-        CuratorFramework client =
-            CuratorFrameworkFactory.newClient(args[0], new ExponentialBackoffRetry(100, 3));
+        // A 4 s session (Curator's default is 60 s): a killed peer's instances go within it.
+        CuratorFramework client = CuratorFrameworkFactory.newClient(
+            args[0], 4000, 10000, new ExponentialBackoffRetry(100, 3));
         client.start();
         client.blockUntilConnected();
         String base = args[1];

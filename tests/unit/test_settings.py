@@ -50,6 +50,11 @@ WRONG_CACHE_SETTINGS = [
     ("inherited_max_age", "old"),
     ("snapshot_path", 42),
     ("persistent_watches", None),
+    ("curator_base_paths", "/services"),  # a string is not a tuple of paths
+    ("curator_base_paths", ("services",)),
+    ("curator_base_paths", ("/services/",)),
+    ("curator_base_paths", ("/a b",)),
+    ("curator_base_paths", (None,)),
 ]
 
 WRONG_AUTH_SETTINGS = [  # the setting, a wrong value, what the refusal names
@@ -98,6 +103,15 @@ def test_an_ungrouped_setting_still_works_for_one_release_and_warns(old, group, 
         assert getattr(client.cache_config, field) == value
     else:
         assert client.auth_client == value if field == "client" else client._require_signed is value
+
+
+def test_curator_base_paths_are_kept_as_a_tuple_and_were_never_a_keyword():
+    assert CacheConfig(curator_base_paths=["/services", "/dubbo/x"]).curator_base_paths == (
+        "/services",
+        "/dubbo/x",
+    )
+    with pytest.raises(TypeError, match="curator_base_paths"):
+        Sentinel(HOSTS, curator_base_paths=("/services",), prometheus_registry=None)
 
 
 def test_an_ungrouped_setting_is_checked_as_its_group_checks_it():
