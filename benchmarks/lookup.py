@@ -7,19 +7,23 @@ nothing between), exactly as ``benchmarks/peers/CuratorBench.java`` subtracts ``
 call itself (Python's frame set-up, the JVM's invocation) and subtract only the clock; an empty
 *function call* is not subtracted on either side. Throughput is a tight loop of calls.
 Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup misses the CPU
-caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached. All with
-20 instances and round robin.
+caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached; unsharded
+read from a Curator x-discovery base path (Curator's JSON, followed by a client with
+``CacheConfig(curator_base_paths=...)``). All with 20 instances and round robin.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import random
 import time
 
+from kazoo.client import KazooClient
+
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
-from sentinel import Sentinel
+from sentinel import CacheConfig, Sentinel
 from sentinel.testing.helpers import wait_until
 
 
@@ -45,6 +49,35 @@ def timer_overhead(calls: int) -> float:
         start = clock()
         samples.append(clock() - start)
     return percentiles(samples)["p50"]
+
+
+CURATOR_BASE = "/curator-bench"
+
+
+def curator_reader(connect_string: str, instances: int) -> Sentinel:
+    """A started client following ``orders``, ``instances`` Curator-format nodes (the JSON
+    Curator 5 writes) under :data:`CURATOR_BASE`."""
+    zk = KazooClient(connect_string)
+    zk.start(timeout=10)
+    try:
+        for i in range(instances):
+            node = {
+                "name": "orders",
+                "id": f"c{i}",
+                "address": f"10.3.0.{i}",
+                "port": 8080,
+                "sslPort": None,
+                "payload": None,
+                "registrationTimeUTC": 1795576186745,
+                "serviceType": "DYNAMIC",
+                "uriSpec": None,
+            }
+            zk.create(f"{CURATOR_BASE}/orders/c{i}", json.dumps(node).encode(), makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+    cache = CacheConfig(curator_base_paths=(CURATOR_BASE,))
+    return Sentinel(connect_string, "bench-curator", announce=False, cache=cache).start()
 
 
 def measure(client: Sentinel, label: str, args_list, calls: int) -> dict[str, float]:
@@ -78,7 +111,7 @@ def main(argv=None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args(argv)
 
-    with writer_and_reader() as (_, writer, reader):
+    with writer_and_reader() as (zk, writer, reader), curator_reader(zk.connect_string, 20) as jvm:
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
             writer.register("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
@@ -94,8 +127,10 @@ def main(argv=None) -> None:
         reader.get_service("db", keys[0])
         reader.get_service("api")
         wait_until(lambda: reader.get_service("vault").auth is not None)
+        jvm.get_service("orders")
         cases = {
             "unsharded, 20 instances": plain_args,
+            "unsharded, 20 instances, Curator format": [("orders",)] * args.calls,
             "unsharded, 20 instances, with auth": [("vault",)] * args.calls,
             f"keyed, 20 instances, random of {args.keys:,} keys": keyed_args,
             "keyed, 20 instances, 1,000 hot keys": hot_args,
@@ -103,7 +138,8 @@ def main(argv=None) -> None:
         rounds = {case: [] for case in cases}
         for _ in range(args.rounds):  # interleave the cases so all see the same noise
             for case, case_args in cases.items():
-                rounds[case].append(measure(reader, case, case_args, args.calls))
+                client = jvm if "Curator" in case else reader
+                rounds[case].append(measure(client, case, case_args, args.calls))
 
     rows = []
     for case, results in rounds.items():
