@@ -77,7 +77,7 @@ MUTATIONS = (
     Mutation(
         "forked-child-inherits-no-cache",
         "sentinel/client.py",
-        "self._serve_restored(inherited.snapshots, inherited.shard_maps, stale_since)",
+        "self._serve_restored(served, inherited.shard_maps, stale_since)",
         "self._serve_restored({}, {}, stale_since)",
         (
             "tests/integration/test_fork.py::"

@@ -19,6 +19,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from prometheus_client import start_http_server
 
+from sentinel.cache.config import CacheConfig
 from sentinel.cli.output import format_table
 from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.connection import client_arguments, unavailable
@@ -378,8 +379,21 @@ def connect(
         zk.close()
 
 
+def add_curator_option(parser: argparse.ArgumentParser) -> None:
+    """``--curator-path``: Curator x-discovery base paths a command's client also follows."""
+    parser.add_argument(
+        "--curator-path",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also look a service up under this Apache Curator x-discovery base path (Curator, "
+        "Spring Cloud Zookeeper, Dubbo), after the namespace; repeat for several",
+    )
+
+
 def client(args: argparse.Namespace) -> Sentinel:
     """A started Sentinel client that does not announce itself under ``/clients``."""
+    curator_paths = tuple(getattr(args, "curator_path", ()))
     return Sentinel(
         hosts=args.zk,
         client_id=f"sentinel-cli-{os.getpid()}",
@@ -387,6 +401,7 @@ def client(args: argparse.Namespace) -> Sentinel:
         connect_timeout=args.timeout,
         announce=False,
         tls=tls_config(args),
+        cache=CacheConfig(curator_base_paths=curator_paths),
     ).start()
 
 

@@ -14,6 +14,7 @@ from sentinel.cli.common import (
     KEY_HELP,
     SERVICE_HELP,
     add_command,
+    add_curator_option,
     client,
     connect,
     count,
@@ -274,6 +275,7 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel resolve orders-db acme --policy zone_affinity:zone=z-a "
             "--policy min_lag:cutoff=5",
             "sentinel resolve api --balancer weighted_random -n 10 --json",
+            "sentinel resolve orders --curator-path /services   # a Spring Boot service",
         ),
     )
     resolve.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
@@ -299,3 +301,4 @@ def register(commands: argparse._SubParsersAction) -> None:
         ),
     )
     resolve.add_argument("-n", "--count", type=count, default=1, help="calls to make (default 1)")
+    add_curator_option(resolve)

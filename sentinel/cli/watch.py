@@ -12,7 +12,14 @@ from typing import Any
 
 from kazoo.recipe.watchers import ChildrenWatch
 
-from sentinel.cli.common import EXIT_OK, SERVICE_HELP, add_command, client, connect
+from sentinel.cli.common import (
+    EXIT_OK,
+    SERVICE_HELP,
+    add_command,
+    add_curator_option,
+    client,
+    connect,
+)
 from sentinel.cli.inspect import metrics_text
 from sentinel.errors import ServiceNotFound
 from sentinel.events import (
@@ -229,11 +236,13 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel watch orders-db",
             "sentinel watch --events shard,connection   # shard moves, without metric lines",
             "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
+            "sentinel watch orders --curator-path /services   # a Curator registry's service",
         ),
     )
     watch.add_argument(
         "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
     )
+    add_curator_option(watch)
     watch.add_argument(
         "--events",
         type=event_kinds,

@@ -258,3 +258,17 @@ def test_changes_while_cut_off_and_across_a_session_expiry_reach_the_cache(
         assert wait_until(lambda: "newer" in labels(), timeout=15)
     finally:
         proxy.close()
+
+
+def test_sentinel_resolve_follows_a_curator_path(java_registry, cli):
+    registry, _ = java_registry
+    resolved = cli("resolve", "orders", "--curator-path", registry["base"], "--json")
+    assert resolved.returncode == 0, resolved.stderr
+    document = json.loads(resolved.stdout)
+    assert sorted(i["label"] for i in document["instances"]) == registry["current"]["ids"]
+    assert document["picks"][0]["uri"].startswith(("http://10.0.0.", "https://10.0.0."))
+    assert cli("init").returncode == 0
+    missing = cli("resolve", "orders")  # without the option: the namespace alone
+    assert missing.returncode == 1 and "not registered" in missing.stderr
+    refused = cli("resolve", "orders", "--curator-path", "services")
+    assert refused.returncode == 2 and "curator_base_paths" in refused.stderr
