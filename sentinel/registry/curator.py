@@ -28,6 +28,8 @@ one is a :class:`~sentinel.errors.DecodeError` for its path, never a crash), and
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,7 +40,7 @@ from kazoo.exceptions import NoNodeError
 from sentinel.errors import DecodeError, ValidationError
 from sentinel.registry.endpoint import Endpoint, format_uri
 from sentinel.registry.layout import sanitize_name, validate_host
-from sentinel.registry.records import InstanceRecord, fields_of, parse_json
+from sentinel.registry.records import MAX_VALUE_BYTES, InstanceRecord, fields_of, parse_json
 
 # The one partition of a service read from a Curator registry: Curator has no partitions.
 CURATOR_PARTITION = "curator"
@@ -255,3 +257,58 @@ def read_instances(
         except DecodeError as exc:
             skipped.append(exc)
     return tuple(sorted(endpoints, key=lambda e: e.label)), tuple(skipped)
+
+
+def parse_uri_spec(raw: str) -> tuple[UriPart, ...]:
+    """A ``uriSpec`` string (``"{scheme}://{address}:{port}/api"``) as Curator's ``UriSpec``
+    constructor splits it: ``{name}`` a variable (its name trimmed), the rest literal text;
+    :class:`~sentinel.errors.ValidationError` where Curator's constructor throws."""
+    if not isinstance(raw, str):
+        raise ValidationError(f"uri_spec must be a string, got {type(raw).__name__}")
+    parts: list[UriPart] = []
+    inside = False
+    for token in re.split(r"([{}])", raw):
+        if token == "{":
+            if inside:
+                raise ValidationError("uri_spec: '{' is not allowed inside a variable")
+            inside = True
+        elif token == "}":
+            if not inside:
+                raise ValidationError("uri_spec: '}' must follow a '{'")
+            inside = False
+        elif token:
+            parts.append(UriPart(token.strip() if inside else token, inside))
+    if inside:
+        raise ValidationError("uri_spec: the last variable is not closed with '}'")
+    return tuple(parts)
+
+
+def encode_instance(instance: CuratorInstance) -> bytes:
+    """The node's value as Curator 5's ``JsonInstanceSerializer`` writes it (with upstream's
+    ``enabled``; Curator ignores fields it does not know). A payload object without Jackson's
+    ``@class`` is written as a ``java.util.LinkedHashMap``, which any ``ServiceDiscovery``
+    typed on ``Map`` or ``Object`` reads."""
+    payload = instance.payload
+    if isinstance(payload, Mapping) and "@class" not in payload:
+        payload = {"@class": "java.util.LinkedHashMap", **payload}
+    document = {
+        "name": instance.name,
+        "id": instance.id,
+        "address": instance.address,
+        "port": instance.port,
+        "sslPort": instance.ssl_port,
+        "payload": payload,
+        "registrationTimeUTC": instance.registration_time_utc,
+        "serviceType": instance.service_type,
+        "uriSpec": None
+        if instance.uri_spec is None
+        else {"parts": [{"value": p.value, "variable": p.variable} for p in instance.uri_spec]},
+        "enabled": instance.enabled,
+    }
+    try:
+        data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"the payload is not JSON: {exc}") from None
+    if len(data) > MAX_VALUE_BYTES:
+        raise ValidationError(f"the instance is {len(data)} bytes, over {MAX_VALUE_BYTES}")
+    return data

@@ -134,9 +134,6 @@ class EphemeralNodes:
     def _try_write(self, path: str, data: bytes) -> bool:
         """Write a keep_trying node; on failure schedule its retry. Holds the lock."""
         try:
-            prepare = self._prepare.get(path)
-            if prepare is not None:
-                prepare()
             self._write(path, data)
         except Exception as exc:
             on_failure = self._on_failure.get(path)
@@ -299,6 +296,9 @@ class EphemeralNodes:
     def _write(
         self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
     ) -> None:
+        prepare = self._prepare.get(path)
+        if prepare is not None:  # every write, a re-creation after an expiry too
+            prepare()
         for _ in range(_WRITE_ATTEMPTS):
             try:
                 self._zk.create(path, data, ephemeral=True)

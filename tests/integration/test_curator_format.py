@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,9 +19,10 @@ from kazoo.client import KazooClient
 from benchmarks.common import compile_peer
 from benchmarks.compare import INSTALL, JARS
 from sentinel import CacheConfig
-from sentinel.errors import RegistryError, ServiceNotFound
+from sentinel.curator import CuratorPublisher
+from sentinel.errors import RegistryError, ServiceNotFound, ValidationError
 from sentinel.events import InstancesChanged
-from sentinel.registry.curator import CURATOR_PARTITION, read_instances
+from sentinel.registry.curator import CURATOR_PARTITION, CuratorInstance, read_instances
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
@@ -272,3 +275,122 @@ def test_sentinel_resolve_follows_a_curator_path(java_registry, cli):
     assert missing.returncode == 1 and "not registered" in missing.stderr
     refused = cli("resolve", "orders", "--curator-path", "services")
     assert refused.returncode == 2 and "curator_base_paths" in refused.stderr
+
+
+def discover(java: list[str], hosts: str, base: str, service: str) -> dict:
+    """What Java Curator's ServiceProvider sees of ``service`` under ``base``, now."""
+    run = subprocess.run(
+        [*java, hosts, base, "discover", service],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+PYTHON_PUBLISHER = textwrap.dedent(
+    """
+    import sys, time
+    from sentinel.curator import CuratorPublisher
+    publisher = CuratorPublisher(sys.argv[1], sys.argv[2], session_timeout=2.0).start()
+    publisher.register("payments", "10.7.0.1", 8080, instance_id="doomed")
+    print("registered", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_java_curator_sees_what_a_python_publisher_registers(curator_java, zookeeper):
+    base = f"/py-{uuid.uuid4().hex[:8]}"
+    hosts = zookeeper.connect_string
+    with CuratorPublisher(hosts, base) as publisher:
+        publisher.register(
+            "payments",
+            "10.7.0.2",
+            8080,
+            instance_id="api-1",
+            payload={"zone": "eu-1"},
+            uri_spec="{scheme}://{address}:{port}/v2",
+        )
+        secure = publisher.register("payments", "10.7.0.3", ssl_port=8443, instance_id="api-2")
+        publisher.register("payments", "10.7.0.4", 8080, instance_id="off", enabled=False)
+        seen = discover(curator_java, hosts, base, "payments")
+        # Curator's provider leaves the disabled one out, as Sentinel's lookups do (Debian's
+        # Curator 5.4 reads `enabled` though it does not write it).
+        assert seen["ids"] == ["api-1", "api-2"]
+        assert seen["uris"] == ["http://10.7.0.2:8080/v2"]
+        assert seen["zones"]["api-1"] == "eu-1" and seen["one"] in seen["ids"]
+        assert publisher.deregister(secure) is True
+        assert discover(curator_java, hosts, base, "payments")["ids"] == ["api-1"]
+    assert discover(curator_java, hosts, base, "payments")["ids"] == []  # closed: all gone
+
+
+def test_a_killed_python_publisher_leaves_java_within_its_session(curator_java, zookeeper):
+    base = f"/py-{uuid.uuid4().hex[:8]}"
+    hosts = zookeeper.connect_string
+    process = subprocess.Popen(
+        [sys.executable, "-c", PYTHON_PUBLISHER, hosts, base], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline().strip() == "registered"
+        assert discover(curator_java, hosts, base, "payments")["ids"] == ["doomed"]
+        process.kill()
+        process.wait()
+        assert wait_until(
+            lambda: discover(curator_java, hosts, base, "payments")["ids"] == [], timeout=30
+        )
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+
+
+def test_a_python_registration_is_re_created_after_its_session_expires(zookeeper):
+    base = f"/py-{uuid.uuid4().hex[:8]}"
+    with CuratorPublisher(zookeeper.connect_string, base) as publisher:
+        registration = publisher.register("payments", "10.7.0.5", 8080, instance_id="kept")
+        unrooted = KazooClient(zookeeper.connect_string)
+        unrooted.start(timeout=10)
+        try:
+            before = unrooted.exists(registration.path)
+            session, password = publisher._zk.client_id
+            intruder = KazooClient(zookeeper.connect_string, client_id=(session, password))
+            intruder.start(timeout=10)
+            intruder.stop()  # closing the joined session ends it on the server
+            intruder.close()
+            assert wait_until(
+                lambda: (
+                    (stat := unrooted.exists(registration.path)) is not None
+                    and stat.ephemeralOwner not in (0, before.ephemeralOwner)
+                ),
+                timeout=20,
+            )
+            instance = CuratorInstance.from_bytes(
+                registration.path, unrooted.get(registration.path)[0]
+            )
+            assert (instance.address, instance.port) == ("10.7.0.5", 8080)
+        finally:
+            unrooted.stop()
+            unrooted.close()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"port": None}, "needs a port"),
+        ({"port": 0}, "port must be a port number"),
+        ({"address": "not a host!"}, "host"),
+        ({"instance_id": "a/b"}, "instance id"),
+        ({"uri_spec": "{scheme"}, "not closed"),
+        ({"payload": {"x": float("nan")}}, "payload is not JSON"),
+    ],
+)
+def test_a_bad_registration_is_refused_and_writes_nothing(zookeeper, arguments, reason):
+    base = f"/py-{uuid.uuid4().hex[:8]}"
+    with CuratorPublisher(zookeeper.connect_string, base) as publisher:
+        with pytest.raises(ValidationError, match=reason):
+            publisher.register(
+                **{"service": "payments", "address": "10.7.0.6", "port": 80, **arguments}
+            )
+        assert not publisher._zk.exists(f"{base}/payments")

@@ -3,6 +3,10 @@
 // object: what Curator's own ServiceProvider returns for each service written.
 //
 //   java CuratorRegistry CONNECT_STRING BASE_PATH
+//   java CuratorRegistry CONNECT_STRING BASE_PATH discover SERVICE
+//
+// discover: what Curator's ServiceProvider sees of SERVICE (instances written by Python), as
+// {"ids": [...], "uris": [...], "one": ID or null, "payloads": {ID: payload}}, then exit.
 //
 // Under BASE_PATH it registers, in Curator's current JSON: "orders" with an instance of each
 // shape (a plain port and a uriSpec, an sslPort only, both ports, disabled, a static one, a
@@ -38,6 +42,11 @@ public final class CuratorRegistry {
         client.start();
         client.blockUntilConnected();
         String base = args[1];
+        if (args.length > 3 && args[2].equals("discover")) {
+            System.out.println(discover(client, base, args[3]));
+            client.close();
+            return;
+        }
 
         ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
             .client(client).basePath(base).build();
@@ -96,5 +105,35 @@ public final class CuratorRegistry {
         compat.close();
         discovery.close();
         client.close();
+    }
+
+    @SuppressWarnings({"rawtypes", "unchecked"})
+    private static String discover(CuratorFramework client, String base, String service)
+            throws Exception {
+        ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
+            .client(client).basePath(base).build();
+        discovery.start();
+        ServiceProvider<Map> provider = discovery.serviceProviderBuilder().serviceName(service).build();
+        provider.start();
+        StringBuilder ids = new StringBuilder();
+        StringBuilder uris = new StringBuilder();
+        StringBuilder payloads = new StringBuilder();
+        for (ServiceInstance<Map> instance : provider.getAllInstances().stream()
+                .sorted((a, b) -> a.getId().compareTo(b.getId())).collect(Collectors.toList())) {
+            String sep = ids.length() == 0 ? "" : ", ";
+            ids.append(sep).append('"').append(instance.getId()).append('"');
+            if (instance.getUriSpec() != null) {
+                uris.append(uris.length() == 0 ? "" : ", ").append('"')
+                    .append(instance.buildUriSpec()).append('"');
+            }
+            Object zone = instance.getPayload() == null ? null : instance.getPayload().get("zone");
+            payloads.append(sep).append('"').append(instance.getId()).append("\": ")
+                .append(zone == null ? "null" : "\"" + zone + "\"");
+        }
+        ServiceInstance<Map> one = provider.getInstance();
+        provider.close();
+        discovery.close();
+        return "{\"ids\": [" + ids + "], \"uris\": [" + uris + "], \"one\": "
+            + (one == null ? "null" : "\"" + one.getId() + "\"") + ", \"zones\": {" + payloads + "}}";
     }
 }

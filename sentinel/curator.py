@@ -1,0 +1,162 @@
+"""Publishing in Apache Curator's x-discovery format, for the JVM clients of a ZooKeeper shop.
+
+A :class:`CuratorPublisher` registers Python instances where Curator's ``ServiceProvider``,
+Spring Cloud Zookeeper's ``DiscoveryClient`` and Dubbo 3 look: an ephemeral node
+``<basePath>/<service>/<id>`` holding Curator's ``ServiceInstance`` JSON
+(:func:`~sentinel.registry.curator.encode_instance`). The node lives as long as the
+publisher's session, is re-created after a session expiry while the process lives
+(:class:`~sentinel.zk.ephemeral.EphemeralNodes`), and goes at once on :meth:`close` or
+:meth:`deregister`, and within the session timeout when the process dies::
+
+    with CuratorPublisher("zk1:2181", base_path="/services") as publisher:
+        publisher.register("orders", "10.0.0.5", 8080, uri_spec="{scheme}://{address}:{port}")
+
+It holds a session of its own, rooted at the ensemble's root (a Sentinel client's session is
+rooted at its namespace), opened by :meth:`start`. Nothing is written into a Sentinel
+namespace.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from sentinel.connection import client_arguments, unavailable
+from sentinel.devserver import resolve_hosts
+from sentinel.errors import ClientClosed, ValidationError
+from sentinel.registry.curator import (
+    CuratorInstance,
+    encode_instance,
+    parse_uri_spec,
+)
+from sentinel.registry.layout import validate_host, validate_name, validate_namespace
+from sentinel.zk.ephemeral import EphemeralNodes
+from sentinel.zk.errors import translate_zk_errors
+from sentinel.zk.tls import TlsConfig
+
+
+@dataclass(frozen=True)
+class CuratorRegistration:
+    """One instance registered by a :class:`CuratorPublisher`: its service, id and node."""
+
+    service: str
+    id: str
+    path: str
+
+
+class CuratorPublisher:
+    """Registers instances in Curator's format under ``base_path`` (see the module)."""
+
+    def __init__(
+        self,
+        hosts: str | None = None,
+        base_path: str = "/services",
+        *,
+        session_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
+        tls: TlsConfig | None = None,
+        identity: str | None = None,
+    ) -> None:
+        try:
+            self.base_path = validate_namespace(base_path)
+        except ValidationError:
+            raise ValidationError(
+                f"base_path {base_path!r} must be an absolute ZooKeeper path such as '/services'"
+            ) from None
+        self.hosts = resolve_hosts(hosts)
+        self._connect_timeout = connect_timeout
+        self._zk = KazooClient(
+            hosts=self.hosts, timeout=session_timeout, **client_arguments(identity, tls)
+        )
+        self._nodes = EphemeralNodes(self._zk)
+        self._started = False
+
+    def __repr__(self) -> str:
+        return f"<CuratorPublisher hosts={self.hosts!r} base_path={self.base_path!r}>"
+
+    def __enter__(self) -> CuratorPublisher:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self) -> CuratorPublisher:
+        """Open the session (:class:`~sentinel.errors.ZooKeeperUnavailable` if no server
+        answers within ``connect_timeout``)."""
+        try:
+            self._zk.start(timeout=self._connect_timeout)
+        except self._zk.handler.timeout_exception:
+            raise unavailable(self.hosts, self._connect_timeout, self._zk.handler) from None
+        self._nodes.start()
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        """End the session: ZooKeeper removes every instance this publisher registered."""
+        if not self._started:
+            return
+        self._started = False
+        try:
+            self._nodes.close(timeout=2.0)
+        finally:
+            self._zk.stop()
+            self._zk.close()
+            self._nodes.join(10.0)
+
+    @translate_zk_errors
+    def register(
+        self,
+        service: str,
+        address: str,
+        port: int | None = None,
+        *,
+        ssl_port: int | None = None,
+        instance_id: str | None = None,
+        payload: Any = None,
+        uri_spec: str | None = None,
+        enabled: bool = True,
+    ) -> CuratorRegistration:
+        """Register one instance of ``service`` (``port``, ``ssl_port`` or both); its id is
+        ``instance_id`` or a new UUID, as Curator's builder makes one. ``payload`` is any JSON
+        (a mapping is written with Jackson's ``@class`` of a ``LinkedHashMap`` unless it has
+        one: Spring Cloud's is ``org.springframework.cloud.zookeeper.discovery.ZookeeperInstance``).
+        ``uri_spec`` is Curator's template (``"{scheme}://{address}:{port}"``)."""
+        if not self._started:
+            raise ClientClosed("the publisher is not started: call start() or use 'with'")
+        validate_name("service", service)
+        instance_id = validate_name("instance id", instance_id or str(uuid.uuid4()))
+        for what, value in (("port", port), ("ssl_port", ssl_port)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
+            ):
+                raise ValidationError(f"{what} must be a port number (1-65535), got {value!r}")
+        if port is None and ssl_port is None:
+            raise ValidationError("an instance needs a port, an ssl_port or both")
+        if not isinstance(enabled, bool):
+            raise ValidationError("enabled must be True or False")
+        instance = CuratorInstance(
+            name=service,
+            id=instance_id,
+            address=validate_host(address),
+            port=port,
+            ssl_port=ssl_port,
+            payload=payload,
+            registration_time_utc=int(time.time() * 1000),
+            uri_spec=None if uri_spec is None else parse_uri_spec(uri_spec),
+            enabled=enabled,
+        )
+        parent = f"{self.base_path}/{service}"
+        path = f"{parent}/{instance_id}"
+        self._nodes.put(
+            path, encode_instance(instance), prepare=lambda: self._zk.ensure_path(parent)
+        )
+        return CuratorRegistration(service, instance_id, path)
+
+    @translate_zk_errors
+    def deregister(self, registration: CuratorRegistration) -> bool:
+        """Delete the instance if this publisher still holds it; False if it did not."""
+        return self._nodes.remove(registration.path)
