@@ -25,12 +25,14 @@ from sentinel.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     add_command,
+    add_curator_option,
     colour_enabled,
     connect,
     paint,
     print_json,
     seconds_or_zero,
 )
+from sentinel.cli.curator import curator_services
 from sentinel.cli.output import format_table
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
@@ -479,6 +481,38 @@ def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
     return findings
 
 
+def _curator(args: argparse.Namespace) -> list[Finding]:
+    """``--curator-path``: each base path, and every node under it that Curator itself could
+    not read (an error) or that Sentinel skips though Curator reads it (a warning)."""
+    findings = []
+    for found in curator_services(args):
+        if isinstance(found, str):
+            findings.append(
+                Finding("error", "curator", f"{found} does not exist", "check --curator-path")
+            )
+            continue
+        for skipped in found.skipped:
+            copied = "is not the node's name" in skipped.reason
+            findings.append(
+                Finding(
+                    "warn" if copied else "error",
+                    "curator",
+                    f"{skipped.path}: {skipped.reason}"
+                    + (" (Curator serves it; Sentinel does not)" if copied else ""),
+                    f"delete {skipped.path}, or have its publisher register again",
+                )
+            )
+        if not found.skipped:
+            findings.append(
+                Finding(
+                    "ok",
+                    "curator",
+                    f"{found.base_path}/{found.service}: {len(found.endpoints)} instance(s)",
+                )
+            )
+    return findings
+
+
 def _doctor(args: argparse.Namespace) -> int:
     hosts = resolve_hosts(args.zk)
     identities = acl.load_identities(args.identities) if args.identities else None
@@ -498,6 +532,7 @@ def _doctor(args: argparse.Namespace) -> int:
             _server(hosts),
             Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
         ]
+    findings += _curator(args)
     if args.json:
         print_json([asdict(f) for f in findings])
     else:
@@ -535,7 +570,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Checks: ZooKeeper reachable and its version, the namespace and its "
         "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
         "instance, shard policies that are missing, stale metrics, metrics of instances that "
-        "are gone, and /auth entries of clients that are not connected. Each finding comes "
+        "are gone, /auth entries of clients that are not connected, and with --curator-path "
+        "the Curator nodes Curator itself could not read. Each finding comes "
         "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0). "
         "On a terminal ERROR lines are red and WARN lines yellow, unless NO_COLOR is set.",
         (
@@ -543,8 +579,10 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel doctor --namespace /staging --stale-after 60",
             "sentinel doctor --identities identities.json",
             "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
+            "sentinel doctor --curator-path /services   # and nodes Curator could not read",
         ),
     )
+    add_curator_option(doctor)
     doctor.add_argument(
         "--stale-after",
         type=seconds_or_zero,

@@ -22,7 +22,8 @@ from sentinel.cli.common import (
     print_json,
     print_table,
 )
-from sentinel.errors import NoInstanceAvailable, SentinelError, ValidationError
+from sentinel.cli.curator import base_paths, curator_services
+from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
 from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.reads import list_services, read_metrics, read_service
@@ -58,8 +59,16 @@ def _ls(args: argparse.Namespace) -> int:
     with connect(args) as zk:
         if args.service is None:
             return _ls_services(args, zk)
-        listing = read_service(zk, args.service)
-        metrics, _ = read_metrics(zk, args.service)
+        try:
+            listing = read_service(zk, args.service)
+        except ServiceNotFound:
+            if not base_paths(args):
+                raise
+            listing = None
+        if listing is not None:
+            metrics, _ = read_metrics(zk, args.service)
+    if listing is None:
+        return _ls_curator_service(args)
     now = time.time()
     documents = [
         _instance_document(i, metrics.get(f"{i.partition}:{i.label}")) for i in listing.instances
@@ -138,11 +147,64 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
                 " ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())) or "-",
             )
         )
+    curator_rows = []
+    for found in curator_services(args):
+        if isinstance(found, str):
+            raise ServiceNotFound(found, "is not a Curator base path here (no such node)")
+        up = sum(e.status == "up" for e in found.endpoints)
+        documents.append(
+            {
+                "service": found.service,
+                "source": found.source,
+                "instances": len(found.endpoints),
+                "up": up,
+                "skipped": len(found.skipped),
+            }
+        )
+        curator_rows.append(
+            (found.service, found.source, len(found.endpoints), up, len(found.skipped))
+        )
     if args.json:
         print_json(documents)
-    else:
-        print_table(rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS"))
+        return EXIT_OK
+    print_table(rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS"))
+    if curator_rows:
+        print()
+        print_table(curator_rows, ("SERVICE", "SOURCE", "INSTANCES", "UP", "SKIPPED"))
     return EXIT_OK
+
+
+def _ls_curator_service(args: argparse.Namespace) -> int:
+    """``ls SERVICE`` of a service the namespace does not hold: the first base path's."""
+    for found in curator_services(args, only=args.service):
+        if isinstance(found, str) or not (found.endpoints or found.skipped):
+            continue
+        documents = [e.to_dict() for e in found.endpoints]
+        if args.json:
+            print_json(
+                {
+                    "service": args.service,
+                    "source": found.source,
+                    "instances": documents,
+                    "skipped": len(found.skipped),
+                }
+            )
+            return EXIT_OK
+        now = time.time()
+        print(f"{args.service} ({found.source})")
+        print_table(
+            [
+                (e.label, f"{e.host}:{e.port}", e.uri, e.status, age(now - e.registered_at))
+                for e in found.endpoints
+            ],
+            ("LABEL", "ADDRESS", "URI", "STATUS", "AGE"),
+        )
+        if found.skipped:
+            print(f"({len(found.skipped)} undecodable node(s) skipped; see `sentinel doctor`)")
+        return EXIT_OK
+    raise ServiceNotFound(
+        args.service, f"is not registered in the namespace nor under {', '.join(base_paths(args))}"
+    )
 
 
 def parse_plugin(spec: str) -> tuple[str, dict[str, Any]]:
@@ -255,9 +317,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Without SERVICE: every service with its instance counts per partition "
         "and how many are up. With SERVICE: its instances with partition, label, address, "
         "zone, weight, status, age, last metrics and their age. Reads ZooKeeper directly.",
-        ("sentinel ls", "sentinel ls orders-db", "sentinel ls orders-db --json | jq '.[].uri'"),
+        (
+            "sentinel ls",
+            "sentinel ls orders-db",
+            "sentinel ls orders-db --json | jq '.[].uri'",
+            "sentinel ls --curator-path /services   # and a Curator registry's services",
+        ),
     )
     ls.add_argument("service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: all")
+    add_curator_option(ls)
 
     resolve = add_command(
         commands,

@@ -394,3 +394,30 @@ def test_a_bad_registration_is_refused_and_writes_nothing(zookeeper, arguments, 
                 **{"service": "payments", "address": "10.7.0.6", "port": 80, **arguments}
             )
         assert not publisher._zk.exists(f"{base}/payments")
+
+
+def test_sentinel_ls_and_doctor_show_a_curator_path_and_its_bad_nodes(java_registry, cli):
+    registry, zk = java_registry
+    base = registry["base"]
+    assert cli("init").returncode == 0
+    zk.create(f"{base}/orders/garbage", b"not json")
+    zk.create(f"{base}/orders/copied", zk.get(f"{base}/orders/plain")[0])
+    listed = cli("ls", "--curator-path", base, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        {"service": "orders", "source": f"curator:{base}", "instances": 6, "up": 6, "skipped": 2}
+    ]
+    one = json.loads(cli("ls", "orders", "--curator-path", base, "--json").stdout)
+    assert sorted(i["label"] for i in one["instances"]) == registry["current"]["ids"]
+    assert (one["source"], one["skipped"]) == (f"curator:{base}", 2)
+    doctor = cli("doctor", "--curator-path", base, "--json")
+    assert doctor.returncode == 1  # a node Curator could not read is a problem
+    curator = [f for f in json.loads(doctor.stdout) if f["check"] == "curator"]
+    assert sorted((f["severity"], f["detail"].split(":")[0]) for f in curator) == [
+        ("error", f"{base}/orders/garbage"),
+        ("warn", f"{base}/orders/copied"),
+    ]
+    missing = cli("doctor", "--curator-path", "/no-such-base", "--json")
+    assert {"severity": "error", "check": "curator"}.items() <= next(
+        f for f in json.loads(missing.stdout) if f["check"] == "curator"
+    ).items()
