@@ -192,6 +192,13 @@ public final class CuratorBench {
             out.append(i > 0 ? ", " : "")
                .append(at == null ? "null" : String.format("%.4f", (at - deregisterStart[i]) / 1e6));
         }
+        // When each write began, on the machine's monotonic clock (System.nanoTime is
+        // CLOCK_MONOTONIC, as Python's time.monotonic_ns): another process's cache following
+        // the same writes times itself against these (benchmarks.curator_interop).
+        out.append("], \"register_start_ns\": [");
+        for (int i = 0; i < count; i++) out.append(i > 0 ? ", " : "").append(registerStart[i]);
+        out.append("], \"deregister_start_ns\": [");
+        for (int i = 0; i < count; i++) out.append(i > 0 ? ", " : "").append(deregisterStart[i]);
         out.append("]}");
         cache.close();
         writer.close();
