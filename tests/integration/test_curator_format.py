@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client import REGISTRY
 
 from benchmarks.common import compile_peer
 from benchmarks.compare import INSTALL, JARS
@@ -149,9 +150,17 @@ def test_a_client_follows_a_curator_service_through_its_cache(java_registry, mak
                 if isinstance(event, InstancesChanged) and getattr(event, kind)
             ]
 
+    def propagated() -> float:
+        sample = REGISTRY.get_sample_value(
+            "sentinel_propagation_delay_seconds_count", {"section": "instances"}
+        )
+        return sample or 0.0
+
+    observed = propagated()
     node = {"name": "orders", "id": "late", "address": "10.0.0.8", "port": 9000}
     zk.create(f"{base}/orders/late", json.dumps(node).encode())
     assert wait_until(lambda: changed("added") == [["late"]], timeout=10)
+    assert propagated() == observed + 1  # the one node read for the creation
     zk.set(f"{base}/orders/late", json.dumps({**node, "enabled": False}).encode())
     assert wait_until(
         lambda: (
