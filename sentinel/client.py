@@ -160,7 +160,7 @@ class Sentinel:
 
         with Sentinel(hosts="127.0.0.1:2181", client_id="billing-api") as sentinel:
             registration = sentinel.register("billing-db", "p1", "10.0.0.5", 5432,
-                                     scheme="postgresql", label="replica-a")
+                                             scheme="postgresql", label="replica-a")
             ...
             sentinel.drain(registration)
 

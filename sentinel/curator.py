@@ -27,13 +27,14 @@ from kazoo.client import KazooClient
 
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
-from sentinel.errors import ClientClosed, ValidationError
+from sentinel.errors import ClientClosed
 from sentinel.registry.curator import (
     CuratorInstance,
     encode_instance,
     parse_uri_spec,
+    validate_base_path,
 )
-from sentinel.registry.layout import validate_host, validate_name, validate_namespace
+from sentinel.registry.layout import validate_name
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
@@ -61,12 +62,7 @@ class CuratorPublisher:
         tls: TlsConfig | None = None,
         identity: str | None = None,
     ) -> None:
-        try:
-            self.base_path = validate_namespace(base_path)
-        except ValidationError:
-            raise ValidationError(
-                f"base_path {base_path!r} must be an absolute ZooKeeper path such as '/services'"
-            ) from None
+        self.base_path = validate_base_path(base_path, "base_path")
         self.hosts = resolve_hosts(hosts)
         self._connect_timeout = connect_timeout
         self._zk = KazooClient(
@@ -127,21 +123,14 @@ class CuratorPublisher:
         ``uri_spec`` is Curator's template (``"{scheme}://{address}:{port}"``)."""
         if not self._started:
             raise ClientClosed("the publisher is not started: call start() or use 'with'")
+        # The node's name parts must be valid names; the instance checks the rest, as a
+        # decoder checks what it reads.
         validate_name("service", service)
         instance_id = validate_name("instance id", instance_id or str(uuid.uuid4()))
-        for what, value in (("port", port), ("ssl_port", ssl_port)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
-            ):
-                raise ValidationError(f"{what} must be a port number (1-65535), got {value!r}")
-        if port is None and ssl_port is None:
-            raise ValidationError("an instance needs a port, an ssl_port or both")
-        if not isinstance(enabled, bool):
-            raise ValidationError("enabled must be True or False")
         instance = CuratorInstance(
             name=service,
             id=instance_id,
-            address=validate_host(address),
+            address=address,
             port=port,
             ssl_port=ssl_port,
             payload=payload,

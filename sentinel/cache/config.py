@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 
 from sentinel import validation as check
-from sentinel.errors import InvalidName, ValidationError
-from sentinel.registry.layout import validate_namespace
+from sentinel.errors import ValidationError
+from sentinel.registry.curator import validate_base_path
 
 # A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
 # resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
@@ -84,11 +84,5 @@ class CacheConfig:
         if isinstance(paths, str) or not isinstance(paths, tuple | list):
             raise ValidationError("curator_base_paths must be a tuple of ZooKeeper paths")
         for path in paths:
-            try:
-                validate_namespace(path)  # an absolute path of valid names, as a namespace is
-            except InvalidName:
-                raise ValidationError(
-                    f"curator_base_paths: {path!r} is not an absolute ZooKeeper path of valid "
-                    "names such as '/services'"
-                ) from None
+            validate_base_path(path, "curator_base_paths entry")
         object.__setattr__(self, "curator_base_paths", tuple(paths))

@@ -10,10 +10,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sentinel.cli.common import connect
-from sentinel.errors import DecodeError, ValidationError
-from sentinel.registry.curator import read_instances
+from sentinel.errors import DecodeError
+from sentinel.registry.curator import read_instances, validate_base_path
 from sentinel.registry.endpoint import Endpoint
-from sentinel.registry.layout import validate_namespace
 
 
 @dataclass(frozen=True)
@@ -35,12 +34,7 @@ def base_paths(args: argparse.Namespace) -> tuple[str, ...]:
     """The ``--curator-path`` options, each an absolute path (ValidationError otherwise)."""
     paths = tuple(getattr(args, "curator_path", ()))
     for path in paths:
-        try:
-            validate_namespace(path)
-        except ValidationError:
-            raise ValidationError(
-                f"--curator-path {path!r} is not an absolute ZooKeeper path such as '/services'"
-            ) from None
+        validate_base_path(path, "--curator-path")
     return paths
 
 

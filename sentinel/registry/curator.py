@@ -39,7 +39,7 @@ from kazoo.exceptions import NoNodeError
 
 from sentinel.errors import DecodeError, ValidationError
 from sentinel.registry.endpoint import Endpoint, format_uri
-from sentinel.registry.layout import sanitize_name, validate_host
+from sentinel.registry.layout import sanitize_name, validate_host, validate_namespace
 from sentinel.registry.records import MAX_VALUE_BYTES, InstanceRecord, fields_of, parse_json
 
 # The one partition of a service read from a Curator registry: Curator has no partitions.
@@ -88,6 +88,21 @@ class CuratorInstance:
     enabled: bool = True
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """Refuse what Curator could not read (ValidationError), whether decoded or built."""
+        _text("name", self.name)
+        _text("id", self.id)
+        validate_host(self.address)
+        _port("port", self.port)
+        _port("sslPort", self.ssl_port)
+        if self.port is None and self.ssl_port is None:
+            raise ValidationError(
+                "neither port nor sslPort is set (an instance needs a port, an ssl port or both)"
+            )
+        _timestamp(self.registration_time_utc)
+        _service_type(self.service_type)
+        _flag("enabled", self.enabled)
+
     @classmethod
     def from_bytes(cls, path: str, data: bytes | None) -> CuratorInstance:
         """Decode the node at ``path``; :class:`~sentinel.errors.DecodeError` if it is not a
@@ -100,20 +115,18 @@ class CuratorInstance:
             raise DecodeError(path, f"expected a JSON object, got {type(document).__name__}")
         with fields_of(path):
             instance = cls(
-                name=_text("name", document["name"]),
-                id=_text("id", document["id"]),
-                address=validate_host(document["address"]),
-                port=_port("port", document.get("port")),
-                ssl_port=_port("sslPort", document.get("sslPort")),
+                name=document["name"],
+                id=document["id"],
+                address=document["address"],
+                port=document.get("port"),
+                ssl_port=document.get("sslPort"),
                 payload=document.get("payload"),
-                registration_time_utc=_timestamp(document.get("registrationTimeUTC")),
-                service_type=_service_type(document.get("serviceType", "DYNAMIC")),
+                registration_time_utc=document.get("registrationTimeUTC"),
+                service_type=document.get("serviceType", "DYNAMIC"),
                 uri_spec=_uri_spec(document.get("uriSpec")),
-                enabled=_flag("enabled", document.get("enabled", True)),
+                enabled=document.get("enabled", True),
                 extra={k: v for k, v in document.items() if k not in _KNOWN_FIELDS},
             )
-            if instance.port is None and instance.ssl_port is None:
-                raise ValidationError("neither port nor sslPort is set")
         node = path.rsplit("/", 1)[-1]
         if instance.id != node:
             raise DecodeError(path, f"id {instance.id!r} is not the node's name {node!r}")
@@ -180,38 +193,31 @@ class CuratorInstance:
         return replace(endpoint, uri=uri)
 
 
-def _text(what: str, value: object) -> str:
+def _text(what: str, value: object) -> None:
     if not isinstance(value, str) or not value:
         raise ValidationError(f"{what} must be a non-empty string")
-    return value
 
 
-def _port(what: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+def _port(what: str, value: object) -> None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535
+    ):
         raise ValidationError(f"{what} must be a port number (1-65535) or null, got {value!r}")
-    return value
 
 
-def _timestamp(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+def _timestamp(value: object) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ValidationError("registrationTimeUTC must be milliseconds since 1970")
-    return value
 
 
-def _service_type(value: object) -> str:
-    if value not in SERVICE_TYPES:
+def _service_type(value: object) -> None:
+    if not isinstance(value, str) or value not in SERVICE_TYPES:
         raise ValidationError(f"serviceType {value!r} is not one of {sorted(SERVICE_TYPES)}")
-    return str(value)
 
 
-def _flag(what: str, value: object) -> bool:
+def _flag(what: str, value: object) -> None:
     if not isinstance(value, bool):
         raise ValidationError(f"{what} must be true or false")
-    return value
 
 
 def _uri_spec(value: object) -> tuple[UriPart, ...] | None:
@@ -224,7 +230,9 @@ def _uri_spec(value: object) -> tuple[UriPart, ...] | None:
     for part in parts:
         if not isinstance(part, dict) or not isinstance(part.get("value"), str):
             raise ValidationError("each part of uriSpec needs a string value")
-        decoded.append(UriPart(part["value"], _flag("variable", part.get("variable", False))))
+        variable = part.get("variable", False)
+        _flag("variable", variable)
+        decoded.append(UriPart(part["value"], variable))
     return tuple(decoded)
 
 
@@ -257,6 +265,17 @@ def read_instances(
         except DecodeError as exc:
             skipped.append(exc)
     return tuple(sorted(endpoints, key=lambda e: e.label)), tuple(skipped)
+
+
+def validate_base_path(path: object, what: str) -> str:
+    """``path`` if it is an absolute ZooKeeper path of valid names (``/services``), else
+    :class:`~sentinel.errors.ValidationError` naming ``what``."""
+    try:
+        return validate_namespace(path)
+    except ValidationError:
+        raise ValidationError(
+            f"{what} {path!r} is not an absolute ZooKeeper path of valid names such as '/services'"
+        ) from None
 
 
 def parse_uri_spec(raw: str) -> tuple[UriPart, ...]:

@@ -41,17 +41,20 @@ def curator_java(tmp_path_factory) -> list[str]:
     return java
 
 
+def start_peer(java: list[str], hosts: str) -> tuple[str, subprocess.Popen]:
+    """The Java peer registering under a base path of its own, ``/jvm-<n>``."""
+    base = f"/jvm-{uuid.uuid4().hex[:8]}"
+    peer = subprocess.Popen(
+        [*java, hosts, base], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    return base, peer
+
+
 @pytest.fixture
 def java_registry(curator_java, zookeeper) -> Iterator[tuple[dict, KazooClient]]:
     """The Java peer's registry under /jvm-<n>, live while the test runs; what Curator's
     ServiceProvider returned, and a plain kazoo client to read it with."""
-    base = f"/jvm-{uuid.uuid4().hex[:8]}"
-    peer = subprocess.Popen(
-        [*curator_java, zookeeper.connect_string, base],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    base, peer = start_peer(curator_java, zookeeper.connect_string)
     zk = KazooClient(zookeeper.connect_string)
     try:
         provider = json.loads(peer.stdout.readline())
@@ -177,13 +180,7 @@ def test_a_client_follows_a_curator_service_through_its_cache(java_registry, mak
 
 
 def test_a_killed_java_publisher_leaves_the_python_cache(curator_java, zookeeper, make_client):
-    base = f"/jvm-{uuid.uuid4().hex[:8]}"
-    peer = subprocess.Popen(
-        [*curator_java, zookeeper.connect_string, base],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    base, peer = start_peer(curator_java, zookeeper.connect_string)
     try:
         registered = json.loads(peer.stdout.readline())["current"]["ids"]
         client = make_client("jvm-reader", cache=CacheConfig(curator_base_paths=(base,)))
