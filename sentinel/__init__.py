@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     )
     from sentinel.publisher import Registration
     from sentinel.registry.endpoint import Endpoint
-    from sentinel.registry.records import InstanceRecord, ServiceSpec
+    from sentinel.registry.records import CuratorSource, InstanceRecord, ServiceSpec
     from sentinel.zk.tls import TlsConfig
 
 # Each exported name and the module that defines it.
@@ -63,6 +63,7 @@ _EXPORTS = {
     "Registration": "sentinel.publisher",
     "InstanceRecord": "sentinel.registry.records",
     "ServiceSpec": "sentinel.registry.records",
+    "CuratorSource": "sentinel.registry.records",
     "TlsConfig": "sentinel.zk.tls",
     "CacheConfig": "sentinel.cache.config",
     "AuthConfig": "sentinel.auth.config",
@@ -100,6 +101,7 @@ __all__ = [
     "CacheConfig",
     "ChangeEvent",
     "ConnectionChanged",
+    "CuratorSource",
     "Endpoint",
     "EventsMissed",
     "InstanceRecord",

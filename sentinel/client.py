@@ -38,6 +38,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
+    DecodeError,
     InstanceNotRegistered,
     NamespaceNotFound,
     NoInstanceAvailable,
@@ -52,6 +53,7 @@ from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Publisher, Registration
+from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
     SECTIONS,
@@ -60,11 +62,13 @@ from sentinel.registry.layout import (
     instance_path,
     metrics_path,
     sanitize_name,
+    service_path,
     validate_name,
     validate_namespace,
 )
 from sentinel.registry.reads import ServiceListing, read_service
 from sentinel.registry.records import (
+    CuratorSource,
     InstanceRecord,
     MetricsRecord,
     MetricValue,
@@ -344,6 +348,7 @@ class Sentinel:
         # one-shot watches across reconnections too (see sentinel.zk.protocol).
         one_shot = not self.cache_config.persistent_watches
         watches = zkprotocol.install(self._zk, force_fallback=one_shot)
+        self._watches = watches
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
         self._cache = RegistryCache(
@@ -705,8 +710,20 @@ class Sentinel:
         scheme: str = "http",
         shard_policy: str | None = None,
         defaults: Mapping[str, Any] | None = None,
+        curator: CuratorSource | None = None,
     ) -> ServiceSpec:
         """Create the spec of ``service`` unless it exists; return the stored spec.
+
+        ``curator`` makes it a service whose instances a Curator registry holds (JVM
+        services registered by Curator, Spring Cloud Zookeeper or Dubbo): the namespace keeps
+        its spec, shard policy, metrics and credentials, and each instance's partition is
+        read from its payload (:class:`~sentinel.registry.records.CuratorSource`)::
+
+            sentinel.ensure_service(
+                "orders-db",
+                shard_policy="tenants",
+                curator=CuratorSource("/services", partition_from="payload.metadata.shard"),
+            )
 
         Raises :class:`~sentinel.errors.ShardPolicyNotFound` if ``shard_policy`` names no
         policy (create it first: :meth:`ensure_shard_policy`), and
@@ -714,7 +731,9 @@ class Sentinel:
         either way nothing is written.
         """
         self._require_writable()
-        spec = ServiceSpec(service, scheme=scheme, shard_policy=shard_policy, defaults=defaults)
+        spec = ServiceSpec(
+            service, scheme=scheme, shard_policy=shard_policy, defaults=defaults, curator=curator
+        )
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
             # lookup; refusing it here names the mistake where it is made.
@@ -1136,7 +1155,9 @@ class Sentinel:
         and their age says how much to trust them. Metrics for an instance that is not
         registered raise :class:`~sentinel.errors.InstanceNotRegistered` (a
         :class:`~sentinel.errors.ValidationError`) and nothing is written: the check is part
-        of the write's own transaction, so it costs no extra round trip.
+        of the write's own transaction, so it costs no extra round trip. An instance of a
+        service whose spec names a Curator registry is checked there instead, just before
+        the write (three more reads, and not atomic: see ``docs/interop.md``).
         """
         self._require_writable()
         identity = (
@@ -1169,9 +1190,38 @@ class Sentinel:
             failure = self._write_if_registered(instance_node, path, data, create=True)
             if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
                 failure = self._write_if_registered(instance_node, path, data, create=False)
+        if isinstance(failure, InstanceNotRegistered) and self._curator_holds(
+            service, partition, label
+        ):
+            failure = self._put_metrics(path, data)
         if failure is not None:
             raise failure
         return record
+
+    def _curator_holds(self, service: str, partition: str, label: str) -> bool:
+        """Whether ``service``'s spec names a Curator registry holding that instance (its node
+        is outside the namespace: no transaction of this session can check it)."""
+        spec_path = service_path(service)
+        try:
+            data, _ = self._zk.get(spec_path)
+            spec = ServiceSpec.from_bytes(service, spec_path, data)
+        except (NoNodeError, DecodeError):
+            return False
+        return spec.curator is not None and holds_instance(self._watches, spec, partition, label)
+
+    def _put_metrics(self, path: str, data: bytes) -> Exception | None:
+        """Write the metrics node of a Curator instance, checked just before (not in the same
+        transaction: an instance gone meanwhile leaves a node no lookup reads, until the
+        instance is back or ``sentinel doctor`` names it)."""
+        self._zk.ensure_path(path.rsplit("/", 1)[0])
+        try:
+            self._zk.set(path, data)
+        except NoNodeError:
+            try:
+                self._zk.create(path, data)
+            except NodeExistsError:  # another writer created it meanwhile
+                self._zk.set(path, data)
+        return None
 
     def _write_if_registered(
         self, instance_node: str, path: str, data: bytes, *, create: bool

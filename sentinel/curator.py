@@ -28,13 +28,8 @@ from kazoo.client import KazooClient
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed
-from sentinel.registry.curator import (
-    CuratorInstance,
-    encode_instance,
-    parse_uri_spec,
-    validate_base_path,
-)
-from sentinel.registry.layout import validate_name
+from sentinel.registry.curator import CuratorInstance, encode_instance, parse_uri_spec
+from sentinel.registry.layout import validate_base_path, validate_name
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig

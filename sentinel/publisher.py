@@ -96,9 +96,10 @@ class Publisher:
         if strict and stored != spec:
             raise ServiceConflict(
                 f"service {spec.service!r} exists with scheme={stored.scheme!r}, "
-                f"shard_policy={stored.shard_policy!r}, defaults={dict(stored.defaults)!r}; "
-                f"asked for scheme={spec.scheme!r}, shard_policy={spec.shard_policy!r}, "
-                f"defaults={dict(spec.defaults)!r}"
+                f"shard_policy={stored.shard_policy!r}, defaults={dict(stored.defaults)!r}, "
+                f"curator={stored.curator!r}; asked for scheme={spec.scheme!r}, "
+                f"shard_policy={spec.shard_policy!r}, defaults={dict(spec.defaults)!r}, "
+                f"curator={spec.curator!r}"
             )
         return stored
 
@@ -168,6 +169,12 @@ class Publisher:
     def _conform(self, instance: InstanceRecord, inherit_scheme: bool) -> InstanceRecord:
         """``instance`` as its service's spec wants it: ValidationError if it cannot be."""
         spec, policy = self._target(instance.service, instance.scheme)
+        if spec.curator is not None:
+            raise ValidationError(
+                f"service {spec.service!r} takes its instances from the Curator registry at "
+                f"{spec.curator.base_path}: an instance registered in the namespace would never "
+                "be served; register it there (sentinel.curator.CuratorPublisher)"
+            )
         if instance.scheme != spec.scheme:
             if not inherit_scheme:
                 raise ValidationError(

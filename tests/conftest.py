@@ -181,3 +181,19 @@ def spark() -> Iterator[object]:
         session.sparkContext.setLogLevel("ERROR")
         yield session
         session.stop()
+
+
+@pytest.fixture(scope="session")
+def curator_java(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The command that runs tests/peers/CuratorRegistry.java, compiled once against Debian's
+    libcurator-discovery-java (real Java Curator, for the interop tests)."""
+    from benchmarks.common import compile_peer
+    from benchmarks.compare import INSTALL, JARS
+
+    peer = Path(__file__).resolve().parent / "peers" / "CuratorRegistry.java"
+    java, why_not = compile_peer(
+        tmp_path_factory.mktemp("curator"), peer, JARS, "CuratorRegistry", INSTALL
+    )
+    if java is None:
+        pytest.skip(f"Java Curator cannot run here ({why_not})")
+    return java

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sentinel import validation as check
 from sentinel.errors import ValidationError
-from sentinel.registry.curator import validate_base_path
+from sentinel.registry.layout import validate_base_path
 
 # A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
 # resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
@@ -58,7 +58,7 @@ class CacheConfig:
     curator_base_paths : tuple of str, default () (none)
         Apache Curator x-discovery base paths (Curator, Spring Cloud Zookeeper, Dubbo 3) on
         the client's own ensemble: a service the namespace does not hold is looked for under
-        each, in order, and followed there on the client's session (``docs/curator.md``).
+        each, in order, and followed there on the client's session (``docs/interop.md``).
         Needs ZooKeeper 3.6's persistent watches.
     """
 

@@ -9,7 +9,10 @@ multi-reads, and hands its changes to the cache as the native followers do: look
 policies and balancers cannot tell the two apart.
 
 * A service is looked for under each base path in turn, after the namespace: a name the
-  namespace holds is the namespace's.
+  namespace holds is the namespace's. A namespace spec may itself name a Curator registry
+  (:class:`~sentinel.registry.records.CuratorSource`): then the namespace's follower keeps the
+  spec, metrics and credential, and this one the instances (:meth:`CuratorFollower.attach`),
+  each instance in the partition its properties name.
 * An event of an instance node is applied with one read of that node, the latest event of a
   node winning (events queued meanwhile coalesce, as in the native follower).
 * Within a session the watch is kept across reconnections, and the server reports what changed
@@ -38,10 +41,9 @@ from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.cache.worker import Task
 from sentinel.errors import DecodeError, ServiceNotFound
-from sentinel.registry.curator import CURATOR_PARTITION, CuratorInstance
+from sentinel.registry.curator import decode_endpoint
 from sentinel.registry.endpoint import Endpoint
-from sentinel.registry.layout import INSTANCE_SEPARATOR, sanitize_name
-from sentinel.registry.records import ServiceSpec
+from sentinel.registry.records import CuratorSource, ServiceSpec
 from sentinel.telemetry import observe_propagation
 from sentinel.zk.protocol import AddWatchMode, PersistentWatches, WatcherType
 
@@ -51,13 +53,9 @@ log = logging.getLogger(__name__)
 _BATCH = 256
 
 
-def endpoint_name(instance_id: str) -> str:
-    """The name the cache keeps a Curator instance under (its endpoint's ``name``)."""
-    return f"{CURATOR_PARTITION}{INSTANCE_SEPARATOR}{sanitize_name(instance_id)}"
-
-
 class CuratorFollower:
-    """Follows the services found under Curator base paths (see the module)."""
+    """Follows the services found under Curator base paths, and the instances of namespace
+    services whose spec names a Curator registry (see the module)."""
 
     persistent = True
 
@@ -67,40 +65,71 @@ class CuratorFollower:
         self._cache = cache
         self._watches = watches
         self._base_paths = tuple(base_paths)
-        self._parents: dict[str, str] = {}  # service -> <base>/<service> (the worker's)
+        # service -> the spec its instances are decoded with (spec.curator: where they are)
+        self._specs: dict[str, ServiceSpec] = {}
+        self._unlisted: set[str] = set()  # of those, the ones the namespace does not hold
         self._watched: set[str] = set()  # parents with a watch this session (kazoo pops)
         self._latest: dict[str, str] = {}  # node path -> its latest event not yet applied
+        # service -> node path -> the name its endpoint is served under (its partition's)
+        self._names: dict[str, dict[str, str]] = {}
 
     @property
     def services(self) -> frozenset[str]:
-        """The services this follower feeds the cache."""
-        return frozenset(self._parents)
+        """The services whose instances this follower feeds the cache."""
+        return frozenset(self._specs)
+
+    @property
+    def unlisted(self) -> frozenset[str]:
+        """Of those, the ones the namespace holds no spec of (this follower feeds them all)."""
+        return frozenset(self._unlisted)
 
     def load_service(self, service: str) -> ServiceSnapshot:
         """Follow ``service`` from the first base path that holds it and return its first
         snapshot; :class:`~sentinel.errors.ServiceNotFound` when none does."""
         for base in self._base_paths:
-            parent = f"{base.rstrip('/')}/{service}"
-            if self._listed(parent) is None:
+            spec = ServiceSpec(service, curator=CuratorSource(base))
+            if self._listed(spec.curator.parent(service)) is None:  # type: ignore[union-attr]
                 continue  # not here: no watch is set for nothing
-            self._follow(service, parent)  # before the read: what changes from now is told
-            read = self._read(service, parent)
+            read = self._start(spec)
             if read is None:  # deleted in between
-                self._unfollow(parent)
+                self.detach(service)
                 continue
-            self._parents[service] = parent
+            self._unlisted.add(service)
             endpoints, invalid = read
-            return ServiceSnapshot.first(ServiceSpec(service), endpoints, {}, invalid)
+            return ServiceSnapshot.first(spec, endpoints, {}, invalid)
         raise ServiceNotFound(
             service, f"is not registered in the namespace nor under {', '.join(self._base_paths)}"
         )
 
+    def attach(self, service: str, snapshot: ServiceSnapshot) -> ServiceSnapshot:
+        """``snapshot`` of a namespace service whose spec names a Curator registry, with that
+        registry's instances (none while its node does not exist: the watch reports it)."""
+        self.detach(service)  # followed with an older spec, if at all
+        endpoints, invalid = self._start(snapshot.spec) or ({}, frozenset())
+        return snapshot.rebuilt(endpoints=endpoints, invalid=snapshot.invalid | invalid)
+
+    def detach(self, service: str) -> None:
+        """Stop following ``service``'s instances (the cache dropped it, or its spec no longer
+        names this registry)."""
+        spec = self._specs.pop(service, None)
+        self._unlisted.discard(service)
+        self._names.pop(service, None)
+        if spec is not None:
+            self._unfollow(_parent(spec))
+
     def resync(self) -> None:
         """Follow again, and read again, every service whose watch went with a session; with
         the watch in place nothing is read (the server reported what changed)."""
-        for service, parent in list(self._parents.items()):
-            if self._follow(service, parent):
+        for service, spec in list(self._specs.items()):
+            if self._follow(service, _parent(spec)):
                 self._refresh(service)
+
+    def _start(self, spec: ServiceSpec) -> tuple[dict[str, Endpoint], frozenset[str]] | None:
+        """Follow ``spec``'s service (before the read: what changes from now is told) and
+        read it; None when its node does not exist."""
+        self._specs[spec.service] = spec
+        self._follow(spec.service, _parent(spec))
+        return self._read(spec)
 
     # --- kazoo's thread -------------------------------------------------------------------------
 
@@ -125,7 +154,8 @@ class CuratorFollower:
         if snapshot is None:
             return [parent]
         ids = (e.properties["curator"]["id"] for e in snapshot.endpoints.values())
-        return [parent, *(f"{parent}/{i}" for i in ids), *snapshot.invalid]
+        invalid = (path for path in snapshot.invalid if path.startswith(f"{parent}/"))
+        return [parent, *(f"{parent}/{i}" for i in ids), *invalid]
 
     # --- the worker -----------------------------------------------------------------------------
 
@@ -134,9 +164,9 @@ class CuratorFollower:
         (the node may be gone again, or now undecodable)."""
         current = self._cache.snapshots.get(service)
         kind = self._latest.pop(path, EventType.CHANGED)
-        if current is None or self._parents.get(service) != path.rsplit("/", 1)[0]:
+        spec = self._specs.get(service)
+        if current is None or spec is None or _parent(spec) != path.rsplit("/", 1)[0]:
             return  # dropped since the event
-        instance_id = path.rsplit("/", 1)[1]
         value: Endpoint | None = None
         unreadable = False
         if kind != EventType.DELETED:
@@ -144,32 +174,41 @@ class CuratorFollower:
             if not isinstance(found, NoNodeError):
                 if isinstance(found, Exception):
                     raise found
-                value = self._decode(service, path, *found)
+                value = self._decode(spec, path, *found)
                 unreadable = value is None
         invalid = current.invalid | {path} if unreadable else current.invalid - {path}
-        self._cache.update(
-            service, current, "endpoints", {endpoint_name(instance_id): value}, invalid
-        )
+        # The node's endpoint goes from the name it was served under: its partition may have
+        # changed with its payload.
+        names = self._names.setdefault(service, {})
+        old = names.pop(path, None)
+        changes: dict[str, Endpoint | None] = {} if old is None else {old: None}
+        if value is not None:
+            names[path] = value.name
+            changes[value.name] = value
+        self._cache.update(service, current, "endpoints", changes, invalid)
 
     def _refresh(self, service: str) -> None:
-        """Read the whole service again; drop it when its node is gone."""
+        """Read the whole service again. When its node is gone a service the namespace does
+        not hold is dropped; a namespace service has no instances until it is back."""
         current = self._cache.snapshots.get(service)
-        parent = self._parents.get(service)
-        if current is None or parent is None:
+        spec = self._specs.get(service)
+        if current is None or spec is None:
             return
-        read = self._read(service, parent)
-        if read is None:
-            self._unfollow(parent)
-            del self._parents[service]
+        read = self._read(spec)
+        if read is None and service in self._unlisted:
+            self.detach(service)
             self._cache.drop(service)
             return
-        endpoints, invalid = read
+        endpoints, invalid = read or ({}, frozenset())
+        below = f"{_parent(spec)}/"
+        invalid |= {path for path in current.invalid if not path.startswith(below)}
         if endpoints != dict(current.endpoints) or invalid != current.invalid:
             self._cache.swap(service, current.rebuilt(endpoints=endpoints, invalid=invalid))
 
-    def _read(self, service: str, parent: str) -> tuple[dict[str, Endpoint], frozenset[str]] | None:
-        """Every instance of the service at ``parent``, by name, and the nodes that did not
-        decode; None when ``parent`` does not exist."""
+    def _read(self, spec: ServiceSpec) -> tuple[dict[str, Endpoint], frozenset[str]] | None:
+        """Every instance of ``spec``'s service, by name, and the nodes that did not decode;
+        None when its node does not exist."""
+        parent = _parent(spec)
         children = self._listed(parent)
         if children is None:
             return None
@@ -183,26 +222,30 @@ class CuratorFollower:
             )
             children = sorted(children)[:MAX_SECTION_NODES]
         endpoints: dict[str, Endpoint] = {}
+        names: dict[str, str] = {}
         invalid: set[str] = set()
         for path, found in self._read_nodes(f"{parent}/{child}" for child in children):
             if isinstance(found, NoNodeError):
                 continue  # gone since the listing
             if isinstance(found, Exception):
                 raise found
-            endpoint = self._decode(service, path, *found)
+            endpoint = self._decode(spec, path, *found)
             if endpoint is None:
                 invalid.add(path)
             else:
                 endpoints[endpoint.name] = endpoint
+                names[path] = endpoint.name
+        self._names[spec.service] = names
         return endpoints, frozenset(invalid)
 
-    def _decode(self, service: str, path: str, data: bytes, stat: ZnodeStat) -> Endpoint | None:
+    def _decode(
+        self, spec: ServiceSpec, path: str, data: bytes, stat: ZnodeStat
+    ) -> Endpoint | None:
         """The endpoint of one node, or None (logged and counted) when it does not decode; its
         propagation delay is observed as a native instance's is."""
         observe_propagation("instances", stat)
         try:
-            instance = CuratorInstance.from_bytes(path, data)
-            return instance.endpoint(service, joined=stat.czxid)
+            return decode_endpoint(spec, path, data, stat.czxid)
         except DecodeError as exc:
             self._cache.stats.decode_errors += 1
             log.warning("skipping %s", exc)
@@ -248,3 +291,9 @@ class CuratorFollower:
                 self._watches.remove_watches(
                     parent, WatcherType.PERSISTENT_RECURSIVE, absolute=True
                 )
+
+
+def _parent(spec: ServiceSpec) -> str:
+    """The server path of the instances of a service whose spec names a Curator registry."""
+    assert spec.curator is not None
+    return spec.curator.parent(spec.service)

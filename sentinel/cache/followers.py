@@ -63,6 +63,13 @@ def _while_cached(
     return run
 
 
+def held_by_namespace(current: ServiceSnapshot, section: str) -> bool:
+    """Whether the namespace holds ``section`` of the service: a spec naming a Curator registry
+    leaves its instances to :mod:`sentinel.cache.curator`, and children written under its node
+    are nobody's instances."""
+    return section != "instances" or current.spec.curator is None
+
+
 def node_at(path: str) -> tuple[str, tuple[Any, ...]] | None:
     """What the cache follows at ``path``: ``(kind, (service or policy, ...))``, or None.
 
@@ -166,7 +173,14 @@ class _ZooKeeperFollower:
             self._drop_service(service)
             return
         self._use_policy(state.spec.shard_policy, service)
-        self._cache.swap(service, current.rebuilt(**state._asdict()))
+        fields = state._asdict()
+        curator = state.spec.curator
+        if curator is not None and curator == current.spec.curator:
+            # The instances, and their unreadable nodes, are the Curator follower's.
+            below = f"{curator.parent(service)}/"
+            fields["endpoints"] = current.endpoints
+            fields["invalid"] = state.invalid | {p for p in current.invalid if p.startswith(below)}
+        self._cache.swap(service, current.rebuilt(**fields))
 
     @_while_cached
     def _refresh_spec(self, current: ServiceSnapshot, service: str) -> None:
@@ -183,6 +197,8 @@ class _ZooKeeperFollower:
     @_while_cached
     def _refresh_children(self, current: ServiceSnapshot, service: str, section: str) -> None:
         """After a children event: read the new children of one section."""
+        if not held_by_namespace(current, section):
+            return
         parent, field, _ = section_of(section, service)
         try:
             children, bad = self._reads.section(section, service, current)
@@ -201,6 +217,8 @@ class _ZooKeeperFollower:
     ) -> None:
         """After a data event (one-shot: a deletion too): read one child again (it may be
         gone, created again, or now invalid)."""
+        if not held_by_namespace(current, section):
+            return
         read = self._reads.child(section, current, service, name)
         if read is None:  # a flooded section's newcomer: left unread
             return
@@ -224,6 +242,8 @@ class _ZooKeeperFollower:
     ) -> None:
         """After a deletion under a recursive watch: drop the child, no read (the watch
         reports the node if it is created again)."""
+        if not held_by_namespace(current, section):
+            return
         parent, field, _ = section_of(section, service)
         invalid = current.invalid - {f"{parent}/{name}"}
         self._cache.update(service, current, field, {name: None}, invalid)
@@ -513,6 +533,8 @@ class PersistentFollower(_ZooKeeperFollower):
         snapshot = self._cache.snapshots.get(name)
         if snapshot is None or top == AUTH[1:]:
             return [root]
+        if not held_by_namespace(snapshot, _SECTIONS[top]):
+            return [root]  # the instances are a Curator registry's
         held = snapshot.endpoints if top == SERVICES[1:] else snapshot.metrics
         below = f"{root}/"
         invalid = [path for path in snapshot.invalid if path.startswith(below)]

@@ -104,12 +104,16 @@ class ServiceReads:
         self._over_limit: set[str] = set()  # sections reported past the bounds
 
     def service(self, service: str, last_good: ServiceSpec | None = None) -> ServiceState:
-        """The spec, instances, metrics and this client's credential of ``service``.
+        """The spec, instances, metrics and this client's credential of ``service`` (no
+        instances when the spec names a Curator registry: they are read there).
 
         Raises :class:`ServiceNotFound` when its node is gone (or, never served, unreadable).
         """
         spec = self.spec(service, last_good)
-        endpoints, bad_instances = self.section("instances", service)
+        endpoints: dict[str, Endpoint] = {}
+        bad_instances: set[str] = set()
+        if spec.curator is None:  # else a Curator registry's (sentinel.cache.curator)
+            endpoints, bad_instances = self.section("instances", service)
         metrics, bad_metrics = self.section("metrics", service, first=endpoints)
         invalid = frozenset(bad_instances | bad_metrics)
         return ServiceState(spec, endpoints, metrics, invalid, self.auth(service))

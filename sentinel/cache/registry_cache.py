@@ -77,7 +77,7 @@ class RegistryCache:
         self._zk = zk
         self._watches = watches
         self._curator_base_paths = tuple(curator_base_paths)
-        self._curator: CuratorFollower | None = None  # made on the first Curator service
+        self._curator: CuratorFollower | None = None  # made with the persistent follower
         self._credentials = credentials
         self._client_id = client_id
         self._nodes = nodes
@@ -223,8 +223,7 @@ class RegistryCache:
                 raise ConnectionLoss("not connected yet: the server's watch mode is not known")
             if supported:
                 self._follower = PersistentFollower(self, self._zk, self._credentials, watches)
-                if self._curator_base_paths:
-                    self._curator = CuratorFollower(self, watches, self._curator_base_paths)
+                self._curator = CuratorFollower(self, watches, self._curator_base_paths)
             else:
                 self._follower = OneShotFollower(self, self._zk, self._credentials)
         return self._follower
@@ -242,22 +241,27 @@ class RegistryCache:
         return self._curator
 
     def _load_service(self, service: str) -> ServiceSnapshot:
-        """The namespace's service of that name, else the first Curator base path's."""
+        """The namespace's service of that name (with a Curator registry's instances when its
+        spec names one), else the first Curator base path's."""
         try:
-            return self._follower_now().load_service(service)
+            snapshot = self._follower_now().load_service(service)
         except ServiceNotFound:
             if not self._curator_base_paths:
                 raise
-        return self._curator_now().load_service(service)
+            return self._curator_now().load_service(service)
+        if snapshot.spec.curator is not None:
+            snapshot = self._curator_now().attach(service, snapshot)
+        return snapshot
 
     def native_services(self) -> list[str]:
-        """The services the namespace's follower feeds (every one but the Curator ones)."""
-        foreign = self._curator.services if self._curator is not None else frozenset()
-        return [service for service in self.snapshots if service not in foreign]
+        """The services the namespace's follower feeds: every one whose spec the namespace
+        holds (of those naming a Curator registry, all but the instances)."""
+        unlisted = self._curator.unlisted if self._curator is not None else frozenset()
+        return [service for service in self.snapshots if service not in unlisted]
 
     def foreign_services(self) -> frozenset[str]:
-        """The services read from Curator base paths: not in the snapshot file, and not
-        served by a forked child before its own session has read them."""
+        """The services whose instances are read from Curator registries: not in the snapshot
+        file, and not served by a forked child before its own session has read them."""
         return self._curator.services if self._curator is not None else frozenset()
 
     def _serve_load(self, service: str, future: Future[ServiceSnapshot]) -> None:
@@ -306,6 +310,9 @@ class RegistryCache:
         """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
         instances that may have (None: any)."""
         old = self.snapshots[service]
+        if old.spec != snapshot.spec and (old.spec.curator or snapshot.spec.curator):
+            # Curator instances are decoded with their spec (its partition_from, scheme).
+            snapshot, names = self._instances_read_again(service, old, snapshot), None
         self.snapshots[service] = snapshot
         if old.spec != snapshot.spec:
             self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
@@ -320,6 +327,22 @@ class RegistryCache:
             self._emit(service, AuthChanged(service, *versions, snapshot.auth))
             # Confirmed only now that the listeners (the application's pools) have it.
             self._confirm(service, snapshot.auth)
+
+    def _instances_read_again(
+        self, service: str, old: ServiceSnapshot, snapshot: ServiceSnapshot
+    ) -> ServiceSnapshot:
+        """``snapshot`` with its instances read as its new spec says: from the Curator
+        registry it names, or from the namespace again."""
+        if self._curator is not None:
+            self._curator.detach(service)
+        if snapshot.spec.curator is None:
+            fresh = self._follower_now().load_service(service)
+            return snapshot.rebuilt(endpoints=fresh.endpoints, invalid=fresh.invalid)
+        invalid = snapshot.invalid
+        if old.spec.curator is not None:  # the old registry's unreadable nodes go with it
+            below = f"{old.spec.curator.parent(service)}/"
+            invalid = frozenset(path for path in invalid if not path.startswith(below))
+        return self._curator_now().attach(service, snapshot.rebuilt(endpoints={}, invalid=invalid))
 
     def update(
         self,
@@ -338,6 +361,8 @@ class RegistryCache:
     def drop(self, service: str) -> None:
         """Stop serving ``service``: its listeners hear that it and its instances are gone."""
         old = self.snapshots.pop(service, None)
+        if self._curator is not None:
+            self._curator.detach(service)
         if old is None:
             return
         self._emit(service, ServiceSpecChanged(service, old.spec, None))
@@ -367,7 +392,8 @@ class RegistryCache:
         """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
         node (which a rotation waits on, Procedure 2) and in its telemetry. A Curator service
         has no ``/clients`` node, and a reader never makes one."""
-        if self._announce and service not in self.foreign_services():
+        unlisted = self._curator.unlisted if self._curator is not None else frozenset()
+        if self._announce and service not in unlisted:
             self._register_client(service, auth)
         if auth is not None:
             auth_version_applied(service, auth.version)

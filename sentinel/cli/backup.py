@@ -35,6 +35,7 @@ from sentinel.cli.common import (
     read_input,
     seconds_or_zero,
 )
+from sentinel.cli.curator import instances_of
 from sentinel.errors import AccessDenied, ValidationError
 from sentinel.registry.layout import AUTH_KEYS, METRICS, SECTIONS, validate_namespace
 from sentinel.registry.reads import list_services, pipelined_reads, read_metrics, read_service
@@ -410,7 +411,8 @@ def _prune(args: argparse.Namespace) -> int:
     with connect(args) as zk:
         orphans = []
         for service in list_services(zk):
-            names = {f"{i.partition}:{i.label}" for i in read_service(zk, service).instances}
+            # A service whose spec names a Curator registry keeps its instances there.
+            names = instances_of(args, read_service(zk, service)).names
             metrics, _ = read_metrics(zk, service)
             orphans += [
                 f"{METRICS}/{service}/{name}"

@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from sentinel.cli.common import connect
 from sentinel.errors import DecodeError
-from sentinel.registry.curator import read_instances, validate_base_path
+from sentinel.registry.curator import read_instances, read_registry
 from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.layout import validate_base_path
+from sentinel.registry.reads import ServiceListing
+from sentinel.registry.records import InstanceRecord, ServiceSpec
 
 
 @dataclass(frozen=True)
@@ -60,3 +64,35 @@ def curator_services(
 def _read(zk: KazooClient, base: str, service: str) -> CuratorService:
     endpoints, skipped = read_instances(zk, base, service)
     return CuratorService(base, service, endpoints, skipped)
+
+
+def registry_service(args: argparse.Namespace, spec: ServiceSpec) -> CuratorService:
+    """The instances of a namespace service whose spec names a Curator registry, read there
+    (on a connection of its own at the server's root: the registry is outside the chroot)."""
+    assert spec.curator is not None
+    with connect(args, chroot=False) as zk:
+        endpoints, skipped = read_registry(zk, spec)
+    return CuratorService(spec.curator.base_path, spec.service, endpoints, skipped)
+
+
+def instances_of(args: argparse.Namespace, listing: ServiceListing) -> ServiceInstances:
+    """A namespace service's instances wherever they live: its own children, or the Curator
+    registry its spec names (what ``ls``, ``doctor`` and ``prune`` count its metrics against)."""
+    if listing.spec.curator is None:
+        return ServiceInstances("namespace", listing.instances, listing.skipped)
+    found = registry_service(args, listing.spec)
+    return ServiceInstances(found.source, found.endpoints, len(found.skipped))
+
+
+class ServiceInstances(NamedTuple):
+    """Where a service's instances live (``namespace``, or ``curator:<base path>``), the
+    decodable ones, and how many nodes were skipped."""
+
+    source: str
+    instances: tuple[InstanceRecord | Endpoint, ...]
+    skipped: int
+
+    @property
+    def names(self) -> set[str]:
+        """The instance names their metrics nodes are kept under."""
+        return {f"{i.partition}:{i.label}" for i in self.instances}

@@ -32,7 +32,7 @@ from sentinel.cli.common import (
     print_json,
     seconds_or_zero,
 )
-from sentinel.cli.curator import curator_services
+from sentinel.cli.curator import curator_services, instances_of
 from sentinel.cli.output import format_table
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
@@ -336,7 +336,9 @@ def _daemon_service(path: str) -> bool:
     return parent == SERVICES and name.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
 
 
-def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Finding]:
+def _services(
+    args: argparse.Namespace, zk: KazooClient, namespace: str, stale_after: float
+) -> list[Finding]:
     findings: list[Finding] = []
     now = time.time()
     bad = 0
@@ -355,11 +357,23 @@ def _services(zk: KazooClient, namespace: str, stale_after: float) -> list[Findi
                 )
             )
             continue
-        bad += listing.skipped
-        live = {i.partition for i in listing.instances if i.status == "up"}
+        found = instances_of(args, listing)  # a Curator registry's, when the spec says so
+        bad += found.skipped
+        live = {i.partition for i in found.instances if i.status == "up"}
         metrics, skipped = read_metrics(zk, service)
         bad += skipped
-        names = {f"{i.partition}:{i.label}" for i in listing.instances}
+        names = found.names
+        if found.source != "namespace" and listing.instances:
+            findings.append(
+                Finding(
+                    "warn",
+                    "ignored instances",
+                    f"{SERVICES}/{service} holds {len(listing.instances)} instance node(s) "
+                    f"that no client serves: its instances are {found.source}'s",
+                    f"delete them (zkCli.sh deleteall under {namespace}{SERVICES}/{service}), "
+                    "and find who wrote them",
+                )
+            )
         for name, record in metrics.items():
             if name not in names:
                 findings.append(
@@ -525,7 +539,7 @@ def _doctor(args: argparse.Namespace) -> int:
             findings += _sections(zk, args.namespace)
             findings += _acls(zk, args.namespace, identities)
             if all(zk.exists(section) for section in SECTIONS):
-                findings += _services(zk, args.namespace, args.stale_after)
+                findings += _services(args, zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
     except NamespaceNotFound as exc:
         findings += [

@@ -22,7 +22,7 @@ from sentinel.cli.common import (
     print_json,
     print_table,
 )
-from sentinel.cli.curator import base_paths, curator_services
+from sentinel.cli.curator import base_paths, curator_services, instances_of
 from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
 from sentinel.plugins import BALANCERS, POLICIES, load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
@@ -45,7 +45,9 @@ def metrics_text(values: Any) -> str:
     return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
-def _instance_document(record: InstanceRecord, metrics: MetricsRecord | None) -> dict[str, Any]:
+def _instance_document(
+    record: InstanceRecord | Endpoint, metrics: MetricsRecord | None
+) -> dict[str, Any]:
     shown = {name: getattr(record, name) for name in RECORD_FIELDS if name != "service"}
     return {
         **shown,
@@ -69,21 +71,23 @@ def _ls(args: argparse.Namespace) -> int:
             metrics, _ = read_metrics(zk, args.service)
     if listing is None:
         return _ls_curator_service(args)
+    source, instances, skipped = instances_of(args, listing)
     now = time.time()
-    documents = [
-        _instance_document(i, metrics.get(f"{i.partition}:{i.label}")) for i in listing.instances
-    ]
+    documents = [_instance_document(i, metrics.get(f"{i.partition}:{i.label}")) for i in instances]
     if args.json:
         print_json(
             {
                 "service": args.service,
                 "scheme": listing.spec.scheme,
                 "shard_policy": listing.spec.shard_policy,
+                "source": source,
                 "instances": documents,
-                "skipped": listing.skipped,
+                "skipped": skipped,
             }
         )
         return EXIT_OK
+    if source != "namespace":
+        print(f"{args.service} (instances from {source})")
     print_table(
         [
             (
@@ -111,13 +115,13 @@ def _ls(args: argparse.Namespace) -> int:
             "METRICS AGE",
         ),
     )
-    if listing.skipped:
-        print(f"({listing.skipped} undecodable instance node(s) skipped; see `sentinel doctor`)")
+    if skipped:
+        print(f"({skipped} undecodable instance node(s) skipped; see `sentinel doctor`)")
     return EXIT_OK
 
 
 def _ls_services(args: argparse.Namespace, zk: Any) -> int:
-    rows, documents = [], []
+    rows, documents, registries = [], [], []
     for service in list_services(zk):
         try:
             listing = read_service(zk, service)
@@ -125,14 +129,18 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
             documents.append({"service": service, "error": str(exc)})
             rows.append((service, "-", "-", "-", "-", f"unreadable: {exc}"))
             continue
-        per_partition = collections.Counter(i.partition for i in listing.instances)
-        up = sum(i.status == "up" for i in listing.instances)
+        source, instances, _ = instances_of(args, listing)
+        if source != "namespace":
+            registries.append(f"{service}: instances from {source}")
+        per_partition = collections.Counter(i.partition for i in instances)
+        up = sum(i.status == "up" for i in instances)
         documents.append(
             {
                 "service": service,
                 "scheme": listing.spec.scheme,
                 "shard_policy": listing.spec.shard_policy,
-                "instances": len(listing.instances),
+                "source": source,
+                "instances": len(instances),
                 "up": up,
                 "partitions": dict(sorted(per_partition.items())),
             }
@@ -142,7 +150,7 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
                 service,
                 listing.spec.scheme,
                 listing.spec.shard_policy,
-                len(listing.instances),
+                len(instances),
                 up,
                 " ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())) or "-",
             )
@@ -168,6 +176,8 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
         print_json(documents)
         return EXIT_OK
     print_table(rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS"))
+    for note in registries:
+        print(f"({note})")
     if curator_rows:
         print()
         print_table(curator_rows, ("SERVICE", "SOURCE", "INSTANCES", "UP", "SKIPPED"))

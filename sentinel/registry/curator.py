@@ -12,7 +12,7 @@ Curator's ``ServiceInstance`` as JSON::
 :class:`CuratorInstance` decodes one such node, as untrusted as any other (a node that is not
 one is a :class:`~sentinel.errors.DecodeError` for its path, never a crash), and makes the
 :class:`~sentinel.registry.endpoint.Endpoint` a lookup returns. The mapping, in the words of
-``docs/curator.md``:
+``docs/interop.md``:
 
 * ``address`` is the host; with an ``sslPort`` the endpoint is ``https`` on it, else ``http``
   on ``port`` (Curator's own rule for its ``{scheme}`` field);
@@ -21,9 +21,11 @@ one is a :class:`~sentinel.errors.DecodeError` for its path, never a crash), and
   ``sslPort``, ``serviceType``, ``registrationTimeUTC``, the payload's class and any field this
   version does not know are ``properties["curator"]``;
 * ``enabled: false`` is status ``down``: Curator's ``ServiceProvider`` leaves such instances
-  out (``EnabledInstanceFilter``), and so does every Sentinel lookup;
+  out (``EnabledInstanceFilter``), and so does every Sentinel lookup; so is a Spring Cloud
+  payload whose ``metadata.instance_status`` is not ``UP`` (Spring's load balancer's rule);
 * the id is the label (made a valid name: Dubbo's ``host:port`` ids become ``host_port``);
-  every instance is in one partition, :data:`CURATOR_PARTITION`.
+  the partition is the one a namespace spec's :class:`~sentinel.registry.records.CuratorSource`
+  finds in the properties, else :data:`CURATOR_PARTITION` for every instance.
 """
 
 from __future__ import annotations
@@ -32,15 +34,25 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+if TYPE_CHECKING:
+    from sentinel.zk.protocol import PersistentWatches
+
 from sentinel.errors import DecodeError, ValidationError
 from sentinel.registry.endpoint import Endpoint, format_uri
-from sentinel.registry.layout import sanitize_name, validate_host, validate_namespace
-from sentinel.registry.records import MAX_VALUE_BYTES, InstanceRecord, fields_of, parse_json
+from sentinel.registry.layout import sanitize_name, validate_host
+from sentinel.registry.records import (
+    MAX_VALUE_BYTES,
+    CuratorSource,
+    InstanceRecord,
+    ServiceSpec,
+    fields_of,
+    parse_json,
+)
 
 # The one partition of a service read from a Curator registry: Curator has no partitions.
 CURATOR_PARTITION = "curator"
@@ -157,9 +169,19 @@ class CuratorInstance:
             variables.get(part.value, "") if part.variable else part.value for part in self.uri_spec
         )
 
-    def endpoint(self, service: str, joined: int = 0) -> Endpoint:
-        """The endpoint a lookup of ``service`` returns for this instance."""
-        port = self.ssl_port if self.ssl_port is not None else self.port
+    def endpoint(self, spec: ServiceSpec, joined: int = 0) -> Endpoint:
+        """The endpoint a lookup of ``spec``'s service returns for this instance.
+
+        The scheme and port are Curator's (``https`` on an ``sslPort``, else ``http``) unless
+        the spec names another scheme (a database's ``postgresql``), which is served on
+        ``port`` (else the ``sslPort``). The partition is the one ``spec.curator`` finds in
+        the properties (:meth:`~sentinel.registry.records.CuratorSource.partition_of`), else
+        :data:`CURATOR_PARTITION`.
+        """
+        scheme, ports = self.scheme, (self.ssl_port, self.port)
+        if spec.scheme != "http":  # the spec's own scheme, as for a native instance
+            scheme, ports = spec.scheme, (self.port, self.ssl_port)
+        port = ports[0] if ports[0] is not None else ports[1]
         assert port is not None  # from_bytes refuses an instance with neither
         payload = self.payload
         payload_class = None
@@ -175,15 +197,17 @@ class CuratorInstance:
             "payloadClass": payload_class,
             **self.extra,
         }
+        properties = {"payload": payload, "curator": curator}
+        partition = None if spec.curator is None else spec.curator.partition_of(properties)
         record = InstanceRecord(
-            service,
-            CURATOR_PARTITION,
+            spec.service,
+            partition or CURATOR_PARTITION,
             sanitize_name(self.id),
             self.address,
             port,
-            scheme=self.scheme,
-            status="up" if self.enabled else "down",
-            properties={"payload": payload, "curator": curator},
+            scheme=scheme,
+            status="up" if self.enabled and _spring_status_up(payload) else "down",
+            properties=properties,
             registered_at=(self.registration_time_utc or 0) / 1000,
         )
         endpoint = Endpoint.from_record(record, joined=joined)
@@ -191,6 +215,17 @@ class CuratorInstance:
         if uri is None or uri == format_uri(record.scheme, record.host, record.port):
             return endpoint
         return replace(endpoint, uri=uri)
+
+
+def _spring_status_up(payload: object) -> bool:
+    """Spring Cloud Zookeeper's own status, in its payload's ``metadata``: an instance whose
+    ``instance_status`` is set and not ``UP`` (``OUT_OF_SERVICE``, set through Spring's
+    service-registry endpoint) is left out by Spring's load balancer
+    (``ZookeeperServiceInstanceListSupplier``), and by every Sentinel lookup. Dubbo's payload
+    is the same shape."""
+    metadata = payload.get("metadata") if isinstance(payload, dict) else None
+    status = metadata.get("instance_status") if isinstance(metadata, dict) else None
+    return not isinstance(status, str) or not status.strip() or status.upper() == "UP"
 
 
 def _text(what: str, value: object) -> None:
@@ -242,13 +277,31 @@ def _java_text(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
+def decode_endpoint(spec: ServiceSpec, path: str, data: bytes | None, joined: int) -> Endpoint:
+    """The endpoint of the Curator node at ``path`` (:meth:`CuratorInstance.endpoint`), or
+    :class:`~sentinel.errors.DecodeError` naming the node: not an instance, or no partition
+    where ``spec.curator`` says to find one."""
+    instance = CuratorInstance.from_bytes(path, data)
+    with fields_of(path):
+        return instance.endpoint(spec, joined)
+
+
 def read_instances(
     zk: KazooClient, base_path: str, service: str
 ) -> tuple[tuple[Endpoint, ...], tuple[DecodeError, ...]]:
     """Read ``service``'s instances under the Curator ``base_path`` straight from ZooKeeper
     (``zk`` is a client without a chroot, or rooted where the base path is given from): the
     endpoints, by label, and the nodes skipped as undecodable. No watch is set."""
-    parent = f"{base_path.rstrip('/')}/{service}"
+    return read_registry(zk, ServiceSpec(service, curator=CuratorSource(base_path)))
+
+
+def read_registry(
+    zk: KazooClient, spec: ServiceSpec
+) -> tuple[tuple[Endpoint, ...], tuple[DecodeError, ...]]:
+    """:func:`read_instances` of a service whose spec names a Curator registry: its instances
+    as the spec decodes them (partitions from ``partition_from``, the spec's scheme)."""
+    assert spec.curator is not None
+    parent = spec.curator.parent(spec.service)
     endpoints, skipped = [], []
     try:
         children = zk.get_children(parent)
@@ -261,21 +314,37 @@ def read_instances(
         except NoNodeError:
             continue  # gone between the listing and the read
         try:
-            endpoints.append(CuratorInstance.from_bytes(path, data).endpoint(service, stat.czxid))
+            endpoints.append(decode_endpoint(spec, path, data, stat.czxid))
         except DecodeError as exc:
             skipped.append(exc)
-    return tuple(sorted(endpoints, key=lambda e: e.label)), tuple(skipped)
+    return tuple(sorted(endpoints, key=lambda e: (e.partition, e.label))), tuple(skipped)
 
 
-def validate_base_path(path: object, what: str) -> str:
-    """``path`` if it is an absolute ZooKeeper path of valid names (``/services``), else
-    :class:`~sentinel.errors.ValidationError` naming ``what``."""
-    try:
-        return validate_namespace(path)
-    except ValidationError:
-        raise ValidationError(
-            f"{what} {path!r} is not an absolute ZooKeeper path of valid names such as '/services'"
-        ) from None
+def holds_instance(
+    watches: PersistentWatches, spec: ServiceSpec, partition: str, label: str
+) -> bool:
+    """Whether the Curator registry ``spec`` names holds a readable instance of its service
+    served as ``partition`` and ``label`` (two requests, from the server's root)."""
+    assert spec.curator is not None
+    parent = spec.curator.parent(spec.service)
+    listed = watches.get_many(children=[parent], absolute=True).children[parent]
+    if isinstance(listed, NoNodeError):
+        return False
+    if isinstance(listed, Exception):
+        raise listed
+    paths = [f"{parent}/{child}" for child in listed if sanitize_name(child) == label]
+    for path, found in watches.get_many(data=paths, absolute=True).data.items():
+        if isinstance(found, NoNodeError):
+            continue
+        if isinstance(found, Exception):
+            raise found
+        data, stat = found
+        try:
+            if decode_endpoint(spec, path, data, stat.czxid).partition == partition:
+                return True
+        except DecodeError:
+            continue  # unreadable: no lookup serves it either
+    return False
 
 
 def parse_uri_spec(raw: str) -> tuple[UriPart, ...]:

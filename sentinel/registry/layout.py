@@ -163,6 +163,17 @@ def validate_namespace(namespace: object) -> str:
     return namespace
 
 
+def validate_base_path(path: object, what: str) -> str:
+    """``path`` if it is an absolute ZooKeeper path of valid names (``/services``), else
+    :class:`~sentinel.errors.ValidationError` naming ``what``: a Curator base path."""
+    try:
+        return validate_namespace(path)
+    except ValidationError:
+        raise ValidationError(
+            f"{what} {path!r} is not an absolute ZooKeeper path of valid names such as '/services'"
+        ) from None
+
+
 def service_path(service: str) -> str:
     """The persistent node holding a service's spec."""
     return f"{SERVICES}/{service}"

@@ -18,7 +18,12 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
-from sentinel.registry.layout import parse_instance_name, validate_host, validate_name
+from sentinel.registry.layout import (
+    parse_instance_name,
+    validate_base_path,
+    validate_host,
+    validate_name,
+)
 
 SCHEMA_VERSION = 1
 # ZooKeeper's jute.maxbuffer is 1 MB and a larger write makes the server drop the connection;
@@ -219,32 +224,102 @@ def _properties(value: object) -> Mapping[str, Any]:
     return MappingProxyType(_round_trip("properties", dict(value))[1])
 
 
+# A partition_from path: keys of an instance's properties, joined by dots.
+_PROPERTY_PATH = re.compile(r"[^.\s]{1,128}(\.[^.\s]{1,128}){0,7}\Z")
+
+
+@dataclass(frozen=True)
+class CuratorSource:
+    """Where the instances of a service kept in a Curator registry live, and how each one's
+    partition is found: the ``curator`` field of a :class:`ServiceSpec`.
+
+    The service's instances are the Curator nodes ``<base_path>/<service>/<id>``; everything
+    else (spec, shard policy, metrics, credentials, ``/clients``) stays in the namespace.
+    ``partition_from`` is a dotted path into an instance's
+    :attr:`~sentinel.registry.endpoint.Endpoint.properties` (``payload.metadata.shard``: the
+    ``shard`` entry of a Spring Cloud instance's metadata); an instance without a partition
+    name there is skipped and counted. ``None`` puts every instance in one partition,
+    ``curator``.
+    """
+
+    base_path: str
+    partition_from: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_base_path(self.base_path, "curator base_path")
+        if self.partition_from is not None and not (
+            isinstance(self.partition_from, str) and _PROPERTY_PATH.match(self.partition_from)
+        ):
+            raise ValidationError(
+                f"partition_from {self.partition_from!r} must be property keys joined by dots, "
+                "such as 'payload.metadata.shard' (at most 8 keys)"
+            )
+
+    def parent(self, service: str) -> str:
+        """The server path of ``service``'s instances (outside any namespace)."""
+        return f"{self.base_path.rstrip('/')}/{service}"
+
+    def partition_of(self, properties: Mapping[str, Any]) -> str | None:
+        """The partition named at ``partition_from`` in ``properties`` (None when there is no
+        such path); :class:`~sentinel.errors.ValidationError` when it names none."""
+        if self.partition_from is None:
+            return None
+        value: Any = properties
+        for key in self.partition_from.split("."):
+            if not isinstance(value, Mapping) or key not in value:
+                raise ValidationError(f"has no partition at {self.partition_from}")
+            value = value[key]
+        return validate_name("partition", value)
+
+    def to_document(self) -> dict[str, Any]:
+        """The spec's ``curator`` field."""
+        return {"base_path": self.base_path, "partition_from": self.partition_from}
+
+    @classmethod
+    def from_document(cls, document: object) -> CuratorSource | None:
+        """The spec's ``curator`` field decoded (None: the instances are the namespace's)."""
+        if document is None:
+            return None
+        if not isinstance(document, Mapping):
+            raise ValidationError(f"curator must be an object, got {type(document).__name__}")
+        return cls(document["base_path"], document.get("partition_from"))
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """The persistent spec of a service: ``/services/<service>``.
 
     ``shard_policy`` names the ``/shard_info`` policy the service is partitioned by; ``None``
-    means the service is not sharded and every instance serves every key.
+    means the service is not sharded and every instance serves every key. ``curator``: the
+    service's instances are a Curator registry's (:class:`CuratorSource`), not the node's
+    children.
     """
 
     service: str
     scheme: str = "http"
     shard_policy: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    curator: CuratorSource | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
         _scheme(self.scheme)
         if self.shard_policy is not None:
             validate_name("shard policy", self.shard_policy)
+        if self.curator is not None and not isinstance(self.curator, CuratorSource):
+            raise ValidationError("curator must be a CuratorSource")
         object.__setattr__(self, "defaults", _properties(self.defaults))
 
     def to_bytes(self, path: str) -> bytes:
-        """The node's value."""
-        return encode(
-            path,
-            {"scheme": self.scheme, "shard_policy": self.shard_policy, "defaults": self.defaults},
-        )
+        """The node's value (``curator`` only when set: a spec without one reads as before)."""
+        document: dict[str, Any] = {
+            "scheme": self.scheme,
+            "shard_policy": self.shard_policy,
+            "defaults": self.defaults,
+        }
+        if self.curator is not None:
+            document["curator"] = self.curator.to_document()
+        return encode(path, document)
 
     @classmethod
     def from_bytes(cls, service: str, path: str, data: bytes | None) -> ServiceSpec:
@@ -256,6 +331,7 @@ class ServiceSpec:
                 scheme=document["scheme"],
                 shard_policy=document.get("shard_policy"),
                 defaults=_or_empty(document.get("defaults")),
+                curator=CuratorSource.from_document(document.get("curator")),
             )
 
 

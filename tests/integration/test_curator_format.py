@@ -11,14 +11,11 @@ import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from prometheus_client import REGISTRY
 
-from benchmarks.common import compile_peer
-from benchmarks.compare import INSTALL, JARS
 from sentinel import CacheConfig
 from sentinel.curator import CuratorPublisher
 from sentinel.errors import RegistryError, ServiceNotFound, ValidationError
@@ -27,18 +24,6 @@ from sentinel.registry.curator import CURATOR_PARTITION, CuratorInstance, read_i
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
-
-PEER = Path(__file__).resolve().parents[1] / "peers" / "CuratorRegistry.java"
-
-
-@pytest.fixture(scope="module")
-def curator_java(tmp_path_factory) -> list[str]:
-    java, why_not = compile_peer(
-        tmp_path_factory.mktemp("curator"), PEER, JARS, "CuratorRegistry", INSTALL
-    )
-    if java is None:
-        pytest.skip(f"Java Curator cannot run here ({why_not})")
-    return java
 
 
 def start_peer(java: list[str], hosts: str) -> tuple[str, subprocess.Popen]:

@@ -49,3 +49,12 @@ def test_readme_quick_start_runs_twice_against_one_server(zookeeper, namespace):
     code = "import contextlib, types\n" + code
     for _ in range(2):
         assert run_python(code).strip() == "postgresql://10.0.0.5:5432"
+
+
+def test_the_jvm_registry_example_runs_and_prints_what_it_says():
+    """docs/interop.md's example: Spring-shaped replicas in a Curator registry, routed by
+    a shard map on their payload and the least lag."""
+    doc = README.parent / "docs" / "interop.md"
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S) if "MinLag" in b]
+    assert len(blocks) == 1, "docs/interop.md has one example with MinLag"
+    assert run_python(blocks[0]).strip() == "postgresql://10.0.1.2:5432"

@@ -4,6 +4,7 @@
 //
 //   java CuratorRegistry CONNECT_STRING BASE_PATH
 //   java CuratorRegistry CONNECT_STRING BASE_PATH discover SERVICE
+//   java CuratorRegistry CONNECT_STRING BASE_PATH instances SERVICE ID=ADDRESS:PORT:SHARD...
 //
 // discover: what Curator's ServiceProvider sees of SERVICE (instances written by Python), as
 // {"ids": [...], "uris": [...], "one": ID or null, "payloads": {ID: payload}}, then exit.
@@ -45,6 +46,10 @@ public final class CuratorRegistry {
         if (args.length > 3 && args[2].equals("discover")) {
             System.out.println(discover(client, base, args[3]));
             client.close();
+            return;
+        }
+        if (args.length > 3 && args[2].equals("instances")) {
+            instances(client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
             return;
         }
 
@@ -103,6 +108,34 @@ public final class CuratorRegistry {
         System.out.flush();
         new BufferedReader(new InputStreamReader(System.in)).readLine();
         compat.close();
+        discovery.close();
+        client.close();
+    }
+
+    // instances SERVICE ID=ADDRESS:PORT:SHARD...: one instance each, its payload shaped as
+    // Spring Cloud Zookeeper's ZookeeperInstance with metadata {"shard": SHARD}; prints
+    // {"registered": N}, then lives until a line on stdin (or is killed).
+    @SuppressWarnings({"rawtypes", "unchecked"})
+    private static void instances(CuratorFramework client, String base, String service,
+            String[] specs) throws Exception {
+        ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
+            .client(client).basePath(base).build();
+        discovery.start();
+        for (String spec : specs) {
+            String[] idRest = spec.split("=", 2);
+            String[] parts = idRest[1].split(":");
+            Map<String, Object> metadata = new LinkedHashMap<>();
+            metadata.put("shard", parts[2]);
+            Map<String, Object> payload = new LinkedHashMap<>();
+            payload.put("id", service + "-" + idRest[0]);
+            payload.put("name", service);
+            payload.put("metadata", metadata);
+            discovery.registerService(ServiceInstance.<Map>builder().name(service).id(idRest[0])
+                .address(parts[0]).port(Integer.parseInt(parts[1])).payload(payload).build());
+        }
+        System.out.println("{\"registered\": " + specs.length + "}");
+        System.out.flush();
+        new BufferedReader(new InputStreamReader(System.in)).readLine();
         discovery.close();
         client.close();
     }
