@@ -23,6 +23,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import shards, telemetry
 from sentinel import validation as check
+from sentinel.agent.link import AgentLink
+from sentinel.agent.protocol import ENV as AGENT_ENV
+from sentinel.agent.protocol import socket_path as agent_socket
 from sentinel.auth import acl
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
@@ -221,6 +224,13 @@ class Sentinel:
     prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
         Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
         them off.
+    agent : str or bool or None, default ``$SENTINEL_AGENT`` (unset: no agent)
+        Take the registry from the host agent (``sentinel agent``) on this Unix socket instead
+        of a ZooKeeper session of the client's own: True for ``$SENTINEL_AGENT`` or the
+        default socket, False for a session of its own whatever the environment says.
+        Lookups are unchanged; writes open the client's own session on the first one
+        (``docs/agent.md``). :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable`
+        when no agent answers within ``connect_timeout``.
     """
 
     def __init__(
@@ -240,6 +250,7 @@ class Sentinel:
         feedback: InstanceFeedback | None = None,
         drain_wait: float = DEFAULT_DRAIN_WAIT,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
+        agent: str | bool | None = None,
         **ungrouped: Any,
     ) -> None:
         # Every setting is checked here, once, so a wrong one fails where it is given: the
@@ -251,6 +262,16 @@ class Sentinel:
         check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
         check.instance("identity", identity, str)
         check.flag("announce", announce)
+        if agent is not None and not isinstance(agent, str | bool):
+            raise ValidationError(
+                f"agent must be a socket path, True, False or None, not {type(agent).__name__}"
+            )
+        #: The host agent's socket this client takes its registry from (None: its own session).
+        self.agent: str | None = None
+        if isinstance(agent, str) and not isinstance(agent, bool):
+            self.agent = agent_socket(agent)
+        elif agent is True or (agent is None and os.environ.get(AGENT_ENV)):
+            self.agent = agent_socket()
         cache = check.instance("cache", cache, CacheConfig) or CacheConfig()
         auth = check.instance("auth", auth, AuthConfig) or AuthConfig()
         if ungrouped:
@@ -313,6 +334,7 @@ class Sentinel:
         )
         self._started = False
         self._lifecycle_lock = threading.Lock()
+        self._session_lock = threading.Lock()  # agent mode: one first write opens the session
         self._pid = os.getpid()  # the process whose session this client holds
         self._forked_at: float | None = None
         _clients.add(self)
@@ -351,8 +373,23 @@ class Sentinel:
         self._watches = watches
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)
+        self._agent_link = None
+        if self.agent is not None:  # the session above is opened by the first write only
+            auth_client = None if self._credentials is None else self.auth_client
+            self._agent_link = AgentLink(
+                self.agent,
+                self.namespace,
+                self.client_id,
+                auth_client,
+                timeout=self.connect_timeout,
+            )
         self._cache = RegistryCache(
-            self._zk, self.client_id, self._nodes, watches=watches, **self._cache_options
+            self._zk,
+            self.client_id,
+            self._nodes,
+            watches=watches,
+            agent=self._agent_link,
+            **self._cache_options,
         )
         # The hot path reads these two dicts directly: one attribute lookup less per call.
         # Stored in this order so a concurrent lookup that sees the new snapshots also sees
@@ -370,6 +407,7 @@ class Sentinel:
         nothing for this (``os.getpid()`` is a system call: 0.2 µs, a third of a lookup).
         """
         self._lifecycle_lock = threading.Lock()
+        self._session_lock = threading.Lock()
         self._forked_at = time.time()
         self._shard_maps = {}
         self._snapshots = {}
@@ -450,6 +488,8 @@ class Sentinel:
         self._check_fork()
         if self._started:
             return self
+        if self._agent_link is not None:
+            return self._start_with_agent()
         try:
             with warnings.catch_warnings():
                 # A missing namespace is reported by the reads that need it (NamespaceNotFound)
@@ -472,6 +512,48 @@ class Sentinel:
         self._mark_started()
         log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
         return self
+
+    def _start_with_agent(self) -> Sentinel:
+        """:meth:`start` in agent mode: connect to the agent; a client with a key ring also
+        opens its own session, to publish its public keys (a write)."""
+        assert self._agent_link is not None
+        self._cache.start()  # the link connects in the background from now on
+        try:
+            self._agent_link.wait_connected(self.connect_timeout)
+            if self._keyring is not None:
+                self._open_write_session()
+        except BaseException:
+            self._agent_link.close()
+            self._cache.close(timeout=0)
+            raise
+        self._start_snapshot_writer()
+        self._mark_started()
+        log.info(
+            "serving %s%s from the agent at %s as %s",
+            self.hosts,
+            self.namespace,
+            self.agent,
+            self.client_id,
+        )
+        return self
+
+    def _open_write_session(self) -> None:
+        """Agent mode: the client's own session, for its writes and ephemeral nodes, opened
+        by the first write (or at start, with a key ring)."""
+        with self._session_lock:
+            if self._zk.connected:
+                return
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="No chroot path exists")
+                try:
+                    self._zk.start(timeout=self.connect_timeout)
+                except self._zk.handler.timeout_exception:
+                    raise unavailable(self.hosts, self.connect_timeout, self._zk.handler) from None
+            try:
+                self._prepare()
+            except BaseException:
+                self._zk.stop()
+                raise
 
     def _mark_started(self) -> None:
         self._started = True
@@ -528,8 +610,11 @@ class Sentinel:
         return self._cache.on_worker()
 
     def _require_writable(self) -> None:
-        """Before a write: started, and the namespace's sections made (once per client)."""
+        """Before a write: started (in agent mode with its own session, opened now if it is
+        the first write), and the namespace's sections made (once per client)."""
         self._require_started()
+        if self._agent_link is not None and not self._zk.connected:
+            self._open_write_session()
         if not self._namespace_ready:
             self.ensure_namespace()
 
@@ -622,6 +707,8 @@ class Sentinel:
         self._cache.restore(snapshots, shard_maps, stale_since)
         self._cache.start()
         self._mark_started()
+        if self._agent_link is not None:
+            return  # the link connects in the background, and the re-sync follows
         live = self._zk.start_async()
         threading.Thread(
             target=self._connect_later, args=(live,), name="sentinel-connect", daemon=True
@@ -679,6 +766,8 @@ class Sentinel:
             self._shard_maps.clear()
             self._nodes.close(timeout=max(0.0, drain_until - time.monotonic()))
         finally:
+            if self._agent_link is not None:
+                self._agent_link.close()
             self._zk.stop()
             self._zk.close()
             for name, join in (("cache", self._cache.worker.join), ("ephemeral", self._nodes.join)):

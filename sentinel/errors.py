@@ -25,7 +25,9 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── CalledFromListener                   a call that would wait for the listener's thread
     ├── ZooKeeperUnavailable                 connection
     │   ├── ConnectionInterrupted
-    │   └── TlsHandshakeFailed
+    │   ├── TlsHandshakeFailed
+    │   └── AgentUnavailable                 the host agent's socket did not answer
+    ├── AgentProtocolError                   a frame on the agent's socket refused
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
@@ -235,6 +237,16 @@ class TlsHandshakeFailed(ZooKeeperUnavailable):
     """ZooKeeper answered but no TLS session could be set up with it: its certificate is not
     trusted (wrong or missing CA), does not name the host, or it refused the client's
     certificate; the message carries the TLS library's reason."""
+
+
+class AgentUnavailable(ZooKeeperUnavailable):
+    """The host agent (``sentinel agent``) did not answer on its socket: not running, the
+    socket missing, or this process not allowed to connect; the message names the socket."""
+
+
+class AgentProtocolError(SentinelError):
+    """A frame on the agent's socket that its reader cannot accept: too long, not JSON, or
+    not a known message; the connection that sent it is dropped."""
 
 
 class TlsConfigError(ValidationError):

@@ -159,6 +159,30 @@ SHARD_LEADER = Gauge(
     ["policy"],
     registry=None,
 )
+AGENT_PROCESSES = Gauge(
+    "sentinel_agent_processes",
+    "Processes connected to this host agent.",
+    registry=None,
+)
+AGENT_SENT_BYTES = Counter(
+    "sentinel_agent_sent_bytes_total",
+    "Bytes this host agent sent to its processes.",
+    registry=None,
+)
+AGENT_FRAMES = Counter(
+    "sentinel_agent_frames_total",
+    "Frames this host agent sent to its processes, by kind (service: a service's state, "
+    "buckets/policy: a shard map's, connection: its session's).",
+    ["op"],
+    registry=None,
+)
+AGENT_DROPPED = Counter(
+    "sentinel_agent_dropped_connections_total",
+    "Connections this host agent dropped, by reason (refused: a peer not allowed; protocol: "
+    "a frame that is not a message; slow: a process that stopped reading).",
+    ["reason"],
+    registry=None,
+)
 
 EVENT_METRICS = (
     PROPAGATION_DELAY,
@@ -172,6 +196,10 @@ EVENT_METRICS = (
     SHARD_PLACEMENTS,
     SHARD_ALERTS,
     SHARD_LEADER,
+    AGENT_PROCESSES,
+    AGENT_SENT_BYTES,
+    AGENT_FRAMES,
+    AGENT_DROPPED,
 )
 
 

@@ -103,6 +103,7 @@ class _ZooKeeperFollower:
     """What both watch modes share: the reads, and how what they read reaches the cache."""
 
     persistent: ClassVar[bool]
+    complete = False  # a Curator registry's instances are the Curator follower's
 
     def __init__(
         self, cache: FollowedCache, zk: KazooClient, credentials: CredentialReader | None

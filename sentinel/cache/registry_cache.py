@@ -24,9 +24,11 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss
 
+from sentinel.agent.link import AgentLink
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
+from sentinel.cache.agent import AgentFollower
 from sentinel.cache.curator import CuratorFollower
 from sentinel.cache.followers import OneShotFollower, PersistentFollower
 from sentinel.cache.listeners import Listener, Listeners
@@ -73,6 +75,7 @@ class RegistryCache:
         read_through_rate: float = 100.0,
         watches: PersistentWatches | None = None,
         curator_base_paths: Sequence[str] = (),
+        agent: AgentLink | None = None,
     ) -> None:
         self._zk = zk
         self._watches = watches
@@ -92,6 +95,7 @@ class RegistryCache:
         self.stats = CacheStats()
         self.listeners = Listeners()
         self.worker = CacheWorker(self._resync, resync_jitter)
+        self._agent = agent
         self._follower: Follower | None = None  # chosen on first use, once per session
         self.read_through = ReadThrough(
             zk,
@@ -101,6 +105,9 @@ class RegistryCache:
             negative_ttl=negative_ttl,
             negative_size=negative_size,
         ).partition
+        if agent is not None:  # the host agent's session follows, and reads through
+            follower = AgentFollower(self, agent, credentials)
+            self._follower, self.read_through = follower, follower.partition
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
         # Services restore() served and no re-sync has re-read yet: stale, and not yet in
@@ -111,8 +118,12 @@ class RegistryCache:
     # --- life cycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the worker and follow the connection state."""
-        self._zk.add_listener(self._on_state)
+        """Start the worker and follow the connection state (the agent's, in agent mode)."""
+        if self._agent is not None:
+            self._agent.on_state = self.connection_changed
+            self._agent.start()
+        else:
+            self._zk.add_listener(self._on_state)
         self.worker.start()
 
     def close(self, timeout: float | None = None) -> bool:
@@ -189,7 +200,13 @@ class RegistryCache:
     # --- kazoo's thread ---------------------------------------------------------------------
 
     def _on_state(self, state: str) -> None:
-        now = time.time()
+        self.connection_changed(state)
+
+    def connection_changed(self, state: str, since: float | None = None) -> None:
+        """The session now is in kazoo's ``state``: serve stale, or re-sync. ``since``: when
+        it was cut off, if earlier than now (the host agent's own session). On kazoo's
+        thread, or the agent link's: nothing here waits."""
+        now = time.time() if since is None else since
         reached = {KazooState.CONNECTED: "connected", KazooState.SUSPENDED: "suspended"}
         reached_state = reached.get(state, "lost")
         events = self.stats.session_events
@@ -243,13 +260,14 @@ class RegistryCache:
     def _load_service(self, service: str) -> ServiceSnapshot:
         """The namespace's service of that name (with a Curator registry's instances when its
         spec names one), else the first Curator base path's."""
+        follower = self._follower_now()
         try:
-            snapshot = self._follower_now().load_service(service)
+            snapshot = follower.load_service(service)
         except ServiceNotFound:
-            if not self._curator_base_paths:
+            if not self._curator_base_paths or follower.complete:
                 raise
             return self._curator_now().load_service(service)
-        if snapshot.spec.curator is not None:
+        if snapshot.spec.curator is not None and not follower.complete:
             snapshot = self._curator_now().attach(service, snapshot)
         return snapshot
 
@@ -293,8 +311,11 @@ class RegistryCache:
             self._confirm(service, self.snapshots[service].auth)
         with self._state_lock:
             self._restored = frozenset()
-            if self._zk.state != KazooState.CONNECTED:
-                return  # lost again meanwhile: _on_state has said so
+            connected = self._zk.state == KazooState.CONNECTED
+            if self._agent is not None:
+                connected = self._agent.connected
+            if not connected:
+                return  # lost again meanwhile: connection_changed has said so
             self.connection_state = "connected"
             self.disconnected_at = None
         self._emit(None, ConnectionChanged("connected", time.time()))
@@ -310,7 +331,8 @@ class RegistryCache:
         """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
         instances that may have (None: any)."""
         old = self.snapshots[service]
-        if old.spec != snapshot.spec and (old.spec.curator or snapshot.spec.curator):
+        moved = old.spec != snapshot.spec and (old.spec.curator or snapshot.spec.curator)
+        if moved and not self._follower_now().complete:
             # Curator instances are decoded with their spec (its partition_from, scheme).
             snapshot, names = self._instances_read_again(service, old, snapshot), None
         self.snapshots[service] = snapshot
@@ -418,6 +440,11 @@ class RegistryCache:
             auth_client=None if self._credentials is None else self._credentials.client,
             auth_version=None if auth is None else auth.version,
         )
+        if self._agent is not None:  # kept by the agent while this process is connected
+            self._agent.send(
+                {"op": "announce", "service": service, "record": record.to_bytes(path).decode()}
+            )
+            return
         self._nodes.put(
             path,
             record.to_bytes(path),

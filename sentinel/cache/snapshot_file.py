@@ -31,16 +31,16 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import AuthRecord
-from sentinel.cache import ServiceSnapshot
+from sentinel.cache.views import ServiceSnapshot
 from sentinel.errors import DecodeError, SnapshotRejected, ValidationError
 from sentinel.private_files import read_private, write_private
-from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.endpoint import Endpoint, format_uri
 from sentinel.registry.layout import METRICS, auth_path, service_path
 from sentinel.registry.records import InstanceRecord, MetricsRecord, ServiceSpec, parse_json
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
@@ -58,6 +58,8 @@ from sentinel.telemetry import LookupCounts
 log = logging.getLogger(__name__)
 
 FORMAT = "sentinel-snapshot"
+# A URI a Curator uriSpec rendered, at most: the registry's values are bounded alike.
+_MAX_URI = 4096
 VERSION = 1
 
 
@@ -93,32 +95,16 @@ def dump_snapshot(
     services = {}
     for name, snapshot in snapshots.items():
         services[name] = {
-            "spec": _text(snapshot.spec.to_bytes(service_path(name))),
-            "instances": {
-                node: [endpoint.joined, _text(endpoint.record().to_bytes(node))]
-                for node, endpoint in snapshot.endpoints.items()
-            },
-            "metrics": {
-                node: _text(record.to_bytes(node)) for node, record in snapshot.metrics.items()
-            },
+            **service_entry(name, snapshot),
             # The encrypted envelope the credential was opened from, never the credential.
             "auth": _envelope(snapshot),
             "auth_version": auth_versions.get(name),
         }
-    policies: dict[str, Any] = {}
-    for policy, shard_map in shard_maps.items():
-        if shard_map is None:
-            continue
-        entry: dict[str, Any] = {"spec": _text(shard_map.spec.to_bytes(policy_path(policy)))}
-        if isinstance(shard_map, DirectoryMap):
-            buckets: dict[int, dict[str, str]] = {}
-            for key, partition in dict(shard_map.keys).items():  # one atomic copy
-                buckets.setdefault(bucket_of(key, shard_map.spec.buckets), {})[key] = partition
-            entry["buckets"] = {
-                str(i): _text(encode_bucket(bucket_path(policy, i), keys))
-                for i, keys in buckets.items()
-            }
-        policies[policy] = entry
+    policies = {
+        policy: policy_entry(policy, shard_map)
+        for policy, shard_map in shard_maps.items()
+        if shard_map is not None
+    }
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -128,6 +114,62 @@ def dump_snapshot(
         "services": services,
         "shard_maps": policies,
     }
+
+
+def service_entry(service: str, snapshot: ServiceSnapshot) -> dict[str, Any]:
+    """One service's nodes as ZooKeeper holds them (its spec, each instance with the zxid it
+    joined at and, when its URI is not the default one, that URI, and its metrics nodes): the
+    snapshot file's form, and the host agent's (:mod:`sentinel.agent.protocol`)."""
+    instances = {}
+    for node, endpoint in snapshot.endpoints.items():
+        record = endpoint.record()
+        entry: list[Any] = [endpoint.joined, _text(record.to_bytes(node))]
+        if endpoint.uri != format_uri(record.scheme, record.host, record.port):
+            entry.append(endpoint.uri)  # a Curator uriSpec's
+        instances[node] = entry
+    return {
+        "spec": _text(snapshot.spec.to_bytes(service_path(service))),
+        "instances": instances,
+        "metrics": {node: _text(r.to_bytes(node)) for node, r in snapshot.metrics.items()},
+    }
+
+
+def policy_entry(policy: str, shard_map: ShardMap) -> dict[str, Any]:
+    """A shard map's nodes as ZooKeeper holds them: its spec and, for a directory, each
+    bucket that holds keys (the snapshot file's form, and the host agent's)."""
+    entry: dict[str, Any] = {"spec": _text(shard_map.spec.to_bytes(policy_path(policy)))}
+    if isinstance(shard_map, DirectoryMap):
+        buckets: dict[int, dict[str, str]] = {}
+        for key, partition in dict(shard_map.keys).items():  # one atomic copy
+            buckets.setdefault(bucket_of(key, shard_map.spec.buckets), {})[key] = partition
+        entry["buckets"] = {
+            str(i): _text(encode_bucket(bucket_path(policy, i), keys))
+            for i, keys in buckets.items()
+        }
+    return entry
+
+
+def service_parts(
+    service: str, entry: Mapping[str, Any]
+) -> tuple[ServiceSpec, dict[str, Endpoint], dict[str, MetricsRecord]]:
+    """A :func:`service_entry` decoded by the registry's own codecs: the spec, the endpoints
+    and the metrics records by node name. Raises on anything that is not one."""
+    spec = ServiceSpec.from_bytes(service, service_path(service), entry["spec"].encode())
+    endpoints = {}
+    for node, (joined, text, *uri) in entry["instances"].items():
+        path = f"{service_path(service)}/{node}"
+        record = InstanceRecord.from_bytes(service, node, path, text.encode())
+        endpoint = Endpoint.from_record(record, joined=int(joined))
+        if uri:
+            if not isinstance(uri[0], str) or len(uri) > 1 or len(uri[0]) > _MAX_URI:
+                raise DecodeError(path, "the instance's URI is not a string of a URI's length")
+            endpoint = replace(endpoint, uri=uri[0])
+        endpoints[node] = endpoint
+    metrics = {
+        node: MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
+        for node, text in entry["metrics"].items()
+    }
+    return spec, endpoints, metrics
 
 
 def load_snapshot(
@@ -169,7 +211,7 @@ def load_snapshot(
                 }
             )
         shard_maps = {
-            policy: _restore_map(policy, entry) for policy, entry in document["shard_maps"].items()
+            policy: policy_map(policy, entry) for policy, entry in document["shard_maps"].items()
         }
         snapshots = {
             name: _restore_service(name, entry, credentials)
@@ -183,16 +225,7 @@ def load_snapshot(
 def _restore_service(
     service: str, entry: Mapping[str, Any], credentials: CredentialReader | None
 ) -> ServiceSnapshot:
-    spec = ServiceSpec.from_bytes(service, service_path(service), entry["spec"].encode())
-    endpoints = {}
-    for node, (joined, text) in entry["instances"].items():
-        path = f"{service_path(service)}/{node}"
-        record = InstanceRecord.from_bytes(service, node, path, text.encode())
-        endpoints[node] = Endpoint.from_record(record, joined=int(joined))
-    metrics = {
-        node: MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
-        for node, text in entry["metrics"].items()
-    }
+    spec, endpoints, metrics = service_parts(service, entry)
     auth = None
     envelope = entry.get("auth")
     if credentials is not None and envelope is not None:
@@ -223,7 +256,9 @@ def _envelope(snapshot: ServiceSnapshot) -> dict[str, Any] | None:
     return None if auth is None or auth.envelope is None else dict(auth.envelope)
 
 
-def _restore_map(policy: str, entry: Mapping[str, Any]) -> ShardMap:
+def policy_map(policy: str, entry: Mapping[str, Any]) -> ShardMap:
+    """A :func:`policy_entry` decoded by the registry's own codecs (raises on anything else,
+    a key in the wrong bucket included)."""
     spec = ShardPolicySpec.from_bytes(policy, policy_path(policy), entry["spec"].encode())
     shard_map = new_map(spec)
     if isinstance(shard_map, DirectoryMap):

@@ -2,7 +2,7 @@
 
 A :class:`Follower` keeps one :class:`~sentinel.cache.RegistryCache` current: ZooKeeper's
 watches in one of two modes (:mod:`sentinel.cache.followers`), Curator registries outside the
-namespace (:mod:`sentinel.cache.curator`), a host agent tomorrow.
+namespace (:mod:`sentinel.cache.curator`), the host agent (:mod:`sentinel.cache.agent`).
 It reads or receives a service's state and hands changes to the cache through
 :class:`FollowedCache`, on the cache's worker; the cache serves them (immutable snapshots, one
 dict store per change) and tells the listeners. Nothing on the lookup path knows which
@@ -28,6 +28,10 @@ class Follower(Protocol):
     #: Whether changes arrive on persistent watches kept across reconnections (for telemetry
     #: and ``Sentinel.persistent_watches``; nothing branches on it).
     persistent: bool
+    #: Whether a snapshot it hands in is whole: with a spec naming a Curator registry, that
+    #: registry's instances too (the host agent's are; the namespace's followers leave them
+    #: to :mod:`sentinel.cache.curator`).
+    complete: bool
 
     def load_service(self, service: str) -> ServiceSnapshot:
         """Start following ``service`` and return its first snapshot (raises

@@ -23,6 +23,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sentinel.cli import (
+    agent,
     auth,
     backup,
     collector,
@@ -49,7 +50,19 @@ from sentinel.errors import SentinelError
 from sentinel.version import __version__
 from sentinel.zk.errors import translate
 
-COMMAND_GROUPS = (devzk, inspect, rotation, watch, deps, doctor, shard, backup, auth, collector)
+COMMAND_GROUPS = (
+    devzk,
+    inspect,
+    rotation,
+    watch,
+    deps,
+    doctor,
+    shard,
+    backup,
+    auth,
+    collector,
+    agent,
+)
 
 
 SHELLS = ("bash", "zsh")

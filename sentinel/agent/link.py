@@ -1,0 +1,313 @@
+"""A process's connection to its host agent: requests, answers, and the agent's changes.
+
+:class:`AgentLink` connects to the agent's socket, says who the process is (``hello``) and
+keeps the connection: a reader thread hands each change the agent sends to ``on_frame`` and
+each answer to the request that waits for it. When the agent goes away (stopped, restarted,
+or it dropped this process) the link tells ``on_state`` that the process is cut off since
+then, fails what waits, and connects again with backoff; the agent's ``welcome`` says in what
+state its own session is, and the cache re-syncs from there. Nothing here blocks the cache's
+worker but a request it makes itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from kazoo.client import KazooState
+
+from sentinel.agent import protocol
+from sentinel.errors import (
+    AgentProtocolError,
+    AgentUnavailable,
+    NamespaceNotFound,
+    PartitionNotFound,
+    ReadThroughThrottled,
+    SentinelError,
+    ServiceNotFound,
+    ZooKeeperUnavailable,
+    _restore,
+)
+
+log = logging.getLogger(__name__)
+
+# Reconnection backoff: the first retry at once (an agent restarting is back within a
+# second), then doubling to a few seconds, each with up to half of it added at random so
+# that the processes of a host do not all knock at the same instant.
+_FIRST_RETRY = 0.05
+_MAX_RETRY = 3.0
+# The agent's states, as the cache's connection listener takes them.
+_STATES = {
+    "connected": KazooState.CONNECTED,
+    "suspended": KazooState.SUSPENDED,
+    "lost": KazooState.LOST,
+}
+
+OnFrame = Callable[[dict[str, Any]], None]
+OnState = Callable[[str, float | None], None]
+
+
+class AgentLink:
+    """The process's end of the agent's socket at ``path`` (see the module)."""
+
+    def __init__(
+        self,
+        path: str,
+        namespace: str,
+        client: str,
+        auth_client: str | None,
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        self.path = path
+        self._hello = {
+            "op": "hello",
+            "version": protocol.VERSION,
+            "namespace": namespace,
+            "client": client,
+            "auth_client": auth_client,
+        }
+        self._timeout = timeout
+        self.on_frame: OnFrame = lambda message: None
+        self.on_state: OnState = lambda state, since: None
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._connected = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._first_failure: AgentUnavailable | None = None
+        #: Connections made to the agent so far (the first, then one per reconnection).
+        self.connections = 0
+
+    @property
+    def connected(self) -> bool:
+        """Whether the link is connected to the agent now."""
+        return self._connected.is_set()
+
+    def start(self) -> None:
+        """Begin connecting, in the background."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sentinel-agent", daemon=True)
+            self._thread.start()
+
+    def wait_connected(self, timeout: float) -> None:
+        """Wait for the first connection; :class:`AgentUnavailable` after ``timeout``."""
+        if not self._connected.wait(timeout):
+            reason = self._first_failure or AgentUnavailable(
+                f"no agent answered on {self.path} within {timeout:g}s"
+            )
+            raise reason
+
+    def close(self) -> None:
+        """Close the connection for good; what waits fails with :class:`ClientClosed`."""
+        self._closed.set()
+        self._disconnect()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self._timeout)
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Send ``message`` and wait for its answer; an ``error`` answer is raised as the
+        error the agent met, :class:`AgentUnavailable` when the link goes meanwhile."""
+        if not self._connected.is_set():
+            raise AgentUnavailable(f"not connected to the agent at {self.path}")
+        request = next(self._ids)
+        future: Future[dict[str, Any]] = Future()
+        self._pending[request] = future
+        try:
+            self._send({**message, "id": request})
+            answer = future.result(self._timeout if timeout is None else timeout)
+        except FutureTimeout:
+            raise AgentUnavailable(
+                f"the agent at {self.path} did not answer {message['op']!r} in time"
+            ) from None
+        finally:
+            self._pending.pop(request, None)
+        if answer["op"] == "error":
+            raise _error_of(answer)
+        return answer
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Send ``message`` with no answer expected; False when not connected (a
+        reconnection makes the caller send it again)."""
+        if not self._connected.is_set():
+            return False
+        try:
+            self._send(message)
+        except (OSError, AgentUnavailable):
+            return False
+        return True
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                raise AgentUnavailable(f"not connected to the agent at {self.path}")
+            try:
+                protocol.send(sock, message)
+            except OSError as exc:
+                raise AgentUnavailable(f"the agent at {self.path} went away ({exc})") from None
+
+    # --- the connection -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = _FIRST_RETRY
+        while not self._closed.is_set():
+            try:
+                welcome = self._connect()
+            except AgentUnavailable as exc:
+                if self._first_failure is None:
+                    self._first_failure = exc
+                    log.warning("%s; retrying", exc)
+                self._closed.wait(delay * (1 + random.random() / 2))
+                delay = min(delay * 2, _MAX_RETRY)
+                continue
+            delay = _FIRST_RETRY
+            self.connections += 1
+            self._connected.set()
+            self.on_state(_STATES.get(welcome.get("state"), KazooState.SUSPENDED), _since(welcome))
+            self._read()
+            self._connected.clear()
+            self._disconnect()
+            if not self._closed.is_set():
+                log.warning("lost the agent at %s; serving the cache, marked stale", self.path)
+                self.on_state(KazooState.SUSPENDED, time.time())
+
+    def _connect(self) -> dict[str, Any]:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self._timeout)
+        try:
+            sock.connect(self.path)
+            protocol.send(sock, self._hello)
+            welcome = protocol.receive(sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome"}))
+        except (OSError, AgentProtocolError) as exc:
+            sock.close()
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise AgentUnavailable(
+                f"no agent answers on {self.path} ({reason}): start 'sentinel agent', or "
+                f"unset ${protocol.ENV}"
+            ) from None
+        if welcome is None:
+            sock.close()
+            raise AgentUnavailable(
+                f"the agent at {self.path} closed the connection: it does not serve this "
+                "namespace, or this user may not connect (see the agent's log)"
+            )
+        sock.settimeout(None)  # the reader waits for changes as long as there are none
+        with self._send_lock:
+            self._sock = sock
+        return welcome
+
+    def _read(self) -> None:
+        """Frames until the connection ends: answers to their requests, the rest to
+        ``on_frame`` (which must not block)."""
+        sock = self._sock
+        assert sock is not None
+        while True:
+            try:
+                message = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+            except (OSError, AgentProtocolError) as exc:
+                if not self._closed.is_set():
+                    log.warning("dropping the agent's connection: %s", exc)
+                return
+            if message is None:
+                return
+            request = message.get("id")
+            future = self._pending.get(request) if isinstance(request, int) else None
+            if future is not None:
+                future.set_result(message)
+            elif message["op"] == "connection":
+                self.on_state(
+                    _STATES.get(message.get("state"), KazooState.SUSPENDED), _since(message)
+                )
+            else:
+                self.on_frame(message)
+
+    def _disconnect(self) -> None:
+        with self._send_lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        gone = AgentUnavailable(f"the connection to the agent at {self.path} ended")
+        for future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(gone)
+
+
+def _since(message: dict[str, Any]) -> float | None:
+    since = message.get("since")
+    return float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None
+
+
+def _error_of(answer: dict[str, Any]) -> Exception:
+    """The error an ``error`` answer describes: the lookup error the agent met, with its
+    fields (only the known fields of known types, each a JSON primitive), else
+    :class:`ZooKeeperUnavailable` with the agent's message."""
+    kind = _ERRORS.get(str(answer.get("type")))
+    message = str(answer.get("message"))
+    fields = answer.get("fields")
+    if kind is None or not isinstance(fields, dict):
+        return ZooKeeperUnavailable(f"the agent: {message}")
+    state = {
+        name: tuple(value) if isinstance(value, list) else value
+        for name, value in fields.items()
+        if name in _FIELDS
+        and (
+            isinstance(value, str | int | float | type(None))
+            or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+        )
+    }
+    return _restore(kind, (message,), state)
+
+
+# The errors a request may meet at the agent, raised as themselves in the process.
+_ERRORS: dict[str, type[SentinelError]] = {
+    kind.__name__: kind
+    for kind in (ServiceNotFound, PartitionNotFound, ReadThroughThrottled, NamespaceNotFound)
+}
+_FIELDS = frozenset(
+    {
+        "service",
+        "key",
+        "partition",
+        "policy",
+        "reason",
+        "suggestions",
+        "shard_policy",
+        "retry_after",
+        "namespace",
+        "hosts",
+    }
+)
+
+
+def error_answer(request: int, exc: SentinelError) -> dict[str, Any]:
+    """The ``error`` answer for ``exc`` (the agent's side of :func:`_error_of`)."""
+    fields = {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in vars(exc).items()
+        if name in _FIELDS
+        and isinstance(value, str | int | float | tuple | type(None))
+        and not isinstance(value, bool)
+    }
+    return {
+        "op": "error",
+        "id": request,
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "fields": fields,
+    }

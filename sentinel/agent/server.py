@@ -1,0 +1,510 @@
+"""``sentinel agent``: one ZooKeeper session per host, serving the host's processes.
+
+:class:`AgentServer` holds one :class:`~sentinel.Sentinel` client (its session, its cache and
+its watches) and serves the processes that connect to its Unix socket: each says which
+services it follows, and gets each one's whole state, then the state again after every
+change (:mod:`sentinel.agent.protocol`). A process's lookups never cross the socket: it keeps
+its own immutable snapshots, as with a session of its own.
+
+Who may connect: the socket file is made with mode 0660 (0600 without ``allowed_gids``), and
+every connection's peer credentials (``SO_PEERCRED``) are checked: root, the agent's own user,
+and the users and groups allowed. A refused peer, a frame that is not a message, or a process
+that claims another process's identity is logged, counted and dropped; the others are served.
+
+Nothing a process sends reaches the agent's cache worker or kazoo's threads: each connection
+has a reader thread (requests, which may wait on ZooKeeper) and a sender thread. Changes are
+marked on the connection (a set of services, latest wins), never queued, so a slow process
+costs the agent one set per connection and is sent the latest state when it reads again; one
+that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
+Credentials cross the socket as the ``/auth`` node holds them, sealed to the process's key
+ring: the agent holds no private key and never sees a credential in the clear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import socket
+import stat
+import struct
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kazoo.protocol.states import ZnodeStat
+
+from sentinel import telemetry
+from sentinel.agent import protocol
+from sentinel.agent.link import error_answer
+from sentinel.agent.protocol import ProtocolError
+from sentinel.agent.protocol import field as checked
+from sentinel.auth.acl import ensure_clients_node
+from sentinel.cache.snapshot_file import policy_entry, service_entry
+from sentinel.errors import (
+    NamespaceNotFound,
+    ResolutionError,
+    SentinelError,
+    ServiceNotFound,
+)
+from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
+from sentinel.registry.layout import auth_path, client_path, validate_name
+from sentinel.registry.records import ClientRecord
+from sentinel.shards.maps import DirectoryMap
+from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
+
+if TYPE_CHECKING:
+    from sentinel.client import Sentinel
+
+log = logging.getLogger(__name__)
+
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+# Requests a process may have unanswered: its worker follows one service at a time and its
+# lookups ask for a key each; more is a flood, and the connection is dropped.
+MAX_PENDING_REPLIES = 1024
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One process's connection: who it is, what it follows, and what it has not been sent."""
+
+    sock: socket.socket
+    pid: int
+    uid: int
+    client: str | None = None
+    auth_client: str | None = None
+    followed: set[str] = field(default_factory=set)
+    policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
+    announced: set[str] = field(default_factory=set)  # /clients paths
+    # What is due: replies in order, then the latest state of these services and policies.
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    services: set[str] = field(default_factory=set)
+    keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
+    connection: bool = False
+    due: threading.Condition = field(default_factory=threading.Condition)
+    closed: bool = False
+
+    def mark(
+        self,
+        *,
+        service: str | None = None,
+        policy: str | None = None,
+        keys: Iterable[str] | None = None,
+        connection: bool = False,
+    ) -> None:
+        """Note what changed; the sender sends its latest state. Never blocks on the peer."""
+        with self.due:
+            if service is not None and service in self.followed:
+                self.services.add(service)
+            if policy is not None and policy in self.policies_sent:
+                pending = self.keys.get(policy, set())
+                self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
+            self.connection |= connection
+            self.due.notify()
+
+    def reply(self, message: dict[str, Any]) -> None:
+        with self.due:
+            if len(self.replies) >= MAX_PENDING_REPLIES:
+                raise ProtocolError(f"more than {MAX_PENDING_REPLIES} requests unanswered")
+            self.replies.append(message)
+            self.due.notify()
+
+
+class AgentServer:
+    """Serves the processes of a host from ``sentinel``'s session on the socket at ``path``.
+
+    ``allowed_uids``/``allowed_gids``: who may connect besides root and the agent's own
+    user. ``send_timeout``: seconds a process may leave a frame unread before it is dropped.
+    """
+
+    def __init__(
+        self,
+        sentinel: Sentinel,
+        path: str,
+        *,
+        allowed_uids: Iterable[int] = (),
+        allowed_gids: Iterable[int] = (),
+        send_timeout: float = 30.0,
+    ) -> None:
+        self.sentinel = sentinel
+        self.path = path
+        self._uids = frozenset({0, os.geteuid(), *allowed_uids})
+        self._gids = frozenset(allowed_gids)
+        self._send_timeout = send_timeout
+        self._connections: set[_Connection] = set()
+        self._lock = threading.Lock()  # the set above, and the credential nodes below
+        # (service, auth client) -> the /auth node's text (None: no node), as last read
+        self._auth: dict[tuple[str, str], str | None] = {}
+        self._listening: socket.socket | None = None
+        self._stopped = threading.Event()
+        self._remove_listener: Any = None
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> AgentServer:
+        """Listen on the socket (a stale one left by a dead agent is replaced) and follow the
+        session's changes."""
+        directory = os.path.dirname(self.path) or "."
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        self._replace_stale_socket()
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o117 if self._gids else 0o177)  # made 0660 or 0600, never wider
+        try:
+            listening.bind(self.path)
+        finally:
+            os.umask(old_umask)
+        listening.listen(128)
+        self._listening = listening
+        self._remove_listener = self.sentinel.listen(None, self._on_change)
+        threading.Thread(target=self._accept, name="sentinel-agent-accept", daemon=True).start()
+        log.info(
+            "agent serving %s from %s%s", self.path, self.sentinel.hosts, self.sentinel.namespace
+        )
+        return self
+
+    def run(self) -> None:
+        """Serve until :meth:`stop`."""
+        self._stopped.wait()
+
+    def stop(self) -> None:
+        """Stop accepting, drop every connection (their processes keep serving their
+        snapshots, marked stale, and reconnect) and remove the socket."""
+        self._stopped.set()
+        if self._remove_listener is not None:
+            self._remove_listener()
+        if self._listening is not None:
+            with contextlib.suppress(OSError):
+                self._listening.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            self._drop(connection, None)
+
+    def __enter__(self) -> AgentServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def processes(self) -> int:
+        """The processes connected now."""
+        return len(self._connections)
+
+    def _replace_stale_socket(self) -> None:
+        try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise SentinelError(f"{self.path} exists and is not a socket: not replacing it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(self.path)
+        except OSError:
+            os.unlink(self.path)  # nobody listens: a dead agent's
+            return
+        finally:
+            probe.close()
+        raise SentinelError(f"an agent already serves {self.path}")
+
+    # --- connections ------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self._listening is not None
+        while not self._stopped.is_set():
+            try:
+                sock, _ = self._listening.accept()
+            except OSError:
+                return  # closed by stop()
+            pid, uid, gid = _PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            )
+            if uid not in self._uids and gid not in self._gids:
+                telemetry.AGENT_DROPPED.labels("refused").inc()
+                log.warning("agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid)
+                sock.close()
+                continue
+            sock.settimeout(self._send_timeout)
+            connection = _Connection(sock, pid, uid)
+            with self._lock:
+                self._connections.add(connection)
+            telemetry.AGENT_PROCESSES.set(len(self._connections))
+            for target, name in ((self._read, "reader"), (self._send, "sender")):
+                threading.Thread(
+                    target=target,
+                    args=(connection,),
+                    name=f"sentinel-agent-{name}-{pid}",
+                    daemon=True,
+                ).start()
+
+    def _drop(self, connection: _Connection, reason: str | None) -> None:
+        """Close a connection and forget its announcements; ``reason`` is counted (None: the
+        process left, or the agent stops)."""
+        with connection.due:
+            if connection.closed:
+                return
+            connection.closed = True
+            connection.due.notify()
+        if reason is not None:
+            telemetry.AGENT_DROPPED.labels(reason).inc()
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.sock.close()
+        with self._lock:
+            self._connections.discard(connection)
+            still = {path for other in self._connections for path in other.announced}
+        telemetry.AGENT_PROCESSES.set(len(self._connections))
+        for path in connection.announced - still:
+            self.sentinel._nodes.remove(path)  # its /clients entries go with it
+
+    def _read(self, connection: _Connection) -> None:
+        """The connection's requests, one at a time; anything that is not one drops it."""
+        try:
+            hello = protocol.receive(
+                connection.sock, protocol.MAX_REQUEST_BYTES, frozenset({"hello"})
+            )
+            if hello is None:
+                return self._drop(connection, None)
+            self._welcome(connection, hello)
+            while True:
+                message = protocol.receive(
+                    connection.sock, protocol.MAX_REQUEST_BYTES, protocol.REQUESTS - {"hello"}
+                )
+                if message is None:
+                    return self._drop(connection, None)
+                self._serve(connection, message)
+        except (ProtocolError, SentinelError, ValueError) as exc:
+            log.warning("agent: dropping pid %d: %s", connection.pid, exc)
+            self._drop(connection, "protocol")
+        except OSError:
+            self._drop(connection, None)
+
+    def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
+        if checked(hello, "version", int) != protocol.VERSION:
+            raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
+        if checked(hello, "namespace", str) != self.sentinel.namespace:
+            raise ProtocolError(
+                f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
+            )
+        connection.client = validate_name("client id", checked(hello, "client", str))
+        auth_client = checked(hello, "auth_client", (str, type(None)))
+        if auth_client is not None:
+            connection.auth_client = validate_name("auth client", auth_client)
+        connection.reply(self._connection_message("welcome"))
+
+    def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
+        op = message["op"]
+        if op == "announce":  # no answer
+            self._announce(connection, message)
+            return
+        request = checked(message, "id", int)
+        if op == "follow":
+            service = validate_name("service", checked(message, "service", str))
+            try:
+                self.sentinel.prefetch(service)
+            except (ServiceNotFound, NamespaceNotFound) as exc:
+                connection.reply(error_answer(request, exc))
+                return
+            if connection.auth_client is not None:
+                self._follow_auth(service, connection.auth_client)
+            connection.reply({"op": "service", "id": request, "service": service})
+        elif op == "partition":
+            service = validate_name("service", checked(message, "service", str))
+            key = checked(message, "key", (str, int))
+            try:
+                partition = self.sentinel.partition_of(service, key)
+            except ResolutionError as exc:
+                connection.reply(error_answer(request, exc))
+                return
+            connection.reply({"op": "partition", "id": request, "partition": partition})
+
+    def _announce(self, connection: _Connection, message: dict[str, Any]) -> None:
+        """Keep the process's ``/clients`` record on the agent's session while it is
+        connected: only its own (its client id and its pid, as the kernel tells it)."""
+        service = validate_name("service", checked(message, "service", str))
+        assert connection.client is not None
+        path = client_path(service, connection.client)
+        data = checked(message, "record", str).encode()
+        record = ClientRecord.from_bytes(service, connection.client, path, data)
+        if record.pid != connection.pid:
+            raise ProtocolError(f"a /clients record for pid {record.pid}, sent by {connection.pid}")
+        nodes = self.sentinel._nodes  # the agent's session keeps the process's entries
+        nodes.put(
+            path,
+            data,
+            prepare=functools.partial(ensure_clients_node, self.sentinel._zk, service),
+            keep_trying=True,
+        )
+        connection.announced.add(path)
+
+    # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
+
+    def _on_change(self, event: ChangeEvent) -> None:
+        """Mark what changed on every connection concerned; nothing here waits."""
+        with self._lock:
+            connections = list(self._connections)
+        if isinstance(event, ConnectionChanged):
+            for connection in connections:
+                connection.mark(connection=True)
+        elif isinstance(event, ShardKeysChanged):
+            for connection in connections:
+                connection.mark(policy=event.policy, keys=event.changes)
+        else:
+            service = event.service  # type: ignore[attr-defined]
+            for connection in connections:
+                connection.mark(service=service)
+
+    def _follow_auth(self, service: str, client: str) -> None:
+        """Follow ``client``'s credential node of ``service`` (once for every process of that
+        client); its changes mark the service on their connections."""
+        pair = (service, client)
+        with self._lock:
+            if pair in self._auth:
+                return
+            self._auth[pair] = None
+        ready = threading.Event()
+
+        def changed(data: bytes | None, _: ZnodeStat | None) -> bool:
+            with self._lock:
+                self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
+                connections = [
+                    c for c in self._connections if c.auth_client == client and not c.closed
+                ]
+            for connection in connections:
+                connection.mark(service=service)
+            ready.set()
+            return True
+
+        self.sentinel._zk.DataWatch(auth_path(service, client), changed)
+        ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
+
+    # --- the sender ---------------------------------------------------------------------------
+
+    def _send(self, connection: _Connection) -> None:
+        """Send what is due, latest state first-come; drop the connection when the process
+        stops reading for ``send_timeout`` seconds."""
+        while True:
+            with connection.due:
+                while not (
+                    connection.closed
+                    or connection.replies
+                    or connection.services
+                    or connection.keys
+                    or connection.connection
+                ):
+                    connection.due.wait()
+                if connection.closed:
+                    return
+                replies, connection.replies = connection.replies, []
+                services, connection.services = connection.services, set()
+                keys, connection.keys = connection.keys, {}
+                state, connection.connection = connection.connection, False
+            try:
+                for message in replies:
+                    if message["op"] == "service":
+                        # Followed from here: a change after this marks it, and the state
+                        # sent now holds every change before. No change frame of a service
+                        # goes out before its answer.
+                        with connection.due:
+                            connection.followed.add(message["service"])
+                        message = self._service_message(
+                            connection, message["service"], message["id"]
+                        )
+                    self._write(connection, message)
+                for service in sorted(services):
+                    self._write(connection, self._service_message(connection, service))
+                for policy, changed in keys.items():
+                    self._write(connection, self._keys_message(connection, policy, changed))
+                if state:
+                    self._write(connection, self._connection_message("connection"))
+            except OSError as exc:
+                slow = isinstance(exc, TimeoutError)
+                if slow:
+                    log.warning(
+                        "agent: dropping pid %d: it read nothing for %gs",
+                        connection.pid,
+                        self._send_timeout,
+                    )
+                return self._drop(connection, "slow" if slow else None)
+
+    def _write(self, connection: _Connection, message: dict[str, Any]) -> None:
+        sent = protocol.send(connection.sock, message)
+        telemetry.AGENT_SENT_BYTES.inc(sent)
+        telemetry.AGENT_FRAMES.labels(message["op"]).inc()
+
+    def _service_message(
+        self, connection: _Connection, service: str, request: int | None = None
+    ) -> dict[str, Any]:
+        """The service's whole state now (``gone`` when the agent no longer holds it), with
+        its shard map the first time and the process's sealed credential node."""
+        snapshot = self.sentinel._snapshots.get(service)
+        if snapshot is None:
+            with connection.due:
+                connection.followed.discard(service)
+            return {"op": "gone", "id": request, "service": service}
+        message: dict[str, Any] = {
+            "op": "service",
+            "id": request,
+            "service": service,
+            "entry": {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)},
+            "policies": {},
+            "auth": None,
+        }
+        policy = snapshot.spec.shard_policy
+        if policy is not None and policy not in connection.policies_sent:
+            message["policies"][policy] = self._policy_entry(connection, policy)
+        if connection.auth_client is not None:
+            with self._lock:
+                message["auth"] = self._auth.get((service, connection.auth_client))
+        return message
+
+    def _keys_message(
+        self, connection: _Connection, policy: str, keys: set[str] | None
+    ) -> dict[str, Any]:
+        """The buckets of a directory map that hold ``keys``, or the whole map (another
+        kind, another spec than the process has, or ``keys`` None)."""
+        shard_map = self.sentinel._shard_maps.get(policy)
+        spec_text = None if shard_map is None else shard_map.spec.to_bytes(policy_path(policy))
+        if (
+            keys is None
+            or not isinstance(shard_map, DirectoryMap)
+            or connection.policies_sent.get(policy) != spec_text.decode()  # type: ignore[union-attr]
+        ):
+            return {
+                "op": "policy",
+                "policy": policy,
+                "entry": self._policy_entry(connection, policy),
+            }
+        count = shard_map.spec.buckets
+        indexes = {bucket_of(key, count) for key in keys}
+        contents: dict[int, dict[str, str]] = {i: {} for i in indexes}
+        for key, partition in dict(shard_map.keys).items():  # one atomic copy
+            index = bucket_of(key, count)
+            if index in contents:
+                contents[index][key] = partition
+        return {
+            "op": "buckets",
+            "policy": policy,
+            "buckets": {
+                str(i): encode_bucket(bucket_path(policy, i), keys).decode()
+                for i, keys in contents.items()
+            },
+        }
+
+    def _policy_entry(self, connection: _Connection, policy: str) -> dict[str, Any] | None:
+        """A shard map in the snapshot file's form (None: the policy does not exist)."""
+        shard_map = self.sentinel._shard_maps.get(policy)
+        entry = None if shard_map is None else policy_entry(policy, shard_map)
+        connection.policies_sent[policy] = "" if entry is None else entry["spec"]
+        return entry
+
+    def _connection_message(self, op: str) -> dict[str, Any]:
+        state = self.sentinel.connection_state
+        since = None if state == "connected" else time.time() - self.sentinel.staleness
+        return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
