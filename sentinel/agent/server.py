@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_TIMEVAL = struct.Struct("ll")  # SO_SNDTIMEO's struct timeval
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
 MAX_PENDING_REPLIES = 1024
@@ -230,7 +231,11 @@ class AgentServer:
                 log.warning("agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid)
                 sock.close()
                 continue
-            sock.settimeout(self._send_timeout)
+            # Sends time out (a process that stops reading is dropped), reads never do: a
+            # process that asks nothing for hours is as welcome as a busy one.
+            seconds = int(self._send_timeout)
+            micros = int((self._send_timeout - seconds) * 1_000_000)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(seconds, micros))
             connection = _Connection(sock, pid, uid)
             with self._lock:
                 self._connections.add(connection)
@@ -424,7 +429,8 @@ class AgentServer:
                 if state:
                     self._write(connection, self._connection_message("connection"))
             except OSError as exc:
-                slow = isinstance(exc, TimeoutError)
+                # SO_SNDTIMEO ran out: the process stopped reading.
+                slow = isinstance(exc, TimeoutError | BlockingIOError)
                 if slow:
                     log.warning(
                         "agent: dropping pid %d: it read nothing for %gs",

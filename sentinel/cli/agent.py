@@ -11,6 +11,7 @@ from sentinel.cli.common import (
     add_command,
     add_curator_option,
     add_metrics_option,
+    event_printer,
     seconds,
     serve_metrics,
     tls_config,
@@ -43,8 +44,9 @@ def _run(args: argparse.Namespace) -> int:
             allowed_gids=args.allow_gid,
             send_timeout=args.send_timeout,
         )
+        report = event_printer(args, {"serving": lambda details: f"serving {details['socket']}"})
         with server:
-            print(f"serving {server.path}", flush=True)
+            report("serving", {"socket": server.path})
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: server.stop())
             server.run()
@@ -63,8 +65,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the services it follows and their changes, and keeps its own lookups in process. "
         "Root, the agent's user and the --allow-uid/--allow-gid peers may connect (checked "
         "with SO_PEERCRED; the socket is made 0600, or 0660 with --allow-gid). Never creates "
-        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening. "
-        "Exit 3 when ZooKeeper is unreachable.",
+        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
+        "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
         (
             "sentinel agent",
             "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",

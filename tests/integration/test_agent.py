@@ -1,0 +1,514 @@
+"""The host agent against a real ZooKeeper: processes served from one session, what they see,
+what they write, and how they fare when the agent, its session or a neighbour misbehaves."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sentinel.policies import MinLag
+
+from sentinel.agent import protocol
+from sentinel.agent.server import AgentServer
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
+from sentinel.errors import AgentUnavailable, NoInstanceAvailable, ServiceNotFound
+from sentinel.events import InstancesChanged, MetricsChanged, ShardKeysChanged
+from sentinel.registry.layout import client_path, instance_path
+from sentinel.telemetry import AGENT_DROPPED
+from sentinel.testing.helpers import TcpProxy, wait_until
+from tests.integration.daemons import Daemon
+
+pytestmark = pytest.mark.integration
+
+SERVICE = "orders-db"
+
+
+@pytest.fixture
+def socket_path() -> str:
+    # A short path (sun_path holds 108 bytes) in a directory other users may enter, for the
+    # peer-credential test.
+    directory = tempfile.mkdtemp(prefix="agent-")
+    os.chmod(directory, 0o755)
+    return os.path.join(directory, "agent.sock")
+
+
+@pytest.fixture
+def agent(make_client, socket_path):
+    """An agent in this process, served from a session of the test's namespace."""
+    session = make_client("host-agent", announce=False, agent=False, persistent_watches=True)
+    with AgentServer(session, socket_path, send_timeout=2.0) as server:
+        yield server
+
+
+@pytest.fixture
+def admin(make_client):
+    """The publisher and operator: a session of its own."""
+    admin = make_client("admin", announce=False, agent=False)
+    admin.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
+    admin.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
+    admin.ensure_service(SERVICE, scheme="postgresql", shard_policy="tenants")
+    return admin
+
+
+def through(make_client, socket_path: str, client_id: str = "app", **kwargs):
+    return make_client(client_id, agent=socket_path, **kwargs)
+
+
+def state(client) -> dict[str, tuple]:
+    """What a client serves of the service: each instance and its metrics."""
+    return {
+        e.name: (e.host, e.port, e.status, dict(e.metrics))
+        for e in client.cached_instances(SERVICE)
+    }
+
+
+def fresh_state(make_client) -> dict[str, tuple]:
+    """What ZooKeeper holds now, read by a new client of its own."""
+    reader = make_client(f"fresh-{uuid.uuid4().hex[:6]}", agent=False, announce=False)
+    reader.prefetch(SERVICE)
+    return state(reader)
+
+
+def test_a_process_resolves_through_the_agent_and_hears_each_change(
+    agent, admin, make_client, socket_path, raw_zk
+):
+    a = admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    admin.update_metrics(a, {"replication_lag": 3.0})
+    app = through(make_client, socket_path)
+    assert app.get_service(SERVICE, "acme", MinLag()).uri == "postgresql://10.0.1.1:5432"
+    assert app.session_id is None  # no ZooKeeper session of its own: the agent's serves it
+    heard = []
+    app.listen(SERVICE, heard.append)
+
+    b = admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+    admin.update_metrics(b, {"replication_lag": 0.5})
+    assert wait_until(lambda: app.get_service(SERVICE, "acme", MinLag()).label == "b")
+    assert any(isinstance(e, InstancesChanged) and e.added for e in heard)
+    assert any(isinstance(e, MetricsChanged) for e in heard)
+
+    admin.shard_maps.assign("tenants", "initech", "p2")
+    assert wait_until(lambda: any(isinstance(e, ShardKeysChanged) for e in heard))
+    c = admin.register(SERVICE, "p2", "10.0.2.1", 5432, label="c")
+    assert wait_until(
+        lambda: app.get_service(SERVICE, "initech").label == "c", ignore=(NoInstanceAvailable,)
+    )
+    admin.deregister(a)
+    assert wait_until(lambda: sorted(state(app)) == ["p1:b", "p2:c"])
+    assert app.explain(SERVICE, "acme").partition == "p1"
+    assert app.connection_state == "connected" and app.staleness == 0
+    with pytest.raises(ServiceNotFound, match="did you mean"):
+        app.get_service("orders-dv")
+
+    # The process is in /clients while it is connected, kept by the agent's session.
+    assert raw_zk.exists(client_path(SERVICE, "app")) is not None
+    app.close()
+    assert wait_until(lambda: raw_zk.exists(client_path(SERVICE, "app")) is None)
+    assert c.label == "c"
+
+
+def test_a_process_writes_on_a_session_of_its_own_opened_by_its_first_write(
+    agent, admin, make_client, socket_path, raw_zk
+):
+    app = through(make_client, socket_path)
+    neighbour = through(make_client, socket_path, "neighbour")
+    app.prefetch(SERVICE)
+    neighbour.prefetch(SERVICE)
+    mine = app.register(SERVICE, "p1", "10.0.1.9", 5432, label="mine")
+    theirs = neighbour.register(SERVICE, "p2", "10.0.2.9", 5432, label="theirs")
+    assert app.session_id is not None and app.session_id != neighbour.session_id
+    stat = raw_zk.exists(instance_path(SERVICE, "p1", "mine"))
+    assert stat.ephemeralOwner == app.session_id  # dies with the process, not the agent
+    assert wait_until(lambda: sorted(state(app)) == ["p1:mine", "p2:theirs"])
+    app.close()
+    assert raw_zk.exists(mine.path) is None
+    assert raw_zk.exists(theirs.path) is not None  # a neighbour's is not touched
+    assert wait_until(lambda: sorted(state(neighbour)) == ["p2:theirs"])
+
+
+def test_an_agent_gone_leaves_processes_serving_stale_and_a_new_one_converges_them(
+    make_client, admin, socket_path
+):
+    session = make_client("host-agent", announce=False, agent=False, persistent_watches=True)
+    server = AgentServer(session, socket_path).start()
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    apps = [through(make_client, socket_path, f"app-{i}") for i in range(3)]
+    for app in apps:
+        app.prefetch(SERVICE)
+    server.stop()
+    assert wait_until(lambda: all(app.connection_state == "suspended" for app in apps))
+    assert all(app.get_service(SERVICE, "acme").label == "a" for app in apps)  # still served
+    time.sleep(0.05)  # staleness counts from the loss (a bounded poll checks it next)
+    assert all(app.staleness > 0 for app in apps)
+    admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+    with AgentServer(session, socket_path):
+        expected = fresh_state(make_client)
+        assert wait_until(lambda: all(state(app) == expected for app in apps), timeout=15)
+        assert all(app.connection_state == "connected" for app in apps)
+
+
+def test_the_agents_own_session_cut_marks_processes_stale_and_they_converge(
+    zookeeper, make_client, admin, socket_path
+):
+    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    proxy = TcpProxy(host, int(port))
+    try:
+        session = make_client(
+            "host-agent", hosts=proxy.address, announce=False, agent=False, session_timeout=20.0
+        )
+        with AgentServer(session, socket_path):
+            admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+            app = through(make_client, socket_path)
+            app.prefetch(SERVICE)
+            proxy.cut()
+            assert wait_until(lambda: app.connection_state == "suspended", timeout=20)
+            admin.register(SERVICE, "p2", "10.0.2.1", 5432, label="b")
+            proxy.restore()
+            expected = fresh_state(make_client)
+            assert wait_until(lambda: state(app) == expected, timeout=20)
+            assert wait_until(lambda: app.connection_state == "connected")
+    finally:
+        proxy.close()
+
+
+def test_processes_converge_after_random_changes_under_agent_faults(
+    zookeeper, make_client, admin, socket_path
+):
+    """Random changes while the agent's link is cut or paused, and while the agent is gone;
+    after each fault every process's cache equals a fresh read."""
+    seed = int(os.environ.get("SENTINEL_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    proxy = TcpProxy(host, int(port))
+    session = make_client(
+        "host-agent", hosts=proxy.address, announce=False, agent=False, session_timeout=20.0
+    )
+    server = AgentServer(session, socket_path).start()
+    apps = [through(make_client, socket_path, f"app-{i}") for i in range(3)]
+    registrations: dict[str, object] = {}
+    timeline: list[str] = []
+
+    def change() -> None:
+        label = f"r{rng.randrange(6)}"
+        if label in registrations and rng.random() < 0.4:
+            admin.deregister(registrations.pop(label))
+            timeline.append(f"deregister {label}")
+        elif label in registrations:
+            admin.update_metrics(registrations[label], {"replication_lag": rng.random()})
+            timeline.append(f"metrics {label}")
+        else:
+            partition = rng.choice(["p1", "p2"])
+            registrations[label] = admin.register(
+                SERVICE, partition, f"10.0.0.{rng.randrange(1, 250)}", 5432, label=label
+            )
+            timeline.append(f"register {label} in {partition}")
+
+    try:
+        registrations["r0"] = admin.register(SERVICE, "p1", "10.0.0.1", 5432, label="r0")
+        for app in apps:
+            app.prefetch(SERVICE)
+        for round_ in range(4):
+            fault = ("cut", "pause", "restart")[round_ % 3]
+            timeline.append(f"fault {fault}")
+            if fault == "cut":
+                proxy.cut()
+            elif fault == "pause":
+                proxy.pause()
+            else:
+                server.stop()
+            for _ in range(rng.randrange(2, 6)):
+                change()
+            if fault == "cut":
+                proxy.restore()
+            elif fault == "pause":
+                proxy.resume()
+            else:
+                server = AgentServer(session, socket_path).start()
+            expected = fresh_state(make_client)
+            converged = wait_until(
+                lambda expected=expected: all(state(app) == expected for app in apps), 20
+            )
+            assert converged is not None, (
+                f"seed {seed} (SENTINEL_TEST_SEED to replay): after {timeline}, "
+                f"{[state(app) for app in apps]} != {expected}"
+            )
+    finally:
+        server.stop()
+        proxy.close()
+
+
+def _raw(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    return sock
+
+
+def _hello(sock: socket.socket, namespace: str, client: str = "raw", auth_client=None) -> dict:
+    protocol.send(
+        sock,
+        {
+            "op": "hello",
+            "version": 1,
+            "namespace": namespace,
+            "client": client,
+            "auth_client": auth_client,
+        },
+    )
+    return protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    try:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "oversized",
+        "not-json",
+        "unknown-op",
+        "no-hello",
+        "other-namespace",
+        "bad-service",
+        "other-pid",
+        "deep-json",
+    ],
+)
+def test_a_garbage_frame_drops_only_its_connection(
+    attack, agent, admin, make_client, socket_path, namespace
+):
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    app = through(make_client, socket_path)
+    app.prefetch(SERVICE)
+    dropped = AGENT_DROPPED.labels("protocol")._value.get()
+    sock = _raw(socket_path)
+    if attack != "no-hello" and attack != "other-namespace":
+        assert _hello(sock, namespace)["op"] == "welcome"
+    frames = {
+        "oversized": struct.pack(">I", protocol.MAX_REQUEST_BYTES + 1) + b"{}",
+        "not-json": struct.pack(">I", 5) + b"\xff\xfe{{{",
+        "unknown-op": protocol.encode({"op": "drop-tables", "id": 1}),
+        "no-hello": protocol.encode({"op": "follow", "id": 1, "service": SERVICE}),
+        "other-namespace": protocol.encode(
+            {"op": "hello", "version": 1, "namespace": "/else", "client": "x", "auth_client": None}
+        ),
+        "bad-service": protocol.encode({"op": "follow", "id": 1, "service": "../auth"}),
+        "other-pid": protocol.encode(
+            {
+                "op": "announce",
+                "service": SERVICE,
+                "record": json.dumps({"v": 1, "service": SERVICE, "client_id": "raw", "pid": 1}),
+            }
+        ),
+        "deep-json": (lambda body: struct.pack(">I", len(body)) + body)(b"[" * 5000 + b"]" * 5000),
+    }
+    sock.sendall(frames[attack])
+    assert _closed_by_peer(sock)
+    sock.close()
+    assert AGENT_DROPPED.labels("protocol")._value.get() == dropped + 1
+    # The agent serves the others as before.
+    admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+    assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"])
+
+
+def test_a_slow_process_is_dropped_not_waited_for(
+    agent, admin, make_client, socket_path, namespace
+):
+    big = {"blob": "x" * 60_000}  # each instance's properties: a frame of ~3.6 MB per change
+    for i in range(60):
+        admin.register(
+            SERVICE, "p1", f"10.0.{i // 200}.{i % 200 + 1}", 5432, label=f"r{i}", properties=big
+        )
+    app = through(make_client, socket_path)
+    app.prefetch(SERVICE)
+    slow = _raw(socket_path)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    assert _hello(slow, namespace)["op"] == "welcome"
+    protocol.send(slow, {"op": "follow", "id": 1, "service": SERVICE})  # and never reads
+    dropped = AGENT_DROPPED.labels("slow")._value.get()
+    lags = []
+    for round_ in range(6):
+        started = time.monotonic()
+        admin.update_metrics(SERVICE, "p1", "r0", {"replication_lag": float(round_)})
+        wanted = {"replication_lag": float(round_)}
+        assert wait_until(lambda wanted=wanted: state(app)["p1:r0"][3] == wanted)
+        lags.append(time.monotonic() - started)
+    assert max(lags) < 1.5, lags  # never held up behind the slow one (its timeout is 2 s)
+    assert wait_until(lambda: AGENT_DROPPED.labels("slow")._value.get() == dropped + 1, 10)
+    slow.close()
+
+
+def test_a_credential_crosses_the_socket_sealed_and_opens_in_the_process(
+    agent, admin, make_client, socket_path, namespace
+):
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    app = through(make_client, socket_path, auth=AuthConfig(keys=ClientKeyring.generate()))
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    admin.credentials.publish(SERVICE, "app", {"user": "app", "password": secret})
+    assert wait_until(lambda: app.get_service(SERVICE, "acme").auth is not None)
+    assert app.get_service(SERVICE, "acme").auth["password"] == secret
+
+    # What the agent sends for that client: the sealed node, never the secret.
+    sock = _raw(socket_path)
+    _hello(sock, namespace, client="eavesdropper", auth_client="app")
+    protocol.send(sock, {"op": "follow", "id": 1, "service": SERVICE})
+    frame = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+    sock.close()
+    assert frame["op"] == "service" and frame["auth"] is not None
+    assert secret not in json.dumps(frame)
+
+
+def test_the_agent_process_holds_no_credential_in_the_clear(
+    zookeeper, make_client, namespace, socket_path
+):
+    """The secret is in the process that opened it and nowhere in the agent's memory."""
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    admin = make_client("admin", announce=False, agent=False)
+    admin.ensure_service(SERVICE)
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    daemon = Daemon(zookeeper, namespace, "agent", "--socket", socket_path)
+    try:
+        assert wait_until(lambda: daemon.saw("serving"), 20)
+        app = through(make_client, socket_path, auth=AuthConfig(keys=ClientKeyring.generate()))
+        app.prefetch(SERVICE)
+        admin.credentials.publish(SERVICE, "app", {"user": "app", "password": secret})
+        assert wait_until(lambda: (app.get_service(SERVICE).auth or {}).get("password") == secret)
+        try:
+            found = _memory_holds(daemon.process.pid, secret.encode())
+        except PermissionError as exc:
+            pytest.skip(f"cannot read the agent's memory here ({exc}): ptrace is restricted")
+        assert not found
+        assert _memory_holds(os.getpid(), secret.encode())  # the scan finds what is there
+    finally:
+        daemon.stop()
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable mapping of process ``pid`` holds ``needle`` (UTF-8 and UTF-16
+    forms: Python keeps str data as either)."""
+    forms = (needle, needle.decode().encode("utf-16-le"))
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                chunk = mem.read(end - start)
+            except (OSError, ValueError, OverflowError):
+                continue
+            if any(form in chunk for form in forms):
+                return True
+    return False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_another_users_process_is_refused_at_the_socket(make_client, socket_path, namespace):
+    session = make_client("host-agent", announce=False, agent=False)
+    probe = (
+        "import json, socket, struct, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10)\n"
+        "try:\n"
+        "    s.connect(sys.argv[1])\n"
+        "except OSError as exc:\n"
+        "    print('connect', exc.errno); sys.exit()\n"
+        "body = json.dumps({'op': 'hello', 'version': 1, 'namespace': sys.argv[2],\n"
+        "                   'client': 'nobody', 'auth_client': None}).encode()\n"
+        "try:\n"
+        "    s.sendall(struct.pack('>I', len(body)) + body)\n"
+        "    print('answered' if s.recv(4) else 'closed')\n"
+        "except ConnectionResetError:\n"
+        "    print('closed')\n"
+    )
+
+    def as_nobody() -> str:
+        result = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, socket_path, namespace],
+            preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd="/",  # a directory that user may enter
+            env={"PATH": "/usr/bin:/bin"},  # nothing of this checkout's environment
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    with AgentServer(session, socket_path) as server:
+        assert Path(socket_path).stat().st_mode & 0o777 == 0o600
+        assert as_nobody() == "connect 13"  # EACCES: the file's mode keeps it out
+        os.chmod(socket_path, 0o666)  # past the file: the peer check refuses it
+        refused = AGENT_DROPPED.labels("refused")._value.get()
+        assert as_nobody() == "closed"
+        assert AGENT_DROPPED.labels("refused")._value.get() == refused + 1
+        assert server.processes == 0
+    with AgentServer(session, socket_path, allowed_uids=[65534]):
+        os.chmod(socket_path, 0o666)
+        assert as_nobody() == "answered"
+
+
+def test_sentinel_agent_killed_and_restarted_converges_its_processes(
+    zookeeper, make_client, admin, namespace, socket_path
+):
+    daemon = Daemon(zookeeper, namespace, "agent", "--socket", socket_path)
+    try:
+        assert wait_until(lambda: daemon.saw("serving"), 20)
+        admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+        app = through(make_client, socket_path)
+        app.prefetch(SERVICE)
+        daemon.stop()  # SIGKILL: its socket file stays behind
+        assert Path(socket_path).exists()
+        assert wait_until(lambda: app.connection_state == "suspended")
+        admin.register(SERVICE, "p2", "10.0.2.1", 5432, label="b")
+        daemon = Daemon(zookeeper, namespace, "agent", "--socket", socket_path)
+        assert wait_until(lambda: daemon.saw("serving"), 20)  # the stale socket replaced
+        expected = fresh_state(make_client)
+        assert wait_until(lambda: state(app) == expected, timeout=20)
+    finally:
+        daemon.stop()
+
+
+def test_start_says_when_no_agent_answers(make_client, socket_path):
+    started = time.monotonic()
+    with pytest.raises(AgentUnavailable, match=socket_path):
+        make_client("app", agent=socket_path, connect_timeout=1.0)
+    assert time.monotonic() - started < 5
+
+
+def test_the_environment_variable_turns_agent_mode_on(monkeypatch, agent, admin, socket_path):
+    from sentinel import Sentinel
+
+    monkeypatch.setenv(protocol.ENV, socket_path)
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    code = (
+        "from sentinel import Sentinel\n"
+        f"with Sentinel(hosts={admin.hosts!r}, namespace={admin.namespace!r}, "
+        "client_id='env-app') as s:\n"
+        f"    print(s.agent, s.session_id, s.get_service({SERVICE!r}, 'acme').label)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.split() == [socket_path, "None", "a"]
+    assert Sentinel(hosts=admin.hosts, agent=False).agent is None
