@@ -1,0 +1,243 @@
+"""A host's processes on sessions of their own, then on one agent: ``python -m benchmarks.agent``.
+
+``--processes`` processes (20) on this host each follow ``--services`` services (5) of
+``--instances`` instances (4, each with a metrics node), first each with a ZooKeeper session
+of its own (``direct``), then all through one ``sentinel agent`` (``agent``), on one
+ZooKeeper, in one run. For each mode:
+
+* the server's sessions (``mntr``'s ``zk_global_sessions``, the writer's and the agent's
+  included) and the watches it holds (``wchs``);
+* reads the server served under the namespace for one metric change (``mntr``'s
+  ``zk_cnt_<ns>_read_per_namespace`` around the change, median of ``--changes``);
+* propagation: from just before the writer's ``update_metrics`` to each process's listener
+  hearing it, on the host's monotonic clock (shared by every process on Linux): p50 and p99
+  over every process and change;
+* lookups: ``get_service`` on a warm cache, ``--lookups`` per process, each timed alone with
+  ``perf_counter_ns`` (the same timer on both sides): p50 and p99 over every process;
+* the agent's own CPU seconds (``/proc/<pid>/stat``) over the changes, and its resident
+  memory (``VmRSS``) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+
+from benchmarks.common import percentiles, report
+from benchmarks.zkcost import mntr, quiet, watches
+from sentinel import Sentinel
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper
+
+NAMESPACE = "/zkcost"  # benchmarks.zkcost's counters read reads under this namespace
+MODES = ("direct", "agent")
+
+
+def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
+    """One process: a client following ``services`` (through ``agent`` unless it is empty),
+    answering the parent's commands (JSON lines) until ``stop``."""
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    heard: dict[float, float] = {}  # a metric value -> when this process heard it
+
+    def listener(event: object) -> None:
+        for _, new in getattr(event, "updated", ()):
+            value = new.metrics.get("load")
+            if value is not None and value not in heard:
+                heard[value] = time.monotonic()
+
+    with Sentinel(
+        hosts,
+        f"process-{os.getpid()}",
+        NAMESPACE,
+        announce=False,
+        prometheus_registry=None,
+        agent=agent or False,
+    ) as client:
+        for service in services:
+            client.prefetch(service)
+        client.listen(services[0], listener)
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command["cmd"] == "heard":
+                value = command["value"]
+                wait_until(lambda value=value: value in heard, timeout=30)
+                answer: dict[str, object] = {"at": heard.get(value)}
+            elif command["cmd"] == "lookups":
+                samples = []
+                for i in range(lookups):
+                    service = services[i % len(services)]
+                    started = time.perf_counter_ns()
+                    client.get_service(service)
+                    samples.append(time.perf_counter_ns() - started)
+                answer = {"samples": samples}
+            else:
+                break
+            print(json.dumps(answer), flush=True)
+
+
+def _ask(processes: list[subprocess.Popen], command: dict) -> list[dict]:
+    for process in processes:
+        process.stdin.write(json.dumps(command) + "\n")
+        process.stdin.flush()
+    return [json.loads(process.stdout.readline()) for process in processes]
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Namespace) -> dict:
+    """One mode's figures (see the module)."""
+    host, port = zk.connect_string.split(":")
+    services = [f"svc{i}" for i in range(args.services)]
+    with ExitStack() as stack:
+        socket_path, agent_pid = "", None
+        if mode == "agent":
+            socket_path = os.path.join(tempfile.mkdtemp(prefix="agent-bench-"), "agent.sock")
+            agent = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "sentinel.cli",
+                    "agent",
+                    "--zk",
+                    zk.connect_string,
+                    "--namespace",
+                    NAMESPACE,
+                    "--socket",
+                    socket_path,
+                    "--json",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            stack.callback(agent.wait, 30)
+            stack.callback(agent.terminate)
+            assert json.loads(agent.stdout.readline())["event"] == "serving"
+            agent_pid = agent.pid
+        processes = []
+        for _ in range(args.processes):
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.agent",
+                    "--worker",
+                    zk.connect_string,
+                    socket_path,
+                    str(args.lookups),
+                    *services,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            stack.callback(process.wait, 30)
+            stack.callback(process.stdin.close)
+            processes.append(process)
+        assert all(json.loads(p.stdout.readline())["ready"] for p in processes)
+        quiet(host, int(port))
+        server = mntr(host, int(port))
+        row: dict = {
+            "mode": mode,
+            "sessions": int(server["zk_global_sessions"]),
+            "watches": watches(host, int(port)),
+        }
+        cpu_before = None if agent_pid is None else _cpu_seconds(agent_pid)
+        reads, delays = [], []
+        for change in range(args.changes):
+            value = float(change + 1) + (0.5 if mode == "agent" else 0.0)
+            before = quiet(host, int(port))
+            written = time.monotonic()
+            writer.update_metrics(services[0], "p0", "r0", {"load": value})
+            heard = _ask(processes, {"cmd": "heard", "value": value})
+            assert all(h["at"] is not None for h in heard), f"{mode}: a process never heard it"
+            delays += [h["at"] - written for h in heard]
+            reads.append((quiet(host, int(port)) - before).reads)
+        row["reads_per_change"] = statistics.median(reads)
+        row["propagation"] = percentiles(delays)
+        samples = [s for a in _ask(processes, {"cmd": "lookups"}) for s in a["samples"]]
+        row["lookup_ns"] = percentiles(samples)
+        if agent_pid is not None:
+            row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
+            row["agent_rss_mib"] = _rss_mib(agent_pid)
+        print(f"{mode}: measured", file=sys.stderr, flush=True)
+        return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=20)
+    parser.add_argument("--services", type=int, default=5, help="services each process follows")
+    parser.add_argument("--instances", type=int, default=4, help="instances per service")
+    parser.add_argument("--changes", type=int, default=20, help="metric changes per mode")
+    parser.add_argument("--lookups", type=int, default=20_000, help="timed lookups per process")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        hosts, agent, lookups, *services = args.worker
+        worker(hosts, agent, services, int(lookups))
+        return
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
+    with (
+        LocalZooKeeper() as zk,
+        Sentinel(zk.connect_string, "agent-bench-writer", NAMESPACE, announce=False) as writer,
+    ):
+        for s in range(args.services):
+            for i in range(args.instances):
+                writer.register(f"svc{s}", "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
+                writer.update_metrics(f"svc{s}", "p0", f"r{i}", {"load": 0})
+        rows = [measure(mode, zk, writer, args) for mode in MODES]
+    table = [
+        (
+            r["mode"],
+            r["sessions"],
+            r["watches"],
+            f"{r['reads_per_change']:g}",
+            f"{r['propagation']['p50'] * 1000:.2f} / {r['propagation']['p99'] * 1000:.2f}",
+            f"{r['lookup_ns']['p50'] / 1000:.2f} / {r['lookup_ns']['p99'] / 1000:.2f}",
+            f"{r['agent_cpu_seconds']:.2f} s" if "agent_cpu_seconds" in r else "-",
+            f"{r['agent_rss_mib']:.0f} MiB" if "agent_rss_mib" in r else "-",
+        )
+        for r in rows
+    ]
+    report(
+        "agent",
+        f"{args.processes} processes x {args.services} services of {args.instances} instances, "
+        f"{args.changes} metric changes, {args.lookups:,} lookups per process",
+        (
+            "mode",
+            "sessions",
+            "watches",
+            "reads/change",
+            "propagation p50/p99 ms",
+            "lookup p50/p99 µs",
+            "agent CPU",
+            "agent RSS",
+        ),
+        table,
+        {"args": vars(args), "rows": rows},
+    )
+
+
+if __name__ == "__main__":
+    main()
