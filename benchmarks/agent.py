@@ -15,7 +15,11 @@ ZooKeeper, in one run. For each mode:
 * lookups: ``get_service`` on a warm cache, ``--lookups`` per process, each timed alone with
   ``perf_counter_ns`` (the same timer on both sides): p50 and p99 over every process;
 * the agent's own CPU seconds (``/proc/<pid>/stat``) over the changes, and its resident
-  memory (``VmRSS``) at the end.
+  memory (``VmRSS``) at the end;
+* each process's first write (``register``): in agent mode it opens the process's own
+  session first; p50 over the processes, and the server's sessions once all have written.
+
+``--runs`` repeats the whole measurement; each run is a row per mode.
 """
 
 from __future__ import annotations
@@ -71,6 +75,10 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
                 value = command["value"]
                 wait_until(lambda value=value: value in heard, timeout=30)
                 answer: dict[str, object] = {"at": heard.get(value)}
+            elif command["cmd"] == "write":
+                started = time.perf_counter()
+                client.register(services[0], "p0", "10.0.9.1", 7000, label=f"w{os.getpid()}")
+                answer = {"seconds": time.perf_counter() - started}
             elif command["cmd"] == "lookups":
                 samples = []
                 for i in range(lookups):
@@ -177,6 +185,9 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
         row["propagation"] = percentiles(delays)
         samples = [s for a in _ask(processes, {"cmd": "lookups"}) for s in a["samples"]]
         row["lookup_ns"] = percentiles(samples)
+        # A first write: in agent mode it opens the process's own session first.
+        row["first_write"] = percentiles([a["seconds"] for a in _ask(processes, {"cmd": "write"})])
+        row["sessions_after_writes"] = int(mntr(host, int(port))["zk_global_sessions"])
         if agent_pid is not None:
             row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
             row["agent_rss_mib"] = _rss_mib(agent_pid)
@@ -191,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, default=4, help="instances per service")
     parser.add_argument("--changes", type=int, default=20, help="metric changes per mode")
     parser.add_argument("--lookups", type=int, default=20_000, help="timed lookups per process")
+    parser.add_argument("--runs", type=int, default=1, help="repeats of the whole measurement")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -206,9 +218,13 @@ def main(argv: list[str] | None = None) -> None:
             for i in range(args.instances):
                 writer.register(f"svc{s}", "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
                 writer.update_metrics(f"svc{s}", "p0", f"r{i}", {"load": 0})
-        rows = [measure(mode, zk, writer, args) for mode in MODES]
+        rows = []
+        for run in range(args.runs):
+            for mode in MODES:
+                rows.append({"run": run + 1, **measure(mode, zk, writer, args)})
     table = [
         (
+            r["run"],
             r["mode"],
             r["sessions"],
             r["watches"],
@@ -217,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['lookup_ns']['p50'] / 1000:.2f} / {r['lookup_ns']['p99'] / 1000:.2f}",
             f"{r['agent_cpu_seconds']:.2f} s" if "agent_cpu_seconds" in r else "-",
             f"{r['agent_rss_mib']:.0f} MiB" if "agent_rss_mib" in r else "-",
+            f"{r['first_write']['p50'] * 1000:.1f} ms, {r['sessions_after_writes']} sessions",
         )
         for r in rows
     ]
@@ -225,6 +242,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.processes} processes x {args.services} services of {args.instances} instances, "
         f"{args.changes} metric changes, {args.lookups:,} lookups per process",
         (
+            "run",
             "mode",
             "sessions",
             "watches",
@@ -233,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
             "lookup p50/p99 µs",
             "agent CPU",
             "agent RSS",
+            "first write p50",
         ),
         table,
         {"args": vars(args), "rows": rows},
