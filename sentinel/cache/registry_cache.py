@@ -96,6 +96,7 @@ class RegistryCache:
         self.listeners = Listeners()
         self.worker = CacheWorker(self._resync, resync_jitter)
         self._agent = agent
+        self._announced_on = 1  # the agent connection this client's /clients entries are on
         self._follower: Follower | None = None  # chosen on first use, once per session
         self.read_through = ReadThrough(
             zk,
@@ -301,6 +302,11 @@ class RegistryCache:
         if self._curator is not None:
             self._curator.resync()
         self.stats.resyncs += 1
+        if self._agent is not None and self._agent.connections != self._announced_on:
+            # A new connection to the agent: the /clients entries it kept went with the old.
+            self._announced_on = self._agent.connections
+            for service in self.native_services():
+                self._confirm(service, self.snapshots[service].auth)
         if self._restored:
             self._end_restored()
 

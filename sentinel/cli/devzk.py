@@ -178,7 +178,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Starts a throw-away ZooKeeper (unless --zk is given); a shard manager "
         "places tenants on partitions; each partition gets a primary and replica databases "
         "(PostgreSQL servers with streaming replicas when PostgreSQL is installed, else SQLite "
-        "files), each replica registered by an agent process, and a collector publishes "
+        "files), each replica registered by an publisher process, and a collector publishes "
         "their replication lag. A PySpark job then totals every tenant's orders, reading each "
         "tenant from the least-lagging replica of its partition. Half-way, one replica falls "
         "behind past the cut-off and another is killed; the job must read around both. "

@@ -3,7 +3,7 @@
 A multi-tenant batch job on Spark reads each tenant's orders from the least-lagging replica of
 the tenant's partition. The demo starts a throw-away ZooKeeper (unless given one), lets the
 shard manager place the tenants on partitions, creates per partition a primary database and
-replicas that follow it (each registered by an agent process of its own), and runs the metric
+replicas that follow it (each registered by an publisher process of its own), and runs the metric
 collector sidecar (``sentinel collector run``), which publishes every replica's replication lag.
 The databases are real PostgreSQL servers (streaming replicas) when PostgreSQL is installed, else
 SQLite files (:mod:`sentinel.demo.databases`). The job's credential is created by a backend
@@ -13,7 +13,7 @@ credential they decrypted: through :mod:`sentinel.integrations.postgres`'s ``Rep
 PostgreSQL, through :func:`sentinel.integrations.spark.resolve_partitions` on SQLite. Halfway
 through, one
 replica stops replaying while its primary takes new orders, so that its lag passes the cut-off,
-another replica's agent is killed and its database taken away, and the credential is rotated by
+another replica's publisher is killed and its database taken away, and the credential is rotated by
 Procedure 2; the second half of the job must read around the first two with the new credential.
 Totals are checked against the primaries; the run fails if any check does.
 """
@@ -43,7 +43,7 @@ from sentinel.cli.output import format_table
 from sentinel.client import Sentinel
 from sentinel.demo.databases import Databases, choose
 from sentinel.demo.job import Gate, JobReads
-from sentinel.demo.world import Agents, collector_sidecar
+from sentinel.demo.world import ReplicaPublishers, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.integrations.spark import ClientConfig
@@ -210,12 +210,12 @@ class _Stage:
 
 @dataclass(frozen=True)
 class _World:
-    """What step 3 built: the replicas' agents, the observer's events, the job's key and the
+    """What step 3 built: the replicas' publishers, the observer's events, the job's key and the
     backend of its logins."""
 
     placement: dict[str, str]
     labels: list[str]
-    agents: Agents
+    publishers: ReplicaPublishers
     waiter: _EventWaiter
     rng: random.Random
     keys: Path
@@ -308,12 +308,12 @@ def _run_shard_manager(
 
 
 def _start_databases(stage: _Stage, placement: dict[str, str], labels: list[str]) -> _World:
-    """[3/6] Per partition a primary and replicas, each replica registered by an agent, their
+    """[3/6] Per partition a primary and replicas, each replica registered by a publisher, their
     lags published by the collector sidecar; then the job's credential."""
     databases = stage.databases
     stage.emit(
         f"[3/6] databases: per partition a primary and {len(labels)} replicas "
-        f"({databases.kind}), each replica registered by its own agent process"
+        f"({databases.kind}), each replica registered by its own publisher process"
     )
     started = time.monotonic()
     databases.wait_ready()
@@ -324,22 +324,22 @@ def _start_databases(stage: _Stage, placement: dict[str, str], labels: list[str]
         databases.write(p, orders)
     stage.emit(f"  ready and filled {time.monotonic() - started:.1f}s later")
     stage.admin.ensure_service(SERVICE, scheme=databases.scheme, shard_policy=POLICY)
-    agents = _start_agents(stage)
+    publishers = _start_publishers(stage)
     observer = stage.stack.enter_context(Sentinel(stage.hosts, "demo-observer", stage.namespace))
     waiter = _EventWaiter()
     observer.prefetch(SERVICE)
     observer.listen(SERVICE, waiter)
     _start_collector(stage, observer)
     keys, logins = _create_credential(stage)
-    return _World(placement, labels, agents, waiter, rng, keys, logins)
+    return _World(placement, labels, publishers, waiter, rng, keys, logins)
 
 
-def _start_agents(stage: _Stage) -> Agents:
-    """One agent process per replica, registering it; returns once every one has."""
-    agents = Agents()
-    stage.stack.callback(agents.stop)
+def _start_publishers(stage: _Stage) -> ReplicaPublishers:
+    """One publisher process per replica, registering it; returns once every one has."""
+    publishers = ReplicaPublishers()
+    stage.stack.callback(publishers.stop)
     for replica in stage.databases.replicas():
-        agents.start(
+        publishers.start(
             f"{replica.partition}:{replica.label}",
             stage.hosts,
             stage.namespace,
@@ -351,8 +351,8 @@ def _start_agents(stage: _Stage) -> Agents:
             stage.databases.scheme,
             json.dumps(dict(replica.properties)),
         )
-    agents.wait_ready(WAIT)
-    return agents
+    publishers.wait_ready(WAIT)
+    return publishers
 
 
 def _start_collector(stage: _Stage, observer: Sentinel) -> None:
@@ -488,7 +488,7 @@ def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
 
 def _disrupt(stage: _Stage, world: _World, second_half: set[str]) -> _HalfWay:
     """Half-way: one replica stops replaying while its primary takes new orders, another's
-    agent is killed and its database removed, and the job's credential is rotated."""
+    publisher is killed and its database removed, and the job's credential is rotated."""
     emit, label, databases = stage.emit, world.labels[0], stage.databases
     lag_partition, killed_partition = stage.partitions[:2]
     lagging, killed = f"{lag_partition}:{label}", f"{killed_partition}:{label}"
@@ -513,9 +513,9 @@ def _disrupt(stage: _Stage, world: _World, second_half: set[str]) -> _HalfWay:
             f"cut-off {CUTOFF:g} s; from measurement to the observer's cache: "
             f"{(at - (measured.metrics_at or at)) * 1000:.1f} ms"
         )
-    emit(f"  -- half-way: {killed}'s agent is killed and its {databases.destroyed}")
+    emit(f"  -- half-way: {killed}'s publisher is killed and its {databases.destroyed}")
     killed_at = time.time()
-    world.agents.kill(killed)
+    world.publishers.kill(killed)
     databases.destroy(killed_partition, label)
     emit(f"  -- half-way: {JOB}'s credential is rotated (Procedure 2)")
     rotation = stage.admin.credentials.rotate(SERVICE, JOB, world.logins, timeout=WAIT)
@@ -597,7 +597,7 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
     )
     vanished = run.vanished
     check(
-        f"{killed}'s registration left the caches with its agent's session, "
+        f"{killed}'s registration left the caches with its publisher's session, "
         + (
             "never"
             if vanished is None
@@ -669,7 +669,7 @@ def run_demo(
         checks = _check_results(stage, world, run)
 
     emit(
-        "cleaned up: agents and Spark stopped, databases and namespace removed"
+        "cleaned up: publishers and Spark stopped, databases and namespace removed"
         + (", ZooKeeper stopped" if own_server else "")
     )
     emit(f"{sum(checks)} of {len(checks)} checks passed")

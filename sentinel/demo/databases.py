@@ -45,7 +45,7 @@ ORDERS_TABLE = (
 
 @dataclass(frozen=True)
 class Replica:
-    """One replica as its agent registers it."""
+    """One replica as its publisher process registers it."""
 
     partition: str
     label: str

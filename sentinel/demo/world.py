@@ -5,7 +5,7 @@ Each replica is a copy of its primary that replays the primary's new orders (the
 ``now() - pg_last_xact_replay_timestamp()`` would be: how long ago the oldest order it has not
 replayed was committed (0 when caught up), by the metric collector sidecar (``sentinel
 collector run`` with :func:`replica_lag` as its ``python`` source). Each replica is registered
-by its own agent process (:mod:`sentinel.demo.agent`), whose ZooKeeper session is the
+by its own publisher process (:mod:`sentinel.demo.replica`), whose ZooKeeper session is the
 replica's liveness.
 """
 
@@ -184,23 +184,23 @@ class Ticker:
                 log.exception("demo background round failed")
 
 
-class Agents:
-    """One agent process per replica, each registering its replica with its own session."""
+class ReplicaPublishers:
+    """One publisher process per replica, each registering its replica with its own session."""
 
     def __init__(self) -> None:
         self._processes: dict[str, subprocess.Popen[str]] = {}
 
     def start(self, name: str, *args: str) -> None:
-        """Start the agent ``name`` (``python -m sentinel.demo.agent ARGS``) without waiting."""
+        """Start the publisher ``name`` (``python -m sentinel.demo.replica ARGS``), no wait."""
         self._processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "sentinel.demo.agent", *args],
+            [sys.executable, "-m", "sentinel.demo.replica", *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
 
     def wait_ready(self, timeout: float) -> None:
-        """Wait until every agent has said it registered; raise RuntimeError if one did not."""
+        """Wait until every publisher has said it registered; raise RuntimeError if one did not."""
         deadline = time.monotonic() + timeout
         for name, process in self._processes.items():
             assert process.stdout is not None
@@ -209,16 +209,18 @@ class Agents:
             line = process.stdout.readline()
             ready.cancel()
             if line.strip() != "registered":
-                raise RuntimeError(f"replica agent {name} did not register (exit {process.poll()})")
+                raise RuntimeError(
+                    f"replica publisher {name} did not register (exit {process.poll()})"
+                )
 
     def kill(self, name: str) -> None:
-        """SIGKILL an agent, as a crash would: its session ends only when it times out."""
+        """SIGKILL a publisher, as a crash would: its session ends only when it times out."""
         process = self._processes[name]
         process.send_signal(signal.SIGKILL)
         process.wait()
 
     def stop(self) -> None:
-        """End every agent that still runs (closing stdin asks it to leave)."""
+        """End every publisher that still runs (closing stdin asks it to leave)."""
         for process in self._processes.values():
             if process.poll() is None and process.stdin is not None:
                 process.stdin.close()

@@ -469,7 +469,7 @@ def test_another_users_process_is_refused_at_the_socket(make_client, socket_path
 
 
 def test_sentinel_agent_killed_and_restarted_converges_its_processes(
-    zookeeper, make_client, admin, namespace, socket_path
+    zookeeper, make_client, admin, namespace, socket_path, raw_zk
 ):
     daemon = Daemon(zookeeper, namespace, "agent", "--socket", socket_path)
     try:
@@ -485,6 +485,8 @@ def test_sentinel_agent_killed_and_restarted_converges_its_processes(
         assert wait_until(lambda: daemon.saw("serving"), 20)  # the stale socket replaced
         expected = fresh_state(make_client)
         assert wait_until(lambda: state(app) == expected, timeout=20)
+        # Its /clients entry went with the killed agent's session, and is back.
+        assert wait_until(lambda: raw_zk.exists(client_path(SERVICE, "app")) is not None, 20)
     finally:
         daemon.stop()
 
@@ -512,3 +514,30 @@ def test_the_environment_variable_turns_agent_mode_on(monkeypatch, agent, admin,
     )
     assert result.stdout.split() == [socket_path, "None", "a"]
     assert Sentinel(hosts=admin.hosts, agent=False).agent is None
+
+
+def test_asyncio_code_resolves_and_streams_events_through_the_agent(
+    agent, admin, socket_path, zookeeper, namespace
+):
+    import asyncio
+
+    from sentinel.aio import AsyncSentinel
+
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+
+    async def scenario() -> tuple[str, str]:
+        async with AsyncSentinel(
+            hosts=zookeeper.connect_string,
+            client_id="async-app",
+            namespace=namespace,
+            agent=socket_path,
+        ) as client:
+            first = await client.aget_service(SERVICE, "acme")
+            async with client.events(SERVICE) as events:
+                admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+                async for event in events:
+                    if isinstance(event, InstancesChanged) and event.added:
+                        return first.label, event.added[0].label
+        raise AssertionError("the stream ended")
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 20)) == ("a", "b")

@@ -1,6 +1,6 @@
-"""A replica's agent for the demo: registers one replica and holds its session until told.
+"""A replica's publisher for the demo: registers one replica and holds its session until told.
 
-``python -m sentinel.demo.agent HOSTS NAMESPACE SERVICE PARTITION LABEL HOST PORT SCHEME
+``python -m sentinel.demo.replica HOSTS NAMESPACE SERVICE PARTITION LABEL HOST PORT SCHEME
 PROPERTIES`` registers the replica (``PROPERTIES`` is a JSON object: the SQLite replicas name
 their database file and their primary's), prints ``registered`` and waits for its standard
 input to close, then leaves. Killed instead, it leaves its registration to
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     """Register, report, wait for end of input."""
     hosts, namespace, service, partition, label, host, port, scheme, properties = argv
     with Sentinel(
-        hosts, f"demo-agent-{partition}-{label}", namespace, session_timeout=SESSION_TIMEOUT
+        hosts, f"demo-replica-{partition}-{label}", namespace, session_timeout=SESSION_TIMEOUT
     ) as sentinel:
         sentinel.register(
             service,
