@@ -348,3 +348,42 @@ def test_ls_doctor_and_prune_count_a_jvm_service_by_its_registry(
         pruned = json.loads(cli("prune", "--older-than", "0", "--json").stdout)
         assert pruned == {"removed": []}
         assert raw_zk.exists(metrics_path(SERVICE, "p1", "r1")) is not None
+
+
+def test_the_collector_sidecar_publishes_metrics_for_jvm_instances(
+    zookeeper, make_client, base, raw_zk
+):
+    """The metric collector follows a Curator service as any: it scrapes each JVM
+    instance's exporter and publishes into the namespace, and MinLag steers by it."""
+    from sentinel.collector import MetricCollector
+    from tests.integration.test_collector import Exporter, collecting
+
+    exporters = {label: Exporter(lag) for label, lag in (("a", 5.0), ("b", 1.0))}
+    try:
+        with CuratorPublisher(zookeeper.connect_string, base) as publisher:
+            for label, exporter in exporters.items():
+                publisher.register(
+                    SERVICE,
+                    "127.0.0.1",
+                    exporter.port,
+                    instance_id=label,
+                    payload={"metadata": {"shard": "p1"}},
+                )
+            admin_of(make_client, base)
+            app = reader(make_client)
+            policy = MinLag(cutoff=30, max_age=5)
+
+            def picked() -> str:
+                return app.get_service(SERVICE, policy=policy).label
+
+            collector = reader(make_client, "collector-1")
+            with MetricCollector(collector, collecting(SERVICE)):
+                assert wait_until(lambda: picked() == "b", 15, ignore=(NoInstanceAvailable,))
+                exporters["b"].lag.set(9.0)
+                assert wait_until(lambda: picked() == "a", 15)
+            assert json.loads(raw_zk.get(metrics_path(SERVICE, "p1", "b"))[0])["metrics"] == {
+                "replication_lag": 9.0
+            }
+    finally:
+        for exporter in exporters.values():
+            exporter.close()

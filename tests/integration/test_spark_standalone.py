@@ -35,7 +35,9 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_sessions_are_the_executors_python_workers(make_client, zookeeper, namespace, raw_zk):
+def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None) -> dict:
+    """The job on a two-worker cluster: its reports, the /clients entries and the server's
+    connections while the driver holds its executors, and the processes it ran on."""
     publisher = make_client("publisher")
     tenants = {f"t{i:02d}": f"p{i % 2 + 1}" for i in range(TASKS)}
     publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
@@ -54,6 +56,7 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
             **cluster.driver_conf,
             "spark.python.worker.reuse": "true",
             "spark.ui.enabled": "false",  # the driver's web UI: a Jetty server nobody reads
+            **(conf or {}),
         }
         settings = {"conf": conf, "config": config, "service": SERVICE, "tasks": TASKS}
         arguments = [cluster.master_url, json.dumps({**settings, "out": str(out)})]
@@ -81,6 +84,19 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
             driver.stdin.close()
             driver.wait(60)
         workers = cluster.worker_pids
+    return {
+        "reports": reports,
+        "entries": entries,
+        "connections": connections,
+        "executor_hosts": executor_hosts,
+        "workers": workers,
+    }
+
+
+def test_sessions_are_the_executors_python_workers(make_client, zookeeper, namespace, raw_zk):
+    job = run_job(make_client, zookeeper, namespace, raw_zk)
+    reports, entries, connections = job["reports"], job["entries"], job["connections"]
+    executor_hosts, workers = job["executor_hosts"], job["workers"]
 
     assert len(reports) == TASKS
     assert {r["partition"] for r in reports} == {"p1", "p2"}
@@ -108,3 +124,30 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
     # Stopping the cluster ended every JVM it started, the executors' and their workers' too.
     started = [*workers, *executor_hosts, *daemons, *sessions]
     assert wait_until(lambda: not any(alive(pid) for pid in started), 10) is not None
+
+
+def test_with_the_hosts_agent_the_executors_python_workers_open_no_session(
+    make_client, zookeeper, namespace, raw_zk, tmp_path
+):
+    """``SENTINEL_AGENT`` in the executors' environment: every Python worker takes the
+    registry from the host's agent, and ZooKeeper sees one session for the host."""
+    from sentinel.agent.server import AgentServer
+
+    socket_path = str(tmp_path / "agent.sock")
+    host_agent = make_client("host-agent", announce=False, agent=False)
+    with AgentServer(host_agent, socket_path):
+        job = run_job(
+            make_client,
+            zookeeper,
+            namespace,
+            raw_zk,
+            {"spark.executorEnv.SENTINEL_AGENT": socket_path},
+        )
+    reports = job["reports"]
+    assert len(reports) == TASKS and {r["partition"] for r in reports} == {"p1", "p2"}
+    assert {r["session"] for r in reports} == {None}  # no worker opened a session
+    # Each worker is in /clients as before, its entry kept by the agent's one session.
+    etl = [(json.loads(data), stat.ephemeralOwner) for data, stat in job["entries"].values()]
+    etl = [(doc, owner) for doc, owner in etl if doc["app"] == "etl"]
+    assert sorted(doc["pid"] for doc, _ in etl) == sorted({r["pid"] for r in reports})
+    assert {owner for _, owner in etl} == {host_agent.session_id}
