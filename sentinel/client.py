@@ -28,7 +28,7 @@ from sentinel.agent.protocol import ENV as AGENT_ENV
 from sentinel.agent.protocol import socket_path as agent_socket
 from sentinel.auth import acl
 from sentinel.auth.config import AuthConfig
-from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
+from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, PublishedKeys, verify_key
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
 from sentinel.auth.writer import CredentialWriter
@@ -61,6 +61,7 @@ from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
     SECTIONS,
     SERVICES,
+    auth_keys_path,
     default_label,
     instance_path,
     metrics_path,
@@ -228,8 +229,8 @@ class Sentinel:
         Take the registry from the host agent (``sentinel agent``) on this Unix socket instead
         of a ZooKeeper session of the client's own: True for ``$SENTINEL_AGENT`` or the
         default socket, False for a session of its own whatever the environment says.
-        Lookups are unchanged; writes open the client's own session on the first one
-        (``docs/agent.md``). :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable`
+        Lookups are unchanged; writes open the client's own session on the first one, and
+        so does a key ring whose public keys are not published yet (``docs/agent.md``). :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable`
         when no agent answers within ``connect_timeout``.
     """
 
@@ -520,7 +521,7 @@ class Sentinel:
         self._cache.start()  # the link connects in the background from now on
         try:
             self._agent_link.wait_connected(self.connect_timeout)
-            if self._keyring is not None:
+            if self._keyring is not None and not self._keys_published_per_agent():
                 self._open_write_session()
         except BaseException:
             self._agent_link.close()
@@ -536,6 +537,23 @@ class Sentinel:
             self.client_id,
         )
         return self
+
+    def _keys_published_per_agent(self) -> bool:
+        """Agent mode with a key ring: whether the agent found this ring's public keys
+        published for ``auth_client`` (then no session is needed at start), after the same
+        signing check :meth:`_prepare` makes, on what the agent read."""
+        assert self._agent_link is not None and self._keyring is not None
+        welcome = self._agent_link.welcome
+        self._check_signing(secured=welcome.get("secured") is True)
+        keys = welcome.get("keys")
+        if not isinstance(keys, str):
+            return False
+        path = auth_keys_path(self.auth_client)
+        try:
+            found = PublishedKeys.from_bytes(self.auth_client, path, keys.encode())
+        except DecodeError:
+            return False
+        return found == self._keyring.published(self.auth_client)
 
     def _open_write_session(self) -> None:
         """Agent mode: the client's own session, for its writes and ephemeral nodes, opened
@@ -647,13 +665,14 @@ class Sentinel:
         close = difflib.get_close_matches(service, sorted(names), n=3)
         return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
-    def _check_signing(self) -> None:
+    def _check_signing(self, secured: bool | None = None) -> None:
         """A client with a key ring must verify the manager's signatures in a secured
-        namespace (unless ``require_signed=False``): SigningRequired otherwise."""
+        namespace (unless ``require_signed=False``): SigningRequired otherwise. ``secured``:
+        already known (the host agent read it), else read now."""
         reader = self._credentials
         if reader is None or reader.verifies_signatures or self._require_signed is False:
             return
-        if acl.is_secured(self._zk):
+        if secured if secured is not None else acl.is_secured(self._zk):
             raise SigningRequired(self._signer_missing(f"namespace {self.namespace} is secured"))
 
     def _signer_missing(self, because: str) -> str:

@@ -89,6 +89,9 @@ class AgentLink:
         self._first_failure: AgentUnavailable | None = None
         #: Connections made to the agent so far (the first, then one per reconnection).
         self.connections = 0
+        #: The agent's last ``welcome``: its session's state and, for a process with a key
+        #: ring, whether the namespace is secured and the keys published for its client.
+        self.welcome: dict[str, Any] = {}
 
     @property
     def connected(self) -> bool:
@@ -175,6 +178,7 @@ class AgentLink:
                 delay = min(delay * 2, _MAX_RETRY)
                 continue
             delay = _FIRST_RETRY
+            self.welcome = welcome
             self.connections += 1
             self._connected.set()
             self.on_state(_STATES.get(welcome.get("state"), KazooState.SUSPENDED), _since(welcome))

@@ -35,6 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from sentinel import telemetry
@@ -42,6 +43,7 @@ from sentinel.agent import protocol
 from sentinel.agent.link import error_answer
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
+from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.errors import (
@@ -51,7 +53,7 @@ from sentinel.errors import (
     ServiceNotFound,
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
-from sentinel.registry.layout import auth_path, client_path, validate_name
+from sentinel.registry.layout import auth_keys_path, auth_path, client_path, validate_name
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
@@ -299,9 +301,18 @@ class AgentServer:
             )
         connection.client = validate_name("client id", checked(hello, "client", str))
         auth_client = checked(hello, "auth_client", (str, type(None)))
+        welcome = self._connection_message("welcome")
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
-        connection.reply(self._connection_message("welcome"))
+            # What a process with a key ring checks at start, read here so that it opens no
+            # session when its public keys are published already (the common case).
+            welcome["secured"] = acl.is_secured(self.sentinel._zk)
+            try:
+                keys, _ = self.sentinel._zk.get(auth_keys_path(auth_client))
+                welcome["keys"] = keys.decode("utf-8", "replace")
+            except NoNodeError:
+                welcome["keys"] = None
+        connection.reply(welcome)
 
     def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
         op = message["op"]

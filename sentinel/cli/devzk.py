@@ -106,6 +106,7 @@ def _demo(args: argparse.Namespace) -> int:
             master=master,
             spark_conf=conf,
             databases=args.databases,
+            agent=args.spark == "standalone",  # one agent for the cluster's one host
         )
     return EXIT_OK if passed else 1
 
@@ -222,8 +223,9 @@ def register(commands: argparse._SubParsersAction) -> None:
         choices=("local", "standalone"),
         default="local",
         help="local: run the job on --master (default); standalone: start a Spark standalone "
-        "cluster here (a master and 2 workers, each a JVM, on 127.0.0.1), run the job on it "
-        "and stop it",
+        "cluster here (a master and 2 workers, each a JVM, on 127.0.0.1) and a host agent "
+        "(sentinel agent) whose one ZooKeeper session the executors' Python workers share, run "
+        "the job on it and stop it",
     )
     demo.add_argument(
         "--databases",

@@ -48,6 +48,7 @@ from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
 from sentinel.integrations.spark import ClientConfig
 from sentinel.policies import MinLag
+from sentinel.registry.layout import client_path
 from sentinel.registry.reads import read_clients
 from sentinel.shards.manager import ShardManager
 from sentinel.testing.helpers import wait_until
@@ -206,6 +207,8 @@ class _Stage:
     partitions: list[str]
     master: str
     databases: Databases
+    # The host agent the executors' Python workers use (``--spark standalone``), or None.
+    agent: Sentinel | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,24 @@ def _start_zookeeper(
     hosts = stack.enter_context(LocalZooKeeper()).connect_string
     emit(f"  ZooKeeper serving on {hosts} after {time.monotonic() - started:.2f}s")
     return hosts
+
+
+def _start_agent(
+    emit: Callable[[str], None],
+    stack: contextlib.ExitStack,
+    hosts: str,
+    namespace: str,
+    socket_path: str,
+) -> Sentinel:
+    """The host agent the executors' workers use: one session for this host; its client."""
+    from sentinel.agent.server import AgentServer
+
+    session = stack.enter_context(
+        Sentinel(hosts, "demo-host-agent", namespace, announce=False, agent=False)
+    )
+    stack.enter_context(AgentServer(session, socket_path))
+    emit(f"  host agent serving {socket_path}: the executors' Python workers read through it")
+    return session
 
 
 def _place_tenants(stage: _Stage) -> dict[str, str]:
@@ -614,12 +635,27 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
         and all(e["auth"] is not None for e in logged_in),
     )
     workers = {e["pid"] for e in events}
-    entries = read_clients(stage.admin._zk).get(SERVICE, {}).values()
-    check(
-        f"{len(workers)} worker processes ran the {run.tasks} tasks with one ZooKeeper session "
-        "each (their /clients entries)",
-        sorted(r.pid for r in entries if r.app == JOB) == sorted(workers),
-    )
+    clients = read_clients(stage.admin._zk).get(SERVICE, {})
+    entries = {name: r for name, r in clients.items() if r.app == JOB}
+    if stage.agent is None:
+        check(
+            f"{len(workers)} worker processes ran the {run.tasks} tasks with one ZooKeeper "
+            "session each (their /clients entries)",
+            sorted(r.pid for r in entries.values()) == sorted(workers),
+        )
+    else:
+        owners = {
+            stat.ephemeralOwner
+            for stat in (stage.admin._zk.exists(client_path(SERVICE, name)) for name in entries)
+            if stat is not None
+        }
+        check(
+            f"{len(workers)} worker processes ran the {run.tasks} tasks through the host's "
+            f"agent: {len(owners)} ZooKeeper session for this host, none of their own (their "
+            "/clients entries, kept by the agent)",
+            sorted(r.pid for r in entries.values()) == sorted(workers)
+            and owners == {stage.agent.session_id},
+        )
     return checks
 
 
@@ -634,12 +670,15 @@ def run_demo(
     master: str = "local[2]",
     spark_conf: Mapping[str, str] | None = None,
     databases: str | None = None,
+    agent: bool = False,
 ) -> bool:
     """Run the demonstration, reporting each line through ``emit``; True if every check passed.
 
     ``spark_conf`` adds Spark settings (a standalone cluster's ``driver_conf``). ``databases``
     is ``"postgresql"`` or ``"sqlite"``; by default PostgreSQL when it is installed, else
-    SQLite (one line says so)."""
+    SQLite (one line says so). ``agent``: the executors' Python workers take the registry
+    from a host agent (``sentinel agent``) run here, the one host of a loopback cluster,
+    rather than each opening a session; a check counts ZooKeeper sessions per host."""
     if partitions < 2 or replicas < 2 or tenants < 2 * partitions:
         raise ValueError("the demo needs 2+ partitions, 2+ replicas and 2+ tenants per partition")
     if hosts is not None:
@@ -649,7 +688,11 @@ def run_demo(
     partition_names = [f"p{i + 1}" for i in range(partitions)]
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sentinel-demo-")))
-        spark = stack.enter_context(_spark_session(master, workdir, spark_conf or {}))
+        socket_path = str(workdir / "agent.sock") if agent else None
+        conf = dict(spark_conf or {})
+        if socket_path is not None:
+            conf["spark.executorEnv.SENTINEL_AGENT"] = socket_path
+        spark = stack.enter_context(_spark_session(master, workdir, conf))
         labels = [f"replica-{chr(ord('a') + r)}" for r in range(replicas)]
         chosen, why = choose(workdir, labels, databases)
         stack.callback(chosen.stop)
@@ -658,8 +701,21 @@ def run_demo(
         emit(f"  databases: {why}, starting meanwhile")
         admin = stack.enter_context(Sentinel(hosts, "demo-admin", namespace))
         stack.callback(_remove_namespace, hosts, namespace)
+        host_agent = None
+        if socket_path is not None:
+            host_agent = _start_agent(emit, stack, hosts, namespace, socket_path)
         stage = _Stage(
-            emit, stack, workdir, hosts, namespace, admin, names, partition_names, master, chosen
+            emit,
+            stack,
+            workdir,
+            hosts,
+            namespace,
+            admin,
+            names,
+            partition_names,
+            master,
+            chosen,
+            host_agent,
         )
 
         placement = _place_tenants(stage)

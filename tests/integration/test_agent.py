@@ -541,3 +541,26 @@ def test_asyncio_code_resolves_and_streams_events_through_the_agent(
         raise AssertionError("the stream ended")
 
     assert asyncio.run(asyncio.wait_for(scenario(), 20)) == ("a", "b")
+
+
+def test_a_key_ring_whose_keys_are_published_opens_no_session(
+    agent, admin, make_client, socket_path, raw_zk
+):
+    """The agent tells a process with a key ring what is published for its client: a ring
+    published before (another worker of the same application) needs no session; a new one
+    is published on the process's own session, and the manager seals to it as to any."""
+    ring = ClientKeyring.generate()
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    first = through(make_client, socket_path, "etl-1", auth=AuthConfig(keys=ring, client="etl"))
+    assert first.session_id is not None  # nothing published yet: it published the ring
+    second = through(make_client, socket_path, "etl-2", auth=AuthConfig(keys=ring, client="etl"))
+    assert second.session_id is None
+    admin.credentials.publish(SERVICE, "etl", {"user": "etl", "password": "pw"})
+    assert wait_until(lambda: (second.get_service(SERVICE, "acme").auth or {}).get("user") == "etl")
+    other = through(
+        make_client,
+        socket_path,
+        "etl-3",
+        auth=AuthConfig(keys=ClientKeyring.generate(), client="etl-new"),
+    )
+    assert other.session_id is not None
