@@ -230,8 +230,9 @@ class Sentinel:
         of a ZooKeeper session of the client's own: True for ``$SENTINEL_AGENT`` or the
         default socket, False for a session of its own whatever the environment says.
         Lookups are unchanged; writes open the client's own session on the first one, and
-        so does a key ring whose public keys are not published yet (``docs/agent.md``). :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable`
-        when no agent answers within ``connect_timeout``.
+        so does a key ring whose public keys are not published yet (``docs/agent.md``).
+        :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable` when no agent
+        answers within ``connect_timeout``.
     """
 
     def __init__(
@@ -382,6 +383,7 @@ class Sentinel:
                 self.namespace,
                 self.client_id,
                 auth_client,
+                identity=self._identity or os.environ.get(acl.IDENTITY_ENV) or None,
                 timeout=self.connect_timeout,
             )
         self._cache = RegistryCache(

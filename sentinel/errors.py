@@ -276,7 +276,8 @@ class RegistryError(SentinelError):
 
 
 class AccessDenied(RegistryError):
-    """ZooKeeper's ACLs refused the write: this client's identity may not change that section."""
+    """ZooKeeper's ACLs refused the operation: this client's identity may not change that
+    section (or, through the host agent, read that service)."""
 
 
 class NamespaceNotControlled(AccessDenied):

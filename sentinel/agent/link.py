@@ -27,6 +27,7 @@ from kazoo.client import KazooState
 
 from sentinel.agent import protocol
 from sentinel.errors import (
+    AccessDenied,
     AgentProtocolError,
     AgentUnavailable,
     NamespaceNotFound,
@@ -66,15 +67,19 @@ class AgentLink:
         client: str,
         auth_client: str | None,
         *,
+        identity: str | None = None,
         timeout: float = 10.0,
     ) -> None:
         self.path = path
+        # The process's ZooKeeper identity: the agent serves it only what that identity may
+        # read (a local socket to the host's own daemon; never logged, never in a repr).
         self._hello = {
             "op": "hello",
             "version": protocol.VERSION,
             "namespace": namespace,
             "client": client,
             "auth_client": auth_client,
+            "identity": identity,
         }
         self._timeout = timeout
         self.on_frame: OnFrame = lambda message: None
@@ -281,7 +286,13 @@ def _error_of(answer: dict[str, Any]) -> Exception:
 # The errors a request may meet at the agent, raised as themselves in the process.
 _ERRORS: dict[str, type[SentinelError]] = {
     kind.__name__: kind
-    for kind in (ServiceNotFound, PartitionNotFound, ReadThroughThrottled, NamespaceNotFound)
+    for kind in (
+        ServiceNotFound,
+        PartitionNotFound,
+        ReadThroughThrottled,
+        NamespaceNotFound,
+        AccessDenied,
+    )
 }
 _FIELDS = frozenset(
     {

@@ -35,8 +35,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
+from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import protocol
@@ -46,14 +48,23 @@ from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.cache.snapshot_file import policy_entry, service_entry
+from sentinel.connection import client_arguments
 from sentinel.errors import (
+    AccessDenied,
     NamespaceNotFound,
     ResolutionError,
     SentinelError,
     ServiceNotFound,
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
-from sentinel.registry.layout import auth_keys_path, auth_path, client_path, validate_name
+from sentinel.registry.layout import (
+    METRICS,
+    auth_keys_path,
+    auth_path,
+    client_path,
+    service_path,
+    validate_name,
+)
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
@@ -65,6 +76,9 @@ log = logging.getLogger(__name__)
 
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 _TIMEVAL = struct.Struct("ll")  # SO_SNDTIMEO's struct timeval
+# Sessions the agent opens to read as its processes' identities (only for nodes not everyone
+# may read): identities are a host's few roles and applications; more is refused.
+MAX_IDENTITY_SESSIONS = 64
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
 MAX_PENDING_REPLIES = 1024
@@ -79,6 +93,7 @@ class _Connection:
     uid: int
     client: str | None = None
     auth_client: str | None = None
+    identity: str | None = None  # its ZooKeeper identity, for what it may read
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
     announced: set[str] = field(default_factory=set)  # /clients paths
@@ -141,6 +156,7 @@ class AgentServer:
         self._lock = threading.Lock()  # the set above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
+        self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
@@ -185,8 +201,12 @@ class AgentServer:
                 os.unlink(self.path)
         with self._lock:
             connections = list(self._connections)
+            readers, self._readers = list(self._readers.values()), {}
         for connection in connections:
             self._drop(connection, None)
+        for reader in readers:
+            reader.stop()
+            reader.close()
 
     def __enter__(self) -> AgentServer:
         return self.start()
@@ -267,8 +287,11 @@ class AgentServer:
             self._connections.discard(connection)
             still = {path for other in self._connections for path in other.announced}
         telemetry.AGENT_PROCESSES.set(len(self._connections))
-        for path in connection.announced - still:
-            self.sentinel._nodes.remove(path)  # its /clients entries go with it
+        for path in connection.announced - still:  # its /clients entries go with it
+            try:
+                self.sentinel._nodes.remove(path)
+            except Exception as exc:  # the session lost or closing: its end removes them
+                log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
 
     def _read(self, connection: _Connection) -> None:
         """The connection's requests, one at a time; anything that is not one drops it."""
@@ -300,6 +323,7 @@ class AgentServer:
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
         connection.client = validate_name("client id", checked(hello, "client", str))
+        connection.identity = checked(hello, "identity", (str, type(None)))
         auth_client = checked(hello, "auth_client", (str, type(None)))
         welcome = self._connection_message("welcome")
         if auth_client is not None:
@@ -324,7 +348,8 @@ class AgentServer:
             service = validate_name("service", checked(message, "service", str))
             try:
                 self.sentinel.prefetch(service)
-            except (ServiceNotFound, NamespaceNotFound) as exc:
+                self._check_readable(connection, service)
+            except (ServiceNotFound, NamespaceNotFound, AccessDenied) as exc:
                 connection.reply(error_answer(request, exc))
                 return
             if connection.auth_client is not None:
@@ -358,6 +383,67 @@ class AgentServer:
             keep_trying=True,
         )
         connection.announced.add(path)
+
+    # --- what a process may read ------------------------------------------------------------
+
+    def _check_readable(self, connection: _Connection, service: str) -> None:
+        """:class:`AccessDenied` unless the process's identity may read every subtree it
+        would be served of ``service`` (its node, its metrics, its credential node, its shard
+        policy). A subtree that everyone may read costs one ACL read; one that not everyone
+        may read is read as the process's identity, on a session of that identity's own
+        (kept for the identity's other processes), since ZooKeeper hides the digest hashes in
+        an ACL from a session without ADMIN there."""
+        snapshot = self.sentinel._snapshots.get(service)
+        roots = [service_path(service), f"{METRICS}/{service}"]
+        if connection.auth_client is not None:
+            roots.append(auth_path(service, connection.auth_client))
+        if snapshot is not None and snapshot.spec.shard_policy is not None:
+            roots.append(policy_path(snapshot.spec.shard_policy))
+        for root in roots:
+            if not self._readable(connection.identity, root):
+                raise AccessDenied(
+                    f"service {service!r}: this process's ZooKeeper identity may not read "
+                    f"{root} (its ACL), and the agent serves it only what it may read"
+                )
+
+    def _readable(self, identity: str | None, path: str) -> bool:
+        try:
+            entries, _ = self.sentinel._zk.get_acls(path)
+        except NoNodeError:
+            return True  # nothing there to hide
+        if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
+            return True
+        if identity is None:
+            return False
+        reader = self._identity_session(identity)
+        if reader is None:
+            return False
+        try:
+            reader.get(path)
+        except NoAuthError:
+            return False
+        except NoNodeError:
+            return True
+        return True
+
+    def _identity_session(self, identity: str) -> KazooClient | None:
+        """A session authenticated as ``identity``, made on first need (None past
+        :data:`MAX_IDENTITY_SESSIONS`, or when it does not connect)."""
+        with self._lock:
+            reader = self._readers.get(identity)
+            if reader is not None or len(self._readers) >= MAX_IDENTITY_SESSIONS:
+                return reader
+            reader = KazooClient(
+                hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
+                **client_arguments(identity, self.sentinel.tls),
+            )
+            try:
+                reader.start(timeout=self.sentinel.connect_timeout)
+            except Exception as exc:
+                log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
+                return None
+            self._readers[identity] = reader
+            return reader
 
     # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
 

@@ -437,7 +437,7 @@ def test_another_users_process_is_refused_at_the_socket(make_client, socket_path
         "try:\n"
         "    s.sendall(struct.pack('>I', len(body)) + body)\n"
         "    print('answered' if s.recv(4) else 'closed')\n"
-        "except ConnectionResetError:\n"
+        "except OSError:  # reset, or a broken pipe: closed either way\n"
         "    print('closed')\n"
     )
 
@@ -564,3 +564,46 @@ def test_a_key_ring_whose_keys_are_published_opens_no_session(
         auth=AuthConfig(keys=ClientKeyring.generate(), client="etl-new"),
     )
     assert other.session_id is not None
+
+
+def test_a_process_is_served_only_what_its_own_identity_may_read(
+    zookeeper, make_client, namespace, socket_path, raw_zk
+):
+    """A service whose node not everyone may read: the agent's session reads it, and serves
+    it to a process whose identity may read it too, never to another."""
+    from kazoo.client import KazooClient
+    from kazoo.security import make_acl, make_digest_acl
+
+    from sentinel.errors import AccessDenied
+    from sentinel.registry.records import InstanceRecord, ServiceSpec
+
+    assert raw_zk.exists("/") is not None  # the namespace, made by the fixture
+    owner = KazooClient(
+        f"{zookeeper.connect_string}{namespace}", auth_data=[("digest", "agent:agent-pw")]
+    )
+    owner.start(timeout=10)
+    try:
+        owner.ensure_path("/services")
+        restricted = [
+            make_digest_acl("agent", "agent-pw", all=True),
+            make_digest_acl("alice", "alice-pw", read=True),
+        ]
+        spec_path = "/services/private"
+        owner.create(spec_path, ServiceSpec("private").to_bytes(spec_path), acl=restricted)
+        node = instance_path("private", "p1", "a")
+        owner.create(
+            node,
+            InstanceRecord("private", "p1", "a", "10.0.9.9", 80).to_bytes(node),
+            acl=[make_acl("world", "anyone", read=True)],
+        )
+        session = make_client("host-agent", announce=False, agent=False, identity="agent:agent-pw")
+        with AgentServer(session, socket_path):
+            alice = through(make_client, socket_path, "alice", identity="alice:alice-pw")
+            assert alice.get_service("private").host == "10.0.9.9"
+            for name, identity in (("bob", "bob:bob-pw"), ("anonymous", None)):
+                other = through(make_client, socket_path, name, identity=identity)
+                with pytest.raises(AccessDenied, match="may not read /services/private"):
+                    other.get_service("private")
+    finally:
+        owner.stop()
+        owner.close()
