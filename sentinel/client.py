@@ -39,6 +39,7 @@ from sentinel.connection import client_arguments, unavailable
 from sentinel.deprecation import moved, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
+    AgentUnavailable,
     ClientClosed,
     ClientNotEnrolled,
     DecodeError,
@@ -501,8 +502,9 @@ class Sentinel:
                 self._zk.start(timeout=self.connect_timeout)
         except self._zk.handler.timeout_exception:
             error = unavailable(self.hosts, self.connect_timeout, self._zk.handler)
-            if not self._serve_snapshot(error):
-                raise error from None
+            with self._lifecycle_lock:
+                if not self._serve_snapshot(error):
+                    raise error from None
             return self
         try:
             self._prepare()
@@ -517,12 +519,23 @@ class Sentinel:
         return self
 
     def _start_with_agent(self) -> Sentinel:
-        """:meth:`start` in agent mode: connect to the agent; a client with a key ring also
-        opens its own session, to publish its public keys (a write)."""
-        assert self._agent_link is not None
-        self._cache.start()  # the link connects in the background from now on
+        """:meth:`start` in agent mode: connect to the agent (or, when none answers, serve
+        the snapshot file while the link keeps trying, as a direct client serves it while
+        ZooKeeper does not answer); a client with a key ring not yet published also opens
+        its own session, to publish its public keys (a write)."""
+        link = self._agent_link
+        assert link is not None
+        link.start()  # connects in the background from now on; its news wait for the worker
         try:
-            self._agent_link.wait_connected(self.connect_timeout)
+            link.wait_connected(self.connect_timeout)
+        except AgentUnavailable as error:
+            with self._lifecycle_lock:  # close() meanwhile finds it whole or not started
+                if self._serve_snapshot(error):
+                    return self
+            link.close()
+            raise
+        self._cache.start()
+        try:
             if self._keyring is not None and not self._keys_published_per_agent():
                 self._open_write_session()
         except BaseException:
@@ -689,8 +702,9 @@ class Sentinel:
             self._snapshot_writer.start()
 
     def _serve_snapshot(self, unavailable: ZooKeeperUnavailable) -> bool:
-        """No server answered: serve the last-known-good snapshot and connect in the
-        background. False when there is no snapshot to serve (the reason is logged)."""
+        """No server (or no agent) answered: serve the last-known-good snapshot and connect in
+        the background. False when there is no snapshot to serve (the reason is logged).
+        Called holding the lifecycle lock (see :meth:`_serve_restored`)."""
         if self._snapshot_writer is None:
             return False
         try:
@@ -700,8 +714,7 @@ class Sentinel:
         except SnapshotRejected as exc:
             log.warning("%s; not serving it", exc)
             return False
-        with self._lifecycle_lock:
-            self._serve_restored(restored.snapshots, restored.shard_maps, restored.written_at)
+        self._serve_restored(restored.snapshots, restored.shard_maps, restored.written_at)
         log.warning(
             "%s; serving the snapshot %s written %.0fs ago (%d services) until it connects",
             unavailable,

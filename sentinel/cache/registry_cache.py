@@ -109,6 +109,7 @@ class RegistryCache:
         if agent is not None:  # the host agent's session follows, and reads through
             follower = AgentFollower(self, agent, credentials)
             self._follower, self.read_through = follower, follower.partition
+            agent.on_state = self.connection_changed
         self.connection_state = "connected"
         self.disconnected_at: float | None = None
         # Services restore() served and no re-sync has re-read yet: stale, and not yet in
@@ -121,8 +122,7 @@ class RegistryCache:
     def start(self) -> None:
         """Start the worker and follow the connection state (the agent's, in agent mode)."""
         if self._agent is not None:
-            self._agent.on_state = self.connection_changed
-            self._agent.start()
+            self._agent.start()  # unless started already (the client's start)
         else:
             self._zk.add_listener(self._on_state)
         self.worker.start()

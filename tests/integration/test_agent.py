@@ -607,3 +607,32 @@ def test_a_process_is_served_only_what_its_own_identity_may_read(
     finally:
         owner.stop()
         owner.close()
+
+
+def test_a_process_started_while_the_agent_is_down_serves_its_snapshot_file_then_converges(
+    make_client, admin, socket_path, tmp_path
+):
+    from sentinel import CacheConfig
+
+    snapshot = str(tmp_path / "cache.json")
+    session = make_client("host-agent", announce=False, agent=False)
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    with AgentServer(session, socket_path):
+        first = through(
+            make_client, socket_path, "app-1", cache=CacheConfig(snapshot_path=snapshot)
+        )
+        first.prefetch(SERVICE)
+        first.close()  # writes the file
+    app = through(
+        make_client,
+        socket_path,
+        "app-2",
+        connect_timeout=1.0,
+        cache=CacheConfig(snapshot_path=snapshot),
+    )
+    assert app.connection_state == "snapshot" and app.staleness > 0
+    assert app.get_service(SERVICE, "acme").label == "a"  # served from the file
+    admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+    with AgentServer(session, socket_path):
+        assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"], timeout=15)
+        assert wait_until(lambda: app.connection_state == "connected")
