@@ -233,7 +233,7 @@ class Sentinel:
         Lookups are unchanged; writes open the client's own session on the first one, and
         so does a key ring whose public keys are not published yet (``docs/agent.md``).
         :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable` when no agent
-        answers within ``connect_timeout``.
+        answers within ``connect_timeout`` (with a snapshot file, it serves that meanwhile).
     """
 
     def __init__(
