@@ -559,7 +559,10 @@ class Sentinel:
         signing check :meth:`_prepare` makes, on what the agent read."""
         assert self._agent_link is not None and self._keyring is not None
         welcome = self._agent_link.welcome
-        self._check_signing(secured=welcome.get("secured") is True)
+        secured = welcome.get("secured")
+        if not isinstance(secured, bool):  # the agent could not tell: check on our session
+            return False
+        self._check_signing(secured=secured)
         keys = welcome.get("keys")
         if not isinstance(keys, str):
             return False

@@ -179,7 +179,8 @@ AGENT_FRAMES = Counter(
 AGENT_DROPPED = Counter(
     "sentinel_agent_dropped_connections_total",
     "Connections this host agent dropped, by reason (refused: a peer not allowed; protocol: "
-    "a frame that is not a message; slow: a process that stopped reading).",
+    "a frame that is not a message; slow: a process that stopped reading; error: the agent's "
+    "own failure, logged).",
     ["reason"],
     registry=None,
 )

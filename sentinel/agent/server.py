@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
@@ -55,6 +55,7 @@ from sentinel.errors import (
     ResolutionError,
     SentinelError,
     ServiceNotFound,
+    ZooKeeperUnavailable,
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
 from sentinel.registry.layout import (
@@ -68,6 +69,7 @@ from sentinel.registry.layout import (
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
+from sentinel.zk.errors import translate
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -314,6 +316,9 @@ class AgentServer:
             self._drop(connection, "protocol")
         except OSError:
             self._drop(connection, None)
+        except Exception:  # a bug of the agent's own: logged, and the process reconnects
+            log.exception("agent: dropping pid %d", connection.pid)
+            self._drop(connection, "error")
 
     def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
         if checked(hello, "version", int) != protocol.VERSION:
@@ -329,13 +334,17 @@ class AgentServer:
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
             # What a process with a key ring checks at start, read here so that it opens no
-            # session when its public keys are published already (the common case).
-            welcome["secured"] = acl.is_secured(self.sentinel._zk)
+            # session when its public keys are published already (the common case). Unknown
+            # while the agent's session is down: the process then checks on its own session.
+            welcome["secured"] = welcome["keys"] = None
             try:
+                welcome["secured"] = acl.is_secured(self.sentinel._zk)
                 keys, _ = self.sentinel._zk.get(auth_keys_path(auth_client))
                 welcome["keys"] = keys.decode("utf-8", "replace")
             except NoNodeError:
-                welcome["keys"] = None
+                pass
+            except KazooException:
+                welcome["secured"] = None
         connection.reply(welcome)
 
     def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
@@ -352,6 +361,9 @@ class AgentServer:
             except (ServiceNotFound, NamespaceNotFound, AccessDenied) as exc:
                 connection.reply(error_answer(request, exc))
                 return
+            except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
+                connection.reply(error_answer(request, translate(exc, "the agent's session")))
+                return
             if connection.auth_client is not None:
                 self._follow_auth(service, connection.auth_client)
             connection.reply({"op": "service", "id": request, "service": service})
@@ -360,8 +372,8 @@ class AgentServer:
             key = checked(message, "key", (str, int))
             try:
                 partition = self.sentinel.partition_of(service, key)
-            except ResolutionError as exc:
-                connection.reply(error_answer(request, exc))
+            except (ResolutionError, ZooKeeperUnavailable, KazooException) as exc:
+                connection.reply(error_answer(request, translate(exc, "the agent's session")))
                 return
             connection.reply({"op": "partition", "id": request, "partition": partition})
 

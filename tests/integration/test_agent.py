@@ -636,3 +636,38 @@ def test_a_process_started_while_the_agent_is_down_serves_its_snapshot_file_then
     with AgentServer(session, socket_path):
         assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"], timeout=15)
         assert wait_until(lambda: app.connection_state == "connected")
+
+
+def test_a_follow_while_the_agents_session_is_down_is_an_answer_not_a_dropped_connection(
+    zookeeper, make_client, admin, socket_path
+):
+    from sentinel.errors import ZooKeeperUnavailable
+
+    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    proxy = TcpProxy(host, int(port))
+    try:
+        session = make_client(
+            "host-agent",
+            hosts=proxy.address,
+            announce=False,
+            agent=False,
+            connect_timeout=1.0,
+            session_timeout=20.0,
+        )
+        with AgentServer(session, socket_path) as server:
+            admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+            app = through(make_client, socket_path)
+            dropped = {r: AGENT_DROPPED.labels(r)._value.get() for r in ("protocol", "error")}
+            proxy.cut()
+            with pytest.raises(ZooKeeperUnavailable):
+                app.get_service(SERVICE, "acme")  # the agent cannot load it now
+            assert server.processes == 1  # still connected
+            assert {r: AGENT_DROPPED.labels(r)._value.get() for r in dropped} == dropped
+            proxy.restore()
+            assert wait_until(
+                lambda: app.get_service(SERVICE, "acme").label == "a",
+                timeout=20,
+                ignore=(ZooKeeperUnavailable,),
+            )
+    finally:
+        proxy.close()
