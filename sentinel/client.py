@@ -495,11 +495,7 @@ class Sentinel:
         if self._agent_link is not None:
             return self._start_with_agent()
         try:
-            with warnings.catch_warnings():
-                # A missing namespace is reported by the reads that need it (NamespaceNotFound)
-                # and created by the first write; kazoo's warning would only be noise.
-                warnings.filterwarnings("ignore", message="No chroot path exists")
-                self._zk.start(timeout=self.connect_timeout)
+            self._start_zk()
         except self._zk.handler.timeout_exception:
             error = unavailable(self.hosts, self.connect_timeout, self._zk.handler)
             with self._lifecycle_lock:
@@ -579,17 +575,23 @@ class Sentinel:
         with self._session_lock:
             if self._zk.connected:
                 return
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="No chroot path exists")
-                try:
-                    self._zk.start(timeout=self.connect_timeout)
-                except self._zk.handler.timeout_exception:
-                    raise unavailable(self.hosts, self.connect_timeout, self._zk.handler) from None
+            try:
+                self._start_zk()
+            except self._zk.handler.timeout_exception:
+                raise unavailable(self.hosts, self.connect_timeout, self._zk.handler) from None
             try:
                 self._prepare()
             except BaseException:
                 self._zk.stop()
                 raise
+
+    def _start_zk(self) -> None:
+        """Start the session (the handler's timeout exception when no server answers)."""
+        with warnings.catch_warnings():
+            # A missing namespace is reported by the reads that need it (NamespaceNotFound)
+            # and created by the first write; kazoo's warning would only be noise.
+            warnings.filterwarnings("ignore", message="No chroot path exists")
+            self._zk.start(timeout=self.connect_timeout)
 
     def _mark_started(self) -> None:
         self._started = True
@@ -1319,7 +1321,8 @@ class Sentinel:
         if isinstance(failure, InstanceNotRegistered) and self._curator_holds(
             service, partition, label
         ):
-            failure = self._put_metrics(path, data)
+            self._put_metrics(path, data)
+            failure = None
         if failure is not None:
             raise failure
         return record
@@ -1335,7 +1338,7 @@ class Sentinel:
             return False
         return spec.curator is not None and holds_instance(self._watches, spec, partition, label)
 
-    def _put_metrics(self, path: str, data: bytes) -> Exception | None:
+    def _put_metrics(self, path: str, data: bytes) -> None:
         """Write the metrics node of a Curator instance, checked just before (not in the same
         transaction: an instance gone meanwhile leaves a node no lookup reads, until the
         instance is back or ``sentinel doctor`` names it)."""
@@ -1347,7 +1350,6 @@ class Sentinel:
                 self._zk.create(path, data)
             except NodeExistsError:  # another writer created it meanwhile
                 self._zk.set(path, data)
-        return None
 
     def _write_if_registered(
         self, instance_node: str, path: str, data: bytes, *, create: bool

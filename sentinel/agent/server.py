@@ -92,7 +92,6 @@ class _Connection:
 
     sock: socket.socket
     pid: int
-    uid: int
     client: str | None = None
     auth_client: str | None = None
     identity: str | None = None  # its ZooKeeper identity, for what it may read
@@ -260,7 +259,7 @@ class AgentServer:
             seconds = int(self._send_timeout)
             micros = int((self._send_timeout - seconds) * 1_000_000)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(seconds, micros))
-            connection = _Connection(sock, pid, uid)
+            connection = _Connection(sock, pid)
             with self._lock:
                 self._connections.add(connection)
             telemetry.AGENT_PROCESSES.set(len(self._connections))
@@ -476,7 +475,9 @@ class AgentServer:
 
     def _follow_auth(self, service: str, client: str) -> None:
         """Follow ``client``'s credential node of ``service`` (once for every process of that
-        client); its changes mark the service on their connections."""
+        client, and only while one is connected: a claimed client name costs the agent a
+        watch for as long as its process lives); its changes mark the service on their
+        connections."""
         pair = (service, client)
         with self._lock:
             if pair in self._auth:
@@ -486,10 +487,14 @@ class AgentServer:
 
         def changed(data: bytes | None, _: ZnodeStat | None) -> bool:
             with self._lock:
-                self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
                 connections = [
                     c for c in self._connections if c.auth_client == client and not c.closed
                 ]
+                if not connections:  # its processes are gone: stop following the node
+                    self._auth.pop(pair, None)
+                    ready.set()
+                    return False
+                self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
             for connection in connections:
                 connection.mark(service=service)
             ready.set()
@@ -596,19 +601,13 @@ class AgentServer:
                 "policy": policy,
                 "entry": self._policy_entry(connection, policy),
             }
-        count = shard_map.spec.buckets
-        indexes = {bucket_of(key, count) for key in keys}
-        contents: dict[int, dict[str, str]] = {i: {} for i in indexes}
-        for key, partition in dict(shard_map.keys).items():  # one atomic copy
-            index = bucket_of(key, count)
-            if index in contents:
-                contents[index][key] = partition
+        indexes = {bucket_of(key, shard_map.spec.buckets) for key in keys}
         return {
             "op": "buckets",
             "policy": policy,
             "buckets": {
-                str(i): encode_bucket(bucket_path(policy, i), keys).decode()
-                for i, keys in contents.items()
+                str(i): encode_bucket(bucket_path(policy, i), shard_map.bucket(i)).decode()
+                for i in indexes
             },
         }
 

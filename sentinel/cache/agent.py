@@ -23,12 +23,12 @@ from typing import Any
 from sentinel.agent.link import AgentLink
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
+from sentinel.cache.reads import open_credential
 from sentinel.cache.snapshot_file import policy_map, service_parts
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
 from sentinel.errors import DecodeError, SentinelError, ServiceNotFound
-from sentinel.registry.layout import auth_path
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, decode_bucket
 
@@ -160,15 +160,7 @@ class AgentFollower:
         if text is None:
             self._credentials.forget(service)
             return None
-        path = auth_path(service, self._credentials.client)
-        try:
-            credential, errors = self._credentials.newest(service, path, text.encode())
-        except DecodeError as exc:
-            credential, errors = None, [exc]
-        for error in errors:
-            self._cache.stats.auth_errors += 1
-            log.warning("skipping a credential: %s", error)  # messages hold no secrets
-        return credential
+        return open_credential(self._credentials, self._cache.stats, service, text.encode())
 
     def _apply_policy(self, policy: str, entry: object) -> None:
         """Serve a shard map the agent sent whole (None: the policy does not exist)."""

@@ -236,14 +236,7 @@ class ServiceReads:
             self._credentials.forget(service)
             return None
         observe_propagation("auth", stat)
-        try:
-            credential, errors = self._credentials.newest(service, path, data)
-        except DecodeError as exc:
-            credential, errors = None, [exc]
-        for error in errors:
-            self._stats.auth_errors += 1
-            log.warning("skipping a credential: %s", error)  # messages hold no secrets
-        return credential
+        return open_credential(self._credentials, self._stats, service, data)
 
     def forget_auth(self, service: str) -> None:
         """This client's credential node for ``service`` is gone."""
@@ -292,6 +285,23 @@ class ServiceReads:
         except DecodeError as exc:
             self.skip(exc)
             return {}
+
+
+def open_credential(
+    credentials: CredentialReader, stats: CacheStats, service: str, data: bytes
+) -> Credential | None:
+    """This client's newest readable credential in ``service``'s credential node ``data``
+    (as read from ZooKeeper, or as the host agent forwarded it); each envelope that does not
+    open is logged and counted in ``auth_errors``."""
+    path = auth_path(service, credentials.client)
+    try:
+        credential, errors = credentials.newest(service, path, data)
+    except DecodeError as exc:
+        credential, errors = None, [exc]
+    for error in errors:
+        stats.auth_errors += 1
+        log.warning("skipping a credential: %s", error)  # messages hold no secrets
+    return credential
 
 
 def _timed(section: str, decode: Decoder) -> Decoder:

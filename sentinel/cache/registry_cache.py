@@ -275,8 +275,12 @@ class RegistryCache:
     def native_services(self) -> list[str]:
         """The services the namespace's follower feeds: every one whose spec the namespace
         holds (of those naming a Curator registry, all but the instances)."""
-        unlisted = self._curator.unlisted if self._curator is not None else frozenset()
+        unlisted = self._unlisted()
         return [service for service in self.snapshots if service not in unlisted]
+
+    def _unlisted(self) -> frozenset[str]:
+        """The services the namespace holds no spec of (a Curator base path's alone)."""
+        return self._curator.unlisted if self._curator is not None else frozenset()
 
     def foreign_services(self) -> frozenset[str]:
         """The services whose instances are read from Curator registries: not in the snapshot
@@ -420,8 +424,7 @@ class RegistryCache:
         """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
         node (which a rotation waits on, Procedure 2) and in its telemetry. A Curator service
         has no ``/clients`` node, and a reader never makes one."""
-        unlisted = self._curator.unlisted if self._curator is not None else frozenset()
-        if self._announce and service not in unlisted:
+        if self._announce and service not in self._unlisted():
             self._register_client(service, auth)
         if auth is not None:
             auth_version_applied(service, auth.version)

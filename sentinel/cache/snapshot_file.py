@@ -139,12 +139,11 @@ def policy_entry(policy: str, shard_map: ShardMap) -> dict[str, Any]:
     bucket that holds keys (the snapshot file's form, and the host agent's)."""
     entry: dict[str, Any] = {"spec": _text(shard_map.spec.to_bytes(policy_path(policy)))}
     if isinstance(shard_map, DirectoryMap):
-        buckets: dict[int, dict[str, str]] = {}
-        for key, partition in dict(shard_map.keys).items():  # one atomic copy
-            buckets.setdefault(bucket_of(key, shard_map.spec.buckets), {})[key] = partition
+        buckets = ((i, shard_map.bucket(i)) for i in range(shard_map.spec.buckets))
         entry["buckets"] = {
             str(i): _text(encode_bucket(bucket_path(policy, i), keys))
-            for i, keys in buckets.items()
+            for i, keys in buckets
+            if keys
         }
     return entry
 

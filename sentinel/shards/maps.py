@@ -82,6 +82,13 @@ class DirectoryMap:
         self._bucket_keys[index] = tuple(mapping)
         return changes
 
+    def bucket(self, index: int) -> dict[str, str]:
+        """The keys of bucket ``index`` and their partitions, as applied last (a key removed
+        by an update meanwhile is left out)."""
+        keys = self.keys
+        found = ((key, keys.get(key)) for key in self._bucket_keys[index])
+        return {key: partition for key, partition in found if partition is not None}
+
 
 class RangeMap:
     """Client-side lookup for a range policy (immutable)."""

@@ -127,6 +127,11 @@ def test_directory_map_applies_buckets_and_reports_changes():
     assert shard_map.lookup("7") == "p3"
     # The lookup is dict.get itself; an int key misses and the client normalises it.
     assert shard_map.lookup(7) is None
+    # Each bucket reads back as last applied (the snapshot file and the host agent send it).
+    assert shard_map.bucket(1) == {"a": "p2", "c": "p1"}
+    assert shard_map.bucket(2) == {"7": "p3"} and shard_map.bucket(0) == {}
+    shard_map.keys.pop("c")  # gone under a reader's feet: left out, not a KeyError
+    assert shard_map.bucket(1) == {"a": "p2"}
 
 
 def test_range_map_bisects_typed_keys():
