@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,27 @@ def agent(make_client, socket_path):
     session = make_client("host-agent", announce=False, agent=False, persistent_watches=True)
     with AgentServer(session, socket_path, send_timeout=2.0) as server:
         yield server
+
+
+@pytest.fixture
+def proxy(zookeeper) -> Iterator[TcpProxy]:
+    """A relay to the server, to cut or pause the agent's own link with."""
+    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    relay = TcpProxy(host, int(port))
+    yield relay
+    relay.close()
+
+
+def session_through(make_client, proxy: TcpProxy, **kwargs):
+    """The agent's own session, through ``proxy``, lasting past the cuts (20 s)."""
+    return make_client(
+        "host-agent",
+        hosts=proxy.address,
+        announce=False,
+        agent=False,
+        session_timeout=20.0,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -158,41 +180,29 @@ def test_an_agent_gone_leaves_processes_serving_stale_and_a_new_one_converges_th
 
 
 def test_the_agents_own_session_cut_marks_processes_stale_and_they_converge(
-    zookeeper, make_client, admin, socket_path
+    proxy, make_client, admin, socket_path
 ):
-    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
-    proxy = TcpProxy(host, int(port))
-    try:
-        session = make_client(
-            "host-agent", hosts=proxy.address, announce=False, agent=False, session_timeout=20.0
-        )
-        with AgentServer(session, socket_path):
-            admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
-            app = through(make_client, socket_path)
-            app.prefetch(SERVICE)
-            proxy.cut()
-            assert wait_until(lambda: app.connection_state == "suspended", timeout=20)
-            admin.register(SERVICE, "p2", "10.0.2.1", 5432, label="b")
-            proxy.restore()
-            expected = fresh_state(make_client)
-            assert wait_until(lambda: state(app) == expected, timeout=20)
-            assert wait_until(lambda: app.connection_state == "connected")
-    finally:
-        proxy.close()
+    with AgentServer(session_through(make_client, proxy), socket_path):
+        admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+        app = through(make_client, socket_path)
+        app.prefetch(SERVICE)
+        proxy.cut()
+        assert wait_until(lambda: app.connection_state == "suspended", timeout=20)
+        admin.register(SERVICE, "p2", "10.0.2.1", 5432, label="b")
+        proxy.restore()
+        expected = fresh_state(make_client)
+        assert wait_until(lambda: state(app) == expected, timeout=20)
+        assert wait_until(lambda: app.connection_state == "connected")
 
 
 def test_processes_converge_after_random_changes_under_agent_faults(
-    zookeeper, make_client, admin, socket_path
+    proxy, make_client, admin, socket_path
 ):
     """Random changes while the agent's link is cut or paused, and while the agent is gone;
     after each fault every process's cache equals a fresh read."""
     seed = int(os.environ.get("SENTINEL_TEST_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
-    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
-    proxy = TcpProxy(host, int(port))
-    session = make_client(
-        "host-agent", hosts=proxy.address, announce=False, agent=False, session_timeout=20.0
-    )
+    session = session_through(make_client, proxy)
     server = AgentServer(session, socket_path).start()
     apps = [through(make_client, socket_path, f"app-{i}") for i in range(3)]
     registrations: dict[str, object] = {}
@@ -244,7 +254,6 @@ def test_processes_converge_after_random_changes_under_agent_faults(
             )
     finally:
         server.stop()
-        proxy.close()
 
 
 def _raw(path: str) -> socket.socket:
@@ -639,35 +648,65 @@ def test_a_process_started_while_the_agent_is_down_serves_its_snapshot_file_then
 
 
 def test_a_follow_while_the_agents_session_is_down_is_an_answer_not_a_dropped_connection(
-    zookeeper, make_client, admin, socket_path
+    proxy, make_client, admin, socket_path
 ):
     from sentinel.errors import ZooKeeperUnavailable
 
-    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
-    proxy = TcpProxy(host, int(port))
-    try:
-        session = make_client(
-            "host-agent",
-            hosts=proxy.address,
-            announce=False,
-            agent=False,
-            connect_timeout=1.0,
-            session_timeout=20.0,
+    session = session_through(make_client, proxy, connect_timeout=1.0)
+    with AgentServer(session, socket_path) as server:
+        admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+        app = through(make_client, socket_path)
+        dropped = {r: AGENT_DROPPED.labels(r)._value.get() for r in ("protocol", "error")}
+        proxy.cut()
+        with pytest.raises(ZooKeeperUnavailable):
+            app.get_service(SERVICE, "acme")  # the agent cannot load it now
+        assert server.processes == 1  # still connected
+        assert {r: AGENT_DROPPED.labels(r)._value.get() for r in dropped} == dropped
+        proxy.restore()
+        assert wait_until(
+            lambda: app.get_service(SERVICE, "acme").label == "a",
+            timeout=20,
+            ignore=(ZooKeeperUnavailable,),
         )
-        with AgentServer(session, socket_path) as server:
-            admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
-            app = through(make_client, socket_path)
-            dropped = {r: AGENT_DROPPED.labels(r)._value.get() for r in ("protocol", "error")}
-            proxy.cut()
-            with pytest.raises(ZooKeeperUnavailable):
-                app.get_service(SERVICE, "acme")  # the agent cannot load it now
-            assert server.processes == 1  # still connected
-            assert {r: AGENT_DROPPED.labels(r)._value.get() for r in dropped} == dropped
-            proxy.restore()
-            assert wait_until(
-                lambda: app.get_service(SERVICE, "acme").label == "a",
-                timeout=20,
-                ignore=(ZooKeeperUnavailable,),
-            )
-    finally:
-        proxy.close()
+
+
+def test_the_agent_never_replaces_a_file_that_is_not_a_socket_nor_a_live_agent(
+    make_client, socket_path
+):
+    from sentinel.errors import SentinelError
+
+    session = make_client("host-agent", announce=False, agent=False)
+    Path(socket_path).write_text("someone's file")
+    with pytest.raises(SentinelError, match="is not a socket"):
+        AgentServer(session, socket_path).start()
+    assert Path(socket_path).read_text() == "someone's file"
+    os.unlink(socket_path)
+    with (
+        AgentServer(session, socket_path),
+        pytest.raises(SentinelError, match="already serves"),
+    ):
+        AgentServer(session, socket_path).start()
+
+
+def test_a_frame_from_the_agent_that_does_not_decode_is_skipped_and_the_state_kept(
+    agent, admin, make_client, socket_path
+):
+    """What the agent sends is untrusted as ZooKeeper's nodes are: a garbage state of a
+    service is counted and skipped, the state before it served, and the next good frame
+    applied."""
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    app = through(make_client, socket_path)
+    app.prefetch(SERVICE)
+    before, errors = state(app), app.cache_stats.decode_errors
+    follower = app._cache._follower  # the link's reader hands every frame to it
+    for entry in (
+        {"spec": "{", "instances": {}, "metrics": {}},
+        {"spec": "{}", "instances": {"p1:a": [0, "not json"]}, "metrics": {}},
+        "not an object",
+    ):  # one at a time: a service's frames coalesce, the latest applied
+        follower.receive({"op": "service", "service": SERVICE, "entry": entry})
+        errors += 1
+        assert wait_until(lambda errors=errors: app.cache_stats.decode_errors == errors)
+        assert state(app) == before
+    admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
+    assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"])
