@@ -6,7 +6,10 @@ queued again: repeated events for one node coalesce into one read.
 
 After a reconnection the re-sync starts after a random delay of up to ``resync_jitter``
 seconds, so a fleet that reconnects together does not read together, and reconnections within
-that delay share one.
+that delay share one. A merged task (an event's read of one node) that the connection's loss
+interrupted runs again after the next re-sync: a session that resumes keeps its persistent
+watches, and the server reports only what changed after the last zxid the client saw, which
+may be past the change this read was for.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class CacheWorker:
         self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # None: stop
         self._pending: set[Task] = set()
         self._pending_lock = threading.Lock()
+        self._interrupted: set[Task] = set()  # merged tasks to run after the re-sync
         self._thread: threading.Thread | None = None
         self.on_change: Callable[[], None] | None = None
 
@@ -138,7 +142,14 @@ class CacheWorker:
             if wait > 0:
                 return self._tasks.get(timeout=wait)
         self._resync_at = None
-        return Task(self._resync)
+        return Task(self._resync_then_retry)
+
+    def _resync_then_retry(self) -> None:
+        """The re-sync, then the merged tasks interrupted before it (kept if it fails)."""
+        self._resync()
+        interrupted, self._interrupted = self._interrupted, set()
+        for task in interrupted:
+            self.merge(task)
 
     def _run(self) -> None:
         worker = threading.current_thread()
@@ -146,6 +157,7 @@ class CacheWorker:
         # begun another worker already).
         while self._thread is worker and (task := self._next_task()) is not None:
             with self._pending_lock:
+                merged = task in self._pending
                 self._pending.discard(task)
             try:
                 task.run(*task.args)
@@ -153,6 +165,8 @@ class CacheWorker:
                     self.on_change()
             except Exception as exc:
                 if isinstance(translate(exc, ""), ZooKeeperUnavailable):
+                    if merged:
+                        self._interrupted.add(task)
                     log.info("%s interrupted by the connection; the re-sync will cover it", task)
                 else:
                     log.exception("cache task %s failed", task)

@@ -83,15 +83,47 @@ def flap(proxies: Sequence[TcpProxy], seconds: float, period: float = 0.1) -> in
     return flaps
 
 
+class _Valve:
+    """One direction of a :class:`TcpProxy`'s relay: open, or holding each chunk read from its
+    source until it opens again or lets that chunk through."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._open = True
+        self._passes = 0  # chunks let through while closed
+        self.held = 0  # chunks read and not relayed yet
+
+    def wait(self) -> None:
+        """Before relaying a chunk: return once it may go."""
+        with self._changed:
+            self.held += 1
+            self._changed.wait_for(lambda: self._open or self._passes > 0)
+            if not self._open:
+                self._passes -= 1
+            self.held -= 1
+
+    def set(self, open: bool) -> None:
+        with self._changed:
+            self._open = open
+            self._passes = 0
+            self._changed.notify_all()
+
+    def let_through(self, chunks: int) -> None:
+        with self._changed:
+            self._passes += chunks
+            self._changed.notify_all()
+
+
 class TcpProxy:
     """A loopback TCP relay between clients and a real server, whose link can be cut.
 
     It models a network partition between one client and ZooKeeper while the server goes on
     serving everyone else: :meth:`cut` drops every relayed connection and refuses new ones
     until :meth:`restore`; :meth:`pause` holds every byte, closing nothing, until
-    :meth:`resume` (a stalled link, or a frozen client as the server sees it). Connect clients
-    to :attr:`address`. With ``delay``, each chunk waits that many seconds before it is
-    relayed: a slow link.
+    :meth:`resume` (a stalled link, or a frozen client as the server sees it), or the bytes of
+    one direction only, whose held chunks :meth:`let_through` relays one by one. Connect
+    clients to :attr:`address`. With ``delay``, each chunk waits that many seconds before it
+    is relayed: a slow link.
     """
 
     def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
@@ -103,8 +135,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._open = threading.Event()
         self._open.set()
-        self._flowing = threading.Event()  # cleared while paused
-        self._flowing.set()
+        self._valves = {True: _Valve(), False: _Valve()}  # toward the server, the client
         self._closed = False
         threading.Thread(target=self._accept, name="tcp-proxy", daemon=True).start()
 
@@ -132,15 +163,18 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._connections.update((downstream, upstream))
-            for source, sink in ((downstream, upstream), (upstream, downstream)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, valve in (
+                (downstream, upstream, self._valves[True]),
+                (upstream, downstream, self._valves[False]),
+            ):
+                threading.Thread(target=self._pump, args=(source, sink, valve), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, valve: _Valve) -> None:
         try:
             while data := source.recv(65536):
                 if self.delay:
                     time.sleep(self.delay)  # the slow link being simulated, not a wait
-                self._flowing.wait()
+                valve.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -165,19 +199,34 @@ class TcpProxy:
         """Accept connections again."""
         self._open.set()
 
-    def pause(self) -> None:
-        """Hold every byte in both directions, keeping connections open (new ones too)."""
-        self._flowing.clear()
+    def pause(self, *, to_server: bool = True, to_client: bool = True) -> None:
+        """Hold every byte in both directions, or in the one asked for, keeping connections
+        open (new ones too): ``to_client=False`` lets the server's replies and watch events
+        through while the client's requests wait."""
+        for direction, paused in ((True, to_server), (False, to_client)):
+            if paused:
+                self._valves[direction].set(open=False)
+
+    def held(self, *, to_server: bool = True) -> int:
+        """How many chunks read from one side wait to be relayed to the other."""
+        return self._valves[to_server].held
+
+    def let_through(self, chunks: int = 1, *, to_server: bool = True) -> None:
+        """While paused, relay the next ``chunks`` chunks of one direction and hold the rest
+        (a chunk is what one read of the source returned: one request, when the client sent
+        it alone)."""
+        self._valves[to_server].let_through(chunks)
 
     def resume(self) -> None:
         """Relay again, the bytes held first."""
-        self._flowing.set()
+        for valve in self._valves.values():
+            valve.set(open=True)
 
     def close(self) -> None:
         """Stop relaying."""
         self._closed = True
         self.cut()
-        self._flowing.set()  # held pumps find their sockets shut and end
+        self.resume()  # held pumps find their sockets shut and end
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
         self._listener.close()

@@ -1,0 +1,71 @@
+"""The cache worker runs an event's read that the connection interrupted again after the
+re-sync, and nothing else again."""
+
+from __future__ import annotations
+
+import threading
+
+from kazoo.exceptions import ConnectionLoss, NoAuthError
+
+from sentinel.cache.worker import CacheWorker, Task
+
+
+class Reads:
+    """Tasks that fail as told, recording each run; the re-sync fails while ``resync_fails``."""
+
+    def __init__(self) -> None:
+        self.runs: list[str] = []
+        self.failures: dict[str, list[Exception]] = {}
+        self.resync_fails = False
+        self.done = threading.Event()
+
+    def read(self, name: str) -> None:
+        self.runs.append(name)
+        failures = self.failures.get(name)
+        if failures:
+            raise failures.pop(0)
+
+    def resync(self) -> None:
+        self.runs.append("resync")
+        if self.resync_fails:
+            raise ConnectionLoss()
+
+    def mark(self) -> None:
+        self.done.set()
+
+
+def run_until_idle(worker: CacheWorker, reads: Reads) -> None:
+    """Wait until the tasks queued so far, and those they queue, have run."""
+    for _ in range(2):  # the second mark queues behind what ran before the first queued
+        reads.done.clear()
+        worker.put(Task(reads.mark))
+        assert reads.done.wait(5)
+
+
+def test_a_merged_read_interrupted_by_the_connection_runs_again_after_the_resync():
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    worker.start()
+    try:
+        reads.failures = {"a": [ConnectionLoss()], "b": [ConnectionLoss()], "c": [NoAuthError()]}
+        worker.merge(Task(reads.read, ("a",)))  # an event's read
+        worker.put(Task(reads.read, ("b",)))  # a load's: its caller got the error
+        worker.merge(Task(reads.read, ("c",)))  # refused, not interrupted
+        run_until_idle(worker, reads)
+        assert reads.runs == ["a", "b", "c"]
+
+        reads.resync_fails = True  # interrupted again: kept for the next re-sync
+        worker.put(Task(worker.schedule_resync))
+        run_until_idle(worker, reads)
+        assert reads.runs[3:] == ["resync"]
+
+        reads.resync_fails = False
+        worker.put(Task(worker.schedule_resync))
+        run_until_idle(worker, reads)
+        assert reads.runs[4:] == ["resync", "a"]
+
+        worker.put(Task(worker.schedule_resync))  # it ran: not again
+        run_until_idle(worker, reads)
+        assert reads.runs[6:] == ["resync"]
+    finally:
+        assert worker.stop(lambda task: None, timeout=5)
