@@ -20,8 +20,12 @@ The clients:
 * ``kazoo``: kazoo's client on the transport Sentinel uses (``sentinel.zk.transport``'s
   PollHandler), the follower's watch callback reading the node again with ``get_async``;
 * ``sentinel``: the whole path a user gets, ``update_metrics`` on a publisher to a
-  ``listen()`` callback on another client (persistent watch, the worker's read, the snapshot
-  swapped, the listener called), change row only.
+  ``listen()`` callback on another client (the persistent watch's event taken on the
+  connection thread, which sends the node's read at once; the reply applied by the cache's
+  worker, the snapshot swapped, the listener called), change row only;
+* ``sentinel, worker reads``: the same with the event handed to kazoo's callback thread and
+  the read sent by the worker (``PersistentFollower.at_once = False``), the path before the
+  hops were cut, measured in the same rounds.
 
 A third row, ``registration``, is the raw socket's floor for a new instance reaching a
 follower (a create; the children event, the list and the new node read): the floor that
@@ -50,6 +54,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 
 from benchmarks.common import compile_peer, percentiles, report
 from sentinel import Sentinel
+from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.transport import PollHandler
@@ -274,7 +279,15 @@ def kazoo_change(hosts: str, changes: int) -> list[float]:
             client.close()
 
 
-def sentinel_change(hosts: str, changes: int) -> list[float]:
+def sentinel_change(hosts: str, changes: int, at_once: bool = True) -> list[float]:
+    PersistentFollower.at_once = at_once  # read when the follower follows the service
+    try:
+        return _sentinel_change(hosts, changes)
+    finally:
+        PersistentFollower.at_once = True
+
+
+def _sentinel_change(hosts: str, changes: int) -> list[float]:
     with (
         Sentinel(hosts, "floor-writer", announce=False) as writer,
         Sentinel(hosts, "floor-follower", announce=False) as follower,
@@ -337,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
                 "Java client": lambda: java_samples(java, hosts, "change", args.changes),
                 "kazoo": lambda: kazoo_change(hosts, args.changes),
                 "sentinel": lambda: sentinel_change(hosts, args.changes),
+                "sentinel, worker reads": lambda: sentinel_change(hosts, args.changes, False),
             },
             "registration": {"raw socket": lambda: raw_registration(host, port, args.changes)},
         }

@@ -2,36 +2,42 @@
 
 One ZooKeeper on loopback, two Sentinel clients in this process: a writer publishes a metric
 of one instance, and a follower that holds the service (persistent recursive watch) hears it
-in a ``listen()`` callback. One change at a time; each is traced through the follower's
-threads by wrappers that take ``time.perf_counter()`` (one clock for every thread) as it passes:
+in a ``listen()`` callback. One change at a time; each is traced through both clients' threads
+by wrappers that take ``time.perf_counter()`` (one clock for every thread) as it passes:
 
 1. ``write``: ``update_metrics`` called on the writer;
-2. ``event on connection thread``: the watch event read off the follower's socket (kazoo's
-   connection thread, ``sentinel.zk.protocol``'s ``_read_watch_event``);
-3. ``event on callback thread``: the cache's watcher called (kazoo's callback thread,
-   ``RegistryCache._on_persistent``), which only queues a task;
-4. ``task on worker``: the cache's worker starts the task (``_apply_event``);
-5. ``read sent``: the worker's ``get`` of the changed node called;
-6. ``reply on connection thread``: the reply read off the socket;
-7. ``reply on worker``: ``get`` returns on the worker;
-8. ``listener``: the snapshot swapped, the listener called.
+2. ``write sent``: the writer's transaction written to its socket (its connection thread);
+3. ``event on connection thread``: the watch event read off the follower's socket
+   (``sentinel.zk.protocol``'s ``_read_watch_event``);
+4. ``cache's watcher``: the cache's watcher called (``PersistentFollower._on_event``; on the
+   connection thread, or on kazoo's callback thread with ``--worker-reads``);
+5. ``read sent``: the changed node's read written to the follower's socket;
+6. ``task on worker``: the cache's worker starts the event's task (``_apply_event``);
+7. ``reply on connection thread``: the read's reply read off the socket;
+8. ``reply on worker``: the worker has the reply;
+9. ``listener``: the node decoded, the snapshot swapped, the listener called.
 
-The table gives each hop's p50 and p99 over every change (``--changes``, after 100 untimed
-ones) and its share of the median total; the thread hand-offs are hops 2->3, 3->4, 4->5 and
-6->7, each a thread woken under the GIL.
+Stages 5 and 6 run in parallel when the read is sent where the event arrives (the default):
+the worker wakes while the read is on the wire. ``--worker-reads`` traces the path before the
+hops were cut (``PersistentFollower.at_once = False``): the event handed to kazoo's callback
+thread, which queues the task, and the read sent by the worker. The table gives each stage's
+p50 and p99 after the write over every change (``--changes``, after 100 untimed ones), and
+each stage's p50 and p99 after the one before it in the list.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from kazoo.protocol.serialization import GetData, Transaction
+
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
+from sentinel.cache import reads
 from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -40,10 +46,11 @@ from sentinel.zk import protocol as zkprotocol
 WARM_UP = 100
 STAGES = (
     "write",
+    "write sent",
     "event on connection thread",
-    "event on callback thread",
-    "task on worker",
+    "cache's watcher",
     "read sent",
+    "task on worker",
     "reply on connection thread",
     "reply on worker",
     "listener",
@@ -84,33 +91,33 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
         registration = writer.register("hops", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})
         zk = follower._zk
+
+        def submitted(conn: Any, request: Any, *_: Any) -> None:
+            if conn.client is writer._zk and isinstance(request, Transaction):
+                trace.mark(STAGES[1])
+            elif conn.client is zk and isinstance(request, GetData):
+                trace.mark(STAGES[4])
+
         # Before the follower follows the service: its watcher is bound when the watch is set.
         undo = [
+            _wrap(zkprotocol._Connection, "_submit", submitted),
             _wrap(
                 zkprotocol._Connection,
                 "_read_watch_event",
-                lambda conn, *_: conn.client is zk and trace.mark(STAGES[1]),
+                lambda conn, *_: conn.client is zk and trace.mark(STAGES[2]),
             ),
             _wrap(
                 zkprotocol._Connection,
                 "_read_response",
                 lambda conn, *_: (
-                    conn.client is zk and STAGES[4] in trace.times and trace.mark(STAGES[5])
+                    conn.client is zk and STAGES[4] in trace.times and trace.mark(STAGES[6])
                 ),
             ),
-            _wrap(PersistentFollower, "_on_event", lambda *_: trace.mark(STAGES[2])),
-            _wrap(PersistentFollower, "_apply_event", lambda *_: trace.mark(STAGES[3])),
+            _wrap(PersistentFollower, "_on_event", lambda *_: trace.mark(STAGES[3])),
+            _wrap(PersistentFollower, "_apply_event", lambda *_: trace.mark(STAGES[5])),
+            _wrap(reads, "observe_propagation", lambda *_: trace.mark(STAGES[7])),
         ]
         follower.prefetch("hops")
-        get = zk.get
-
-        def traced_get(*args: Any, **kwargs: Any) -> Any:
-            trace.mark(STAGES[4])
-            result = get(*args, **kwargs)
-            trace.mark(STAGES[6])
-            return result
-
-        zk.get = traced_get
         heard = threading.Event()
         expected = [-1.0]
 
@@ -118,7 +125,7 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
             if isinstance(event, MetricsChanged) and any(
                 new.metrics.get("n") == expected[0] for _, new in event.updated
             ):
-                trace.mark(STAGES[7])
+                trace.mark(STAGES[8])
                 heard.set()
 
         follower.listen("hops", listener)
@@ -137,7 +144,6 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
                     start = trace.times[STAGES[0]]
                     traces.append({s: (trace.times[s] - start) * 1000 for s in STAGES})
         finally:
-            zk.get = get
             for restore in undo:
                 restore()
     return traces
@@ -147,31 +153,38 @@ def main(argv: list[str] | None = None) -> None:
     """Trace the changes, print the table and write ``benchmarks/results/hops.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=500)
+    parser.add_argument(
+        "--worker-reads",
+        action="store_true",
+        help="trace the path before the hops were cut: events on kazoo's callback thread, "
+        "reads sent by the worker",
+    )
     args = parser.parse_args(argv)
+    PersistentFollower.at_once = not args.worker_reads
     with LocalZooKeeper() as zk:
         traces = traced_changes(zk.connect_string, args.changes)
-    total = percentiles([t[STAGES[-1]] for t in traces])["p50"]
-    rows, hops = [], {}
-    for before, after in itertools.pairwise(STAGES):
-        tails = percentiles([t[after] - t[before] for t in traces])
-        hops[f"{before} -> {after}"] = tails
+    rows, stages = [], {}
+    for before, stage in zip((None, *STAGES), STAGES, strict=False):
+        since_write = percentiles([t[stage] for t in traces])
+        since_before = percentiles([t[stage] - t[before] for t in traces]) if before else None
+        stages[stage] = {"since_write": since_write, "since_previous": since_before}
         rows.append(
             [
-                f"{before} -> {after}",
-                f"{tails['p50']:.3f}",
-                f"{tails['p99']:.3f}",
-                f"{tails['p50'] / total:.0%}",
+                stage,
+                f"{since_write['p50']:.3f}",
+                f"{since_write['p99']:.3f}",
+                f"{since_before['p50']:.3f}" if since_before else "",
+                f"{since_before['p99']:.3f}" if since_before else "",
             ]
         )
-    whole = percentiles([t[STAGES[-1]] for t in traces])
-    rows.append(["write -> listener (whole)", f"{whole['p50']:.3f}", f"{whole['p99']:.3f}", ""])
+    mode = "worker reads" if args.worker_reads else "reads sent as the event arrives"
     report(
         "hops",
-        f"A metric change's hops to a listener, {len(traces)} traced changes of "
-        f"{args.changes} (ms; share of the median whole)",
-        ["hop", "p50", "p99", "share"],
+        f"A metric change's way to a listener ({mode}), {len(traces)} traced changes of "
+        f"{args.changes} (ms)",
+        ["stage", "after the write p50", "p99", "after the stage before p50", "p99"],
         rows,
-        {"changes": len(traces), "hops": hops, "whole": whole},
+        {"changes": len(traces), "worker_reads": args.worker_reads, "stages": stages},
     )
 
 

@@ -214,16 +214,16 @@ class _ZooKeeperFollower:
 
     @_while_cached
     def _refresh_child(
-        self, current: ServiceSnapshot, service: str, section: str, name: str
+        self, current: ServiceSnapshot, service: str, section: str, name: str, read: Any = None
     ) -> None:
         """After a data event (one-shot: a deletion too): read one child again (it may be
-        gone, created again, or now invalid)."""
+        gone, created again, or now invalid); ``read``: its read, already sent."""
         if not held_by_namespace(current, section):
             return
-        read = self._reads.child(section, current, service, name)
-        if read is None:  # a flooded section's newcomer: left unread
+        outcome = self._reads.child(section, current, service, name, read)
+        if outcome is None:  # a flooded section's newcomer: left unread
             return
-        value, unreadable = read
+        value, unreadable = outcome
         parent, field, _ = section_of(section, service)
         path = f"{parent}/{name}"
         invalid = current.invalid | {path} if unreadable else current.invalid - {path}
@@ -387,6 +387,9 @@ class PersistentFollower(_ZooKeeperFollower):
     the session (see :class:`~sentinel.zk.protocol.PersistentWatches`)."""
 
     persistent = True
+    # Events taken on the connection thread and children's reads sent there (False: on
+    # kazoo's callback thread, every read sent by the worker; benchmarks.floor compares both).
+    at_once: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -397,9 +400,10 @@ class PersistentFollower(_ZooKeeperFollower):
     ) -> None:
         self._watches = watches
         # The subtrees this session has a recursive watch on (a session's end pops them on
-        # kazoo's thread), and the last event of each node not yet applied.
+        # kazoo's thread), and the last event of each node not yet applied, with the node's
+        # read sent as it arrived (None: the worker reads).
         self._followed: dict[str, bool] = {}
-        self._latest: dict[str, str] = {}
+        self._latest: dict[str, tuple[str, Any]] = {}
         super().__init__(cache, zk, credentials)
 
     def resync(self) -> None:
@@ -417,11 +421,14 @@ class PersistentFollower(_ZooKeeperFollower):
                 self._refresh_service(service)
 
     def _on_event(self, root: str, event: WatchedEvent) -> None:
-        """kazoo's thread: an event of the recursive watch on ``root``'s subtree.
+        """kazoo's connection thread: an event of the recursive watch on ``root``'s subtree.
 
         A node's events are applied in one task that reads the latest event's kind when it
         runs: events queued meanwhile (changed, deleted, created again) coalesce into what is
-        true last, with at most one read.
+        true last, with at most one read by the worker. An instance's or metrics node's
+        creation or change has its read sent here, as the event arrives, and its task queued
+        when the reply is in: the worker wakes once, to a reply in hand. A node with an event
+        already waiting (a burst) is read by the worker, once, as before.
         """
         if event.type == EventType.NONE:  # the session ended and took the watch with it
             self._followed.pop(root, None)
@@ -431,14 +438,41 @@ class PersistentFollower(_ZooKeeperFollower):
         if event.type == EventType.CHILD:  # a reconnection's report: a parent's children
             task = self._task_for(event.type, event.path)
         else:
-            self._latest[event.path] = event.type
             task = Task(self._apply_event, (event.path,))
+            waiting = event.path in self._latest
+            read = None if waiting else self._read_at_once(event, task)
+            self._latest[event.path] = (event.type, read)
+            if read is not None:
+                return  # queued with the reply
         if task is not None:
             self._cache.worker.merge(task)
 
+    def _read_at_once(self, event: WatchedEvent, task: Task) -> Any:
+        """The read of a child node created or changed, sent now, ``task`` queued when it
+        completes; None when the worker decides (not such an event, not on the connection
+        thread, or a node the worker would not read: a service not held, a section past its
+        bound, where a flood must cost no reads)."""
+        if event.type == EventType.DELETED:
+            return None
+        node = node_at(event.path)
+        if node is None or node[0] != "child":
+            return None
+        service, section, name = node[1]
+        current = self._cache.snapshots.get(service)
+        if current is None or not held_by_namespace(current, section):
+            return None
+        if not self._reads.has_room(section, current, name):
+            return None
+        return self._watches.read_now(event.path, functools.partial(self._cache.worker.merge, task))
+
     def _apply_event(self, path: str) -> None:
         """Apply the latest event of one node (see :meth:`_on_event`)."""
-        kind = self._latest.pop(path, EventType.CHANGED)  # popped by a run meanwhile: read it
+        # popped by a run meanwhile: read it
+        kind, read = self._latest.pop(path, (EventType.CHANGED, None))
+        node = node_at(path)
+        if read is not None and node is not None:  # a child's, sent by _read_at_once
+            self._refresh_child(*node[1], read=read)
+            return
         task = self._task_for(kind, path)
         if task is not None:
             task.run(*task.args)
@@ -516,6 +550,7 @@ class PersistentFollower(_ZooKeeperFollower):
                 functools.partial(self._on_event, root),
                 AddWatchMode.PERSISTENT_RECURSIVE,
                 known=functools.partial(self._known_paths, root),
+                on_connection_thread=self.at_once,
             )
         except BaseException:
             self._followed.pop(root, None)

@@ -59,20 +59,24 @@ class Section(NamedTuple):
     decode: Decoder
 
 
+# The snapshot field each section's children are held in.
+FIELD_OF = {"instances": "endpoints", "metrics": "metrics"}
+
+
 def section_of(section: str, service: str) -> Section:
     """``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
     (``/metrics/<service>``, as MetricsRecords)."""
     if section == "instances":
         return Section(
             service_path(service),
-            "endpoints",
+            FIELD_OF[section],
             lambda name, path, data, stat: Endpoint.from_record(
                 InstanceRecord.from_bytes(service, name, path, data), joined=stat.czxid
             ),
         )
     return Section(
         f"{METRICS}/{service}",
-        "metrics",
+        FIELD_OF[section],
         lambda name, path, data, _: MetricsRecord.from_bytes(service, name, path, data),
     )
 
@@ -195,20 +199,26 @@ class ServiceReads:
         invalid.update(f"{parent}/{n}" for n in failed)
         return decoded, invalid
 
+    @staticmethod
+    def has_room(section: str, known: ServiceSnapshot, name: str) -> bool:
+        """Whether child ``name`` of a section of ``known`` is read: one it holds, or a
+        newcomer while the section is under MAX_SECTION_NODES."""
+        held = getattr(known, FIELD_OF[section])
+        return name in held or len(held) < MAX_SECTION_NODES
+
     def child(
-        self, section: str, known: ServiceSnapshot, service: str, name: str
+        self, section: str, known: ServiceSnapshot, service: str, name: str, read: Any = None
     ) -> tuple[Any, bool] | None:
         """One child of a section read again: ``(value, unreadable)``, value None when it is
         gone or unreadable; None when it is a newcomer to a section past MAX_SECTION_NODES
-        (left unread, counted)."""
-        parent, field, decode = section_of(section, service)
-        held = getattr(known, field)
-        if name not in held and len(held) >= MAX_SECTION_NODES:
+        (left unread, counted). ``read``: the node's read already sent (an async result)."""
+        parent, _, decode = section_of(section, service)
+        if not self.has_room(section, known, name):
             self._stats.over_limit += 1
             return None
         path = f"{parent}/{name}"
         try:
-            data, stat = self._zk.get(path, watch=self._watch)
+            data, stat = self._zk.get(path, watch=self._watch) if read is None else read.get()
         except NoNodeError:
             return None, False
         observe_propagation(section, stat)

@@ -53,12 +53,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import (
     EXCEPTIONS,
     ConnectionDropped,
+    ConnectionLoss,
     KazooException,
     MarshallingError,
     NoNodeError,
     UnimplementedError,
 )
-from kazoo.protocol.connection import WATCH_XID, ConnectionHandler
+from kazoo.protocol.connection import CLOSE_RESPONSE, WATCH_XID, ConnectionHandler
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import (
     Exists,
@@ -131,6 +132,7 @@ class _AddWatch(NamedTuple):
     callback: Watcher
     known: Callable[[], Iterable[str]] | None
     absolute: bool = False  # path given from the server's root, not the client's chroot
+    on_connection_thread: bool = False  # called where the event is read, not handed off
     type = ADD_WATCH
 
     def serialize(self) -> bytes:
@@ -299,17 +301,75 @@ def _batches(lists: Sequence[list[str]]) -> Iterator[list[list[str]]]:
         yield batch
 
 
+class _Then:
+    """What kazoo's connection completes for a :meth:`PersistentWatches.read_now`: the async
+    result, then the caller's ``then`` on the completing thread."""
+
+    __slots__ = ("_result", "_then")
+
+    def __init__(self, result: Any, then: Callable[[], None]) -> None:
+        self._result = result
+        self._then = then
+
+    def set(self, value: Any = None) -> None:
+        self._result.set(value)
+        self._then()
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._result.set_exception(exception)
+        self._then()
+
+
 class _Connection(ConnectionHandler):
     """kazoo's connection with the extension's hooks (its class is swapped in by install)."""
 
     _extension: PersistentWatches
+    # While the connection thread reads one reply or event from the socket: that thread, and
+    # the requests a watcher called there asked to send at once (PersistentWatches.read_now).
+    _reading_thread: threading.Thread | None = None
+    _at_once: list[tuple[Any, Any]]
+    _write_timeout = 10.0  # seconds; the connect timeout, as kazoo's own sends use
 
     def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
         session = self.client._session_id
         read_timeout, connect_timeout = super()._connect(host, hostip, port)
+        self._write_timeout = connect_timeout / 1000.0
         resumed = session is not None and session == self.client._session_id
         self._extension._primed(self, resumed, connect_timeout / 1000.0)
         return read_timeout, connect_timeout
+
+    def _read_socket(self, read_timeout: float) -> Any:
+        """kazoo's read of one reply or event; then the requests its watchers asked to send at
+        once, ahead of those other threads queued (no wake-up of this thread needed, and no
+        write to kazoo's wake-up socket, which could block this thread with a full buffer)."""
+        self._at_once = []
+        self._reading_thread = threading.current_thread()
+        try:
+            response = super()._read_socket(read_timeout)
+        except BaseException:
+            self._fail_at_once()
+            raise
+        finally:
+            self._reading_thread = None
+        if response is CLOSE_RESPONSE:
+            self._fail_at_once()
+            return response
+        while self._at_once:
+            request, result = self._at_once.pop(0)
+            self._xid = (self._xid % 2147483647) + 1
+            try:
+                self._submit(request, self._write_timeout, self._xid)
+            except BaseException:
+                result.set_exception(ConnectionLoss())
+                self._fail_at_once()
+                raise  # the connection loop drops the connection, as on any failed send
+            self.client._pending.append((request, result, self._xid))
+        return response
+
+    def _fail_at_once(self) -> None:
+        for _, result in self._at_once:
+            result.set_exception(ConnectionLoss())
+        self._at_once = []
 
     def _exchange(self, requests: Sequence[Any], timeout: float) -> list[int]:
         """Send ``requests`` before anything else on this connection and return their error
@@ -360,6 +420,7 @@ class PersistentWatches:
         self._absent: set[str] = set()  # kazoo data watches set by exists() on no node
         self._known: dict[str, Callable[[], Iterable[str]]] = {}  # add_watch(known=...)
         self._absolute: set[str] = set()  # watched paths given from the server's root
+        self._on_connection_thread: set[Watcher] = set()  # add_watch(on_connection_thread=True)
         # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
         self._resync_data: set[str] = set()
         self._resync_children: set[str] = set()
@@ -401,6 +462,7 @@ class PersistentWatches:
         *,
         known: Callable[[], Iterable[str]] | None = None,
         absolute: bool = False,
+        on_connection_thread: bool = False,
     ) -> None:
         """Watch ``path`` until :meth:`remove_watches`, calling ``watcher`` for every event.
 
@@ -425,11 +487,41 @@ class PersistentWatches:
         paths from the server's root too. kazoo's own watches cannot do this: it keys them by
         the path its callbacks see, where ``/services`` outside the chroot and inside it would
         be one key; these tables are keyed by the server's path.
+
+        ``on_connection_thread``: ``watcher`` is called on the connection thread as the event
+        is read, not handed to kazoo's callback thread (one thread wake-up less per event), and
+        may send the changed node's read at once with :meth:`read_now`. It must not block and
+        must not wait for a reply (that thread reads the replies); an exception it raises is
+        logged.
         """
         if not self._probe():
             raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
         server_path = path if absolute else self._server_path(path)
-        self._call(_AddWatch(server_path, AddWatchMode(mode), watcher, known, absolute))
+        request = _AddWatch(
+            server_path, AddWatchMode(mode), watcher, known, absolute, on_connection_thread
+        )
+        self._call(request)
+
+    def read_now(self, path: str, then: Callable[[], None], *, absolute: bool = False) -> Any:
+        """From a watcher called on the connection thread (``add_watch(...,
+        on_connection_thread=True)``): send a read of ``path``'s data (no watch) right after the
+        event being delivered, and return kazoo's async result of it, whose ``get()`` gives
+        ``(data, stat)``. ``then()`` is called on the thread that completes it (the
+        connection thread, with the reply or the connection's loss) and must not block: the
+        caller's worker can sleep until the reply is in, not wake to wait for it.
+        None when called anywhere else (another thread, or an event a reconnection's
+        re-registration reported): read the usual way then.
+
+        The read is sent after the event arrived, so its reply shows the node at least as new
+        as the change the event reports.
+        """
+        connection = self._client._connection
+        if getattr(connection, "_reading_thread", None) is not threading.current_thread():
+            return None
+        result = self._client.handler.async_result()
+        server_path = path if absolute else self._server_path(path)
+        connection._at_once.append((GetData(server_path, None), _Then(result, then)))
+        return result
 
     def remove_watches(
         self, path: str, watcher_type: WatcherType, *, absolute: bool = False
@@ -454,8 +546,8 @@ class PersistentWatches:
             client._child_watchers.pop(server_path, None)
         if watcher_type == WatcherType.ANY:
             with self._lock:
-                self._persistent.pop(server_path, None)
-                self._recursive.pop(server_path, None)
+                for table in (self._persistent, self._recursive):
+                    self._on_connection_thread.difference_update(table.pop(server_path, ()))
                 self._known.pop(server_path, None)
                 self._absolute.discard(server_path)
         self._call(_RemoveWatches(server_path, WatcherType(watcher_type)))
@@ -574,6 +666,8 @@ class PersistentWatches:
                     self._known[request.path] = request.known
                 if request.absolute:
                     self._absolute.add(request.path)
+                if request.on_connection_thread:
+                    self._on_connection_thread.add(request.callback)
         elif isinstance(request, Exists) and request.watcher is not None:
             if code == NoNodeError.code:
                 self._absent.add(request.path)
@@ -604,11 +698,13 @@ class PersistentWatches:
                 self._resync_data.discard(watch.path)
             if kind != EventType.CHANGED:
                 self._resync_children.discard(watch.path)
+            here = {w for w in (*chrooted, *absolute) if w in self._on_connection_thread}
         state = self._client._state
         if chrooted:
-            self._deliver(chrooted, WatchedEvent(kind, state, self._client.unchroot(watch.path)))
+            event = WatchedEvent(kind, state, self._client.unchroot(watch.path))
+            self._deliver(chrooted, event, here)
         if absolute:
-            self._deliver(absolute, WatchedEvent(kind, state, watch.path))
+            self._deliver(absolute, WatchedEvent(kind, state, watch.path), here)
 
     def _reset_watchers(self) -> None:
         """kazoo calls this on SUSPENDED and when the session ends: keep every watch while the
@@ -631,13 +727,24 @@ class PersistentWatches:
             self._recursive.clear()
             self._known.clear()
             self._absolute.clear()
-        self._deliver(dropped, WatchedEvent(EventType.NONE, state, None))
+            on_connection_thread, self._on_connection_thread = self._on_connection_thread, set()
+        self._deliver(dropped, WatchedEvent(EventType.NONE, state, None), on_connection_thread)
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _deliver(self, watchers: Iterable[Watcher], event: WatchedEvent) -> None:
+    def _deliver(
+        self, watchers: Iterable[Watcher], event: WatchedEvent, here: set[Watcher]
+    ) -> None:
+        """Hand ``event`` to each watcher: those in ``here`` called now, on this thread, the
+        others on kazoo's callback thread."""
         for watcher in watchers:
-            self._client.handler.dispatch_callback(Callback("watch", watcher, (event,)))
+            if watcher not in here:
+                self._client.handler.dispatch_callback(Callback("watch", watcher, (event,)))
+                continue
+            try:
+                watcher(event)
+            except Exception:  # a watcher's bug must not take the connection thread down
+                log.exception("watcher %r failed on %s", watcher, event)
 
     def _probe(self) -> bool:
         """Ask now when the connection has not told yet (installed on a running client)."""

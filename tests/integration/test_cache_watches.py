@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+import sentinel.cache.reads
 from benchmarks.zkcost import mntr, watches
 from sentinel.cache.config import CacheConfig
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
@@ -128,3 +129,24 @@ def test_a_cut_connection_reads_only_what_changed_and_an_expiry_reads_everything
 
 def _labels_weights(client) -> dict[str, float]:
     return {e.label: e.weight for e in client.eligible_instances("api")}
+
+
+def test_a_flood_of_a_followed_section_past_its_bound_costs_the_server_no_reads(
+    make_client, raw_zk, zookeeper, namespace, monkeypatch
+):
+    # The read of a changed node is sent as its event arrives; a newcomer past the section's
+    # bound must not be: a writer flooding a service would make every follower read each node.
+    populate(make_client, raw_zk, 5)
+    monkeypatch.setattr(sentinel.cache.reads, "MAX_SECTION_NODES", 5)
+    client = make_client("reader", announce=False, persistent_watches=True)
+    assert len(client.eligible_instances("api")) == 5
+    before, over = reads_served(zookeeper, namespace), client.cache_stats.over_limit
+    flood = [raw_zk.create_async(*instance(f"junk{i}")) for i in range(50)]
+    for result in flood:
+        result.get(timeout=30)
+    assert wait_until(lambda: client.cache_stats.over_limit - over == 50)
+    assert reads_served(zookeeper, namespace) == before
+    path, data = instance("i3", weight=7)  # a node it holds is still read as it changes
+    raw_zk.set(path, data)
+    assert wait_until(lambda: _labels_weights(client).get("i3") == 7)
+    assert reads_served(zookeeper, namespace) == before + 1

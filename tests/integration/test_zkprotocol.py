@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import NoNodeError, NoWatcherError, UnimplementedError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, NoWatcherError, UnimplementedError
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -407,3 +407,70 @@ def test_an_absolute_watch_follows_a_registry_outside_the_chroot_on_the_same_ses
     finally:
         unrooted.stop()
         unrooted.close()
+
+
+class ReadingWatcher:
+    """A watcher for ``add_watch(on_connection_thread=True)``: records the thread it runs on,
+    and sends the read of each created or changed node with ``read_now``."""
+
+    def __init__(self, watches: PersistentWatches, fail_first: bool = False) -> None:
+        self.watches = watches
+        self.fail_first = fail_first
+        self.threads: set[threading.Thread] = set()
+        self.reads: dict[str, object] = {}
+        self.completed: list[tuple[str, threading.Thread]] = []
+
+    def __call__(self, event: WatchedEvent) -> None:
+        self.threads.add(threading.current_thread())
+        if self.fail_first:
+            self.fail_first = False
+            raise RuntimeError("a watcher's bug")
+        if event.type in (EventType.CREATED, EventType.CHANGED):
+            path = event.path
+
+            def then() -> None:
+                self.completed.append((path, threading.current_thread()))
+
+            self.reads[path] = self.watches.read_now(path, then)
+
+
+def test_a_watcher_on_the_connection_thread_sends_the_changed_nodes_read_at_once(watched, raw_zk):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    watcher = ReadingWatcher(ours.watches, fail_first=True)
+    ours.watches.add_watch(
+        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
+    )
+    raw_zk.create("/svc/a", b"raises")  # the watcher's bug is logged, no more
+    raw_zk.set("/svc/a", b"one")
+    raw_zk.create("/svc/b", b"two")
+    assert wait_until(lambda: len(watcher.completed) == 2)
+    connection_thread = ours.client._connection._connection_routine
+    assert watcher.threads == {connection_thread}  # never kazoo's callback thread
+    assert [thread for _, thread in watcher.completed] == [connection_thread] * 2
+    assert watcher.reads["/svc/a"].get(timeout=5)[0] == b"one"
+    assert watcher.reads["/svc/b"].get(timeout=5)[0] == b"two"
+    # Anywhere else there is no event being read: the caller reads the usual way.
+    assert ours.watches.read_now("/svc/a", lambda: None) is None
+    assert ours.client.get("/svc/a")[0] == b"one"  # the connection is as sound as before
+
+
+def test_a_read_sent_at_once_that_the_connection_loses_fails_and_still_completes(watched, raw_zk):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    watcher = ReadingWatcher(ours.watches)
+    ours.watches.add_watch(
+        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
+    )
+    raw_zk.create("/svc/a", b"zero")
+    assert wait_until(lambda: len(watcher.completed) == 1)
+    ours.proxy.pause(to_client=False)  # the event comes in; its read waits in the link
+    raw_zk.set("/svc/a", b"one")
+    assert wait_until(lambda: len(ours.client._pending) == 1)
+    ours.proxy.cut()
+    assert wait_until(lambda: len(watcher.completed) == 2)
+    with pytest.raises(ConnectionLoss):
+        watcher.reads["/svc/a"].get(timeout=5)
+    ours.proxy.resume()
+    ours.proxy.restore()
+    assert wait_until(lambda: ours.client.connected, 15)

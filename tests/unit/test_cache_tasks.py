@@ -3,9 +3,12 @@
 import pytest
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
-from sentinel.cache import RegistryCache
+from sentinel.cache import RegistryCache, reads
 from sentinel.cache.followers import OneShotFollower, PersistentFollower, node_at
+from sentinel.cache.views import ServiceSnapshot
 from sentinel.cache.worker import Task
+from sentinel.registry.records import ServiceSpec
+from tests.unit.endpoints import endpoint
 
 
 @pytest.fixture
@@ -19,9 +22,34 @@ def one_shot(cache):
     return OneShotFollower(cache, None, None)
 
 
+class Watches:
+    """The follower's persistent watches as the connection thread sees them (``reads_now``) or
+    any other thread (None from read_now): the reads sent and their completions."""
+
+    def __init__(self, reads_now: bool) -> None:
+        self.reads_now = reads_now
+        self.sent: list[tuple[str, object]] = []
+
+    def read_now(self, path, then):
+        if not self.reads_now:
+            return None
+        self.sent.append((path, then))
+        return f"read of {path}"
+
+
 @pytest.fixture
 def persistent(cache):
-    return PersistentFollower(cache, None, None, None)
+    return PersistentFollower(cache, None, None, Watches(reads_now=False))
+
+
+@pytest.fixture
+def reads_now(cache):
+    """A follower whose events arrive on the connection thread, which can send reads; the
+    cache holds service ``db`` with instance ``p1:a``."""
+    cache.snapshots["db"] = ServiceSnapshot.first(
+        ServiceSpec("db"), {"p1:a": endpoint("a", "p1")}, {}, frozenset(), None
+    )
+    return PersistentFollower(cache, None, None, Watches(reads_now=True))
 
 
 @pytest.mark.parametrize(
@@ -134,7 +162,51 @@ def test_a_nodes_events_under_a_recursive_watch_merge_into_its_latest_kind(cache
         persistent._on_event("/services/db", WatchedEvent(kind, KazooState.CONNECTED, path))
     assert cache.worker._tasks.qsize() == 1 and cache.stats.watch_events == 3
     assert cache.worker._tasks.get() == Task(persistent._apply_event, (path,))
-    assert persistent._latest == {path: EventType.CREATED}  # applied as a creation: one read
+    assert persistent._latest == {path: (EventType.CREATED, None)}  # a creation: one read
+
+
+def event(kind, path):
+    return WatchedEvent(kind, KazooState.CONNECTED, path)
+
+
+@pytest.mark.parametrize("kind", [EventType.CREATED, EventType.CHANGED])
+@pytest.mark.parametrize("path", ["/services/db/p1:a", "/metrics/db/p1:a"])
+def test_a_childs_event_sends_its_read_and_queues_its_task_with_the_reply(
+    cache, reads_now, kind, path
+):
+    reads_now._on_event("/services/db", event(kind, path))
+    [(sent, then)] = reads_now._watches.sent
+    assert sent == path and cache.worker._tasks.qsize() == 0  # the worker sleeps meanwhile
+    assert reads_now._latest == {path: (kind, f"read of {path}")}
+    then()  # the reply is in
+    assert cache.worker._tasks.get() == Task(reads_now._apply_event, (path,))
+
+
+def test_events_while_a_nodes_read_is_out_are_read_once_by_the_worker(cache, reads_now):
+    path = "/services/db/p1:a"
+    reads_now._on_event("/services/db", event(EventType.CREATED, path))
+    reads_now._on_event("/services/db", event(EventType.CHANGED, path))
+    reads_now._on_event("/services/db", event(EventType.CHANGED, path))
+    [(_, then)] = reads_now._watches.sent  # the first read only: the reply may predate the rest
+    assert reads_now._latest == {path: (EventType.CHANGED, None)}  # the worker reads again
+    then()
+    assert cache.worker._tasks.qsize() == 1  # the reply's task merged into the queued one
+
+
+@pytest.mark.parametrize(
+    ("kind", "path"),
+    [
+        (EventType.DELETED, "/services/db/p1:a"),  # applied with no read
+        (EventType.CHANGED, "/services/db"),  # a spec
+        (EventType.CHANGED, "/auth/db/me"),
+        (EventType.CHANGED, "/shard_info/tenants/00ff"),
+        (EventType.CREATED, "/services/other/p1:a"),  # a service the cache does not hold
+    ],
+)
+def test_only_a_childs_creation_or_change_sends_a_read_from_the_event(cache, reads_now, kind, path):
+    reads_now._on_event("/services/db", event(kind, path))
+    assert reads_now._watches.sent == []
+    assert cache.worker._tasks.get() == Task(reads_now._apply_event, (path,))
 
 
 def test_a_session_end_forgets_the_watch_and_queues_following_again(cache, persistent):
@@ -154,3 +226,14 @@ def test_a_task_on_a_service_the_cache_no_longer_holds_reads_nothing(cache, one_
     ):
         task.run(*task.args)
     assert cache.snapshots == {}
+
+
+def test_a_newcomer_to_a_section_at_its_bound_is_left_to_the_worker_unread(
+    cache, reads_now, monkeypatch
+):
+    # A flood past the bound must cost no reads: the worker counts the node and skips it.
+    monkeypatch.setattr(reads, "MAX_SECTION_NODES", 1)  # p1:a fills the instances
+    reads_now._on_event("/services/db", event(EventType.CREATED, "/services/db/p1:b"))
+    reads_now._on_event("/services/db", event(EventType.CHANGED, "/services/db/p1:a"))
+    assert [path for path, _ in reads_now._watches.sent] == ["/services/db/p1:a"]
+    assert reads_now._latest["/services/db/p1:b"] == (EventType.CREATED, None)
