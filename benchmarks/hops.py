@@ -22,7 +22,8 @@ the worker wakes while the read is on the wire. ``--worker-reads`` traces the pa
 hops were cut (``PersistentFollower.at_once = False``): the event handed to kazoo's callback
 thread, which queues the task, and the read sent by the worker. The table gives each stage's
 p50 and p99 after the write over every change (``--changes``, after 100 untimed ones), and
-each stage's p50 and p99 after the one before it in the list.
+each stage's p50 and p99 after the one before it, in the order the stages are passed (by their
+median time after the write).
 """
 
 from __future__ import annotations
@@ -163,8 +164,11 @@ def main(argv: list[str] | None = None) -> None:
     PersistentFollower.at_once = not args.worker_reads
     with LocalZooKeeper() as zk:
         traces = traced_changes(zk.connect_string, args.changes)
+    # In the order the stages are passed (the worker's task comes before the read is sent in
+    # one mode and after its reply in the other): by their median time after the write.
+    order = sorted(STAGES, key=lambda stage: percentiles([t[stage] for t in traces])["p50"])
     rows, stages = [], {}
-    for before, stage in zip((None, *STAGES), STAGES, strict=False):
+    for before, stage in zip((None, *order), order, strict=False):
         since_write = percentiles([t[stage] for t in traces])
         since_before = percentiles([t[stage] - t[before] for t in traces]) if before else None
         stages[stage] = {"since_write": since_write, "since_previous": since_before}
