@@ -1,5 +1,6 @@
 """The fault suite's shared parts: a 3-member ensemble, a prober that looks up without pause,
-the recovery measure, and the table of results printed at the end of the pytest run."""
+the recovery measure, a reader behind a relay, and the table of results printed at the end of
+the pytest run."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 import pytest
 
 from sentinel import Sentinel
+from sentinel.cache.config import CacheConfig
 from sentinel.cli.output import format_table
 from sentinel.errors import ZooKeeperUnavailable
-from sentinel.testing.helpers import cached_view, registry_view, wait_until
+from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 HEADERS = ("fault", "recovery s", "lookups", "failed", "stale-served", "note")
@@ -143,3 +145,38 @@ def time_to_recover(writer: Sentinel, reader: Sentinel, service: str, label: str
         lambda: cached_view(reader, service) == registry_view(writer, service), timeout=10
     ), (cached_view(reader, service), registry_view(writer, service))
     return elapsed
+
+
+@pytest.fixture
+def proxy(zookeeper: LocalZooKeeper) -> Iterator[TcpProxy]:
+    """A relay to the session's server, for one reader whose link a test cuts or holds."""
+    relay = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
+    yield relay
+    relay.close()
+
+
+def relayed_reader(
+    make_client: Callable[..., Sentinel],
+    raw_zk: Any,
+    proxy: TcpProxy,
+    persistent: bool,
+    nodes: list[tuple[str, bytes]],
+) -> tuple[Sentinel, Sentinel]:
+    """Service ``api`` holding ``nodes`` (written raw), its writer, and a reader following it
+    through ``proxy`` in one watch mode, re-syncing at once after a reconnection; the reader's
+    cache starts equal to a fresh read."""
+    writer = make_client("writer", announce=False)
+    writer.ensure_service("api")
+    for path, data in nodes:
+        raw_zk.create(path, data, makepath=True)
+    reader = make_client(
+        "reader",
+        hosts=proxy.address,
+        announce=False,
+        cache=CacheConfig(resync_jitter=0),
+        persistent_watches=persistent,
+    )
+    assert reader.persistent_watches is persistent
+    reader.prefetch("api")
+    assert cached_view(reader, "api") == registry_view(writer, "api")
+    return writer, reader

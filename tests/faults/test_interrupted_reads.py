@@ -16,23 +16,14 @@ unanswered. In both watch modes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from kazoo.protocol.serialization import GetData
 
-from sentinel.cache.config import CacheConfig
-from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
+from sentinel.testing.helpers import cached_view, registry_view, wait_until
+from tests.faults.conftest import relayed_reader
 from tests.integration.nodes import instance, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-
-
-@pytest.fixture
-def proxy(zookeeper) -> Iterator[TcpProxy]:
-    relay = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
-    yield relay
-    relay.close()
 
 
 def _reading(zk, path: str) -> bool:
@@ -48,20 +39,8 @@ def _reading(zk, path: str) -> bool:
 def test_a_read_cut_off_by_the_connection_is_retried_after_it(
     make_client, raw_zk, proxy, persistent, node
 ):
-    writer = make_client("writer", announce=False)
-    writer.ensure_service("api")
-    for path, data in (instance("a"), metrics("a", 1)):
-        raw_zk.create(path, data, makepath=True)
-    reader = make_client(
-        "reader",
-        hosts=proxy.address,
-        announce=False,
-        cache=CacheConfig(resync_jitter=0),
-        persistent_watches=persistent,
-    )
-    assert reader.persistent_watches is persistent
-    reader.prefetch("api")
-    assert cached_view(reader, "api") == registry_view(writer, "api")
+    nodes = [instance("a"), metrics("a", 1)]
+    writer, reader = relayed_reader(make_client, raw_zk, proxy, persistent, nodes)
 
     path, data = instance("a", weight=3) if node == "instance" else metrics("a", 3)
     resyncs = reader.cache_stats.resyncs

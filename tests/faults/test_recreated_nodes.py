@@ -12,13 +12,12 @@ cache lacked it for good. A worker made busy by a slow listener makes the order 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
-from sentinel.cache.config import CacheConfig
 from sentinel.events import InstancesChanged
-from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
+from sentinel.testing.helpers import cached_view, registry_view, wait_until
+from tests.faults.conftest import relayed_reader
 from tests.integration.nodes import instance, metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -27,13 +26,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 # the creation of b in each section (a children event) and the deletion of a (a data event; the
 # children watch is spent, its re-read still queued); persistent, every creation and deletion.
 EVENTS_WHILE_HELD = {False: 4, True: 6}
-
-
-@pytest.fixture
-def proxy(zookeeper) -> Iterator[TcpProxy]:
-    relay = TcpProxy("127.0.0.1", zookeeper.members[0].client_port)
-    yield relay
-    relay.close()
 
 
 class HeldWorker:
@@ -60,19 +52,8 @@ class HeldWorker:
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-shot", "persistent"])
 @pytest.mark.parametrize("pause", [False, True], ids=["connected", "after-a-pause"])
 def test_a_node_recreated_under_its_name_is_followed(make_client, raw_zk, proxy, persistent, pause):
-    writer = make_client("writer", announce=False)
-    writer.ensure_service("api")
-    for path, data in (instance("a"), instance("c"), metrics("a", 1)):
-        raw_zk.create(path, data, makepath=True)
-    reader = make_client(
-        "reader",
-        hosts=proxy.address,
-        announce=False,
-        cache=CacheConfig(resync_jitter=0),
-        persistent_watches=persistent,
-    )
-    assert reader.persistent_watches is persistent
-    reader.prefetch("api")
+    nodes = [instance("a"), instance("c"), metrics("a", 1)]
+    writer, reader = relayed_reader(make_client, raw_zk, proxy, persistent, nodes)
     if pause:  # a pause shorter than the session: one-shot watches are all set again
         resyncs = reader.cache_stats.resyncs
         proxy.cut()
