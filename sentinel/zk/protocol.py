@@ -15,7 +15,9 @@ would, so it is pinned to the kazoo versions it was tested with):
   last zxid seen, in packets under 128 KB as the Java client splits them; watches are then
   kept through SUSPENDED and dropped only when the session ends (LOST);
 * ``removeWatches`` (opcode 18) and multi-read (opcode 22: many getData/getChildren in one
-  request, with an error per path).
+  request, with an error per path);
+* watchers called on the connection thread as their event is read, which may send the changed
+  node's read right there (:meth:`PersistentWatches.read_now`), ahead of queued requests.
 
 Against a server older than 3.6 (detected at connection with an empty multi-read, which such a
 server answers UNIMPLEMENTED) or when forced (``force_fallback=True``), the extension stands
@@ -404,7 +406,8 @@ class PersistentWatches:
 
     Watchers are called on kazoo's event thread with a
     :class:`~kazoo.protocol.states.WatchedEvent` whose path is relative to the client's chroot,
-    as kazoo's own watchers are, and must not block it.
+    as kazoo's own watchers are, and must not block it; those added with
+    ``on_connection_thread=True`` on the connection thread itself (see :meth:`add_watch`).
     """
 
     def __init__(self, client: KazooClient, *, force_fallback: bool = False) -> None:
