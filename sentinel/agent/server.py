@@ -70,6 +70,7 @@ from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
 from sentinel.zk.errors import translate
+from sentinel.zk.protocol import WatcherType
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -157,6 +158,9 @@ class AgentServer:
         self._lock = threading.Lock()  # the set above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
+        # The DataWatch following each pair's node, by a token of its own: a watch whose token
+        # is gone (its client's processes all left, or a newer watch replaced it) stops.
+        self._auth_watches: dict[tuple[str, str], object] = {}
         self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
@@ -287,12 +291,32 @@ class AgentServer:
         with self._lock:
             self._connections.discard(connection)
             still = {path for other in self._connections for path in other.announced}
+            self._unfollow_auth(connection.auth_client)
         telemetry.AGENT_PROCESSES.set(len(self._connections))
         for path in connection.announced - still:  # its /clients entries go with it
             try:
                 self.sentinel._nodes.remove(path)
             except Exception as exc:  # the session lost or closing: its end removes them
                 log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
+
+    def _unfollow_auth(self, client: str | None) -> None:
+        """Under the lock, once no connected process claims ``client``: stop following its
+        credential nodes, the session's watches included, now rather than when a node is next
+        written (a node that does not exist, a name a process only claimed, may never be).
+        Under the lock, so that a process of the same client following meanwhile sets its
+        watch after this removal, never before it."""
+        if client is None or any(c.auth_client == client for c in self._connections):
+            return
+        watches = self.sentinel._watches
+        for pair in [pair for pair in self._auth if pair[1] == client]:
+            self._auth.pop(pair)
+            self._auth_watches.pop(pair, None)
+            if watches.fallback:
+                continue  # a server without removeWatches: the watch stops at its next event
+            try:  # not waited for: this thread holds the lock
+                watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
+            except KazooException as exc:  # the session closing
+                log.debug("agent: watch on %s kept (%s)", auth_path(*pair), type(exc).__name__)
 
     def _read(self, connection: _Connection) -> None:
         """The connection's requests, one at a time; anything that is not one drops it."""
@@ -476,22 +500,28 @@ class AgentServer:
     def _follow_auth(self, service: str, client: str) -> None:
         """Follow ``client``'s credential node of ``service`` (once for every process of that
         client, and only while one is connected: a claimed client name costs the agent a
-        watch for as long as its process lives); its changes mark the service on their
-        connections."""
+        watch for as long as its process lives, see :meth:`_unfollow_auth`); its changes mark
+        the service on their connections."""
         pair = (service, client)
+        token = object()
         with self._lock:
             if pair in self._auth:
                 return
             self._auth[pair] = None
+            self._auth_watches[pair] = token
         ready = threading.Event()
 
         def changed(data: bytes | None, _: ZnodeStat | None) -> bool:
             with self._lock:
+                if self._auth_watches.get(pair) is not token:  # unfollowed, maybe followed anew
+                    ready.set()
+                    return False
                 connections = [
                     c for c in self._connections if c.auth_client == client and not c.closed
                 ]
                 if not connections:  # its processes are gone: stop following the node
                     self._auth.pop(pair, None)
+                    self._auth_watches.pop(pair, None)
                     ready.set()
                     return False
                 self._auth[pair] = None if data is None else data.decode("utf-8", "replace")

@@ -527,11 +527,14 @@ class PersistentWatches:
         return result
 
     def remove_watches(
-        self, path: str, watcher_type: WatcherType, *, absolute: bool = False
+        self, path: str, watcher_type: WatcherType, *, absolute: bool = False, wait: bool = True
     ) -> None:
         """Remove the watches of ``watcher_type`` on ``path`` (kazoo's one-shot ones included
         for DATA, CHILDREN and ANY) on the server and here: no event for them is dispatched
         from now on. Raises :class:`~kazoo.exceptions.NoWatcherError` if the server had none.
+        ``wait=False``: here at once, and the server's removal sent without waiting for its
+        answer (a failure, the watch fired meanwhile or the session gone, is nobody's concern:
+        either way the server holds no such watch of this session's for long).
 
         ZooKeeper before 3.9 removes persistent watches only with ANY (ZOOKEEPER-4472; it
         answers PERSISTENT and PERSISTENT_RECURSIVE with an error and closes the connection),
@@ -553,7 +556,11 @@ class PersistentWatches:
                     self._on_connection_thread.difference_update(table.pop(server_path, ()))
                 self._known.pop(server_path, None)
                 self._absolute.discard(server_path)
-        self._call(_RemoveWatches(server_path, WatcherType(watcher_type)))
+        request = _RemoveWatches(server_path, WatcherType(watcher_type))
+        if wait:
+            self._call(request)
+        else:
+            self._client._call(request, self._client.handler.async_result())
 
     def get_many(
         self, data: Iterable[str] = (), children: Iterable[str] = (), *, absolute: bool = False

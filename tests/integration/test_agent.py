@@ -28,6 +28,7 @@ from sentinel.events import InstancesChanged, MetricsChanged, ShardKeysChanged
 from sentinel.registry.layout import client_path, instance_path
 from sentinel.telemetry import AGENT_DROPPED
 from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.zookeeper import four_letter_word
 from tests.integration.daemons import Daemon
 
 pytestmark = pytest.mark.integration
@@ -718,3 +719,57 @@ def test_a_frame_from_the_agent_that_does_not_decode_is_skipped_and_the_state_ke
         assert state(app) == before
     admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")
     assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"])
+
+
+def _credential_watches(zookeeper, agent: AgentServer, prefix: str) -> list[str]:
+    """The watches the server holds for the agent's session on credential nodes of ``SERVICE``
+    whose client name starts with ``prefix`` (4lw ``wchc``)."""
+    host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
+    session = f"0x{agent.sentinel._zk.client_id[0]:x}"
+    held, current = [], None
+    for line in four_letter_word(host, int(port), "wchc", timeout=5).splitlines():
+        if line.startswith("0x"):
+            current = line.strip()
+        elif current == session and f"/auth/{SERVICE}/{prefix}" in line:
+            held.append(line.strip())
+    return held
+
+
+def test_a_claimed_client_name_costs_the_agent_no_watch_once_its_process_leaves(
+    agent, admin, socket_path, namespace, zookeeper
+):
+    # A local process may claim any client name; the agent watches that client's credential
+    # node while it is connected. For a made-up name the node never exists, and a watch on an
+    # absent node only ends when the node is created: each claim used to cost the agent's
+    # session a watch for good.
+    for i in range(10):
+        sock = _raw(socket_path)
+        _hello(sock, namespace, client=f"claim{i}", auth_client=f"ghost{i}")
+        protocol.send(sock, {"op": "follow", "id": 1, "service": SERVICE})
+        frame = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+        assert frame["op"] == "service" and frame["auth"] is None
+        assert wait_until(lambda i=i: _credential_watches(zookeeper, agent, f"ghost{i}"))
+        sock.close()
+    assert wait_until(lambda: _credential_watches(zookeeper, agent, "ghost") == []), (
+        _credential_watches(zookeeper, agent, "ghost")
+    )
+    assert agent._auth == {}
+
+
+def test_a_clients_credential_is_followed_while_any_of_its_processes_is_connected(
+    agent, admin, make_client, socket_path, namespace
+):
+    app = through(make_client, socket_path, auth=AuthConfig(keys=ClientKeyring.generate()))
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    assert app.get_service(SERVICE, "acme").auth is None
+    # Its own session (it published its keys) re-syncs through the agent once, following the
+    # service again; done before the other process leaves, so nothing re-follows after.
+    assert wait_until(lambda: app.cache_stats.resyncs >= 1)
+    other = _raw(socket_path)  # another process of the same client, which leaves
+    _hello(other, namespace, client="app-2", auth_client="app")
+    protocol.send(other, {"op": "follow", "id": 1, "service": SERVICE})
+    assert protocol.receive(other, protocol.MAX_REPLY_BYTES, protocol.REPLIES)["op"] == "service"
+    other.close()
+    assert wait_until(lambda: len(agent._connections) == 1)
+    admin.credentials.publish(SERVICE, "app", {"user": "app", "password": "p1"})
+    assert wait_until(lambda: (app.get_service(SERVICE, "acme").auth or {}).get("password") == "p1")
