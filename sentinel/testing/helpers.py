@@ -162,6 +162,13 @@ class TcpProxy:
             # stayed quiet for 5 s (a client whose session allows pings further apart).
             upstream.settimeout(None)
             with self._lock:
+                # A cut() while this one was being connected did not see it: refuse it now
+                # (a client cut from one relay that reached the next as it was being cut kept
+                # its session alive through it).
+                if not self._open.is_set():
+                    downstream.close()
+                    upstream.close()
+                    continue
                 self._connections.update((downstream, upstream))
             for source, sink, valve in (
                 (downstream, upstream, self._valves[True]),
