@@ -307,16 +307,11 @@ class AgentServer:
         watch after this removal, never before it."""
         if client is None or any(c.auth_client == client for c in self._connections):
             return
-        watches = self.sentinel._watches
         for pair in [pair for pair in self._auth if pair[1] == client]:
             self._auth.pop(pair)
             self._auth_watches.pop(pair, None)
-            if watches.fallback:
-                continue  # a server without removeWatches: the watch stops at its next event
-            try:  # not waited for: this thread holds the lock
-                watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
-            except KazooException as exc:  # the session closing
-                log.debug("agent: watch on %s kept (%s)", auth_path(*pair), type(exc).__name__)
+            # not waited for: this thread holds the lock
+            self.sentinel._watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
 
     def _read(self, connection: _Connection) -> None:
         """The connection's requests, one at a time; anything that is not one drops it."""

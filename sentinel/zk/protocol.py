@@ -534,7 +534,9 @@ class PersistentWatches:
         from now on. Raises :class:`~kazoo.exceptions.NoWatcherError` if the server had none.
         ``wait=False``: here at once, and the server's removal sent without waiting for its
         answer (a failure, the watch fired meanwhile or the session gone, is nobody's concern:
-        either way the server holds no such watch of this session's for long).
+        either way the server holds no such watch of this session's for long); in fallback mode
+        here only, as the server may predate ``removeWatches``: its watch fires once more, to
+        no watcher.
 
         ZooKeeper before 3.9 removes persistent watches only with ANY (ZOOKEEPER-4472; it
         answers PERSISTENT and PERSISTENT_RECURSIVE with an error and closes the connection),
@@ -559,7 +561,7 @@ class PersistentWatches:
         request = _RemoveWatches(server_path, WatcherType(watcher_type))
         if wait:
             self._call(request)
-        else:
+        elif not self.fallback:
             self._client._call(request, self._client.handler.async_result())
 
     def get_many(
