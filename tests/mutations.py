@@ -194,6 +194,52 @@ MUTATIONS = (
             ),
         ),
     ),
+    Mutation(
+        # An event's read cut off by the connection forgotten (the chaos run's relayed reader).
+        "interrupted-read-not-run-again",
+        "sentinel/cache/worker.py",
+        "                        self._interrupted.add(task)\n",
+        "                        pass\n",
+        (
+            "tests/faults/test_interrupted_reads.py::"
+            "test_a_read_cut_off_by_the_connection_is_retried_after_it[instance-persistent]",
+            "tests/unit/test_cache_worker.py::"
+            "test_a_merged_read_interrupted_by_the_connection_runs_again_after_the_resync",
+        ),
+    ),
+    Mutation(
+        # A flood of newcomers past a section's bound read from their events.
+        "read-at-once-past-the-bound",
+        "sentinel/cache/followers.py",
+        "        if not self._reads.has_room(section, current, name):\n            return None\n",
+        "",
+        (
+            "tests/integration/test_cache_watches.py::"
+            "test_a_flood_of_a_followed_section_past_its_bound_costs_the_server_no_reads",
+        ),
+    ),
+    Mutation(
+        # A claimed client name's credential watch kept after its processes left.
+        "agent-keeps-claimed-credential-watches",
+        "sentinel/agent/server.py",
+        "        if client is None or any(c.auth_client == client for c in self._connections):\n",
+        "        if True:\n",
+        (
+            "tests/integration/test_agent.py::"
+            "test_a_claimed_client_name_costs_the_agent_no_watch_once_its_process_leaves",
+        ),
+    ),
+    Mutation(
+        # The relay registering a connection it set up while being cut.
+        "relay-cut-race",
+        "sentinel/testing/helpers.py",
+        "                if not self._open.is_set():\n                    downstream.close()\n",
+        "                if False:\n                    downstream.close()\n",
+        (
+            "tests/unit/test_tcp_proxy.py::"
+            "test_a_connection_being_set_up_as_the_relay_is_cut_is_refused",
+        ),
+    ),
 )
 
 
