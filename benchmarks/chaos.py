@@ -35,7 +35,7 @@ import os
 import random
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +51,7 @@ from sentinel.errors import (
     SentinelError,
     ZooKeeperUnavailable,
 )
-from sentinel.events import ConnectionChanged
+from sentinel.events import ConnectionChanged, InstancesChanged
 from sentinel.testing.helpers import (
     PublisherProcess,
     TcpProxy,
@@ -127,18 +127,25 @@ class Outcome:
 
 
 class Reader:
-    """A reader client and the time since which it has been connected without a break."""
+    """A reader client and the time since which it has been connected without a break, with
+    what it heard lately (for the timeline an (a) violation is reported with)."""
 
     def __init__(self, name: str, client: Sentinel, proxies: list[TcpProxy]) -> None:
         self.name = name
         self.client = client
         self.proxies = proxies
         self.connected_since: float | None = time.time()
+        self.heard: deque[tuple[float, str]] = deque(maxlen=4000)
         client.listen(None, self._on_event)
 
     def _on_event(self, event: object) -> None:
+        now = time.time()
         if isinstance(event, ConnectionChanged):
             self.connected_since = event.at if event.state == "connected" else None
+            self.heard.append((event.at, f"{event.state} (heard {now - event.at:+.2f})"))
+        elif isinstance(event, InstancesChanged):
+            self.heard.extend((now, f"+{e.name}") for e in event.added)
+            self.heard.extend((now, f"-{e.name}") for e in event.removed)
 
 
 class Chaos:
@@ -165,6 +172,8 @@ class Chaos:
         )  # fmt: skip
         self.registrations: dict[str, Any] = {}
         self.readers: list[Reader] = []
+        self.fault_times: deque[tuple[float, str]] = deque(maxlen=500)
+        self.explained: set[tuple[str, str]] = set()  # (reader, instance) with a timeline
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -342,6 +351,9 @@ class Chaos:
                     self.outcome.violate(
                         "a", f"{reader.name} got {result.name}, gone {at - dead_since:.1f}s"
                     )
+                    if (reader.name, result.name) not in self.explained:
+                        self.explained.add((reader.name, result.name))
+                        self._explain(reader, result.name, dead_since, at)
                 return
             partition, assigned_at = self.keys[key] if key is not None else (None, 0.0)
             if key is not None and (partition is None or at - assigned_at <= BOUND):
@@ -359,9 +371,29 @@ class Chaos:
                     "b", f"{reader.name}: {service} {key!r} -> {result!r} while {live} live"
                 )
 
+    def _explain(self, reader: Reader, name: str, gone: float, at: float) -> None:
+        """The first (a) violation of an instance at a reader comes with a timeline: the faults,
+        the reader's connection and that instance's changes it heard, in seconds after the
+        instance's death."""
+        seen = [
+            (t, what)
+            for t, what in [*self.fault_times, *reader.heard]
+            if gone - 2 <= t <= at and (not what.startswith(("+", "-")) or what[1:] == name)
+        ]
+        steps = "; ".join(f"{t - gone:+.2f} {what}" for t, what in sorted(seen)[-40:])
+        if len(self.outcome.examples) < 20:
+            self.outcome.examples.append(f"(timeline of {name} at {reader.name}) {steps}")
+
     # --- faults ---------------------------------------------------------------------------------
 
     def inject(self, fault: str) -> None:
+        self.fault_times.append((time.time(), fault))
+        try:
+            self._inject(fault)
+        finally:
+            self.fault_times.append((time.time(), f"{fault} done"))
+
+    def _inject(self, fault: str) -> None:
         self.outcome.faults[fault] += 1
         pick = self.random
         if fault == "kill_member":
