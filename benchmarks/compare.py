@@ -12,8 +12,8 @@ compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scen
   Curator: a writer client in its JVM, a ``ServiceCacheListener`` latch), 300 a side and run
   with the default 3 rounds, and the raw socket's floor for the same span
   (``benchmarks.floor``'s registration: a create, then the children event, the list and the
-  new node read on a raw socket) measured in the same rounds; each side's percentile is also
-  given as a multiple of the floor's;
+  new node read on a raw socket, also 20 ms apart) measured in the same rounds; each side's
+  percentile is also given as a multiple of the floor's;
 * client round trip: ``exists("/")`` through each client library (kazoo; Curator's ZooKeeper
   client), which bounds how fast any change can travel through a writer and a reader;
 * cold start: a new client until its cache holds the 1,000 instances of a service, and the
@@ -63,6 +63,10 @@ JARS = (
 )
 INSTALL = "apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java"
 PAPER = {"lookup_p95_us": 17.0, "propagation_p99_ms": 500.0}
+# Seconds of quiet before each change, on both sides and for the floor: after 20 ms idle a
+# round trip on this machine costs about 1 ms more than back to back (the server's threads
+# and the CPU wake up), so a floor measured back to back would not be the same work.
+PACE = 0.02
 
 OUR_RTT = textwrap.dedent("""
     import json, sys, time
@@ -144,16 +148,18 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
             print(f"  round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             mine["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
             prepare(writer, args.changes)
-            delays = one_round(zk.connect_string, args.changes, 0.02).rows
+            delays = one_round(zk.connect_string, args.changes, PACE).rows
             mine["register"] += delays["register"]
             mine["deregister"] += delays["deregister"]
-            mine["floor"] += raw_registration("127.0.0.1", zk.members[0].client_port, args.changes)
+            port = zk.members[0].client_port
+            mine["floor"] += raw_registration("127.0.0.1", port, args.changes, PACE)
             mine["rtt"].append(run_ours(OUR_RTT, zk.connect_string, "2000"))
             mine["cold"].append(run_ours(OUR_COLD_START, zk.connect_string, str(args.instances)))
             if java is None:
                 continue
             theirs["lookup"].append(curator(java, zk.connect_string, "lookup", str(args.calls)))
-            moved = curator(java, zk.connect_string, "propagation", str(args.changes), "20")
+            pace_ms = str(round(PACE * 1000))
+            moved = curator(java, zk.connect_string, "propagation", str(args.changes), pace_ms)
             theirs["register"] += moved["register_ms"]
             theirs["deregister"] += moved["deregister_ms"]
             theirs["rtt"].append(curator(java, zk.connect_string, "rtt", "2000"))

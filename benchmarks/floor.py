@@ -19,6 +19,9 @@ The clients:
   thread: what a JVM cache (Curator's) starts from;
 * ``kazoo``: kazoo's client on the transport Sentinel uses (``sentinel.zk.transport``'s
   PollHandler), the follower's watch callback reading the node again with ``get_async``;
+* ``kazoo + sentinel.zk.protocol``: the same client with the extension Sentinel installs
+  (``install(client)``), which writes a request from the calling thread instead of queuing it
+  for kazoo's connection thread, request row only;
 * ``sentinel``: the whole path a user gets, ``update_metrics`` on a publisher to a
   ``listen()`` callback on another client (the persistent watch's event taken on the
   connection thread, which sends the node's read at once; the reply applied by the cache's
@@ -57,6 +60,7 @@ from sentinel import Sentinel
 from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
+from sentinel.zk.protocol import install
 from sentinel.zk.transport import PollHandler
 
 PEER = Path(__file__).resolve().parent / "peers" / "FloorBench.java"
@@ -170,11 +174,14 @@ class RawSession:
         self._sock.close()
 
 
-def timed(call: Callable[[int], None], count: int) -> list[float]:
-    """Milliseconds of ``call(i)`` for ``count`` calls after WARM_UP untimed ones."""
+def timed(call: Callable[[int], None], count: int, interval: float = 0.0) -> list[float]:
+    """Milliseconds of ``call(i)`` for ``count`` calls after WARM_UP untimed ones, each
+    after ``interval`` seconds of quiet."""
     clock = time.perf_counter
     samples = []
     for i in range(WARM_UP + count):
+        if interval:
+            time.sleep(interval)
         started = clock()
         call(i)
         if i >= WARM_UP:
@@ -209,10 +216,11 @@ def raw_change(host: str, port: int, changes: int) -> list[float]:
         follower.close()
 
 
-def raw_registration(host: str, port: int, count: int) -> list[float]:
+def raw_registration(host: str, port: int, count: int, interval: float = 0.0) -> list[float]:
     """The floor of a registration reaching a follower: the writer's create, then on the
     follower the children event, the list read again and the new node read (watches set
-    again on both), as a cache must before it can serve the instance."""
+    again on both), as a cache must before it can serve the instance. ``interval``: seconds
+    of quiet before each one (untimed), as a paced benchmark leaves between its changes."""
     writer, follower = RawSession(host, port), RawSession(host, port)
     parent = f"/floor-registrations-{os.getpid()}"
     writer.create(parent, ephemeral=False)
@@ -225,7 +233,7 @@ def raw_registration(host: str, port: int, count: int) -> list[float]:
         follower.get(f"{parent}/n{i}", watch=True)
 
     try:
-        return timed(register, count)
+        return timed(register, count, interval)
     finally:
         writer.close()  # its ephemeral children go with its session, in one transaction
         follower.next_event()  # NodeChildrenChanged: they are gone
@@ -233,14 +241,16 @@ def raw_registration(host: str, port: int, count: int) -> list[float]:
         follower.close()
 
 
-def _kazoo(hosts: str) -> KazooClient:
+def _kazoo(hosts: str, extension: bool = False) -> KazooClient:
     client = KazooClient(hosts, handler=PollHandler())
+    if extension:
+        install(client)
     client.start(timeout=10)
     return client
 
 
-def kazoo_request(hosts: str, calls: int) -> list[float]:
-    client = _kazoo(hosts)
+def kazoo_request(hosts: str, calls: int, extension: bool = False) -> list[float]:
+    client = _kazoo(hosts, extension)
     try:
         return timed(lambda _: client.exists("/"), calls)
     finally:
@@ -344,6 +354,7 @@ def main(argv: list[str] | None = None) -> None:
                 "raw socket": lambda: raw_request(host, port, args.calls),
                 "Java client": lambda: java_samples(java, hosts, "request", args.calls),
                 "kazoo": lambda: kazoo_request(hosts, args.calls),
+                "kazoo + sentinel.zk.protocol": lambda: kazoo_request(hosts, args.calls, True),
             },
             "change": {
                 "raw socket": lambda: raw_change(host, port, args.changes),

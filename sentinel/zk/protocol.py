@@ -17,11 +17,18 @@ would, so it is pinned to the kazoo versions it was tested with):
 * ``removeWatches`` (opcode 18) and multi-read (opcode 22: many getData/getChildren in one
   request, with an error per path);
 * watchers called on the connection thread as their event is read, which may send the changed
-  node's read right there (:meth:`PersistentWatches.read_now`), ahead of queued requests.
+  node's read right there (:meth:`PersistentWatches.read_now`), ahead of queued requests;
+* a request written to the socket by the thread that makes it, once the connection is up and
+  nothing is queued ahead of it, instead of being queued for the connection thread to wake
+  and send: a round trip started after a quiet spell no longer waits for that wake-up. One
+  lock orders every write with the xid it carries and its place among the awaited replies;
+  TLS connections keep kazoo's queue (an SSL socket must not be written by one thread while
+  another reads it).
 
 Against a server older than 3.6 (detected at connection with an empty multi-read, which such a
 server answers UNIMPLEMENTED) or when forced (``force_fallback=True``), the extension stands
-aside: kazoo behaves exactly as stock, :attr:`PersistentWatches.supported` is False, and
+aside: kazoo's watches behave exactly as stock (requests are still written by their
+callers' threads), :attr:`PersistentWatches.supported` is False, and
 :meth:`~PersistentWatches.add_watch` raises :class:`~kazoo.exceptions.UnimplementedError`, so
 callers use kazoo's one-shot watches.
 
@@ -43,7 +50,9 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import socket
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -64,6 +73,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.connection import CLOSE_RESPONSE, WATCH_XID, ConnectionHandler
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import (
+    Auth,
     Exists,
     GetChildren,
     GetData,
@@ -331,6 +341,11 @@ class _Connection(ConnectionHandler):
     _reading_thread: threading.Thread | None = None
     _at_once: list[tuple[Any, Any]]
     _write_timeout = 10.0  # seconds; the connect timeout, as kazoo's own sends use
+    # Held around every write to the socket together with its xid and its entry in the
+    # client's pending replies, whichever thread writes; ``_direct``: callers may write
+    # (connected, primed, plain TCP), cleared under the lock before a drop fails the pending.
+    _send_lock: threading.Lock
+    _direct = False
 
     def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
         session = self.client._session_id
@@ -338,7 +353,49 @@ class _Connection(ConnectionHandler):
         self._write_timeout = connect_timeout / 1000.0
         resumed = session is not None and session == self.client._session_id
         self._extension._primed(self, resumed, connect_timeout / 1000.0)
+        with self._send_lock:
+            self._direct = not self.client.use_ssl
         return read_timeout, connect_timeout
+
+    def send_now(self, request: Any, async_object: Any) -> bool:
+        """Write ``request`` to the socket from the calling thread, its reply to complete
+        ``async_object``; False (nothing done) when it must go through kazoo's queue: not
+        connected, TLS, an auth packet, or requests queued ahead of it, whose order it keeps.
+
+        A failed write leaves the request among the pending replies and shuts the socket: the
+        connection thread then fails it with the rest (ConnectionLoss), as kazoo would.
+        """
+        if not self._direct or getattr(request, "type", Auth.type) == Auth.type:
+            return False
+        client = self.client
+        with self._send_lock:
+            if not self._direct or client._queue or client._state != KeeperState.CONNECTED:
+                return False
+            self._xid = (self._xid % 2147483647) + 1
+            # Pending before the write: the connection thread may read the reply at once.
+            client._pending.append((request, async_object, self._xid))
+            try:
+                self._submit(request, self._write_timeout, self._xid)
+            except Exception as exc:
+                self._direct = False
+                log.debug("write from the calling thread failed (%r): dropping the connection", exc)
+                with contextlib.suppress(OSError):
+                    self._socket.shutdown(socket.SHUT_RDWR)
+        return True
+
+    def stop_sending(self) -> None:
+        """No more writes from calling threads (the connection is going): from here on they
+        queue, and kazoo fails or sends the queue as it always has."""
+        with self._send_lock:
+            self._direct = False
+
+    def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
+        with self._send_lock:
+            super()._send_request(read_timeout, connect_timeout)
+
+    def _send_ping(self, connect_timeout: float) -> None:
+        with self._send_lock:
+            super()._send_ping(connect_timeout)
 
     def _read_socket(self, read_timeout: float) -> Any:
         """kazoo's read of one reply or event; then the requests its watchers asked to send at
@@ -358,14 +415,15 @@ class _Connection(ConnectionHandler):
             return response
         while self._at_once:
             request, result = self._at_once.pop(0)
-            self._xid = (self._xid % 2147483647) + 1
             try:
-                self._submit(request, self._write_timeout, self._xid)
+                with self._send_lock:
+                    self._xid = (self._xid % 2147483647) + 1
+                    self._submit(request, self._write_timeout, self._xid)
+                    self.client._pending.append((request, result, self._xid))
             except BaseException:
-                result.set_exception(ConnectionLoss())
+                result.set_exception(ConnectionLoss())  # outside the lock: it calls ``then``
                 self._fail_at_once()
                 raise  # the connection loop drops the connection, as on any failed send
-            self.client._pending.append((request, result, self._xid))
         return response
 
     def _fail_at_once(self) -> None:
@@ -429,8 +487,13 @@ class PersistentWatches:
         self._resync_children: set[str] = set()
         self._stock_reset = client._reset_watchers
         client._reset_watchers = self._reset_watchers
+        self._stock_call = client._call
+        client._call = self._send
+        self._stock_session_callback = client._session_callback
+        client._session_callback = self._session_changed
         connection = client._connection
         connection._extension = self
+        connection._send_lock = threading.Lock()
         connection.__class__ = _Connection
 
     @property
@@ -768,6 +831,20 @@ class PersistentWatches:
                 self._supported = False
             self._told.set()
         return bool(self._supported)
+
+    def _send(self, request: Any, async_object: Any) -> Any:
+        """kazoo's ``_call``: the request written by this thread when it can be (see
+        :meth:`_Connection.send_now`), queued for the connection thread otherwise."""
+        if self._client._connection.send_now(request, async_object):
+            return None
+        return self._stock_call(request, async_object)
+
+    def _session_changed(self, state: str) -> None:
+        """kazoo's ``_session_callback``: any change but to CONNECTED stops callers' writes
+        before kazoo fails the pending requests, so none is added after that."""
+        if state not in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
+            self._client._connection.stop_sending()
+        self._stock_session_callback(state)
 
     def _server_path(self, path: str) -> str:
         return _prefix_root(self._client.chroot, path)

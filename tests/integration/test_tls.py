@@ -100,6 +100,9 @@ def test_a_publisher_and_a_client_resolve_over_tls(tls_client):
     assert reader.get_service("orders-db").uri == "postgresql://10.0.0.5:5432"
     publisher.register("orders-db", "main", "10.0.0.6", 5432, scheme="postgresql", label="b")
     assert wait_until(lambda: len(reader.eligible_instances("orders-db")) == 2) is not None
+    # An SSL socket is never written by a caller's thread while the connection thread reads
+    # it: over TLS every request goes through kazoo's queue.
+    assert publisher._zk.connected and not publisher._zk._connection._direct
 
 
 def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):

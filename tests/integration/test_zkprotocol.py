@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, NoNodeError, NoWatcherError, UnimplementedError
+from kazoo.exceptions import (
+    ConnectionDropped,
+    ConnectionLoss,
+    NoNodeError,
+    NoWatcherError,
+    UnimplementedError,
+)
+from kazoo.protocol.serialization import GetData, Ping, SetData
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -474,3 +481,133 @@ def test_a_read_sent_at_once_that_the_connection_loses_fails_and_still_completes
     ours.proxy.resume()
     ours.proxy.restore()
     assert wait_until(lambda: ours.client.connected, 15)
+
+
+class Writers:
+    """Which threads wrote requests (pings aside) to a client's socket, and how often its
+    connection thread was woken to send a queued one."""
+
+    def __init__(self, client: KazooClient) -> None:
+        self.threads: list[threading.Thread] = []
+        self.woken = 0
+        connection = client._connection
+        submit, send_request = connection._submit, connection._send_request
+
+        def recording_submit(request, timeout, xid=None):
+            if not isinstance(request, Ping):
+                self.threads.append(threading.current_thread())
+            return submit(request, timeout, xid)
+
+        def counting_send_request(*args):
+            self.woken += 1
+            return send_request(*args)
+
+        connection._submit = recording_submit
+        connection._send_request = counting_send_request
+
+
+def test_a_request_is_written_by_the_thread_that_makes_it(watched, raw_zk):
+    ours = watched()
+    writers = Writers(ours.client)
+    ours.client.create("/a", b"one")
+    assert ours.client.get("/a")[0] == b"one"
+    ours.client.set("/a", b"two")
+    assert [r.get(timeout=10)[0] for r in [ours.client.get_async("/a") for _ in range(50)]] == [
+        b"two"
+    ] * 50
+    # 53 requests, each written by this thread: the connection thread was never woken for one.
+    assert writers.threads == [threading.current_thread()] * 53
+    assert writers.woken == 0
+
+
+def test_threads_writing_at_once_each_get_their_own_replies_in_order(watched, raw_zk):
+    ours = watched()
+    ours.client.ensure_path("/t")
+    failures: list[str] = []
+
+    def queued_get(path: str):
+        """A read through kazoo's queue, written by the connection thread meanwhile."""
+        result = ours.client.handler.async_result()
+        ours.watches._stock_call(GetData(f"{ours.client.chroot}{path}", None), result)
+        return result
+
+    def work(worker: int) -> None:
+        try:
+            for i in range(100):
+                path = f"/t/{worker}-{i}"
+                ours.client.create(path, f"{worker}:{i}".encode())
+                # pipelined: sent before any reply is read; a session's replies come in order
+                results = [queued_get(path), ours.client.set_async(path, b"x")]
+                results += [ours.client.get_async(path), queued_get(path)]
+                values = [results[0].get(timeout=10)[0]] + [
+                    r.get(timeout=10)[0] for r in results[2:]
+                ]
+                if values != [f"{worker}:{i}".encode(), b"x", b"x"]:
+                    failures.append(f"{path}: {values}")
+        except Exception as exc:  # a lost reply or a dropped connection fails the test
+            failures.append(f"worker {worker}: {exc!r}")
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures[:5]
+    assert len(ours.client.get_children("/t")) == 800
+
+
+def test_a_request_waits_behind_those_queued_for_the_connection_thread(watched, raw_zk):
+    ours = watched()
+    ours.client.create("/a", b"zero")
+    connection, queued = ours.client._connection, ours.client.handler.async_result()
+    server_path = f"{ours.client.chroot}/a"
+    # A request in kazoo's queue that the connection thread has not been woken for yet.
+    ours.client._queue.append((SetData(server_path, b"queued", -1), queued))
+    later = ours.client.handler.async_result()
+    assert (
+        connection.send_now(SetData(server_path, b"later", -1), later) is False
+    )  # not ahead of it
+    ours.client._call(
+        SetData(server_path, b"later", -1), later
+    )  # so it queues, and wakes the thread
+    ours.client._connection._write_sock.send(b"\0")  # the wake the first one never had
+    queued.get(timeout=10)
+    later.get(timeout=10)
+    assert ours.client.get("/a")[0] == b"later"  # written in the order they were made
+
+
+def test_a_write_that_fails_on_the_callers_thread_loses_the_connection_not_the_request(
+    watched, raw_zk
+):
+    ours = watched()
+    ours.client.create("/a", b"one")
+    session = ours.client.client_id[0]
+    connection = ours.client._connection
+    submit = connection._submit
+    failed = []
+
+    def failing_once(request, timeout, xid=None):
+        if threading.current_thread() is threading.main_thread() and not failed:
+            failed.append(request)
+            raise ConnectionDropped("the socket broke")
+        return submit(request, timeout, xid)
+
+    connection._submit = failing_once
+    with pytest.raises(ConnectionLoss):  # at once: the socket is shut, no ping has to time out
+        ours.client.get_async("/a").get(timeout=3)
+    assert failed
+    assert wait_until(lambda: ours.client.connected, 15) is not None
+    assert ours.client.get("/a")[0] == b"one"  # reconnected, within the same session
+    assert ours.client.client_id[0] == session
+
+
+def test_while_the_connection_is_down_requests_queue_as_kazoo_queues_them(watched, raw_zk):
+    ours = watched()
+    ours.client.create("/a", b"one")
+    ours.proxy.cut()
+    assert wait_until(lambda: KazooState.SUSPENDED in ours.states, 10) is not None
+    assert not ours.client._connection._direct
+    result = ours.client.get_async("/a")  # queued for the next connection
+    ours.proxy.restore()
+    assert result.get(timeout=15)[0] == b"one"
+    assert wait_until(lambda: ours.client._connection._direct, 10) is not None
