@@ -122,15 +122,15 @@ class Publisher:
         that one costs a round trip more.
         """
         path = instance_path(instance.service, instance.partition, instance.label)
-        instance.to_bytes(path)  # validates the size before anything (a spec) is written
+        data = instance.to_bytes(path)  # validates the size before anything (a spec) is written
         conformed = self._conform(instance, inherit_scheme)
         check = self._same_endpoint(conformed, path)
         try:
-            self._nodes.put(path, conformed.to_bytes(path), may_take_over=check)
+            self._nodes.put(path, _value_of(conformed, instance, data, path), may_take_over=check)
         except NoNodeError:  # the service was removed since its spec was read: start over
             self._targets.pop(instance.service, None)
             conformed = self._conform(instance, inherit_scheme)
-            self._nodes.put(path, conformed.to_bytes(path), may_take_over=check)
+            self._nodes.put(path, _value_of(conformed, instance, data, path), may_take_over=check)
         instance = conformed
         registration = Registration(instance, path)
         self._registrations[path] = registration
@@ -263,3 +263,9 @@ class Publisher:
         self._registrations.pop(registration.path, None)
         log.info("deregistered %s", registration.path)
         return True
+
+
+def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:
+    """The node's value: ``data``, the given instance's, when its spec took it as it was (one
+    encoding on the write path, which runs before the create is sent)."""
+    return data if conformed is given else conformed.to_bytes(path)
