@@ -46,6 +46,7 @@ class Mutation:
     also: tuple[tuple[str, str], ...] = ()
 
 
+ZKPROTOCOL = "tests/integration/test_zkprotocol.py::"
 TELEMETRY = (
     "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
 )
@@ -227,6 +228,34 @@ MUTATIONS = (
         (
             "tests/integration/test_agent.py::"
             "test_a_claimed_client_name_costs_the_agent_no_watch_once_its_process_leaves",
+        ),
+    ),
+    Mutation(
+        # A caller's request written ahead of those queued for the connection thread.
+        "direct-send-jumps-the-queue",
+        "sentinel/zk/protocol.py",
+        "            if not self._direct or client._queue or client._state",
+        "            if not self._direct or client._state",
+        (ZKPROTOCOL + "test_a_request_waits_behind_those_queued_for_the_connection_thread",),
+    ),
+    Mutation(
+        # The connection thread's queued writes not ordered with callers' writes.
+        "direct-send-unlocked-queue",
+        "sentinel/zk/protocol.py",
+        "        with self._send_lock:\n"
+        "            super()._send_request(read_timeout, connect_timeout)\n",
+        "        super()._send_request(read_timeout, connect_timeout)\n",
+        (ZKPROTOCOL + "test_threads_writing_at_once_each_get_their_own_replies_in_order",),
+    ),
+    Mutation(
+        # A failed write from a caller's thread left waiting for a ping to time out.
+        "direct-send-failure-kept",
+        "sentinel/zk/protocol.py",
+        "                    self._socket.shutdown(socket.SHUT_RDWR)\n",
+        "                    pass\n",
+        (
+            ZKPROTOCOL
+            + "test_a_write_that_fails_on_the_callers_thread_loses_the_connection_not_the_request",
         ),
     ),
     Mutation(

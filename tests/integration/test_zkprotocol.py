@@ -564,14 +564,13 @@ def test_a_request_waits_behind_those_queued_for_the_connection_thread(watched, 
     # A request in kazoo's queue that the connection thread has not been woken for yet.
     ours.client._queue.append((SetData(server_path, b"queued", -1), queued))
     later = ours.client.handler.async_result()
-    assert (
-        connection.send_now(SetData(server_path, b"later", -1), later) is False
-    )  # not ahead of it
-    ours.client._call(
-        SetData(server_path, b"later", -1), later
-    )  # so it queues, and wakes the thread
-    ours.client._connection._write_sock.send(b"\0")  # the wake the first one never had
+    try:
+        sent = connection.send_now(SetData(server_path, b"later", -1), later)
+    finally:
+        connection._write_sock.send(b"\0")  # the wake the queued one never had
+    assert sent is False  # not written ahead of it
     queued.get(timeout=10)
+    ours.client._call(SetData(server_path, b"later", -1), later)
     later.get(timeout=10)
     assert ours.client.get("/a")[0] == b"later"  # written in the order they were made
 
