@@ -381,6 +381,10 @@ class Chaos:
             if gone - 2 <= t <= at and (not what.startswith(("+", "-")) or what[1:] == name)
         ]
         steps = "; ".join(f"{t - gone:+.2f} {what}" for t, what in sorted(seen)[-40:])
+        # The client's own state, which is not queued behind its worker as listeners' events
+        # are: "connected" here with a stale instance is the client's fault, anything else the
+        # checker's (it heard of the disconnection late).
+        steps += f"; at {at - gone:+.2f} the client says {reader.client.connection_state!r}"
         if len(self.outcome.examples) < 20:
             self.outcome.examples.append(f"(timeline of {name} at {reader.name}) {steps}")
 
