@@ -371,17 +371,22 @@ class _Connection(ConnectionHandler):
         with self._send_lock:
             if not self._direct or client._queue or client._state != KeeperState.CONNECTED:
                 return False
-            self._xid = (self._xid % 2147483647) + 1
-            # Pending before the write: the connection thread may read the reply at once.
-            client._pending.append((request, async_object, self._xid))
             try:
-                self._submit(request, self._write_timeout, self._xid)
+                self._write_pending(request, async_object)
             except Exception as exc:
                 self._direct = False
                 log.debug("write from the calling thread failed (%r): dropping the connection", exc)
                 with contextlib.suppress(OSError):
                     self._socket.shutdown(socket.SHUT_RDWR)
         return True
+
+    def _write_pending(self, request: Any, async_object: Any) -> None:
+        """Write ``request`` with the next xid, entered among the replies awaited first (the
+        connection thread may read the reply at once); a failed write leaves it there, for
+        the drop that follows to fail it with the rest. The caller holds ``_send_lock``."""
+        self._xid = (self._xid % 2147483647) + 1
+        self.client._pending.append((request, async_object, self._xid))
+        self._submit(request, self._write_timeout, self._xid)
 
     def stop_sending(self) -> None:
         """No more writes from calling threads (the connection is going): from here on they
@@ -417,13 +422,12 @@ class _Connection(ConnectionHandler):
             request, result = self._at_once.pop(0)
             try:
                 with self._send_lock:
-                    self._xid = (self._xid % 2147483647) + 1
-                    self._submit(request, self._write_timeout, self._xid)
-                    self.client._pending.append((request, result, self._xid))
+                    self._write_pending(request, result)
             except BaseException:
-                result.set_exception(ConnectionLoss())  # outside the lock: it calls ``then``
                 self._fail_at_once()
-                raise  # the connection loop drops the connection, as on any failed send
+                # The connection loop drops the connection, as on any failed send, and kazoo
+                # fails the pending requests, this one among them, with ConnectionLoss.
+                raise
         return response
 
     def _fail_at_once(self) -> None:

@@ -610,3 +610,33 @@ def test_while_the_connection_is_down_requests_queue_as_kazoo_queues_them(watche
     ours.proxy.restore()
     assert result.get(timeout=15)[0] == b"one"
     assert wait_until(lambda: ours.client._connection._direct, 10) is not None
+
+
+def test_a_read_sent_at_once_whose_write_fails_is_failed_once_and_the_session_kept(watched, raw_zk):
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    watcher = ReadingWatcher(ours.watches)
+    ours.watches.add_watch(
+        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
+    )
+    session = ours.client.client_id[0]
+    connection = ours.client._connection
+    submit = connection._submit
+    failed = []
+
+    def failing_once(request, timeout, xid=None):
+        if isinstance(request, GetData) and not failed:
+            failed.append(request)
+            raise ConnectionDropped("the socket broke")
+        return submit(request, timeout, xid)
+
+    connection._submit = failing_once
+    raw_zk.create("/svc/a", b"one")
+    assert wait_until(lambda: watcher.completed) is not None
+    with pytest.raises(ConnectionLoss):
+        watcher.reads["/svc/a"].get(timeout=5)
+    assert wait_until(lambda: ours.client.connected, 15) is not None
+    assert ours.client.get("/svc/a")[0] == b"one"
+    assert ours.client.client_id[0] == session
+    assert failed and len(watcher.completed) == 1  # ``then`` once, on the connection thread
+    assert watcher.completed[0][1] is connection._connection_routine
