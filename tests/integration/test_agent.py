@@ -706,6 +706,9 @@ def test_a_frame_from_the_agent_that_does_not_decode_is_skipped_and_the_state_ke
     admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
     app = through(make_client, socket_path)
     app.prefetch(SERVICE)
+    # The link's first connection schedules a re-sync (after a jitter), which applies the
+    # agent's answer in place of any frame not applied yet: let it pass before injecting.
+    assert wait_until(lambda: app.cache_stats.resyncs >= 1 and not app._cache.worker.resync_due)
     before, errors = state(app), app.cache_stats.decode_errors
     follower = app._cache._follower  # the link's reader hands every frame to it
     for entry in (
