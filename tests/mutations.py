@@ -47,6 +47,7 @@ class Mutation:
 
 
 ZKPROTOCOL = "tests/integration/test_zkprotocol.py::"
+CONNECTION_EVENTS = "tests/faults/test_connection_events.py::test_a_listener_hears_the_connection_lost_while_it_is_lost"
 TELEMETRY = (
     "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
 )
@@ -257,6 +258,32 @@ MUTATIONS = (
             ZKPROTOCOL
             + "test_a_write_that_fails_on_the_callers_thread_loses_the_connection_not_the_request",
         ),
+    ),
+    Mutation(
+        # The cache's worker waiting for a connection like any thread: the news of the lost
+        # connection queued behind its read reaches listeners only once it is back.
+        "unwaited-worker-waits",
+        "sentinel/cache/registry_cache.py",
+        "        return self._watches.waiting_for_connection(False)\n",
+        "        return self._watches.waiting_for_connection(True)\n",
+        (CONNECTION_EVENTS,),
+    ),
+    Mutation(
+        # A load the lost connection stopped failed at once instead of run again once connected.
+        "unwaited-load-not-retried",
+        "sentinel/cache/registry_cache.py",
+        "            if queued and isinstance(error, ZooKeeperUnavailable)"
+        " and not self._connected():",
+        "            if False:",
+        (CONNECTION_EVENTS,),
+    ),
+    Mutation(
+        # A request of a thread that does not wait, queued just after the drop failed the queue.
+        "unwaited-request-queued-after-the-drop",
+        "sentinel/zk/protocol.py",
+        "        if not self._up:  # dropped meanwhile",
+        "        if False:  # dropped meanwhile",
+        (ZKPROTOCOL + "test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing",),
     ),
     Mutation(
         # The relay registering a connection it set up while being cut.

@@ -11,6 +11,7 @@ worker (:mod:`sentinel.cache.worker`), which runs what the follower queued
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import socket
@@ -19,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import AbstractContextManager
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -94,7 +96,10 @@ class RegistryCache:
         self._policy_users: dict[str, set[str]] = {}
         self.stats = CacheStats()
         self.listeners = Listeners()
-        self.worker = CacheWorker(self._resync, resync_jitter)
+        # The worker's own requests fail at once while disconnected rather than wait for the
+        # connection: the news of the connection itself is queued behind them.
+        self.worker = CacheWorker(self._resync, resync_jitter, around=self._not_waiting)
+        self._loads_waiting: list[tuple[str, Future[ServiceSnapshot]]] = []  # worker only
         self._agent = agent
         self._announced_on = 1  # the agent connection this client's /clients entries are on
         self._follower: Follower | None = None  # chosen on first use, once per session
@@ -132,7 +137,12 @@ class RegistryCache:
         seconds at most (see :meth:`CacheWorker.stop`); whether it has stopped. A reader
         waiting for a load dropped meanwhile hears so at once rather than at its timeout."""
         self._zk.remove_listener(self._on_state)
-        return self.worker.stop(self._dropped, timeout)
+        stopped = self.worker.stop(self._dropped, timeout)
+        if stopped:
+            waiting, self._loads_waiting = self._loads_waiting, []
+            for _, future in waiting:
+                future.set_exception(ClientClosed("the client was closed"))
+        return stopped
 
     def _dropped(self, task: Task) -> None:
         if task.run == self._serve_load:
@@ -161,7 +171,7 @@ class RegistryCache:
         if self.on_worker():
             self._serve_load(service, future)
             return future.result()
-        self.worker.put(Task(self._serve_load, (service, future)))
+        self.worker.put(Task(self._serve_load, (service, future, True)))
         try:
             return future.result(timeout=self._load_timeout)
         except FutureTimeout:
@@ -173,7 +183,7 @@ class RegistryCache:
         """Load ``services`` on the worker, in the background (a forked child re-reading what
         its parent followed); a lookup meanwhile waits for its own service's load."""
         for service in services:
-            self.worker.put(Task(self._serve_load, (service, Future())))
+            self.worker.put(Task(self._serve_load, (service, Future(), True)))
 
     def restore(
         self,
@@ -216,6 +226,7 @@ class RegistryCache:
             if state == KazooState.CONNECTED and self._restored:
                 # Still serving a restored state: stale until the re-sync has re-read it.
                 self.worker.put(Task(self.worker.schedule_resync))
+                self.worker.put(Task(self._retry_loads))
                 return
             self.connection_state = reached_state
             if state == KazooState.CONNECTED:
@@ -227,6 +238,7 @@ class RegistryCache:
         self.worker.put(Task(self._emit, (None, event), changes_cache=False))
         if state == KazooState.CONNECTED:
             self.worker.put(Task(self.worker.schedule_resync))
+            self.worker.put(Task(self._retry_loads))
 
     # --- the worker -------------------------------------------------------------------------
 
@@ -287,8 +299,12 @@ class RegistryCache:
         file, and not served by a forked child before its own session has read them."""
         return self._curator.services if self._curator is not None else frozenset()
 
-    def _serve_load(self, service: str, future: Future[ServiceSnapshot]) -> None:
-        """A reader's :meth:`load`: the cached snapshot, or the service loaded now."""
+    def _serve_load(
+        self, service: str, future: Future[ServiceSnapshot], queued: bool = False
+    ) -> None:
+        """A reader's :meth:`load`: the cached snapshot, or the service loaded now. A
+        ``queued`` load the lost connection stopped runs again once connected (its reader
+        waits, up to its timeout); one made from a listener fails at once."""
         try:
             snapshot = self.snapshots.get(service)
             if snapshot is None:
@@ -297,7 +313,29 @@ class RegistryCache:
                 self.snapshots[service] = snapshot
             future.set_result(snapshot)
         except Exception as exc:
-            future.set_exception(translate(exc, f"loading service {service!r}"))
+            error = translate(exc, f"loading service {service!r}")
+            if queued and isinstance(error, ZooKeeperUnavailable) and not self._connected():
+                self._loads_waiting.append((service, future))
+                return
+            future.set_exception(error)
+
+    def _retry_loads(self) -> None:
+        """Connected again: the loads the lost connection stopped."""
+        waiting, self._loads_waiting = self._loads_waiting, []
+        for service, future in waiting:
+            self._serve_load(service, future, True)
+
+    def _connected(self) -> bool:
+        """Whether the session (the agent's, in agent mode) is connected now."""
+        if self._agent is not None:
+            return self._agent.connected
+        return self._zk.state == KazooState.CONNECTED
+
+    def _not_waiting(self) -> AbstractContextManager[object]:
+        """Around each of the worker's tasks: its requests do not wait for a connection."""
+        if self._watches is None:
+            return contextlib.nullcontext()
+        return self._watches.waiting_for_connection(False)
 
     def _resync(self) -> None:
         """After a reconnection: the follower brings everything up to date; the first one
@@ -321,17 +359,18 @@ class RegistryCache:
             self._confirm(service, self.snapshots[service].auth)
         with self._state_lock:
             self._restored = frozenset()
-            connected = self._zk.state == KazooState.CONNECTED
-            if self._agent is not None:
-                connected = self._agent.connected
-            if not connected:
+            if not self._connected():
                 return  # lost again meanwhile: connection_changed has said so
             self.connection_state = "connected"
             self.disconnected_at = None
         self._emit(None, ConnectionChanged("connected", time.time()))
 
     def _emit(self, service: str | None, event: ChangeEvent) -> None:
-        self.listeners.emit(service, event)
+        if self._watches is None:
+            self.listeners.emit(service, event)
+            return
+        with self._watches.waiting_for_connection(True):  # the application's code: kazoo's way
+            self.listeners.emit(service, event)
 
     # --- what the follower hands in, on the worker (see sentinel.cache.source) ----------------
 

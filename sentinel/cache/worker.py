@@ -21,6 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,12 +53,19 @@ class CacheWorker:
 
     ``resync`` runs once per burst of reconnections, ``resync_jitter`` seconds at most after
     the first :meth:`schedule_resync`; ``on_change`` (if set) after every task that may have
-    changed the cache, on the worker (it must not block).
+    changed the cache, on the worker (it must not block). Every task runs inside
+    ``around()`` (the cache's: its requests do not wait for a connection).
     """
 
-    def __init__(self, resync: Callable[[], None], resync_jitter: float) -> None:
+    def __init__(
+        self,
+        resync: Callable[[], None],
+        resync_jitter: float,
+        around: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    ) -> None:
         self._resync = resync
         self._resync_jitter = resync_jitter
+        self._around = around
         self._resync_at: float | None = None  # monotonic; only the worker touches it
         self._tasks: queue.SimpleQueue[Task | None] = queue.SimpleQueue()  # None: stop
         self._pending: set[Task] = set()
@@ -160,7 +168,8 @@ class CacheWorker:
                 merged = task in self._pending
                 self._pending.discard(task)
             try:
-                task.run(*task.args)
+                with self._around():
+                    task.run(*task.args)
                 if self.on_change is not None and task.changes_cache:
                     self.on_change()
             except Exception as exc:

@@ -489,6 +489,10 @@ class PersistentWatches:
         # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
         self._resync_data: set[str] = set()
         self._resync_children: set[str] = set()
+        # Whether the calling thread waits for a connection (see waiting_for_connection),
+        # and whether there is one (set before kazoo is told of a change).
+        self._local = threading.local()
+        self._up = client._state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO)
         self._stock_reset = client._reset_watchers
         client._reset_watchers = self._reset_watchers
         self._stock_call = client._call
@@ -836,19 +840,56 @@ class PersistentWatches:
             self._told.set()
         return bool(self._supported)
 
+    @contextlib.contextmanager
+    def waiting_for_connection(self, wait: bool) -> Iterator[None]:
+        """Whether requests the calling thread makes inside the block wait for a connection
+        while there is none (kazoo's way, and the default) or fail at once with
+        :class:`~kazoo.exceptions.ConnectionLoss`, as do those of them still queued when the
+        connection drops. A thread whose queue of work also carries the news of the
+        connection itself (the cache's worker) must not wait: that news would wait with it."""
+        previous = getattr(self._local, "wait", True)
+        self._local.wait = wait
+        try:
+            yield
+        finally:
+            self._local.wait = previous
+
     def _send(self, request: Any, async_object: Any) -> Any:
         """kazoo's ``_call``: the request written by this thread when it can be (see
-        :meth:`_Connection.send_now`), queued for the connection thread otherwise."""
+        :meth:`_Connection.send_now`), queued for the connection thread otherwise, or failed
+        at once for a thread that does not wait for a connection while there is none."""
         if self._client._connection.send_now(request, async_object):
             return None
-        return self._stock_call(request, async_object)
+        if getattr(self._local, "wait", True):
+            return self._stock_call(request, async_object)
+        if not self._up:  # failed before it is queued: kazoo's wake-up byte for it would stay
+            # unread until the next connection, and enough of them block the next caller
+            async_object.set_exception(ConnectionLoss("not connected, and not waiting"))
+            return False
+        queued = self._stock_call(request, async_object)
+        if not self._up:  # dropped meanwhile, perhaps after kazoo failed what was queued
+            self._unqueue(request, async_object)
+        return queued
 
     def _session_changed(self, state: str) -> None:
         """kazoo's ``_session_callback``: any change but to CONNECTED stops callers' writes
-        before kazoo fails the pending requests, so none is added after that."""
-        if state not in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
+        before kazoo fails the pending and queued requests, so none is added after that."""
+        if state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
+            self._up = True
+        else:
+            self._up = False
             self._client._connection.stop_sending()
         self._stock_session_callback(state)
+
+    def _unqueue(self, request: Any, async_object: Any) -> None:
+        """Fail a request of a thread that does not wait if it is still in kazoo's queue (the
+        wake-up byte it left is read by kazoo as a request cancelled)."""
+        with self._client._connection._send_lock:  # the connection thread sends under it
+            try:
+                self._client._queue.remove((request, async_object))
+            except ValueError:
+                return  # sent, or failed by kazoo with the rest of the queue
+        async_object.set_exception(ConnectionLoss("the connection dropped"))
 
     def _server_path(self, path: str) -> str:
         return _prefix_root(self._client.chroot, path)

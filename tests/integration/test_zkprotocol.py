@@ -640,3 +640,59 @@ def test_a_read_sent_at_once_whose_write_fails_is_failed_once_and_the_session_ke
     assert ours.client.client_id[0] == session
     assert failed and len(watcher.completed) == 1  # ``then`` once, on the connection thread
     assert watcher.completed[0][1] is connection._connection_routine
+
+
+def test_a_thread_that_does_not_wait_for_a_connection_is_told_at_once_it_has_none(watched, raw_zk):
+    ours = watched()
+    ours.client.create("/a", b"one")
+    ours.proxy.cut()
+    assert wait_until(lambda: KazooState.SUSPENDED in ours.states, 10) is not None
+    with ours.watches.waiting_for_connection(False), pytest.raises(ConnectionLoss):
+        ours.client.get_async("/a").get(timeout=1)  # not queued for the next connection
+    failed_at_once: list[int] = []  # without a byte on kazoo's wake-up socket each: a few
+    # hundred unread ones fill it, and the next request's write of one would block
+
+    def many() -> None:
+        with ours.watches.waiting_for_connection(False):
+            results = [ours.client.exists_async("/a") for _ in range(3000)]
+        failed_at_once.append(sum(isinstance(r.exception, ConnectionLoss) for r in results))
+
+    thread = threading.Thread(target=many, daemon=True)
+    thread.start()
+    thread.join(10)
+    while thread.is_alive():  # blocked on a full wake-up socket: empty it, or nothing stops
+        ours.client._connection._read_sock.recv(65536)
+        thread.join(0.1)
+    assert failed_at_once == [3000]
+    waiting = ours.client.get_async("/a")  # outside the block: kazoo's way
+    ours.proxy.restore()
+    assert waiting.get(timeout=15)[0] == b"one"
+    with ours.watches.waiting_for_connection(False):  # connected: as any request
+        assert ours.client.get("/a")[0] == b"one"
+
+
+def test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing(
+    watched, raw_zk, monkeypatch
+):
+    # kazoo fails what is queued when the link drops; a request queued just after that (its
+    # thread saw the connection up a moment before) would wait for the next connection.
+    ours = watched()
+    ours.client.create("/a", b"one")
+    stock_call = ours.watches._stock_call
+    monkeypatch.setattr(ours.client._connection, "send_now", lambda request, result: False)
+
+    def dropped_first(request, result):
+        ours.proxy.cut()
+        assert wait_until(lambda: KazooState.SUSPENDED in ours.states, 10) is not None
+        return stock_call(request, result)
+
+    monkeypatch.setattr(ours.watches, "_stock_call", dropped_first)
+    with ours.watches.waiting_for_connection(False):
+        result = ours.client.get_async("/a")
+    monkeypatch.undo()
+    assert result.ready(), "queued for the next connection after the drop"
+    with pytest.raises(ConnectionLoss):
+        result.get(timeout=0)
+    assert not ours.client._queue
+    ours.proxy.restore()
+    assert ours.client.get("/a")[0] == b"one"  # the wake-up it left did no harm
