@@ -23,7 +23,10 @@ would, so it is pinned to the kazoo versions it was tested with):
   and send: a round trip started after a quiet spell no longer waits for that wake-up. One
   lock orders every write with the xid it carries and its place among the awaited replies;
   TLS connections keep kazoo's queue (an SSL socket must not be written by one thread while
-  another reads it).
+  another reads it);
+* threads that do not wait for a connection (:meth:`PersistentWatches.waiting_for_connection`):
+  their requests fail at once with ``ConnectionLoss`` while there is none, where kazoo would
+  keep them for the next one.
 
 Against a server older than 3.6 (detected at connection with an empty multi-read, which such a
 server answers UNIMPLEMENTED) or when forced (``force_fallback=True``), the extension stands
