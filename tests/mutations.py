@@ -47,7 +47,10 @@ class Mutation:
 
 
 ZKPROTOCOL = "tests/integration/test_zkprotocol.py::"
-CONNECTION_EVENTS = "tests/faults/test_connection_events.py::test_a_listener_hears_the_connection_lost_while_it_is_lost"
+CONNECTION_EVENTS = (
+    "tests/faults/test_connection_events.py::"
+    "test_a_listener_hears_the_connection_lost_while_it_is_lost"
+)
 TELEMETRY = (
     "tests/integration/test_telemetry.py::test_lookup_counters_move_and_cache_events_are_exported"
 )
