@@ -267,8 +267,8 @@ MUTATIONS = (
         # connection queued behind its read reaches listeners only once it is back.
         "unwaited-worker-waits",
         "sentinel/cache/registry_cache.py",
-        "        return self._watches.waiting_for_connection(False)\n",
-        "        return self._watches.waiting_for_connection(True)\n",
+        "        not_waiting = functools.partial(self._waiting_for_connection, False)\n",
+        "        not_waiting = functools.partial(self._waiting_for_connection, True)\n",
         (CONNECTION_EVENTS,),
     ),
     Mutation(

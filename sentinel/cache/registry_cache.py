@@ -98,7 +98,8 @@ class RegistryCache:
         self.listeners = Listeners()
         # The worker's own requests fail at once while disconnected rather than wait for the
         # connection: the news of the connection itself is queued behind them.
-        self.worker = CacheWorker(self._resync, resync_jitter, around=self._not_waiting)
+        not_waiting = functools.partial(self._waiting_for_connection, False)
+        self.worker = CacheWorker(self._resync, resync_jitter, around=not_waiting)
         self._loads_waiting: list[tuple[str, Future[ServiceSnapshot]]] = []  # worker only
         self._agent = agent
         self._announced_on = 1  # the agent connection this client's /clients entries are on
@@ -331,11 +332,12 @@ class RegistryCache:
             return self._agent.connected
         return self._zk.state == KazooState.CONNECTED
 
-    def _not_waiting(self) -> AbstractContextManager[object]:
-        """Around each of the worker's tasks: its requests do not wait for a connection."""
+    def _waiting_for_connection(self, wait: bool) -> AbstractContextManager[object]:
+        """Whether the calling thread's requests wait for a connection while there is none
+        (see :meth:`PersistentWatches.waiting_for_connection`)."""
         if self._watches is None:
             return contextlib.nullcontext()
-        return self._watches.waiting_for_connection(False)
+        return self._watches.waiting_for_connection(wait)
 
     def _resync(self) -> None:
         """After a reconnection: the follower brings everything up to date; the first one
@@ -366,10 +368,7 @@ class RegistryCache:
         self._emit(None, ConnectionChanged("connected", time.time()))
 
     def _emit(self, service: str | None, event: ChangeEvent) -> None:
-        if self._watches is None:
-            self.listeners.emit(service, event)
-            return
-        with self._watches.waiting_for_connection(True):  # the application's code: kazoo's way
+        with self._waiting_for_connection(True):  # the application's code: kazoo's way
             self.listeners.emit(service, event)
 
     # --- what the follower hands in, on the worker (see sentinel.cache.source) ----------------

@@ -866,7 +866,7 @@ class PersistentWatches:
         if getattr(self._local, "wait", True):
             return self._stock_call(request, async_object)
         if not self._up:  # failed before it is queued: kazoo's wake-up byte for it would stay
-            # unread until the next connection, and enough of them block the next caller
+            # unread until the next connection, and ~280 of them block the next caller
             async_object.set_exception(ConnectionLoss("not connected, and not waiting"))
             return False
         queued = self._stock_call(request, async_object)

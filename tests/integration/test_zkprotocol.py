@@ -441,13 +441,19 @@ class ReadingWatcher:
             self.reads[path] = self.watches.read_now(path, then)
 
 
-def test_a_watcher_on_the_connection_thread_sends_the_changed_nodes_read_at_once(watched, raw_zk):
+def reading(watched, raw_zk, fail_first: bool = False) -> tuple[Watched, ReadingWatcher]:
+    """A client whose :class:`ReadingWatcher` follows ``/svc`` on the connection thread."""
     ours = watched()
     raw_zk.ensure_path("/svc")
-    watcher = ReadingWatcher(ours.watches, fail_first=True)
+    watcher = ReadingWatcher(ours.watches, fail_first=fail_first)
     ours.watches.add_watch(
         "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
     )
+    return ours, watcher
+
+
+def test_a_watcher_on_the_connection_thread_sends_the_changed_nodes_read_at_once(watched, raw_zk):
+    ours, watcher = reading(watched, raw_zk, fail_first=True)
     raw_zk.create("/svc/a", b"raises")  # the watcher's bug is logged, no more
     raw_zk.set("/svc/a", b"one")
     raw_zk.create("/svc/b", b"two")
@@ -463,12 +469,7 @@ def test_a_watcher_on_the_connection_thread_sends_the_changed_nodes_read_at_once
 
 
 def test_a_read_sent_at_once_that_the_connection_loses_fails_and_still_completes(watched, raw_zk):
-    ours = watched()
-    raw_zk.ensure_path("/svc")
-    watcher = ReadingWatcher(ours.watches)
-    ours.watches.add_watch(
-        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
-    )
+    ours, watcher = reading(watched, raw_zk)
     raw_zk.create("/svc/a", b"zero")
     assert wait_until(lambda: len(watcher.completed) == 1)
     ours.proxy.pause(to_client=False)  # the event comes in; its read waits in the link
@@ -613,12 +614,7 @@ def test_while_the_connection_is_down_requests_queue_as_kazoo_queues_them(watche
 
 
 def test_a_read_sent_at_once_whose_write_fails_is_failed_once_and_the_session_kept(watched, raw_zk):
-    ours = watched()
-    raw_zk.ensure_path("/svc")
-    watcher = ReadingWatcher(ours.watches)
-    ours.watches.add_watch(
-        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
-    )
+    ours, watcher = reading(watched, raw_zk)
     session = ours.client.client_id[0]
     connection = ours.client._connection
     submit = connection._submit
