@@ -284,8 +284,8 @@ MUTATIONS = (
         # A request of a thread that does not wait, queued just after the drop failed the queue.
         "unwaited-request-queued-after-the-drop",
         "sentinel/zk/protocol.py",
-        "        if not self._up:  # dropped meanwhile",
-        "        if False:  # dropped meanwhile",
+        "        if not self._connected():\n            self._unqueue(",
+        "        if False:\n            self._unqueue(",
         (ZKPROTOCOL + "test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing",),
     ),
     Mutation(

@@ -492,10 +492,7 @@ class PersistentWatches:
         # one-shot watches a reconnection set for ``known`` paths, until they fire or are removed
         self._resync_data: set[str] = set()
         self._resync_children: set[str] = set()
-        # Whether the calling thread waits for a connection (see waiting_for_connection),
-        # and whether there is one (set before kazoo is told of a change).
-        self._local = threading.local()
-        self._up = client._state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO)
+        self._local = threading.local()  # whether the thread waits for a connection
         self._stock_reset = client._reset_watchers
         client._reset_watchers = self._reset_watchers
         self._stock_call = client._call
@@ -865,22 +862,24 @@ class PersistentWatches:
             return None
         if getattr(self._local, "wait", True):
             return self._stock_call(request, async_object)
-        if not self._up:  # failed before it is queued: kazoo's wake-up byte for it would stay
-            # unread until the next connection, and ~280 of them block the next caller
+        if not self._connected():  # failed before it is queued: kazoo's wake-up byte for it
+            # would stay unread until the next connection, and ~280 of them block the next caller
             async_object.set_exception(ConnectionLoss("not connected, and not waiting"))
             return False
         queued = self._stock_call(request, async_object)
-        if not self._up:  # dropped meanwhile, perhaps after kazoo failed what was queued
+        # Dropped meanwhile? kazoo sets the state before it fails what is queued, so a request
+        # queued after that is seen here.
+        if not self._connected():
             self._unqueue(request, async_object)
         return queued
+
+    def _connected(self) -> bool:
+        return self._client._state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO)
 
     def _session_changed(self, state: str) -> None:
         """kazoo's ``_session_callback``: any change but to CONNECTED stops callers' writes
         before kazoo fails the pending and queued requests, so none is added after that."""
-        if state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
-            self._up = True
-        else:
-            self._up = False
+        if state not in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
             self._client._connection.stop_sending()
         self._stock_session_callback(state)
 
