@@ -8,7 +8,7 @@ by wrappers that take ``time.perf_counter()`` (one clock for every thread) as it
 1. ``write``: ``update_metrics`` called on the writer;
 2. ``write sent``: the writer's transaction written to its socket (its connection thread);
 3. ``event on connection thread``: the watch event read off the follower's socket
-   (``sentinel.zk.protocol``'s ``_read_watch_event``);
+   (``sentinel.zk.kazoo_internals.HookedConnection._read_watch_event``);
 4. ``cache's watcher``: the cache's watcher called (``PersistentFollower._on_event``; on the
    connection thread, or on kazoo's callback thread with ``--worker-reads``);
 5. ``read sent``: the changed node's read written to the follower's socket;
@@ -42,7 +42,7 @@ from sentinel.cache import reads
 from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
-from sentinel.zk import protocol as zkprotocol
+from sentinel.zk.kazoo_internals import HookedConnection
 
 WARM_UP = 100
 STAGES = (
@@ -101,14 +101,14 @@ def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
 
         # Before the follower follows the service: its watcher is bound when the watch is set.
         undo = [
-            _wrap(zkprotocol._Connection, "_submit", submitted),
+            _wrap(HookedConnection, "_submit", submitted),
             _wrap(
-                zkprotocol._Connection,
+                HookedConnection,
                 "_read_watch_event",
                 lambda conn, *_: conn.client is zk and trace.mark(STAGES[2]),
             ),
             _wrap(
-                zkprotocol._Connection,
+                HookedConnection,
                 "_read_response",
                 lambda conn, *_: (
                     conn.client is zk and STAGES[4] in trace.times and trace.mark(STAGES[6])

@@ -237,7 +237,7 @@ MUTATIONS = (
     Mutation(
         # A caller's request written ahead of those queued for the connection thread.
         "direct-send-jumps-the-queue",
-        "sentinel/zk/protocol.py",
+        "sentinel/zk/kazoo_internals.py",
         "            if not self._direct or client._queue or client._state",
         "            if not self._direct or client._state",
         (ZKPROTOCOL + "test_a_request_waits_behind_those_queued_for_the_connection_thread",),
@@ -245,7 +245,7 @@ MUTATIONS = (
     Mutation(
         # The connection thread's queued writes not ordered with callers' writes.
         "direct-send-unlocked-queue",
-        "sentinel/zk/protocol.py",
+        "sentinel/zk/kazoo_internals.py",
         "        with self._send_lock:\n"
         "            super()._send_request(read_timeout, connect_timeout)\n",
         "        super()._send_request(read_timeout, connect_timeout)\n",
@@ -254,7 +254,7 @@ MUTATIONS = (
     Mutation(
         # A failed write from a caller's thread left waiting for a ping to time out.
         "direct-send-failure-kept",
-        "sentinel/zk/protocol.py",
+        "sentinel/zk/kazoo_internals.py",
         "                    self._socket.shutdown(socket.SHUT_RDWR)\n",
         "                    pass\n",
         (
@@ -283,8 +283,8 @@ MUTATIONS = (
     Mutation(
         # A request of a thread that does not wait, queued just after the drop failed the queue.
         "unwaited-request-queued-after-the-drop",
-        "sentinel/zk/protocol.py",
-        "        if not self._connected():\n            self._unqueue(",
+        "sentinel/zk/kazoo_internals.py",
+        "        if not self.connected():\n            self._unqueue(",
         "        if False:\n            self._unqueue(",
         (ZKPROTOCOL + "test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing",),
     ),

@@ -52,11 +52,12 @@ _CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
 
 def routed_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
     """``url`` with the scheme, host and port of ``endpoint``; path, query and fragment kept."""
-    # httpx's own copy_with() prints the URL and parses it again, checking every character:
-    # 60 µs of the 80 µs routing first measured here. Both parts were parsed by httpx already
-    # (the endpoint's once per URI), so their parsed forms are combined as they are. This
-    # reads httpx's internals, hence the pinned minor version; tests/unit/test_httpx_url.py
-    # compares the result with copy_with's.
+    if not _PARSED_FORMS:
+        return url.copy_with(scheme=endpoint.scheme, host=endpoint.host, port=endpoint.port)
+    # httpx's own copy_with() prints the URL and parses it again, checking every character
+    # (most of the routing's cost: docs/benchmarks.md). Both parts were parsed by httpx
+    # already (the endpoint's once per URI), so their parsed forms are combined as they are;
+    # tests/unit/test_httpx_url.py compares the result with copy_with's.
     origin = _origin(endpoint.uri)
     routed = httpx.URL.__new__(httpx.URL)
     routed._uri_reference = url._uri_reference._replace(
@@ -68,6 +69,18 @@ def routed_url(url: httpx.URL, endpoint: Endpoint) -> httpx.URL:
 @functools.lru_cache(maxsize=1024)
 def _origin(uri: str) -> Any:
     return httpx.URL(uri)._uri_reference
+
+
+def _has_parsed_forms() -> bool:
+    """Whether this httpx keeps a URL's parsed form where :func:`routed_url` reads it (0.28:
+    ``URL._uri_reference``, a named tuple); else routed_url uses the public ``copy_with``."""
+    reference = getattr(httpx.URL("http://a.b:1/p?q#f"), "_uri_reference", None)
+    return callable(getattr(reference, "_replace", None)) and all(
+        hasattr(reference, field) for field in ("scheme", "host", "port")
+    )
+
+
+_PARSED_FORMS = _has_parsed_forms()
 
 
 _T = TypeVar("_T", httpx.BaseTransport, httpx.AsyncBaseTransport)

@@ -20,6 +20,7 @@ from sentinel.connection import client_arguments
 from sentinel.registry.reads import read_metrics
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
+from sentinel.zk import kazoo_internals
 
 
 def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = None) -> int:
@@ -33,7 +34,7 @@ def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = 
     """
     zk = client._zk
     # kazoo's client_id is None while disconnected; the session it will resume is kept.
-    session_id, password = zk.client_id or (zk._session_id, zk._session_passwd)
+    session_id, password = kazoo_internals.session(zk)
     intruder = KazooClient(
         hosts=hosts or client.hosts,
         client_id=(session_id, password),

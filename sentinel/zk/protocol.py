@@ -55,39 +55,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
-import struct
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (
-    EXCEPTIONS,
-    ConnectionDropped,
-    ConnectionLoss,
-    KazooException,
-    MarshallingError,
-    NoNodeError,
-    UnimplementedError,
-)
-from kazoo.protocol.connection import CLOSE_RESPONSE, WATCH_XID, ConnectionHandler
-from kazoo.protocol.paths import _prefix_root
-from kazoo.protocol.serialization import (
-    Auth,
-    Exists,
-    GetChildren,
-    GetData,
-    MultiHeader,
-    Watch,
-    int_struct,
-    long_struct,
-    multiheader_struct,
-    stat_struct,
-    write_string,
-)
+from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
+from kazoo.protocol.paths import join, normpath
+from kazoo.protocol.serialization import Exists, GetChildren, GetData, Watch
 from kazoo.protocol.states import (
     EVENT_TYPE_MAP,
     Callback,
@@ -97,190 +73,31 @@ from kazoo.protocol.states import (
     ZnodeStat,
 )
 
+from sentinel.zk import kazoo_internals
+from sentinel.zk.kazoo_internals import HookedConnection, Internals
+from sentinel.zk.wire import (
+    SET_WATCHES_MAX_LENGTH,
+    SET_WATCHES_XID,
+    AddWatch,
+    AddWatchMode,
+    MultiRead,
+    RemoveWatches,
+    SetWatches2,
+    Watcher,
+    WatcherType,
+    batches,
+)
+
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "SET_WATCHES_MAX_LENGTH",
     "AddWatchMode",
     "PersistentWatches",
     "ReadResults",
     "WatcherType",
     "install",
 ]
-
-Watcher = Callable[[WatchedEvent], Any]
-
-# ZooDefs.OpCode
-REMOVE_WATCHES = 18
-MULTI_READ = 22
-SET_WATCHES2 = 105
-ADD_WATCH = 106
-# ClientCnxn: the xid of SetWatches packets (the server echoes it), and the size the Java
-# client keeps each under, well below the server's 1 MB jute.maxbuffer (ZOOKEEPER-706).
-SET_WATCHES_XID = -8
-SET_WATCHES_MAX_LENGTH = 128 * 1024
-_ERROR_RESULT = -1  # ZooDefs.OpCode.error: a multi's per-operation error
-
-
-class AddWatchMode(IntEnum):
-    """``org.apache.zookeeper.AddWatchMode``."""
-
-    PERSISTENT = 0  # data and child events of the path, until removed
-    PERSISTENT_RECURSIVE = 1  # created/deleted/changed events of the path and all below it
-
-
-class WatcherType(IntEnum):
-    """``org.apache.zookeeper.Watcher.WatcherType``: what :meth:`PersistentWatches.remove_watches`
-    removes."""
-
-    CHILDREN = 1
-    DATA = 2
-    ANY = 3
-    PERSISTENT = 4
-    PERSISTENT_RECURSIVE = 5
-
-
-class _AddWatch(NamedTuple):
-    """``AddWatchRequest {path, mode}``; the watcher is registered when the reply arrives."""
-
-    path: str
-    mode: AddWatchMode
-    callback: Watcher
-    known: Callable[[], Iterable[str]] | None
-    absolute: bool = False  # path given from the server's root, not the client's chroot
-    on_connection_thread: bool = False  # called where the event is read, not handed off
-    type = ADD_WATCH
-
-    def serialize(self) -> bytes:
-        return write_string(self.path) + int_struct.pack(self.mode)
-
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> bool:
-        return True
-
-
-class _RemoveWatches(NamedTuple):
-    """``RemoveWatchesRequest {path, type}``."""
-
-    path: str
-    watcher_type: WatcherType
-    type = REMOVE_WATCHES
-
-    def serialize(self) -> bytes:
-        return write_string(self.path) + int_struct.pack(self.watcher_type)
-
-    @classmethod
-    def deserialize(cls, data: bytes, offset: int) -> bool:
-        return True
-
-
-class _SetWatches2(NamedTuple):
-    """``SetWatches2 {relativeZxid, dataWatches, existWatches, childWatches,
-    persistentWatches, persistentRecursiveWatches}``."""
-
-    relative_zxid: int
-    data: list[str]
-    exist: list[str]
-    child: list[str]
-    persistent: list[str]
-    recursive: list[str]
-    type = SET_WATCHES2
-
-    def serialize(self) -> bytes:
-        out = bytearray(long_struct.pack(self.relative_zxid))
-        for paths in (self.data, self.exist, self.child, self.persistent, self.recursive):
-            out += int_struct.pack(len(paths))
-            for path in paths:
-                out += write_string(path)
-        return bytes(out)
-
-
-class _MultiRead(NamedTuple):
-    """``MultiOperationRecord`` of GetData/GetChildren requests (no watches set)."""
-
-    operations: tuple[GetData | GetChildren, ...]
-    type = MULTI_READ
-
-    def serialize(self) -> bytes:
-        out = bytearray()
-        for op in self.operations:
-            out += MultiHeader(op.type, False, -1).serialize() + op.serialize()
-        return bytes(out + multiheader_struct.pack(-1, True, -1))
-
-    def deserialize(self, data: bytes, offset: int) -> list[Any]:
-        """One result per operation, in their order: ``(bytes, ZnodeStat)`` for a GetData, a
-        child list for a GetChildren, or the exception of that one operation.
-
-        A reply that is not exactly that (cut short, a length past its end, a result of
-        another kind than its operation, an unknown error code, a result too many or too few,
-        bytes after its end marker) raises kazoo's
-        :class:`~kazoo.exceptions.MarshallingError`: the caller gets no result rather than
-        some. Every step consumes bytes, so a hostile reply cannot keep the decoder looping.
-        """
-        try:
-            results, offset = self._decode(data, offset)
-        except (struct.error, UnicodeDecodeError) as exc:
-            raise MarshallingError(f"multi-read reply cut short or malformed: {exc}") from exc
-        if offset != len(data):
-            raise MarshallingError(f"multi-read reply has {len(data) - offset} bytes after its end")
-        return results
-
-    def _decode(self, data: bytes, offset: int) -> tuple[list[Any], int]:
-        results: list[Any] = []
-        for op in self.operations:
-            header, offset = MultiHeader.deserialize(data, offset)
-            if header.done:
-                raise MarshallingError(
-                    f"multi-read reply ends after {len(results)} of {len(self.operations)} results"
-                )
-            if header.type == _ERROR_RESULT:
-                (code,) = int_struct.unpack_from(data, offset)
-                offset += int_struct.size
-                error = EXCEPTIONS.get(code) if code else None  # .get: no defaultdict factory
-                if error is None:
-                    raise MarshallingError(f"multi-read result with unknown error code {code}")
-                results.append(error())
-            elif header.type != op.type:
-                raise MarshallingError(
-                    f"multi-read result {len(results)} has type {header.type}, "
-                    f"its operation {op.type}"
-                )
-            elif op.type == GetData.type:
-                value, offset = _read_field(data, offset)
-                stat = ZnodeStat._make(stat_struct.unpack_from(data, offset))
-                offset += stat_struct.size
-                results.append((value or b"", stat))
-            else:
-                (count,) = int_struct.unpack_from(data, offset)
-                offset += int_struct.size
-                if count < -1:  # -1 is jute's null list
-                    raise MarshallingError(f"multi-read result with {count} children")
-                children = []
-                for _ in range(count):
-                    child, offset = _read_field(data, offset)
-                    if child is None:
-                        raise MarshallingError("multi-read result with a null child name")
-                    children.append(child.decode("utf-8"))
-                results.append(children)
-        header, offset = MultiHeader.deserialize(data, offset)
-        if not header.done:
-            raise MarshallingError(
-                f"multi-read reply has more than its {len(self.operations)} results"
-            )
-        return results, offset
-
-
-def _read_field(data: bytes, offset: int) -> tuple[bytes | None, int]:
-    """A jute buffer or string at ``offset`` (None for null) and the offset after it; kazoo's
-    read_buffer returns a cut value for a length past the end of ``data``."""
-    (length,) = int_struct.unpack_from(data, offset)
-    offset += int_struct.size
-    if length == -1:
-        return None, offset
-    if length < 0 or offset + length > len(data):
-        raise MarshallingError(
-            f"multi-read reply: a field of {length} bytes at offset {offset} of {len(data)}"
-        )
-    return data[offset : offset + length], offset + length
 
 
 @dataclass(frozen=True)
@@ -298,22 +115,6 @@ def _ancestors(path: str) -> Iterator[str]:
     while path != "/":
         path = path.rsplit("/", 1)[0] or "/"
         yield path
-
-
-def _batches(lists: Sequence[list[str]]) -> Iterator[list[list[str]]]:
-    """Split the five watch lists into batches of about SET_WATCHES_MAX_LENGTH bytes of paths,
-    in the Java client's order (the last path of a batch may overshoot a little, as there)."""
-    position = [0] * len(lists)
-    while any(position[i] < len(paths) for i, paths in enumerate(lists)):
-        batch: list[list[str]] = [[] for _ in lists]
-        size = 0
-        for i, paths in enumerate(lists):
-            while position[i] < len(paths) and size < SET_WATCHES_MAX_LENGTH:
-                path = paths[position[i]]
-                batch[i].append(path)
-                size += len(path.encode("utf-8")) + int_struct.size
-                position[i] += 1
-        yield batch
 
 
 class _Then:
@@ -335,137 +136,6 @@ class _Then:
         self._then()
 
 
-class _Connection(ConnectionHandler):
-    """kazoo's connection with the extension's hooks (its class is swapped in by install)."""
-
-    _extension: PersistentWatches
-    # While the connection thread reads one reply or event from the socket: that thread, and
-    # the requests a watcher called there asked to send at once (PersistentWatches.read_now).
-    _reading_thread: threading.Thread | None = None
-    _at_once: list[tuple[Any, Any]]
-    _write_timeout = 10.0  # seconds; the connect timeout, as kazoo's own sends use
-    # Held around every write to the socket together with its xid and its entry in the
-    # client's pending replies, whichever thread writes; ``_direct``: callers may write
-    # (connected, primed, plain TCP), cleared under the lock before a drop fails the pending.
-    _send_lock: threading.Lock
-    _direct = False
-
-    def _connect(self, host: str, hostip: str, port: int) -> tuple[float, float]:
-        session = self.client._session_id
-        read_timeout, connect_timeout = super()._connect(host, hostip, port)
-        self._write_timeout = connect_timeout / 1000.0
-        resumed = session is not None and session == self.client._session_id
-        self._extension._primed(self, resumed, connect_timeout / 1000.0)
-        with self._send_lock:
-            self._direct = not self.client.use_ssl
-        return read_timeout, connect_timeout
-
-    def send_now(self, request: Any, async_object: Any) -> bool:
-        """Write ``request`` to the socket from the calling thread, its reply to complete
-        ``async_object``; False (nothing done) when it must go through kazoo's queue: not
-        connected, TLS, an auth packet, or requests queued ahead of it, whose order it keeps.
-
-        A failed write leaves the request among the pending replies and shuts the socket: the
-        connection thread then fails it with the rest (ConnectionLoss), as kazoo would.
-        """
-        if not self._direct or getattr(request, "type", Auth.type) == Auth.type:
-            return False
-        client = self.client
-        with self._send_lock:
-            if not self._direct or client._queue or client._state != KeeperState.CONNECTED:
-                return False
-            try:
-                self._write_pending(request, async_object)
-            except Exception as exc:
-                self._direct = False
-                log.debug("write from the calling thread failed (%r): dropping the connection", exc)
-                with contextlib.suppress(OSError):
-                    self._socket.shutdown(socket.SHUT_RDWR)
-        return True
-
-    def _write_pending(self, request: Any, async_object: Any) -> None:
-        """Write ``request`` with the next xid, entered among the replies awaited first (the
-        connection thread may read the reply at once); a failed write leaves it there, for
-        the drop that follows to fail it with the rest. The caller holds ``_send_lock``."""
-        self._xid = (self._xid % 2147483647) + 1
-        self.client._pending.append((request, async_object, self._xid))
-        self._submit(request, self._write_timeout, self._xid)
-
-    def stop_sending(self) -> None:
-        """No more writes from calling threads (the connection is going): from here on they
-        queue, and kazoo fails or sends the queue as it always has."""
-        with self._send_lock:
-            self._direct = False
-
-    def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
-        with self._send_lock:
-            super()._send_request(read_timeout, connect_timeout)
-
-    def _send_ping(self, connect_timeout: float) -> None:
-        with self._send_lock:
-            super()._send_ping(connect_timeout)
-
-    def _read_socket(self, read_timeout: float) -> Any:
-        """kazoo's read of one reply or event; then the requests its watchers asked to send at
-        once, ahead of those other threads queued (no wake-up of this thread needed, and no
-        write to kazoo's wake-up socket, which could block this thread with a full buffer)."""
-        self._at_once = []
-        self._reading_thread = threading.current_thread()
-        try:
-            response = super()._read_socket(read_timeout)
-        except BaseException:
-            self._fail_at_once()
-            raise
-        finally:
-            self._reading_thread = None
-        if response is CLOSE_RESPONSE:
-            self._fail_at_once()
-            return response
-        while self._at_once:
-            request, result = self._at_once.pop(0)
-            try:
-                with self._send_lock:
-                    self._write_pending(request, result)
-            except BaseException:
-                self._fail_at_once()
-                # The connection loop drops the connection, as on any failed send, and kazoo
-                # fails the pending requests, this one among them, with ConnectionLoss.
-                raise
-        return response
-
-    def _fail_at_once(self) -> None:
-        for _, result in self._at_once:
-            result.set_exception(ConnectionLoss())
-        self._at_once = []
-
-    def _exchange(self, requests: Sequence[Any], timeout: float) -> list[int]:
-        """Send ``requests`` before anything else on this connection and return their error
-        codes, dispatching the watch events the server sends before its replies."""
-        for request in requests:
-            self._submit(request, timeout, SET_WATCHES_XID)
-        codes: list[int] = []
-        while len(codes) < len(requests):
-            header, buffer, offset = self._read_header(timeout)
-            if header.xid == WATCH_XID:
-                self._read_watch_event(buffer, offset)
-            elif header.xid == SET_WATCHES_XID:
-                if header.zxid > 0:
-                    self.client.last_zxid = header.zxid
-                codes.append(header.err)
-            else:
-                raise ConnectionDropped(f"unexpected reply xid {header.xid} while priming")
-        return codes
-
-    def _read_watch_event(self, buffer: bytes, offset: int) -> None:
-        self._extension._dispatch(Watch.deserialize(buffer, offset)[0])
-        super()._read_watch_event(buffer, offset)
-
-    def _read_response(self, header: Any, buffer: bytes, offset: int) -> Any:
-        if self.client._pending:
-            self._extension._replied(self.client._pending[0][0], header.err)
-        return super()._read_response(header, buffer, offset)
-
-
 class PersistentWatches:
     """The extension installed on one :class:`~kazoo.client.KazooClient` (see :func:`install`).
 
@@ -475,8 +145,11 @@ class PersistentWatches:
     ``on_connection_thread=True`` on the connection thread itself (see :meth:`add_watch`).
     """
 
-    def __init__(self, client: KazooClient, *, force_fallback: bool = False) -> None:
+    def __init__(
+        self, client: KazooClient, internals: Internals, *, force_fallback: bool = False
+    ) -> None:
         self._client = client
+        self._internals = internals
         self._supported: bool | None = False if force_fallback else None
         self._told = threading.Event()  # set once _supported is known
         if force_fallback:
@@ -493,16 +166,6 @@ class PersistentWatches:
         self._resync_data: set[str] = set()
         self._resync_children: set[str] = set()
         self._local = threading.local()  # whether the thread waits for a connection
-        self._stock_reset = client._reset_watchers
-        client._reset_watchers = self._reset_watchers
-        self._stock_call = client._call
-        client._call = self._send
-        self._stock_session_callback = client._session_callback
-        client._session_callback = self._session_changed
-        connection = client._connection
-        connection._extension = self
-        connection._send_lock = threading.Lock()
-        connection.__class__ = _Connection
 
     @property
     def supported(self) -> bool:
@@ -571,7 +234,7 @@ class PersistentWatches:
         if not self._probe():
             raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
         server_path = path if absolute else self._server_path(path)
-        request = _AddWatch(
+        request = AddWatch(
             server_path, AddWatchMode(mode), watcher, known, absolute, on_connection_thread
         )
         self._call(request)
@@ -589,12 +252,10 @@ class PersistentWatches:
         The read is sent after the event arrived, so its reply shows the node at least as new
         as the change the event reports.
         """
-        connection = self._client._connection
-        if getattr(connection, "_reading_thread", None) is not threading.current_thread():
-            return None
         result = self._client.handler.async_result()
         server_path = path if absolute else self._server_path(path)
-        connection._at_once.append((GetData(server_path, None), _Then(result, then)))
+        if not self._internals.read_after(GetData(server_path, None), _Then(result, then)):
+            return None
         return result
 
     def remove_watches(
@@ -617,23 +278,24 @@ class PersistentWatches:
         if WatcherType(watcher_type) in (WatcherType.PERSISTENT, WatcherType.PERSISTENT_RECURSIVE):
             watcher_type = WatcherType.ANY
         server_path = path if absolute else self._server_path(path)
-        client = self._client
+        self._internals.forget_one_shot(
+            server_path,
+            data=watcher_type != WatcherType.CHILDREN,
+            children=watcher_type != WatcherType.DATA,
+        )
         if watcher_type != WatcherType.CHILDREN:
-            client._data_watchers.pop(server_path, None)
             self._absent.discard(server_path)
-        if watcher_type != WatcherType.DATA:
-            client._child_watchers.pop(server_path, None)
         if watcher_type == WatcherType.ANY:
             with self._lock:
                 for table in (self._persistent, self._recursive):
                     self._on_connection_thread.difference_update(table.pop(server_path, ()))
                 self._known.pop(server_path, None)
                 self._absolute.discard(server_path)
-        request = _RemoveWatches(server_path, WatcherType(watcher_type))
+        request = RemoveWatches(server_path, WatcherType(watcher_type))
         if wait:
             self._call(request)
         elif not self.fallback:
-            self._client._call(request, self._client.handler.async_result())
+            self._internals.call(request, self._client.handler.async_result())
 
     def get_many(
         self, data: Iterable[str] = (), children: Iterable[str] = (), *, absolute: bool = False
@@ -652,7 +314,7 @@ class PersistentWatches:
         )
         if not self._probe():
             return self._get_many_pipelined(data, children, operations)
-        results = self._call(_MultiRead(operations)) if operations else []
+        results = self._call(MultiRead(operations)) if operations else []
         return ReadResults(
             dict(zip(data, results[: len(data)], strict=True)),
             dict(zip(children, results[len(data) :], strict=True)),
@@ -660,11 +322,11 @@ class PersistentWatches:
 
     # --- the hooks kazoo's connection calls -------------------------------------------
 
-    def _primed(self, connection: _Connection, resumed: bool, timeout: float) -> None:
+    def _primed(self, connection: HookedConnection, resumed: bool, timeout: float) -> None:
         """On the connection thread, right after connect and auth: learn whether the server
         has the 3.6 opcodes, and re-register the session's watches on a resumed session."""
         if self._supported is None:
-            self._supported = connection._exchange([_MultiRead(())], timeout) == [0]
+            self._supported = connection.exchange([MultiRead(())], timeout, SET_WATCHES_XID) == [0]
             self._told.set()
             log.debug("ZooKeeper 3.6 watches %s", "on" if self._supported else "unavailable")
         if not (resumed and self._supported):
@@ -673,8 +335,8 @@ class PersistentWatches:
         self._resync_data, self._resync_children = self._resync_paths(lists)
         lists[0] += sorted(self._resync_data)
         lists[2] += sorted(self._resync_children)
-        packets = [_SetWatches2(self._client.last_zxid, *batch) for batch in _batches(lists)]
-        failures = [code for code in connection._exchange(packets, timeout) if code]
+        packets = [SetWatches2(self._client.last_zxid, *batch) for batch in batches(lists)]
+        failures = [code for code in connection.exchange(packets, timeout, SET_WATCHES_XID) if code]
         if failures:
             # No watch this session had can be trusted now: fail over as on a lost session.
             log.warning("SetWatches2 refused (%s): dropping the session's watches", failures)
@@ -684,13 +346,14 @@ class PersistentWatches:
         # the rest would stay on the server until they fire: remove them.
         with self._lock:
             held = set(self._persistent) | set(self._recursive)
-        removals = [_RemoveWatches(p, WatcherType.DATA) for p in self._resync_data] + [
-            _RemoveWatches(p, WatcherType.CHILDREN)
+        removals = [RemoveWatches(p, WatcherType.DATA) for p in self._resync_data] + [
+            RemoveWatches(p, WatcherType.CHILDREN)
             for p in self._resync_children
             if p not in held  # removing a child watch there could take the persistent one
         ]
         if removals:
-            connection._exchange(removals, timeout)  # NoWatcher after a race is fine
+            # NoWatcher after a race is fine
+            connection.exchange(removals, timeout, SET_WATCHES_XID)
         self._resync_data, self._resync_children = set(), set()
 
     def _resync_paths(self, lists: list[list[str]]) -> tuple[set[str], set[str]]:
@@ -725,15 +388,14 @@ class PersistentWatches:
         return data, children
 
     def _watch_lists(self) -> list[list[str]]:
-        client = self._client
-        data_paths = [path for path, watchers in list(client._data_watchers.items()) if watchers]
+        data_paths, child_paths = self._internals.one_shot_paths()
         self._absent.intersection_update(data_paths)
         with self._lock:
             persistent, recursive = list(self._persistent), list(self._recursive)
         return [
             [path for path in data_paths if path not in self._absent],
             [path for path in data_paths if path in self._absent],
-            [path for path, watchers in list(client._child_watchers.items()) if watchers],
+            child_paths,
             persistent,
             recursive,
         ]
@@ -741,7 +403,7 @@ class PersistentWatches:
     def _replied(self, request: Any, code: int) -> None:
         """A reply is about to complete ``request``: register before the caller wakes, and
         before the connection thread reads any event the watch causes."""
-        if isinstance(request, _AddWatch) and not code:
+        if isinstance(request, AddWatch) and not code:
             table = self._persistent if request.mode == AddWatchMode.PERSISTENT else self._recursive
             with self._lock:
                 table.setdefault(request.path, []).append(request.callback)
@@ -762,7 +424,7 @@ class PersistentWatches:
     def _dispatch(self, watch: Watch) -> None:
         """Hand an event to the persistent watchers it concerns (kazoo's own code then serves
         the one-shot ones); the server sends one event per connection for all of them."""
-        if watch.type not in EVENT_TYPE_MAP or self._client._stopped.is_set():
+        if watch.type not in EVENT_TYPE_MAP or self._internals.stopped():
             return
         kind = EVENT_TYPE_MAP[watch.type]
         # Watchers of paths given from the chroot see the path from it; the others, from the
@@ -782,7 +444,7 @@ class PersistentWatches:
             if kind != EventType.CHANGED:
                 self._resync_children.discard(watch.path)
             here = {w for w in (*chrooted, *absolute) if w in self._on_connection_thread}
-        state = self._client._state
+        state = self._client.client_state
         if chrooted:
             event = WatchedEvent(kind, state, self._client.unchroot(watch.path))
             self._deliver(chrooted, event, here)
@@ -792,12 +454,12 @@ class PersistentWatches:
     def _reset_watchers(self) -> None:
         """kazoo calls this on SUSPENDED and when the session ends: keep every watch while the
         session may resume (the server still holds them), drop them all when it ended."""
-        if self._client._state == KeeperState.CONNECTING and self._supported:
+        if self._client.client_state == KeeperState.CONNECTING and self._supported:
             return
-        self._drop_all(self._client._state)
+        self._drop_all(self._client.client_state)
 
     def _drop_all(self, state: str) -> None:
-        self._stock_reset()
+        self._internals.stock_reset_watchers()
         self._absent.clear()
         with self._lock:
             dropped = [
@@ -833,7 +495,7 @@ class PersistentWatches:
         """Ask now when the connection has not told yet (installed on a running client)."""
         if self._supported is None and self._client.connected:
             try:
-                self._call(_MultiRead(()))
+                self._call(MultiRead(()))
                 self._supported = True
             except UnimplementedError:
                 self._supported = False
@@ -854,60 +516,46 @@ class PersistentWatches:
         finally:
             self._local.wait = previous
 
-    def _send(self, request: Any, async_object: Any) -> Any:
-        """kazoo's ``_call``: the request written by this thread when it can be (see
-        :meth:`_Connection.send_now`), queued for the connection thread otherwise, or failed
-        at once for a thread that does not wait for a connection while there is none."""
-        if self._client._connection.send_now(request, async_object):
-            return None
-        if getattr(self._local, "wait", True):
-            return self._stock_call(request, async_object)
-        if not self._connected():  # failed before it is queued: kazoo's wake-up byte for it
-            # would stay unread until the next connection, and ~280 of them block the next caller
-            async_object.set_exception(ConnectionLoss("not connected, and not waiting"))
-            return False
-        queued = self._stock_call(request, async_object)
-        # Dropped meanwhile? kazoo sets the state before it fails what is queued, so a request
-        # queued after that is seen here.
-        if not self._connected():
-            self._unqueue(request, async_object)
-        return queued
-
-    def _connected(self) -> bool:
-        return self._client._state in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO)
-
-    def _session_changed(self, state: str) -> None:
-        """kazoo's ``_session_callback``: any change but to CONNECTED stops callers' writes
-        before kazoo fails the pending and queued requests, so none is added after that."""
-        if state not in (KeeperState.CONNECTED, KeeperState.CONNECTED_RO):
-            self._client._connection.stop_sending()
-        self._stock_session_callback(state)
-
-    def _unqueue(self, request: Any, async_object: Any) -> None:
-        """Fail a request of a thread that does not wait if it is still in kazoo's queue (the
-        wake-up byte it left is read by kazoo as a request cancelled)."""
-        with self._client._connection._send_lock:  # the connection thread sends under it
-            try:
-                self._client._queue.remove((request, async_object))
-            except ValueError:
-                return  # sent, or failed by kazoo with the rest of the queue
-        async_object.set_exception(ConnectionLoss("the connection dropped"))
+    def _waits(self) -> bool:
+        """Whether the calling thread's requests wait for a connection (the hooks ask)."""
+        return bool(getattr(self._local, "wait", True))
 
     def _server_path(self, path: str) -> str:
-        return _prefix_root(self._client.chroot, path)
+        """``path`` from the server's root, as kazoo prefixes the client's chroot."""
+        return normpath(join(normpath(join("/", self._client.chroot)), path.lstrip("/")))
+
+    def _request(self, request: Any) -> Any:
+        """Send one of the extension's own requests and return its async result: through
+        kazoo's request queue, as its own go, or, with a kazoo whose queue is not the one
+        :mod:`sentinel.zk.kazoo_internals` knows, as a read through its public API (inside
+        the client's chroot only)."""
+        client = self._client
+        if self._internals.calls:
+            result = client.handler.async_result()
+            self._internals.call(request, result)
+            return result
+        read = {GetData.type: client.get_async, GetChildren.type: client.get_children_async}
+        chroot = client.chroot
+        inside = not chroot or request.path == chroot or request.path.startswith(chroot + "/")
+        if request.type in read and inside:
+            return read[request.type](client.unchroot(request.path))
+        result = client.handler.async_result()
+        result.set_exception(
+            UnimplementedError(
+                f"{type(request).__name__} on {request.path}: the internals of kazoo "
+                f"{kazoo_internals.KAZOO_VERSION} differ from those sentinel.zk.protocol uses"
+            )
+        )
+        return result
 
     def _call(self, request: Any) -> Any:
-        result = self._client.handler.async_result()
-        self._client._call(request, result)
-        return result.get()
+        return self._request(request).get()
 
     def _get_many_pipelined(
         self, data: list[str], children: list[str], operations: tuple[Any, ...]
     ) -> ReadResults:
-        pending = []
-        for operation in operations:  # all sent before the first reply is waited for
-            pending.append(self._client.handler.async_result())
-            self._client._call(operation, pending[-1])
+        # all sent before the first reply is waited for
+        pending = [self._request(operation) for operation in operations]
         results = [_outcome(result) for result in pending]
         return ReadResults(
             dict(zip(data, results[: len(data)], strict=True)),
@@ -923,14 +571,33 @@ def _outcome(result: Any) -> Any:
 
 
 def install(client: KazooClient, *, force_fallback: bool = False) -> PersistentWatches:
-    """Install the extension on ``client`` (before or after ``start()``) and return it; the
-    same object again if it is installed already.
+    """Install the extension on ``client`` before its ``start()`` and return it; the same
+    object again if it is installed already.
 
     From then on the client keeps its watches (kazoo's one-shot ones too) across reconnects
-    within the session. ``force_fallback=True`` keeps kazoo's stock behaviour, as against a
+    within the session. ``force_fallback=True`` keeps kazoo's stock watches, as against a
     ZooKeeper older than 3.6 (for tests of callers' fallback paths).
+
+    When the installed kazoo is not the one the extension was written for (its version, or
+    any private name in :data:`sentinel.zk.kazoo_internals.NEEDS` missing or of another
+    shape), nothing of kazoo's is overridden: the client is plain kazoo, the extension is in
+    fallback mode, and one :class:`~sentinel.zk.kazoo_internals.KazooCompatibilityWarning`
+    per process names the version and what differs. Raises :class:`RuntimeError` on a
+    client already started (its connection is kazoo's own by then).
     """
-    existing = getattr(client._connection, "_extension", None)
-    if existing is not None:
+    existing = kazoo_internals.extension_of(client)
+    if isinstance(existing, PersistentWatches):
         return existing
-    return PersistentWatches(client, force_fallback=force_fallback)
+    if client.client_state != KeeperState.CLOSED:
+        raise RuntimeError("install the ZooKeeper extension before the client's start()")
+    found = kazoo_internals.check(client)
+    internals = Internals(client, found)
+    if not found.hookable:
+        kazoo_internals.warn_once(found)
+    watches = PersistentWatches(
+        client, internals, force_fallback=force_fallback or not found.hookable
+    )
+    if found.hookable:
+        internals.hook(watches)
+    kazoo_internals.remember(client, watches)
+    return watches

@@ -529,7 +529,7 @@ def test_threads_writing_at_once_each_get_their_own_replies_in_order(watched, ra
     def queued_get(path: str):
         """A read through kazoo's queue, written by the connection thread meanwhile."""
         result = ours.client.handler.async_result()
-        ours.watches._stock_call(GetData(f"{ours.client.chroot}{path}", None), result)
+        ours.watches._internals.stock_call(GetData(f"{ours.client.chroot}{path}", None), result)
         return result
 
     def work(worker: int) -> None:
@@ -674,7 +674,7 @@ def test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing(
     # thread saw the connection up a moment before) would wait for the next connection.
     ours = watched()
     ours.client.create("/a", b"one")
-    stock_call = ours.watches._stock_call
+    stock_call = ours.watches._internals.stock_call
     monkeypatch.setattr(ours.client._connection, "send_now", lambda request, result: False)
 
     def dropped_first(request, result):
@@ -682,7 +682,7 @@ def test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing(
         assert wait_until(lambda: KazooState.SUSPENDED in ours.states, 10) is not None
         return stock_call(request, result)
 
-    monkeypatch.setattr(ours.watches, "_stock_call", dropped_first)
+    monkeypatch.setattr(ours.watches._internals, "stock_call", dropped_first)
     with ours.watches.waiting_for_connection(False):
         result = ours.client.get_async("/a")
     monkeypatch.undo()

@@ -1,41 +1,42 @@
-"""pytest plug-in for kazoo's own suite: install ``sentinel.zk.protocol`` on every KazooClient.
+"""pytest plug-in for kazoo's own suite: ``sentinel.zk.protocol`` on every KazooClient.
 
-Loaded after the shared suite's ``kzpatch`` (``run.sh`` here adds ``-p kzext``). In the patched
-mode (``KZ_HANDLER=poll``) every client built gets the protocol extension; before each test an
-autouse fixture asserts that a new client has it, and the summary counts the requests the
-extension sent before any of kazoo's (the 3.6 probe and the SetWatches2 packets). In the stock
-mode, or with ``KZEXT=off``, it does nothing: kazoo as shipped, or with the transport alone.
+Loaded after the shared suite's ``kzpatch`` (``run.sh`` here adds ``-p kzext`` and puts the
+staged ``sentinel.zk`` modules on the path). In the patched mode (``KZ_HANDLER=poll``) every
+client built gets the protocol extension from here; in the extension mode (``KZ_HANDLER=ext``)
+``kzpatch`` installs it. In both, an autouse fixture asserts before each test that a new
+client has the extension's hooks (not the fallback a kazoo of other internals would get), and
+the summary counts the requests the extension sent before any of kazoo's (the 3.6 probe and
+the SetWatches2 packets). In the stock mode, or with ``KZEXT=off`` in the patched one, it does
+nothing: kazoo as shipped, or with the transport alone.
 """
 
 import collections
-import importlib.util
 import os
-import sys
 
 import kazoo.client
 import pytest
 
+MODE = os.environ.get("KZ_HANDLER")
 # KZEXT=off: the patched mode swaps the transport only, as the shared harness alone does.
-ACTIVE = os.environ.get("KZ_HANDLER") == "poll" and os.environ.get("KZEXT") != "off"
+INSTALLS = MODE == "poll" and os.environ.get("KZEXT") != "off"
+ACTIVE = INSTALLS or MODE == "ext"
 PRIMING = collections.Counter()  # type of each request the extension sent on a new connection
 
 if ACTIVE:
-    # By file path, as kzpatch loads the transport: sentinel/__init__ needs a cryptography the
-    # harness's pyOpenSSL cannot have; zkprotocol.py imports only kazoo and the standard library.
-    _path = os.path.join(os.environ.get("SENTINEL_SRC", "."), "sentinel", "zkprotocol.py")
-    _spec = importlib.util.spec_from_file_location("sentinel.zk.protocol", _path)
-    zkprotocol = importlib.util.module_from_spec(_spec)
-    sys.modules["sentinel.zk.protocol"] = zkprotocol
-    _spec.loader.exec_module(zkprotocol)
+    # Staged by run.sh as modules that import only kazoo, the standard library and each other
+    # (sentinel/__init__ needs a cryptography the harness's pyOpenSSL cannot have).
+    from sentinel.zk import kazoo_internals
+    from sentinel.zk import protocol as zkprotocol
 
-    _exchange = zkprotocol._Connection._exchange
+    _exchange = kazoo_internals.HookedConnection.exchange
 
-    def _counting_exchange(self, requests, timeout):
+    def _counting_exchange(self, requests, timeout, xid):
         PRIMING.update(type(request).__name__ for request in requests)
-        return _exchange(self, requests, timeout)
+        return _exchange(self, requests, timeout, xid)
 
-    zkprotocol._Connection._exchange = _counting_exchange
+    kazoo_internals.HookedConnection.exchange = _counting_exchange
 
+if INSTALLS:
     _init = kazoo.client.KazooClient.__init__
 
     def _installing_init(self, *args, **kwargs):
@@ -49,13 +50,13 @@ if ACTIVE:
 def _assert_extension_installed():
     if ACTIVE:
         client = kazoo.client.KazooClient("127.0.0.1:1")  # never started
-        assert isinstance(client._connection, zkprotocol._Connection)
+        assert isinstance(client._connection, kazoo_internals.HookedConnection)
     yield
 
 
 def pytest_terminal_summary(terminalreporter):
     state = "installed on every client" if ACTIVE else "not installed"
     terminalreporter.write_line(
-        f"kzext: zkprotocol {state}; requests sent before kazoo's on new connections: "
-        f"{dict(PRIMING)}"
+        f"kzext: sentinel.zk.protocol {state}; requests sent before kazoo's on new "
+        f"connections: {dict(PRIMING)}"
     )

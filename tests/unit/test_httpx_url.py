@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from sentinel.errors import ValidationError
+from sentinel.integrations import httpx as sentinel_httpx
 from sentinel.integrations.httpx import SentinelTransport, routed_url
 from sentinel.registry.endpoint import format_uri
 from tests.unit.endpoints import endpoint
@@ -25,7 +26,10 @@ from tests.unit.endpoints import endpoint
     ("scheme", "host", "port"),
     [("http", "127.0.0.1", 8080), ("https", "::1", 443), ("http", "Web-1.example.com", 80)],
 )
-def test_routed_url_is_what_copy_with_gives(url, scheme, host, port):
+@pytest.mark.parametrize("parsed_forms", [True, False], ids=["parsed-forms", "public-api"])
+def test_routed_url_is_what_copy_with_gives(url, scheme, host, port, parsed_forms, monkeypatch):
+    # the parsed forms are httpx 0.28's internals; without them, httpx's public copy_with
+    monkeypatch.setattr(sentinel_httpx, "_PARSED_FORMS", parsed_forms)
     target = dataclasses.replace(
         endpoint("a"), scheme=scheme, host=host, port=port, uri=format_uri(scheme, host, port)
     )
@@ -45,3 +49,7 @@ def test_routed_url_is_what_copy_with_gives(url, scheme, host, port):
 def test_a_transport_refuses_a_suffix_without_a_dot_or_negative_retries(settings):
     with pytest.raises(ValidationError):
         SentinelTransport(None, **settings)  # checked before the client is used
+
+
+def test_this_httpx_keeps_the_parsed_forms_routing_reads():
+    assert sentinel_httpx._has_parsed_forms()

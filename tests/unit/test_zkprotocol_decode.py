@@ -7,10 +7,10 @@ import pytest
 from kazoo.exceptions import MarshallingError, NoAuthError, NoNodeError
 from kazoo.protocol.serialization import GetChildren, GetData, int_struct
 
-from sentinel.zk.protocol import _MultiRead
+from sentinel.zk.wire import MultiRead
 
 STAT = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
-REQUEST = _MultiRead((GetData("/a", None), GetData("/gone", None), GetChildren("/b", None)))
+REQUEST = MultiRead((GetData("/a", None), GetData("/gone", None), GetChildren("/b", None)))
 
 
 def header(kind, done=False, err=0):
