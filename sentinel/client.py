@@ -408,7 +408,8 @@ class Sentinel:
         the parent's session), so nothing inherited is called here; no I/O, no thread. The
         hot path's dicts are swapped for empty ones: the child's first lookup misses and
         takes the slow path, which renews (:meth:`_check_fork`), and a warm lookup pays
-        nothing for this (``os.getpid()`` is a system call: 0.2 µs, a third of a lookup).
+        nothing for this (``os.getpid()`` is a system call, dear beside a warm lookup: its
+        cost in docs/decisions/fork-child-gets-its-own-session.md).
         """
         self._lifecycle_lock = threading.Lock()
         self._session_lock = threading.Lock()
@@ -1050,7 +1051,8 @@ class Sentinel:
         self, snapshot: ServiceSnapshot, service: str, key: object, policy: object
     ) -> Endpoints:
         """The hot path: partition, then policy; no lock and no I/O on a warm cache."""
-        # _partition() inlined: the extra call cost 80 ns of a 590 ns lookup (A/B, one process).
+        # _partition() inlined: the extra call was a measurable share of a warm lookup
+        # (docs/benchmarks.md, "Warm lookup").
         shard_policy = snapshot.spec.shard_policy
         partition = None
         if shard_policy is not None:

@@ -5,9 +5,10 @@ Two kinds of metrics live here.
 **Per-client state**, read when Prometheus scrapes: lookups by service and result, snapshot age,
 connection state, session and watch events, decode errors. The hot path never calls
 ``prometheus_client``: ``get_service`` adds one to a plain ``int`` on the service's snapshot
-(:class:`LookupCounts`, about 20 ns), and :class:`ClientCollector` reads those fields at scrape
-time. Increments from several threads at once are not atomic (``+=`` on an attribute), so a
-count may fall short by the few increments that raced; lookups are counted, not audited.
+(:class:`LookupCounts`; docs/telemetry.md says what it costs), and :class:`ClientCollector`
+reads those fields at scrape time. Increments from several threads at once are not atomic
+(``+=`` on an attribute), so a count may fall short by the few increments that raced; lookups
+are counted, not audited.
 
 **Process-wide events**, ordinary ``prometheus_client`` objects updated where they happen (off
 the hot path): the propagation-delay histogram, auth versions and rotations, the collector's

@@ -5,8 +5,10 @@ loss it drops them all (``KazooClient._reset_watchers`` on SUSPENDED), so a clie
 everything it follows after each reconnect. The Java client instead re-registers its watches
 with the last zxid it saw (``SetWatches``), and the server fires only for nodes that changed.
 This module brings the Java client's behaviour to kazoo, as a plug-in that depends only on
-kazoo and the standard library (it reaches into kazoo's connection the way a patch upstream
-would, so it is pinned to the kazoo versions it was tested with):
+kazoo and the standard library (and on :mod:`sentinel.zk.wire`, the requests' codecs, and
+:mod:`sentinel.zk.kazoo_internals`, the one module that touches kazoo's private names and
+checks at :func:`install` that they are what it expects; when they are not, the client stays
+plain kazoo, as in fallback mode below, with one warning):
 
 * ``addWatch`` (opcode 106): PERSISTENT and PERSISTENT_RECURSIVE watches, which stay until
   removed; a recursive one reports every create, change and delete below its path;

@@ -3,9 +3,8 @@
 kazoo's threading handler answers every ``select`` (its connection loop makes one per request
 and per response) with a new epoll selector: create, register, wait, close, four system calls
 and their Python objects each time. A ``poll`` object costs no system call to create and,
-unlike ``select.select``, has no limit on descriptor numbers. Measured here side by side on
-loopback (``exists``, 1,000 calls, medians of 5 interleaved rounds): p50 0.46 -> 0.37 ms,
-p99 3.07 -> 0.96 ms.
+unlike ``select.select``, has no limit on descriptor numbers. What that saves per round trip is
+in docs/benchmarks.md ("The poll transport").
 
 Over TLS a ``poll`` on the socket is not enough: one TLS record may carry several ZooKeeper
 replies, and after kazoo has read the first the rest wait decrypted inside the ``SSLSocket``
