@@ -27,8 +27,8 @@ The clients:
   connection thread, which sends the node's read at once; the reply applied by the cache's
   worker, the snapshot swapped, the listener called), change row only;
 * ``sentinel, worker reads``: the same with the event handed to kazoo's callback thread and
-  the read sent by the worker (``PersistentFollower.at_once = False``), the path before the
-  hops were cut, measured in the same rounds.
+  the read sent by the worker (``CacheConfig(events_on_connection_thread=False)``), the path
+  before the hops were cut, measured in the same rounds.
 
 A third row, ``registration``, is the raw socket's floor for a new instance reaching a
 follower (a create; the children event, the list and the new node read): the floor that
@@ -57,7 +57,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 
 from benchmarks.common import compile_peer, percentiles, report
 from sentinel import Sentinel
-from sentinel.cache.followers import PersistentFollower
+from sentinel.cache.config import CacheConfig
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.protocol import install
@@ -290,17 +290,10 @@ def kazoo_change(hosts: str, changes: int) -> list[float]:
 
 
 def sentinel_change(hosts: str, changes: int, at_once: bool = True) -> list[float]:
-    PersistentFollower.at_once = at_once  # read when the follower follows the service
-    try:
-        return _sentinel_change(hosts, changes)
-    finally:
-        PersistentFollower.at_once = True
-
-
-def _sentinel_change(hosts: str, changes: int) -> list[float]:
+    cache = CacheConfig(events_on_connection_thread=at_once)
     with (
         Sentinel(hosts, "floor-writer", announce=False) as writer,
-        Sentinel(hosts, "floor-follower", announce=False) as follower,
+        Sentinel(hosts, "floor-follower", announce=False, cache=cache) as follower,
     ):
         registration = writer.register("floor", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})

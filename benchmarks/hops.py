@@ -19,9 +19,9 @@ by wrappers that take ``time.perf_counter()`` (one clock for every thread) as it
 
 Stages 5 and 6 run in parallel when the read is sent where the event arrives (the default):
 the worker wakes while the read is on the wire. ``--worker-reads`` traces the path before the
-hops were cut (``PersistentFollower.at_once = False``): the event handed to kazoo's callback
-thread, which queues the task, and the read sent by the worker. The table gives each stage's
-p50 and p99 after the write over every change (``--changes``, after 100 untimed ones), and
+hops were cut (``CacheConfig(events_on_connection_thread=False)``): the event handed to kazoo's
+callback thread, which queues the task, and the read sent by the worker. The table gives each
+stage's p50 and p99 after the write over every change (``--changes``, after 100 untimed ones), and
 each stage's p50 and p99 after the one before it, in the order the stages are passed (by their
 median time after the write).
 """
@@ -39,6 +39,7 @@ from kazoo.protocol.serialization import GetData, Transaction
 from benchmarks.common import percentiles, report
 from sentinel import Sentinel
 from sentinel.cache import reads
+from sentinel.cache.config import CacheConfig
 from sentinel.cache.followers import PersistentFollower
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -82,12 +83,14 @@ def _wrap(owner: Any, name: str, before: Callable[..., None]) -> Callable[[], No
     return lambda: setattr(owner, name, original)
 
 
-def traced_changes(hosts: str, changes: int) -> list[dict[str, float]]:
-    """Milliseconds from the write to each stage, per change."""
+def traced_changes(hosts: str, changes: int, at_once: bool = True) -> list[dict[str, float]]:
+    """Milliseconds from the write to each stage, per change; ``at_once=False``: events on
+    kazoo's callback thread and reads sent by the worker."""
     trace = Trace()
+    cache = CacheConfig(events_on_connection_thread=at_once)
     with (
         Sentinel(hosts, "hops-writer", announce=False) as writer,
-        Sentinel(hosts, "hops-follower", announce=False) as follower,
+        Sentinel(hosts, "hops-follower", announce=False, cache=cache) as follower,
     ):
         registration = writer.register("hops", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})
@@ -161,9 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         "reads sent by the worker",
     )
     args = parser.parse_args(argv)
-    PersistentFollower.at_once = not args.worker_reads
     with LocalZooKeeper() as zk:
-        traces = traced_changes(zk.connect_string, args.changes)
+        traces = traced_changes(zk.connect_string, args.changes, at_once=not args.worker_reads)
     # In the order the stages are passed (the worker's task comes before the read is sent in
     # one mode and after its reply in the other): by their median time after the write.
     order = sorted(STAGES, key=lambda stage: percentiles([t[stage] for t in traces])["p50"])

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sentinel.client import Sentinel
-from sentinel.deprecation import moved
+from sentinel.deprecation import OldMethodNames, moved
 from sentinel.errors import ValidationError
 from sentinel.events import ChangeEvent
 from sentinel.publisher import Registration
@@ -222,7 +222,7 @@ def _takes_arguments_of(
     return typed
 
 
-class AsyncSentinel:
+class AsyncSentinel(OldMethodNames):
     """A :class:`~sentinel.Sentinel` for asyncio code: same arguments, awaited writes.
 
     ``async with AsyncSentinel(...) as client`` starts it (off the loop) and closes it. The
@@ -327,20 +327,8 @@ class AsyncSentinel:
     register = _off_loop(Sentinel.register)
     deregister = _off_loop(Sentinel.deregister)
     update_metrics = _off_loop(Sentinel.update_metrics)
-    # The old names (one release): each warns.
+    # The old names (one release): each warns; those the sync client shares, inherited.
     resolve = moved("resolve", "aget_service")
-    register_service = moved("register_service", "register")
-    deregister_service = moved("deregister_service", "deregister")
-    get_services = moved("get_services", "eligible_instances")
-    instances = moved("instances", "cached_instances")
-    create_shard_policy = moved("create_shard_policy", "shard_maps.create")
-    ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
-    update_shard_info = moved("update_shard_info", "shard_maps.assign")
-    update_shard_info_many = moved("update_shard_info_many", "shard_maps.assign_many")
-    remove_shard_key = moved("remove_shard_key", "shard_maps.unassign")
-    request_placement = moved("request_placement", "shard_maps.request_placement")
-    update_auth = moved("update_auth", "credentials.publish")
-    rotate_auth = moved("rotate_auth", "credentials.rotate")
 
 
 class OffLoop:

@@ -36,7 +36,7 @@ from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
 from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
 from sentinel.connection import client_arguments, unavailable
-from sentinel.deprecation import moved, settings_given_ungrouped
+from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     AgentUnavailable,
@@ -162,7 +162,7 @@ def default_client_id() -> str:
     return sanitize_name(f"{socket.gethostname()}-{os.getpid()}")
 
 
-class Sentinel:
+class Sentinel(OldMethodNames):
     """A Sentinel client: publishes instances and (with the cache) resolves services.
 
     Use it as a context manager, or call :meth:`start` and :meth:`close`::
@@ -322,6 +322,7 @@ class Sentinel:
             "resync_jitter": cache.resync_jitter,
             "read_through_rate": cache.read_through_rate,
             "curator_base_paths": cache.curator_base_paths,
+            "events_on_connection_thread": cache.events_on_connection_thread,
         }
         self._new_session()
         self.feedback = feedback or InstanceFeedback()
@@ -1373,22 +1374,6 @@ class Sentinel:
                 "partition and label)"
             )
         return written if isinstance(written, Exception) else None
-
-    # --- the old names of the role objects' methods (one release) ----------------------------
-
-    # The old names of the publisher's and the lookups' methods, one word per concept now.
-    register_service = moved("register_service", "register")
-    deregister_service = moved("deregister_service", "deregister")
-    get_services = moved("get_services", "eligible_instances")
-    instances = moved("instances", "cached_instances")
-    create_shard_policy = moved("create_shard_policy", "shard_maps.create")
-    ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
-    update_shard_info = moved("update_shard_info", "shard_maps.assign")
-    remove_shard_key = moved("remove_shard_key", "shard_maps.unassign")
-    update_shard_info_many = moved("update_shard_info_many", "shard_maps.assign_many")
-    request_placement = moved("request_placement", "shard_maps.request_placement")
-    update_auth = moved("update_auth", "credentials.publish")
-    rotate_auth = moved("rotate_auth", "credentials.rotate")
 
 
 def _steps(policy: object) -> tuple[object, ...]:

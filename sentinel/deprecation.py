@@ -33,13 +33,35 @@ def moved(old: str, new: str) -> Callable[..., Any]:
     return alias
 
 
+class OldMethodNames:
+    """The clients' methods under their names of the previous release, each a :func:`moved`
+    alias: one table for :class:`~sentinel.client.Sentinel` and
+    :class:`~sentinel.aio.AsyncSentinel`, which both inherit it."""
+
+    # One word per concept now (docs/decisions/one-word-per-concept.md).
+    register_service = moved("register_service", "register")
+    deregister_service = moved("deregister_service", "deregister")
+    get_services = moved("get_services", "eligible_instances")
+    instances = moved("instances", "cached_instances")
+    # Methods of the role objects now.
+    create_shard_policy = moved("create_shard_policy", "shard_maps.create")
+    ensure_shard_policy = moved("ensure_shard_policy", "shard_maps.ensure")
+    update_shard_info = moved("update_shard_info", "shard_maps.assign")
+    remove_shard_key = moved("remove_shard_key", "shard_maps.unassign")
+    update_shard_info_many = moved("update_shard_info_many", "shard_maps.assign_many")
+    request_placement = moved("request_placement", "shard_maps.request_placement")
+    update_auth = moved("update_auth", "credentials.publish")
+    rotate_auth = moved("rotate_auth", "credentials.rotate")
+
+
 # The settings that were keywords of Sentinel() of their own before CacheConfig and AuthConfig
 # grouped them: old keyword -> (group, field).
 _UNGROUPED = {
     **{
         name: ("cache", name)
         for name in (f.name for f in fields(CacheConfig))
-        if name != "curator_base_paths"  # new with the value object: never a keyword
+        # new with the value object: never a keyword
+        if name not in ("curator_base_paths", "events_on_connection_thread")
     },
     "auth_keys": ("auth", "keys"),
     "auth_client": ("auth", "client"),

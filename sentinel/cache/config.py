@@ -60,6 +60,12 @@ class CacheConfig:
         the client's own ensemble: a service the namespace does not hold is looked for under
         each, in order, and followed there on the client's session (``docs/interop.md``).
         Needs ZooKeeper 3.6's persistent watches.
+    events_on_connection_thread : bool, default True
+        With persistent watches: take each watch event on kazoo's connection thread as it is
+        read, and send the changed instance's or metrics node's read right there, so the
+        cache's worker wakes once, to the reply. False hands events to kazoo's callback thread
+        and leaves every read to the worker (one thread wake-up more per change: the path
+        ``python -m benchmarks.floor`` and ``benchmarks.hops --worker-reads`` compare).
     """
 
     persistent_watches: bool = True
@@ -70,9 +76,11 @@ class CacheConfig:
     snapshot_interval: float = 1.0
     inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE
     curator_base_paths: tuple[str, ...] = ()
+    events_on_connection_thread: bool = True
 
     def __post_init__(self) -> None:
         check.flag("persistent_watches", self.persistent_watches)
+        check.flag("events_on_connection_thread", self.events_on_connection_thread)
         check.number("negative_ttl", self.negative_ttl, least=0)
         check.number("read_through_rate", self.read_through_rate, above=0)
         check.number("resync_jitter", self.resync_jitter, least=0)

@@ -387,9 +387,6 @@ class PersistentFollower(_ZooKeeperFollower):
     the session (see :class:`~sentinel.zk.protocol.PersistentWatches`)."""
 
     persistent = True
-    # Events taken on the connection thread and children's reads sent there (False: on
-    # kazoo's callback thread, every read sent by the worker; benchmarks.floor compares both).
-    at_once: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -397,8 +394,14 @@ class PersistentFollower(_ZooKeeperFollower):
         zk: KazooClient,
         credentials: CredentialReader | None,
         watches: PersistentWatches,
+        *,
+        at_once: bool = True,
     ) -> None:
         self._watches = watches
+        # Events taken on the connection thread and children's reads sent there (False: on
+        # kazoo's callback thread, every read sent by the worker): CacheConfig's
+        # events_on_connection_thread.
+        self.at_once = at_once
         # The subtrees this session has a recursive watch on (a session's end pops them on
         # kazoo's thread), and the last event of each node not yet applied, with the node's
         # read sent as it arrived (None: the worker reads).

@@ -78,9 +78,11 @@ class RegistryCache:
         watches: PersistentWatches | None = None,
         curator_base_paths: Sequence[str] = (),
         agent: AgentLink | None = None,
+        events_on_connection_thread: bool = True,
     ) -> None:
         self._zk = zk
         self._watches = watches
+        self._events_on_connection_thread = events_on_connection_thread
         self._curator_base_paths = tuple(curator_base_paths)
         self._curator: CuratorFollower | None = None  # made with the persistent follower
         self._credentials = credentials
@@ -253,7 +255,13 @@ class RegistryCache:
             if supported is None:
                 raise ConnectionLoss("not connected yet: the server's watch mode is not known")
             if supported:
-                self._follower = PersistentFollower(self, self._zk, self._credentials, watches)
+                self._follower = PersistentFollower(
+                    self,
+                    self._zk,
+                    self._credentials,
+                    watches,
+                    at_once=self._events_on_connection_thread,
+                )
                 self._curator = CuratorFollower(self, watches, self._curator_base_paths)
             else:
                 self._follower = OneShotFollower(self, self._zk, self._credentials)

@@ -8,11 +8,14 @@ says: these are that mode's properties.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import sentinel.cache.reads
 from benchmarks.zkcost import mntr, watches
 from sentinel.cache.config import CacheConfig
+from sentinel.cache.followers import PersistentFollower
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 from tests.integration.nodes import instance, metrics
 
@@ -150,3 +153,32 @@ def test_a_flood_of_a_followed_section_past_its_bound_costs_the_server_no_reads(
     raw_zk.set(path, data)
     assert wait_until(lambda: _labels_weights(client).get("i3") == 7)
     assert reads_served(zookeeper, namespace) == before + 1
+
+
+@pytest.mark.parametrize("on_connection_thread", [True, False], ids=["connection", "callback"])
+def test_events_are_taken_on_the_thread_the_cache_config_names_and_arrive_either_way(
+    make_client, monkeypatch, on_connection_thread
+):
+    seen: list[tuple[object, threading.Thread]] = []
+    stock = PersistentFollower._on_event
+
+    def recording(self, root, event):
+        seen.append((self, threading.current_thread()))
+        return stock(self, root, event)
+
+    monkeypatch.setattr(PersistentFollower, "_on_event", recording)  # before any follower
+    publisher = make_client("publisher", persistent_watches=True)
+    reader = make_client(
+        "reader",
+        persistent_watches=True,
+        cache=CacheConfig(events_on_connection_thread=on_connection_thread),
+    )
+    registration = publisher.register("api", "p1", "h1", 80, label="a")
+    assert reader.get_service("api").label == "a"
+    publisher.update_metrics(registration, {"n": 1})
+    assert wait_until(lambda: reader.get_service("api").metrics.get("n") == 1) is not None
+    follower = reader._cache._follower
+    threads = [thread for who, thread in seen if who is follower]
+    assert threads, "no event reached the reader's follower"
+    connection_thread = reader._zk._connection._connection_routine
+    assert all((thread is connection_thread) is on_connection_thread for thread in threads)

@@ -50,6 +50,7 @@ WRONG_CACHE_SETTINGS = [
     ("inherited_max_age", "old"),
     ("snapshot_path", 42),
     ("persistent_watches", None),
+    ("events_on_connection_thread", "yes"),
     ("curator_base_paths", "/services"),  # a string is not a tuple of paths
     ("curator_base_paths", ("services",)),
     ("curator_base_paths", ("/services/",)),
