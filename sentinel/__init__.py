@@ -24,8 +24,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from sentinel.version import __version__
-
 if TYPE_CHECKING:
     from sentinel.aio import AsyncSentinel, EventsMissed
     from sentinel.auth.config import AuthConfig
@@ -52,6 +50,7 @@ if TYPE_CHECKING:
     from sentinel.publisher import Registration
     from sentinel.registry.endpoint import Endpoint
     from sentinel.registry.records import CuratorSource, InstanceRecord, ServiceSpec
+    from sentinel.version import __version__
     from sentinel.zk.tls import TlsConfig
 
 # Each exported name and the module that defines it.
@@ -67,6 +66,8 @@ _EXPORTS = {
     "TlsConfig": "sentinel.zk.tls",
     "CacheConfig": "sentinel.cache.config",
     "AuthConfig": "sentinel.auth.config",
+    # Read from the installed package's metadata (importlib.metadata) when first asked.
+    "__version__": "sentinel.version",
     **dict.fromkeys(
         (
             "SentinelError",
