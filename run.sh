@@ -76,7 +76,7 @@ ensure_venv() {
         echo "run.sh: installing the project with its '$extra' extra into .venv: $why ..." >&2
         # pip's own progress (each package as it is collected and downloaded), not its notices.
         local pip_status=0
-        .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+        PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
             -e ".[$extra]" 2>&1 \
             | grep --line-buffered -E '^ *(Collecting|Downloading|Successfully installed|ERROR)' >&2 \
             || pip_status=${PIPESTATUS[0]}

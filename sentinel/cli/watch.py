@@ -150,6 +150,17 @@ def _watch(args: argparse.Namespace) -> int:
                     except ServiceNotFound:
                         watched.discard(service)
                         continue
+                    if args.initial and not new:
+                        current = sentinel.cached_instances(service)
+                        emit(
+                            {
+                                "event": "CurrentInstances",
+                                "service": service,
+                                "instances": [e.to_dict() for e in current],
+                            },
+                            [(service, f"= {e.name} {e.uri} ({e.status})") for e in current]
+                            or [(service, "= (no instance)")],
+                        )
                     if new:  # its instances were there before we looked: say so once
                         emit(
                             {"event": "ServiceAppeared", "service": service},

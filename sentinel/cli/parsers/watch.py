@@ -8,6 +8,7 @@ from sentinel.cli.options import SERVICE_HELP, add_command, add_curator_option
 
 # ``--events`` kinds, each the events of one kind (their ``event`` name in ``--json`` lines).
 EVENT_KINDS = {
+    "current": "CurrentInstances",  # --initial: what each service holds when watch starts
     "instances": "InstancesChanged",
     "metrics": "MetricsChanged",
     "shard": "ShardKeysChanged",
@@ -43,11 +44,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         "stream changes as they happen",
         "Print every change the cache sees, with a timestamp: registrations (+), "
         "deregistrations (-), instance updates (~), metrics, shard-key moves, spec changes and "
-        "the connection's state. Without SERVICE, every service, including new ones. "
+        "the connection's state. Without SERVICE, every service, including new ones. Only "
+        "changes are printed, unless --initial asks for each service's instances first. "
         "--json prints one JSON object per line. Ctrl-C (or SIGTERM) stops it cleanly.",
         (
             "sentinel watch",
             "sentinel watch orders-db",
+            "sentinel watch orders-db --initial   # what it holds now, then the changes",
             "sentinel watch --events shard,connection   # shard moves, without metric lines",
             "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
             "sentinel watch orders --curator-path /services   # a Curator registry's service",
@@ -55,6 +58,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     watch.add_argument(
         "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
+    )
+    watch.add_argument(
+        "--initial",
+        action="store_true",
+        help="first print each service's instances as they are now (lines '= NAME URI "
+        "(STATUS)'; --json: CurrentInstances), then the changes",
     )
     add_curator_option(watch)
     watch.add_argument(
