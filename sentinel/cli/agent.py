@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
+from typing import Any
 
-from sentinel.cli.common import (
-    event_printer,
-    serve_metrics,
-    tls_config,
-)
-from sentinel.cli.options import (
-    EXIT_OK,
-)
+from sentinel.agent.link import AgentLink
+from sentinel.agent.protocol import field, socket_path
+from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
+from sentinel.cli.options import EXIT_OK
+from sentinel.errors import AgentProtocolError
+from sentinel.registry.layout import validate_namespace
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sentinel.agent.protocol import socket_path
+    # The daemon's own modules: `sentinel agent status` needs none of them.
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
@@ -49,3 +49,50 @@ def _run(args: argparse.Namespace) -> int:
                 signal.signal(signum, lambda *_: server.stop())
             server.run()
     return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    link = AgentLink(
+        socket_path(args.socket),
+        validate_namespace(args.namespace),
+        f"sentinel-cli-{os.getpid()}",
+        None,
+        timeout=args.timeout,
+    )
+    link.start()
+    try:
+        link.wait_connected(args.timeout)
+        status = _checked_status(link.request({"op": "status"}))
+    finally:
+        link.close()
+    if args.json:
+        print_json({"socket": link.path, **status})
+        return EXIT_OK
+    staleness = "" if status["state"] == "connected" else f", stale {status['staleness']:.1f}s"
+    print(f"agent {link.path}: ZooKeeper session {status['state']}{staleness}")
+    print_table(
+        [(p["pid"], p["client"], ", ".join(p["services"]) or "-") for p in status["processes"]],
+        ("PID", "CLIENT", "SERVICES"),
+    )
+    return EXIT_OK
+
+
+def _checked_status(answer: dict[str, Any]) -> dict[str, Any]:
+    """The agent's ``status`` answer, its fields checked (the agent is read as untrusted)."""
+    state = field(answer, "state", str)
+    staleness = field(answer, "staleness", (int, float))
+    processes = []
+    for process in field(answer, "processes", list):
+        if not isinstance(process, dict):
+            raise AgentProtocolError("'status' lists a process that is not an object")
+        services = field(process, "services", list)
+        if not all(isinstance(service, str) for service in services):
+            raise AgentProtocolError("'status' lists a service that is not a string")
+        processes.append(
+            {
+                "pid": field(process, "pid", int),
+                "client": field(process, "client", (str, type(None))),
+                "services": services,
+            }
+        )
+    return {"state": state, "staleness": staleness, "processes": processes}

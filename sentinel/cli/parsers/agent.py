@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from sentinel.cli.options import add_command, add_curator_option, add_metrics_option, seconds
+from sentinel.cli.options import (
+    add_command,
+    add_curator_option,
+    add_metrics_option,
+    seconds,
+)
+
+SOCKET_HELP = "the agent's Unix socket (default $SENTINEL_AGENT, else /run/sentinel/agent.sock)"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -24,13 +31,26 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel agent",
             "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",
+            "sentinel agent status          # what a running agent serves, and to whom",
         ),
     )
-    agent.add_argument(
-        "--socket",
-        metavar="PATH",
-        help="the Unix socket to serve (default $SENTINEL_AGENT, else /run/sentinel/agent.sock)",
+    actions = agent.add_subparsers(dest="agent_command", metavar="ACTION")
+    status = add_command(
+        actions,
+        "status",
+        "agent:_status",
+        "what a running agent serves: its session, its staleness, the processes connected",
+        "Ask the agent on the socket for its ZooKeeper session's state, how stale its cache "
+        "may be (seconds since the session was lost; 0 while connected), and each process "
+        "connected to it (pid, client id) with the services it follows. Exit 3 when no agent "
+        "answers on the socket.",
+        (
+            "sentinel agent status",
+            "sentinel agent status --socket /run/sentinel/agent.sock --json",
+        ),
     )
+    status.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
+    agent.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
     agent.add_argument(
         "--allow-uid",
         type=int,
