@@ -309,7 +309,7 @@ def _hosts_problem(hosts: object) -> tuple[str | None, str] | None:
                 f"{host!r} is not a host name, an IPv4 address or a bracketed IPv6 address{why}"
             )
         if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-            return port, f"the port {port!r} of {entry!r} is not a number from 1 to 65535"
+            return port, f"the port {port!r} of {entry!r} is not one of the ports 1-65535"
     return None
 
 
