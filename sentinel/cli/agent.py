@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import socket
@@ -59,12 +60,18 @@ def _status(args: argparse.Namespace) -> int:
         None,
         timeout=args.timeout,
     )
-    link.start()
+    # The link logs its retries; the command's error says it once (-v shows them).
+    link_log = logging.getLogger("sentinel.agent.link")
+    level = link_log.level
+    if not args.verbose:
+        link_log.setLevel(logging.ERROR)
     try:
+        link.start()
         link.wait_connected(args.timeout)
         status = _checked_status(link.request({"op": "status"}))
     finally:
         link.close()
+        link_log.setLevel(level)
     if args.json:
         print_json({"socket": link.path, **status})
         return EXIT_OK
