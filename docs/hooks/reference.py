@@ -13,8 +13,9 @@ this file in the Python handler's ``extensions``.
   then as written. A name outside the project (``DeprecationWarning``) becomes code.
 - ````literal```` becomes a code span; a paragraph ending in ``::`` followed by an indented
   block becomes the paragraph (ending in ``:``) and a fenced code block.
-- A docstring parameter's default given in prose (``default ``$SENTINEL_ZK``, else ...``) is
-  Markdown with the literal parts as code; docs/templates renders it as Markdown.
+- A docstring parameter's default (``default ``$SENTINEL_ZK``, else ...``) is made Markdown
+  (a Python value as code, prose with its literals as code spans) in a
+  ``<span class="doc-default">``, which docs/templates renders as Markdown.
 - ``policies/`` and ``balancers/`` are read as ``sentinel.policies`` and ``sentinel.balancers``
   (pyproject.toml's ``package-dir``), so their anchors are the names a user imports.
 - docs/api/examples/ holds a runnable example for each public method of the facade and its role
@@ -151,27 +152,28 @@ def _inline(text: str, resolve: Any) -> str:
         path = resolve(name)
         return f"`{title}`" if path is None else f"[`{title}`][{path}]"
 
-    text = PARAMETER_DEFAULT.sub(lambda m: m["head"] + _default(m["default"]), text)
+    text = PARAMETER_DEFAULT.sub(
+        lambda m: f'{m["head"]}<span class="doc-default">{_default(m["default"])}</span>', text
+    )
     text = ROLE.sub(role, text)
     return LITERAL.sub(lambda m: f"`{m['text']}`", text)
 
 
 def _default(prose: str) -> str:
-    """A parameter's default as Markdown: a Python value as code, prose as it is (its
-    literals become code spans later), a leading value before prose as code."""
+    """A parameter's default as Markdown: a Python value as code (``10.0``), a value with a
+    note in parentheses as code and the note (``None (plain TCP)``), anything else as the
+    prose it is, whose literals become code spans later."""
     stripped = prose.strip()
     if "``" in stripped:
         return prose
+    head, _, note = stripped.partition(" (")
+    if note and not note.endswith(")"):
+        return prose
     try:
-        ast.parse(stripped, mode="eval")
-    except SyntaxError:
-        head, sep, rest = stripped.partition(" ")
-        try:
-            ast.parse(head, mode="eval")
-        except SyntaxError:
-            return prose
-        return f"`{head}`{sep}{rest}"
-    return f"`{stripped}`"
+        ast.literal_eval(head)
+    except (SyntaxError, ValueError):
+        return prose
+    return f"`{head}` ({note}" if note else f"`{head}`"
 
 
 # --- names: the role's target looked up from where the docstring is ------------------------
