@@ -3,7 +3,10 @@
 #   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
 #   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest)
 # Set-up: Debian's ZooKeeper and PostgreSQL packages when missing (needs root and apt-get),
-# then a virtual environment in .venv with the project installed in editable mode.
+# then a virtual environment in .venv with the project installed in editable mode: with the
+# `demo` extra for demo (Spark, the PostgreSQL driver), with the `test` extra for test (which
+# adds the test tools). Each line of progress says what is installed and why.
+# RUN_SH_DRY_RUN=1 prints what would be installed and run, and does neither.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -13,6 +16,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; t
 
 apt_updated=
 apt_install() {
+    if [ -n "${RUN_SH_DRY_RUN:-}" ]; then echo "run.sh: would install $* from Debian's packages" >&2; return 0; fi
     command -v apt-get >/dev/null || return 1
     echo "run.sh: installing $* from Debian's packages ..." >&2
     if [ -z "$apt_updated" ]; then as_root apt-get update -qq && apt_updated=1 || return 1; fi
@@ -54,19 +58,36 @@ ensure_postgresql() {
         || echo "run.sh: PostgreSQL not installed; the demo uses SQLite, its tests skip" >&2
 }
 
+# Install the project with EXTRA into .venv unless it is there already: .venv/.installed holds
+# one line per extra, "EXTRA HASH" (the hash of pyproject.toml when it was installed).
 ensure_venv() {
-    local stamp
-    stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    local extra=$1 why=$2 stamp
+    stamp="$extra $(sha256sum pyproject.toml | cut -d' ' -f1)"
+    if [ -n "${RUN_SH_DRY_RUN:-}" ]; then
+        echo "run.sh: would install .[$extra] ($why)" >&2
+        return
+    fi
     if [ ! -x .venv/bin/python ]; then
+        echo "run.sh: creating the virtual environment .venv ..." >&2
         python3 -m venv .venv 2>/dev/null || { apt_install python3-venv && python3 -m venv .venv; } \
             || die "could not create a virtual environment: install python3-venv (Python >= 3.11)"
     fi
-    if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
-        echo "run.sh: installing the project and its test tools into .venv ..." >&2
-        .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
-        echo "$stamp" > .venv/.installed
+    if ! grep -qxF "$stamp" .venv/.installed 2>/dev/null; then
+        echo "run.sh: installing the project with its '$extra' extra into .venv: $why ..." >&2
+        # pip's own progress (each package as it is collected and downloaded), not its notices.
+        local pip_status=0
+        PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+            -e ".[$extra]" 2>&1 \
+            | grep --line-buffered -E '^ *(Collecting|Downloading|Successfully installed|ERROR)' >&2 \
+            || pip_status=${PIPESTATUS[0]}
+        [ "$pip_status" = 0 ] || die "pip could not install .[$extra] (exit $pip_status)"
+        { grep -v "^$extra " .venv/.installed 2>/dev/null || true; echo "$stamp"; } > .venv/.installed.new
+        mv .venv/.installed.new .venv/.installed
+        echo "run.sh: installed .[$extra] into .venv ($(du -sh .venv | cut -f1))" >&2
     fi
 }
+
+run() { if [ -n "${RUN_SH_DRY_RUN:-}" ]; then echo "run.sh: would run $*" >&2; else "$@"; fi; }
 
 command=${1:-}
 [ $# -gt 0 ] && shift
@@ -74,7 +95,8 @@ case "$command" in
     demo)
         ensure_zookeeper
         ensure_postgresql
-        ensure_venv
+        ensure_venv demo "what the demo needs: Spark for its job, the PostgreSQL driver"
+        [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/sentinel demo "$@"; exit 0; }
         exec .venv/bin/sentinel demo "$@"
         ;;
     test)
@@ -82,7 +104,8 @@ case "$command" in
         ensure_graphviz
         ensure_curator
         ensure_postgresql
-        ensure_venv
+        ensure_venv test "the test tools: pytest, ruff, mypy, mkdocs, gunicorn, Docker's client"
+        [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/python -m pytest "$@"; exit 0; }
         .venv/bin/ruff check sentinel policies balancers benchmarks tests
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests
         # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors.

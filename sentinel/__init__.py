@@ -24,8 +24,6 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from sentinel.version import __version__
-
 if TYPE_CHECKING:
     from sentinel.aio import AsyncSentinel, EventsMissed
     from sentinel.auth.config import AuthConfig
@@ -51,7 +49,8 @@ if TYPE_CHECKING:
     )
     from sentinel.publisher import Registration
     from sentinel.registry.endpoint import Endpoint
-    from sentinel.registry.records import CuratorSource, InstanceRecord, ServiceSpec
+    from sentinel.registry.records import InstanceRecord, ServiceSpec
+    from sentinel.version import __version__
     from sentinel.zk.tls import TlsConfig
 
 # Each exported name and the module that defines it.
@@ -63,10 +62,11 @@ _EXPORTS = {
     "Registration": "sentinel.publisher",
     "InstanceRecord": "sentinel.registry.records",
     "ServiceSpec": "sentinel.registry.records",
-    "CuratorSource": "sentinel.registry.records",
     "TlsConfig": "sentinel.zk.tls",
     "CacheConfig": "sentinel.cache.config",
     "AuthConfig": "sentinel.auth.config",
+    # Read from the installed package's metadata (importlib.metadata) when first asked.
+    "__version__": "sentinel.version",
     **dict.fromkeys(
         (
             "SentinelError",
@@ -93,6 +93,9 @@ _EXPORTS = {
     ),
 }
 
+# Names that moved to one public module of their own: the old path warns (one release).
+_MOVED = {"CuratorSource": "sentinel.curator.CuratorSource"}
+
 __all__ = [
     "AsyncSentinel",
     "AuthChanged",
@@ -101,7 +104,6 @@ __all__ = [
     "CacheConfig",
     "ChangeEvent",
     "ConnectionChanged",
-    "CuratorSource",
     "Endpoint",
     "EventsMissed",
     "InstanceRecord",
@@ -127,6 +129,12 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown nam
 
     def __getattr__(name: str) -> object:
         """Import an exported name's module the first time the name is used."""
+        if name in _MOVED:  # one release of warnings, then gone from here
+            from sentinel import deprecation
+
+            deprecation.warn(f"sentinel.{name}", _MOVED[name])
+            module, _, moved = _MOVED[name].rpartition(".")
+            return getattr(import_module(module), moved)
         module = _EXPORTS.get(name)
         if module is None:
             # Not an export: ``from sentinel import records`` then imports the submodule.

@@ -40,6 +40,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from sentinel import deprecation
+from sentinel import validation as check
 from sentinel.client import Sentinel
 from sentinel.deprecation import moved
 from sentinel.errors import ValidationError
@@ -237,7 +239,7 @@ class AsyncSentinel:
     ``aget_service`` and ``aget_eligible_instances`` (the lookups, for a cold cache or an
     uncached key), ``explain``, ``read_service``, the
     publisher's ``ensure_service``, ``register``, ``update_registration``,
-    ``deregister`` and :meth:`drain`, ``update_metrics``, and every method of the role
+    :meth:`deregister` (its wait on the loop), ``update_metrics``, and every method of the role
     objects ``shard_maps`` (the shard manager's writes) and ``credentials`` (the
     authentication manager's).
     """
@@ -307,11 +309,18 @@ class AsyncSentinel:
         self._streams.add(stream)
         return stream
 
+    async def deregister(self, registration: Registration, *, wait: float = 0.0) -> bool:
+        """:meth:`Sentinel.deregister` without a thread held while it waits: the node is
+        removed off the loop, then ``wait`` seconds are slept on the loop."""
+        wait = check.number("wait", wait, least=0)
+        removed = await asyncio.to_thread(self.sync.deregister, registration)
+        await asyncio.sleep(wait)
+        return removed
+
     async def drain(self, registration: Registration, wait: float | None = None) -> None:
-        """:meth:`Sentinel.drain` without a thread held: deregister, then sleep ``wait``
-        seconds (default ``drain_wait``) on the loop."""
-        await self.deregister(registration)
-        await asyncio.sleep(self.sync.drain_wait if wait is None else wait)
+        """Deprecated: ``await deregister(registration, wait=...)``, which this calls."""
+        deprecation.warn("AsyncSentinel.drain()", "deregister(registration, wait=1.0)")
+        await self.deregister(registration, wait=self.sync._drain_wait if wait is None else wait)
 
     async def update_registration(self, registration: Registration, **changes: Any) -> Registration:
         """Awaitable :meth:`Sentinel.update_registration`, run off the event loop."""
@@ -325,7 +334,6 @@ class AsyncSentinel:
     read_service = _off_loop(Sentinel.read_service)
     ensure_service = _off_loop(Sentinel.ensure_service)
     register = _off_loop(Sentinel.register)
-    deregister = _off_loop(Sentinel.deregister)
     update_metrics = _off_loop(Sentinel.update_metrics)
     # The old names (one release): each warns.
     resolve = moved("resolve", "aget_service")

@@ -21,7 +21,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import shards, telemetry
+from sentinel import deprecation, shards, telemetry
 from sentinel import validation as check
 from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import ENV as AGENT_ENV
@@ -60,6 +60,7 @@ from sentinel.publisher import Publisher, Registration
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
+    DEFAULT_NAMESPACE,
     SECTIONS,
     SERVICES,
     auth_keys_path,
@@ -137,7 +138,6 @@ class Explanation:
         return verdicts
 
 
-DEFAULT_NAMESPACE = "/sentinel"
 DEFAULT_DRAIN_WAIT = 1.0
 # kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
 # wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
@@ -171,7 +171,7 @@ class Sentinel:
             registration = sentinel.register("billing-db", "p1", "10.0.0.5", 5432,
                                              scheme="postgresql", label="replica-a")
             ...
-            sentinel.drain(registration)
+            sentinel.deregister(registration, wait=1.0)  # before the server stops serving
 
     Every parameter but the first three is keyword-only; all have defaults. Each is checked
     here (the grouped ones when their value object is made): a value of the wrong type or out
@@ -220,8 +220,8 @@ class Sentinel:
     feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
         Holds what :meth:`report` learns; lookups skip instances it marks down.
 
-    drain_wait : float, default 1.0
-        Seconds :meth:`drain` waits after deregistering, for clients to see it.
+    drain_wait : float or None, default None
+        Deprecated with :meth:`drain`: give the wait to :meth:`deregister` (``wait=``).
 
     prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
         Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
@@ -251,7 +251,7 @@ class Sentinel:
         auth: AuthConfig | None = None,
         cache: CacheConfig | None = None,
         feedback: InstanceFeedback | None = None,
-        drain_wait: float = DEFAULT_DRAIN_WAIT,
+        drain_wait: float | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
         **ungrouped: Any,
@@ -260,7 +260,9 @@ class Sentinel:
         # lookup path never checks them.
         connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
         session_timeout = check.number("session_timeout", session_timeout, above=0)
-        drain_wait = check.number("drain_wait", drain_wait, least=0)
+        if drain_wait is not None:
+            drain_wait = check.number("drain_wait", drain_wait, least=0)
+            deprecation.warn("Sentinel(drain_wait=...)", "deregister(registration, wait=...)")
         check.instance("feedback", feedback, InstanceFeedback)
         check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
         check.instance("identity", identity, str)
@@ -287,7 +289,8 @@ class Sentinel:
         )
         self.auth_client = validate_name("auth client", auth.client or self.client_id)
         self.connect_timeout = connect_timeout
-        self.drain_wait = drain_wait
+        # The deprecated drain()'s wait (one release).
+        self._drain_wait = DEFAULT_DRAIN_WAIT if drain_wait is None else drain_wait
         # Whether this client made (or found) the namespace's sections: its first write does.
         self._namespace_ready = False
         if auth.keys is None:
@@ -936,20 +939,31 @@ class Sentinel:
         instance = dataclasses.replace(current, **changes)
         return self._publisher.register(instance)
 
+    def deregister(self, registration: Registration, *, wait: float = 0.0) -> bool:
+        """Remove the instance, then wait ``wait`` seconds for every client to see it gone;
+        returns False if this client no longer held it.
+
+        Before a server stops serving, give ``wait=1.0``: every cache has then dropped the
+        instance, so no client still picks it (``docs/publishing.md``). To take an instance
+        out of rotation and back without removing it, set its status instead
+        (``update_registration(registration, status="draining")``, ``sentinel drain``).
+        """
+        wait = check.number("wait", wait, least=0)  # refused before anything is removed
+        removed = self._remove(registration)
+        time.sleep(wait)
+        return removed
+
     @translate_zk_errors
-    def deregister(self, registration: Registration) -> bool:
-        """Remove the instance; returns False if this client no longer held it."""
+    def _remove(self, registration: Registration) -> bool:
         self._require_started()
         return self._publisher.deregister(registration)
 
     def drain(self, registration: Registration, wait: float | None = None) -> None:
-        """Deregister, then wait ``wait`` seconds (default ``drain_wait``) for clients to see it.
-
-        Call it before a server stops serving, so that no client still picks it.
-        """
-        wait = self.drain_wait if wait is None else check.number("wait", wait, least=0)
-        self.deregister(registration)
-        time.sleep(wait)
+        """Deprecated: ``deregister(registration, wait=...)``, which this calls (with the
+        client's ``drain_wait``, 1 s, when ``wait`` is not given). ``sentinel drain`` is
+        another thing: a status, reversibly."""
+        deprecation.warn("Sentinel.drain()", "deregister(registration, wait=1.0)")
+        self.deregister(registration, wait=self._drain_wait if wait is None else wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:

@@ -14,6 +14,11 @@ publisher's session, is re-created after a session expiry while the process live
 It holds a session of its own, rooted at the ensemble's root (a Sentinel client's session is
 rooted at its namespace), opened by :meth:`start`. Nothing is written into a Sentinel
 namespace.
+
+This module is where every Curator name is imported from: the publisher, the namespace spec's
+:class:`CuratorSource` (a Sentinel service whose instances live in a Curator registry) and
+:func:`read_instances` (one read of a Curator service). They are defined beside the registry's
+codecs (:mod:`sentinel.registry`), whose modules are not the public path.
 """
 
 from __future__ import annotations
@@ -28,11 +33,19 @@ from kazoo.client import KazooClient
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed
-from sentinel.registry.curator import CuratorInstance, encode_instance, parse_uri_spec
+from sentinel.registry.curator import (
+    CuratorInstance,
+    encode_instance,
+    parse_uri_spec,
+    read_instances,
+)
 from sentinel.registry.layout import validate_base_path, validate_name
+from sentinel.registry.records import CuratorSource
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
+
+__all__ = ["CuratorPublisher", "CuratorRegistration", "CuratorSource", "read_instances"]
 
 
 @dataclass(frozen=True)

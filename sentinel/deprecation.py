@@ -14,18 +14,23 @@ from sentinel.auth.config import AuthConfig
 from sentinel.cache.config import CacheConfig
 
 
+def warn(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """Warn that ``old`` (a call as written: ``Sentinel.drain()``) is deprecated, for ``new``;
+    ``stacklevel`` 3 points at the caller of the function that warns."""
+    warnings.warn(
+        f"{old} is deprecated: use {new} (the old name goes in the next release)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
+
+
 def moved(old: str, new: str) -> Callable[..., Any]:
     """A method named ``old`` that warns and calls ``self.<new>`` (a dotted path: a role
     object's method, ``shard_maps.create``), with the same arguments."""
     target = operator.attrgetter(new)
 
     def alias(self: Any, *args: Any, **kwargs: Any) -> Any:
-        warnings.warn(
-            f"{type(self).__name__}.{old}() is deprecated: use .{new}() (the old name goes in "
-            "the next release)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn(f"{type(self).__name__}.{old}()", f".{new}()")
         return target(self)(*args, **kwargs)
 
     alias.__name__ = alias.__qualname__ = old

@@ -21,7 +21,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sentinel.errors import DevServerNotRunning, ValidationError, ZooKeeperStartFailed
+from sentinel.errors import (
+    DevServerNotRunning,
+    InvalidConnectString,
+    ValidationError,
+    ZooKeeperStartFailed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +38,15 @@ _PORT_FILE_MAX = 16  # bytes read at most: a longer file is not one start_dev_se
 _STATE_FILE_MAX = 4096  # the same for the state file (a pid, two paths and a time)
 _FREE_PORT = "the next start takes a free port"
 _NO_SERVER = "no development server is taken as running"
-_HOSTS = re.compile(r"[^,/\s]+(,[^,/\s]+)*\Z")
-# One ``host[:port]`` of a connect string: a name or IPv4 address, or a bracketed IPv6 one.
-_HOST_PORT = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::(\d{1,5}))?\Z")
+# One ``host[:port]`` of a connect string: the host, then the port if any.
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|\[.*|[^:]*)(?::(.*))?\Z", re.S)
+# A host name or an IPv4 address (RFC 1123 labels; '_' as resolvers accept it), or a
+# bracketed IPv6 address.
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?\Z"
+)
+_IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]\Z")
+_HOSTS_EXAMPLE = "'zk1:2181,zk2:2181'"
 
 
 def state_dir() -> Path:
@@ -256,21 +267,50 @@ def dev_server_mode(server: DevServer) -> str | None:
 
 
 def validate_hosts(hosts: object, source: str = "hosts") -> str:
-    """Return a kazoo connect string (``host:port,host:port``) or raise ValidationError.
+    """Return a kazoo connect string (``host:port,host:port``) or raise InvalidConnectString.
 
-    Each entry is ``host`` or ``host:port`` with a port from 1 to 65535 (an IPv6 address in
-    brackets), so that kazoo never meets a connect string it cannot parse. ``source`` says
-    where the value came from, first in the message (``hosts``, ``$SENTINEL_ZK``...).
+    Each entry is ``host`` or ``host:port``: a host name or IPv4 address, or an IPv6 address in
+    brackets, and a port from 1 to 65535, so that kazoo never meets a connect string it cannot
+    parse or resolve (``127.0.0.1;2181`` would otherwise be tried as a host name until the
+    connection timeout). ``source`` says where the value came from, first in the message
+    (``hosts``, ``$SENTINEL_ZK``...); the message then names the part that is wrong.
     """
-    entries = hosts.split(",") if isinstance(hosts, str) and _HOSTS.match(hosts) else [None]
-    for entry in entries:
-        match = None if entry is None else _HOST_PORT.match(entry)
-        if match is None or (match.group(1) is not None and not 0 < int(match.group(1)) < 65536):
-            raise ValidationError(
-                f"{source} {hosts!r} must look like 'zk1:2181,zk2:2181' (ports 1-65535, no "
-                "spaces; give the chroot as namespace= or --namespace, not in the connect string)"
-            )
+    problem = _hosts_problem(hosts)
+    if problem is not None:
+        part, why = problem
+        raise InvalidConnectString(
+            f"{source} {hosts!r} must look like {_HOSTS_EXAMPLE}: {why}", part=part
+        )
     return hosts  # type: ignore[return-value]  # a str: checked above
+
+
+def _hosts_problem(hosts: object) -> tuple[str | None, str] | None:
+    """``(the bad part, why)`` for a connect string that is not one, else None."""
+    if not isinstance(hosts, str) or not hosts:
+        return None, "no server given"
+    space = re.search(r"\s", hosts)
+    if space:
+        return space.group(), "no spaces"
+    if "/" in hosts:
+        chroot = hosts[hosts.index("/") :]
+        return chroot, (
+            f"the chroot {chroot!r} goes in namespace= or --namespace, not in the connect string"
+        )
+    for number, entry in enumerate(hosts.split(","), 1):
+        if not entry:
+            return entry, f"server {number} is empty (two commas, or one at an end)"
+        host, port = _HOST_PORT.match(entry).groups()  # type: ignore[union-attr]  # matches all
+        if not host:
+            return host, f"server {number} ({entry!r}) has no host"
+        if not (_IPV6.match(host) or _HOST_NAME.match(host)):
+            bad = re.search(r"[^A-Za-z0-9_.\-]", host)
+            why = f" ({bad.group()!r} cannot be in one)" if bad and not host.startswith("[") else ""
+            return host, (
+                f"{host!r} is not a host name, an IPv4 address or a bracketed IPv6 address{why}"
+            )
+        if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            return port, f"the port {port!r} of {entry!r} is not a number from 1 to 65535"
+    return None
 
 
 HOSTS_ENV = "SENTINEL_ZK"

@@ -8,6 +8,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     SentinelError
     ├── ValidationError (ValueError)         input: refused before anything was written
     │   ├── InvalidName
+    │   ├── InvalidConnectString             hosts= / --zk / $SENTINEL_ZK: .part names what
     │   ├── ValueTooLarge
     │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
@@ -93,6 +94,16 @@ class ValidationError(SentinelError, ValueError):
 
 class InvalidName(ValidationError):
     """A service, partition, label, client or zone name is not a valid node name."""
+
+
+class InvalidConnectString(ValidationError):
+    """A ZooKeeper connect string that is not ``host:port,...``, refused before connecting;
+    ``part`` is the piece that is wrong (a host, a port, a chroot), or None when there is
+    none at all."""
+
+    def __init__(self, message: str, *, part: str | None = None) -> None:
+        super().__init__(message)
+        self.part = part
 
 
 class ValueTooLarge(ValidationError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any, cast
 
 from sentinel.errors import ValidationError
@@ -23,9 +22,17 @@ BALANCERS = "sentinel.balancers"
 AUTH_BACKENDS = "sentinel.auth_backends"
 
 
+def _entry_points(**selection: str) -> Any:
+    # importlib.metadata loads only when a plug-in is asked for: `sentinel --help` and every
+    # command that names none would pay for it at start.
+    from importlib.metadata import entry_points
+
+    return entry_points(**selection)
+
+
 def available(group: str) -> list[str]:
     """The names registered in an entry-point group."""
-    return sorted(ep.name for ep in entry_points(group=group))
+    return sorted(ep.name for ep in _entry_points(group=group))
 
 
 def load(group: str, name: str, **arguments: Any) -> Any:
@@ -34,7 +41,7 @@ def load(group: str, name: str, **arguments: Any) -> Any:
     Raises :class:`ValidationError` for an unknown name (listing the known ones), or arguments
     its class does not take or refuses (its TypeError or ValueError).
     """
-    found = entry_points(group=group, name=name)
+    found = _entry_points(group=group, name=name)
     if not found:
         raise ValidationError(f"no {group} entry named {name!r}; known: {available(group)}")
     factory = next(iter(found)).load()

@@ -17,12 +17,15 @@ failed and how to fix it. A symlink is followed, and the file it leads to is wha
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from sentinel.errors import SentinelError
+from sentinel.errors import KeyFileError, SentinelError
 
 
 def write_private(path: str | os.PathLike[str], data: bytes) -> None:
@@ -74,3 +77,20 @@ def read_private(path: str | os.PathLike[str], what: str, error: type[SentinelEr
         if problem is not None:
             raise error(f"{what} {os.fspath(path)!r} {problem}")
         return file.read()
+
+
+def write_secret_file(path: Path, document: Mapping[str, Any]) -> None:
+    """Write a secret JSON file atomically, readable by its owner only, from its first byte
+    (:func:`write_private`)."""
+    write_private(path, json.dumps(document).encode("utf-8"))
+
+
+def read_secret_file(path: str | os.PathLike[str], what: str) -> bytes:
+    """The bytes of a secret file, refused with KeyFileError when it cannot be read or when
+    it is not private (owned by another user, or open to group or others)."""
+    try:
+        return read_private(path, what, KeyFileError)
+    except OSError as exc:
+        raise KeyFileError(
+            f"cannot read {what} {os.fspath(path)!r}: {exc.strerror or exc}"
+        ) from None

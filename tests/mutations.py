@@ -141,14 +141,14 @@ MUTATIONS = (
     ),
     Mutation(
         "help-a-command-without-summary",
-        "sentinel/cli/common.py",
+        "sentinel/cli/options.py",
         "        help=summary,\n",
         '        help=summary if name != "prune" else None,\n',
         ("tests/integration/test_cli.py::test_help_explains_every_command",),
     ),
     Mutation(
         "help-a-subcommand-without-description",
-        "sentinel/cli/common.py",
+        "sentinel/cli/options.py",
         "        description=description,\n",
         '        description=description if name != "stats" else None,\n',
         ("tests/integration/test_operator_cli.py::test_every_command_has_help",),

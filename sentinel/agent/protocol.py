@@ -22,7 +22,13 @@ Later frames carry changes: ``service`` again (the service's whole state, latest
 ``policy`` (a policy's whole map), ``connection`` (the agent's session: ``connected``,
 ``suspended``, ``lost``). A process's other requests: ``partition`` (a key its map does not
 hold, read through by the agent), ``announce`` (its ``/clients`` record for a service, kept
-by the agent on its session until the process disconnects).
+by the agent on its session until the process disconnects), ``status`` (for ``sentinel agent
+status``: the agent's session, its staleness, and the other processes connected with the
+services each follows; what ``/clients`` shows, with pids)::
+
+    -> {"op": "status", "id": 2}
+    <- {"op": "status", "id": 2, "state": "connected", "staleness": 0.0,
+        "processes": [{"pid": 4242, "client": "billing-api", "services": ["orders-db"]}]}
 """
 
 from __future__ import annotations
@@ -50,9 +56,20 @@ DEFAULT_SOCKET = "/run/sentinel/agent.sock"
 
 _LENGTH = struct.Struct(">I")
 
-REQUESTS = frozenset({"hello", "follow", "partition", "announce"})
+REQUESTS = frozenset({"hello", "follow", "partition", "announce", "status"})
 REPLIES = frozenset(
-    {"welcome", "service", "gone", "buckets", "policy", "auth", "connection", "partition", "error"}
+    {
+        "welcome",
+        "service",
+        "gone",
+        "buckets",
+        "policy",
+        "auth",
+        "connection",
+        "partition",
+        "status",
+        "error",
+    }
 )
 
 

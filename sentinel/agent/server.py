@@ -394,6 +394,24 @@ class AgentServer:
                 connection.reply(error_answer(request, translate(exc, "the agent's session")))
                 return
             connection.reply({"op": "partition", "id": request, "partition": partition})
+        elif op == "status":
+            connection.reply(self._status(request, connection))
+
+    def _status(self, request: int, asking: _Connection) -> dict[str, Any]:
+        """``status``: the session's state and staleness, and every other process connected
+        with the services it follows (the asker, ``sentinel agent status``, is not one)."""
+        with self._lock:
+            others = sorted((c for c in self._connections if c is not asking), key=lambda c: c.pid)
+        processes = [
+            {"pid": c.pid, "client": c.client, "services": sorted(set(c.followed))} for c in others
+        ]
+        return {
+            "op": "status",
+            "id": request,
+            "state": self.sentinel.connection_state,
+            "staleness": self.sentinel.staleness,
+            "processes": processes,
+        }
 
     def _announce(self, connection: _Connection, message: dict[str, Any]) -> None:
         """Keep the process's ``/clients`` record on the agent's session while it is

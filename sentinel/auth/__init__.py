@@ -16,7 +16,30 @@ decrypts it in its cache and hands it out in :attr:`Endpoint.auth <sentinel.Endp
 - :mod:`sentinel.auth.enrolment`: client key slots, granted by the admin, written by the client.
 """
 
-from sentinel.auth.envelope import Credential
-from sentinel.auth.keys import ClientKeyring, ManagerKey
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sentinel.auth.envelope import Credential
+    from sentinel.auth.keys import ClientKeyring, ManagerKey
+
+# Loaded on first use (PEP 562), as sentinel's own exports: a command that only needs
+# sentinel.auth.acl (every ZooKeeper connection does) does not load cryptography.
+_EXPORTS = {
+    "ClientKeyring": "sentinel.auth.keys",
+    "ManagerKey": "sentinel.auth.keys",
+    "Credential": "sentinel.auth.envelope",
+}
 
 __all__ = ["ClientKeyring", "Credential", "ManagerKey"]
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """Import an exported name's module the first time the name is used."""
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return getattr(import_module(module), name)

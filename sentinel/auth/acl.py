@@ -47,8 +47,8 @@ from kazoo.security import (
     make_digest_acl_credential,
 )
 
-from sentinel.auth.keys import read_secret_file, write_secret_file
 from sentinel.errors import AccessDenied, DecodeError, KeyFileError, ValidationError
+from sentinel.private_files import read_secret_file, write_secret_file
 from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SERVICES, SHARD_INFO
 from sentinel.registry.records import decode, encode
 from sentinel.zk.errors import translate

@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sentinel.auth.keys import write_secret_file
 from sentinel.errors import AuthError
-from sentinel.private_files import read_private
+from sentinel.private_files import read_private, write_secret_file
 
 PASSWORD_BYTES = 24
 

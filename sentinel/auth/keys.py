@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from sentinel.errors import KeyFileError, ValidationError
-from sentinel.private_files import read_private, write_private
+from sentinel.private_files import read_secret_file, write_secret_file
 from sentinel.registry.records import decode, encode, fields_of
 
 KEY_FILE_ENV = "SENTINEL_AUTH_KEY_FILE"
@@ -71,23 +71,6 @@ def _raw_public(key: X25519PublicKey | Ed25519PublicKey) -> bytes:
 
 def _raw_private(key: X25519PrivateKey | Ed25519PrivateKey) -> bytes:
     return key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-
-
-def write_secret_file(path: Path, document: Mapping[str, Any]) -> None:
-    """Write a secret JSON file atomically, readable by its owner only, from its first byte
-    (:func:`~sentinel.private_files.write_private`)."""
-    write_private(path, json.dumps(document).encode("utf-8"))
-
-
-def read_secret_file(path: str | os.PathLike[str], what: str) -> bytes:
-    """The bytes of a secret file, refused with KeyFileError when it cannot be read or when
-    it is not private (owned by another user, or open to group or others)."""
-    try:
-        return read_private(path, what, KeyFileError)
-    except OSError as exc:
-        raise KeyFileError(
-            f"cannot read {what} {os.fspath(path)!r}: {exc.strerror or exc}"
-        ) from None
 
 
 def _read_private(source: str | os.PathLike[str], kind: str) -> dict[str, Any]:

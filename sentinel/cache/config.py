@@ -17,7 +17,8 @@ from sentinel.errors import ValidationError
 from sentinel.registry.layout import validate_base_path
 
 # A forked child serves its parent's cache only this young: with the re-sync's jitter (at most
-# resync_jitter, 0.5 s) added, what it serves stays within the drain_wait that drain() promises.
+# resync_jitter, 0.5 s) added, what it serves stays within the 1 s wait that
+# deregister(registration, wait=1.0) gives before a server stops (docs/publishing.md).
 DEFAULT_INHERITED_MAX_AGE = 0.5
 
 

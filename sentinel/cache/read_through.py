@@ -73,9 +73,16 @@ class ReadThrough:
                 with self._negative_lock:
                     self._negative[negative_key] = True
         if shard_map is None:
-            reason = f"shard policy {policy!r} does not exist"
+            reason = (
+                f"shard policy {policy!r} does not exist; `sentinel shard create-policy "
+                f"{policy} ...` creates it"
+            )
         elif isinstance(shard_map, DirectoryMap):
-            reason = f"shard policy {policy!r} has no such key"
+            # The command that fixes it, with this key and policy filled in.
+            reason = (
+                f"shard policy {policy!r} has no such key; `sentinel shard assign {key} "
+                f"PARTITION --policy {policy}` (or shard_maps.assign) assigns it"
+            )
         else:
             reason = (
                 f"it is below the first boundary of range policy {policy!r}, "

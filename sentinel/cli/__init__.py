@@ -18,27 +18,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from kazoo.exceptions import KazooException
-from kazoo.handlers.threading import KazooTimeoutError
-
-from sentinel.cli import (
-    agent,
-    auth,
-    backup,
-    collector,
-    deps,
-    devzk,
-    doctor,
-    inspect,
-    rotation,
-    shard,
-    watch,
-)
-from sentinel.cli.common import (
+from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
+    Handler,
     HelpFormatter,
     add_parser,
     add_verbose_option,
@@ -46,24 +32,8 @@ from sentinel.cli.common import (
     exit_code,
     fail,
 )
+from sentinel.cli.parsers import COMMAND_GROUPS
 from sentinel.errors import SentinelError
-from sentinel.version import __version__
-from sentinel.zk.errors import translate
-
-COMMAND_GROUPS = (
-    devzk,
-    inspect,
-    rotation,
-    watch,
-    deps,
-    doctor,
-    shard,
-    backup,
-    auth,
-    collector,
-    agent,
-)
-
 
 SHELLS = ("bash", "zsh")
 
@@ -80,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         "could not be started.",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"sentinel {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     add_verbose_option(parser, top=True)
     add_zk_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -100,8 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     completion.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash or zsh")
-    completion.set_defaults(handler=_completion)
+    completion.set_defaults(handler=Handler("__init__:_completion"))
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: reads the installed version (package metadata) only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from sentinel.version import __version__
+
+        parser.exit(message=f"sentinel {__version__}\n")
 
 
 def _completion(args: argparse.Namespace) -> int:
@@ -123,6 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # kazoo logs every dropped connection as a warning; a command reports what matters.
         logging.getLogger("kazoo").setLevel(logging.ERROR)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    # Loaded once a command runs: sentinel --help and a usage error need none of them.
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from sentinel.zk.errors import translate
+
     try:
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below

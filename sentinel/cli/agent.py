@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import socket
+from typing import Any
 
-from sentinel.cli.common import (
-    EXIT_OK,
-    add_command,
-    add_curator_option,
-    add_metrics_option,
-    event_printer,
-    seconds,
-    serve_metrics,
-    tls_config,
-)
+from sentinel.agent.link import AgentLink
+from sentinel.agent.protocol import field, socket_path
+from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
+from sentinel.cli.options import EXIT_OK
+from sentinel.errors import AgentProtocolError
+from sentinel.registry.layout import validate_namespace
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sentinel.agent.protocol import socket_path
+    # The daemon's own modules: `sentinel agent status` needs none of them.
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
@@ -53,58 +51,48 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``agent``."""
-    agent = add_command(
-        commands,
-        "agent",
-        _run,
-        "the host agent: one ZooKeeper session shared by the host's processes",
-        "Hold one ZooKeeper session for this host and serve the registry to the processes "
-        "that connect to the Unix socket (Sentinel(agent=...) or $SENTINEL_AGENT): each gets "
-        "the services it follows and their changes, and keeps its own lookups in process. "
-        "Root, the agent's user and the --allow-uid/--allow-gid peers may connect (checked "
-        "with SO_PEERCRED; the socket is made 0600, or 0660 with --allow-gid). Never creates "
-        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
-        "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
-        (
-            "sentinel agent",
-            "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",
-        ),
+def _status(args: argparse.Namespace) -> int:
+    link = AgentLink(
+        socket_path(args.socket),
+        validate_namespace(args.namespace),
+        f"sentinel-cli-{os.getpid()}",
+        None,
+        timeout=args.timeout,
     )
-    agent.add_argument(
-        "--socket",
-        metavar="PATH",
-        help="the Unix socket to serve (default $SENTINEL_AGENT, else /run/sentinel/agent.sock)",
+    link.start()
+    try:
+        link.wait_connected(args.timeout)
+        status = _checked_status(link.request({"op": "status"}))
+    finally:
+        link.close()
+    if args.json:
+        print_json({"socket": link.path, **status})
+        return EXIT_OK
+    staleness = "" if status["state"] == "connected" else f", stale {status['staleness']:.1f}s"
+    print(f"agent {link.path}: ZooKeeper session {status['state']}{staleness}")
+    print_table(
+        [(p["pid"], p["client"], ", ".join(p["services"]) or "-") for p in status["processes"]],
+        ("PID", "CLIENT", "SERVICES"),
     )
-    agent.add_argument(
-        "--allow-uid",
-        type=int,
-        action="append",
-        default=[],
-        metavar="UID",
-        help="a user whose processes may connect besides root and the agent's own; repeat",
-    )
-    agent.add_argument(
-        "--allow-gid",
-        type=int,
-        action="append",
-        default=[],
-        metavar="GID",
-        help="a group whose processes may connect (makes the socket 0660); repeat",
-    )
-    agent.add_argument(
-        "--session-timeout",
-        type=seconds,
-        default=10.0,
-        help="the agent's ZooKeeper session timeout in seconds (default 10)",
-    )
-    agent.add_argument(
-        "--send-timeout",
-        type=seconds,
-        default=30.0,
-        help="seconds a process may leave a frame unread before it is dropped (default 30)",
-    )
-    agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
-    add_curator_option(agent)
-    add_metrics_option(agent)
+    return EXIT_OK
+
+
+def _checked_status(answer: dict[str, Any]) -> dict[str, Any]:
+    """The agent's ``status`` answer, its fields checked (the agent is read as untrusted)."""
+    state = field(answer, "state", str)
+    staleness = field(answer, "staleness", (int, float))
+    processes = []
+    for process in field(answer, "processes", list):
+        if not isinstance(process, dict):
+            raise AgentProtocolError("'status' lists a process that is not an object")
+        services = field(process, "services", list)
+        if not all(isinstance(service, str) for service in services):
+            raise AgentProtocolError("'status' lists a service that is not a string")
+        processes.append(
+            {
+                "pid": field(process, "pid", int),
+                "client": field(process, "client", (str, type(None))),
+                "services": services,
+            }
+        )
+    return {"state": state, "staleness": staleness, "processes": processes}

@@ -1,4 +1,8 @@
-"""What every command shares: connection options, output, exit codes."""
+"""What the commands' implementations share: connecting, output, errors and exit codes.
+
+How commands are parsed is :mod:`sentinel.cli.options`; this module is imported only when a
+command runs, and it loads the client (and the cache) only for the commands that use one.
+"""
 
 from __future__ import annotations
 
@@ -12,233 +16,30 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
-from prometheus_client import start_http_server
 
-from sentinel.cache.config import CacheConfig
+from sentinel.cli.options import (
+    EXIT_OK,
+)
 from sentinel.cli.output import format_table
-from sentinel.client import DEFAULT_NAMESPACE, Sentinel
 from sentinel.connection import client_arguments, unavailable
-from sentinel.devserver import resolve_hosts, validate_hosts
+from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
-    DevServerNotRunning,
-    LauncherError,
     NamespaceNotFound,
     RegistryError,
     SentinelError,
     ValidationError,
-    ZooKeeperUnavailable,
 )
-from sentinel.plugins import available
 from sentinel.registry.layout import validate_namespace
 from sentinel.zk import tls
 from sentinel.zk.errors import translate
 
-EXIT_OK = 0
-EXIT_NOT_FOUND = 1  # not found, nothing eligible, problems found
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-EXIT_LAUNCH_FAILED = 4
-
-
-def zk_hosts(text: str) -> str:
-    """``--zk``: a connect string (``host:port,...``), checked while the arguments are parsed
-    so that a bad one is a usage error (exit 2)."""
-    try:
-        return validate_hosts(text)
-    except ValidationError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def seconds(text: str) -> float:
-    """A duration option (``--timeout``): a finite number of seconds above zero."""
-    value = _seconds(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0")
-    return value
-
-
-def seconds_or_zero(text: str) -> float:
-    """An age option (``--older-than``): a finite number of seconds, 0 or more."""
-    value = _seconds(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds, 0 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
-    return value
-
-
-def count(text: str) -> int:
-    """A count option (``-n``): a whole number of 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def port(text: str) -> int:
-    """A port option (``--port``, ``--metrics-port``): 0 (any free port) to 65535."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 0 to 65535")
-    return value
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Wraps descriptions as argparse does, but keeps an ``Examples:`` epilog's lines as
-    written (RawDescriptionHelpFormatter would leave the long descriptions unwrapped too)."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        if text.startswith("Examples:"):
-            return "".join(indent + line for line in text.splitlines(keepends=True))
-        return super()._fill_text(text, width, indent)
-
-
-def add_verbose_option(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``-v``, accepted before and after the subcommand (see :func:`add_zk_options`)."""
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=0 if top else argparse.SUPPRESS,
-        help="log more (-v info, -vv debug)",
-    )
-
-
-def add_zk_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``--zk``, the ``--zk-tls`` options and ``--namespace``, accepted before and after the
-    subcommand.
-
-    The top-level parser (``top``) holds the defaults; each subcommand's copy has
-    ``default=SUPPRESS``, because argparse copies a subparser's defaults over the values the
-    top-level parser already read (``sentinel --zk H ls`` would lose its ``--zk``).
-    """
-    default: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
-    parser.add_argument(
-        "--zk",
-        metavar="HOSTS",
-        type=zk_hosts,
-        help="ensemble to use, host:port,... (default: $SENTINEL_ZK, then `sentinel zk`)",
-        **default,
-    )
-    parser.add_argument(
-        "--zk-tls",
-        action="store_true",
-        help=f"connect over TLS (to secureClientPort); files from ${tls.CA_ENV}, "
-        f"${tls.CERT_ENV} and ${tls.KEY_ENV} unless given below",
-        **default,
-    )
-    for flag, dest, env, what in (
-        ("--zk-tls-ca", "zk_tls_ca", tls.CA_ENV, "CA certificate(s) to verify the server with"),
-        ("--zk-tls-cert", "zk_tls_cert", tls.CERT_ENV, "client certificate"),
-        ("--zk-tls-key", "zk_tls_key", tls.KEY_ENV, "client certificate's private key"),
-    ):
-        parser.add_argument(
-            flag,
-            dest=dest,
-            metavar="PEM",
-            help=f"{what} (implies --zk-tls; default ${env})",
-            **default,
-        )
-    parser.add_argument(
-        "--namespace",
-        help=f"namespace root (default {DEFAULT_NAMESPACE})",
-        **({"default": DEFAULT_NAMESPACE} if top else default),
-    )
-
-
-def add_parser(
-    commands: argparse._SubParsersAction,
-    name: str,
-    summary: str,
-    description: str,
-    examples: Sequence[str] = (),
-) -> argparse.ArgumentParser:
-    """A subcommand's parser: its one-line summary, its description, ``-v``, and the
-    ``examples`` (command lines, ``# comment`` lines allowed) that end its ``--help``."""
-    parser = commands.add_parser(
-        name,
-        help=summary,
-        description=description,
-        epilog="Examples:\n" + "".join(f"  {line}\n" for line in examples) if examples else None,
-        formatter_class=HelpFormatter,
-    )
-    add_verbose_option(parser)
-    return parser
-
-
-def add_connection_options(parser: argparse.ArgumentParser) -> None:
-    """The ZooKeeper options (:func:`add_zk_options`), ``--timeout`` and ``--json``."""
-    add_zk_options(parser)
-    parser.add_argument(
-        "--timeout", type=seconds, default=5.0, help="seconds to wait for ZooKeeper (default 5)"
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-
-
-def add_command(
-    commands: argparse._SubParsersAction,
-    name: str,
-    handler: Callable[[argparse.Namespace], int],
-    summary: str,
-    description: str,
-    examples: Sequence[str] = (),
-) -> argparse.ArgumentParser:
-    """A subcommand that talks to ZooKeeper: its parser, connection options and handler."""
-    parser = add_parser(commands, name, summary, description, examples)
-    add_connection_options(parser)
-    parser.set_defaults(handler=handler)
-    return parser
-
-
-SERVICE_HELP = "a service's name, as registered (`sentinel ls` lists them)"
-KEY_HELP = (
-    "a shard key (tenant, customer id...) of a sharded service: its shard policy maps it to "
-    "a partition; ignored by an unsharded service"
-)
-
-
-def plugin_help(group: str, what: str, example: str) -> str:
-    """The help of ``--policy`` or ``--balancer``: the syntax and the names registered now
-    (entry points of ``group``: this package's and any installed plug-in's)."""
-    return (
-        f"{what}: an entry-point name, with arguments as k=v,k=v (values read as JSON when "
-        f"they parse), e.g. {example}; registered: {', '.join(available(group))}"
-    )
-
-
-def add_metrics_option(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port`` and ``--metrics-addr`` for a daemon that serves Prometheus metrics."""
-    parser.add_argument(
-        "--metrics-port",
-        type=port,
-        metavar="PORT",
-        help="serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port; "
-        "default: not served)",
-    )
-    parser.add_argument(
-        "--metrics-addr",
-        default="127.0.0.1",
-        help="address to serve metrics on (default %(default)s)",
-    )
+if TYPE_CHECKING:
+    from sentinel.client import Sentinel
 
 
 def serve_metrics(args: argparse.Namespace) -> None:
@@ -249,6 +50,8 @@ def serve_metrics(args: argparse.Namespace) -> None:
     """
     if args.metrics_port is None:
         return
+    from prometheus_client import start_http_server
+
     server, _ = start_http_server(args.metrics_port, args.metrics_addr)
     print(
         f"serving metrics on http://{args.metrics_addr}:{server.server_port}/metrics",
@@ -287,6 +90,8 @@ def run_daemon(
 ) -> int:
     """Serve metrics (``--metrics-port``), connect as ``client_id``, start the role, and run
     it until SIGINT or SIGTERM."""
+    from sentinel.client import Sentinel
+
     serve_metrics(args)
     with Sentinel(
         args.zk,
@@ -379,20 +184,11 @@ def connect(
         zk.close()
 
 
-def add_curator_option(parser: argparse.ArgumentParser) -> None:
-    """``--curator-path``: Curator x-discovery base paths a command's client also follows."""
-    parser.add_argument(
-        "--curator-path",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="also look a service up under this Apache Curator x-discovery base path (Curator, "
-        "Spring Cloud Zookeeper, Dubbo), after the namespace; repeat for several",
-    )
-
-
 def client(args: argparse.Namespace) -> Sentinel:
     """A started Sentinel client that does not announce itself under ``/clients``."""
+    from sentinel.cache.config import CacheConfig
+    from sentinel.client import Sentinel
+
     curator_paths = tuple(getattr(args, "curator_path", ()))
     return Sentinel(
         hosts=args.zk,
@@ -403,25 +199,6 @@ def client(args: argparse.Namespace) -> Sentinel:
         tls=tls_config(args),
         cache=CacheConfig(curator_base_paths=curator_paths),
     ).start()
-
-
-def exit_code(exc: SentinelError) -> int:
-    """The exit code for an error that ended a command (the table in ``docs/cli.md``)."""
-    # No ZooKeeper given (no --zk, no $SENTINEL_ZK, no `sentinel zk start` server) is a
-    # usage error: nothing failed to start, an option is missing.
-    if isinstance(exc, ValidationError | DevServerNotRunning):
-        return EXIT_USAGE
-    if isinstance(exc, ZooKeeperUnavailable):
-        return EXIT_UNREACHABLE
-    if isinstance(exc, LauncherError):
-        return EXIT_LAUNCH_FAILED
-    return EXIT_NOT_FOUND  # not found, nothing eligible, or any other refusal
-
-
-def fail(message: str, code: int) -> int:
-    """Say what went wrong on stderr and return ``code``."""
-    print(f"sentinel: error: {message}", file=sys.stderr)
-    return code
 
 
 class Progress:

@@ -10,7 +10,9 @@ from typing import NamedTuple
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from sentinel.cli.common import connect
+from sentinel.cli.common import (
+    connect,
+)
 from sentinel.errors import DecodeError
 from sentinel.registry.curator import read_instances, read_registry
 from sentinel.registry.endpoint import Endpoint

@@ -22,21 +22,19 @@ from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
 from sentinel.cache import reads as cache_reads
 from sentinel.cli.common import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    add_command,
-    add_curator_option,
     colour_enabled,
     connect,
     paint,
     print_json,
-    seconds_or_zero,
 )
 from sentinel.cli.curator import curator_services, instances_of
+from sentinel.cli.options import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+)
 from sentinel.cli.output import format_table
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
-from sentinel.freshness import METRICS_MAX_AGE
 from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
 from sentinel.registry.reads import (
     all_children,
@@ -572,44 +570,3 @@ def print_findings(findings: list[Finding], stream: TextIO) -> None:
     problems = sum(f.severity == "error" for f in findings)
     warnings = sum(f.severity == "warn" for f in findings)
     print(*table, f"{problems} problem(s), {warnings} warning(s)", sep="\n", file=stream)
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``doctor``."""
-    doctor = add_command(
-        commands,
-        "doctor",
-        _doctor,
-        "check the namespace and say how to fix what is wrong",
-        "Checks: ZooKeeper reachable and its version, the namespace and its "
-        "sections, ACLs, undecodable nodes (schema), services or partitions without a live "
-        "instance, shard policies that are missing, stale metrics, metrics of instances that "
-        "are gone, /auth entries of clients that are not connected, and with --curator-path "
-        "the Curator nodes Curator itself could not read. Each finding comes "
-        "with the command that fixes it. Exit 1 when there is a problem (warnings alone: 0). "
-        "On a terminal ERROR lines are red and WARN lines yellow, unless NO_COLOR is set.",
-        (
-            "sentinel doctor",
-            "sentinel doctor --namespace /staging --stale-after 60",
-            "sentinel doctor --identities identities.json",
-            "sentinel doctor --json | jq '.[] | select(.severity != \"ok\")'",
-            "sentinel doctor --curator-path /services   # and nodes Curator could not read",
-        ),
-    )
-    add_curator_option(doctor)
-    doctor.add_argument(
-        "--stale-after",
-        type=seconds_or_zero,
-        default=METRICS_MAX_AGE,
-        metavar="SECONDS",
-        help=f"metrics older than this are stale (default {METRICS_MAX_AGE:g}: three of a "
-        "collector's default intervals, the age past which the metric policies exclude an "
-        "instance)",
-    )
-    doctor.add_argument(
-        "--identities",
-        metavar="FILE",
-        help="the identities file 'init --secure' wrote: act as every role, so that each "
-        "node's writers are compared by their whole identity (ZooKeeper hides digests from "
-        "other sessions; without it they are compared by user name, with a warning)",
-    )

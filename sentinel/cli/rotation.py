@@ -16,13 +16,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from sentinel.cli.common import (
+    connect,
+    print_json,
+)
+from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
-    SERVICE_HELP,
-    add_command,
-    connect,
     fail,
-    print_json,
 )
 from sentinel.errors import RegistryConflict, ValidationError
 from sentinel.registry.layout import (
@@ -99,45 +99,3 @@ def _drain(args: argparse.Namespace) -> int:
 
 def _undrain(args: argparse.Namespace) -> int:
     return _set_status(args, "up")
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``drain`` and ``undrain``."""
-    for name, handler, summary, description in (
-        (
-            "drain",
-            _drain,
-            "take one instance out of rotation (status draining)",
-            "Set the status of one live instance to draining: clients stop choosing it as "
-            "soon as their cache sees the change (get_service returns only instances that are "
-            "up), while it stays registered and keeps serving what it has. Its process keeps "
-            "that status across its own updates and session expiries, until `sentinel "
-            "undrain` (or its own update_registration(status=...)). To remove an instance "
-            "for good, stop it or call Sentinel.drain() in its process.",
-        ),
-        (
-            "undrain",
-            _undrain,
-            "put a drained instance back into rotation (status up)",
-            "Set the status of one live instance back to up: clients choose it again as soon "
-            "as their cache sees the change.",
-        ),
-    ):
-        parser = add_command(
-            commands,
-            name,
-            handler,
-            summary,
-            description,
-            (
-                f"sentinel {name} orders-db p1:replica-b",
-                f"sentinel {name} orders-db replica-b   # the label, when one partition has it",
-            ),
-        )
-        parser.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
-        parser.add_argument(
-            "instance",
-            metavar="INSTANCE",
-            help="PARTITION:LABEL as `sentinel ls SERVICE` and `watch` show it, or the LABEL "
-            "alone when one partition holds it",
-        )

@@ -13,14 +13,13 @@ from typing import Any
 from kazoo.recipe.watchers import ChildrenWatch
 
 from sentinel.cli.common import (
-    EXIT_OK,
-    SERVICE_HELP,
-    add_command,
-    add_curator_option,
     client,
     connect,
 )
 from sentinel.cli.inspect import metrics_text
+from sentinel.cli.options import (
+    EXIT_OK,
+)
 from sentinel.errors import ServiceNotFound
 from sentinel.events import (
     AuthChanged,
@@ -34,33 +33,6 @@ from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import SERVICES
 
 SHOWN_KEYS = 5
-
-# ``--events`` kinds, each the events of one kind (their ``event`` name in ``--json`` lines).
-EVENT_KINDS = {
-    "instances": "InstancesChanged",
-    "metrics": "MetricsChanged",
-    "shard": "ShardKeysChanged",
-    "spec": "ServiceSpecChanged",
-    "service": "ServiceAppeared",
-    "auth": "AuthChanged",
-    "connection": "ConnectionChanged",
-}
-
-
-def event_kinds(text: str) -> frozenset[str]:
-    """``--events KIND,...``: the ``event`` names to show; a kind is one of
-    :data:`EVENT_KINDS` or its event's name, in any case. Unknown kinds are a usage error."""
-    names = {kind.lower(): event for kind, event in EVENT_KINDS.items()}
-    names.update({event.lower(): event for event in EVENT_KINDS.values()})
-    chosen = set()
-    for kind in text.split(","):
-        event = names.get(kind.strip().lower())
-        if event is None:
-            raise argparse.ArgumentTypeError(
-                f"unknown event kind {kind.strip()!r}; kinds: {', '.join(EVENT_KINDS)}"
-            )
-        chosen.add(event)
-    return frozenset(chosen)
 
 
 def _changed_fields(old: Endpoint, new: Endpoint) -> str:
@@ -178,6 +150,17 @@ def _watch(args: argparse.Namespace) -> int:
                     except ServiceNotFound:
                         watched.discard(service)
                         continue
+                    if args.initial and not new:
+                        current = sentinel.cached_instances(service)
+                        emit(
+                            {
+                                "event": "CurrentInstances",
+                                "service": service,
+                                "instances": [e.to_dict() for e in current],
+                            },
+                            [(service, f"= {e.name} {e.uri} ({e.status})") for e in current]
+                            or [(service, "= (no instance)")],
+                        )
                     if new:  # its instances were there before we looked: say so once
                         emit(
                             {"event": "ServiceAppeared", "service": service},
@@ -218,36 +201,3 @@ def _watch(args: argparse.Namespace) -> int:
 def _wait(stop: threading.Event) -> None:
     while not stop.wait(0.2):
         pass
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    """Add ``watch``."""
-    watch = add_command(
-        commands,
-        "watch",
-        _watch,
-        "stream changes as they happen",
-        "Print every change the cache sees, with a timestamp: registrations (+), "
-        "deregistrations (-), instance updates (~), metrics, shard-key moves, spec changes and "
-        "the connection's state. Without SERVICE, every service, including new ones. "
-        "--json prints one JSON object per line. Ctrl-C (or SIGTERM) stops it cleanly.",
-        (
-            "sentinel watch",
-            "sentinel watch orders-db",
-            "sentinel watch --events shard,connection   # shard moves, without metric lines",
-            "sentinel watch --json | jq -c 'select(.event == \"ConnectionChanged\")'",
-            "sentinel watch orders --curator-path /services   # a Curator registry's service",
-        ),
-    )
-    watch.add_argument(
-        "service", nargs="?", metavar="SERVICE", help=f"{SERVICE_HELP}; default: every service"
-    )
-    add_curator_option(watch)
-    watch.add_argument(
-        "--events",
-        type=event_kinds,
-        metavar="KIND,...",
-        help="show only these kinds of event: "
-        + ", ".join(f"{kind} ({event})" for kind, event in EVENT_KINDS.items())
-        + "; default: all",
-    )

@@ -13,6 +13,10 @@ import re
 
 from sentinel.errors import InvalidName, ValidationError
 
+# The namespace root a client uses when given none: several environments share an ensemble
+# under roots of their own.
+DEFAULT_NAMESPACE = "/sentinel"
+
 SERVICES = "/services"
 AUTH = "/auth"
 SHARD_INFO = "/shard_info"

@@ -776,3 +776,38 @@ def test_a_clients_credential_is_followed_while_any_of_its_processes_is_connecte
     assert wait_until(lambda: len(agent._connections) == 1)
     admin.credentials.publish(SERVICE, "app", {"user": "app", "password": "p1"})
     assert wait_until(lambda: (app.get_service(SERVICE, "acme").auth or {}).get("password") == "p1")
+
+
+def test_agent_status_names_each_process_and_what_it_follows(
+    agent, admin, make_client, socket_path, namespace, tmp_path
+):
+    from tests.conftest import sentinel_in_process
+
+    def status(*options: str):
+        return sentinel_in_process(
+            "agent", "status", "--socket", socket_path, "--namespace", namespace, *options
+        )
+
+    admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    through(make_client, socket_path, "billing-api").prefetch(SERVICE)
+    through(make_client, socket_path, "idle").start()
+
+    def processes():
+        answer = status("--json")
+        assert answer.returncode == 0, answer.stderr
+        document = json.loads(answer.stdout)
+        assert (document["state"], document["staleness"]) == ("connected", 0)
+        return sorted((p["client"], p["services"], p["pid"]) for p in document["processes"])
+
+    # The asking command itself is not listed; both processes here are this test's.
+    assert wait_until(
+        lambda: processes() == [("billing-api", [SERVICE], os.getpid()), ("idle", [], os.getpid())]
+    )
+    text = status()
+    assert text.stdout.splitlines()[0] == (f"agent {socket_path}: ZooKeeper session connected")
+    assert f"billing-api  {SERVICE}" in text.stdout
+    # No agent on the socket: exit 3, as for an unreachable ZooKeeper.
+    missing = sentinel_in_process(
+        "agent", "status", "--socket", str(tmp_path / "none.sock"), "--timeout", "0.5"
+    )
+    assert missing.returncode == 3 and "none.sock" in missing.stderr

@@ -185,7 +185,7 @@ def test_start_writes_and_close_never_block_the_loop(zookeeper, namespace, raw_z
             await aio.update_metrics(registration, {"lag": 1})
             await aio.prefetch("api")
             assert aio.get_service("api").port == 9000  # warm: a plain call
-            await aio.drain(registration, wait=0)
+            await aio.deregister(registration, wait=0.01)
 
     async def cancelled_start():
         with pytest.raises(TimeoutError):
@@ -205,6 +205,21 @@ def test_start_writes_and_close_never_block_the_loop(zookeeper, namespace, raw_z
     assert blocked > 2 * LAG_BOUND, f"the blocking start held the loop only {blocked:.3f}s"
     assert took > 2 * LAG_BOUND  # the work was long; the loop went on meanwhile
     assert lag < LAG_BOUND, f"the loop stalled {lag:.3f}s (blocking: {blocked:.3f}s)"
+
+
+def test_deregister_waits_on_the_loop_and_the_old_drain_warns(zookeeper, namespace):
+    async def main():
+        async with AsyncSentinel(zookeeper.connect_string, "aio", namespace) as aio:
+            first = await aio.register("api", "p1", "127.0.0.1", 9000)
+            second = await aio.register("api", "p1", "127.0.0.1", 9001)
+            began = time.monotonic()
+            assert await aio.deregister(first, wait=0.2) is True
+            assert time.monotonic() - began >= 0.2
+            with pytest.warns(DeprecationWarning, match=r"AsyncSentinel.drain\(\) is deprecated"):
+                await aio.drain(second, wait=0)  # the old name, one more release
+            return (await aio.read_service("api")).instances
+
+    assert asyncio.run(main()) == ()
 
 
 def test_the_documented_example_runs_and_prints_what_it_says(zookeeper, namespace, capsys):

@@ -13,10 +13,10 @@ import pytest
 from kazoo.client import KazooClient
 from sentinel.policies import MinLag
 
-from sentinel import CacheConfig, CuratorSource
+from sentinel import CacheConfig
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
-from sentinel.curator import CuratorPublisher
+from sentinel.curator import CuratorPublisher, CuratorSource
 from sentinel.errors import (
     InstanceNotRegistered,
     NoInstanceAvailable,

@@ -166,11 +166,11 @@ def test_a_child_whose_first_use_comes_after_a_drain_never_returns_the_drained_i
         return {"labels": {e.label for e in client.eligible_instances("db")}, "age": since_fork}
 
     pid, pipe = _fork(parent, child)
-    writer.drain(drained)  # deregister, then drain_wait (1 s) for clients to see it
+    writer.deregister(drained, wait=1.0)  # then 1 s for clients to see it
     pipe.send("drained")
     result = _receive(pipe)
     assert _exit_code(pid) == 0
-    # The first use came after the drain (drain_wait, 1 s on a wall clock that may run a
+    # The first use came after the deregistration (its wait, 1 s on a wall clock that may run a
     # hair short of the sleep's monotonic second), past the default bound it tests.
     assert result["age"] > CacheConfig().inherited_max_age
     assert result["labels"] == served
@@ -394,7 +394,7 @@ def test_gunicorn_preload_workers_whose_first_request_comes_after_a_drain_never_
         assert wait_until(
             lambda: log.read_text().count("Booting worker") == 2, timeout=REPLY_TIMEOUT
         ), log.read_text()
-        writer.drain(drained)
+        writer.deregister(drained, wait=1.0)
         # Round robin per worker: two answers each would include b if a worker still had it.
         answers = [a for _ in range(2) for a in _both_workers(port, "/db")]
         assert len({a["pid"] for a in answers}) == 2

@@ -197,7 +197,7 @@ CASES: dict[str, Case] = {
     "register": Case(lambda c, s: c.register("own", "p1", "10.9.1.2", 5432, label="second")),
     "update_registration": Case(lambda c, s: c.update_registration(s.own, weight=2)),
     "deregister": Case(lambda c, s: c.deregister(s.own)),
-    "drain": Case(lambda c, s: c.drain(s.own, wait=0)),
+    "deregister, waiting": Case(lambda c, s: c.deregister(s.own, wait=0.01)),
     "update_metrics": Case(lambda c, s: c.update_metrics(s.own, {"replication_lag": 1.5})),
     # shard maps
     "shard_maps.create": Case(lambda c, s: c.shard_maps.create("fresh", "hash", ["p1"])),

@@ -105,10 +105,10 @@ def test_resolve_exit_codes(cli, world):
 
 
 @contextlib.contextmanager
-def watching(zookeeper, namespace):
+def watching(zookeeper, namespace, *options):
     """``sentinel watch`` running and ready; it must exit 0 on Ctrl-C, without a traceback."""
     process = subprocess.Popen(
-        [SENTINEL, "watch", "--zk", zookeeper.connect_string, "--namespace", namespace],
+        [SENTINEL, "watch", *options, "--zk", zookeeper.connect_string, "--namespace", namespace],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -137,6 +137,26 @@ def test_watch_shows_a_registration_within_100_ms(zookeeper, namespace, world, m
         assert seen - registered < 0.1, f"shown {1000 * (seen - registered):.0f} ms later"
         writer.register("brand-new", "p1", "h", 1)
         assert "brand-new" in process.stdout.readline()
+
+
+def test_watch_initial_prints_what_is_there_first_then_the_changes(
+    zookeeper, namespace, world, make_client
+):
+    with watching(zookeeper, namespace, "--initial") as process:
+        # Printed before it said it was watching: the current state, every service.
+        current = sorted(line.split("  ", 1)[1].strip() for line in _lines(process, 3))
+        assert current == [
+            "api                   = main:api-1 http://10.1.0.1:8080 (up)",
+            "orders-db             = p1:replica-a postgresql://10.0.0.3:5432 (up)",
+            "orders-db             = p1:replica-b postgresql://10.0.0.12:5432 (up)",
+        ]
+        make_client("late-publisher").register("api", "main", "10.1.0.9", 8080, label="api-9")
+        assert "+ main:api-9 http://10.1.0.9:8080 (up)" in process.stdout.readline()
+    # Without --initial only changes are printed (test_watch_shows_a_registration_within_100_ms).
+
+
+def _lines(process, count):
+    return [process.stdout.readline() for _ in range(count)]
 
 
 def _read_until(stream, text, limit=50):

@@ -208,6 +208,8 @@ def test_typed_errors_name_service_key_and_partition(make_client):
         client.get_service("orders", "unknown")
     assert fields(raised.value) == ("orders", "unknown", None, None)
     assert raised.value.shard_policy == "tenants"
+    # It names the command that assigns the key, filled in (issue 39).
+    assert "`sentinel shard assign unknown PARTITION --policy tenants`" in str(raised.value)
     with pytest.raises(PartitionNotFound, match="a key is required"):
         client.get_service("orders")
     with pytest.raises(
@@ -396,7 +398,9 @@ def test_a_policy_created_after_the_service_loaded_is_picked_up(make_client, raw
     path = "/services/orders"
     raw_zk.create(path, ServiceSpec("orders", "postgresql", "later").to_bytes(path))
     publisher.register("orders", "p1", "10.0.0.1", 5432, scheme="postgresql")
-    with pytest.raises(PartitionNotFound, match="'later' does not exist"):
+    with pytest.raises(
+        PartitionNotFound, match="'later' does not exist; `sentinel shard create-policy later"
+    ):
         client.get_service("orders", "acme")
     recorder = Recorder()
     client.listen("orders", recorder)

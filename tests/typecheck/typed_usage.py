@@ -79,7 +79,7 @@ def lookup(sentinel: Sentinel, tenant: str) -> str | None:
 
 
 async def serve_async(hosts: str) -> int:
-    async with AsyncSentinel(hosts=hosts, client_id="billing-api", drain_wait=0.5) as client:
+    async with AsyncSentinel(hosts=hosts, client_id="billing-api") as client:
         registration: Registration = await client.register(
             "billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql"
         )
@@ -92,5 +92,6 @@ async def serve_async(hosts: str) -> int:
                 if isinstance(event, EventsMissed):
                     return event.count
                 on_change(event)
-        await client.drain(registration)
+        removed: bool = await client.deregister(registration, wait=0.5)
+        assert removed
         return endpoint.port

@@ -286,3 +286,26 @@ def test_spring_clouds_instance_status_is_honoured_as_its_load_balancer_does(sta
     metadata = {} if status is None else {"instance_status": status}
     endpoint = decode(payload={**SPRING, "metadata": metadata}).endpoint(ServiceSpec("orders"))
     assert endpoint.status == ("up" if served else "down")
+
+
+def test_every_curator_name_imports_from_sentinel_curator_and_the_old_path_warns():
+    # Issue 39: the Curator names came from three modules; sentinel.curator is the one path.
+    import sentinel
+    from sentinel import curator
+    from sentinel.registry import curator as codecs
+
+    assert set(curator.__all__) == {
+        "CuratorPublisher",
+        "CuratorRegistration",
+        "CuratorSource",
+        "read_instances",
+    }
+    assert (curator.CuratorSource, curator.read_instances) == (
+        CuratorSource,
+        codecs.read_instances,
+    )
+    assert "CuratorSource" not in sentinel.__all__
+    with pytest.warns(
+        DeprecationWarning, match=r"^sentinel.CuratorSource is deprecated: use sentinel.curator"
+    ):
+        assert sentinel.CuratorSource is CuratorSource  # still works for one release

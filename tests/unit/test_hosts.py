@@ -4,7 +4,12 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.devserver import resolve_hosts, validate_hosts
-from sentinel.errors import ClientClosed, DevServerNotRunning, ValidationError
+from sentinel.errors import (
+    ClientClosed,
+    DevServerNotRunning,
+    InvalidConnectString,
+    ValidationError,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,11 +38,39 @@ def test_valid_connect_strings(hosts):
         ":2181",
         "[::1",
         "zk1:2181,zk2:-1",
+        "127.0.0.1;2181",
+        "zk1:2181;zk2:2181",
+        "zk 1:2181",
     ],
 )
 def test_invalid_connect_strings(hosts):
     with pytest.raises(ValidationError, match="must look like"):
         validate_hosts(hosts)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "part", "said"),
+    [
+        ("127.0.0.1;2181", "127.0.0.1;2181", "(';' cannot be in one)"),
+        ("zk1:2181,zk2;2181", "zk2;2181", "'zk2;2181' is not a host name"),
+        ("zk1:2181,zk2:99999", "99999", "the port '99999' of 'zk2:99999'"),
+        ("zk1:2181,,zk3:2181", "", "server 2 is empty"),
+        ("zk1:2181/prod", "/prod", "the chroot '/prod' goes in namespace="),
+        ("[::1:2181", "[::1:2181", "'[::1:2181' is not a host name"),
+    ],
+)
+def test_a_bad_connect_string_names_the_bad_part(hosts, part, said):
+    with pytest.raises(InvalidConnectString) as raised:
+        validate_hosts(hosts)
+    assert raised.value.part == part
+    assert said in str(raised.value)
+
+
+def test_a_bad_connect_string_fails_at_once_not_after_the_connect_timeout():
+    # Before issue 39, '127.0.0.1;2181' went to kazoo, which tried it as a host name until
+    # the timeout (10 s by default); now the constructor refuses it before any connection.
+    with pytest.raises(InvalidConnectString, match="';' cannot be in one"):
+        Sentinel(hosts="127.0.0.1;2181", connect_timeout=10)
 
 
 @pytest.mark.parametrize("hosts", ["localhost:abc", "host:99999", ""])
@@ -93,6 +126,8 @@ def test_the_cli_names_the_variable_or_the_flag_and_exits_2(monkeypatch):
     assert "$SENTINEL_ZK (the environment variable) 'localhost:abc'" in from_env.stderr
     from_flag = sentinel_in_process("ls", "--zk", "localhost:abc")
     assert from_flag.returncode == 2 and "argument --zk: hosts 'localhost:abc'" in from_flag.stderr
+    semicolon = sentinel_in_process("ls", "--zk", "127.0.0.1;2181")
+    assert semicolon.returncode == 2 and "(';' cannot be in one)" in semicolon.stderr
     assert "SENTINEL_ZK" not in from_flag.stderr.splitlines()[-1]
 
 

@@ -148,7 +148,6 @@ def test_a_secret_setting_is_never_in_the_message():
 def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
     client = Sentinel(
         HOSTS,
-        drain_wait=0,
         cache=CacheConfig(
             negative_ttl=0,
             resync_jitter=0,
@@ -163,7 +162,7 @@ def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
         prometheus_registry=CollectorRegistry(),
         announce=False,
     )
-    assert (client.drain_wait, client.cache_config.inherited_max_age) == (0, 0)
+    assert client.cache_config.inherited_max_age == 0
     assert CacheConfig(inherited_max_age=None).inherited_max_age is None
 
 

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from sentinel.auth.envelope import Credential
-from sentinel.cli.watch import EVENT_KINDS, describe, document, event_kinds
+from sentinel.cli.parsers.watch import EVENT_KINDS, event_kinds
+from sentinel.cli.watch import describe, document
 from sentinel.events import AuthChanged
 
 

@@ -1,0 +1,84 @@
+"""``sentinel agent``: its parser (implementation: :mod:`sentinel.cli.agent`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from sentinel.cli.options import (
+    add_command,
+    add_curator_option,
+    add_metrics_option,
+    seconds,
+)
+
+SOCKET_HELP = "the agent's Unix socket (default $SENTINEL_AGENT, else /run/sentinel/agent.sock)"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add ``agent``."""
+    agent = add_command(
+        commands,
+        "agent",
+        "agent:_run",
+        "the host agent: one ZooKeeper session shared by the host's processes",
+        "Hold one ZooKeeper session for this host and serve the registry to the processes "
+        "that connect to the Unix socket (Sentinel(agent=...) or $SENTINEL_AGENT): each gets "
+        "the services it follows and their changes, and keeps its own lookups in process. "
+        "Root, the agent's user and the --allow-uid/--allow-gid peers may connect (checked "
+        "with SO_PEERCRED; the socket is made 0600, or 0660 with --allow-gid). Never creates "
+        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
+        "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
+        (
+            "sentinel agent",
+            "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",
+            "sentinel agent status          # what a running agent serves, and to whom",
+        ),
+    )
+    actions = agent.add_subparsers(dest="agent_command", metavar="ACTION")
+    status = add_command(
+        actions,
+        "status",
+        "agent:_status",
+        "what a running agent serves: its session, its staleness, the processes connected",
+        "Ask the agent on the socket for its ZooKeeper session's state, how stale its cache "
+        "may be (seconds since the session was lost; 0 while connected), and each process "
+        "connected to it (pid, client id) with the services it follows. Exit 3 when no agent "
+        "answers on the socket.",
+        (
+            "sentinel agent status",
+            "sentinel agent status --socket /run/sentinel/agent.sock --json",
+        ),
+    )
+    status.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
+    agent.add_argument("--socket", metavar="PATH", help=SOCKET_HELP)
+    agent.add_argument(
+        "--allow-uid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="UID",
+        help="a user whose processes may connect besides root and the agent's own; repeat",
+    )
+    agent.add_argument(
+        "--allow-gid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="GID",
+        help="a group whose processes may connect (makes the socket 0660); repeat",
+    )
+    agent.add_argument(
+        "--session-timeout",
+        type=seconds,
+        default=10.0,
+        help="the agent's ZooKeeper session timeout in seconds (default 10)",
+    )
+    agent.add_argument(
+        "--send-timeout",
+        type=seconds,
+        default=30.0,
+        help="seconds a process may leave a frame unread before it is dropped (default 30)",
+    )
+    agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
+    add_curator_option(agent)
+    add_metrics_option(agent)
