@@ -22,7 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 API_PAGES = ["api", "api/events-errors", "api/policies", "api/integrations", "api/testing"]
-ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj):`")
+# A role as written, or as Markdown renders it (the backquoted part becomes <code>).
+ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj):(?:`|<code)")
 
 
 @pytest.fixture(scope="module")
