@@ -27,7 +27,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss
 
 from sentinel.agent.link import AgentLink
-from sentinel.auth.acl import ensure_clients_node
+from sentinel.auth.acl import ensure_clients_node, is_secured
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.agent import AgentFollower
@@ -252,11 +252,21 @@ class RegistryCache:
             supported = False if watches is None else watches.wait_supported(self._load_timeout)
             if supported is None:
                 raise ConnectionLoss("not connected yet: the server's watch mode is not known")
+            # A secured namespace serves ephemeral instance nodes only (a persistent one was
+            # planted); read once, with the follower (docs/decisions/secured-namespaces-serve-
+            # ephemeral-instances.md).
+            secured = is_secured(self._zk)
             if supported:
-                self._follower = PersistentFollower(self, self._zk, self._credentials, watches)
-                self._curator = CuratorFollower(self, watches, self._curator_base_paths)
+                self._follower = PersistentFollower(
+                    self, self._zk, self._credentials, watches, secured=secured
+                )
+                self._curator = CuratorFollower(
+                    self, watches, self._curator_base_paths, secured=secured
+                )
             else:
-                self._follower = OneShotFollower(self, self._zk, self._credentials)
+                self._follower = OneShotFollower(
+                    self, self._zk, self._credentials, secured=secured
+                )
         return self._follower
 
     def _curator_now(self) -> CuratorFollower:

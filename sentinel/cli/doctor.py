@@ -309,6 +309,13 @@ def _acl_problem(
     if acl.world_writable(entries):
         return "anyone may write it", _SECURE_FIX
     if _daemon_service(path):
+        # Only the daemon role adds members; a section writer that may (the publisher, as
+        # grants before this release set it) could add one that takes the daemons' work.
+        creators = {e.id for e in entries if e.perms & Permissions.CREATE}
+        if creators & (acl.writers(section_acl) - admins):
+            return "the publisher may add members to this daemon's cluster", (
+                "sentinel grant --identities FILE (gives members to the daemon role alone)"
+            )
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
     allowed, found = acl.writers(section_acl), acl.writers(entries)

@@ -50,6 +50,7 @@ from sentinel.registry.records import (
     CuratorSource,
     InstanceRecord,
     ServiceSpec,
+    check_ephemeral,
     fields_of,
     parse_json,
 )
@@ -58,6 +59,9 @@ from sentinel.registry.records import (
 CURATOR_PARTITION = "curator"
 # ServiceType's names; Jackson refuses any other, and so does this decoder.
 SERVICE_TYPES = frozenset({"DYNAMIC", "DYNAMIC_SEQUENTIAL", "STATIC", "PERMANENT"})
+# The types Curator registers as persistent nodes (ServiceDiscoveryImpl: the others are
+# ephemeral, DYNAMIC_SEQUENTIAL ephemeral and sequential).
+PERSISTENT_TYPES = frozenset({"STATIC", "PERMANENT"})
 _KNOWN_FIELDS = frozenset(
     {
         "name",
@@ -277,13 +281,30 @@ def _java_text(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def decode_endpoint(spec: ServiceSpec, path: str, data: bytes | None, joined: int) -> Endpoint:
+def decode_endpoint(
+    spec: ServiceSpec, path: str, data: bytes | None, joined: int, owner: int | None = None
+) -> Endpoint:
     """The endpoint of the Curator node at ``path`` (:meth:`CuratorInstance.endpoint`), or
     :class:`~sentinel.errors.DecodeError` naming the node: not an instance, or no partition
-    where ``spec.curator`` says to find one."""
+    where ``spec.curator`` says to find one.
+
+    ``owner`` (a secured namespace's reader: the node's ``ephemeralOwner``, 0 when it is
+    persistent; None: not checked) refuses a persistent node with
+    :class:`~sentinel.errors.PersistentInstance`, unless the spec opts in
+    (``CuratorSource(static_instances=True)``) and the instance is of a type Curator writes
+    persistent (``STATIC``, ``PERMANENT``): a ``DYNAMIC`` one is always ephemeral.
+    """
+    if owner is not None and not _opted_in(spec):
+        check_ephemeral(path, owner, " (a STATIC one is served where its spec opts in)")
     instance = CuratorInstance.from_bytes(path, data)
+    if owner is not None and instance.service_type not in PERSISTENT_TYPES:
+        check_ephemeral(path, owner, f" (Curator writes a {instance.service_type} one ephemeral)")
     with fields_of(path):
         return instance.endpoint(spec, joined)
+
+
+def _opted_in(spec: ServiceSpec) -> bool:
+    return spec.curator is not None and spec.curator.static_instances
 
 
 def read_instances(
