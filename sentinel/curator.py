@@ -18,6 +18,8 @@ namespace.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from sentinel.auth.acl import IDENTITY_ENV
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed
@@ -33,6 +36,8 @@ from sentinel.registry.layout import validate_base_path, validate_name
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class CuratorPublisher:
         )
         self._nodes = EphemeralNodes(self._zk)
         self._started = False
+        # Without one, kazoo writes world:anyone nodes: anyone may rewrite or delete them.
+        self._identified = bool(identity or os.environ.get(IDENTITY_ENV))
 
     def __repr__(self) -> str:
         return f"<CuratorPublisher hosts={self.hosts!r} base_path={self.base_path!r}>"
@@ -84,6 +91,14 @@ class CuratorPublisher:
             raise unavailable(self.hosts, self._connect_timeout, self._zk.handler) from None
         self._nodes.start()
         self._started = True
+        if not self._identified:
+            log.warning(
+                "CuratorPublisher without an identity: its instance nodes under %s are "
+                "world:anyone, so anyone may rewrite (redirect) or delete them; give "
+                "identity='user:password' or $%s (docs/interop.md)",
+                self.base_path,
+                IDENTITY_ENV,
+            )
         return self
 
     def close(self) -> None:

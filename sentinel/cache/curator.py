@@ -186,7 +186,8 @@ class CuratorFollower:
 
     def _apply(self, service: str, path: str) -> None:
         """Apply the latest event of one instance node: a deletion with no read, else one read
-        (the node may be gone again, or now undecodable)."""
+        (the node may be gone again, or now undecodable). Past the bound a newcomer is held
+        only in the place of a node a whole read would hold after it (:meth:`_read`)."""
         current = self._cache.snapshots.get(service)
         kind = self._latest.pop(path, EventType.CHANGED)
         spec = self._specs.get(service)
@@ -196,11 +197,7 @@ class CuratorFollower:
             return  # a re-read of the whole service is queued
         names = self._names.setdefault(service, {})
         pinned = self._pinned.setdefault(service, set())
-        held = path in names or path in current.invalid
-        room = held or len(names) + len(current.invalid) < MAX_INSTANCES
-        if not room and not pinned:
-            self._cache.stats.over_limit += 1  # a newcomer past the bound: left unread
-            return
+        parent = _parent(spec)
         value: Endpoint | None = None
         unreadable = ephemeral = False
         if kind != EventType.DELETED:
@@ -210,20 +207,28 @@ class CuratorFollower:
                     raise found
                 data, stat = found
                 ephemeral = bool(stat.ephemeralOwner)
-                if not room and not ephemeral:
-                    self._cache.stats.over_limit += 1
-                    return
                 try:
                     value = self._decode(spec, path, data, stat)
                 except PersistentInstance as exc:
                     self._skip(exc)  # not held: it takes no room
                 else:
                     unreadable = value is None
-        changes: dict[str, Endpoint | None] = {}
         invalid = set(current.invalid)
-        if not room:  # an ephemeral newcomer takes the place of a persistent node
-            evicted = pinned.pop()
+        changes: dict[str, Endpoint | None] = {}
+        held = path in names or path in invalid
+        below = [p for p in invalid if p.startswith(f"{parent}/")] if not held else []
+        full = len(names) + len(below) >= MAX_INSTANCES
+        if not held and (value is not None or unreadable) and full:
+            # A readable newcomer takes an unreadable node's place, an ephemeral one a
+            # persistent instance's; anything else stays out.
+            evicted = below[0] if below and value is not None else None
+            if evicted is None and value is not None and ephemeral:
+                evicted = next((p for p in pinned if p in names), None)
+            if evicted is None:
+                self._cache.stats.over_limit += 1
+                return
             invalid.discard(evicted)
+            pinned.discard(evicted)
             if evicted in names:
                 changes[names.pop(evicted)] = None
         # The node's endpoint goes from the name it was served under: its partition may have
@@ -266,49 +271,54 @@ class CuratorFollower:
         """The instances of ``spec``'s service, by name, and the nodes that did not decode;
         None when its node does not exist.
 
-        At most MAX_INSTANCES nodes are held (served or unreadable). Past that bound the nodes
-        the cache holds already are read first, then the others in random order (never the
-        first names in sorted order, which whoever floods the path chooses), at most
-        MAX_SCANNED of them and MAX_SECTION_BYTES of data; of those read, ephemeral nodes are
-        held before persistent ones. A listing says nothing but names: whether a node is
-        ephemeral is in its stat, which comes with its read.
+        At most MAX_INSTANCES nodes are held (served or unreadable): of the nodes read, the
+        readable ones first, of those the ones the cache held already, then ephemeral ones
+        (never the first names in sorted order, which whoever floods the path chooses). At
+        most MAX_SCANNED nodes and MAX_SECTION_BYTES of data are read: past that, the nodes
+        the cache holds first, then the others in random order. A listing says nothing but
+        names; whether a node is ephemeral is in its stat, which comes with its read (a
+        multi-read returns each node's data and stat), so choosing costs one read per node.
         """
         parent = _parent(spec)
         children = self._listed(parent)
         if children is None:
             return None
         service = spec.service
-        if len(children) > MAX_INSTANCES:
-            known = set(self._names.get(service, {}))
-            current = self._cache.snapshots.get(service)
-            if current is not None:
-                known |= current.invalid
+        known = set(self._names.get(service, {}))  # the nodes the cache holds
+        current = self._cache.snapshots.get(service)
+        if current is not None:
+            known |= current.invalid
+        if len(children) > MAX_SCANNED:
             first = [c for c in children if f"{parent}/{c}" in known]
             rest = [c for c in children if f"{parent}/{c}" not in known]
             random.shuffle(rest)
             children = first + rest
         nodes, unread = self._scan(parent, children)
-        nodes.sort(key=lambda node: not node[2].ephemeralOwner)  # ephemeral first, stable
-        endpoints: dict[str, Endpoint] = {}
-        names: dict[str, str] = {}
-        pinned: set[str] = set()
-        invalid: set[str] = set()
         refused: list[PersistentInstance] = []
+        ranked = []
         for path, data, stat in nodes:
-            if len(names) + len(invalid) >= MAX_INSTANCES:
-                unread += 1
-                continue
             try:
                 endpoint = self._decode(spec, path, data, stat, quiet=True)
             except PersistentInstance as exc:
                 refused.append(exc)  # not held: it takes no room
                 continue
+            ephemeral = bool(stat.ephemeralOwner)
+            # Readable first; of those, what the cache held already, then ephemeral ones.
+            rank = (endpoint is None, path not in known, not ephemeral)
+            ranked.append((rank, path, endpoint, ephemeral))
+        ranked.sort(key=lambda item: item[0])  # stable: the order read within a rank
+        unread += max(len(ranked) - MAX_INSTANCES, 0)
+        endpoints: dict[str, Endpoint] = {}
+        names: dict[str, str] = {}
+        pinned: set[str] = set()
+        invalid: set[str] = set()
+        for _, path, endpoint, ephemeral in ranked[:MAX_INSTANCES]:
             if endpoint is None:
                 invalid.add(path)
             else:
                 endpoints[endpoint.name] = endpoint
                 names[path] = endpoint.name
-            if not stat.ephemeralOwner:
+            if not ephemeral:
                 pinned.add(path)
         self._cache.stats.decode_errors += len(refused)
         if refused:

@@ -264,9 +264,7 @@ class RegistryCache:
                     self, watches, self._curator_base_paths, secured=secured
                 )
             else:
-                self._follower = OneShotFollower(
-                    self, self._zk, self._credentials, secured=secured
-                )
+                self._follower = OneShotFollower(self, self._zk, self._credentials, secured=secured)
         return self._follower
 
     def _curator_now(self) -> CuratorFollower:

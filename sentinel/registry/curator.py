@@ -34,7 +34,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -321,13 +321,31 @@ def read_registry(
 ) -> tuple[tuple[Endpoint, ...], tuple[DecodeError, ...]]:
     """:func:`read_instances` of a service whose spec names a Curator registry: its instances
     as the spec decodes them (partitions from ``partition_from``, the spec's scheme)."""
+    found = survey_registry(zk, spec)
+    return found.endpoints, found.skipped
+
+
+class RegistrySurvey(NamedTuple):
+    """Everything one direct read of a Curator service found: its endpoints, by label; the
+    nodes skipped as undecodable; the decodable ones whose node is persistent (Curator
+    writes only ``STATIC`` and ``PERMANENT`` instances so; a secured namespace serves them
+    only where a spec opts in)."""
+
+    endpoints: tuple[Endpoint, ...]
+    skipped: tuple[DecodeError, ...]
+    persistent: tuple[str, ...]
+
+
+def survey_registry(zk: KazooClient, spec: ServiceSpec) -> RegistrySurvey:
+    """:func:`read_registry`, and which decodable instance nodes are persistent (what
+    ``sentinel doctor --curator-path`` names). Every node is read: an operator's tool."""
     assert spec.curator is not None
     parent = spec.curator.parent(spec.service)
-    endpoints, skipped = [], []
+    endpoints, skipped, persistent = [], [], []
     try:
         children = zk.get_children(parent)
     except NoNodeError:
-        return (), ()
+        return RegistrySurvey((), (), ())
     for child in sorted(children):
         path = f"{parent}/{child}"
         try:
@@ -338,7 +356,11 @@ def read_registry(
             endpoints.append(decode_endpoint(spec, path, data, stat.czxid))
         except DecodeError as exc:
             skipped.append(exc)
-    return tuple(sorted(endpoints, key=lambda e: (e.partition, e.label))), tuple(skipped)
+            continue
+        if not stat.ephemeralOwner:
+            persistent.append(path)
+    ordered = tuple(sorted(endpoints, key=lambda e: (e.partition, e.label)))
+    return RegistrySurvey(ordered, tuple(skipped), tuple(persistent))
 
 
 def holds_instance(
