@@ -14,6 +14,13 @@ publisher's session, is re-created after a session expiry while the process live
 It holds a session of its own, rooted at the ensemble's root (a Sentinel client's session is
 rooted at its namespace), opened by :meth:`start`. Nothing is written into a Sentinel
 namespace.
+
+A JVM reader is typed to one payload class for its whole base path (Spring Boot's
+``DiscoveryClient`` to Spring Cloud's ``ZookeeperInstance``), and Curator fails its whole
+query on an instance whose payload is of another class. So :meth:`CuratorPublisher.register`
+writes the class the base path's instances carry (no payload into a Spring base path is an
+empty :class:`SpringPayload`), and refuses any other with
+:class:`~sentinel.errors.PayloadClassMismatch` naming the class and how to build it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -30,14 +38,60 @@ from kazoo.client import KazooClient
 from sentinel.auth.acl import IDENTITY_ENV
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
-from sentinel.errors import ClientClosed
-from sentinel.registry.curator import CuratorInstance, encode_instance, parse_uri_spec
+from sentinel.errors import ClientClosed, PayloadClassMismatch, ValidationError
+from sentinel.registry.curator import (
+    CuratorInstance,
+    encode_instance,
+    parse_uri_spec,
+    payload_class,
+    payload_classes,
+)
 from sentinel.registry.layout import validate_base_path, validate_name
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
 log = logging.getLogger(__name__)
+
+
+# Spring Cloud Zookeeper's payload class, which every Spring Boot DiscoveryClient is typed to.
+SPRING_PAYLOAD_CLASS = "org.springframework.cloud.zookeeper.discovery.ZookeeperInstance"
+
+
+@dataclass(frozen=True)
+class SpringPayload:
+    """Spring Cloud Zookeeper's payload, ``ZookeeperInstance {id, name, metadata}``: what a
+    Spring Boot service registers, and what every Spring ``DiscoveryClient`` reading the base
+    path is typed to. ``metadata`` maps strings to strings (Spring's
+    ``spring.cloud.zookeeper.discovery.metadata.*``; ``instance_status`` other than ``UP``
+    takes the instance out of Spring's load balancer); ``id`` and ``name`` default to the
+    instance id and the service::
+
+        publisher.register("payments", "10.0.0.5", 8080, payload=SpringPayload({"zone": "eu-1"}))
+    """
+
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    id: str | None = None
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse what Spring's ``Map<String, String>`` could not hold (ValidationError)."""
+        if not isinstance(self.metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.metadata.items()
+        ):
+            raise ValidationError("SpringPayload metadata maps strings to strings")
+        for what, value in (("id", self.id), ("name", self.name)):
+            if value is not None and not isinstance(value, str):
+                raise ValidationError(f"SpringPayload {what} must be a string")
+
+    def document(self, service: str, instance_id: str) -> dict[str, Any]:
+        """The payload as Jackson writes it for Curator, ``@class`` first."""
+        return {
+            "@class": SPRING_PAYLOAD_CLASS,
+            "id": instance_id if self.id is None else self.id,
+            "name": service if self.name is None else self.name,
+            "metadata": dict(self.metadata),
+        }
 
 
 @dataclass(frozen=True)
@@ -127,16 +181,22 @@ class CuratorPublisher:
         enabled: bool = True,
     ) -> CuratorRegistration:
         """Register one instance of ``service`` (``port``, ``ssl_port`` or both); its id is
-        ``instance_id`` or a new UUID, as Curator's builder makes one. ``payload`` is any JSON
-        (a mapping is written with Jackson's ``@class`` of a ``LinkedHashMap`` unless it has
-        one: Spring Cloud's is ``org.springframework.cloud.zookeeper.discovery.ZookeeperInstance``).
-        ``uri_spec`` is Curator's template (``"{scheme}://{address}:{port}"``)."""
+        ``instance_id`` or a new UUID, as Curator's builder makes one. ``payload`` is a
+        :class:`SpringPayload` (Spring Cloud Zookeeper's), or any JSON (a mapping is written
+        with Jackson's ``@class`` of a ``LinkedHashMap`` unless it names one). ``uri_spec`` is
+        Curator's template (``"{scheme}://{address}:{port}"``).
+
+        The payload's class must be the one the base path's instances carry, which its JVM
+        readers are typed to: :class:`~sentinel.errors.PayloadClassMismatch` otherwise, naming
+        that class (nothing is written). No payload into a base path of Spring instances is
+        an empty :class:`SpringPayload`."""
         if not self._started:
             raise ClientClosed("the publisher is not started: call start() or use 'with'")
         # The node's name parts must be valid names; the instance checks the rest, as a
         # decoder checks what it reads.
         validate_name("service", service)
         instance_id = validate_name("instance id", instance_id or str(uuid.uuid4()))
+        payload = self._payload_for(service, instance_id, payload)
         instance = CuratorInstance(
             name=service,
             id=instance_id,
@@ -154,6 +214,34 @@ class CuratorPublisher:
             path, encode_instance(instance), prepare=lambda: self._zk.ensure_path(parent)
         )
         return CuratorRegistration(service, instance_id, path)
+
+    def _payload_for(self, service: str, instance_id: str, payload: Any) -> Any:
+        """``payload`` as written: of the class the base path's instances carry, or refused."""
+        expected = payload_classes(self._zk, self.base_path, service)
+        if payload is None and SPRING_PAYLOAD_CLASS in expected:
+            payload = SpringPayload()  # Spring's readers expect one on every instance
+        if isinstance(payload, SpringPayload):
+            payload = payload.document(service, instance_id)
+        if payload is None or not expected:
+            return payload
+        # Jackson reads a typed payload from an object naming its class; anything else fails.
+        given = payload_class(payload) or f"JSON {type(payload).__name__}"
+        if given in expected:
+            return payload
+        wanted = sorted(expected)
+        how = (
+            "payload=SpringPayload(metadata={...}) (from sentinel.curator)"
+            if SPRING_PAYLOAD_CLASS in expected
+            else f"a payload mapping with '@class': {wanted[0]!r} and that class's fields"
+        )
+        raise PayloadClassMismatch(
+            f"the instances under {self.base_path} carry payloads of class "
+            f"{' and '.join(wanted)}, which their JVM readers are typed to; a {given} payload "
+            f"would fail their whole query (Curator's queryForInstances throws "
+            f"ClassCastException). Register with {how}",
+            expected=wanted[0],
+            given=given,
+        )
 
     @translate_zk_errors
     def deregister(self, registration: CuratorRegistration) -> bool:

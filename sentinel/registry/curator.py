@@ -390,6 +390,54 @@ def holds_instance(
     return False
 
 
+# Jackson's class of a payload mapping that names none (encode_instance): any ServiceDiscovery
+# typed on Map or Object reads it.
+MAP_PAYLOAD_CLASS = "java.util.LinkedHashMap"
+# How many instances a publisher reads to learn the payload class a base path's readers expect.
+_PAYLOAD_SAMPLE = 8
+
+
+def payload_class(payload: object) -> str | None:
+    """The Java class Jackson builds a payload as: a mapping's ``@class`` (a mapping without one
+    is written as :data:`MAP_PAYLOAD_CLASS`); None for no payload, or one that is no object."""
+    if not isinstance(payload, Mapping):
+        return None
+    named = payload.get("@class")
+    return named if isinstance(named, str) else MAP_PAYLOAD_CLASS
+
+
+def payload_classes(zk: KazooClient, base_path: str, service: str) -> frozenset[str]:
+    """The payload classes the instances under ``base_path`` carry, read from a few of them:
+    ``service``'s own first, else one of each of a few other services (a JVM reader is typed
+    to one class for its whole base path). Undecodable nodes are passed over; a few listings
+    and at most 2 x ``_PAYLOAD_SAMPLE`` reads whatever the base path holds."""
+    base = base_path.rstrip("/")
+    try:
+        services = zk.get_children(base)
+    except NoNodeError:
+        return frozenset()
+    others = sorted(s for s in services if s != service)[:_PAYLOAD_SAMPLE]
+    found: set[str] = set()
+    for name in ([service] if service in services else []) + others:
+        parent = f"{base}/{name}"
+        try:
+            children = zk.get_children(parent)[: _PAYLOAD_SAMPLE if name == service else 1]
+        except NoNodeError:
+            continue
+        reads = [(f"{parent}/{c}", zk.get_async(f"{parent}/{c}")) for c in children]
+        for path, result in reads:
+            try:
+                instance = CuratorInstance.from_bytes(path, result.get()[0])
+            except (NoNodeError, DecodeError):
+                continue
+            named = payload_class(instance.payload)
+            if named is not None:
+                found.add(named)
+        if found and name == service:
+            break  # the service's own instances say it
+    return frozenset(found)
+
+
 def parse_uri_spec(raw: str) -> tuple[UriPart, ...]:
     """A ``uriSpec`` string (``"{scheme}://{address}:{port}/api"``) as Curator's ``UriSpec``
     constructor splits it: ``{name}`` a variable (its name trimmed), the rest literal text;
@@ -421,7 +469,7 @@ def encode_instance(instance: CuratorInstance) -> bytes:
     typed on ``Map`` or ``Object`` reads."""
     payload = instance.payload
     if isinstance(payload, Mapping) and "@class" not in payload:
-        payload = {"@class": "java.util.LinkedHashMap", **payload}
+        payload = {"@class": MAP_PAYLOAD_CLASS, **payload}
     document = {
         "name": instance.name,
         "id": instance.id,
