@@ -25,6 +25,7 @@ empty :class:`SpringPayload`), and refuses any other with
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -35,7 +36,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from sentinel.auth.acl import IDENTITY_ENV
+from sentinel.auth.acl import IDENTITY_ENV, WORLD_READ_CREATE, owner_acl
 from sentinel.connection import client_arguments, unavailable
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed, PayloadClassMismatch, ValidationError
@@ -125,7 +126,12 @@ class CuratorPublisher:
         self._nodes = EphemeralNodes(self._zk)
         self._started = False
         # Without one, kazoo writes world:anyone nodes: anyone may rewrite or delete them.
-        self._identified = bool(identity or os.environ.get(IDENTITY_ENV))
+        identity = identity or os.environ.get(IDENTITY_ENV) or None
+        self._identified = identity is not None
+        # A base path it creates stays open to the JVM's services beside its own (anyone may
+        # add a service, nobody else change or delete what is there); a service node it
+        # creates is its identity's alone (kazoo's default ACL: all rights, world READ).
+        self._base_acl = None if identity is None else [owner_acl(identity), WORLD_READ_CREATE]
 
     def __repr__(self) -> str:
         return f"<CuratorPublisher hosts={self.hosts!r} base_path={self.base_path!r}>"
@@ -211,9 +217,13 @@ class CuratorPublisher:
         parent = f"{self.base_path}/{service}"
         path = f"{parent}/{instance_id}"
         self._nodes.put(
-            path, encode_instance(instance), prepare=lambda: self._zk.ensure_path(parent)
+            path, encode_instance(instance), prepare=functools.partial(self._make_parent, parent)
         )
         return CuratorRegistration(service, instance_id, path)
+
+    def _make_parent(self, parent: str) -> None:
+        self._zk.ensure_path(self.base_path, acl=self._base_acl)
+        self._zk.ensure_path(parent)
 
     def _payload_for(self, service: str, instance_id: str, payload: Any) -> Any:
         """``payload`` as written: of the class the base path's instances carry, or refused."""

@@ -5,12 +5,15 @@ against Debian's libcurator-discovery-java)."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -331,25 +334,35 @@ def spring_discover(java: list[str], hosts: str, base: str, service: str) -> dic
     return json.loads(out)
 
 
+def publishing_example(hosts: str, base: str) -> str:
+    """docs/interop.md's publishing example (the block with SpringPayload and SIGTERM), on the
+    test's server and base path."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
+    section = doc.read_text().split("## Publishing for Java", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for old, new in (('"zk1:2181"', repr(hosts)), ('"/services"', repr(base))):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    return code
+
+
 def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_java, zookeeper):
     """Issue 39: a Python instance published as docs/interop.md showed (a plain mapping
     payload) made a Java reader typed to Spring's ZookeeperInstance throw ClassCastException
-    for the whole query. Into a base path of Spring instances, a publisher writes Spring's
-    payload (SpringPayload, or none) and refuses any other class, naming it."""
+    for the whole query. The docs' example now publishes Spring's payload; into a base path
+    of Spring instances a publisher writes Spring's payload (SpringPayload, or none) and
+    refuses any other class, naming it; Curator typed to the class reads every instance."""
     base = f"/spring-{uuid.uuid4().hex[:8]}"
     hosts = zookeeper.connect_string
     java = spring(curator_java, hosts, base, "spring-instances", "orders", "boot-1=10.8.0.1:8080")
+    example = subprocess.Popen([sys.executable, "-c", publishing_example(hosts, base)])
+    zk = KazooClient(hosts)
+    zk.start(timeout=10)
     try:
         assert json.loads(java.stdout.readline()) == {"registered": 1}
-        with CuratorPublisher(hosts, base) as publisher:
-            # As docs/interop.md's publishing section shows it.
-            publisher.register(
-                "payments",
-                "10.8.0.2",
-                8080,
-                instance_id="py-1",
-                payload=SpringPayload({"zone": "eu-1"}),
-            )
+        assert wait_until(lambda: zk.exists(f"{base}/payments/payments-1"), timeout=30)
+        # Another replica, as the example's identity: the service node is that identity's.
+        with CuratorPublisher(hosts, base, identity="payments:s3cret") as publisher:
             publisher.register("payments", "10.8.0.3", 8080, instance_id="py-2")  # none: Spring's
             publisher.register(
                 "orders", "10.8.0.4", 8080, instance_id="py-3", payload=SpringPayload()
@@ -357,32 +370,36 @@ def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_
             for payload in ({"zone": "eu-1"}, {"@class": "com.acme.Other", "zone": "eu-1"}, 7):
                 with pytest.raises(PayloadClassMismatch) as refused:
                     publisher.register(
-                        "payments", "10.8.0.5", 8080, instance_id="bad", payload=payload
+                        "payments", "10.8.0.5", 8080, instance_id="x", payload=payload
                     )
                 assert refused.value.expected == SPRING_PAYLOAD_CLASS
                 assert SPRING_PAYLOAD_CLASS in str(refused.value)
                 assert "SpringPayload" in str(refused.value)
+            assert zk.exists(f"{base}/payments/x") is None
             assert spring_discover(curator_java, hosts, base, "payments") == {
-                "ids": ["py-1", "py-2"],
-                "metadata": {"py-1": {"zone": "eu-1"}, "py-2": {}},
+                "ids": ["payments-1", "py-2"],
+                "metadata": {"payments-1": {"zone": "eu-1"}, "py-2": {}},
             }
             assert spring_discover(curator_java, hosts, base, "orders") == {
                 "ids": ["boot-1", "py-3"],
                 "metadata": {"boot-1": {"zone": "eu-1"}, "py-3": {}},
             }
+        # The example stops on SIGTERM and deregisters at once.
+        example.send_signal(signal.SIGTERM)
+        assert example.wait(timeout=30) == 0
+        assert zk.exists(f"{base}/payments/payments-1") is None
         # The payload that broke it, written around the check: the whole query fails.
-        zk = KazooClient(hosts)
-        zk.start(timeout=10)
-        try:
-            node = {"name": "orders", "id": "map", "address": "10.8.0.6", "port": 1}
-            node["payload"] = {"@class": "java.util.LinkedHashMap", "zone": "eu-1"}
-            zk.create(f"{base}/orders/map", json.dumps(node).encode())
-            broken = spring_discover(curator_java, hosts, base, "orders")
-        finally:
-            zk.stop()
-            zk.close()
+        node = {"name": "orders", "id": "map", "address": "10.8.0.6", "port": 1}
+        node["payload"] = {"@class": "java.util.LinkedHashMap", "zone": "eu-1"}
+        zk.create(f"{base}/orders/map", json.dumps(node).encode())
+        broken = spring_discover(curator_java, hosts, base, "orders")
         assert broken == {"error": "java.lang.ClassCastException"}
     finally:
+        if example.poll() is None:
+            example.kill()
+            example.wait()
+        zk.stop()
+        zk.close()
         java.communicate("\n", timeout=60)
 
 
