@@ -12,8 +12,10 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
     │   ├── TlsConfigError
+    │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
     │   └── SigningRequired (also AuthError)
     ├── DecodeError                          a znode that is not a record we understand
+    │   └── PersistentInstance               a planted instance a secured namespace skips
     ├── ResolutionError                      lookup: .service .key .partition .policy
     │   ├── ServiceNotFound
     │   ├── PartitionNotFound                permanent for that key (.shard_policy)

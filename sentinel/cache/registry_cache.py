@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, NoAuthError
 
 from sentinel.agent.link import AgentLink
 from sentinel.auth.acl import ensure_clients_node, is_secured
@@ -255,7 +255,10 @@ class RegistryCache:
             # A secured namespace serves ephemeral instance nodes only (a persistent one was
             # planted); read once, with the follower (docs/decisions/secured-namespaces-serve-
             # ephemeral-instances.md).
-            secured = is_secured(self._zk)
+            try:
+                secured = is_secured(self._zk)
+            except NoAuthError:  # a root nobody unidentified may read is nobody's to write
+                secured = True
             if supported:
                 self._follower = PersistentFollower(
                     self, self._zk, self._credentials, watches, secured=secured

@@ -28,7 +28,7 @@ class CuratorService:
     service: str
     endpoints: tuple[Endpoint, ...]
     skipped: tuple[DecodeError, ...]
-    persistent: tuple[str, ...] = ()  # decodable instance nodes that are persistent
+    persistent_nodes: tuple[str, ...] = ()  # decodable instance nodes that are persistent
     world_writable: tuple[str, ...] = ()  # the base path and service node, where anyone writes
 
     @property
@@ -74,7 +74,7 @@ def _read(zk: KazooClient, base: str, service: str) -> CuratorService:
         except NoNodeError:
             continue
     return CuratorService(
-        base, service, found.endpoints, found.skipped, found.persistent, tuple(writable)
+        base, service, found.endpoints, found.skipped, found.persistent_nodes, tuple(writable)
     )
 
 

@@ -364,7 +364,7 @@ def _services(
                 )
             )
             continue
-        findings.extend(_persistent_instances(zk, listing.persistent))
+        findings.extend(_persistent_instances(zk, listing.persistent_nodes))
         found = instances_of(args, listing)  # a Curator registry's, when the spec says so
         bad += found.skipped
         live = {i.partition for i in found.instances if i.status == "up"}
@@ -544,7 +544,7 @@ def _curator(args: argparse.Namespace) -> list[Finding]:
                 )
             )
         findings += _curator_trust(found)
-        if not (found.skipped or found.persistent or found.world_writable):
+        if not (found.skipped or found.persistent_nodes or found.world_writable):
             findings.append(
                 Finding(
                     "ok",
@@ -580,7 +580,7 @@ def _curator_trust(found: CuratorService) -> list[Finding]:
             f"if it is not yours, delete it (zkCli.sh deleteall {path}); if it is, "
             "CuratorSource(..., static_instances=True) in its service's spec",
         )
-        for path in found.persistent
+        for path in found.persistent_nodes
     ]
     return findings
 

@@ -333,7 +333,7 @@ class RegistrySurvey(NamedTuple):
 
     endpoints: tuple[Endpoint, ...]
     skipped: tuple[DecodeError, ...]
-    persistent: tuple[str, ...]
+    persistent_nodes: tuple[str, ...]
 
 
 def survey_registry(zk: KazooClient, spec: ServiceSpec) -> RegistrySurvey:

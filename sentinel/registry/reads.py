@@ -129,7 +129,7 @@ class ServiceListing:
     spec: ServiceSpec
     instances: tuple[InstanceRecord, ...]
     skipped: int
-    persistent: tuple[str, ...] = ()
+    persistent_nodes: tuple[str, ...] = ()
 
 
 def read_service(zk: KazooClient, service: str) -> ServiceListing:

@@ -495,7 +495,6 @@ def test_sentinel_ls_and_doctor_show_a_curator_path_and_its_bad_nodes(java_regis
         ("warn", base),  # Curator's default ACL: anyone may write there
         ("warn", f"{base}/orders"),
         ("warn", f"{base}/orders/copied"),
-        ("warn", f"{base}/orders/copied"),  # persistent too (as the test made it)
         ("warn", f"{base}/orders/static"),  # Curator's STATIC instance: persistent
     ]
     missing = cli("doctor", "--curator-path", "/no-such-base", "--json")
