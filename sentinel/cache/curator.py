@@ -294,13 +294,15 @@ class CuratorFollower:
             random.shuffle(rest)
             children = first + rest
         nodes, unread = self._scan(parent, children)
-        refused: list[PersistentInstance] = []
+        refusals = 0
+        first_refused: PersistentInstance | None = None  # for the log
         ranked = []
         for path, data, stat in nodes:
             try:
                 endpoint = self._decode(spec, path, data, stat, quiet=True)
             except PersistentInstance as exc:
-                refused.append(exc)  # not held: it takes no room
+                refusals += 1  # not held: it takes no room
+                first_refused = first_refused or exc
                 continue
             ephemeral = bool(stat.ephemeralOwner)
             # Readable first; of those, what the cache held already, then ephemeral ones.
@@ -320,14 +322,14 @@ class CuratorFollower:
                 names[path] = endpoint.name
             if not ephemeral:
                 pinned.add(path)
-        self._cache.stats.decode_errors += len(refused)
-        if refused:
+        self._cache.stats.decode_errors += refusals
+        if refusals:
             log.warning(
                 "skipping %d persistent instance node(s) under %s (a secured namespace serves "
                 "ephemeral ones only), such as %s",
-                len(refused),
+                refusals,
                 parent,
-                refused[0],
+                first_refused,
             )
         if unread:
             self._cache.stats.over_limit += unread
@@ -377,18 +379,20 @@ class CuratorFollower:
         persistent node is refused (:class:`~sentinel.errors.PersistentInstance`, raised for
         the caller to count: it is not held). ``quiet``: each skip is counted, not logged
         (a whole read logs a summary)."""
-        observe_propagation("instances", stat)
         owner = stat.ephemeralOwner if self._secured else None
         try:
-            return decode_endpoint(spec, path, data, stat.czxid, owner)
+            endpoint = decode_endpoint(spec, path, data, stat.czxid, owner)
         except PersistentInstance:
-            raise
+            raise  # before observing: a flood of them costs no more than a check each
         except DecodeError as exc:
+            observe_propagation("instances", stat)
             if quiet:
                 self._cache.stats.decode_errors += 1
             else:
                 self._skip(exc)
             return None
+        observe_propagation("instances", stat)
+        return endpoint
 
     def _skip(self, exc: DecodeError) -> None:
         self._cache.stats.decode_errors += 1
