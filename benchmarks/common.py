@@ -138,7 +138,17 @@ def compile_peer(
         return None, f"missing {', '.join(missing)}: {install}"
     classpath = ":".join(map(str, paths))
     compiled = subprocess.run(
-        ["javac", "-d", str(build), "-cp", classpath, str(source)],
+        # Classes beside the source (a stand-in for a framework's) are compiled with it.
+        [
+            "javac",
+            "-d",
+            str(build),
+            "-cp",
+            classpath,
+            "-sourcepath",
+            str(source.parent),
+            str(source),
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -13,8 +13,10 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
     │   ├── TlsConfigError
+    │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
     │   └── SigningRequired (also AuthError)
     ├── DecodeError                          a znode that is not a record we understand
+    │   └── PersistentInstance               a planted instance a secured namespace skips
     ├── ResolutionError                      lookup: .service .key .partition .policy
     │   ├── ServiceNotFound
     │   ├── PartitionNotFound                permanent for that key (.shard_policy)
@@ -126,6 +128,25 @@ class DecodeError(SentinelError):
         super().__init__(f"cannot decode {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class PersistentInstance(DecodeError):
+    """An instance node that is persistent where a secured namespace serves only ephemeral
+    ones: a publisher's instance lives with its session, so a persistent one was planted (and
+    may be pinned by a child nobody else may delete). Skipped and counted as any
+    undecodable node; ``sentinel doctor`` names it."""
+
+
+class PayloadClassMismatch(ValidationError):
+    """A Curator payload of another class than the one the base path's instances carry:
+    the JVM readers there are typed to that class, and Jackson would hand them a value they
+    cannot cast (Curator's ``queryForInstances`` then fails for every instance, not just
+    this one). ``expected`` is the class found there, ``given`` the one refused."""
+
+    def __init__(self, message: str, expected: str, given: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.given = given
 
 
 # --- resolution -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, Permissions
 
-from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl, role_acl
+from sentinel.auth.acl import SECTION_OWNERS, WORLD_READ, identity_id, owner_acl
 from sentinel.errors import AccessDenied, ValidationError
 from sentinel.registry.layout import (
     COLLECTOR_SERVICE_PREFIX,
@@ -57,12 +57,13 @@ def parse_grant(text: str) -> tuple[str, str]:
 
 
 def service_acl(identities: Mapping[str, str], role: str) -> list[ACL]:
-    """The ACL of a service that ``role`` announces itself under: the ``/services`` owners'
-    (only the admin may change the ACL), and ``role`` may add and remove instances below it
-    (not change the spec or the ACL)."""
+    """The ACL of a service that ``role`` announces itself under: the admin's (only the
+    admin may change the spec or the ACL), and ``role`` may add and remove instances below
+    it. The publisher, which writes the rest of ``/services``, may only read it: a member it
+    could add would take a share of the daemons' work (a collector member with a forged
+    configuration digest stopped the whole cluster's collection)."""
     return [
         owner_acl(identities["admin"]),
-        role_acl(identities[SECTION_OWNERS[SERVICES]]),
         ACL(
             Permissions.READ | Permissions.CREATE | Permissions.DELETE,
             identity_id(identities[role]),

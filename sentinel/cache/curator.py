@@ -31,16 +31,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 from collections.abc import Iterable, Sequence
 
 from kazoo.exceptions import NoNodeError, NoWatcherError
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 
-from sentinel.cache.reads import MAX_SECTION_NODES
+from sentinel.cache.reads import MAX_SECTION_BYTES, MAX_SECTION_NODES
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.cache.worker import Task
-from sentinel.errors import DecodeError, ServiceNotFound
+from sentinel.errors import DecodeError, PersistentInstance, ServiceNotFound
 from sentinel.registry.curator import decode_endpoint
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import CuratorSource, ServiceSpec
@@ -51,6 +52,10 @@ log = logging.getLogger(__name__)
 
 # Nodes per multi-read, as the native follower reads them.
 _BATCH = 256
+# The instances (served or unreadable) a follower holds of one service, and the nodes it
+# reads to choose them when a base path holds more (anyone may write one: a flood).
+MAX_INSTANCES = MAX_SECTION_NODES
+MAX_SCANNED = 5 * MAX_SECTION_NODES
 
 
 class CuratorFollower:
@@ -60,11 +65,17 @@ class CuratorFollower:
     persistent = True
 
     def __init__(
-        self, cache: FollowedCache, watches: PersistentWatches, base_paths: Sequence[str]
+        self,
+        cache: FollowedCache,
+        watches: PersistentWatches,
+        base_paths: Sequence[str],
+        *,
+        secured: bool = False,
     ) -> None:
         self._cache = cache
         self._watches = watches
         self._base_paths = tuple(base_paths)
+        self._secured = secured  # serve ephemeral instance nodes only (see the module)
         # service -> the spec its instances are decoded with (spec.curator: where they are)
         self._specs: dict[str, ServiceSpec] = {}
         self._unlisted: set[str] = set()  # of those, the ones the namespace does not hold
@@ -72,6 +83,13 @@ class CuratorFollower:
         self._latest: dict[str, str] = {}  # node path -> its latest event not yet applied
         # service -> node path -> the name its endpoint is served under (its partition's)
         self._names: dict[str, dict[str, str]] = {}
+        # service -> the paths it holds (served or unreadable) whose node is persistent: the
+        # first to make room for an ephemeral newcomer when the bound applies
+        self._pinned: dict[str, set[str]] = {}
+        # services with more node events queued than a read of the whole service costs: the
+        # next events queue one re-read instead (a flood, or a flood going)
+        self._flooded: set[str] = set()
+        self._over_limit: set[str] = set()  # parents reported past the bound (logged once)
 
     @property
     def services(self) -> frozenset[str]:
@@ -114,6 +132,7 @@ class CuratorFollower:
         spec = self._specs.pop(service, None)
         self._unlisted.discard(service)
         self._names.pop(service, None)
+        self._pinned.pop(service, None)
         if spec is not None:
             self._unfollow(_parent(spec))
 
@@ -144,6 +163,12 @@ class CuratorFollower:
             # The service's node itself, or a reconnection's report that its children changed.
             self._cache.worker.merge(Task(self._refresh, (service,)))
         elif event.path.rsplit("/", 1)[0] == parent:
+            if service in self._flooded or len(self._latest) >= _BATCH:
+                # More events waiting than one read of the whole service costs (a flood
+                # arriving or going): one re-read, bounded, replaces their reads.
+                self._flooded.add(service)
+                self._cache.worker.merge(Task(self._refresh, (service,)))
+                return
             self._latest[event.path] = event.type
             self._cache.worker.merge(Task(self._apply, (service, event.path)))
 
@@ -161,35 +186,72 @@ class CuratorFollower:
 
     def _apply(self, service: str, path: str) -> None:
         """Apply the latest event of one instance node: a deletion with no read, else one read
-        (the node may be gone again, or now undecodable)."""
+        (the node may be gone again, or now undecodable). Past the bound a newcomer is held
+        only in the place of a node a whole read would hold after it (:meth:`_read`)."""
         current = self._cache.snapshots.get(service)
         kind = self._latest.pop(path, EventType.CHANGED)
         spec = self._specs.get(service)
         if current is None or spec is None or _parent(spec) != path.rsplit("/", 1)[0]:
             return  # dropped since the event
+        if service in self._flooded:
+            return  # a re-read of the whole service is queued
+        names = self._names.setdefault(service, {})
+        pinned = self._pinned.setdefault(service, set())
+        parent = _parent(spec)
         value: Endpoint | None = None
-        unreadable = False
+        unreadable = ephemeral = False
         if kind != EventType.DELETED:
             found = self._watches.get_many(data=[path], absolute=True).data[path]
             if not isinstance(found, NoNodeError):
                 if isinstance(found, Exception):
                     raise found
-                value = self._decode(spec, path, *found)
-                unreadable = value is None
-        invalid = current.invalid | {path} if unreadable else current.invalid - {path}
+                data, stat = found
+                ephemeral = bool(stat.ephemeralOwner)
+                try:
+                    value = self._decode(spec, path, data, stat)
+                except PersistentInstance as exc:
+                    self._skip(exc)  # not held: it takes no room
+                else:
+                    unreadable = value is None
+        invalid = set(current.invalid)
+        changes: dict[str, Endpoint | None] = {}
+        held = path in names or path in invalid
+        below = [p for p in invalid if p.startswith(f"{parent}/")] if not held else []
+        full = len(names) + len(below) >= MAX_INSTANCES
+        if not held and (value is not None or unreadable) and full:
+            # A readable newcomer takes an unreadable node's place, an ephemeral one a
+            # persistent instance's; anything else stays out.
+            evicted = below[0] if below and value is not None else None
+            if evicted is None and value is not None and ephemeral:
+                evicted = next((p for p in pinned if p in names), None)
+            if evicted is None:
+                self._cache.stats.over_limit += 1
+                return
+            invalid.discard(evicted)
+            pinned.discard(evicted)
+            if evicted in names:
+                changes[names.pop(evicted)] = None
         # The node's endpoint goes from the name it was served under: its partition may have
         # changed with its payload.
-        names = self._names.setdefault(service, {})
         old = names.pop(path, None)
-        changes: dict[str, Endpoint | None] = {} if old is None else {old: None}
+        if old is not None:
+            changes[old] = None
+        pinned.discard(path)
+        if unreadable:
+            invalid.add(path)
+        else:
+            invalid.discard(path)
         if value is not None:
             names[path] = value.name
             changes[value.name] = value
-        self._cache.update(service, current, "endpoints", changes, invalid)
+        if (value is not None or unreadable) and not ephemeral:
+            pinned.add(path)
+        self._cache.update(service, current, "endpoints", changes, frozenset(invalid))
 
     def _refresh(self, service: str) -> None:
         """Read the whole service again. When its node is gone a service the namespace does
         not hold is dropped; a namespace service has no instances until it is back."""
+        self._flooded.discard(service)  # events from now on are applied one by one again
         current = self._cache.snapshots.get(service)
         spec = self._specs.get(service)
         if current is None or spec is None:
@@ -206,50 +268,135 @@ class CuratorFollower:
             self._cache.swap(service, current.rebuilt(endpoints=endpoints, invalid=invalid))
 
     def _read(self, spec: ServiceSpec) -> tuple[dict[str, Endpoint], frozenset[str]] | None:
-        """Every instance of ``spec``'s service, by name, and the nodes that did not decode;
-        None when its node does not exist."""
+        """The instances of ``spec``'s service, by name, and the nodes that did not decode;
+        None when its node does not exist.
+
+        At most MAX_INSTANCES nodes are held (served or unreadable): of the nodes read, the
+        readable ones first, of those the ones the cache held already, then ephemeral ones
+        (never the first names in sorted order, which whoever floods the path chooses). At
+        most MAX_SCANNED nodes and MAX_SECTION_BYTES of data are read: past that, the nodes
+        the cache holds first, then the others in random order. A listing says nothing but
+        names; whether a node is ephemeral is in its stat, which comes with its read (a
+        multi-read returns each node's data and stat), so choosing costs one read per node.
+        """
         parent = _parent(spec)
         children = self._listed(parent)
         if children is None:
             return None
-        if len(children) > MAX_SECTION_NODES:
-            self._cache.stats.over_limit += len(children) - MAX_SECTION_NODES
-            log.warning(
-                "%s has %d instances: reading the first %d",
-                parent,
-                len(children),
-                MAX_SECTION_NODES,
-            )
-            children = sorted(children)[:MAX_SECTION_NODES]
+        service = spec.service
+        known = set(self._names.get(service, {}))  # the nodes the cache holds
+        current = self._cache.snapshots.get(service)
+        if current is not None:
+            known |= current.invalid
+        if len(children) > MAX_SCANNED:
+            first = [c for c in children if f"{parent}/{c}" in known]
+            rest = [c for c in children if f"{parent}/{c}" not in known]
+            random.shuffle(rest)
+            children = first + rest
+        nodes, unread = self._scan(parent, children)
+        refusals = 0
+        first_refused: PersistentInstance | None = None  # for the log
+        ranked = []
+        for path, data, stat in nodes:
+            try:
+                endpoint = self._decode(spec, path, data, stat, quiet=True)
+            except PersistentInstance as exc:
+                refusals += 1  # not held: it takes no room
+                first_refused = first_refused or exc
+                continue
+            ephemeral = bool(stat.ephemeralOwner)
+            # Readable first; of those, what the cache held already, then ephemeral ones.
+            rank = (endpoint is None, path not in known, not ephemeral)
+            ranked.append((rank, path, endpoint, ephemeral))
+        ranked.sort(key=lambda item: item[0])  # stable: the order read within a rank
+        unread += max(len(ranked) - MAX_INSTANCES, 0)
         endpoints: dict[str, Endpoint] = {}
         names: dict[str, str] = {}
+        pinned: set[str] = set()
         invalid: set[str] = set()
-        for path, found in self._read_nodes(f"{parent}/{child}" for child in children):
-            if isinstance(found, NoNodeError):
-                continue  # gone since the listing
-            if isinstance(found, Exception):
-                raise found
-            endpoint = self._decode(spec, path, *found)
+        for _, path, endpoint, ephemeral in ranked[:MAX_INSTANCES]:
             if endpoint is None:
                 invalid.add(path)
             else:
                 endpoints[endpoint.name] = endpoint
                 names[path] = endpoint.name
-        self._names[spec.service] = names
+            if not ephemeral:
+                pinned.add(path)
+        self._cache.stats.decode_errors += refusals
+        if refusals:
+            log.warning(
+                "skipping %d persistent instance node(s) under %s (a secured namespace serves "
+                "ephemeral ones only), such as %s",
+                refusals,
+                parent,
+                first_refused,
+            )
+        if unread:
+            self._cache.stats.over_limit += unread
+            if parent not in self._over_limit:  # once, not per read
+                self._over_limit.add(parent)
+                log.warning(
+                    "%s has %d nodes, more than a follower holds (%d): %d left unread or "
+                    "unheld, the instances it held and ephemeral ones kept first; "
+                    "'sentinel doctor --curator-path' names what is there",
+                    parent,
+                    len(children),
+                    MAX_INSTANCES,
+                    unread,
+                )
+        self._names[service] = names
+        self._pinned[service] = pinned
         return endpoints, frozenset(invalid)
 
+    def _scan(
+        self, parent: str, children: list[str]
+    ) -> tuple[list[tuple[str, bytes, ZnodeStat]], int]:
+        """Read ``children`` in their order, at most MAX_SCANNED nodes and MAX_SECTION_BYTES
+        of data: ``(path, data, stat)`` of each node read (not gone meanwhile), and how many
+        were left unread."""
+        nodes: list[tuple[str, bytes, ZnodeStat]] = []
+        spent = 0
+        scanned = children[:MAX_SCANNED]
+        read = 0
+        for path, found in self._read_nodes(f"{parent}/{child}" for child in scanned):
+            read += 1
+            if isinstance(found, NoNodeError):
+                continue  # gone since the listing
+            if isinstance(found, Exception):
+                raise found
+            data, stat = found
+            nodes.append((path, data, stat))
+            spent += len(data or b"")
+            if spent >= MAX_SECTION_BYTES:
+                break
+        return nodes, len(children) - read
+
     def _decode(
-        self, spec: ServiceSpec, path: str, data: bytes, stat: ZnodeStat
+        self, spec: ServiceSpec, path: str, data: bytes, stat: ZnodeStat, *, quiet: bool = False
     ) -> Endpoint | None:
         """The endpoint of one node, or None (logged and counted) when it does not decode; its
-        propagation delay is observed as a native instance's is."""
-        observe_propagation("instances", stat)
+        propagation delay is observed as a native instance's is. In a secured namespace a
+        persistent node is refused (:class:`~sentinel.errors.PersistentInstance`, raised for
+        the caller to count: it is not held). ``quiet``: each skip is counted, not logged
+        (a whole read logs a summary)."""
+        owner = stat.ephemeralOwner if self._secured else None
         try:
-            return decode_endpoint(spec, path, data, stat.czxid)
+            endpoint = decode_endpoint(spec, path, data, stat.czxid, owner)
+        except PersistentInstance:
+            raise  # before observing: a flood of them costs no more than a check each
         except DecodeError as exc:
-            self._cache.stats.decode_errors += 1
-            log.warning("skipping %s", exc)
+            observe_propagation("instances", stat)
+            if quiet:
+                self._cache.stats.decode_errors += 1
+            else:
+                self._skip(exc)
             return None
+        observe_propagation("instances", stat)
+        return endpoint
+
+    def _skip(self, exc: DecodeError) -> None:
+        self._cache.stats.decode_errors += 1
+        log.warning("skipping %s", exc)
 
     def _read_nodes(self, paths: Iterable[str]) -> Iterable[tuple[str, object]]:
         pending = list(paths)

@@ -106,7 +106,12 @@ class _ZooKeeperFollower:
     complete = False  # a Curator registry's instances are the Curator follower's
 
     def __init__(
-        self, cache: FollowedCache, zk: KazooClient, credentials: CredentialReader | None
+        self,
+        cache: FollowedCache,
+        zk: KazooClient,
+        credentials: CredentialReader | None,
+        *,
+        secured: bool = False,
     ) -> None:
         self._cache = cache
         self._zk = zk
@@ -118,6 +123,7 @@ class _ZooKeeperFollower:
             watch=self._read_watch(),
             reads=self._read_many,
             watch_absent=self._watch_absent,
+            ephemeral_instances=secured,
         )
 
     # --- what a watch mode decides -------------------------------------------------------
@@ -396,6 +402,7 @@ class PersistentFollower(_ZooKeeperFollower):
         watches: PersistentWatches,
         *,
         at_once: bool = True,
+        secured: bool = False,
     ) -> None:
         self._watches = watches
         # Events taken on the connection thread and children's reads sent there (False: on
@@ -407,7 +414,7 @@ class PersistentFollower(_ZooKeeperFollower):
         # read sent as it arrived (None: the worker reads).
         self._followed: dict[str, bool] = {}
         self._latest: dict[str, tuple[str, Any]] = {}
-        super().__init__(cache, zk, credentials)
+        super().__init__(cache, zk, credentials, secured=secured)
 
     def resync(self) -> None:
         """Watch again every subtree in use whose watch went with a session, and read those

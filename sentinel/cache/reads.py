@@ -24,7 +24,13 @@ from sentinel.errors import DecodeError, ServiceNotFound
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import METRICS, auth_path, service_path
 from sentinel.registry.reads import ReadBudget, Reads, decode_children
-from sentinel.registry.records import InstanceRecord, MetricsRecord, ServiceSpec, fields_of
+from sentinel.registry.records import (
+    InstanceRecord,
+    MetricsRecord,
+    ServiceSpec,
+    check_ephemeral,
+    fields_of,
+)
 from sentinel.shards.spec import ShardPolicySpec, bucket_path, decode_bucket, policy_path
 from sentinel.telemetry import observe_propagation
 
@@ -63,17 +69,20 @@ class Section(NamedTuple):
 FIELD_OF = {"instances": "endpoints", "metrics": "metrics"}
 
 
-def section_of(section: str, service: str) -> Section:
+def section_of(section: str, service: str, *, ephemeral_only: bool = False) -> Section:
     """``instances`` (``/services/<service>``, as Endpoints) or ``metrics``
-    (``/metrics/<service>``, as MetricsRecords)."""
+    (``/metrics/<service>``, as MetricsRecords). ``ephemeral_only``: a persistent instance
+    node is a :class:`DecodeError` (a secured namespace's rule:
+    :func:`~sentinel.registry.records.check_ephemeral`)."""
     if section == "instances":
-        return Section(
-            service_path(service),
-            FIELD_OF[section],
-            lambda name, path, data, stat: Endpoint.from_record(
-                InstanceRecord.from_bytes(service, name, path, data), joined=stat.czxid
-            ),
-        )
+
+        def instance(name: str, path: str, data: bytes, stat: ZnodeStat) -> Endpoint:
+            if ephemeral_only:
+                check_ephemeral(path, stat.ephemeralOwner)
+            record = InstanceRecord.from_bytes(service, name, path, data)
+            return Endpoint.from_record(record, joined=stat.czxid)
+
+        return Section(service_path(service), FIELD_OF[section], instance)
     return Section(
         f"{METRICS}/{service}",
         FIELD_OF[section],
@@ -86,7 +95,9 @@ class ServiceReads:
 
     ``watch`` is set by every read (None: none); ``reads`` reads many nodes at once;
     ``watch_absent(path)`` learns when an absent node appears and says whether it exists
-    already (created between two reads).
+    already (created between two reads); ``ephemeral_instances``: serve only ephemeral
+    instance nodes (a secured namespace's rule,
+    :func:`~sentinel.registry.records.check_ephemeral`).
     """
 
     def __init__(
@@ -98,8 +109,10 @@ class ServiceReads:
         watch: Watch | None,
         reads: Reads,
         watch_absent: Callable[[str], bool],
+        ephemeral_instances: bool = False,
     ) -> None:
         self._zk = zk
+        self._ephemeral_instances = ephemeral_instances
         self._stats = stats
         self._credentials = credentials
         self._watch = watch
@@ -155,7 +168,7 @@ class ServiceReads:
         are read (``first`` before the others: a metrics read takes the instances' own nodes
         first), the rest skipped and counted.
         """
-        parent, field, decode = section_of(section, service)
+        parent, field, decode = self._section_of(section, service)
         try:
             names = self._zk.get_children(parent, watch=self._watch)
         except NoNodeError:
@@ -199,6 +212,9 @@ class ServiceReads:
         invalid.update(f"{parent}/{n}" for n in failed)
         return decoded, invalid
 
+    def _section_of(self, section: str, service: str) -> Section:
+        return section_of(section, service, ephemeral_only=self._ephemeral_instances)
+
     @staticmethod
     def has_room(section: str, known: ServiceSnapshot, name: str) -> bool:
         """Whether child ``name`` of a section of ``known`` is read: one it holds, or a
@@ -212,7 +228,7 @@ class ServiceReads:
         """One child of a section read again: ``(value, unreadable)``, value None when it is
         gone or unreadable; None when it is a newcomer to a section past MAX_SECTION_NODES
         (left unread, counted). ``read``: the node's read already sent (an async result)."""
-        parent, _, decode = section_of(section, service)
+        parent, _, decode = self._section_of(section, service)
         if not self.has_room(section, known, name):
             self._stats.over_limit += 1
             return None

@@ -24,10 +24,10 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, NoAuthError
 
 from sentinel.agent.link import AgentLink
-from sentinel.auth.acl import ensure_clients_node
+from sentinel.auth.acl import ensure_clients_node, is_secured
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.agent import AgentFollower
@@ -254,6 +254,13 @@ class RegistryCache:
             supported = False if watches is None else watches.wait_supported(self._load_timeout)
             if supported is None:
                 raise ConnectionLoss("not connected yet: the server's watch mode is not known")
+            # A secured namespace serves ephemeral instance nodes only (a persistent one was
+            # planted); read once, with the follower (docs/decisions/secured-namespaces-serve-
+            # ephemeral-instances.md).
+            try:
+                secured = is_secured(self._zk)
+            except NoAuthError:  # a root nobody unidentified may read is nobody's to write
+                secured = True
             if supported:
                 self._follower = PersistentFollower(
                     self,
@@ -261,10 +268,13 @@ class RegistryCache:
                     self._credentials,
                     watches,
                     at_once=self._events_on_connection_thread,
+                    secured=secured,
                 )
-                self._curator = CuratorFollower(self, watches, self._curator_base_paths)
+                self._curator = CuratorFollower(
+                    self, watches, self._curator_base_paths, secured=secured
+                )
             else:
-                self._follower = OneShotFollower(self, self._zk, self._credentials)
+                self._follower = OneShotFollower(self, self._zk, self._credentials, secured=secured)
         return self._follower
 
     def _curator_now(self) -> CuratorFollower:

@@ -10,15 +10,14 @@ from typing import NamedTuple
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from sentinel.cli.common import (
-    connect,
-)
+from sentinel.auth.acl import world_writable
+from sentinel.cli.common import connect
 from sentinel.errors import DecodeError
-from sentinel.registry.curator import read_instances, read_registry
+from sentinel.registry.curator import read_registry, survey_registry
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import validate_base_path
 from sentinel.registry.reads import ServiceListing
-from sentinel.registry.records import InstanceRecord, ServiceSpec
+from sentinel.registry.records import CuratorSource, InstanceRecord, ServiceSpec
 
 
 @dataclass(frozen=True)
@@ -29,6 +28,8 @@ class CuratorService:
     service: str
     endpoints: tuple[Endpoint, ...]
     skipped: tuple[DecodeError, ...]
+    persistent_nodes: tuple[str, ...] = ()  # decodable instance nodes that are persistent
+    world_writable: tuple[str, ...] = ()  # the base path and service node, where anyone writes
 
     @property
     def source(self) -> str:
@@ -64,8 +65,17 @@ def curator_services(
 
 
 def _read(zk: KazooClient, base: str, service: str) -> CuratorService:
-    endpoints, skipped = read_instances(zk, base, service)
-    return CuratorService(base, service, endpoints, skipped)
+    found = survey_registry(zk, ServiceSpec(service, curator=CuratorSource(base)))
+    writable = []
+    for path in (base, f"{base.rstrip('/')}/{service}"):
+        try:
+            if world_writable(zk.get_acls(path)[0]):
+                writable.append(path)
+        except NoNodeError:
+            continue
+    return CuratorService(
+        base, service, found.endpoints, found.skipped, found.persistent_nodes, tuple(writable)
+    )
 
 
 def registry_service(args: argparse.Namespace, spec: ServiceSpec) -> CuratorService:

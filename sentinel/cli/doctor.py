@@ -27,7 +27,7 @@ from sentinel.cli.common import (
     paint,
     print_json,
 )
-from sentinel.cli.curator import curator_services, instances_of
+from sentinel.cli.curator import CuratorService, curator_services, instances_of
 from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -307,6 +307,13 @@ def _acl_problem(
     if acl.world_writable(entries):
         return "anyone may write it", _SECURE_FIX
     if _daemon_service(path):
+        # Only the daemon role adds members; a section writer that may (the publisher, as
+        # grants before this release set it) could add one that takes the daemons' work.
+        creators = {e.id for e in entries if e.perms & Permissions.CREATE}
+        if creators & (acl.writers(section_acl) - admins):
+            return "the publisher may add members to this daemon's cluster", (
+                "sentinel grant --identities FILE (gives members to the daemon role alone)"
+            )
         # granted: the daemon role adds and removes instances, nothing more (sentinel grant)
         entries = [e for e in entries if e.perms & (Permissions.WRITE | Permissions.ADMIN)]
     allowed, found = acl.writers(section_acl), acl.writers(entries)
@@ -355,6 +362,7 @@ def _services(
                 )
             )
             continue
+        findings.extend(_persistent_instances(zk, listing.persistent_nodes))
         found = instances_of(args, listing)  # a Curator registry's, when the spec says so
         bad += found.skipped
         live = {i.partition for i in found.instances if i.status == "up"}
@@ -402,6 +410,25 @@ def _services(
             )
         )
     return findings
+
+
+def _persistent_instances(zk: KazooClient, paths: tuple[str, ...]) -> list[Finding]:
+    """Instance nodes that are persistent: a publisher's are ephemeral, so these were planted.
+    A secured namespace does not serve them (an error to remove); an open one serves them."""
+    if not paths:
+        return []
+    secured = acl.is_secured(zk)
+    return [
+        Finding(
+            "error",
+            "planted instance",
+            f"{path}: a persistent instance node (a publisher's is ephemeral), "
+            + ("not served in a secured namespace" if secured else "served by every client"),
+            f"zkCli.sh deleteall {path}; {_SECURE_FIX} removes one no role wrote, and names "
+            "one only a ZooKeeper superuser can delete",
+        )
+        for path in paths
+    ]
 
 
 def _flooded(zk: KazooClient, service: str, namespace: str) -> list[Finding]:
@@ -514,7 +541,8 @@ def _curator(args: argparse.Namespace) -> list[Finding]:
                     f"delete {skipped.path}, or have its publisher register again",
                 )
             )
-        if not found.skipped:
+        findings += _curator_trust(found)
+        if not (found.skipped or found.persistent_nodes or found.world_writable):
             findings.append(
                 Finding(
                     "ok",
@@ -522,6 +550,36 @@ def _curator(args: argparse.Namespace) -> list[Finding]:
                     f"{found.base_path}/{found.service}: {len(found.endpoints)} instance(s)",
                 )
             )
+    return findings
+
+
+def _curator_trust(found: CuratorService) -> list[Finding]:
+    """Who may write a Curator service: a base path or service node anyone may write lets
+    anyone add instances there (a flood, or a planted endpoint); a persistent instance is
+    Curator's ``STATIC``/``PERMANENT`` or planted (a secured namespace serves it only where a
+    spec opts in)."""
+    findings = [
+        Finding(
+            "warn",
+            "curator",
+            f"{path}: anyone may write it, so anyone may add instances of "
+            f"{found.service} (clients serve an ephemeral one like any other)",
+            "give it an ACL that only its publishers may write (Curator's ACLProvider, or "
+            "zkCli.sh setAcl); see docs/interop.md, 'Who can write a base path'",
+        )
+        for path in found.world_writable
+    ]
+    findings += [
+        Finding(
+            "warn",
+            "curator",
+            f"{path}: a persistent instance node (Curator writes only STATIC and PERMANENT "
+            "ones so): a secured namespace serves it only where a spec opts in",
+            f"if it is not yours, delete it (zkCli.sh deleteall {path}); if it is, "
+            "CuratorSource(..., static_instances=True) in its service's spec",
+        )
+        for path in found.persistent_nodes
+    ]
     return findings
 
 

@@ -34,7 +34,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -50,6 +50,7 @@ from sentinel.registry.records import (
     CuratorSource,
     InstanceRecord,
     ServiceSpec,
+    check_ephemeral,
     fields_of,
     parse_json,
 )
@@ -58,6 +59,9 @@ from sentinel.registry.records import (
 CURATOR_PARTITION = "curator"
 # ServiceType's names; Jackson refuses any other, and so does this decoder.
 SERVICE_TYPES = frozenset({"DYNAMIC", "DYNAMIC_SEQUENTIAL", "STATIC", "PERMANENT"})
+# The types Curator registers as persistent nodes (ServiceDiscoveryImpl: the others are
+# ephemeral, DYNAMIC_SEQUENTIAL ephemeral and sequential).
+PERSISTENT_TYPES = frozenset({"STATIC", "PERMANENT"})
 _KNOWN_FIELDS = frozenset(
     {
         "name",
@@ -277,13 +281,30 @@ def _java_text(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def decode_endpoint(spec: ServiceSpec, path: str, data: bytes | None, joined: int) -> Endpoint:
+def decode_endpoint(
+    spec: ServiceSpec, path: str, data: bytes | None, joined: int, owner: int | None = None
+) -> Endpoint:
     """The endpoint of the Curator node at ``path`` (:meth:`CuratorInstance.endpoint`), or
     :class:`~sentinel.errors.DecodeError` naming the node: not an instance, or no partition
-    where ``spec.curator`` says to find one."""
+    where ``spec.curator`` says to find one.
+
+    ``owner`` (a secured namespace's reader: the node's ``ephemeralOwner``, 0 when it is
+    persistent; None: not checked) refuses a persistent node with
+    :class:`~sentinel.errors.PersistentInstance`, unless the spec opts in
+    (``CuratorSource(static_instances=True)``) and the instance is of a type Curator writes
+    persistent (``STATIC``, ``PERMANENT``): a ``DYNAMIC`` one is always ephemeral.
+    """
+    if owner is not None and not _opted_in(spec):
+        check_ephemeral(path, owner, " (a STATIC one is served where its spec opts in)")
     instance = CuratorInstance.from_bytes(path, data)
+    if owner is not None and instance.service_type not in PERSISTENT_TYPES:
+        check_ephemeral(path, owner, f" (Curator writes a {instance.service_type} one ephemeral)")
     with fields_of(path):
         return instance.endpoint(spec, joined)
+
+
+def _opted_in(spec: ServiceSpec) -> bool:
+    return spec.curator is not None and spec.curator.static_instances
 
 
 def read_instances(
@@ -300,13 +321,31 @@ def read_registry(
 ) -> tuple[tuple[Endpoint, ...], tuple[DecodeError, ...]]:
     """:func:`read_instances` of a service whose spec names a Curator registry: its instances
     as the spec decodes them (partitions from ``partition_from``, the spec's scheme)."""
+    found = survey_registry(zk, spec)
+    return found.endpoints, found.skipped
+
+
+class RegistrySurvey(NamedTuple):
+    """Everything one direct read of a Curator service found: its endpoints, by label; the
+    nodes skipped as undecodable; the decodable ones whose node is persistent (Curator
+    writes only ``STATIC`` and ``PERMANENT`` instances so; a secured namespace serves them
+    only where a spec opts in)."""
+
+    endpoints: tuple[Endpoint, ...]
+    skipped: tuple[DecodeError, ...]
+    persistent_nodes: tuple[str, ...]
+
+
+def survey_registry(zk: KazooClient, spec: ServiceSpec) -> RegistrySurvey:
+    """:func:`read_registry`, and which decodable instance nodes are persistent (what
+    ``sentinel doctor --curator-path`` names). Every node is read: an operator's tool."""
     assert spec.curator is not None
     parent = spec.curator.parent(spec.service)
-    endpoints, skipped = [], []
+    endpoints, skipped, persistent = [], [], []
     try:
         children = zk.get_children(parent)
     except NoNodeError:
-        return (), ()
+        return RegistrySurvey((), (), ())
     for child in sorted(children):
         path = f"{parent}/{child}"
         try:
@@ -317,7 +356,11 @@ def read_registry(
             endpoints.append(decode_endpoint(spec, path, data, stat.czxid))
         except DecodeError as exc:
             skipped.append(exc)
-    return tuple(sorted(endpoints, key=lambda e: (e.partition, e.label))), tuple(skipped)
+            continue
+        if not stat.ephemeralOwner:
+            persistent.append(path)
+    ordered = tuple(sorted(endpoints, key=lambda e: (e.partition, e.label)))
+    return RegistrySurvey(ordered, tuple(skipped), tuple(persistent))
 
 
 def holds_instance(
@@ -345,6 +388,54 @@ def holds_instance(
         except DecodeError:
             continue  # unreadable: no lookup serves it either
     return False
+
+
+# Jackson's class of a payload mapping that names none (encode_instance): any ServiceDiscovery
+# typed on Map or Object reads it.
+MAP_PAYLOAD_CLASS = "java.util.LinkedHashMap"
+# How many instances a publisher reads to learn the payload class a base path's readers expect.
+_PAYLOAD_SAMPLE = 8
+
+
+def payload_class(payload: object) -> str | None:
+    """The Java class Jackson builds a payload as: a mapping's ``@class`` (a mapping without one
+    is written as :data:`MAP_PAYLOAD_CLASS`); None for no payload, or one that is no object."""
+    if not isinstance(payload, Mapping):
+        return None
+    named = payload.get("@class")
+    return named if isinstance(named, str) else MAP_PAYLOAD_CLASS
+
+
+def payload_classes(zk: KazooClient, base_path: str, service: str) -> frozenset[str]:
+    """The payload classes the instances under ``base_path`` carry, read from a few of them:
+    ``service``'s own first, else one of each of a few other services (a JVM reader is typed
+    to one class for its whole base path). Undecodable nodes are passed over; a few listings
+    and at most 2 x ``_PAYLOAD_SAMPLE`` reads whatever the base path holds."""
+    base = base_path.rstrip("/")
+    try:
+        services = zk.get_children(base)
+    except NoNodeError:
+        return frozenset()
+    others = sorted(s for s in services if s != service)[:_PAYLOAD_SAMPLE]
+    found: set[str] = set()
+    for name in ([service] if service in services else []) + others:
+        parent = f"{base}/{name}"
+        try:
+            children = zk.get_children(parent)[: _PAYLOAD_SAMPLE if name == service else 1]
+        except NoNodeError:
+            continue
+        reads = [(f"{parent}/{c}", zk.get_async(f"{parent}/{c}")) for c in children]
+        for path, result in reads:
+            try:
+                instance = CuratorInstance.from_bytes(path, result.get()[0])
+            except (NoNodeError, DecodeError):
+                continue
+            named = payload_class(instance.payload)
+            if named is not None:
+                found.add(named)
+        if found and name == service:
+            break  # the service's own instances say it
+    return frozenset(found)
 
 
 def parse_uri_spec(raw: str) -> tuple[UriPart, ...]:
@@ -378,7 +469,7 @@ def encode_instance(instance: CuratorInstance) -> bytes:
     typed on ``Map`` or ``Object`` reads."""
     payload = instance.payload
     if isinstance(payload, Mapping) and "@class" not in payload:
-        payload = {"@class": "java.util.LinkedHashMap", **payload}
+        payload = {"@class": MAP_PAYLOAD_CLASS, **payload}
     document = {
         "name": instance.name,
         "id": instance.id,

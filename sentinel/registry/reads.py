@@ -122,11 +122,14 @@ def _skip_logged(invalid: dict[str, DecodeError]) -> int:
 
 @dataclass(frozen=True)
 class ServiceListing:
-    """One read of a service: its spec, its decodable instances, and how many were skipped."""
+    """One read of a service: its spec, its decodable instances, how many were skipped, and
+    the paths of the decodable ones whose node is persistent (a publisher's is ephemeral:
+    such a node was planted, and a secured namespace does not serve it)."""
 
     spec: ServiceSpec
     instances: tuple[InstanceRecord, ...]
     skipped: int
+    persistent_nodes: tuple[str, ...] = ()
 
 
 def read_service(zk: KazooClient, service: str) -> ServiceListing:
@@ -138,10 +141,16 @@ def read_service(zk: KazooClient, service: str) -> ServiceListing:
     except NoNodeError:
         raise ServiceNotFound(service) from None
     spec = ServiceSpec.from_bytes(service, path, data)
-    instances, invalid = decode_children(
-        zk, path, sorted(names), lambda n, p, d, _: InstanceRecord.from_bytes(service, n, p, d)
-    )
-    return ServiceListing(spec, tuple(instances.values()), _skip_logged(invalid))
+    persistent: list[str] = []
+
+    def decode(name: str, node: str, value: bytes, stat: ZnodeStat) -> InstanceRecord:
+        record = InstanceRecord.from_bytes(service, name, node, value)
+        if not stat.ephemeralOwner:
+            persistent.append(node)
+        return record
+
+    instances, invalid = decode_children(zk, path, sorted(names), decode)
+    return ServiceListing(spec, tuple(instances.values()), _skip_logged(invalid), tuple(persistent))
 
 
 def valid_children(zk: KazooClient, path: str) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
+from sentinel.errors import DecodeError, PersistentInstance, ValidationError, ValueTooLarge
 from sentinel.registry.layout import (
     parse_instance_name,
     validate_base_path,
@@ -183,6 +183,21 @@ def fields_of(path: str) -> Iterator[None]:
         raise DecodeError(path, str(exc) or exc.__class__.__name__) from None
 
 
+def check_ephemeral(path: str, owner: int, why: str = "") -> None:
+    """:class:`~sentinel.errors.PersistentInstance` unless the instance node at ``path`` is
+    ephemeral (``owner``: its stat's ``ephemeralOwner``, 0 for a persistent node).
+    Publishers register instances as ephemeral nodes, which live with their session and
+    cannot have children; a persistent one was planted (before the namespace was secured,
+    or where anyone may write) and may be pinned by a child nobody else may delete, so a
+    secured namespace does not serve it. ``why`` is added to the reason."""
+    if not owner:
+        raise PersistentInstance(
+            path,
+            "a persistent instance node, not served in a secured namespace: instances are "
+            f"ephemeral, so it was planted{why} ('sentinel doctor' names it)",
+        )
+
+
 def finite_number(what: str, value: object, minimum: float | None = None) -> float | int:
     """``value`` if it is an int or float (not bool) within float range and >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -240,10 +255,16 @@ class CuratorSource:
     ``shard`` entry of a Spring Cloud instance's metadata); an instance without a partition
     name there is skipped and counted. ``None`` puts every instance in one partition,
     ``curator``.
+
+    ``static_instances``: in a secured namespace, serve this service's persistent instance
+    nodes of Curator's ``STATIC`` and ``PERMANENT`` types too (Curator writes those
+    persistent; a secured namespace serves only ephemeral instances unless the spec, which
+    only the namespace's publishers and admin write, says so).
     """
 
     base_path: str
     partition_from: str | None = None
+    static_instances: bool = False
 
     def __post_init__(self) -> None:
         validate_base_path(self.base_path, "curator base_path")
@@ -254,6 +275,8 @@ class CuratorSource:
                 f"partition_from {self.partition_from!r} must be property keys joined by dots, "
                 "such as 'payload.metadata.shard' (at most 8 keys)"
             )
+        if not isinstance(self.static_instances, bool):
+            raise ValidationError("static_instances must be true or false")
 
     def parent(self, service: str) -> str:
         """The server path of ``service``'s instances (outside any namespace)."""
@@ -272,8 +295,15 @@ class CuratorSource:
         return validate_name("partition", value)
 
     def to_document(self) -> dict[str, Any]:
-        """The spec's ``curator`` field."""
-        return {"base_path": self.base_path, "partition_from": self.partition_from}
+        """The spec's ``curator`` field (``static_instances`` only when set: a spec without
+        it is written as before)."""
+        document: dict[str, Any] = {
+            "base_path": self.base_path,
+            "partition_from": self.partition_from,
+        }
+        if self.static_instances:
+            document["static_instances"] = True
+        return document
 
     @classmethod
     def from_document(cls, document: object) -> CuratorSource | None:
@@ -282,7 +312,11 @@ class CuratorSource:
             return None
         if not isinstance(document, Mapping):
             raise ValidationError(f"curator must be an object, got {type(document).__name__}")
-        return cls(document["base_path"], document.get("partition_from"))
+        return cls(
+            document["base_path"],
+            document.get("partition_from"),
+            document.get("static_instances", False),
+        )
 
 
 @dataclass(frozen=True)

@@ -5,20 +5,23 @@ against Debian's libcurator-discovery-java)."""
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 from prometheus_client import REGISTRY
 
 from sentinel import CacheConfig
-from sentinel.curator import CuratorPublisher
-from sentinel.errors import RegistryError, ServiceNotFound, ValidationError
+from sentinel.curator import SPRING_PAYLOAD_CLASS, CuratorPublisher, SpringPayload
+from sentinel.errors import PayloadClassMismatch, RegistryError, ServiceNotFound, ValidationError
 from sentinel.events import InstancesChanged
 from sentinel.registry.curator import CURATOR_PARTITION, CuratorInstance, read_instances
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
@@ -283,7 +286,7 @@ def discover(java: list[str], hosts: str, base: str, service: str) -> dict:
 PYTHON_PUBLISHER = textwrap.dedent(
     """
     import sys, time
-    from sentinel.curator import CuratorPublisher
+    from sentinel.curator import SPRING_PAYLOAD_CLASS, CuratorPublisher, SpringPayload
     publisher = CuratorPublisher(sys.argv[1], sys.argv[2], session_timeout=2.0).start()
     publisher.register("payments", "10.7.0.1", 8080, instance_id="doomed")
     print("registered", flush=True)
@@ -315,6 +318,89 @@ def test_java_curator_sees_what_a_python_publisher_registers(curator_java, zooke
         assert publisher.deregister(secure) is True
         assert discover(curator_java, hosts, base, "payments")["ids"] == ["api-1"]
     assert discover(curator_java, hosts, base, "payments")["ids"] == []  # closed: all gone
+
+
+def spring(java: list[str], hosts: str, base: str, *args: str) -> subprocess.Popen:
+    """The Java peer typed to Spring Cloud's ZookeeperInstance (a stand-in with its name and
+    fields, tests/peers/org/...), as a Spring Boot service's DiscoveryClient is."""
+    return subprocess.Popen(
+        [*java, hosts, base, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+
+
+def spring_discover(java: list[str], hosts: str, base: str, service: str) -> dict:
+    peer = spring(java, hosts, base, "spring-discover", service)
+    out, _ = peer.communicate(timeout=60)
+    return json.loads(out)
+
+
+def publishing_example(hosts: str, base: str) -> str:
+    """docs/interop.md's publishing example (the block with SpringPayload and SIGTERM), on the
+    test's server and base path."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
+    section = doc.read_text().split("## Publishing for Java", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    for old, new in (('"zk1:2181"', repr(hosts)), ('"/services"', repr(base))):
+        assert code.count(old) == 1, old
+        code = code.replace(old, new)
+    return code
+
+
+def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_java, zookeeper):
+    """Issue 39: a Python instance published as docs/interop.md showed (a plain mapping
+    payload) made a Java reader typed to Spring's ZookeeperInstance throw ClassCastException
+    for the whole query. The docs' example now publishes Spring's payload; into a base path
+    of Spring instances a publisher writes Spring's payload (SpringPayload, or none) and
+    refuses any other class, naming it; Curator typed to the class reads every instance."""
+    base = f"/spring-{uuid.uuid4().hex[:8]}"
+    hosts = zookeeper.connect_string
+    java = spring(curator_java, hosts, base, "spring-instances", "orders", "boot-1=10.8.0.1:8080")
+    example = subprocess.Popen([sys.executable, "-c", publishing_example(hosts, base)])
+    zk = KazooClient(hosts)
+    zk.start(timeout=10)
+    try:
+        assert json.loads(java.stdout.readline()) == {"registered": 1}
+        assert wait_until(lambda: zk.exists(f"{base}/payments/payments-1"), timeout=30)
+        # Another replica, as the example's identity: the service node is that identity's.
+        with CuratorPublisher(hosts, base, identity="payments:s3cret") as publisher:
+            publisher.register("payments", "10.8.0.3", 8080, instance_id="py-2")  # none: Spring's
+            publisher.register(
+                "orders", "10.8.0.4", 8080, instance_id="py-3", payload=SpringPayload()
+            )
+            for payload in ({"zone": "eu-1"}, {"@class": "com.acme.Other", "zone": "eu-1"}, 7):
+                with pytest.raises(PayloadClassMismatch) as refused:
+                    publisher.register(
+                        "payments", "10.8.0.5", 8080, instance_id="x", payload=payload
+                    )
+                assert refused.value.expected == SPRING_PAYLOAD_CLASS
+                assert SPRING_PAYLOAD_CLASS in str(refused.value)
+                assert "SpringPayload" in str(refused.value)
+            assert zk.exists(f"{base}/payments/x") is None
+            assert spring_discover(curator_java, hosts, base, "payments") == {
+                "ids": ["payments-1", "py-2"],
+                "metadata": {"payments-1": {"zone": "eu-1"}, "py-2": {}},
+            }
+            assert spring_discover(curator_java, hosts, base, "orders") == {
+                "ids": ["boot-1", "py-3"],
+                "metadata": {"boot-1": {"zone": "eu-1"}, "py-3": {}},
+            }
+        # The example stops on SIGTERM and deregisters at once.
+        example.send_signal(signal.SIGTERM)
+        assert example.wait(timeout=30) == 0
+        assert zk.exists(f"{base}/payments/payments-1") is None
+        # The payload that broke it, written around the check: the whole query fails.
+        node = {"name": "orders", "id": "map", "address": "10.8.0.6", "port": 1}
+        node["payload"] = {"@class": "java.util.LinkedHashMap", "zone": "eu-1"}
+        zk.create(f"{base}/orders/map", json.dumps(node).encode())
+        broken = spring_discover(curator_java, hosts, base, "orders")
+        assert broken == {"error": "java.lang.ClassCastException"}
+    finally:
+        if example.poll() is None:
+            example.kill()
+            example.wait()
+        zk.stop()
+        zk.close()
+        java.communicate("\n", timeout=60)
 
 
 def test_a_killed_python_publisher_leaves_java_within_its_session(curator_java, zookeeper):
@@ -406,7 +492,10 @@ def test_sentinel_ls_and_doctor_show_a_curator_path_and_its_bad_nodes(java_regis
     curator = [f for f in json.loads(doctor.stdout) if f["check"] == "curator"]
     assert sorted((f["severity"], f["detail"].split(":")[0]) for f in curator) == [
         ("error", f"{base}/orders/garbage"),
+        ("warn", base),  # Curator's default ACL: anyone may write there
+        ("warn", f"{base}/orders"),
         ("warn", f"{base}/orders/copied"),
+        ("warn", f"{base}/orders/static"),  # Curator's STATIC instance: persistent
     ]
     missing = cli("doctor", "--curator-path", "/no-such-base", "--json")
     assert {"severity": "error", "check": "curator"}.items() <= next(

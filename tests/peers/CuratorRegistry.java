@@ -8,6 +8,12 @@
 //
 // discover: what Curator's ServiceProvider sees of SERVICE (instances written by Python), as
 // {"ids": [...], "uris": [...], "one": ID or null, "payloads": {ID: payload}}, then exit.
+// spring-instances SERVICE ID=ADDRESS:PORT...: register instances as a Spring Boot service
+// does (a ServiceDiscovery typed to Spring Cloud's ZookeeperInstance, metadata {"zone":
+// "eu-1"}), print {"registered": N}, live until a line on stdin.
+// spring-discover SERVICE: every instance of SERVICE read by a ServiceDiscovery typed to
+// ZookeeperInstance (queryForInstances, as Spring's DiscoveryClient reads), as
+// {"ids": [...], "metadata": {ID: {...}}}, or {"error": "<exception class>: <message>"}.
 //
 // Under BASE_PATH it registers, in Curator's current JSON: "orders" with an instance of each
 // shape (a plain port and a uriSpec, an sslPort only, both ports, disabled, a static one, a
@@ -33,6 +39,7 @@ import org.apache.curator.x.discovery.ServiceProvider;
 import org.apache.curator.x.discovery.ServiceType;
 import org.apache.curator.x.discovery.UriSpec;
 import org.apache.curator.x.discovery.details.JsonInstanceSerializer;
+import org.springframework.cloud.zookeeper.discovery.ZookeeperInstance;
 
 public final class CuratorRegistry {
     @SuppressWarnings({"rawtypes", "unchecked"})
@@ -46,6 +53,15 @@ public final class CuratorRegistry {
         if (args.length > 3 && args[2].equals("discover")) {
             System.out.println(discover(client, base, args[3]));
             client.close();
+            return;
+        }
+        if (args.length > 3 && args[2].equals("spring-discover")) {
+            System.out.println(springDiscover(client, base, args[3]));
+            client.close();
+            return;
+        }
+        if (args.length > 3 && args[2].equals("spring-instances")) {
+            springInstances(client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
             return;
         }
         if (args.length > 3 && args[2].equals("instances")) {
@@ -138,6 +154,56 @@ public final class CuratorRegistry {
         new BufferedReader(new InputStreamReader(System.in)).readLine();
         discovery.close();
         client.close();
+    }
+
+    private static void springInstances(CuratorFramework client, String base, String service,
+            String[] specs) throws Exception {
+        ServiceDiscovery<ZookeeperInstance> discovery = ServiceDiscoveryBuilder
+            .builder(ZookeeperInstance.class).client(client).basePath(base).build();
+        discovery.start();
+        for (String spec : specs) {
+            String[] idRest = spec.split("=", 2);
+            String[] parts = idRest[1].split(":");
+            Map<String, String> metadata = new LinkedHashMap<>();
+            metadata.put("zone", "eu-1");
+            discovery.registerService(ServiceInstance.<ZookeeperInstance>builder().name(service)
+                .id(idRest[0]).address(parts[0]).port(Integer.parseInt(parts[1]))
+                .payload(new ZookeeperInstance(service + "-" + idRest[0], service, metadata))
+                .build());
+        }
+        System.out.println("{\"registered\": " + specs.length + "}");
+        System.out.flush();
+        new BufferedReader(new InputStreamReader(System.in)).readLine();
+        discovery.close();
+        client.close();
+    }
+
+    private static String springDiscover(CuratorFramework client, String base, String service)
+            throws Exception {
+        ServiceDiscovery<ZookeeperInstance> discovery = ServiceDiscoveryBuilder
+            .builder(ZookeeperInstance.class).client(client).basePath(base).build();
+        discovery.start();
+        try {
+            StringBuilder ids = new StringBuilder();
+            StringBuilder metadata = new StringBuilder();
+            for (ServiceInstance<ZookeeperInstance> instance : discovery.queryForInstances(service)
+                    .stream().sorted((a, b) -> a.getId().compareTo(b.getId()))
+                    .collect(Collectors.toList())) {
+                String sep = ids.length() == 0 ? "" : ", ";
+                ids.append(sep).append('"').append(instance.getId()).append('"');
+                ZookeeperInstance payload = instance.getPayload();  // the cast Spring makes
+                metadata.append(sep).append('"').append(instance.getId()).append("\": {")
+                    .append(payload.getMetadata().entrySet().stream()
+                        .map(e -> '"' + e.getKey() + "\": \"" + e.getValue() + '"')
+                        .collect(Collectors.joining(", ")))
+                    .append('}');
+            }
+            return "{\"ids\": [" + ids + "], \"metadata\": {" + metadata + "}}";
+        } catch (RuntimeException e) {
+            return "{\"error\": \"" + e.getClass().getName() + "\"}";
+        } finally {
+            discovery.close();
+        }
     }
 
     @SuppressWarnings({"rawtypes", "unchecked"})
