@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import logging
 import os
@@ -25,6 +26,51 @@ from sentinel.testing.postgres import LocalPostgres
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 WATCHES_ENV = "SENTINEL_TEST_WATCHES"
+
+# A test that starts a real server carries the ``integration`` marker, so that
+# ``-m "not integration"`` starts none: one using these fixtures (directly or through another
+# fixture) fails at set-up without it, and so does one that starts a LocalZooKeeper or a
+# LocalPostgres of its own (checked when the server starts).
+SERVER_FIXTURES = frozenset({"zookeeper", "postgres"})
+_running: list[pytest.Item] = []  # the tests being run (a pytester run's inside its own)
+
+
+def _unmarked(item: pytest.Item, what: str) -> None:
+    if item.get_closest_marker("integration") is None:
+        pytest.fail(
+            f"{item.nodeid} {what} but has no integration marker "
+            "(add `pytestmark = pytest.mark.integration` to its module)",
+            pytrace=False,
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    used = SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    if used:
+        _unmarked(item, f"uses the {' and '.join(sorted(used))} fixture")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.remove(item)
+
+
+def _started_in_integration_tests(start: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(start)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _running:
+            _unmarked(_running[-1], f"starts a {type(self).__name__}")
+        return start(self, *args, **kwargs)
+
+    return checked
+
+
+LocalZooKeeper.start = _started_in_integration_tests(LocalZooKeeper.start)  # type: ignore[method-assign]
+LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")
