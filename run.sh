@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's two entry points; each sets up whatever is missing first.
 #   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
-#   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest)
+#   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest),
+#                             kazoo's own suite with the extension included (tests/kazoo_suite)
 # Set-up: Debian's ZooKeeper and PostgreSQL packages when missing (needs root and apt-get),
 # then a virtual environment in .venv with the project installed in editable mode.
 set -euo pipefail
@@ -85,12 +86,17 @@ case "$command" in
         ensure_venv
         .venv/bin/ruff check sentinel policies balancers benchmarks tests
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests
-        # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors.
+        # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors,
+        # built beside the tests (it needs little of a core) and judged after them.
         site=$(mktemp -d)
-        .venv/bin/mkdocs build --strict --site-dir "$site" || { rm -rf "$site"; die "the docs build failed"; }
-        rm -rf "$site"
+        .venv/bin/mkdocs build --strict --site-dir "$site/site" > "$site/log" 2>&1 &
+        docs=$!
         status=0
-        .venv/bin/python -m pytest "$@" || status=$?
+        # On several workers (pytest-xdist; tests/conftest.py groups what must share one):
+        # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
+        .venv/bin/python -m pytest -n "${SENTINEL_TEST_WORKERS:-3}" --dist loadgroup "$@" || status=$?
+        wait "$docs" || { cat "$site/log" >&2; rm -rf "$site"; die "the docs build failed"; }
+        rm -rf "$site"
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
         exit "$status"

@@ -23,14 +23,14 @@ from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.postgres import LocalPostgres
-from sentinel.testing.zookeeper import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper, ZooKeeperServer
 
 WATCHES_ENV = "SENTINEL_TEST_WATCHES"
 
 # A test that starts a real server carries the ``integration`` marker, so that
 # ``-m "not integration"`` starts none: one using these fixtures (directly or through another
-# fixture) fails at set-up without it, and so does one that starts a LocalZooKeeper or a
-# LocalPostgres of its own (checked when the server starts).
+# fixture) fails at set-up without it, and so does one that starts a ZooKeeper server or a
+# LocalPostgres of its own (checked as the process is launched).
 SERVER_FIXTURES = frozenset({"zookeeper", "postgres"})
 _running: list[pytest.Item] = []  # the tests being run (a pytester run's inside its own)
 
@@ -69,7 +69,33 @@ def _started_in_integration_tests(start: Callable[..., Any]) -> Callable[..., An
     return checked
 
 
-LocalZooKeeper.start = _started_in_integration_tests(LocalZooKeeper.start)  # type: ignore[method-assign]
+# pytest-xdist (``./run.sh test`` runs the suite on several workers, ``--dist loadgroup``):
+# the tests of a module with a module- or class-scoped fixture (its own ensemble or server) run
+# on one worker, so that fixture starts once; the Spark tests share one worker's SparkSession;
+# kazoo's suite (one test of several minutes) is sent first, and the quick unit tests next, so
+# that the worker running it has only a few of them queued behind it.
+FIRST = "tests/kazoo_suite/"
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: (not item.nodeid.startswith(FIRST), "/unit/" not in item.nodeid))
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    if "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(defs[-1].scope in SHARED_SCOPES for defs in definitions.values() if defs):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+ZooKeeperServer.launch = _started_in_integration_tests(ZooKeeperServer.launch)  # type: ignore[method-assign]
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 # The inner suite takes the check's hooks from tests/conftest.py; its `zookeeper` fixture is a
 # stand-in (the check fails an unmarked test before its fixtures are set up), and its unmarked
-# start is stopped by the check before LocalZooKeeper.start runs.
+# start is stopped by the check before a server process is launched.
 SUITE = """
 import pytest
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -31,7 +31,11 @@ def test_uses_the_fixture_marked(zookeeper):
     assert zookeeper == "stand-in"
 
 def test_starts_a_server_unmarked():
-    LocalZooKeeper().start()
+    server = LocalZooKeeper()
+    try:
+        server.start()
+    finally:
+        server.stop()
 """
 
 
@@ -48,6 +52,6 @@ def test_a_server_test_without_the_integration_marker_fails(pytester: pytest.Pyt
             "*test_uses_the_fixture_unmarked uses the zookeeper fixture but has no integration"
             " marker*",
             "*test_uses_it_through_another_fixture_unmarked uses the zookeeper fixture but has no*",
-            "*test_starts_a_server_unmarked starts a LocalZooKeeper but has no integration marker*",
+            "*test_starts_a_server_unmarked starts a ZooKeeperServer but has no integration*",
         ]
     )
