@@ -69,6 +69,28 @@ def _started_in_integration_tests(start: Callable[..., Any]) -> Callable[..., An
     return checked
 
 
+# Tables printed after the run: a test adds a row as the user property ``(SUMMARY_ROW, (section,
+# headers, row))``; rows travel in the test reports, so a run on xdist workers prints them too.
+SUMMARY_ROW = "summary_row"
+_TABLES: dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == SUMMARY_ROW:
+                section, headers, row = value
+                _TABLES.setdefault(section, (tuple(headers), []))[1].append(tuple(row))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from sentinel.cli.output import format_table
+
+    for section, (headers, rows) in _TABLES.items():
+        terminalreporter.section(section)
+        terminalreporter.write_line(format_table(rows, headers=headers))
+
+
 # pytest-xdist (``./run.sh test`` runs the suite on several workers, ``--dist loadgroup``):
 # the tests of a module with a module- or class-scoped fixture (its own ensemble or server) run
 # on one worker, so that fixture starts once; the Spark tests share one worker's SparkSession;
