@@ -23,13 +23,13 @@ import collections
 import fcntl
 import hashlib
 import importlib.metadata
+import json
 import os
 import random
 import socket
 import subprocess
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -52,8 +52,8 @@ NOT_INHERITED = ("CI", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XD
 FAILED = ("failed", "error")
 # kazoo's timing tests fail on a loaded 2-core machine with stock kazoo too (docs/testing.md:
 # the request-queuing tests about one run in two under load): a test that failed is run again
-# alone, up to this many times, and counts as failed only if it failed every time.
-RETRIES = 2
+# again, up to this many times, and counts as failed only if it failed every time.
+RETRIES = 4
 
 
 def kazoo_version() -> str:
@@ -131,19 +131,22 @@ def run(
     pytest_args: Sequence[str] = (),
     name: str | None = None,
 ) -> dict[str, str]:
-    """Run kazoo's ``tests`` (modules or node ids under ``--pyargs``) in ``mode``; return each
-    test's outcome. The log is ``directory/<name>.log`` (``name`` defaults to the mode)."""
+    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``; return each
+    test's outcome by id (``kazoo.tests.test_client::TestClient::test_create``: passed, skipped,
+    failed, or error in its set-up or teardown), none if the run died before its end. The log is
+    ``directory/<name>.log`` (``name`` defaults to the mode)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     python = ensure_venv()
     name = name or mode
-    junit = directory / f"{name}.xml"
+    found = directory / f"{name}.json"
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
-    env.update(zookeeper_environment(), KZ_MODE=mode, PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}")
+    env.update(zookeeper_environment(), KZ_MODE=mode, KZ_OUTCOMES=str(found))
+    env.update(PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}")
     command = [
         str(python), "-m", "pytest", "-c", os.devnull, "--rootdir", str(directory),
         "-p", "kzplugin", "-p", "no:cacheprovider", f"--timeout={PER_TEST_TIMEOUT}",
-        "-q", "-rfE", f"--junitxml={junit}", *pytest_args, "--pyargs", *tests,
+        "-q", "-rfE", *pytest_args, "--pyargs", *tests,
     ]  # fmt: skip
     with (directory / f"{name}.log").open("w") as log:
         # Outside the checkout and with no configuration file, so the project's conftest and
@@ -152,49 +155,27 @@ def run(
             command, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT,
             timeout=RUN_TIMEOUT, check=False,
         )  # fmt: skip
-    return outcomes(junit)
+    return json.loads(found.read_text()) if found.exists() else {}
 
 
 def run_with_retries(
     mode: str, directory: Path, tests: Sequence[str] = SUITE, pytest_args: Sequence[str] = ()
 ) -> tuple[dict[str, str], dict[str, int]]:
-    """:func:`run`, then each failed test again alone (``RETRIES`` times at most, until it
-    passes); returns the outcomes, a test that passed again counted as passed, and how many
-    times each failed test was run again."""
+    """:func:`run`, then the failed tests again, alone together (``RETRIES`` rounds at most,
+    each with those still failing); returns the outcomes, a test that passed again counted as
+    passed, and how many times each failed test was run again."""
     found = run(mode, directory, tests, pytest_args)
     retried: dict[str, int] = {}
-    for test in [test for test, outcome in found.items() if outcome in FAILED]:
-        for attempt in range(1, RETRIES + 1):
+    for attempt in range(1, RETRIES + 1):
+        failed = [test for test, outcome in found.items() if outcome in FAILED]
+        if not failed:
+            break
+        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}")
+        for test in failed:
             retried[test] = attempt
-            name = f"{mode}-retry-{len(retried)}-{attempt}"
-            if run(mode, directory, [node_id(test)], pytest_args, name).get(test) == "passed":
+            if again.get(test) == "passed":
                 found[test] = "passed"
-                break
     return found, retried
-
-
-def outcomes(junit: Path) -> dict[str, str]:
-    """``{test id: passed | skipped | failed | error}`` from a JUnit XML report; a test that
-    appears twice (a failed call and a teardown error) keeps its worse outcome."""
-    rank = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
-    kinds = {"skipped": "skipped", "failure": "failed", "error": "error"}
-    found: dict[str, str] = {}
-    for case in ET.parse(junit).getroot().iter("testcase"):
-        test = f"{case.get('classname')}::{case.get('name')}"
-        outcome = next((kinds[child.tag] for child in case if child.tag in kinds), "passed")
-        if rank[outcome] >= rank[found.get(test, "passed")]:
-            found[test] = outcome
-    return found
-
-
-def node_id(test: str) -> str:
-    """A test id of :func:`outcomes` (``kazoo.tests.test_client.TestClient::test_x``) as a
-    ``--pyargs`` argument (``kazoo.tests.test_client::TestClient::test_x``)."""
-    dotted, name = test.split("::")
-    module, _, last = dotted.rpartition(".")
-    if last.startswith("test_"):  # a module (kazoo's are test_*.py): a test function
-        return f"{dotted}::{name}"
-    return f"{module}::{last}::{name}"
 
 
 def read_expected(path: Path = STOCK) -> dict[str, str]:
@@ -245,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for mode in options.mode or ("stock", "ext"):
         results[mode], retried = run_with_retries(mode, directory, options.tests, pytest_args)
         print(f"{mode}: {summary(results[mode])} (logs in {directory})")
-        print(f"  run again alone (times): {retried or 'none'}")
+        print(f"  run again (times): {retried or 'none'}")
     if options.record:
         write_expected(results["stock"])
     baseline = results.get("stock") or read_expected()

@@ -11,12 +11,15 @@ The handler is swapped where kazoo names it: ``kazoo.client`` (the default of
 ``KazooClient(handler=None)``) and ``kazoo.handlers.threading`` (tests that import the class by
 name). Before every test an autouse fixture asserts that a new client has what the mode gives,
 and the terminal summary counts the clients built and the requests the extension sent before
-kazoo's on new connections (its probe and SetWatches2 packets). The ``sentinel`` package is
+kazoo's on new connections (its probe and SetWatches2 packets). With ``KZ_OUTCOMES`` set, each
+test's outcome is written there as JSON, keyed by the id ``--pyargs`` takes
+(``kazoo.tests.test_client::TestClient::test_create``). The ``sentinel`` package is
 imported from the checkout (``PYTHONPATH``); ``sentinel.zk`` needs kazoo and the standard library
 only, so the harness's own cryptography (older, for pyOpenSSL) is never in its way.
 """
 
 import collections
+import json
 import os
 
 import kazoo.client
@@ -79,6 +82,32 @@ def _assert_mode():
         CLIENTS["extended"] -= 1
     CLIENTS[type(client.handler).__name__] -= 1  # the probe is not the suite's
     yield
+
+
+OUTCOMES = {}  # test id -> passed, skipped, failed (its call) or error (its set-up or teardown)
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    # The id is also what --pyargs takes to run the test again alone.
+    test = "::".join([item.module.__name__, *([item.cls.__name__] if item.cls else []), item.name])
+    if report.skipped:
+        outcome = "skipped"
+    elif report.failed:
+        outcome = "failed" if report.when == "call" else "error"
+    else:
+        outcome = "passed"
+    if _RANK[outcome] >= _RANK[OUTCOMES.get(test, "passed")]:
+        OUTCOMES[test] = outcome
+    return report
+
+
+def pytest_sessionfinish(session):
+    if os.environ.get("KZ_OUTCOMES"):
+        with open(os.environ["KZ_OUTCOMES"], "w") as out:
+            json.dump(OUTCOMES, out, indent=0, sort_keys=True)
 
 
 def pytest_report_header(config):
