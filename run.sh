@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's two entry points; each sets up whatever is missing first.
 #   ./run.sh demo [ARGS...]   run the main job (sentinel demo) against a real ZooKeeper
-#   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest)
+#   ./run.sh test [ARGS...]   lint, build the docs, then run the whole test suite (ARGS go to pytest),
+#                             kazoo's own suite with the extension included (tests/kazoo_suite)
 # Set-up: Debian's ZooKeeper and PostgreSQL packages when missing (needs root and apt-get),
 # then a virtual environment in .venv with the project installed in editable mode: with the
 # `demo` extra for demo (Spark, the PostgreSQL driver), with the `test` extra for test (which
@@ -123,7 +124,10 @@ case "$command" in
         NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" \
             || die "the docs build failed"
         status=0
-        SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest "$@" || status=$?
+        # On several workers (pytest-xdist; tests/conftest.py groups what must share one):
+        # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
+        SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
+            -n "${SENTINEL_TEST_WORKERS:-3}" --dist loadgroup "$@" || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
         exit "$status"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import io
 import logging
 import os
@@ -16,15 +17,116 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
 
 from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.postgres import LocalPostgres
-from sentinel.testing.zookeeper import LocalZooKeeper
+from sentinel.testing.zookeeper import LocalZooKeeper, ZooKeeperServer
 
 WATCHES_ENV = "SENTINEL_TEST_WATCHES"
+
+# Hypothesis judges time too: a 200 ms deadline per example and a health check on slow input
+# generation, both of which fail tests whose assertions hold when a 2-core machine is busy (as
+# test_records.py's round trip did on three workers). The suite runs without those two; what
+# each test asserts, and how many examples it tries, are unchanged.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
+
+# A test that starts a real server carries the ``integration`` marker, so that
+# ``-m "not integration"`` starts none: one using these fixtures (directly or through another
+# fixture) fails at set-up without it, and so does one that starts a ZooKeeper server or a
+# LocalPostgres of its own (checked as the process is launched).
+SERVER_FIXTURES = frozenset({"zookeeper", "postgres"})
+_running: list[pytest.Item] = []  # the tests being run (a pytester run's inside its own)
+
+
+def _unmarked(item: pytest.Item, what: str) -> None:
+    if item.get_closest_marker("integration") is None:
+        pytest.fail(
+            f"{item.nodeid} {what} but has no integration marker "
+            "(add `pytestmark = pytest.mark.integration` to its module)",
+            pytrace=False,
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    used = SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    if used:
+        _unmarked(item, f"uses the {' and '.join(sorted(used))} fixture")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _running.append(item)
+    try:
+        return (yield)
+    finally:
+        _running.remove(item)
+
+
+def _started_in_integration_tests(start: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(start)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _running:
+            _unmarked(_running[-1], f"starts a {type(self).__name__}")
+        return start(self, *args, **kwargs)
+
+    return checked
+
+
+# Tables printed after the run: a test adds a row as the user property ``(SUMMARY_ROW, (section,
+# headers, row))``; rows travel in the test reports, so a run on xdist workers prints them too.
+SUMMARY_ROW = "summary_row"
+_TABLES: dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        for name, value in report.user_properties:
+            if name == SUMMARY_ROW:
+                section, headers, row = value
+                _TABLES.setdefault(section, (tuple(headers), []))[1].append(tuple(row))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from sentinel.cli.output import format_table
+
+    for section, (headers, rows) in _TABLES.items():
+        terminalreporter.section(section)
+        terminalreporter.write_line(format_table(rows, headers=headers))
+
+
+# pytest-xdist (``./run.sh test`` runs the suite on several workers, ``--dist loadgroup``):
+# the tests of a module with a module- or class-scoped fixture (its own ensemble or server) run
+# on one worker, so that fixture starts once; the Spark tests share one worker's SparkSession;
+# kazoo's suite (one test of several minutes) is sent first, and the quick unit tests next, so
+# that the worker running it has only a few of them queued behind it.
+FIRST = "tests/kazoo_suite/"
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: (not item.nodeid.startswith(FIRST), "/unit/" not in item.nodeid))
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    if "spark" in getattr(item, "fixturenames", ()):
+        return "spark"
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    if any(defs[-1].scope in SHARED_SCOPES for defs in definitions.values() if defs):
+        return item.nodeid.split("::")[0]
+    return None
+
+
+ZooKeeperServer.launch = _started_in_integration_tests(ZooKeeperServer.launch)  # type: ignore[method-assign]
+LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -13,14 +14,21 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.hosts import collect_hosts
+from kazoo.protocol.serialization import (
+    Close,
+    Connect,
+    ReplyHeader,
+    int_int_struct,
+    int_struct,
+)
 
 from sentinel.client import Sentinel
-from sentinel.connection import client_arguments
 from sentinel.registry.reads import read_metrics
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.store import iter_assignments
 from sentinel.zk import kazoo_internals
+from sentinel.zk.tls import TlsConfig
 
 
 def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = None) -> int:
@@ -31,20 +39,92 @@ def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = 
     long garbage-collection pause or a partition, and connects again with a new one.
     ``hosts`` is where that connection goes (default: the client's): the servers themselves
     when the client's own link is cut, so that the session ends while it cannot reconnect.
+    Raises TimeoutError when no server closed the session within ``timeout`` seconds.
     """
     zk = client._zk
     # kazoo's client_id is None while disconnected; the session it will resume is kept.
     session_id, password = kazoo_internals.session(zk)
-    intruder = KazooClient(
-        hosts=hosts or client.hosts,
-        client_id=(session_id, password),
-        timeout=timeout,
-        **client_arguments(tls=client.tls),
-    )
-    intruder.start(timeout=timeout)
-    intruder.stop()
-    intruder.close()
+    close_session(hosts or client.hosts, session_id, password, timeout=timeout, tls=client.tls)
     return session_id
+
+
+def close_session(
+    hosts: str,
+    session_id: int,
+    password: bytes,
+    *,
+    timeout: float = 10.0,
+    tls: TlsConfig | None = None,
+) -> None:
+    """End a ZooKeeper session from a connection of its own: a ConnectRequest with the
+    session's id and password, then closeSession (opcode -11), each framed as ZooKeeper frames
+    packets (a 4-byte length first) and built by kazoo's serialization classes.
+
+    No kazoo client: no connection thread to schedule, no retry policy with its own time-outs;
+    one blocking exchange, tried on each of ``hosts`` in turn until ``timeout`` (a loaded
+    machine makes it slower, never makes it give up early). A server that no longer knows the
+    session (expired already) answers the ConnectRequest with a time-out of 0: done too.
+    Raises TimeoutError, with the last failures, when no server closed it in time.
+    """
+    deadline = time.monotonic() + timeout
+    addresses, _ = collect_hosts(hosts)
+    context = tls.ssl_context() if tls is not None else None
+    failures: list[str] = []
+    while True:
+        for host, port in addresses:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(
+                    f"no server of {hosts} closed session 0x{session_id:x} within {timeout:g}s "
+                    f"({'; '.join(failures[-len(addresses) :]) or 'no attempt'})"
+                )
+            try:
+                with socket.create_connection((host, port), timeout=remaining) as plain:
+                    link = context.wrap_socket(plain, server_hostname=host) if context else plain
+                    link.settimeout(max(deadline - time.monotonic(), 0.1))
+                    if _join_and_close(link, session_id, password, timeout):
+                        return
+                    failures.append(f"{host}:{port} refused closeSession")
+            except (OSError, struct.error) as exc:  # refused, reset, timed out, read-only, cut
+                failures.append(f"{host}:{port}: {exc!r}")
+        time.sleep(0.05)  # a round on every server failed: the next after a short pause
+
+
+_MAX_REPLY = 1 << 16  # a ConnectResponse or a reply header is a few dozen bytes
+
+
+def _join_and_close(link: socket.socket, session_id: int, password: bytes, timeout: float) -> bool:
+    """Join the session on ``link`` and close it; False if the server answered closeSession
+    with an error."""
+    request = Connect(0, 0, int(timeout * 1000), session_id, password, False).serialize()
+    _send_packet(link, request)
+    joined, _ = Connect.deserialize(_read_packet(link), 0)
+    if joined.time_out <= 0:
+        return True  # the session is gone already
+    _send_packet(link, int_int_struct.pack(1, Close.type))  # xid 1, closeSession
+    header, _ = ReplyHeader.deserialize(_read_packet(link), 0)
+    return header.err == 0
+
+
+def _send_packet(link: socket.socket, payload: bytes | bytearray) -> None:
+    link.sendall(int_struct.pack(len(payload)) + payload)
+
+
+def _read_packet(link: socket.socket) -> bytes:
+    (length,) = int_struct.unpack(_read_exactly(link, int_struct.size))
+    if not 0 <= length <= _MAX_REPLY:
+        raise OSError(f"a reply of {length} bytes")
+    return _read_exactly(link, length)
+
+
+def _read_exactly(link: socket.socket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        chunk = link.recv(count - len(data))
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        data.extend(chunk)
+    return bytes(data)
 
 
 def wait_until(

@@ -15,10 +15,10 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
-from sentinel.cli.output import format_table
 from sentinel.errors import ZooKeeperUnavailable
 from sentinel.testing.helpers import TcpProxy, cached_view, registry_view, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
+from tests.conftest import SUMMARY_ROW
 
 HEADERS = ("fault", "recovery s", "lookups", "failed", "stale-served", "note")
 
@@ -35,24 +35,17 @@ class FaultRow:
     note: str = ""
 
 
-_TABLE: list[FaultRow] = []
+SECTION = "faults: recovery and lookups during each fault"
 
 
-@pytest.fixture(scope="session")
-def fault_table() -> list[FaultRow]:
-    """Rows added here are printed after the run (see pytest_terminal_summary)."""
-    return _TABLE
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _TABLE:
-        return
-    terminalreporter.section("faults: recovery and lookups during each fault")
-    rows = [
-        (r.fault, f"{r.recovery_s:.2f}", r.lookups, r.failed, r.stale_served, r.note)
-        for r in _TABLE
-    ]
-    terminalreporter.write_line(format_table(rows, headers=HEADERS))
+@pytest.fixture
+def fault_table(request: pytest.FixtureRequest) -> Iterator[list[FaultRow]]:
+    """Rows added here are printed after the run (tests/conftest.py's summary tables)."""
+    rows: list[FaultRow] = []
+    yield rows
+    for r in rows:
+        row = (r.fault, f"{r.recovery_s:.2f}", r.lookups, r.failed, r.stale_served, r.note)
+        request.node.user_properties.append((SUMMARY_ROW, (SECTION, HEADERS, row)))
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,9 @@ def _flicker(zk: KazooClient, stop: threading.Event) -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(operations=operations)
 def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplog, operations):

@@ -104,7 +104,9 @@ def _put(zk, path: str, data: bytes) -> None:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(operations=operations)
 def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations):

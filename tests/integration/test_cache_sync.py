@@ -265,7 +265,9 @@ writes = st.lists(
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(operations=writes)
 def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper, operations):

@@ -11,6 +11,8 @@ from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.postgres import LocalPostgres, find_bindir
 
+pytestmark = pytest.mark.integration
+
 
 def test_replica_streams_the_primarys_writes_and_refuses_its_own(postgres: LocalPostgres) -> None:
     replica = postgres.add_replica()

@@ -15,6 +15,8 @@ from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import free_ports
 from tests.conftest import SENTINEL
 
+pytestmark = pytest.mark.integration
+
 
 def _kazoo(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name.startswith("kazoo") and r.levelno == level]

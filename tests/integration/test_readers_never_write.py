@@ -11,6 +11,8 @@ import pytest
 from sentinel import Sentinel
 from sentinel.errors import NamespaceNotFound, SentinelError
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def missing(namespace: str) -> str:

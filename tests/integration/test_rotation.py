@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kazoo.exceptions import NoNodeError
 
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.helpers import expire_session, wait_until
+
+pytestmark = pytest.mark.integration
 
 
 def _labels(client, service="api"):

@@ -298,6 +298,7 @@ def test_every_curator_name_imports_from_sentinel_curator_and_the_old_path_warns
         "CuratorPublisher",
         "CuratorRegistration",
         "CuratorSource",
+        "SpringPayload",
         "read_instances",
     }
     assert (curator.CuratorSource, curator.read_instances) == (
