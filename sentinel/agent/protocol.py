@@ -52,7 +52,18 @@ _LENGTH = struct.Struct(">I")
 
 REQUESTS = frozenset({"hello", "follow", "partition", "announce"})
 REPLIES = frozenset(
-    {"welcome", "service", "gone", "buckets", "policy", "auth", "connection", "partition", "error"}
+    {
+        "welcome",
+        "service",
+        "delta",
+        "gone",
+        "buckets",
+        "policy",
+        "auth",
+        "connection",
+        "partition",
+        "error",
+    }
 )
 
 
@@ -62,17 +73,31 @@ def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get(ENV) or DEFAULT_SOCKET
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
-    """One frame holding ``message``."""
-    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-    return _LENGTH.pack(len(body)) + body
+def encode(message: Mapping[str, Any], encoded: Mapping[str, str] | None = None) -> bytes:
+    """One frame holding ``message`` (not empty) and ``encoded``'s fields, whose values are
+    JSON text already (a service's state, encoded once for every connection it goes to)."""
+    body = json_text(message)
+    if encoded:
+        fields = "".join(f",{json.dumps(name)}:{text}" for name, text in encoded.items())
+        body = f"{body[:-1]}{fields}}}"
+    data = body.encode()
+    return _LENGTH.pack(len(data)) + data
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the frames hold it: compact JSON, no NaN."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def send_frame(sock: socket.socket, frame: bytes) -> int:
+    """Write one frame made by :func:`encode`; the bytes written."""
+    sock.sendall(frame)
+    return len(frame)
 
 
 def send(sock: socket.socket, message: Mapping[str, Any]) -> int:
     """Write one frame; the bytes written."""
-    frame = encode(message)
-    sock.sendall(frame)
-    return len(frame)
+    return send_frame(sock, encode(message))
 
 
 def receive(sock: socket.socket, max_bytes: int, ops: frozenset[str]) -> dict[str, Any] | None:

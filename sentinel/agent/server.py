@@ -31,7 +31,7 @@ import stat
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,13 +41,15 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel import telemetry
-from sentinel.agent import protocol
+from sentinel.agent import changes, protocol
+from sentinel.agent.changes import Pending
 from sentinel.agent.link import error_answer
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.cache.snapshot_file import policy_entry, service_entry
+from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments
 from sentinel.errors import (
     AccessDenied,
@@ -99,10 +101,11 @@ class _Connection:
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
     announced: set[str] = field(default_factory=set)  # /clients paths
-    # What is due: replies in order, then the latest state of these services and policies.
+    # What is due: replies in order, then the services' changes, the policies' latest state.
     replies: list[dict[str, Any]] = field(default_factory=list)
-    services: set[str] = field(default_factory=set)
+    pending: Pending = field(default_factory=Pending)
     keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
+    numbers: dict[str, int] = field(default_factory=dict)  # service -> its whole state's sent
     connection: bool = False
     due: threading.Condition = field(default_factory=threading.Condition)
     closed: bool = False
@@ -110,20 +113,39 @@ class _Connection:
     def mark(
         self,
         *,
-        service: str | None = None,
         policy: str | None = None,
         keys: Iterable[str] | None = None,
         connection: bool = False,
     ) -> None:
         """Note what changed; the sender sends its latest state. Never blocks on the peer."""
         with self.due:
-            if service is not None and service in self.followed:
-                self.services.add(service)
             if policy is not None and policy in self.policies_sent:
                 pending = self.keys.get(policy, set())
                 self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
             self.connection |= connection
             self.due.notify()
+
+    def mark_service(self, service: str, change: tuple[int, bytes] | None) -> None:
+        """A change of ``service``: its delta (its number, its frame), or None when the
+        process must be sent the whole state. Never blocks on the peer."""
+        with self.due:
+            if service in self.followed:
+                if change is None:
+                    self.pending.add_whole(service)
+                else:
+                    self.pending.add_delta(service, *change)
+                self.due.notify()
+
+    def mark_credential(self, service: str, frame: bytes | None) -> None:
+        """The process's credential node of ``service`` changed: its frame (None: send the
+        whole state)."""
+        with self.due:
+            if service in self.followed:
+                if frame is None:
+                    self.pending.add_whole(service)
+                else:
+                    self.pending.add_credential(service, frame)
+                self.due.notify()
 
     def reply(self, message: dict[str, Any]) -> None:
         with self.due:
@@ -138,6 +160,8 @@ class AgentServer:
 
     ``allowed_uids``/``allowed_gids``: who may connect besides root and the agent's own
     user. ``send_timeout``: seconds a process may leave a frame unread before it is dropped.
+    ``deltas``: send a change as what changed (False: the service's whole state, as before
+    deltas were built; for comparing the two, ``benchmarks.agent``).
     """
 
     def __init__(
@@ -148,8 +172,10 @@ class AgentServer:
         allowed_uids: Iterable[int] = (),
         allowed_gids: Iterable[int] = (),
         send_timeout: float = 30.0,
+        deltas: bool = True,
     ) -> None:
         self.sentinel = sentinel
+        self.deltas = deltas
         self.path = path
         self._uids = frozenset({0, os.geteuid(), *allowed_uids})
         self._gids = frozenset(allowed_gids)
@@ -162,6 +188,11 @@ class AgentServer:
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
         self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
+        # service -> (the number of its last change, the snapshot after it), as the cache's
+        # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
+        # whole state sent of it.
+        self._published: dict[str, tuple[int, ServiceSnapshot]] = {}
+        self._encoded: dict[str, tuple[ServiceSnapshot, str]] = {}
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
@@ -183,6 +214,7 @@ class AgentServer:
         listening.listen(128)
         self._listening = listening
         self._remove_listener = self.sentinel.listen(None, self._on_change)
+        self.sentinel._cache.on_swap = self._on_swap
         threading.Thread(target=self._accept, name="sentinel-agent-accept", daemon=True).start()
         log.info(
             "agent serving %s from %s%s", self.path, self.sentinel.hosts, self.sentinel.namespace
@@ -199,6 +231,7 @@ class AgentServer:
         self._stopped.set()
         if self._remove_listener is not None:
             self._remove_listener()
+            self.sentinel._cache.on_swap = None
         if self._listening is not None:
             with contextlib.suppress(OSError):
                 self._listening.close()
@@ -478,7 +511,8 @@ class AgentServer:
     # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
 
     def _on_change(self, event: ChangeEvent) -> None:
-        """Mark what changed on every connection concerned; nothing here waits."""
+        """Mark a change of the session or of a shard map on every connection; a service's
+        changes are :meth:`_on_swap`'s. Nothing here waits."""
         with self._lock:
             connections = list(self._connections)
         if isinstance(event, ConnectionChanged):
@@ -487,10 +521,35 @@ class AgentServer:
         elif isinstance(event, ShardKeysChanged):
             for connection in connections:
                 connection.mark(policy=event.policy, keys=event.changes)
-        else:
-            service = event.service  # type: ignore[attr-defined]
-            for connection in connections:
-                connection.mark(service=service)
+
+    def _on_swap(
+        self,
+        service: str,
+        old: ServiceSnapshot,
+        new: ServiceSnapshot | None,
+        names: Collection[str] | None,
+    ) -> None:
+        """A service's snapshot replaced in the agent's cache (None: dropped): number the
+        change, encode what changed once, and hand the same frame to every connection
+        following the service (the whole state when a delta cannot say it). On the cache's
+        worker; nothing here waits."""
+        fields = None if new is None or not self.deltas else changes.delta(service, old, new, names)
+        with self._lock:
+            number = self._published.get(service, (0, old))[0] + (fields != {})
+            if new is None:
+                self._published.pop(service, None)
+                self._encoded.pop(service, None)
+            else:
+                self._published[service] = (number, new)
+            connections = list(self._connections)
+        if fields == {}:
+            return  # nothing a process holds (the agent's own credential)
+        change = None
+        if fields is not None:
+            frame = protocol.encode({"op": "delta", "service": service, "seq": number, **fields})
+            change = (number, frame)
+        for connection in connections:
+            connection.mark_service(service, change)
 
     def _follow_auth(self, service: str, client: str) -> None:
         """Follow ``client``'s credential node of ``service`` (once for every process of that
@@ -519,9 +578,12 @@ class AgentServer:
                     self._auth_watches.pop(pair, None)
                     ready.set()
                     return False
-                self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
+                text = self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
+            frame = None
+            if self.deltas:  # one frame for every process of the client
+                frame = protocol.encode({"op": "auth", "service": service, "auth": text})
             for connection in connections:
-                connection.mark(service=service)
+                connection.mark_credential(service, frame)
             ready.set()
             return True
 
@@ -538,7 +600,7 @@ class AgentServer:
                 while not (
                     connection.closed
                     or connection.replies
-                    or connection.services
+                    or connection.pending
                     or connection.keys
                     or connection.connection
                 ):
@@ -546,10 +608,13 @@ class AgentServer:
                 if connection.closed:
                     return
                 replies, connection.replies = connection.replies, []
-                services, connection.services = connection.services, set()
+                credentials, services, deltas = connection.pending.take()
                 keys, connection.keys = connection.keys, {}
                 state, connection.connection = connection.connection, False
             try:
+                # A credential frame first: a state built below holds one at least as new.
+                for frame in credentials.values():
+                    self._write_frame(connection, "auth", frame)
                 for message in replies:
                     if message["op"] == "service":
                         # Followed from here: a change after this marks it, and the state
@@ -557,12 +622,16 @@ class AgentServer:
                         # goes out before its answer.
                         with connection.due:
                             connection.followed.add(message["service"])
-                        message = self._service_message(
-                            connection, message["service"], message["id"]
-                        )
+                        self._write_service(connection, message["service"], message["id"])
+                        continue
                     self._write(connection, message)
                 for service in sorted(services):
-                    self._write(connection, self._service_message(connection, service))
+                    self._write_service(connection, service)
+                for service, frames in deltas.items():
+                    sent = connection.numbers.get(service, 0)
+                    for number, frame in frames:
+                        if number > sent:  # else the whole state sent held it
+                            self._write_frame(connection, "delta", frame)
                 for policy, changed in keys.items():
                     self._write(connection, self._keys_message(connection, policy, changed))
                 if state:
@@ -579,35 +648,54 @@ class AgentServer:
                 return self._drop(connection, "slow" if slow else None)
 
     def _write(self, connection: _Connection, message: dict[str, Any]) -> None:
-        sent = protocol.send(connection.sock, message)
-        telemetry.AGENT_SENT_BYTES.inc(sent)
-        telemetry.AGENT_FRAMES.labels(message["op"]).inc()
+        self._write_frame(connection, message["op"], protocol.encode(message))
 
-    def _service_message(
+    def _write_frame(self, connection: _Connection, op: str, frame: bytes) -> None:
+        sent = protocol.send_frame(connection.sock, frame)
+        telemetry.AGENT_SENT_BYTES.inc(sent)
+        telemetry.AGENT_FRAMES.labels(op).inc()
+
+    def _write_service(
         self, connection: _Connection, service: str, request: int | None = None
-    ) -> dict[str, Any]:
-        """The service's whole state now (``gone`` when the agent no longer holds it), with
-        its shard map the first time and the process's sealed credential node."""
-        snapshot = self.sentinel._snapshots.get(service)
+    ) -> None:
+        """Send the service's whole state now (``gone`` when the agent no longer holds it),
+        numbered as its last change, with its shard map the first time and the process's
+        sealed credential node. Its nodes are encoded once per snapshot, whatever the number
+        of connections sent it."""
+        with self._lock:
+            number, snapshot = self._published.get(service, (0, None))
+            if snapshot is None:  # no change since the agent's cache loaded it
+                snapshot = self.sentinel._snapshots.get(service)
+            auth = None
+            if connection.auth_client is not None:
+                auth = self._auth.get((service, connection.auth_client))
         if snapshot is None:
             with connection.due:
                 connection.followed.discard(service)
-            return {"op": "gone", "id": request, "service": service}
+            self._write(connection, {"op": "gone", "id": request, "service": service})
+            return
         message: dict[str, Any] = {
             "op": "service",
             "id": request,
             "service": service,
-            "entry": {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)},
+            "seq": number,
             "policies": {},
-            "auth": None,
+            "auth": auth,
         }
         policy = snapshot.spec.shard_policy
         if policy is not None and policy not in connection.policies_sent:
             message["policies"][policy] = self._policy_entry(connection, policy)
-        if connection.auth_client is not None:
-            with self._lock:
-                message["auth"] = self._auth.get((service, connection.auth_client))
-        return message
+        connection.numbers[service] = number
+        frame = protocol.encode(message, {"entry": self._entry(service, snapshot)})
+        self._write_frame(connection, "service", frame)
+
+    def _entry(self, service: str, snapshot: ServiceSnapshot) -> str:
+        """``snapshot``'s nodes in the snapshot file's form, as JSON, encoded once."""
+        encoded = self._encoded.get(service)
+        if encoded is None or encoded[0] is not snapshot:
+            entry = {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)}
+            encoded = self._encoded[service] = (snapshot, protocol.json_text(entry))
+        return encoded[1]
 
     def _keys_message(
         self, connection: _Connection, policy: str, keys: set[str] | None
