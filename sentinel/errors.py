@@ -27,6 +27,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ConnectionInterrupted
     │   ├── TlsHandshakeFailed
     │   └── AgentUnavailable                 the host agent's socket did not answer
+    │       └── AgentServiceUnavailable      the agent cannot send one service (.service)
     ├── AgentProtocolError                   a frame on the agent's socket refused
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
@@ -242,6 +243,17 @@ class TlsHandshakeFailed(ZooKeeperUnavailable):
 class AgentUnavailable(ZooKeeperUnavailable):
     """The host agent (``sentinel agent``) did not answer on its socket: not running, the
     socket missing, or this process not allowed to connect; the message names the socket."""
+
+
+class AgentServiceUnavailable(AgentUnavailable):
+    """The host agent holds ``service`` but cannot send it to this process (its state is
+    larger than the agent's frame bound, or holds a node the agent cannot encode). The link
+    stays up for the process's other services; this one is served as it was, marked stale
+    (``connection_state`` ``suspended``), until the agent can send it again."""
+
+    def __init__(self, message: str, service: str | None = None) -> None:
+        super().__init__(message)
+        self.service = service
 
 
 class AgentProtocolError(SentinelError):

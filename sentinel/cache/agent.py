@@ -36,7 +36,7 @@ from sentinel.cache.snapshot_file import instance_of, metrics_of, policy_map, se
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
-from sentinel.errors import DecodeError, SentinelError, ServiceNotFound
+from sentinel.errors import AgentServiceUnavailable, DecodeError, SentinelError, ServiceNotFound
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, decode_bucket
 
@@ -94,6 +94,8 @@ class AgentFollower:
                 self._forget(service)
                 self._cache.drop(service)
                 continue
+            except AgentServiceUnavailable:
+                continue  # served as it was, stale while the agent cannot send it (the link)
             connection = self._link.connections
             with self._lock:
                 # On a new connection nothing of a service comes before its follow's answer:
