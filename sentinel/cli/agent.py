@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace) -> int:
             max_connections_per_uid=args.max_connections_per_uid,
             hello_timeout=args.hello_timeout,
             heartbeat=args.heartbeat,
+            deltas=not args.whole_state_frames,
         )
         report = event_printer(args, {"serving": lambda details: f"serving {details['socket']}"})
         with server:
@@ -136,5 +137,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "either end silent for three is dropped, and the process is stale (default 5)",
     )
     agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
+    agent.add_argument(  # the frames before deltas, for benchmarks.agent to compare
+        "--whole-state-frames", action="store_true", help=argparse.SUPPRESS
+    )
     add_curator_option(agent)
     add_metrics_option(agent)
