@@ -44,7 +44,9 @@ def delta(
     if old.spec != new.spec:
         return None
     if names is None:
-        names = old.endpoints.keys() | new.endpoints.keys() | old.metrics.keys() | new.metrics
+        names = (
+            old.endpoints.keys() | new.endpoints.keys() | old.metrics.keys() | new.metrics.keys()
+        )
     instances: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
     for name in names:

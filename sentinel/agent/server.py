@@ -886,7 +886,12 @@ class AgentServer:
         change, encode what changed once, and hand the same frame to every connection
         following the service (the whole state when a delta cannot say it, or would be
         larger than a frame may be). On the cache's worker; nothing here waits."""
-        fields = None if new is None or not self.deltas else changes.delta(service, old, new, names)
+        fields = None
+        if new is not None and self.deltas:
+            try:
+                fields = changes.delta(service, old, new, names)
+            except Exception:  # the agent's own bug: its processes are sent the whole state
+                log.exception("agent: the change of %s could not be told as a delta", service)
         with self._lock:
             number = self._published.get(service, (0, old))[0] + (fields != {})
             if new is None:
