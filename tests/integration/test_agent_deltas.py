@@ -244,13 +244,24 @@ def test_a_backlog_past_the_bound_collapses_into_the_whole_state(
     heard = []
     app.listen(SERVICE, heard.append)
     connection = connection_of(agent)
-    assert wait_until(lambda: not (connection.flushing or connection.out))
-    with connection.due:
-        connection.flushing = True  # as if a frame worker were on it: nothing is built
+
+    def hold() -> bool:
+        with connection.due:
+            if connection.flushing or connection.out:
+                return False
+            connection.flushing = True  # as if a frame worker were on it: nothing is built
+            return True
+
+    assert wait_until(hold)
     wholes = frames("service")
+    held = agent.sentinel._snapshots
     for lag in range(1, 6):
         admin.update_metrics(a, {"replication_lag": float(lag)})
-    assert wait_until(lambda: connection.pending.collapsed == 1)
+        # One change at a time in the agent's cache (a node's events in a burst coalesce).
+        assert wait_until(
+            lambda lag=lag: held[SERVICE].endpoints["p1:a"].metrics.get("replication_lag") == lag
+        )
+    assert connection.pending.collapsed == 1
     assert SERVICE in connection.pending.whole and not connection.pending.deltas
     with connection.due:
         connection.flushing = False
