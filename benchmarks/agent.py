@@ -52,6 +52,9 @@ from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 NAMESPACE = "/zkcost"  # benchmarks.zkcost's counters read reads under this namespace
+# Seconds a first load may take: 10,000 instances read by every process at once, on a
+# loaded machine, take longer than a client's default.
+LOAD_TIMEOUT = 120.0
 # Each change writes a value no earlier change wrote: a process hears each one.
 _VALUES = itertools.count(1)
 
@@ -75,6 +78,7 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
         announce=False,
         prometheus_registry=None,
         agent=agent or False,
+        connect_timeout=LOAD_TIMEOUT,
     ) as client:
         for service in services:
             client.prefetch(service)
@@ -173,6 +177,8 @@ def measure(
                     socket_path,
                     "--metrics-port",
                     str(metrics_port),
+                    "--timeout",
+                    str(LOAD_TIMEOUT),
                     "--json",
                     *(["--whole-state-frames"] if mode == "agent-whole" else []),
                 ],
@@ -279,8 +285,10 @@ def main(argv: list[str] | None = None) -> None:
             order = modes if run % 2 == 0 else modes[::-1]  # alternated: neither always first
             for size in args.instances:
                 for mode in order:
-                    row = measure(mode, zk, writer, by_size[size], args)
-                    rows.append({"run": run + 1, "instances": size, **row})
+                    row = {"run": run + 1, "instances": size}
+                    row.update(measure(mode, zk, writer, by_size[size], args))
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)  # kept if a later fails
     table = [
         (
             r["run"],
