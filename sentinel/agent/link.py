@@ -92,6 +92,7 @@ class AgentLink:
             "client": client,
             "auth_client": auth_client,
             "identity": identity,
+            "deltas": True,  # it applies a change's delta (sentinel.cache.agent)
         }
         self._timeout = timeout
         self.on_frame: OnFrame = lambda message: None

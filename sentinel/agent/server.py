@@ -133,6 +133,7 @@ class _Connection:
     auth_client: str | None = None
     identity: str | None = None  # its ZooKeeper identity, for what it may read
     version: int = protocol.VERSION  # its hello's: 2 and later send and expect heartbeats
+    deltas: bool = False  # its hello says it applies deltas (older processes do not)
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
     announced: set[str] = field(default_factory=set)  # /clients paths
@@ -182,7 +183,7 @@ class _Connection:
         with self.due:
             if service not in self.followed:
                 return
-            if change is None:
+            if change is None or not self.deltas:
                 self.pending.add_whole(service)
             else:
                 self.pending.add_delta(service, *change)
@@ -194,7 +195,7 @@ class _Connection:
         with self.due:
             if service not in self.followed:
                 return
-            if frame is None:
+            if frame is None or not self.deltas:
                 self.pending.add_whole(service)
             else:
                 self.pending.add_credential(service, frame)
@@ -732,6 +733,7 @@ class AgentServer:
             )
         connection.client = validate_name("client id", checked(hello, "client", str))
         connection.identity = checked(hello, "identity", (str, type(None)))
+        connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
         welcome = self._connection_message("welcome")
         welcome["heartbeat"] = self._heartbeat

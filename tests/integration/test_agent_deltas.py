@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from sentinel.agent import changes
+from sentinel.agent import changes, protocol
 from sentinel.agent.changes import Pending
 from sentinel.agent.server import AgentServer
 from sentinel.events import InstancesChanged, MetricsChanged
@@ -335,3 +335,29 @@ def test_a_new_connection_starts_from_the_whole_state_and_numbers_anew(
     assert wait_until(lambda: served(app) == expected)
     assert app.cache_stats.agent_whole_states_asked == 0
     assert app.connection_state == "connected"
+
+
+def test_a_process_that_does_not_say_it_applies_deltas_is_sent_whole_states(
+    serve, admin, socket_path, namespace
+):
+    """A process of an earlier release (its hello has no ``deltas``) is sent a change as the
+    service's whole state, which is all it reads; the agent sends deltas only to processes
+    that say they apply them."""
+    serve()
+    a = admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    sock = test_agent._raw(socket_path)
+    assert test_agent._hello(sock, namespace)["op"] == "welcome"
+    protocol.send(sock, {"op": "follow", "id": 1, "service": SERVICE})
+
+    def next_frame() -> dict:
+        while True:
+            message = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+            if message["op"] != "heartbeat":
+                return message
+
+    assert next_frame()["op"] == "service"
+    admin.update_metrics(a, {"replication_lag": 4.0})
+    change = next_frame()
+    assert change["op"] == "service", change
+    assert "replication_lag" in change["entry"]["metrics"]["p1:a"]
+    sock.close()
