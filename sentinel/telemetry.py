@@ -171,7 +171,8 @@ AGENT_SENT_BYTES = Counter(
 )
 AGENT_FRAMES = Counter(
     "sentinel_agent_frames_total",
-    "Frames this host agent sent to its processes, by kind (service: a service's state, "
+    "Frames this host agent sent to its processes, by kind (service: a service's whole "
+    "state, delta: what one change of a service changed, auth: a credential node, "
     "buckets/policy: a shard map's, connection: its session's).",
     ["op"],
     registry=None,

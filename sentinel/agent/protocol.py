@@ -8,21 +8,46 @@ counts it and serves the rest).
 
 A process says who it is, then asks for what it follows::
 
-    -> {"op": "hello", "version": 1, "namespace": "/sentinel", "client": "billing-api",
-        "auth_client": "billing-api"}          # auth_client: null without a key ring
-    <- {"op": "welcome", "version": 1, "state": "connected", "since": null}
+    -> {"op": "hello", "version": 2, "namespace": "/sentinel", "client": "billing-api",
+        "auth_client": "billing-api", "deltas": true}  # auth_client: null without a key ring
+    <- {"op": "welcome", "version": 2, "state": "connected", "since": null, ...}
     -> {"op": "follow", "id": 1, "service": "orders-db"}
-    <- {"op": "service", "id": 1, "service": "orders-db", "entry": {...}, "policies": {...},
-        "auth": "<the /auth node's JSON, encrypted to the process's key ring>"}
+    <- {"op": "service", "id": 1, "service": "orders-db", "seq": 41, "entry": {...},
+        "policies": {...}, "auth": "<the /auth node's JSON, encrypted to the process's key ring>"}
 
 ``entry`` is a service in the snapshot file's form (:mod:`sentinel.cache.snapshot_file`):
 every node as ZooKeeper holds it, so the process decodes it with the registry's own codecs.
-Later frames carry changes: ``service`` again (the service's whole state, latest wins),
-``gone`` (the service's spec was deleted), ``buckets`` (a shard policy's changed buckets),
-``policy`` (a policy's whole map), ``connection`` (the agent's session: ``connected``,
-``suspended``, ``lost``). A process's other requests: ``partition`` (a key its map does not
-hold, read through by the agent), ``announce`` (its ``/clients`` record for a service, kept
-by the agent on its session until the process disconnects).
+Later frames carry changes. A process whose hello says ``"deltas": true`` is sent a change of
+a service as what changed (:mod:`sentinel.agent.changes`), numbered in the service's sequence::
+
+    <- {"op": "delta", "service": "orders-db", "seq": 42,
+        "instances": {"p1:a": [<joined zxid>, "<the node's JSON>"], "p1:b": null},
+        "metrics": {"p1:a": "<the node's JSON>"},
+        "invalid": ["/services/orders-db/p9:x"], "valid": []}
+
+(each field only when it has something: ``null`` is a node removed; ``invalid`` and
+``valid`` the paths that became unreadable, and readable or gone again), and a change of its
+credential node as ``auth`` (``{"op": "auth", "service": ..., "auth": <the node's text>}``).
+A whole state (``service``) carries the ``seq`` of the last change it holds: the next delta is
+``seq + 1``. The process applies a delta only when it follows the state it holds; one whose
+``seq`` skips, or that does not decode, is skipped and the whole state asked again with a
+``follow`` of its own (a negative ``id``: its answer comes in order with the service's other
+frames). A delta sets nodes to values, so one the state holds already changes nothing.
+
+The whole state is sent on a first ``follow`` (and each re-``follow``: every reconnection),
+after a spec change (with a shard map the process may not hold), when a connection's pending
+deltas of a service pass :data:`~sentinel.agent.changes.MAX_PENDING_DELTAS` or
+:data:`~sentinel.agent.changes.MAX_PENDING_DELTA_BYTES` (a process reading slower than the
+service changes), when a delta would be larger than a frame may be, and for every change to a
+process that did not say ``deltas`` (an earlier release, which reads whole states only). A
+delta's frame is encoded once and the same bytes sent to every connection following the
+service; a whole state's nodes are encoded once per snapshot whatever the connections.
+
+Other changes: ``gone`` (the service's spec was deleted), ``buckets`` (a shard policy's
+changed buckets), ``policy`` (a policy's whole map), ``connection`` (the agent's session:
+``connected``, ``suspended``, ``lost``). A process's other requests: ``partition`` (a key its
+map does not hold, read through by the agent), ``announce`` (its ``/clients`` record for a
+service, kept by the agent on its session until the process disconnects).
 
 Both ends hear each other at least every ``heartbeat`` seconds (the agent's ``welcome`` says
 how often, protocol version 2): each sends a ``heartbeat`` frame when it has sent nothing else

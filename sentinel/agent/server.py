@@ -2,9 +2,9 @@
 
 :class:`AgentServer` holds one :class:`~sentinel.Sentinel` client (its session, its cache and
 its watches) and serves the processes that connect to its Unix socket: each says which
-services it follows, and gets each one's whole state, then the state again after every
-change (:mod:`sentinel.agent.protocol`). A process's lookups never cross the socket: it keeps
-its own immutable snapshots, as with a session of its own.
+services it follows, and gets each one's whole state, then each change as what changed
+(:mod:`sentinel.agent.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
+cross the socket: it keeps its own immutable snapshots, as with a session of its own.
 
 Who may connect: the socket file is made with mode 0660 (0600 without ``allowed_gids``), and
 every connection's peer credentials (``SO_PEERCRED``) are checked: root, the agent's own user,
@@ -18,15 +18,17 @@ process sends reaches the agent's cache worker or kazoo's threads. Connections a
 peer uid and in all; a hello must come within ``hello_timeout``; a process that sends nothing
 (not even a heartbeat) for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is
 dropped, and the agent sends a heartbeat on a link idle for ``heartbeat`` seconds so that its
-processes can tell a quiet agent from a dead one. Changes are marked on the connection (a set
-of services, latest wins), never queued: a connection's frames are built only once the last
-ones were written, so a slow process costs the agent one set and one batch of frames, and is
-sent the latest state when it reads again; one that has not read for ``send_timeout`` seconds
-is dropped (it reconnects and reads afresh). Any failure on a connection drops that connection
-only, logged and counted; a service whose frame cannot be sent is an ``error`` frame naming
-it, the link kept. Credentials cross the socket as the ``/auth`` node holds them, sealed to
-the process's key ring: the agent holds no private key and never sees a credential in the
-clear.
+processes can tell a quiet agent from a dead one. The cache's worker hands each change of a
+service to :meth:`AgentServer._on_swap`, which encodes its delta once and hands the same bytes
+to every connection following the service; a connection keeps them in order, bounded per
+service (past the bound they collapse into the service's whole state, built when sent), and
+its frames are built only once the last ones were written, so a slow process costs the agent
+that bound and one batch of frames, and is sent the latest state when it reads again; one
+that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
+Any failure on a connection drops that connection only, logged and counted; a service whose
+frame cannot be sent is an ``error`` frame naming it, the link kept. Credentials cross the
+socket as the ``/auth`` node holds them, sealed to the process's key ring: the agent holds no
+private key and never sees a credential in the clear.
 """
 
 from __future__ import annotations
