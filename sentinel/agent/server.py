@@ -179,28 +179,24 @@ class _Connection:
             self.connection |= connection
         self.kick(self)
 
-    def mark_service(self, service: str, change: tuple[int, bytes] | None) -> None:
-        """A change of ``service``: its delta (its number, its frame), or None when the
-        process must be sent the whole state. Never blocks on the peer."""
+    def mark_service(
+        self,
+        service: str,
+        delta: tuple[int, bytes] | None = None,
+        credential: bytes | None = None,
+    ) -> None:
+        """A change of ``service``: its delta (its number, its frame) or its credential
+        node's frame; neither, or a process that does not take deltas: the whole state.
+        Never blocks on the peer."""
         with self.due:
             if service not in self.followed:
                 return
-            if change is None or not self.deltas:
-                self.pending.add_whole(service)
+            if credential is not None and self.deltas:
+                self.pending.add_credential(service, credential)
+            elif delta is not None and self.deltas:
+                self.pending.add_delta(service, *delta)
             else:
-                self.pending.add_delta(service, *change)
-        self.kick(self)
-
-    def mark_credential(self, service: str, frame: bytes | None) -> None:
-        """The process's credential node of ``service`` changed: its frame (None: send the
-        whole state)."""
-        with self.due:
-            if service not in self.followed:
-                return
-            if frame is None or not self.deltas:
                 self.pending.add_whole(service)
-            else:
-                self.pending.add_credential(service, frame)
         self.kick(self)
 
     def reply(self, message: dict[str, Any]) -> None:
@@ -945,7 +941,7 @@ class AgentServer:
             if self.deltas:  # one frame for every process of the client
                 frame = protocol.encode({"op": "auth", "service": service, "auth": text})
             for connection in connections:
-                connection.mark_credential(service, frame)
+                connection.mark_service(service, credential=frame)
             ready.set()
             return True
 

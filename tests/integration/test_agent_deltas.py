@@ -99,11 +99,18 @@ def serve(make_client, socket_path):
         server.stop()
 
 
-def connection_of(agent: AgentServer):
-    """The agent's one connection, once it follows the service."""
+def following(agent: AgentServer, admin, make_client, socket_path: str) -> tuple:
+    """An instance, a process following its service through ``agent`` (settled) with a
+    listener, and the agent's connection of that process."""
+    a = admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
+    app = through(make_client, socket_path)
+    app.prefetch(SERVICE)
+    settled(app)
+    heard: list = []
+    app.listen(SERVICE, heard.append)
     assert wait_until(lambda: any(SERVICE in c.followed for c in list(agent._connections)))
     (connection,) = [c for c in list(agent._connections) if SERVICE in c.followed]
-    return connection
+    return agent, a, app, heard, connection
 
 
 @pytest.mark.parametrize("deltas", [True, False], ids=["deltas", "whole-states"])
@@ -195,14 +202,7 @@ def test_a_gap_in_a_services_deltas_ends_in_its_whole_state(serve, admin, make_c
     """A delta the process never got (dropped here on the agent's side): the next one skips a
     number, so the process skips it, asks for the whole state and converges, and its listener
     hears both changes."""
-    agent = serve()
-    a = admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
-    app = through(make_client, socket_path)
-    app.prefetch(SERVICE)
-    settled(app)
-    heard = []
-    app.listen(SERVICE, heard.append)
-    connection = connection_of(agent)
+    _, a, app, heard, connection = following(serve(), admin, make_client, socket_path)
 
     class DropsOne(Pending):
         dropped = 0
@@ -236,14 +236,7 @@ def test_a_backlog_past_the_bound_collapses_into_the_whole_state(
     service changes more times than a connection may have deltas pending: they collapse into
     the whole state, sent once the connection is written to again; nothing is asked."""
     monkeypatch.setattr(changes, "MAX_PENDING_DELTAS", 3)
-    agent = serve()
-    a = admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
-    app = through(make_client, socket_path)
-    app.prefetch(SERVICE)
-    settled(app)
-    heard = []
-    app.listen(SERVICE, heard.append)
-    connection = connection_of(agent)
+    agent, a, app, heard, connection = following(serve(), admin, make_client, socket_path)
 
     def hold() -> bool:
         with connection.due:
