@@ -234,10 +234,17 @@ class AgentLink:
         sock.settimeout(self._timeout)
         try:
             sock.connect(self.path)
-            protocol.send(sock, self._hello)
-            welcome = protocol.receive(
-                sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome", "error"})
-            )
+            try:
+                protocol.send(sock, self._hello)
+            except OSError:
+                # Refused at once (the agent's caps), and maybe told why: read that first.
+                welcome = protocol.receive(sock, protocol.MAX_REPLY_BYTES, frozenset({"error"}))
+                if welcome is None:
+                    raise
+            else:
+                welcome = protocol.receive(
+                    sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome", "error"})
+                )
         except (OSError, AgentProtocolError) as exc:
             sock.close()
             reason = getattr(exc, "strerror", None) or str(exc)
