@@ -27,6 +27,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ConnectionInterrupted
     │   ├── TlsHandshakeFailed
     │   └── AgentUnavailable                 the host agent's socket did not answer
+    │       └── AgentNotTrusted              its listener is not the agent this process trusts
     ├── AgentProtocolError                   a frame on the agent's socket refused
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
@@ -242,6 +243,12 @@ class TlsHandshakeFailed(ZooKeeperUnavailable):
 class AgentUnavailable(ZooKeeperUnavailable):
     """The host agent (``sentinel agent``) did not answer on its socket: not running, the
     socket missing, or this process not allowed to connect; the message names the socket."""
+
+
+class AgentNotTrusted(AgentUnavailable):
+    """What listens on the agent's socket is not the agent this process trusts: the socket
+    file or its listener belongs to a user other than root, this process's own and
+    ``$SENTINEL_AGENT_USER``. Nothing was sent to it; the message names both users."""
 
 
 class AgentProtocolError(SentinelError):

@@ -184,6 +184,12 @@ AGENT_DROPPED = Counter(
     ["reason"],
     registry=None,
 )
+AGENT_IDENTITIES_REFUSED = Counter(
+    "sentinel_agent_identities_refused_total",
+    "Requests of a process this host agent could not serve as the process's identity: every "
+    "identity session its user may hold keeps a live process's /clients entries (logged).",
+    registry=None,
+)
 
 EVENT_METRICS = (
     PROPAGATION_DELAY,
@@ -201,6 +207,7 @@ EVENT_METRICS = (
     AGENT_SENT_BYTES,
     AGENT_FRAMES,
     AGENT_DROPPED,
+    AGENT_IDENTITIES_REFUSED,
 )
 
 
