@@ -199,6 +199,12 @@ AGENT_ERRORS = Counter(
     ["where"],
     registry=None,
 )
+AGENT_IDENTITIES_REFUSED = Counter(
+    "sentinel_agent_identities_refused_total",
+    "Requests of a process this host agent could not serve as the process's identity: every "
+    "identity session its user may hold keeps a live process's /clients entries (logged).",
+    registry=None,
+)
 
 EVENT_METRICS = (
     PROPAGATION_DELAY,
@@ -218,6 +224,7 @@ EVENT_METRICS = (
     AGENT_DROPPED,
     AGENT_UNSENT,
     AGENT_ERRORS,
+    AGENT_IDENTITIES_REFUSED,
 )
 
 

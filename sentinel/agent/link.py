@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import random
 import socket
 import threading
@@ -37,6 +38,7 @@ from kazoo.client import KazooState
 from sentinel.agent import protocol
 from sentinel.errors import (
     AccessDenied,
+    AgentNotTrusted,
     AgentProtocolError,
     AgentServiceUnavailable,
     AgentUnavailable,
@@ -80,9 +82,12 @@ class AgentLink:
         auth_client: str | None,
         *,
         identity: str | None = None,
+        agent_user: str | int | None = None,
         timeout: float = 10.0,
     ) -> None:
         self.path = path
+        # Who may listen on the socket (the hello below carries the process's identity).
+        self._trusted = protocol.trusted_uids(agent_user)
         # The process's ZooKeeper identity: the agent serves it only what that identity may
         # read (a local socket to the host's own daemon; never logged, never in a repr).
         self._hello = {
@@ -234,6 +239,7 @@ class AgentLink:
         sock.settimeout(self._timeout)
         try:
             sock.connect(self.path)
+            self._check_listener(sock)
             try:
                 protocol.send(sock, self._hello)
             except OSError:
@@ -245,6 +251,9 @@ class AgentLink:
                 welcome = protocol.receive(
                     sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome", "error"})
                 )
+        except AgentNotTrusted:
+            sock.close()
+            raise
         except (OSError, AgentProtocolError) as exc:
             sock.close()
             reason = getattr(exc, "strerror", None) or str(exc)
@@ -273,6 +282,24 @@ class AgentLink:
             self._sock = sock
             self._sent_at = time.monotonic()
         return welcome
+
+    def _check_listener(self, sock: socket.socket) -> None:
+        """:class:`AgentNotTrusted` unless both the socket file and the process listening on
+        it belong to root, this process's user or the configured agent user: anyone who may
+        write the socket's directory could have put a listener there, and the hello carries
+        this process's identity. The listener's uid is the kernel's (``SO_PEERCRED``), so a
+        file swapped between this check and the connect changes nothing."""
+        _, listener, _ = protocol.peer_credentials(sock)
+        owner = os.lstat(self.path).st_uid
+        if listener in self._trusted and owner in self._trusted:
+            return
+        trusted = ", ".join(str(uid) for uid in sorted(self._trusted))
+        raise AgentNotTrusted(
+            f"refusing the agent at {self.path}: the socket belongs to uid {owner} and its "
+            f"listener runs as uid {listener}, while only uids {trusted} may serve this "
+            f"process; nothing was sent to it. If the agent runs as another user, set "
+            f"${protocol.USER_ENV} to it; otherwise find who listens there"
+        )
 
     def _read(self) -> None:
         """Frames until the connection ends: answers to their requests, the rest to

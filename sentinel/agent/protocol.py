@@ -61,13 +61,14 @@ before it is closed.
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 import struct
 from collections.abc import Mapping
 from typing import Any
 
 from sentinel.errors import AgentProtocolError as ProtocolError
-from sentinel.errors import SentinelError
+from sentinel.errors import SentinelError, ValidationError
 from sentinel.registry.records import parse_json, utf8_json
 
 VERSION = 2
@@ -84,8 +85,11 @@ MAX_REQUEST_BYTES = 64 * 1024
 MAX_REPLY_BYTES = 128 * 1024 * 1024
 ENV = "SENTINEL_AGENT"
 DEFAULT_SOCKET = "/run/sentinel/agent.sock"
+# The user the agent runs as (a name or a uid), when it is neither root nor the process's own.
+USER_ENV = "SENTINEL_AGENT_USER"
 
 _LENGTH = struct.Struct(">I")
+_PEERCRED = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
 
 REQUESTS = frozenset({"hello", "follow", "partition", "announce", "heartbeat"})
 REPLIES = frozenset(
@@ -110,6 +114,38 @@ def socket_path(explicit: str | None = None) -> str:
     """The agent's socket: ``explicit`` (``--socket``, ``Sentinel(agent=...)``), else
     ``$SENTINEL_AGENT``, else :data:`DEFAULT_SOCKET`."""
     return explicit or os.environ.get(ENV) or DEFAULT_SOCKET
+
+
+def trusted_uids(agent_user: str | int | None = None) -> frozenset[int]:
+    """The users whose agent a process trusts: root, its own, and ``agent_user`` (else
+    ``$SENTINEL_AGENT_USER``), a user name or a uid. ValidationError for a user that does
+    not exist."""
+    user = agent_user if agent_user is not None else os.environ.get(USER_ENV) or None
+    uids = {0, os.geteuid()}
+    if isinstance(user, int) and not isinstance(user, bool):
+        uids.add(user)
+    elif isinstance(user, str):
+        if user.isdigit():
+            uids.add(int(user))
+        else:
+            try:
+                uids.add(pwd.getpwnam(user).pw_uid)
+            except KeyError:
+                raise ValidationError(
+                    f"agent user {user!r} (${USER_ENV}): no such user; give its uid"
+                ) from None
+    elif user is not None:
+        raise ValidationError(f"agent user: a name or a uid, not {type(user).__name__}")
+    return frozenset(uids)
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The (pid, uid, gid) of the process at the other end of a Unix socket, as the kernel
+    recorded them when it connected (or, seen from a client, when the server listened)."""
+    pid, uid, gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid, gid
 
 
 def encode(message: Mapping[str, Any], encoded: Mapping[str, bytes] | None = None) -> bytes:

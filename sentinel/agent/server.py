@@ -6,10 +6,19 @@ services it follows, and gets each one's whole state, then each change as what c
 (:mod:`sentinel.agent.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
 cross the socket: it keeps its own immutable snapshots, as with a session of its own.
 
-Who may connect: the socket file is made with mode 0660 (0600 without ``allowed_gids``), and
-every connection's peer credentials (``SO_PEERCRED``) are checked: root, the agent's own user,
-and the users and groups allowed. A refused peer, a frame that is not a message, or a process
-that claims another process's identity is logged, counted and dropped; the others are served.
+Who may connect: every connection's peer credentials are checked (``SO_PEERCRED``, and
+``SO_PEERGROUPS`` for its supplementary groups, both as the kernel recorded them when it
+connected): root, the agent's own user, and the users and groups allowed. The socket file is
+made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
+the check. The socket's directory must be writable by root or the agent's user alone. A
+refused peer, a frame that is not a message, or a process that claims another process's
+identity is logged, counted and dropped; the others are served.
+
+Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
+writes them on a session of that identity, so a rotation trusts them as it would the
+process's own); a process without an identity has them on the agent's session, as an
+anonymous process would. When the process leaves, its entries go (or, where the identity
+may not delete them, are marked as left until its identity's last process leaves).
 
 Threads do not grow with connections: one loop (:mod:`selectors`) accepts, reads and writes
 every socket, non-blocking; requests (which may wait on ZooKeeper) run on a few request
@@ -46,9 +55,10 @@ import stat
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
@@ -64,6 +74,7 @@ from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
+from sentinel.auth.store import read_auth, read_issued
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments
@@ -71,10 +82,10 @@ from sentinel.errors import (
     AccessDenied,
     AgentServiceUnavailable,
     AgentUnavailable,
+    DecodeError,
     NamespaceNotFound,
     ResolutionError,
     SentinelError,
-    ServiceNotFound,
     ZooKeeperUnavailable,
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
@@ -89,6 +100,7 @@ from sentinel.registry.layout import (
 from sentinel.registry.records import ClientRecord, utf8_json
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
+from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
 from sentinel.zk.protocol import WatcherType
 
@@ -97,9 +109,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PEERCRED = struct.Struct("3i")  # pid, uid, gid
-# Sessions the agent opens to read as its processes' identities (only for nodes not everyone
-# may read): identities are a host's few roles and applications; more is refused.
+# SO_PEERGROUPS (Linux 4.13): Python names it from 3.?; its value is the same on every arch.
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+_GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
+# Sessions the agent opens as its processes' identities (their /clients entries, and reads of
+# nodes not everyone may read): identities are a host's few roles and applications. Bounded
+# per peer user and in all; past a bound the least recently used session that holds no live
+# process's entry is closed, so one user's junk identities never lock another identity out.
+MAX_IDENTITY_SESSIONS_PER_PEER = 16
 MAX_IDENTITY_SESSIONS = 64
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
@@ -138,7 +155,9 @@ class _Connection:
     deltas: bool = False  # its hello says it applies deltas (older processes do not)
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
-    announced: set[str] = field(default_factory=set)  # /clients paths
+    # /clients path -> the identity session keeping it (None: the agent's own session)
+    announced: dict[str, _IdentitySession | None] = field(default_factory=dict)
+    readable: set[str] = field(default_factory=set)  # services its identity may read
     # What is due: replies in order, then the services' changes, the policies' latest state.
     replies: list[dict[str, Any]] = field(default_factory=list)
     pending: Pending = field(default_factory=Pending)
@@ -226,6 +245,25 @@ class _Throttled:
         log.warning(message + suffix, *args)
 
 
+@dataclass(eq=False)
+class _IdentitySession:
+    """A session acting as one process identity, for one peer user: it keeps the
+    ``/clients`` entries of that user's processes of that identity, and reads what not
+    everyone may read."""
+
+    zk: KazooClient
+    nodes: EphemeralNodes
+    live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
+    left: set[str] = field(default_factory=set)  # entries marked as left (see _retire)
+
+    def close(self) -> None:
+        """End the session: its entries, live or marked, go with it."""
+        self.nodes.close(timeout=0)
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+        self.zk.close()
+
+
 class AgentServer:
     """Serves the processes of a host from ``sentinel``'s session on the socket at ``path``.
 
@@ -261,6 +299,7 @@ class AgentServer:
         self.path = path
         self._uids = frozenset({0, os.geteuid(), *allowed_uids})
         self._gids = frozenset(allowed_gids)
+        self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
         self._max_connections = max_connections
         self._max_per_uid = max_connections_per_uid
@@ -276,7 +315,8 @@ class AgentServer:
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
-        self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
+        # (peer uid, identity) -> a session acting as it, least recently used first
+        self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
         # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
         # whole state sent of it.
@@ -305,12 +345,18 @@ class AgentServer:
         session's changes."""
         directory = os.path.dirname(self.path) or "."
         os.makedirs(directory, mode=0o755, exist_ok=True)
+        _check_directory(directory)
         self._replace_stale_socket()
         _raise_descriptor_limit(self._max_connections)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o117 if self._gids else 0o177)  # made 0660 or 0600, never wider
+        # Bound 0600; opened to everyone only when other users are allowed: the kernel then
+        # lets them reach the peer check, which decides (the file's mode cannot name a list
+        # of users and groups).
+        old_umask = os.umask(0o177)
         try:
             listening.bind(self.path)
+            if self._open:
+                os.chmod(self.path, 0o666)
         finally:
             os.umask(old_umask)
         listening.listen(1024)
@@ -350,21 +396,22 @@ class AgentServer:
                 os.unlink(self.path)
         with self._lock:
             connections = list(self._connections)
-            readers, self._readers = list(self._readers.values()), {}
         for connection in connections:
             self._drop(connection, None)
         for connection in connections:  # the loop has ended: closed here
             self._close(connection)
         # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
-        # entries of the connections dropped are removed, before the sessions go.
+        # entries of the connections dropped are retired, before the sessions go.
         self._requests.shutdown(wait=True)
         self._frames.shutdown(wait=True)
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        for reader in readers:
-            reader.stop()
-            reader.close()
+        with self._lock:
+            sessions = list(self._identities.values())
+            self._identities.clear()
+        for session in sessions:
+            session.close()
 
     def __enter__(self) -> AgentServer:
         return self.start()
@@ -567,10 +614,8 @@ class AgentServer:
     def _admit(self, sock: socket.socket) -> None:
         """Serve a new connection if its peer may connect and the caps allow; else refuse it
         (the caps' refusal says why, in an error frame)."""
-        pid, uid, gid = _PEERCRED.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-        )
-        if uid not in self._uids and gid not in self._gids:
+        pid, uid, gid = protocol.peer_credentials(sock)
+        if not self._allowed(sock, uid, gid):
             telemetry.AGENT_DROPPED.labels("refused").inc()
             self._refusals.warning(
                 "agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid
@@ -599,6 +644,21 @@ class AgentServer:
         telemetry.AGENT_PROCESSES.set(len(self._connections))
         self._update(connection)
 
+    def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
+        """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
+        (primary or supplementary, as the kernel recorded them at connect: no ``/proc`` read,
+        so a pid reused meanwhile changes nothing)."""
+        if uid in self._uids or gid in self._gids:
+            return True
+        if not self._gids:
+            return False
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_BYTES)
+        except OSError as exc:  # more groups than fit, or a kernel without SO_PEERGROUPS
+            log.warning("agent: no supplementary groups of uid %d (%s)", uid, exc.strerror)
+            return False
+        return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
+
     def _drop(self, connection: _Connection, reason: str | None) -> None:
         """Close a connection (the loop closes its socket) and forget its announcements;
         ``reason`` is counted (None: the process left, or the agent stops)."""
@@ -624,16 +684,53 @@ class AgentServer:
             )
             self._unfollow_auth(connection.auth_client)
         telemetry.AGENT_PROCESSES.set(len(self._connections))
-        gone = connection.announced - still
-        if gone:  # its /clients entries go with it, removed on a request worker
-            self._submit(self._requests, self._forget, gone)
+        gone = {path: s for path, s in connection.announced.items() if path not in still}
+        if gone:  # its /clients entries go with it, retired on a request worker
+            self._submit(self._requests, self._retire_all, connection, gone)
 
-    def _forget(self, paths: set[str]) -> None:
-        for path in paths:
-            try:
-                self.sentinel._nodes.remove(path)
-            except Exception as exc:  # the session lost or closing: its end removes them
-                log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
+    def _retire_all(
+        self, connection: _Connection, gone: dict[str, _IdentitySession | None]
+    ) -> None:
+        for path, session in gone.items():
+            self._retire(connection, path, session)
+
+    def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
+        """A departed process's ``/clients`` entry stops counting at once: deleted where its
+        session may delete it (an open namespace), else (a secured one lets only the admin
+        delete an entry) marked as left, which a rotation ignores, and removed for good when
+        the session holding it ends: at once when it was its identity's last process here."""
+        nodes = self.sentinel._nodes if session is None else session.nodes
+        zk = self.sentinel._zk if session is None else session.zk
+        if session is not None:
+            with self._lock:
+                if session.live.get(path) is not connection:
+                    return  # announced again since, by a reconnected process
+                del session.live[path]
+                last = not session.live
+                if last:  # nothing else keeps it: its end removes every entry it holds
+                    for key, held in list(self._identities.items()):
+                        if held is session:
+                            del self._identities[key]
+            if last:
+                session.close()
+                return
+        try:
+            nodes.remove(path)
+            return
+        except NoAuthError:
+            pass  # only the admin deletes an entry in a secured namespace
+        except Exception as exc:  # the session lost or closing: its end removes them
+            log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
+            return
+        try:
+            data, _ = zk.get(path)
+            record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
+            zk.set(path, replace(record, left=time.time()).to_bytes(path))
+            if session is not None:
+                with self._lock:
+                    session.left.add(path)
+        except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
+            log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
 
     def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
         with contextlib.suppress(RuntimeError):  # shut down: the agent stops, nothing to do
@@ -729,7 +826,18 @@ class AgentServer:
             raise ProtocolError(
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
-        connection.client = validate_name("client id", checked(hello, "client", str))
+        client = validate_name("client id", checked(hello, "client", str))
+        with self._lock:
+            holder = next(
+                (c for c in self._connections if c.client == client and c.pid != connection.pid),
+                None,
+            )
+            if holder is None:
+                connection.client = client
+        if holder is not None:  # its /clients entries are that process's
+            raise ProtocolError(
+                f"client id {client!r} is pid {holder.pid}'s, not {connection.pid}'s"
+            )
         connection.identity = checked(hello, "identity", (str, type(None)))
         connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
@@ -752,55 +860,103 @@ class AgentServer:
         connection.reply(welcome)
 
     def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
+        """One request. Every request names a service, and every one answered is answered
+        only when the process's identity may read that service: checked here, once for every
+        kind of request (:meth:`_require_readable`)."""
         op = message["op"]
-        if op == "announce":  # no answer
-            self._announce(connection, message)
+        service = validate_name("service", checked(message, "service", str))
+        if op == "announce":  # no answer, nothing read: the process's own /clients entry
+            self._announce(connection, service, message)
             return
         request = checked(message, "id", int)
+        try:
+            self._require_readable(connection, service)
+            answer = self._answer(connection, op, service, request, message)
+        except (ResolutionError, NamespaceNotFound, AccessDenied) as exc:
+            answer = error_answer(request, exc)
+        except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
+            answer = error_answer(request, translate(exc, "the agent's session"))
+        connection.reply(answer)
+
+    def _answer(
+        self,
+        connection: _Connection,
+        op: str,
+        service: str,
+        request: int,
+        message: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The answer to a request whose service the process may read."""
         if op == "follow":
-            service = validate_name("service", checked(message, "service", str))
-            try:
-                self.sentinel.prefetch(service)
-                self._check_readable(connection, service)
-            except (ServiceNotFound, NamespaceNotFound, AccessDenied) as exc:
-                connection.reply(error_answer(request, exc))
-                return
-            except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
-                connection.reply(error_answer(request, translate(exc, "the agent's session")))
-                return
             if connection.auth_client is not None:
                 self._follow_auth(service, connection.auth_client)
-            connection.reply({"op": "service", "id": request, "service": service})
-        elif op == "partition":
-            service = validate_name("service", checked(message, "service", str))
-            key = checked(message, "key", (str, int))
-            try:
-                partition = self.sentinel.partition_of(service, key)
-            except (ResolutionError, ZooKeeperUnavailable, KazooException) as exc:
-                connection.reply(error_answer(request, translate(exc, "the agent's session")))
-                return
-            connection.reply({"op": "partition", "id": request, "partition": partition})
+            return {"op": "service", "id": request, "service": service}
+        key = checked(message, "key", (str, int))  # "partition": a key its map does not hold
+        partition = self.sentinel.partition_of(service, key)
+        return {"op": "partition", "id": request, "partition": partition}
 
-    def _announce(self, connection: _Connection, message: dict[str, Any]) -> None:
-        """Keep the process's ``/clients`` record on the agent's session while it is
-        connected: only its own (its client id and its pid, as the kernel tells it)."""
-        service = validate_name("service", checked(message, "service", str))
+    def _announce(self, connection: _Connection, service: str, message: dict[str, Any]) -> None:
+        """Keep the process's ``/clients`` record while it is connected: only its own (its
+        client id, its pid as the kernel tells it, its auth client, and no credential version
+        above what the manager issued), on a session of the identity it proved, so that a
+        rotation counts it as it would the process's own."""
         assert connection.client is not None
         path = client_path(service, connection.client)
         data = checked(message, "record", str).encode()
         record = ClientRecord.from_bytes(service, connection.client, path, data)
         if record.pid != connection.pid:
             raise ProtocolError(f"a /clients record for pid {record.pid}, sent by {connection.pid}")
-        nodes = self.sentinel._nodes  # the agent's session keeps the process's entries
+        if record.auth_client != connection.auth_client or record.left is not None:
+            raise ProtocolError(
+                f"a /clients record for auth client {record.auth_client!r}, sent by a process "
+                f"of {connection.auth_client!r}"
+            )
+        if record.auth_version is not None:
+            newest = self._newest_version(service, connection.auth_client)
+            if record.auth_version > newest:
+                raise ProtocolError(
+                    f"a /clients record of credential v{record.auth_version}, above the newest "
+                    f"issued for {connection.auth_client!r} (v{newest})"
+                )
+        session = None
+        if connection.identity is not None:
+            session = self._identity_session(connection, entry=path)
+            if session is None:  # logged there; as a refused write of a process's own
+                return
+        nodes = self.sentinel._nodes if session is None else session.nodes
+        zk = self.sentinel._zk if session is None else session.zk
+        with self._lock:
+            connection.announced[path] = session
         nodes.put(
             path,
             data,
-            prepare=functools.partial(ensure_clients_node, self.sentinel._zk, service),
+            prepare=functools.partial(ensure_clients_node, zk, service),
             keep_trying=True,
         )
-        connection.announced.add(path)
+
+    def _newest_version(self, service: str, auth_client: str | None) -> int:
+        """The newest credential version of ``auth_client`` a process may have applied: the
+        highest the manager issued or published (0 for none, or no auth client)."""
+        if auth_client is None:
+            return 0
+        zk = self.sentinel._zk
+        try:
+            record, _ = read_auth(zk, service, auth_client)
+        except DecodeError:
+            record = None
+        published = record.versions if record is not None else ()
+        return max(read_issued(zk, service, auth_client), *published, 0)
 
     # --- what a process may read ------------------------------------------------------------
+
+    def _require_readable(self, connection: _Connection, service: str) -> None:
+        """:class:`AccessDenied` unless the process may read ``service`` (checked once per
+        connection and service; loads the service, whose spec names its shard policy)."""
+        if service in connection.readable:
+            return
+        self.sentinel.prefetch(service)
+        self._check_readable(connection, service)
+        connection.readable.add(service)
 
     def _check_readable(self, connection: _Connection, service: str) -> None:
         """:class:`AccessDenied` unless the process's identity may read every subtree it
@@ -816,50 +972,105 @@ class AgentServer:
         if snapshot is not None and snapshot.spec.shard_policy is not None:
             roots.append(policy_path(snapshot.spec.shard_policy))
         for root in roots:
-            if not self._readable(connection.identity, root):
+            if not self._readable(connection, root):
                 raise AccessDenied(
                     f"service {service!r}: this process's ZooKeeper identity may not read "
                     f"{root} (its ACL), and the agent serves it only what it may read"
                 )
 
-    def _readable(self, identity: str | None, path: str) -> bool:
+    def _readable(self, connection: _Connection, path: str) -> bool:
         try:
             entries, _ = self.sentinel._zk.get_acls(path)
         except NoNodeError:
             return True  # nothing there to hide
         if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
             return True
-        if identity is None:
+        if connection.identity is None:
             return False
-        reader = self._identity_session(identity)
-        if reader is None:
+        session = self._identity_session(connection)
+        if session is None:
             return False
         try:
-            reader.get(path)
+            session.zk.get(path)
         except NoAuthError:
             return False
         except NoNodeError:
             return True
         return True
 
-    def _identity_session(self, identity: str) -> KazooClient | None:
-        """A session authenticated as ``identity``, made on first need (None past
-        :data:`MAX_IDENTITY_SESSIONS`, or when it does not connect)."""
+    def _identity_session(
+        self, connection: _Connection, entry: str | None = None
+    ) -> _IdentitySession | None:
+        """A session acting as the process's identity for its peer user, made on first need;
+        ``entry``: a ``/clients`` path the process keeps on it (which keeps the session from
+        eviction while the process lives). None when it does not connect, or when every
+        session the bounds allow holds a live process's entry (logged)."""
+        assert connection.identity is not None
+        key = (connection.uid, connection.identity)
         with self._lock:
-            reader = self._readers.get(identity)
-            if reader is not None or len(self._readers) >= MAX_IDENTITY_SESSIONS:
-                return reader
-            reader = KazooClient(
-                hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
-                **client_arguments(identity, self.sentinel.tls),
+            session = self._identities.get(key)
+            if session is not None:
+                self._identities.move_to_end(key)
+                if entry is not None:
+                    session.live[entry] = connection
+                    session.left.discard(entry)
+                return session
+        session = self._open_identity_session(connection.identity)
+        if session is None:
+            return None
+        with self._lock:
+            chosen, unused = self._identities.get(key), [session]
+            if chosen is None:
+                evicted = self._make_room(connection.uid)
+                if evicted is not None:
+                    self._identities[key] = chosen = session
+                    unused = evicted
+            if chosen is not None and entry is not None:
+                chosen.live[entry] = connection
+                chosen.left.discard(entry)
+        for other in unused:
+            other.close()
+        if chosen is None:
+            telemetry.AGENT_IDENTITIES_REFUSED.inc()
+            log.warning(
+                "agent: pid %d (uid %d): every identity session this user may hold keeps a live "
+                "process's /clients entries; its identity is not served",
+                connection.pid,
+                connection.uid,
             )
-            try:
-                reader.start(timeout=self.sentinel.connect_timeout)
-            except Exception as exc:
-                log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
+        return chosen
+
+    def _make_room(self, uid: int) -> list[_IdentitySession] | None:
+        """Under the lock: evict the least recently used idle sessions (holding no live
+        process's entry) so that ``uid`` may open one more; the evicted (to close), or None
+        when the bounds leave no room."""
+        evicted: list[_IdentitySession] = []
+        for bound, mine in ((MAX_IDENTITY_SESSIONS_PER_PEER, True), (MAX_IDENTITY_SESSIONS, False)):
+            held = [k for k in self._identities if not mine or k[0] == uid]
+            if len(held) < bound:
+                continue
+            idle = next((k for k in held if not self._identities[k].live), None)
+            if idle is None:
                 return None
-            self._readers[identity] = reader
-            return reader
+            evicted.append(self._identities.pop(idle))
+        return evicted
+
+    def _open_identity_session(self, identity: str) -> _IdentitySession | None:
+        zk = KazooClient(
+            hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
+            **client_arguments(identity, self.sentinel.tls),
+        )
+        try:
+            zk.start(timeout=self.sentinel.connect_timeout)
+        except Exception as exc:
+            log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
+            with contextlib.suppress(Exception):
+                zk.stop()
+            zk.close()
+            return None
+        nodes = EphemeralNodes(zk)
+        nodes.start()
+        return _IdentitySession(zk, nodes)
 
     # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
 
@@ -1182,4 +1393,20 @@ def _raise_descriptor_limit(connections: int) -> None:
             "LimitNOFILE (systemd) or ulimit -n",
             soft,
             connections,
+        )
+
+
+def _check_directory(directory: str) -> None:
+    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
+    user that nobody else may write: whoever may write it could replace the socket with one
+    of their own, and take the processes' hellos."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
+    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
+        raise SentinelError(
+            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
+            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
+            f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
+            "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
         )

@@ -545,6 +545,9 @@ class ClientRecord:
     sentinel_version: str | None = None
     auth_client: str | None = None
     auth_version: int | None = None
+    #: When the process left (a host agent marks the entry of a process that disconnected,
+    #: when it may not delete it): such an entry is no live process's and counts for nobody.
+    left: float | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -556,8 +559,9 @@ class ClientRecord:
         _check_optional_text("sentinel_version", self.sentinel_version)
         _check_optional_count("pid", self.pid, minimum=1)
         _check_optional_count("auth_version", self.auth_version, 0, MAX_AUTH_VERSION)
-        if self.started is not None:
-            finite_number("started", self.started)
+        for what, when in (("started", self.started), ("left", self.left)):
+            if when is not None:
+                finite_number(what, when)
 
     @property
     def confirms_for(self) -> str:
@@ -569,7 +573,12 @@ class ClientRecord:
         """The node's value."""
         return encode(
             path,
-            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "service"},
+            {
+                f.name: getattr(self, f.name)
+                for f in fields(self)
+                # `left` only in a marked entry: a live one reads as it always did
+                if f.name != "service" and (f.name != "left" or self.left is not None)
+            },
         )
 
     @classmethod
