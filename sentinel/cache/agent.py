@@ -86,8 +86,14 @@ class AgentFollower:
 
     def resync(self) -> None:
         """After (re)connecting: follow every service again and apply what the agent holds
-        now (only real changes reach the listeners)."""
+        now (only real changes reach the listeners). A service followed on this connection
+        already (loaded since it was made: the first connection's re-sync) is current, its
+        changes on their way in order, and is not asked again."""
+        connection = self._link.connections
         for service in self._cache.native_services():
+            held = self._held.get(service)
+            if held is not None and held[0] == connection:
+                continue
             try:
                 answer = self._link.request({"op": "follow", "service": service})
             except ServiceNotFound:
@@ -96,7 +102,7 @@ class AgentFollower:
                 continue
             except AgentServiceUnavailable:
                 continue  # served as it was, stale while the agent cannot send it (the link)
-            connection = self._link.connections
+            connection = self._link.connections  # the one the answer came on
             with self._lock:
                 # On a new connection nothing of a service comes before its follow's answer:
                 # what is queued of this connection came after it; the rest is the old one's.
