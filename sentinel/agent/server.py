@@ -1163,7 +1163,9 @@ class AgentServer:
 
     def _schedule_flush(self, connection: _Connection) -> None:
         """Have a frame worker build what is due, unless one is on it or the last frames
-        are not written yet (then what is due waits, merged, for the process to read them)."""
+        are not written yet (then what is due waits, merged, for the process to read them).
+        Deltas and credential frames alone are built already: handed to the loop at once,
+        with no worker between a change and its write."""
         with connection.due:
             if (
                 connection.closed
@@ -1178,8 +1180,38 @@ class AgentServer:
                 )
             ):
                 return
-            connection.flushing = True
-        self._submit(self._frames, self._flush, connection)
+            built = not (
+                connection.replies
+                or connection.pending.whole
+                or connection.keys
+                or connection.connection
+            )
+            if built:
+                credentials, _, deltas = connection.pending.take()
+                frames = self._built_frames(connection, credentials, deltas)
+                connection.sent_at = time.monotonic()  # the send timeout counts from now
+                connection.out.extend(frames)
+            else:
+                connection.flushing = True
+        if not built:
+            self._submit(self._frames, self._flush, connection)
+        elif frames:
+            self._call_loop(connection)
+
+    def _built_frames(
+        self,
+        connection: _Connection,
+        credentials: dict[str, bytes],
+        deltas: dict[str, list[tuple[int, bytes]]],
+    ) -> list[bytes]:
+        """The frames of changes encoded already (shared by the connections they go to), in
+        the order they go: credential frames (a state built after them holds a credential at
+        least as new), then each service's deltas newer than the whole state sent of it."""
+        frames = [self._shared(frame, "auth") for frame in credentials.values()]
+        for service, queued in deltas.items():
+            sent = connection.numbers.get(service, 0)
+            frames += [self._shared(f, "delta") for number, f in queued if number > sent]
+        return frames
 
     def _flush(self, connection: _Connection) -> None:
         """A frame worker's: build what is due, latest state first-come, and hand the frames
@@ -1191,9 +1223,7 @@ class AgentServer:
             state, connection.connection = connection.connection, False
         frames: list[bytes] = []
         try:
-            # A credential frame first: a state built below holds one at least as new.
-            for frame in credentials.values():
-                frames.append(self._shared(frame, "auth"))
+            frames += self._built_frames(connection, credentials, {})  # see _built_frames
             for message in replies:
                 if message["op"] == "service":
                     # Followed from here: a change after this marks it, and the state sent
@@ -1207,9 +1237,7 @@ class AgentServer:
                     frames.append(self._frame(message))
             for service in sorted(services):
                 frames.append(self._service_frame(connection, service))
-            for service, queued in deltas.items():
-                sent = connection.numbers.get(service, 0)
-                frames += [self._shared(f, "delta") for number, f in queued if number > sent]
+            frames += self._built_frames(connection, {}, deltas)  # after the states sent
             for policy, changed in keys.items():
                 frames.append(self._frame(self._keys_message(connection, policy, changed)))
             if state:
