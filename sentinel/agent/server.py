@@ -113,6 +113,11 @@ _ACCEPTS_PER_TURN = 64
 # connections wait in the listen backlog meanwhile) while the loop serves the others.
 _ACCEPT_BACKOFF = 0.1
 _RECEIVE_BYTES = 256 * 1024
+# The kernel's buffer for each connection's frames (the kernel doubles it): a large frame
+# goes out in a few writes, each a turn of the loop and a wake-up of the process's reader,
+# rather than in dozens of the default's. Memory only while frames wait unread, and a
+# connection's frames wait in the agent's own buffer anyway until written.
+_SEND_BUFFER = 1 << 20
 # A condition logged at most once in this many seconds (with how many were not), so that a
 # flood of refused connections cannot flood the log.
 _LOG_EVERY = 10.0
@@ -544,6 +549,7 @@ class AgentServer:
             sock.close()
             return
         sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         connection = _Connection(sock, pid, uid, self._schedule_flush)
         with self._lock:
             if len(self._connections) >= self._max_connections:
