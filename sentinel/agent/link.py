@@ -333,15 +333,16 @@ class AgentLink:
     def _dispatch(self, message: dict[str, Any]) -> None:
         request = message.get("id")
         future = self._pending.get(request) if isinstance(request, int) else None
-        op = message["op"]
+        op, service = message["op"], message.get("service")
         if op == "error":
             self._unsendable_service(message)
         elif (
             op in ("service", "gone")
-            and self._unsendable.pop(message.get("service"), None)
+            and isinstance(service, str)
+            and self._unsendable.pop(service, None) is not None
             and not self._unsendable
         ):
-            log.info("the agent sends %s again", message.get("service"))
+            log.info("the agent sends %s again", service)
             self._report()
         if future is not None:
             future.set_result(message)

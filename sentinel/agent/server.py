@@ -397,6 +397,8 @@ class AgentServer:
             self._accept()
         else:
             connection: _Connection = data  # type: ignore[assignment]
+            if connection.closed:  # dropped by a worker: its socket is closed after this turn
+                return
             try:
                 if mask & selectors.EVENT_READ:
                     self._receive(connection)
@@ -911,6 +913,9 @@ class AgentServer:
         """A frame worker's: build what is due, latest state first-come, and hand the frames
         to the loop; any failure drops this connection only."""
         with connection.due:
+            if connection.closed:
+                connection.flushing = False
+                return
             replies, connection.replies = connection.replies, []
             services, connection.services = connection.services, set()
             keys, connection.keys = connection.keys, {}
