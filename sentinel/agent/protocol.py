@@ -23,11 +23,18 @@ Later frames carry changes: ``service`` again (the service's whole state, latest
 ``suspended``, ``lost``). A process's other requests: ``partition`` (a key its map does not
 hold, read through by the agent), ``announce`` (its ``/clients`` record for a service, kept
 by the agent on its session until the process disconnects).
+
+Both ends hear each other at least every ``heartbeat`` seconds (the agent's ``welcome`` says
+how often, protocol version 2): each sends a ``heartbeat`` frame when it has sent nothing else
+for that long, and takes :data:`HEARTBEAT_MISSES` intervals without a frame from the other as
+a dead link. A service the agent cannot send (its frame over the agent's bound, or a node it
+cannot encode) is an ``error`` frame naming the service (``AgentServiceUnavailable``), not a
+dropped link; a connection the agent refuses (its caps) gets an ``error`` frame saying why
+before it is closed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import socket
@@ -37,9 +44,14 @@ from typing import Any
 
 from sentinel.errors import AgentProtocolError as ProtocolError
 from sentinel.errors import SentinelError, ValidationError
-from sentinel.registry.records import parse_json
+from sentinel.registry.records import parse_json, utf8_json
 
-VERSION = 1
+VERSION = 2
+# The versions an agent serves: a version 1 process (no heartbeats) is served without them,
+# so that an agent upgraded before its host's processes does not cut them off.
+VERSIONS = frozenset({1, 2})
+# A link is dead after this many heartbeat intervals without a frame.
+HEARTBEAT_MISSES = 3
 # What a process may send in one frame: a request names a service, a key or a /clients
 # record, each well under a KB; anything near this is not a request.
 MAX_REQUEST_BYTES = 64 * 1024
@@ -54,10 +66,22 @@ USER_ENV = "SENTINEL_AGENT_USER"
 _LENGTH = struct.Struct(">I")
 _PEERCRED = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
 
-REQUESTS = frozenset({"hello", "follow", "partition", "announce"})
+REQUESTS = frozenset({"hello", "follow", "partition", "announce", "heartbeat"})
 REPLIES = frozenset(
-    {"welcome", "service", "gone", "buckets", "policy", "auth", "connection", "partition", "error"}
+    {
+        "welcome",
+        "service",
+        "gone",
+        "buckets",
+        "policy",
+        "auth",
+        "connection",
+        "partition",
+        "error",
+        "heartbeat",
+    }
 )
+HEARTBEAT = {"op": "heartbeat"}
 
 
 def socket_path(explicit: str | None = None) -> str:
@@ -99,9 +123,10 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 
 
 def encode(message: Mapping[str, Any]) -> bytes:
-    """One frame holding ``message``."""
-    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-    return _LENGTH.pack(len(body)) + body
+    """One frame holding ``message``, in UTF-8 as it is
+    (:func:`~sentinel.registry.records.utf8_json`)."""
+    data = utf8_json(message)
+    return _LENGTH.pack(len(data)) + data
 
 
 def send(sock: socket.socket, message: Mapping[str, Any]) -> int:
@@ -118,11 +143,14 @@ def receive(sock: socket.socket, max_bytes: int, ops: frozenset[str]) -> dict[st
     header = _read_exactly(sock, _LENGTH.size, at_start=True)
     if header is None:
         return None
-    (length,) = _LENGTH.unpack(header)
-    if length > max_bytes:
-        raise ProtocolError(f"a frame of {length} bytes; at most {max_bytes} are accepted")
-    body = _read_exactly(sock, length)
+    body = _read_exactly(sock, _length(header, max_bytes))
     assert body is not None
+    return decode(body, ops)
+
+
+def decode(body: bytes, ops: frozenset[str]) -> dict[str, Any]:
+    """The message a frame's body holds, if its ``op`` is one of ``ops``; ProtocolError
+    otherwise."""
     try:
         message = parse_json("agent frame", body, max_bytes=None)
     except SentinelError as exc:
@@ -131,6 +159,43 @@ def receive(sock: socket.socket, max_bytes: int, ops: frozenset[str]) -> dict[st
         op = message.get("op") if isinstance(message, dict) else None
         raise ProtocolError(f"an unknown message (op {op!r})")
     return message
+
+
+class FrameReader:
+    """Frames from a stream read in pieces (a non-blocking socket, or a read that timed out
+    between two pieces): :meth:`feed` takes what arrived and returns the messages it
+    completes. Holds at most one frame of ``max_bytes`` and its length."""
+
+    def __init__(self, max_bytes: int, ops: frozenset[str]) -> None:
+        self._max_bytes = max_bytes
+        self._ops = ops
+        self._buffer = bytearray()
+
+    @property
+    def partial(self) -> bool:
+        """Whether part of a frame has arrived and not the rest."""
+        return bool(self._buffer)
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """The messages ``data`` completes; ProtocolError for a frame that is not one."""
+        buffer = self._buffer
+        buffer += data
+        messages = []
+        while len(buffer) >= _LENGTH.size:
+            length = _length(bytes(buffer[: _LENGTH.size]), self._max_bytes)
+            end = _LENGTH.size + length
+            if len(buffer) < end:
+                break
+            messages.append(decode(bytes(buffer[_LENGTH.size : end]), self._ops))
+            del buffer[:end]
+        return messages
+
+
+def _length(header: bytes, max_bytes: int) -> int:
+    (length,) = _LENGTH.unpack(header)
+    if length > max_bytes:
+        raise ProtocolError(f"a frame of {length} bytes; at most {max_bytes} are accepted")
+    return length
 
 
 def field(message: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:

@@ -20,28 +20,42 @@ process's own); a process without an identity has them on the agent's session, a
 anonymous process would. When the process leaves, its entries go (or, where the identity
 may not delete them, are marked as left until its identity's last process leaves).
 
-Nothing a process sends reaches the agent's cache worker or kazoo's threads: each connection
-has a reader thread (requests, which may wait on ZooKeeper) and a sender thread. Changes are
-marked on the connection (a set of services, latest wins), never queued, so a slow process
-costs the agent one set per connection and is sent the latest state when it reads again; one
-that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
-Credentials cross the socket as the ``/auth`` node holds them, sealed to the process's key
-ring: the agent holds no private key and never sees a credential in the clear.
+Threads do not grow with connections: one loop (:mod:`selectors`) accepts, reads and writes
+every socket, non-blocking; requests (which may wait on ZooKeeper) run on a few request
+workers, and frames are built on a few frame workers, so the loop never waits. Nothing a
+process sends reaches the agent's cache worker or kazoo's threads. Connections are capped per
+peer uid and in all; a hello must come within ``hello_timeout``; a process that sends nothing
+(not even a heartbeat) for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is
+dropped, and the agent sends a heartbeat on a link idle for ``heartbeat`` seconds so that its
+processes can tell a quiet agent from a dead one. Changes are marked on the connection (a set
+of services, latest wins), never queued: a connection's frames are built only once the last
+ones were written, so a slow process costs the agent one set and one batch of frames, and is
+sent the latest state when it reads again; one that has not read for ``send_timeout`` seconds
+is dropped (it reconnects and reads afresh). Any failure on a connection drops that connection
+only, logged and counted; a service whose frame cannot be sent is an ``error`` frame naming
+it, the link kept. Credentials cross the socket as the ``/auth`` node holds them, sealed to
+the process's key ring: the agent holds no private key and never sees a credential in the
+clear.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
 import functools
 import logging
 import os
+import resource
+import selectors
 import socket
 import stat
 import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +76,8 @@ from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.connection import client_arguments
 from sentinel.errors import (
     AccessDenied,
+    AgentServiceUnavailable,
+    AgentUnavailable,
     DecodeError,
     NamespaceNotFound,
     ResolutionError,
@@ -89,7 +105,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_TIMEVAL = struct.Struct("ll")  # SO_SNDTIMEO's struct timeval
 # SO_PEERGROUPS (Linux 4.13): Python names it from 3.?; its value is the same on every arch.
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
@@ -102,18 +117,37 @@ MAX_IDENTITY_SESSIONS = 64
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
 MAX_PENDING_REPLIES = 1024
+# Requests read from a connection and not yet served: past this its socket is not read until
+# they are (the kernel's buffer then holds the process back), never a growing queue.
+MAX_QUEUED_REQUESTS = 64
+# Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
+# partition, announce) and building frames: a fixed few, whatever the connections.
+REQUEST_WORKERS = 8
+FRAME_WORKERS = 2
+# Connections accepted in one turn of the loop before it serves the others again.
+_ACCEPTS_PER_TURN = 64
+# A full descriptor table or kernel memory on accept: accepting pauses this long (the
+# connections wait in the listen backlog meanwhile) while the loop serves the others.
+_ACCEPT_BACKOFF = 0.1
+_RECEIVE_BYTES = 256 * 1024
+# A condition logged at most once in this many seconds (with how many were not), so that a
+# flood of refused connections cannot flood the log.
+_LOG_EVERY = 10.0
 
 
 @dataclass(eq=False)
 class _Connection:
-    """One process's connection: who it is, what it follows, and what it has not been sent."""
+    """One process's connection: who it is, what it follows, what it has not been sent, and
+    its socket's buffers (the loop's; the workers' through :attr:`due`)."""
 
     sock: socket.socket
     pid: int
-    uid: int = -1
+    uid: int
+    kick: Callable[[_Connection], None]  # something is due: have its frames built
     client: str | None = None
     auth_client: str | None = None
     identity: str | None = None  # its ZooKeeper identity, for what it may read
+    version: int = protocol.VERSION  # its hello's: 2 and later send and expect heartbeats
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
     # /clients path -> the identity session keeping it (None: the agent's own session)
@@ -124,8 +158,24 @@ class _Connection:
     services: set[str] = field(default_factory=set)
     keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
     connection: bool = False
-    due: threading.Condition = field(default_factory=threading.Condition)
+    due: threading.Lock = field(default_factory=threading.Lock)  # everything here
     closed: bool = False
+    # The socket's side, under ``due``: frames read and not yet served, frames built and not
+    # yet written, and whether a worker is on either.
+    frames: protocol.FrameReader = field(
+        default_factory=lambda: protocol.FrameReader(protocol.MAX_REQUEST_BYTES, protocol.REQUESTS)
+    )
+    requests: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
+    out: collections.deque[bytes] = field(default_factory=collections.deque)
+    out_offset: int = 0  # bytes of out[0] written
+    serving: bool = False  # a request worker has its requests
+    flushing: bool = False  # a frame worker builds its frames
+    greeted: bool = False  # its first frame (the hello) has come
+    welcomed: bool = False  # its hello was accepted
+    events: int = 0  # what the loop's selector waits for on its socket (0: not registered)
+    accepted_at: float = field(default_factory=time.monotonic)
+    heard_at: float = field(default_factory=time.monotonic)  # the last bytes it sent
+    sent_at: float = field(default_factory=time.monotonic)  # the last progress writing
 
     def mark(
         self,
@@ -135,7 +185,7 @@ class _Connection:
         keys: Iterable[str] | None = None,
         connection: bool = False,
     ) -> None:
-        """Note what changed; the sender sends its latest state. Never blocks on the peer."""
+        """Note what changed; its latest state is sent. Never blocks on the peer."""
         with self.due:
             if service is not None and service in self.followed:
                 self.services.add(service)
@@ -143,14 +193,33 @@ class _Connection:
                 pending = self.keys.get(policy, set())
                 self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
             self.connection |= connection
-            self.due.notify()
+        self.kick(self)
 
     def reply(self, message: dict[str, Any]) -> None:
+        """Queue an answer (sent in order, before the changes marked)."""
         with self.due:
             if len(self.replies) >= MAX_PENDING_REPLIES:
                 raise ProtocolError(f"more than {MAX_PENDING_REPLIES} requests unanswered")
             self.replies.append(message)
-            self.due.notify()
+        self.kick(self)
+
+
+class _Throttled:
+    """A warning logged at most once every :data:`_LOG_EVERY` seconds, with the count of
+    those not logged since."""
+
+    def __init__(self) -> None:
+        self._last = -_LOG_EVERY
+        self._skipped = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < _LOG_EVERY:
+            self._skipped += 1
+            return
+        skipped, self._skipped, self._last = self._skipped, 0, now
+        suffix = f" ({skipped} more like it not logged)" if skipped else ""
+        log.warning(message + suffix, *args)
 
 
 @dataclass(eq=False)
@@ -177,6 +246,12 @@ class AgentServer:
 
     ``allowed_uids``/``allowed_gids``: who may connect besides root and the agent's own
     user. ``send_timeout``: seconds a process may leave a frame unread before it is dropped.
+    ``max_connections``/``max_connections_per_uid``: connections served at once, in all and
+    from one peer uid (more are refused, each told why). ``hello_timeout``: seconds a new
+    connection has to send its hello. ``heartbeat``: seconds of silence after which the agent
+    sends a heartbeat; a process silent for three of them is dropped, and drops the agent
+    after as long. ``max_frame_bytes``: the largest frame sent; a service whose state is
+    larger is sent as an error naming it.
     """
 
     def __init__(
@@ -187,6 +262,11 @@ class AgentServer:
         allowed_uids: Iterable[int] = (),
         allowed_gids: Iterable[int] = (),
         send_timeout: float = 30.0,
+        max_connections: int = 4096,
+        max_connections_per_uid: int = 1024,
+        hello_timeout: float = 10.0,
+        heartbeat: float = 5.0,
+        max_frame_bytes: int = protocol.MAX_REPLY_BYTES,
     ) -> None:
         self.sentinel = sentinel
         self.path = path
@@ -194,18 +274,39 @@ class AgentServer:
         self._gids = frozenset(allowed_gids)
         self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
+        self._max_connections = max_connections
+        self._max_per_uid = max_connections_per_uid
+        self._hello_timeout = hello_timeout
+        self._heartbeat = heartbeat
+        self._max_frame_bytes = max_frame_bytes
+        self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
         self._connections: set[_Connection] = set()
-        self._lock = threading.Lock()  # the set above, and the credential nodes below
+        self._per_uid: collections.Counter[int] = collections.Counter()
+        self._lock = threading.Lock()  # the sets above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
+        # client id -> the pid whose connections use it, and how many are connected
+        self._clients: dict[str, tuple[int, int]] = {}
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
+        # The loop's: its selector, the socket pair that wakes it, and the connections the
+        # workers hand it (something to write, reading to resume, or a socket to close).
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._calls: collections.deque[_Connection] = collections.deque()
+        self._loop_thread: threading.Thread | None = None
+        self._accept_resumes_at: float | None = None  # accepting paused until then
+        self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
+        self._requests = ThreadPoolExecutor(REQUEST_WORKERS, "sentinel-agent-request")
+        self._frames = ThreadPoolExecutor(FRAME_WORKERS, "sentinel-agent-frames")
+        self._refusals = _Throttled()
+        self._accept_errors = _Throttled()
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -216,6 +317,7 @@ class AgentServer:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         _check_directory(directory)
         self._replace_stale_socket()
+        _raise_descriptor_limit(self._max_connections)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Bound 0600; opened to everyone only when other users are allowed: the kernel then
         # lets them reach the peer check, which decides (the file's mode cannot name a list
@@ -227,10 +329,16 @@ class AgentServer:
                 os.chmod(self.path, 0o666)
         finally:
             os.umask(old_umask)
-        listening.listen(128)
+        listening.listen(1024)
+        listening.setblocking(False)
         self._listening = listening
+        for sock in (self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector.register(listening, selectors.EVENT_READ, listening)
         self._remove_listener = self.sentinel.listen(None, self._on_change)
-        threading.Thread(target=self._accept, name="sentinel-agent-accept", daemon=True).start()
+        self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
+        self._loop_thread.start()
         log.info(
             "agent serving %s from %s%s", self.path, self.sentinel.hosts, self.sentinel.namespace
         )
@@ -246,6 +354,9 @@ class AgentServer:
         self._stopped.set()
         if self._remove_listener is not None:
             self._remove_listener()
+        self._wake()
+        if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
+            self._loop_thread.join()
         if self._listening is not None:
             with contextlib.suppress(OSError):
                 self._listening.close()
@@ -255,6 +366,15 @@ class AgentServer:
             connections = list(self._connections)
         for connection in connections:
             self._drop(connection, None)
+        for connection in connections:  # the loop has ended: closed here
+            self._close(connection)
+        # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
+        # entries of the connections dropped are removed, before the sessions go.
+        self._requests.shutdown(wait=True)
+        self._frames.shutdown(wait=True)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
         with self._lock:
             sessions = list(self._identities.values())
             self._identities.clear()
@@ -289,37 +409,208 @@ class AgentServer:
             probe.close()
         raise SentinelError(f"an agent already serves {self.path}")
 
-    # --- connections ------------------------------------------------------------------------
+    # --- the loop: every socket's accepting, reading and writing ------------------------------
 
-    def _accept(self) -> None:
-        assert self._listening is not None
+    def _loop(self) -> None:
+        """Serve the sockets until :meth:`stop`. Nothing in a turn waits but the selector, and
+        nothing a turn meets ends the loop: an error is logged and counted and the loop goes
+        on (a connection's own error drops that connection only)."""
+        next_sweep = time.monotonic() + self._tick
         while not self._stopped.is_set():
             try:
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + self._tick
+                wake_at = next_sweep
+                if self._accept_resumes_at is not None:
+                    wake_at = min(wake_at, self._accept_resumes_at)
+                for key, mask in self._selector.select(max(0.0, wake_at - time.monotonic())):
+                    self._ready(key.data, mask)
+                self._run_calls()
+            except Exception:
+                telemetry.AGENT_ERRORS.labels("loop").inc()
+                log.exception("agent: the socket loop met an error; it goes on")
+
+    def _ready(self, data: object, mask: int) -> None:
+        if data is None:  # woken by a worker: its calls are run after this turn's events
+            with contextlib.suppress(OSError):
+                while self._wake_r.recv(4096):
+                    pass
+        elif isinstance(data, socket.socket):
+            self._accept()
+        else:
+            connection: _Connection = data  # type: ignore[assignment]
+            try:
+                if mask & selectors.EVENT_READ:
+                    self._receive(connection)
+                if mask & selectors.EVENT_WRITE and not connection.closed:
+                    self._write(connection)
+            except Exception:  # a bug of the agent's own: logged, and the process reconnects
+                log.exception("agent: dropping pid %d", connection.pid)
+                self._drop(connection, "error")
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full: the loop is awake already
+            self._wake_w.send(b"\0")
+
+    def _call_loop(self, connection: _Connection) -> None:
+        """From a worker: have the loop look at ``connection`` again (frames to write,
+        reading to resume, or its socket to close)."""
+        self._calls.append(connection)
+        self._wake()
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                connection = self._calls.popleft()
+            except IndexError:
+                return
+            if connection.closed:
+                self._close(connection)
+            else:
+                self._update(connection)
+                if connection.out:
+                    self._write(connection)
+
+    def _update(self, connection: _Connection) -> None:
+        """Wait on the socket for what the connection needs now: reading unless its
+        requests are queued to the limit, writing while it has frames to write."""
+        with connection.due:
+            wanted = 0 if len(connection.requests) >= MAX_QUEUED_REQUESTS else selectors.EVENT_READ
+            if connection.out:
+                wanted |= selectors.EVENT_WRITE
+        if wanted == connection.events:
+            return
+        if connection.events == 0:
+            self._selector.register(connection.sock, wanted, connection)
+        elif wanted == 0:
+            self._selector.unregister(connection.sock)
+        else:
+            self._selector.modify(connection.sock, wanted, connection)
+        connection.events = wanted
+
+    def _close(self, connection: _Connection) -> None:
+        """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it."""
+        if connection.events:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(connection.sock)
+            connection.events = 0
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.sock.close()
+
+    def _sweep(self, now: float) -> None:
+        """What time decides, every tick: accepting resumed after a pause; a hello that did
+        not come, a process silent past its heartbeats or not reading for ``send_timeout``
+        dropped; a heartbeat for each link idle for ``heartbeat``."""
+        if self._accept_resumes_at is not None and now >= self._accept_resumes_at:
+            self._accept_resumes_at = None
+            assert self._listening is not None
+            self._selector.register(self._listening, selectors.EVENT_READ, self._listening)
+        silence = protocol.HEARTBEAT_MISSES * self._heartbeat
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            reason = None
+            with connection.due:
+                heartbeats = connection.welcomed and connection.version >= 2
+                if not connection.greeted and now - connection.accepted_at > self._hello_timeout:
+                    reason = "hello"
+                elif connection.out and now - connection.sent_at > self._send_timeout:
+                    reason = "slow"
+                elif (
+                    heartbeats
+                    and now - connection.heard_at > silence
+                    and len(connection.requests) < MAX_QUEUED_REQUESTS  # read, not held back
+                ):
+                    reason = "silent"
+                elif (
+                    heartbeats
+                    and not connection.out
+                    and not connection.flushing
+                    and now - connection.sent_at >= self._heartbeat
+                ):
+                    connection.out.append(self._heartbeat_frame)
+                    connection.sent_at = now
+            if reason is not None:
+                log.warning(
+                    "agent: dropping pid %d: %s",
+                    connection.pid,
+                    {
+                        "hello": f"no hello within {self._hello_timeout:g}s",
+                        "slow": f"it read nothing for {self._send_timeout:g}s",
+                        "silent": f"it sent nothing, not even a heartbeat, for {silence:g}s",
+                    }[reason],
+                )
+                self._drop(connection, reason)
+            elif connection.out and not connection.events & selectors.EVENT_WRITE:
+                self._update(connection)
+
+    # --- accepting ----------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        """Accept what waits (a burst at most): every error is logged and counted, and a full
+        descriptor table or kernel memory pauses accepting briefly instead of spinning."""
+        assert self._listening is not None
+        for _ in range(_ACCEPTS_PER_TURN):
+            try:
                 sock, _ = self._listening.accept()
-            except OSError:
-                return  # closed by stop()
-            pid, uid, gid = protocol.peer_credentials(sock)
-            if not self._allowed(sock, uid, gid):
-                telemetry.AGENT_DROPPED.labels("refused").inc()
-                log.warning("agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid)
-                sock.close()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                telemetry.AGENT_ERRORS.labels("accept").inc()
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._accept_errors.warning(
+                        "agent: cannot accept (%s): accepting again in %gs, serving meanwhile",
+                        exc.strerror,
+                        _ACCEPT_BACKOFF,
+                    )
+                    self._selector.unregister(self._listening)
+                    self._accept_resumes_at = time.monotonic() + _ACCEPT_BACKOFF
+                    return
+                self._accept_errors.warning("agent: accept failed (%s); accepting goes on", exc)
                 continue
-            # Sends time out (a process that stops reading is dropped), reads never do: a
-            # process that asks nothing for hours is as welcome as a busy one.
-            seconds = int(self._send_timeout)
-            micros = int((self._send_timeout - seconds) * 1_000_000)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(seconds, micros))
-            connection = _Connection(sock, pid, uid)
-            with self._lock:
+            try:
+                self._admit(sock)
+            except Exception:
+                telemetry.AGENT_ERRORS.labels("accept").inc()
+                log.exception("agent: a connection could not be admitted; accepting goes on")
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Serve a new connection if its peer may connect and the caps allow; else refuse it
+        (the caps' refusal says why, in an error frame)."""
+        pid, uid, gid = protocol.peer_credentials(sock)
+        if not self._allowed(sock, uid, gid):
+            telemetry.AGENT_DROPPED.labels("refused").inc()
+            self._refusals.warning(
+                "agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid
+            )
+            sock.close()
+            return
+        sock.setblocking(False)
+        connection = _Connection(sock, pid, uid, self._schedule_flush)
+        with self._lock:
+            if len(self._connections) >= self._max_connections:
+                refusal = f"it serves {self._max_connections} connections already"
+            elif self._per_uid[uid] >= self._max_per_uid:
+                refusal = f"it serves {self._max_per_uid} connections of uid {uid} already"
+            else:
+                refusal = None
                 self._connections.add(connection)
-            telemetry.AGENT_PROCESSES.set(len(self._connections))
-            for target, name in ((self._read, "reader"), (self._send, "sender")):
-                threading.Thread(
-                    target=target,
-                    args=(connection,),
-                    name=f"sentinel-agent-{name}-{pid}",
-                    daemon=True,
-                ).start()
+                self._per_uid[uid] += 1
+        if refusal is not None:
+            telemetry.AGENT_DROPPED.labels("cap").inc()
+            self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
+            error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
+            with contextlib.suppress(OSError):  # a new socket's buffer is empty: this fits
+                sock.send(protocol.encode(error_answer(None, error)))
+            sock.close()
+            return
+        telemetry.AGENT_PROCESSES.set(len(self._connections))
+        self._update(connection)
 
     def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
         """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
@@ -337,26 +628,43 @@ class AgentServer:
         return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
 
     def _drop(self, connection: _Connection, reason: str | None) -> None:
-        """Close a connection and forget its announcements; ``reason`` is counted (None: the
-        process left, or the agent stops)."""
+        """Close a connection (the loop closes its socket) and forget its announcements;
+        ``reason`` is counted (None: the process left, or the agent stops)."""
         with connection.due:
             if connection.closed:
                 return
             connection.closed = True
-            connection.due.notify()
+            connection.requests.clear()
+            connection.out.clear()
         if reason is not None:
             telemetry.AGENT_DROPPED.labels(reason).inc()
-        with contextlib.suppress(OSError):
-            connection.sock.shutdown(socket.SHUT_RDWR)
-        connection.sock.close()
+        self._call_loop(connection)
         with self._lock:
-            self._connections.discard(connection)
-            still = {path for other in self._connections for path in other.announced}
+            if connection.client is not None:
+                pid, count = self._clients[connection.client]
+                if count > 1:
+                    self._clients[connection.client] = (pid, count - 1)
+                else:
+                    del self._clients[connection.client]
+            if connection in self._connections:
+                self._connections.discard(connection)
+                self._per_uid[connection.uid] -= 1
+                if not self._per_uid[connection.uid]:
+                    del self._per_uid[connection.uid]
+            still = (
+                {path for other in self._connections for path in other.announced}
+                if connection.announced
+                else set()
+            )
             self._unfollow_auth(connection.auth_client)
         telemetry.AGENT_PROCESSES.set(len(self._connections))
-        for path, session in connection.announced.items():  # its /clients entries go
-            if path not in still:
-                self._retire(connection, path, session)
+        gone = {p: s for p, s in connection.announced.items() if p not in still}
+        if gone:  # its /clients entries go with it, on a request worker
+            self._submit(self._requests, self._forget, connection, gone)
+
+    def _forget(self, connection: _Connection, entries: dict[str, _IdentitySession | None]) -> None:
+        for path, session in entries.items():
+            self._retire(connection, path, session)
 
     def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
         """A departed process's ``/clients`` entry stops counting at once: deleted where its
@@ -396,6 +704,10 @@ class AgentServer:
         except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
             log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
 
+    def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # shut down: the agent stops, nothing to do
+            pool.submit(task, *args)
+
     def _unfollow_auth(self, client: str | None) -> None:
         """Under the lock, once no connected process claims ``client``: stop following its
         credential nodes, the session's watches included, now rather than when a node is next
@@ -410,33 +722,77 @@ class AgentServer:
             # not waited for: this thread holds the lock
             self.sentinel._watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
 
-    def _read(self, connection: _Connection) -> None:
-        """The connection's requests, one at a time; anything that is not one drops it."""
+    # --- reading, and the request workers -------------------------------------------------------
+
+    def _receive(self, connection: _Connection) -> None:
+        """The loop's: read what the process sent and queue its requests for a request
+        worker (one at a time per connection, in order)."""
         try:
-            hello = protocol.receive(
-                connection.sock, protocol.MAX_REQUEST_BYTES, frozenset({"hello"})
-            )
-            if hello is None:
-                return self._drop(connection, None)
-            self._welcome(connection, hello)
-            while True:
-                message = protocol.receive(
-                    connection.sock, protocol.MAX_REQUEST_BYTES, protocol.REQUESTS - {"hello"}
-                )
-                if message is None:
-                    return self._drop(connection, None)
+            data = connection.sock.recv(_RECEIVE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self._drop(connection, None)
+        if not data:
+            if connection.frames.partial:
+                log.warning("agent: dropping pid %d: it left mid-frame", connection.pid)
+                return self._drop(connection, "protocol")
+            return self._drop(connection, None)
+        connection.heard_at = time.monotonic()
+        try:
+            messages = connection.frames.feed(data)
+        except ProtocolError as exc:
+            log.warning("agent: dropping pid %d: %s", connection.pid, exc)
+            return self._drop(connection, "protocol")
+        requests = [m for m in messages if m["op"] != "heartbeat"]
+        if not requests:
+            return
+        with connection.due:
+            connection.greeted = True
+            connection.requests.extend(requests)
+            start, connection.serving = not connection.serving, True
+            full = len(connection.requests) >= MAX_QUEUED_REQUESTS
+        if start:
+            self._submit(self._requests, self._serve_next, connection)
+        if full:
+            self._update(connection)  # read again once they are served
+
+    def _serve_next(self, connection: _Connection) -> None:
+        """A request worker's: serve the connection's next request, then queue the rest
+        behind the other connections' (no connection holds a worker for long)."""
+        with connection.due:
+            if connection.closed or not connection.requests:
+                connection.serving = False
+                return
+            message = connection.requests.popleft()
+            resume = len(connection.requests) == MAX_QUEUED_REQUESTS - 1
+        try:
+            if not connection.welcomed:
+                if message["op"] != "hello":
+                    raise ProtocolError(f"{message['op']!r} before the hello")
+                self._welcome(connection, message)
+                connection.welcomed = True
+            elif message["op"] == "hello":
+                raise ProtocolError("a second hello")
+            else:
                 self._serve(connection, message)
         except (ProtocolError, SentinelError, ValueError) as exc:
             log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            self._drop(connection, "protocol")
-        except OSError:
-            self._drop(connection, None)
+            return self._drop(connection, "protocol")
         except Exception:  # a bug of the agent's own: logged, and the process reconnects
             log.exception("agent: dropping pid %d", connection.pid)
-            self._drop(connection, "error")
+            return self._drop(connection, "error")
+        if resume:
+            self._call_loop(connection)
+        with connection.due:
+            more = bool(connection.requests) and not connection.closed
+            connection.serving = more
+        if more:
+            self._submit(self._requests, self._serve_next, connection)
 
     def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
-        if checked(hello, "version", int) != protocol.VERSION:
+        connection.version = checked(hello, "version", int)
+        if connection.version not in protocol.VERSIONS:
             raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
         if checked(hello, "namespace", str) != self.sentinel.namespace:
             raise ProtocolError(
@@ -444,19 +800,16 @@ class AgentServer:
             )
         client = validate_name("client id", checked(hello, "client", str))
         with self._lock:
-            holder = next(
-                (c for c in self._connections if c.client == client and c.pid != connection.pid),
-                None,
-            )
-            if holder is None:
+            holder, count = self._clients.get(client, (connection.pid, 0))
+            if holder == connection.pid and not connection.closed:
+                self._clients[client] = (holder, count + 1)
                 connection.client = client
-        if holder is not None:  # its /clients entries are that process's
-            raise ProtocolError(
-                f"client id {client!r} is pid {holder.pid}'s, not {connection.pid}'s"
-            )
+        if holder != connection.pid:  # its /clients entries are that process's
+            raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
         connection.identity = checked(hello, "identity", (str, type(None)))
         auth_client = checked(hello, "auth_client", (str, type(None)))
         welcome = self._connection_message("welcome")
+        welcome["heartbeat"] = self._heartbeat
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
             # What a process with a key ring checks at start, read here so that it opens no
@@ -739,60 +1092,131 @@ class AgentServer:
         self.sentinel._zk.DataWatch(auth_path(service, client), changed)
         ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
 
-    # --- the sender ---------------------------------------------------------------------------
+    # --- the frame workers, and writing ----------------------------------------------------------
 
-    def _send(self, connection: _Connection) -> None:
-        """Send what is due, latest state first-come; drop the connection when the process
-        stops reading for ``send_timeout`` seconds."""
-        while True:
-            with connection.due:
-                while not (
-                    connection.closed
-                    or connection.replies
+    def _schedule_flush(self, connection: _Connection) -> None:
+        """Have a frame worker build what is due, unless one is on it or the last frames
+        are not written yet (then what is due waits, merged, for the process to read them)."""
+        with connection.due:
+            if (
+                connection.closed
+                or connection.flushing
+                or connection.out
+                or not (connection.welcomed or connection.replies)  # the welcome goes first
+                or not (
+                    connection.replies
                     or connection.services
                     or connection.keys
                     or connection.connection
-                ):
-                    connection.due.wait()
-                if connection.closed:
-                    return
-                replies, connection.replies = connection.replies, []
-                services, connection.services = connection.services, set()
-                keys, connection.keys = connection.keys, {}
-                state, connection.connection = connection.connection, False
-            try:
-                for message in replies:
-                    if message["op"] == "service":
-                        # Followed from here: a change after this marks it, and the state
-                        # sent now holds every change before. No change frame of a service
-                        # goes out before its answer.
-                        with connection.due:
-                            connection.followed.add(message["service"])
-                        message = self._service_message(
-                            connection, message["service"], message["id"]
-                        )
-                    self._write(connection, message)
-                for service in sorted(services):
-                    self._write(connection, self._service_message(connection, service))
-                for policy, changed in keys.items():
-                    self._write(connection, self._keys_message(connection, policy, changed))
-                if state:
-                    self._write(connection, self._connection_message("connection"))
-            except OSError as exc:
-                # SO_SNDTIMEO ran out: the process stopped reading.
-                slow = isinstance(exc, TimeoutError | BlockingIOError)
-                if slow:
-                    log.warning(
-                        "agent: dropping pid %d: it read nothing for %gs",
-                        connection.pid,
-                        self._send_timeout,
-                    )
-                return self._drop(connection, "slow" if slow else None)
+                )
+            ):
+                return
+            connection.flushing = True
+        self._submit(self._frames, self._flush, connection)
 
-    def _write(self, connection: _Connection, message: dict[str, Any]) -> None:
-        sent = protocol.send(connection.sock, message)
-        telemetry.AGENT_SENT_BYTES.inc(sent)
+    def _flush(self, connection: _Connection) -> None:
+        """A frame worker's: build what is due, latest state first-come, and hand the frames
+        to the loop; any failure drops this connection only."""
+        with connection.due:
+            replies, connection.replies = connection.replies, []
+            services, connection.services = connection.services, set()
+            keys, connection.keys = connection.keys, {}
+            state, connection.connection = connection.connection, False
+        frames: list[bytes] = []
+        try:
+            for message in replies:
+                if message["op"] == "service":
+                    # Followed from here: a change after this marks it, and the state sent
+                    # now holds every change before. No change frame of a service goes out
+                    # before its answer.
+                    with connection.due:
+                        connection.followed.add(message["service"])
+                    service, request = message["service"], message["id"]
+                    frames.append(self._service_frame(connection, service, request))
+                else:
+                    frames.append(self._frame(message))
+            for service in sorted(services):
+                frames.append(self._service_frame(connection, service))
+            for policy, changed in keys.items():
+                frames.append(self._frame(self._keys_message(connection, policy, changed)))
+            if state:
+                frames.append(self._frame(self._connection_message("connection")))
+        except Exception:  # a bug of the agent's own: logged, and the process reconnects
+            log.exception("agent: dropping pid %d: its frames could not be built", connection.pid)
+            with connection.due:
+                connection.flushing = False
+            return self._drop(connection, "error")
+        with connection.due:
+            connection.flushing = False
+            if connection.closed:
+                return
+            if not connection.out:
+                connection.sent_at = time.monotonic()  # the send timeout counts from now
+            connection.out.extend(frames)
+        if frames:
+            self._call_loop(connection)
+        else:
+            self._schedule_flush(connection)  # marked meanwhile
+
+    def _service_frame(
+        self, connection: _Connection, service: str, request: int | None = None
+    ) -> bytes:
+        """The service's frame; when it cannot be sent (larger than ``max_frame_bytes``, or
+        a node that does not encode), an error frame naming the service instead: the
+        process serves what it has of it, marked stale, and the link goes on (the service
+        stays followed, so its next change is tried again)."""
+        sent_before = dict(connection.policies_sent)
+        try:
+            message = self._service_message(connection, service, request)
+            frame = protocol.encode(message)
+            if len(frame) > self._max_frame_bytes:
+                raise ValueError(
+                    f"its state is {len(frame)} bytes, more than the {self._max_frame_bytes} "
+                    "a frame may hold"
+                )
+        except Exception as exc:
+            connection.policies_sent = sent_before  # a shard map in it was not sent either
+            telemetry.AGENT_UNSENT.inc()
+            log.warning("agent: cannot send service %r to pid %d: %s", service, connection.pid, exc)
+            error = AgentServiceUnavailable(
+                f"the agent cannot send service {service!r}: {exc}", service
+            )
+            return self._frame(error_answer(request, error))
+        telemetry.AGENT_SENT_BYTES.inc(len(frame))
         telemetry.AGENT_FRAMES.labels(message["op"]).inc()
+        return frame
+
+    def _frame(self, message: dict[str, Any]) -> bytes:
+        frame = protocol.encode(message)
+        telemetry.AGENT_SENT_BYTES.inc(len(frame))
+        telemetry.AGENT_FRAMES.labels(message["op"]).inc()
+        return frame
+
+    def _write(self, connection: _Connection) -> None:
+        """The loop's: write what the socket takes now; once all is written, have what is
+        due built."""
+        broken = False
+        with connection.due:
+            while connection.out:
+                chunk = connection.out[0]
+                try:
+                    sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
+                except (BlockingIOError, InterruptedError):
+                    break
+                except OSError:
+                    broken = True
+                    break
+                connection.sent_at = time.monotonic()
+                connection.out_offset += sent
+                if connection.out_offset == len(chunk):
+                    connection.out.popleft()
+                    connection.out_offset = 0
+            written = not connection.out
+        if broken:
+            return self._drop(connection, None)
+        if written:
+            self._update(connection)
+            self._schedule_flush(connection)
 
     def _service_message(
         self, connection: _Connection, service: str, request: int | None = None
@@ -873,4 +1297,26 @@ def _check_directory(directory: str) -> None:
             f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
             f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
             "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
+        )
+
+
+def _raise_descriptor_limit(connections: int) -> None:
+    """Raise the soft limit on open files to the hard one: each connection is a descriptor,
+    and the soft limit (1024 on many systems) is below the connection caps; a full table
+    would make accepting fail for every process, not only the one that filled it. The hard
+    limit is what the administrator allows; below the caps, the caps hold at it instead (and
+    accepting pauses briefly when the table is full)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("agent: cannot raise the open files limit from %d (%s)", soft, exc)
+    if soft != resource.RLIM_INFINITY and soft < connections + 64:
+        log.warning(
+            "agent: %d open files allowed, fewer than the %d connections it may serve: raise "
+            "LimitNOFILE (systemd) or ulimit -n",
+            soft,
+            connections,
         )

@@ -28,7 +28,7 @@ from sentinel.cache.snapshot_file import policy_map, service_parts
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
-from sentinel.errors import DecodeError, SentinelError, ServiceNotFound
+from sentinel.errors import AgentServiceUnavailable, DecodeError, SentinelError, ServiceNotFound
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, decode_bucket
 
@@ -70,6 +70,8 @@ class AgentFollower:
             except ServiceNotFound:
                 self._cache.drop(service)
                 continue
+            except AgentServiceUnavailable:
+                continue  # served as it was, stale while the agent cannot send it (the link)
             self._latest[service] = answer
             self._apply(service)
 

@@ -11,6 +11,7 @@ from sentinel.cli.common import (
     add_command,
     add_curator_option,
     add_metrics_option,
+    count,
     event_printer,
     seconds,
     serve_metrics,
@@ -43,6 +44,10 @@ def _run(args: argparse.Namespace) -> int:
             allowed_uids=args.allow_uid,
             allowed_gids=args.allow_gid,
             send_timeout=args.send_timeout,
+            max_connections=args.max_connections,
+            max_connections_per_uid=args.max_connections_per_uid,
+            hello_timeout=args.hello_timeout,
+            heartbeat=args.heartbeat,
         )
         report = event_printer(args, {"serving": lambda details: f"serving {details['socket']}"})
         with server:
@@ -104,6 +109,31 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=seconds,
         default=30.0,
         help="seconds a process may leave a frame unread before it is dropped (default 30)",
+    )
+    agent.add_argument(
+        "--max-connections",
+        type=count,
+        default=4096,
+        help="connections served at once; more are refused, each told why (default 4096)",
+    )
+    agent.add_argument(
+        "--max-connections-per-uid",
+        type=count,
+        default=1024,
+        help="connections served at once from one user (default 1024)",
+    )
+    agent.add_argument(
+        "--hello-timeout",
+        type=seconds,
+        default=10.0,
+        help="seconds a new connection has to say who it is before it is dropped (default 10)",
+    )
+    agent.add_argument(
+        "--heartbeat",
+        type=seconds,
+        default=5.0,
+        help="seconds of silence after which the agent and its processes send a heartbeat; "
+        "either end silent for three is dropped, and the process is stale (default 5)",
     )
     agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
     add_curator_option(agent)

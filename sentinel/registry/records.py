@@ -115,6 +115,20 @@ def parse_json(path: str, data: bytes | str, *, max_bytes: int | None = MAX_VALU
         raise DecodeError(path, f"not UTF-8 JSON ({exc.__class__.__name__})") from None
 
 
+def utf8_json(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8, characters outside ASCII as they are (escaped, a
+    character would cost up to three times its bytes: a value near the size limit read and
+    written again would no longer fit), escaped only for a string UTF-8 cannot hold (a lone
+    surrogate, which JSON text may carry). TypeError or ValueError for what is not JSON."""
+    text = json.dumps(
+        value, separators=(",", ":"), allow_nan=False, ensure_ascii=False, default=_plain
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain).encode()
+
+
 def _plain(value: object) -> dict[str, Any]:
     """Let ``json`` write the read-only mappings records hold."""
     if isinstance(value, Mapping):
@@ -134,7 +148,7 @@ def _round_trip(path: str, value: Any) -> tuple[str, Any]:
     """``value`` as compact JSON and that JSON parsed back within the bounds, or
     ValidationError."""
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain)
+        text = utf8_json(value).decode("utf-8")
     except Exception as exc:  # RecursionError, ValueError, TypeError...
         raise ValidationError(
             f"value for {path} is not JSON-serialisable ({exc.__class__.__name__})"
