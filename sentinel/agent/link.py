@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -275,8 +276,16 @@ class AgentLink:
         else:
             self._heartbeat = None  # an agent without heartbeats: waits as long as it is quiet
         # Reads wake at least every interval: to send this end's heartbeat, and to notice an
-        # agent that has gone quiet.
-        sock.settimeout(self._heartbeat)
+        # agent that has gone quiet; a send that cannot go on for as long as a silent agent
+        # is allowed is a dead agent too. Kernel timeouts on a blocking socket, not Python's
+        # (which polls before each read): one wait per read, as without heartbeats.
+        sock.settimeout(None)
+        if self._heartbeat is not None:
+            for option, seconds in (
+                (socket.SO_RCVTIMEO, self._heartbeat),
+                (socket.SO_SNDTIMEO, self._heartbeat * protocol.HEARTBEAT_MISSES),
+            ):
+                sock.setsockopt(socket.SOL_SOCKET, option, _timeval(seconds))
         with self._send_lock:
             self._sock = sock
             self._sent_at = time.monotonic()
@@ -312,7 +321,7 @@ class AgentLink:
         while True:
             try:
                 data = sock.recv(1 << 20)
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO: a heartbeat's time
                 data = None
             except OSError as exc:
                 if not self._closed.is_set():
@@ -351,15 +360,16 @@ class AgentLink:
     def _dispatch(self, message: dict[str, Any]) -> None:
         request = message.get("id")
         future = self._pending.get(request) if isinstance(request, int) else None
-        op = message["op"]
+        op, service = message["op"], message.get("service")
         if op == "error":
             self._unsendable_service(message)
         elif (
             op in ("service", "gone")
-            and self._unsendable.pop(message.get("service"), None)
+            and isinstance(service, str)
+            and self._unsendable.pop(service, None) is not None
             and not self._unsendable
         ):
-            log.info("the agent sends %s again", message.get("service"))
+            log.info("the agent sends %s again", service)
             self._report()
         if future is not None:
             future.set_result(message)
@@ -408,6 +418,12 @@ class AgentLink:
         for future in list(self._pending.values()):
             if not future.done():
                 future.set_exception(gone)
+
+
+def _timeval(seconds: float) -> bytes:
+    """A ``struct timeval`` for SO_RCVTIMEO/SO_SNDTIMEO."""
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _since(message: dict[str, Any]) -> float | None:

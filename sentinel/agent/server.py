@@ -130,6 +130,11 @@ _ACCEPTS_PER_TURN = 64
 # connections wait in the listen backlog meanwhile) while the loop serves the others.
 _ACCEPT_BACKOFF = 0.1
 _RECEIVE_BYTES = 256 * 1024
+# The kernel's buffer for each connection's frames (the kernel doubles it): a large frame
+# goes out in a few writes, each a turn of the loop and a wake-up of the process's reader,
+# rather than in dozens of the default's. Memory only while frames wait unread, and a
+# connection's frames wait in the agent's own buffer anyway until written.
+_SEND_BUFFER = 1 << 20
 # A condition logged at most once in this many seconds (with how many were not), so that a
 # flood of refused connections cannot flood the log.
 _LOG_EVERY = 10.0
@@ -441,6 +446,8 @@ class AgentServer:
             self._accept()
         else:
             connection: _Connection = data  # type: ignore[assignment]
+            if connection.closed:  # dropped by a worker: its socket is closed after this turn
+                return
             try:
                 if mask & selectors.EVENT_READ:
                     self._receive(connection)
@@ -591,6 +598,7 @@ class AgentServer:
             sock.close()
             return
         sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         connection = _Connection(sock, pid, uid, self._schedule_flush)
         with self._lock:
             if len(self._connections) >= self._max_connections:
@@ -1118,6 +1126,9 @@ class AgentServer:
         """A frame worker's: build what is due, latest state first-come, and hand the frames
         to the loop; any failure drops this connection only."""
         with connection.due:
+            if connection.closed:
+                connection.flushing = False
+                return
             replies, connection.replies = connection.replies, []
             services, connection.services = connection.services, set()
             keys, connection.keys = connection.keys, {}

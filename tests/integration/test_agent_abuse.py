@@ -52,6 +52,12 @@ def admin(make_client):
     return admin
 
 
+@pytest.fixture
+def agent_session(make_client):
+    """The agent's own session."""
+    return make_client("host-agent", announce=False, agent=False, persistent_watches=True)
+
+
 def _count(counter, *labels) -> float:
     return (counter.labels(*labels) if labels else counter)._value.get()
 
@@ -78,11 +84,7 @@ def _open_files_at_least(count: int) -> None:
 
 
 def test_thousands_of_idle_connections_cost_no_threads_and_a_new_process_is_served_at_once(
-    zookeeper,
-    make_client,
-    admin,
-    namespace,
-    socket_path,
+    zookeeper, make_client, admin, namespace, socket_path
 ):
     """IDLE connections from the test's own uid (the caps raised above them: the per-uid cap
     is the next test's), each past its hello and then silent (version 1: no heartbeats, so
@@ -133,13 +135,9 @@ def test_thousands_of_idle_connections_cost_no_threads_and_a_new_process_is_serv
 
 
 def test_connections_over_the_per_uid_cap_are_refused_and_told_why(
-    make_client,
-    admin,
-    namespace,
-    socket_path,
+    agent_session, make_client, admin, socket_path
 ):
-    session = make_client("host-agent", announce=False, agent=False)
-    with AgentServer(session, socket_path, max_connections_per_uid=20) as server:
+    with AgentServer(agent_session, socket_path, max_connections_per_uid=20) as server:
         refused = _count(AGENT_DROPPED, "cap")
         held = [_raw(socket_path) for _ in range(20)]
         assert wait_until(lambda: server.processes == 20)
@@ -158,15 +156,11 @@ def test_connections_over_the_per_uid_cap_are_refused_and_told_why(
         assert through(make_client, socket_path).get_service(SERVICE).label == "a"
 
 
-def test_a_hello_that_never_comes_is_dropped_at_the_deadline(
-    make_client,
-    socket_path,
-):
-    session = make_client("host-agent", announce=False, agent=False)
-    with AgentServer(session, socket_path, hello_timeout=0.5) as server:
+def test_a_hello_that_never_comes_is_dropped_at_the_deadline(agent_session, socket_path):
+    with AgentServer(agent_session, socket_path, hello_timeout=0.5) as server:
         dropped = _count(AGENT_DROPPED, "hello")
+        started = time.monotonic()  # before the agent accepts it
         sock = _raw(socket_path)
-        started = time.monotonic()
         assert _closed_by_peer(sock)  # within its 10 s read timeout
         took = time.monotonic() - started
         assert 0.5 <= took < 2.0, took  # the deadline, plus a tick of the loop
@@ -175,12 +169,9 @@ def test_a_hello_that_never_comes_is_dropped_at_the_deadline(
 
 
 def test_a_process_that_sends_nothing_not_even_a_heartbeat_is_dropped(
-    make_client,
-    namespace,
-    socket_path,
+    agent_session, make_client, namespace, socket_path
 ):
-    session = make_client("host-agent", announce=False, agent=False)
-    with AgentServer(session, socket_path, heartbeat=0.3) as server:
+    with AgentServer(agent_session, socket_path, heartbeat=0.3) as server:
         dropped = _count(AGENT_DROPPED, "silent")
         sock = _raw(socket_path)
         _hello(sock, namespace)
@@ -199,11 +190,7 @@ def test_a_process_that_sends_nothing_not_even_a_heartbeat_is_dropped(
 
 
 def test_a_node_of_four_byte_characters_near_the_size_limit_is_served(
-    agent_session,
-    admin,
-    make_client,
-    socket_path,
-    raw_zk,
+    agent_session, admin, make_client, socket_path, raw_zk
 ):
     """Written anonymously (an open namespace): 480 KB of 4-byte characters, within the
     registry's bound. Escaped to ASCII it was 1.44 MB, over the bound, and the frame could not
@@ -224,16 +211,8 @@ def test_a_node_of_four_byte_characters_near_the_size_limit_is_served(
         assert app.connection_state == "connected" and app.staleness == 0
 
 
-@pytest.fixture
-def agent_session(make_client):
-    return make_client("host-agent", announce=False, agent=False, persistent_watches=True)
-
-
 def test_a_service_too_large_to_send_makes_the_process_stale_and_its_others_flow(
-    agent_session,
-    admin,
-    make_client,
-    socket_path,
+    agent_session, admin, make_client, socket_path
 ):
     """The frame bound made small (the agent's ``max_frame_bytes``): one service outgrows it.
     The process hears so, is stale (``suspended``, staleness counting) while its other
@@ -269,11 +248,7 @@ def test_a_service_too_large_to_send_makes_the_process_stale_and_its_others_flow
 
 
 def test_an_agent_that_goes_quiet_makes_its_processes_stale_within_the_heartbeat_bound(
-    zookeeper,
-    make_client,
-    admin,
-    namespace,
-    socket_path,
+    zookeeper, make_client, admin, namespace, socket_path
 ):
     heartbeat = 0.5
     admin.register(SERVICE, "p1", "10.0.1.1", 5432, label="a")
@@ -301,10 +276,7 @@ def test_an_agent_that_goes_quiet_makes_its_processes_stale_within_the_heartbeat
 
 
 def test_a_full_descriptor_table_pauses_accepting_and_never_ends_it(
-    agent_session,
-    admin,
-    make_client,
-    socket_path,
+    agent_session, admin, make_client, socket_path
 ):
     """The agent's process out of descriptors: accepting fails (EMFILE), is counted, and
     resumes once descriptors are free again; nothing else of the agent stops."""
@@ -321,14 +293,14 @@ def test_a_full_descriptor_table_pauses_accepting_and_never_ends_it(
         try:
             for sock in waiting:
                 sock.connect(socket_path)  # into the backlog; accepting them needs descriptors
-            failed = wait_until(lambda: _count(AGENT_ERRORS, "accept") > errors, 10)
+            wait_until(lambda: _count(AGENT_ERRORS, "accept") > errors, 10)
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        assert failed is not None
         admin.register(SERVICE, "p1", "10.0.1.2", 5432, label="b")  # the served are served
         assert wait_until(lambda: "p1:b" in state(app))
-        late = through(make_client, socket_path, "late")
+        late = through(make_client, socket_path, "late", connect_timeout=5.0)  # accepted
         late.prefetch(SERVICE)
         assert sorted(state(late)) == ["p1:a", "p1:b"]
+        assert _count(AGENT_ERRORS, "accept") > errors  # it did fail, and said so
         for sock in waiting:
             sock.close()
