@@ -186,6 +186,12 @@ AGENT_DROPPED = Counter(
     ["reason"],
     registry=None,
 )
+AGENT_IDENTITIES_REFUSED = Counter(
+    "sentinel_agent_identities_refused_total",
+    "Requests of a process this host agent could not serve as the process's identity: every "
+    "identity session its user may hold keeps a live process's /clients entries (logged).",
+    registry=None,
+)
 AGENT_UNSENT = Counter(
     "sentinel_agent_unsent_frames_total",
     "Services' frames this host agent could not send (larger than its frame bound, or a node "
@@ -197,12 +203,6 @@ AGENT_ERRORS = Counter(
     "Errors this host agent's socket loop met and went on after, by where (accept: "
     "accepting or admitting a connection; loop: anywhere else), each logged.",
     ["where"],
-    registry=None,
-)
-AGENT_IDENTITIES_REFUSED = Counter(
-    "sentinel_agent_identities_refused_total",
-    "Requests of a process this host agent could not serve as the process's identity: every "
-    "identity session its user may hold keeps a live process's /clients entries (logged).",
     registry=None,
 )
 
@@ -222,9 +222,9 @@ EVENT_METRICS = (
     AGENT_SENT_BYTES,
     AGENT_FRAMES,
     AGENT_DROPPED,
+    AGENT_IDENTITIES_REFUSED,
     AGENT_UNSENT,
     AGENT_ERRORS,
-    AGENT_IDENTITIES_REFUSED,
 )
 
 

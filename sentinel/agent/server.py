@@ -320,6 +320,8 @@ class AgentServer:
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
+        # client id -> the pid whose connections use it, and how many are connected
+        self._clients: dict[str, tuple[int, int]] = {}
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
@@ -680,6 +682,12 @@ class AgentServer:
             telemetry.AGENT_DROPPED.labels(reason).inc()
         self._call_loop(connection)
         with self._lock:
+            if connection.client is not None:
+                pid, count = self._clients[connection.client]
+                if count > 1:
+                    self._clients[connection.client] = (pid, count - 1)
+                else:
+                    del self._clients[connection.client]
             if connection in self._connections:
                 self._connections.discard(connection)
                 self._per_uid[connection.uid] -= 1
@@ -692,14 +700,12 @@ class AgentServer:
             )
             self._unfollow_auth(connection.auth_client)
         telemetry.AGENT_PROCESSES.set(len(self._connections))
-        gone = {path: s for path, s in connection.announced.items() if path not in still}
-        if gone:  # its /clients entries go with it, retired on a request worker
-            self._submit(self._requests, self._retire_all, connection, gone)
+        gone = {p: s for p, s in connection.announced.items() if p not in still}
+        if gone:  # its /clients entries go with it, on a request worker
+            self._submit(self._requests, self._forget, connection, gone)
 
-    def _retire_all(
-        self, connection: _Connection, gone: dict[str, _IdentitySession | None]
-    ) -> None:
-        for path, session in gone.items():
+    def _forget(self, connection: _Connection, entries: dict[str, _IdentitySession | None]) -> None:
+        for path, session in entries.items():
             self._retire(connection, path, session)
 
     def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
@@ -836,16 +842,12 @@ class AgentServer:
             )
         client = validate_name("client id", checked(hello, "client", str))
         with self._lock:
-            holder = next(
-                (c for c in self._connections if c.client == client and c.pid != connection.pid),
-                None,
-            )
-            if holder is None:
+            holder, count = self._clients.get(client, (connection.pid, 0))
+            if holder == connection.pid and not connection.closed:
+                self._clients[client] = (holder, count + 1)
                 connection.client = client
-        if holder is not None:  # its /clients entries are that process's
-            raise ProtocolError(
-                f"client id {client!r} is pid {holder.pid}'s, not {connection.pid}'s"
-            )
+        if holder != connection.pid:  # its /clients entries are that process's
+            raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
         connection.identity = checked(hello, "identity", (str, type(None)))
         connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
@@ -1413,6 +1415,22 @@ class AgentServer:
         return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
 
 
+def _check_directory(directory: str) -> None:
+    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
+    user that nobody else may write: whoever may write it could replace the socket with one
+    of their own, and take the processes' hellos."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
+    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
+        raise SentinelError(
+            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
+            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
+            f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
+            "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
+        )
+
+
 def _raise_descriptor_limit(connections: int) -> None:
     """Raise the soft limit on open files to the hard one: each connection is a descriptor,
     and the soft limit (1024 on many systems) is below the connection caps; a full table
@@ -1432,20 +1450,4 @@ def _raise_descriptor_limit(connections: int) -> None:
             "LimitNOFILE (systemd) or ulimit -n",
             soft,
             connections,
-        )
-
-
-def _check_directory(directory: str) -> None:
-    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
-    user that nobody else may write: whoever may write it could replace the socket with one
-    of their own, and take the processes' hellos."""
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
-    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
-        raise SentinelError(
-            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
-            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
-            f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
-            "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
         )

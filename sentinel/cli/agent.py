@@ -70,8 +70,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "that connect to the Unix socket (Sentinel(agent=...) or $SENTINEL_AGENT): each gets "
         "the services it follows and their changes, and keeps its own lookups in process. "
         "Root, the agent's user and the --allow-uid/--allow-gid peers may connect (checked "
-        "with SO_PEERCRED; the socket is made 0600, or 0660 with --allow-gid). Never creates "
-        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
+        "with SO_PEERCRED and SO_PEERGROUPS, supplementary groups included; the socket is made "
+        "0600, or 0666 when others are allowed, and its directory must be writable by root or "
+        "the agent's user alone). Processes trust the agent when it runs as root, as their "
+        "own user or as $SENTINEL_AGENT_USER. Needs no identity of its own: a process's "
+        "/clients entries are written as the identity it gives. Never creates the namespace. "
+        "Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
         "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
         (
             "sentinel agent",
@@ -97,7 +101,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="GID",
-        help="a group whose processes may connect (makes the socket 0660); repeat",
+        help="a group whose processes may connect, as their primary or a supplementary group; "
+        "repeat",
     )
     agent.add_argument(
         "--session-timeout",

@@ -388,6 +388,19 @@ print(len(received), flush=True)
 """
 
 
+def start_through(zookeeper, secured: SecuredNamespace, path: str) -> Sentinel:
+    """A process with an identity, started through the agent socket at ``path``."""
+    return Sentinel(
+        zookeeper.connect_string,
+        "victim",
+        secured.namespace,
+        identity=APP_IDENTITY,
+        agent=path,
+        connect_timeout=2,
+        prometheus_registry=None,
+    ).start()
+
+
 @needs_root
 def test_a_squatters_socket_gets_nothing_from_a_process(secured, zookeeper):
     """Another user listens first in a directory anyone may write: the process refuses it
@@ -404,15 +417,7 @@ def test_a_squatters_socket_gets_nothing_from_a_process(secured, zookeeper):
     try:
         assert squatter.stdout.readline().strip() == "listening"
         with pytest.raises(AgentNotTrusted, match="listener runs as uid 65534"):
-            Sentinel(
-                zookeeper.connect_string,
-                "victim",
-                secured.namespace,
-                identity=APP_IDENTITY,
-                agent=path,
-                connect_timeout=2,
-                prometheus_registry=None,
-            ).start()
+            start_through(zookeeper, secured, path)
         assert squatter.stdout.readline().strip() == "0"  # not a byte
     finally:
         squatter.kill()
@@ -427,14 +432,7 @@ def test_a_squatters_socket_gets_nothing_from_a_process(secured, zookeeper):
 def test_a_socket_file_of_another_user_is_refused(secured, agent, socket_path, zookeeper):
     os.chown(socket_path, 65534, 65534)  # the listener is right, the file is not
     with pytest.raises(AgentNotTrusted, match="socket belongs to uid 65534"):
-        Sentinel(
-            zookeeper.connect_string,
-            "victim",
-            secured.namespace,
-            agent=socket_path,
-            connect_timeout=2,
-            prometheus_registry=None,
-        ).start()
+        start_through(zookeeper, secured, socket_path)
 
 
 # --- read checks and identity sessions ----------------------------------------------------------
