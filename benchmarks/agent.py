@@ -88,7 +88,7 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
             command = json.loads(line)
             if command["cmd"] == "heard":
                 value = command["value"]
-                wait_until(lambda value=value: value in heard, timeout=30)
+                wait_until(lambda value=value: value in heard, timeout=LOAD_TIMEOUT)
                 answer: dict[str, object] = {"at": heard.get(value)}
             elif command["cmd"] == "write":
                 started = time.perf_counter()
@@ -221,7 +221,8 @@ def measure(
         cpu_before = None if agent_pid is None else _cpu_seconds(agent_pid)
         sent_before = _sent(metrics_port) if metrics_port else None
         reads, delays = [], []
-        for _ in range(args.changes):
+        count = args.whole_changes if mode == "agent-whole" else args.changes
+        for _ in range(count):
             value = float(next(_VALUES))
             before = quiet(host, int(port))
             written = time.monotonic()
@@ -233,7 +234,8 @@ def measure(
         if agent_pid is not None and sent_before is not None:
             row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
             sent, frames = (a - b for a, b in zip(_sent(metrics_port), sent_before, strict=True))
-            row["frames_per_change"] = frames / args.changes
+            row["changes"] = count
+            row["frames_per_change"] = frames / count
             row["bytes_per_frame"] = sent / frames if frames else float("nan")
         row["reads_per_change"] = statistics.median(reads)
         row["propagation"] = percentiles(delays)
@@ -263,6 +265,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="measure an agent sending whole states per change too (agent-whole)",
     )
+    parser.add_argument(
+        "--whole-changes",
+        type=int,
+        help="metric changes through agent-whole (default --changes: at 10,000 instances each "
+        "takes tens of seconds there)",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -270,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         worker(hosts, agent, services, int(lookups))
         return
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    args.whole_changes = args.whole_changes or args.changes
     modes = ["direct", "agent", *(["agent-whole"] if args.compare_frames else [])]
     with (
         LocalZooKeeper() as zk,
@@ -299,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['reads_per_change']:g}",
             f"{r['propagation']['p50'] * 1000:.2f} / {r['propagation']['p99'] * 1000:.2f}",
             f"{r['lookup_ns']['p50'] / 1000:.2f} / {r['lookup_ns']['p99'] / 1000:.2f}",
-            f"{r['agent_cpu_seconds'] / args.changes * 1000:.1f} ms"
+            f"{r['agent_cpu_seconds'] / r['changes'] * 1000:.1f} ms"
             if "agent_cpu_seconds" in r
             else "-",
             f"{r['bytes_per_frame']:,.0f} B x {r['frames_per_change']:g}"
