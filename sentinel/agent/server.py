@@ -255,6 +255,9 @@ class AgentServer:
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
         self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
+        # The sessions above, under a lock of their own: opening one waits on ZooKeeper, and
+        # the loop takes the lock above (it must never wait behind that).
+        self._readers_lock = threading.Lock()
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
@@ -321,6 +324,7 @@ class AgentServer:
                 os.unlink(self.path)
         with self._lock:
             connections = list(self._connections)
+        with self._readers_lock:
             readers, self._readers = list(self._readers.values()), {}
         for connection in connections:
             self._drop(connection, None)
@@ -818,7 +822,7 @@ class AgentServer:
     def _identity_session(self, identity: str) -> KazooClient | None:
         """A session authenticated as ``identity``, made on first need (None past
         :data:`MAX_IDENTITY_SESSIONS`, or when it does not connect)."""
-        with self._lock:
+        with self._readers_lock:
             reader = self._readers.get(identity)
             if reader is not None or len(self._readers) >= MAX_IDENTITY_SESSIONS:
                 return reader
