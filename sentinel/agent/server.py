@@ -1025,6 +1025,8 @@ class AgentServer:
                     session.live[entry] = connection
                     session.left.discard(entry)
                 return session
+        # Opened outside the lock: the socket loop takes it, and must never wait behind a
+        # session's start (two requests may both open one; the second is closed unused).
         session = self._open_identity_session(connection.identity)
         if session is None:
             return None

@@ -34,11 +34,12 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import confirmation_owners, live_processes
-from sentinel.errors import AgentNotTrusted, RotationFailed, SentinelError
+from sentinel.errors import AccessDenied, AgentNotTrusted, RotationFailed, SentinelError
 from sentinel.events import AuthChanged
 from sentinel.registry.layout import client_path, instance_path
 from sentinel.registry.records import ClientRecord, InstanceRecord, ServiceSpec
 from sentinel.shards.spec import policy_path
+from sentinel.telemetry import AGENT_IDENTITIES_REFUSED
 from sentinel.testing.helpers import wait_until
 from tests.integration import test_attacks
 from tests.integration.daemons import Daemon
@@ -499,24 +500,26 @@ def test_partition_applies_the_read_check_of_the_identity_asking(
             assert "/shard_info/tenants" in answer["message"]
 
 
+@pytest.mark.parametrize("pinned", [False, True], ids=["idle", "each keeping an entry"])
 def test_junk_identities_from_one_peer_lock_no_identity_out(
-    make_client, owner, namespace, socket_path
+    make_client, owner, namespace, socket_path, zookeeper, pinned
 ):
     """70 connections of one user, each with an identity of its own, all kept open: the
-    agent holds at most its per-user bound of identity sessions, and a legitimate identity
-    asking next is served."""
+    agent holds at most its per-user bound of identity sessions. Idle ones are evicted, so a
+    legitimate identity of the same user is served next; junk identities that each keep a
+    live entry hold that user's bound (its next identity is refused, counted), and another
+    user's identity is still served."""
+    if pinned and os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
     spec_path = "/services/private"
     owner.ensure_path("/services")
-    restricted = [
-        make_digest_acl("agent", "pw", all=True),
-        make_digest_acl("alice", "pw", read=True),
-    ]
-    owner.create(spec_path, ServiceSpec("private").to_bytes(spec_path), acl=restricted)
+    owner.create(spec_path, ServiceSpec("private").to_bytes(spec_path), acl=RESTRICTED)
     node = instance_path("private", "p1", "a")
     owner.create(node, InstanceRecord("private", "p1", "a", "10.0.9.9", 80).to_bytes(node))
     session = make_client("host-agent", announce=False, agent=False, identity="agent:pw")
     junk: list[socket.socket] = []
-    with AgentServer(session, socket_path) as server:
+    refused = AGENT_IDENTITIES_REFUSED._value.get()
+    with AgentServer(session, socket_path, allowed_uids=[64020]) as server:
         try:
             for i in range(70):
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -525,7 +528,7 @@ def test_junk_identities_from_one_peer_lock_no_identity_out(
                 sock.connect(socket_path)
                 hello = {
                     "op": "hello",
-                    "version": protocol.VERSION,
+                    "version": 1,  # no heartbeats: kept however long the test takes
                     "namespace": namespace,
                     "client": f"junk-{i}",
                     "auth_client": None,
@@ -533,11 +536,37 @@ def test_junk_identities_from_one_peer_lock_no_identity_out(
                 }
                 protocol.send(sock, hello)
                 protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+                if pinned:
+                    path = client_path("private", f"junk-{i}")
+                    record = ClientRecord("private", f"junk-{i}", pid=os.getpid())
+                    protocol.send(
+                        sock,
+                        {
+                            "op": "announce",
+                            "service": "private",
+                            "record": record.to_bytes(path).decode(),
+                        },
+                    )
                 protocol.send(sock, {"op": "follow", "id": 1, "service": "private"})
                 answer = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
                 assert answer["type"] == "AccessDenied"
             alice = make_client("alice", agent=socket_path, identity="alice:pw")
-            assert alice.get_service("private").host == "10.0.9.9"
+            if pinned:
+                with pytest.raises(AccessDenied):
+                    alice.get_service("private")
+                assert AGENT_IDENTITIES_REFUSED._value.get() > refused
+                lookup = {
+                    "hosts": zookeeper.connect_string,
+                    "namespace": namespace,
+                    "client_id": "alice-2",
+                    "identity": "alice:pw",
+                    "service": "private",
+                    "socket": socket_path,
+                }
+                another_user = as_user(64020, 64020)
+                assert run_client(lookup, user=another_user) == {"host": "10.0.9.9"}
+            else:
+                assert alice.get_service("private").host == "10.0.9.9"
             assert len(server._identities) <= MAX_IDENTITY_SESSIONS_PER_PEER
         finally:
             for sock in junk:
