@@ -1176,8 +1176,9 @@ class AgentServer:
     def _schedule_flush(self, connection: _Connection) -> None:
         """Have a frame worker build what is due, unless one is on it or the last frames
         are not written yet (then what is due waits, merged, for the process to read them).
-        Deltas and credential frames alone are built already: handed to the loop at once,
-        with no worker between a change and its write."""
+        Deltas and credential frames alone are built already: written from here at once (the
+        loop woken only for what the socket does not take), no worker between a change and
+        its write."""
         with connection.due:
             if (
                 connection.closed
@@ -1198,16 +1199,19 @@ class AgentServer:
                 or connection.keys
                 or connection.connection
             )
-            if built:
+            if built:  # written from here as a frame worker writes them (see _flush)
                 credentials, _, deltas = connection.pending.take()
-                frames = self._built_frames(connection, credentials, deltas)
                 connection.sent_at = time.monotonic()  # the send timeout counts from now
-                connection.out.extend(frames)
+                connection.out.extend(self._built_frames(connection, credentials, deltas))
+                broken = self._send_out(connection)
+                written = not connection.out
             else:
                 connection.flushing = True
         if not built:
             self._submit(self._frames, self._flush, connection)
-        elif frames:
+        elif broken:
+            self._drop(connection, None)
+        elif not written:
             self._call_loop(connection)
 
     def _built_frames(
