@@ -900,14 +900,20 @@ class AgentServer:
                 return
         nodes = self.sentinel._nodes if session is None else session.nodes
         zk = self.sentinel._zk if session is None else session.zk
-        with self._lock:
-            connection.announced[path] = session
         nodes.put(
             path,
             data,
             prepare=functools.partial(ensure_clients_node, zk, service),
             keep_trying=True,
         )
+        # Noted once written, so that its retirement always follows its write: a connection
+        # dropped meanwhile (closed is set before _drop reads what it announced) retires it here.
+        with self._lock:
+            gone = connection.closed
+            if not gone:
+                connection.announced[path] = session
+        if gone:
+            self._retire(connection, path, session)
 
     def _newest_version(self, service: str, auth_client: str | None) -> int:
         """The newest credential version of ``auth_client`` a process may have applied: the
