@@ -105,7 +105,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# SO_PEERGROUPS (Linux 4.13): Python names it from 3.?; its value is the same on every arch.
+# SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
 # Sessions the agent opens as its processes' identities (their /clients entries, and reads of
@@ -236,7 +236,6 @@ class _IdentitySession:
     zk: KazooClient
     nodes: EphemeralNodes
     live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
-    left: set[str] = field(default_factory=set)  # entries marked as left (see _retire)
 
     def close(self) -> None:
         """End the session: its entries, live or marked, go with it."""
@@ -706,9 +705,6 @@ class AgentServer:
             data, _ = zk.get(path)
             record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
             zk.set(path, replace(record, left=time.time()).to_bytes(path))
-            if session is not None:
-                with self._lock:
-                    session.left.add(path)
         except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
             log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
 
@@ -994,7 +990,6 @@ class AgentServer:
                 self._identities.move_to_end(key)
                 if entry is not None:
                     session.live[entry] = connection
-                    session.left.discard(entry)
                 return session
         # Opened outside the lock: the socket loop takes it, and must never wait behind a
         # session's start (two requests may both open one; the second is closed unused).
@@ -1010,7 +1005,6 @@ class AgentServer:
                     unused = evicted
             if chosen is not None and entry is not None:
                 chosen.live[entry] = connection
-                chosen.left.discard(entry)
         for other in unused:
             other.close()
         if chosen is None:
