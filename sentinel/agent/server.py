@@ -1166,10 +1166,16 @@ class AgentServer:
             if not connection.out:
                 connection.sent_at = time.monotonic()  # the send timeout counts from now
             connection.out.extend(frames)
-        if frames:
-            self._call_loop(connection)
-        else:
+            # Written from here what the socket takes now (a frame of a few KB: all of it),
+            # the loop woken only for the rest: one thread's wake-up per change, not two.
+            broken = self._send_out(connection)
+            written = not connection.out
+        if broken:
+            return self._drop(connection, None)
+        if written:
             self._schedule_flush(connection)  # marked meanwhile
+        else:
+            self._call_loop(connection)
 
     def _service_frame(
         self, connection: _Connection, service: str, request: int | None = None
@@ -1208,28 +1214,33 @@ class AgentServer:
     def _write(self, connection: _Connection) -> None:
         """The loop's: write what the socket takes now; once all is written, have what is
         due built."""
-        broken = False
         with connection.due:
-            while connection.out:
-                chunk = connection.out[0]
-                try:
-                    sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
-                except (BlockingIOError, InterruptedError):
-                    break
-                except OSError:
-                    broken = True
-                    break
-                connection.sent_at = time.monotonic()
-                connection.out_offset += sent
-                if connection.out_offset == len(chunk):
-                    connection.out.popleft()
-                    connection.out_offset = 0
+            broken = not connection.closed and self._send_out(connection)
             written = not connection.out
         if broken:
             return self._drop(connection, None)
         if written:
             self._update(connection)
             self._schedule_flush(connection)
+
+    @staticmethod
+    def _send_out(connection: _Connection) -> bool:
+        """Under ``connection.due``, its socket open: write what the socket takes now of the
+        connection's frames; True when the socket is broken."""
+        while connection.out:
+            chunk = connection.out[0]
+            try:
+                sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError:
+                return True
+            connection.sent_at = time.monotonic()
+            connection.out_offset += sent
+            if connection.out_offset == len(chunk):
+                connection.out.popleft()
+                connection.out_offset = 0
+        return False
 
     def _service_message(
         self, connection: _Connection, service: str, request: int | None = None
