@@ -109,7 +109,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# SO_PEERGROUPS (Linux 4.13): Python names it from 3.?; its value is the same on every arch.
+# SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 _GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
 # Sessions the agent opens as its processes' identities (their /clients entries, and reads of
@@ -259,7 +259,6 @@ class _IdentitySession:
     zk: KazooClient
     nodes: EphemeralNodes
     live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
-    left: set[str] = field(default_factory=set)  # entries marked as left (see _retire)
 
     def close(self) -> None:
         """End the session: its entries, live or marked, go with it."""
@@ -740,9 +739,6 @@ class AgentServer:
             data, _ = zk.get(path)
             record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
             zk.set(path, replace(record, left=time.time()).to_bytes(path))
-            if session is not None:
-                with self._lock:
-                    session.left.add(path)
         except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
             log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
 
@@ -935,14 +931,20 @@ class AgentServer:
                 return
         nodes = self.sentinel._nodes if session is None else session.nodes
         zk = self.sentinel._zk if session is None else session.zk
-        with self._lock:
-            connection.announced[path] = session
         nodes.put(
             path,
             data,
             prepare=functools.partial(ensure_clients_node, zk, service),
             keep_trying=True,
         )
+        # Noted once written, so that its retirement always follows its write: a connection
+        # dropped meanwhile (closed is set before _drop reads what it announced) retires it here.
+        with self._lock:
+            gone = connection.closed
+            if not gone:
+                connection.announced[path] = session
+        if gone:
+            self._retire(connection, path, session)
 
     def _newest_version(self, service: str, auth_client: str | None) -> int:
         """The newest credential version of ``auth_client`` a process may have applied: the
@@ -1023,7 +1025,6 @@ class AgentServer:
                 self._identities.move_to_end(key)
                 if entry is not None:
                     session.live[entry] = connection
-                    session.left.discard(entry)
                 return session
         # Opened outside the lock: the socket loop takes it, and must never wait behind a
         # session's start (two requests may both open one; the second is closed unused).
@@ -1039,7 +1040,6 @@ class AgentServer:
                     unused = evicted
             if chosen is not None and entry is not None:
                 chosen.live[entry] = connection
-                chosen.left.discard(entry)
         for other in unused:
             other.close()
         if chosen is None:
