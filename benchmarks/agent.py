@@ -1,9 +1,12 @@
 """A host's processes on sessions of their own, then on one agent: ``python -m benchmarks.agent``.
 
 ``--processes`` processes (20) on this host each follow ``--services`` services (5) of
-``--instances`` instances (4, each with a metrics node), first each with a ZooKeeper session
-of its own (``direct``), then all through one ``sentinel agent`` (``agent``), on one
-ZooKeeper, in one run. For each mode:
+``--instances`` instances (4, each with a metrics node; several sizes may be given, each
+measured in turn), first each with a ZooKeeper session of its own (``direct``), then all
+through one ``sentinel agent`` sending each change as what changed (``agent``), and, with
+``--compare-frames``, through one sending a service's whole state per change as before deltas
+(``agent-whole``), on one ZooKeeper, in one run; with ``--runs`` above 1 the modes' order
+alternates from run to run. For each mode:
 
 * the server's sessions (``mntr``'s ``zk_global_sessions``, the writer's and the agent's
   included) and the watches it holds (``wchs``);
@@ -14,35 +17,46 @@ ZooKeeper, in one run. For each mode:
   over every process and change;
 * lookups: ``get_service`` on a warm cache, ``--lookups`` per process, each timed alone with
   ``perf_counter_ns`` (the same timer on both sides): p50 and p99 over every process;
-* the agent's own CPU seconds (``/proc/<pid>/stat``) over the changes, and its resident
-  memory (``VmRSS``) at the end;
+* the agent's own CPU seconds (``/proc/<pid>/stat``) over the changes, per change, and its
+  resident memory (``VmRSS``) at the end;
+* the bytes the agent sent per change frame (its ``sentinel_agent_sent_bytes_total`` over its
+  ``service`` and ``delta`` frames during the changes, from its ``--metrics-port``);
 * each process's first write (``register``): in agent mode it opens the process's own
   session first; p50 over the processes, and the server's sessions once all have written.
 
-``--runs`` repeats the whole measurement; each run is a row per mode.
+``--runs`` repeats the whole measurement; each run is a row per size and mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from contextlib import ExitStack
 
+from benchmarks.churn import populate
 from benchmarks.common import percentiles, report
 from benchmarks.zkcost import mntr, quiet, watches
 from sentinel import Sentinel
+from sentinel.cli.output import format_table
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 NAMESPACE = "/zkcost"  # benchmarks.zkcost's counters read reads under this namespace
-MODES = ("direct", "agent")
+# Seconds a first load may take: 10,000 instances read by every process at once, on a
+# loaded machine, take longer than a client's default.
+LOAD_TIMEOUT = 120.0
+# Each change writes a value no earlier change wrote: a process hears each one.
+_VALUES = itertools.count(1)
 
 
 def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
@@ -64,6 +78,7 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
         announce=False,
         prometheus_registry=None,
         agent=agent or False,
+        connect_timeout=LOAD_TIMEOUT,
     ) as client:
         for service in services:
             client.prefetch(service)
@@ -73,7 +88,7 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
             command = json.loads(line)
             if command["cmd"] == "heard":
                 value = command["value"]
-                wait_until(lambda value=value: value in heard, timeout=30)
+                wait_until(lambda value=value: value in heard, timeout=LOAD_TIMEOUT)
                 answer: dict[str, object] = {"at": heard.get(value)}
             elif command["cmd"] == "write":
                 started = time.perf_counter()
@@ -113,14 +128,41 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Namespace) -> dict:
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _sent(port: int) -> tuple[float, float]:
+    """The agent's bytes sent and its ``service`` and ``delta`` frames, so far."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    sent = frames = 0.0
+    for line in text.splitlines():
+        if line.startswith("sentinel_agent_sent_bytes_total "):
+            sent = float(line.split()[1])
+        elif line.startswith(
+            ('sentinel_agent_frames_total{op="service"}', 'sentinel_agent_frames_total{op="delta"}')
+        ):
+            frames += float(line.split()[1])
+    return sent, frames
+
+
+def measure(
+    mode: str,
+    zk: LocalZooKeeper,
+    writer: Sentinel,
+    services: list[str],
+    args: argparse.Namespace,
+) -> dict:
     """One mode's figures (see the module)."""
     host, port = zk.connect_string.split(":")
-    services = [f"svc{i}" for i in range(args.services)]
     with ExitStack() as stack:
-        socket_path, agent_pid = "", None
-        if mode == "agent":
+        socket_path, agent_pid, metrics_port = "", None, 0
+        if mode != "direct":
             socket_path = os.path.join(tempfile.mkdtemp(prefix="agent-bench-"), "agent.sock")
+            metrics_port = _free_port()
             agent = subprocess.Popen(
                 [
                     sys.executable,
@@ -133,9 +175,15 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
                     NAMESPACE,
                     "--socket",
                     socket_path,
+                    "--metrics-port",
+                    str(metrics_port),
+                    "--timeout",
+                    str(LOAD_TIMEOUT),
                     "--json",
+                    *(["--whole-state-frames"] if mode == "agent-whole" else []),
                 ],
                 stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
                 text=True,
             )
             stack.callback(agent.wait, 30)
@@ -159,7 +207,7 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            stack.callback(process.wait, 30)
+            stack.callback(process.wait, 60)
             stack.callback(process.stdin.close)
             processes.append(process)
         assert all(json.loads(p.stdout.readline())["ready"] for p in processes)
@@ -171,9 +219,11 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
             "watches": watches(host, int(port)),
         }
         cpu_before = None if agent_pid is None else _cpu_seconds(agent_pid)
+        sent_before = _sent(metrics_port) if metrics_port else None
         reads, delays = [], []
-        for change in range(args.changes):
-            value = float(change + 1) + (0.5 if mode == "agent" else 0.0)
+        count = args.whole_changes if mode == "agent-whole" else args.changes
+        for _ in range(count):
+            value = float(next(_VALUES))
             before = quiet(host, int(port))
             written = time.monotonic()
             writer.update_metrics(services[0], "p0", "r0", {"load": value})
@@ -181,6 +231,12 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
             assert all(h["at"] is not None for h in heard), f"{mode}: a process never heard it"
             delays += [h["at"] - written for h in heard]
             reads.append((quiet(host, int(port)) - before).reads)
+        if agent_pid is not None and sent_before is not None:
+            row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
+            sent, frames = (a - b for a, b in zip(_sent(metrics_port), sent_before, strict=True))
+            row["changes"] = count
+            row["frames_per_change"] = frames / count
+            row["bytes_per_frame"] = sent / frames if frames else float("nan")
         row["reads_per_change"] = statistics.median(reads)
         row["propagation"] = percentiles(delays)
         samples = [s for a in _ask(processes, {"cmd": "lookups"}) for s in a["samples"]]
@@ -189,9 +245,8 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
         row["first_write"] = percentiles([a["seconds"] for a in _ask(processes, {"cmd": "write"})])
         row["sessions_after_writes"] = int(mntr(host, int(port))["zk_global_sessions"])
         if agent_pid is not None:
-            row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
             row["agent_rss_mib"] = _rss_mib(agent_pid)
-        print(f"{mode}: measured", file=sys.stderr, flush=True)
+        print(f"{mode}, {services[0]}: measured", file=sys.stderr, flush=True)
         return row
 
 
@@ -199,10 +254,23 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--processes", type=int, default=20)
     parser.add_argument("--services", type=int, default=5, help="services each process follows")
-    parser.add_argument("--instances", type=int, default=4, help="instances per service")
+    parser.add_argument(
+        "--instances", type=int, nargs="+", default=[4], help="instances per service (sizes)"
+    )
     parser.add_argument("--changes", type=int, default=20, help="metric changes per mode")
     parser.add_argument("--lookups", type=int, default=20_000, help="timed lookups per process")
     parser.add_argument("--runs", type=int, default=1, help="repeats of the whole measurement")
+    parser.add_argument(
+        "--compare-frames",
+        action="store_true",
+        help="measure an agent sending whole states per change too (agent-whole)",
+    )
+    parser.add_argument(
+        "--whole-changes",
+        type=int,
+        help="metric changes through agent-whole (default --changes: at 10,000 instances each "
+        "takes tens of seconds there)",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -210,28 +278,42 @@ def main(argv: list[str] | None = None) -> None:
         worker(hosts, agent, services, int(lookups))
         return
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    args.whole_changes = args.whole_changes or args.changes
+    modes = ["direct", "agent", *(["agent-whole"] if args.compare_frames else [])]
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "agent-bench-writer", NAMESPACE, announce=False) as writer,
     ):
-        for s in range(args.services):
-            for i in range(args.instances):
-                writer.register(f"svc{s}", "p0", "10.0.0.1", 5000 + i, label=f"r{i}")
-                writer.update_metrics(f"svc{s}", "p0", f"r{i}", {"load": 0})
+        by_size = {}
+        for size in args.instances:
+            by_size[size] = [f"n{size}-svc{s}" for s in range(args.services)]
+            for service in by_size[size]:
+                populate(writer, service, size, partitions=1)
         rows = []
         for run in range(args.runs):
-            for mode in MODES:
-                rows.append({"run": run + 1, **measure(mode, zk, writer, args)})
+            order = modes if run % 2 == 0 else modes[::-1]  # alternated: neither always first
+            for size in args.instances:
+                for mode in order:
+                    row = {"run": run + 1, "instances": size}
+                    row.update(measure(mode, zk, writer, by_size[size], args))
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr, flush=True)  # kept if a later fails
     table = [
         (
             r["run"],
+            r["instances"],
             r["mode"],
             r["sessions"],
             r["watches"],
             f"{r['reads_per_change']:g}",
             f"{r['propagation']['p50'] * 1000:.2f} / {r['propagation']['p99'] * 1000:.2f}",
             f"{r['lookup_ns']['p50'] / 1000:.2f} / {r['lookup_ns']['p99'] / 1000:.2f}",
-            f"{r['agent_cpu_seconds']:.2f} s" if "agent_cpu_seconds" in r else "-",
+            f"{r['agent_cpu_seconds'] / r['changes'] * 1000:.1f} ms"
+            if "agent_cpu_seconds" in r
+            else "-",
+            f"{r['bytes_per_frame']:,.0f} B x {r['frames_per_change']:g}"
+            if "bytes_per_frame" in r
+            else "-",
             f"{r['agent_rss_mib']:.0f} MiB" if "agent_rss_mib" in r else "-",
             f"{r['first_write']['p50'] * 1000:.1f} ms, {r['sessions_after_writes']} sessions",
         )
@@ -243,19 +325,40 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.changes} metric changes, {args.lookups:,} lookups per process",
         (
             "run",
+            "instances",
             "mode",
             "sessions",
             "watches",
             "reads/change",
             "propagation p50/p99 ms",
             "lookup p50/p99 µs",
-            "agent CPU",
+            "agent CPU/change",
+            "bytes/frame x frames/change",
             "agent RSS",
             "first write p50",
         ),
         table,
         {"args": vars(args), "rows": rows},
     )
+    summary = []
+    for size in args.instances:
+        direct = [
+            r["propagation"]["p50"]
+            for r in rows
+            if r["instances"] == size and r["mode"] == "direct"
+        ]
+        for mode in modes[1:]:
+            p50s = [
+                r["propagation"]["p50"]
+                for r in rows
+                if r["instances"] == size and r["mode"] == mode
+            ]
+            ratio = statistics.median(p50s) / statistics.median(direct)
+            summary.append(
+                (size, mode, f"{statistics.median(p50s) * 1000:.2f} ms", f"x{ratio:.2f}")
+            )
+    print("\nmedian over runs of the propagation p50, and its ratio to direct's")
+    print(format_table(summary, headers=("instances", "mode", "p50", "vs direct")))
 
 
 if __name__ == "__main__":

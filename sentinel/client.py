@@ -233,7 +233,10 @@ class Sentinel(OldMethodNames):
         Lookups are unchanged; writes open the client's own session on the first one, and
         so does a key ring whose public keys are not published yet (``docs/agent.md``).
         :meth:`start` raises :class:`~sentinel.errors.AgentUnavailable` when no agent
-        answers within ``connect_timeout`` (with a snapshot file, it serves that meanwhile).
+        answers within ``connect_timeout`` (with a snapshot file, it serves that meanwhile),
+        :class:`~sentinel.errors.AgentNotTrusted` when the socket or its listener belongs to
+        a user other than root, this process's own and ``$SENTINEL_AGENT_USER``: nothing is
+        sent to such a listener, the identity included.
     """
 
     def __init__(

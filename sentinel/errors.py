@@ -30,6 +30,8 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── ConnectionInterrupted
     │   ├── TlsHandshakeFailed
     │   └── AgentUnavailable                 the host agent's socket did not answer
+    │       ├── AgentNotTrusted              its listener is not the agent this process trusts
+    │       └── AgentServiceUnavailable      the agent cannot send one service (.service)
     ├── AgentProtocolError                   a frame on the agent's socket refused
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
@@ -274,6 +276,23 @@ class TlsHandshakeFailed(ZooKeeperUnavailable):
 class AgentUnavailable(ZooKeeperUnavailable):
     """The host agent (``sentinel agent``) did not answer on its socket: not running, the
     socket missing, or this process not allowed to connect; the message names the socket."""
+
+
+class AgentNotTrusted(AgentUnavailable):
+    """What listens on the agent's socket is not the agent this process trusts: the socket
+    file or its listener belongs to a user other than root, this process's own and
+    ``$SENTINEL_AGENT_USER``. Nothing was sent to it; the message names both users."""
+
+
+class AgentServiceUnavailable(AgentUnavailable):
+    """The host agent holds ``service`` but cannot send it to this process (its state is
+    larger than the agent's frame bound, or holds a node the agent cannot encode). The link
+    stays up for the process's other services; this one is served as it was, marked stale
+    (``connection_state`` ``suspended``), until the agent can send it again."""
+
+    def __init__(self, message: str, service: str | None = None) -> None:
+        super().__init__(message)
+        self.service = service
 
 
 class AgentProtocolError(SentinelError):

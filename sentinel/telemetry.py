@@ -172,17 +172,38 @@ AGENT_SENT_BYTES = Counter(
 )
 AGENT_FRAMES = Counter(
     "sentinel_agent_frames_total",
-    "Frames this host agent sent to its processes, by kind (service: a service's state, "
+    "Frames this host agent sent to its processes, by kind (service: a service's whole "
+    "state, delta: what one change of a service changed, auth: a credential node, "
     "buckets/policy: a shard map's, connection: its session's).",
     ["op"],
     registry=None,
 )
 AGENT_DROPPED = Counter(
     "sentinel_agent_dropped_connections_total",
-    "Connections this host agent dropped, by reason (refused: a peer not allowed; protocol: "
-    "a frame that is not a message; slow: a process that stopped reading; error: the agent's "
-    "own failure, logged).",
+    "Connections this host agent dropped, by reason (refused: a peer not allowed; cap: over "
+    "the connection caps, in all or of its uid; hello: no hello within the deadline; "
+    "protocol: a frame that is not a message; slow: a process that stopped reading; silent: a "
+    "process that sent nothing, not even a heartbeat; error: the agent's own failure, logged).",
     ["reason"],
+    registry=None,
+)
+AGENT_IDENTITIES_REFUSED = Counter(
+    "sentinel_agent_identities_refused_total",
+    "Requests of a process this host agent could not serve as the process's identity: every "
+    "identity session its user may hold keeps a live process's /clients entries (logged).",
+    registry=None,
+)
+AGENT_UNSENT = Counter(
+    "sentinel_agent_unsent_frames_total",
+    "Services' frames this host agent could not send (larger than its frame bound, or a node "
+    "it could not encode): the process was sent an error naming the service instead.",
+    registry=None,
+)
+AGENT_ERRORS = Counter(
+    "sentinel_agent_errors_total",
+    "Errors this host agent's socket loop met and went on after, by where (accept: "
+    "accepting or admitting a connection; loop: anywhere else), each logged.",
+    ["where"],
     registry=None,
 )
 
@@ -202,6 +223,9 @@ EVENT_METRICS = (
     AGENT_SENT_BYTES,
     AGENT_FRAMES,
     AGENT_DROPPED,
+    AGENT_IDENTITIES_REFUSED,
+    AGENT_UNSENT,
+    AGENT_ERRORS,
 )
 
 

@@ -7,6 +7,15 @@ or it dropped this process) the link tells ``on_state`` that the process is cut 
 then, fails what waits, and connects again with backoff; the agent's ``welcome`` says in what
 state its own session is, and the cache re-syncs from there. Nothing here blocks the cache's
 worker but a request it makes itself.
+
+No failure is silent: anything that goes wrong reading or sending (not only a closed socket)
+ends the connection, and the process is stale from then until it has connected again. The
+link sends a heartbeat when it has sent nothing for the agent's ``heartbeat`` interval, and
+takes :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` intervals without a frame from the
+agent as a dead agent (stopped, or wedged while its socket stays open). A service the agent
+says it cannot send (:class:`~sentinel.errors.AgentServiceUnavailable`) marks the process
+stale (``suspended``, since the first such answer) until a frame of that service comes; the
+other services keep flowing.
 """
 
 from __future__ import annotations
@@ -14,8 +23,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import os
 import random
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -28,7 +39,9 @@ from kazoo.client import KazooState
 from sentinel.agent import protocol
 from sentinel.errors import (
     AccessDenied,
+    AgentNotTrusted,
     AgentProtocolError,
+    AgentServiceUnavailable,
     AgentUnavailable,
     NamespaceNotFound,
     PartitionNotFound,
@@ -46,6 +59,8 @@ log = logging.getLogger(__name__)
 # that the processes of a host do not all knock at the same instant.
 _FIRST_RETRY = 0.05
 _MAX_RETRY = 3.0
+# The heartbeat intervals a link accepts from an agent's welcome (another is clipped).
+_HEARTBEAT_RANGE = (0.05, 60.0)
 # The agent's states, as the cache's connection listener takes them.
 _STATES = {
     "connected": KazooState.CONNECTED,
@@ -68,9 +83,12 @@ class AgentLink:
         auth_client: str | None,
         *,
         identity: str | None = None,
+        agent_user: str | int | None = None,
         timeout: float = 10.0,
     ) -> None:
         self.path = path
+        # Who may listen on the socket (the hello below carries the process's identity).
+        self._trusted = protocol.trusted_uids(agent_user)
         # The process's ZooKeeper identity: the agent serves it only what that identity may
         # read (a local socket to the host's own daemon; never logged, never in a repr).
         self._hello = {
@@ -80,6 +98,7 @@ class AgentLink:
             "client": client,
             "auth_client": auth_client,
             "identity": identity,
+            "deltas": True,  # it applies a change's delta (sentinel.cache.agent)
         }
         self._timeout = timeout
         self.on_frame: OnFrame = lambda message: None
@@ -92,6 +111,12 @@ class AgentLink:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._first_failure: AgentUnavailable | None = None
+        self._heartbeat: float | None = None  # the agent's interval (None: an agent without)
+        self._sent_at = 0.0  # when this end last sent a frame (monotonic)
+        # The agent's session's state and since when, and the services the agent said it
+        # cannot send, since when: together, the state the cache is told.
+        self._agent_state: tuple[str, float | None] = (KazooState.SUSPENDED, None)
+        self._unsendable: dict[str, float] = {}
         #: Connections made to the agent so far (the first, then one per reconnection).
         self.connections = 0
         #: The agent's last ``welcome``: its session's state and, for a process with a key
@@ -159,26 +184,37 @@ class AgentLink:
         return True
 
     def _send(self, message: dict[str, Any]) -> None:
+        """Send one frame; any failure ends the connection (a frame half written leaves the
+        stream unusable), and the reader reconnects."""
         with self._send_lock:
             sock = self._sock
             if sock is None:
                 raise AgentUnavailable(f"not connected to the agent at {self.path}")
             try:
                 protocol.send(sock, message)
-            except OSError as exc:
+            except Exception as exc:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # the reader sees the end, and reconnects
                 raise AgentUnavailable(f"the agent at {self.path} went away ({exc})") from None
+            self._sent_at = time.monotonic()
 
     # --- the connection -------------------------------------------------------------------------
 
     def _run(self) -> None:
+        """Connect, read until the connection ends, and again: nothing ends this thread but
+        :meth:`close` (an error of any kind ends the connection only, logged)."""
         delay = _FIRST_RETRY
         while not self._closed.is_set():
             try:
                 welcome = self._connect()
-            except AgentUnavailable as exc:
+            except Exception as exc:
+                failure = exc if isinstance(exc, AgentUnavailable) else None
+                if failure is None:
+                    log.exception("connecting to the agent at %s failed", self.path)
+                    failure = AgentUnavailable(f"connecting to the agent at {self.path} failed")
                 if self._first_failure is None:
-                    self._first_failure = exc
-                    log.warning("%s; retrying", exc)
+                    self._first_failure = failure
+                    log.warning("%s; retrying", failure)
                 self._closed.wait(delay * (1 + random.random() / 2))
                 delay = min(delay * 2, _MAX_RETRY)
                 continue
@@ -186,21 +222,39 @@ class AgentLink:
             self.welcome = welcome
             self.connections += 1
             self._connected.set()
-            self.on_state(_STATES.get(welcome.get("state"), KazooState.SUSPENDED), _since(welcome))
-            self._read()
+            try:
+                self._state(welcome)
+                self._read()
+            except Exception:  # a frame handler's bug: the connection ends, not the thread
+                log.exception("dropping the agent's connection")
             self._connected.clear()
             self._disconnect()
             if not self._closed.is_set():
                 log.warning("lost the agent at %s; serving the cache, marked stale", self.path)
-                self.on_state(KazooState.SUSPENDED, time.time())
+                self._unsendable.clear()
+                self._agent_state = (KazooState.SUSPENDED, time.time())
+                self.on_state(*self._agent_state)
 
     def _connect(self) -> dict[str, Any]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self._timeout)
         try:
             sock.connect(self.path)
-            protocol.send(sock, self._hello)
-            welcome = protocol.receive(sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome"}))
+            self._check_listener(sock)
+            try:
+                protocol.send(sock, self._hello)
+            except OSError:
+                # Refused at once (the agent's caps), and maybe told why: read that first.
+                welcome = protocol.receive(sock, protocol.MAX_REPLY_BYTES, frozenset({"error"}))
+                if welcome is None:
+                    raise
+            else:
+                welcome = protocol.receive(
+                    sock, protocol.MAX_REPLY_BYTES, frozenset({"welcome", "error"})
+                )
+        except AgentNotTrusted:
+            sock.close()
+            raise
         except (OSError, AgentProtocolError) as exc:
             sock.close()
             reason = getattr(exc, "strerror", None) or str(exc)
@@ -214,35 +268,145 @@ class AgentLink:
                 f"the agent at {self.path} closed the connection: it does not serve this "
                 "namespace, or this user may not connect (see the agent's log)"
             )
-        sock.settimeout(None)  # the reader waits for changes as long as there are none
+        if welcome["op"] == "error":  # refused, and told why (its caps)
+            sock.close()
+            raise _error_of(welcome)
+        heartbeat = welcome.get("heartbeat")
+        if isinstance(heartbeat, int | float) and not isinstance(heartbeat, bool):
+            self._heartbeat = min(max(float(heartbeat), _HEARTBEAT_RANGE[0]), _HEARTBEAT_RANGE[1])
+        else:
+            self._heartbeat = None  # an agent without heartbeats: waits as long as it is quiet
+        # Reads wake at least every interval: to send this end's heartbeat, and to notice an
+        # agent that has gone quiet; a send that cannot go on for as long as a silent agent
+        # is allowed is a dead agent too. Kernel timeouts on a blocking socket, not Python's
+        # (which polls before each read): one wait per read, as without heartbeats.
+        sock.settimeout(None)
+        if self._heartbeat is not None:
+            for option, seconds in (
+                (socket.SO_RCVTIMEO, self._heartbeat),
+                (socket.SO_SNDTIMEO, self._heartbeat * protocol.HEARTBEAT_MISSES),
+            ):
+                sock.setsockopt(socket.SOL_SOCKET, option, _timeval(seconds))
         with self._send_lock:
             self._sock = sock
+            self._sent_at = time.monotonic()
         return welcome
+
+    def _check_listener(self, sock: socket.socket) -> None:
+        """:class:`AgentNotTrusted` unless both the socket file and the process listening on
+        it belong to root, this process's user or the configured agent user: anyone who may
+        write the socket's directory could have put a listener there, and the hello carries
+        this process's identity. The listener's uid is the kernel's (``SO_PEERCRED``), so a
+        file swapped between this check and the connect changes nothing."""
+        _, listener, _ = protocol.peer_credentials(sock)
+        owner = os.lstat(self.path).st_uid
+        if listener in self._trusted and owner in self._trusted:
+            return
+        trusted = ", ".join(str(uid) for uid in sorted(self._trusted))
+        raise AgentNotTrusted(
+            f"refusing the agent at {self.path}: the socket belongs to uid {owner} and its "
+            f"listener runs as uid {listener}, while only uids {trusted} may serve this "
+            f"process; nothing was sent to it. If the agent runs as another user, set "
+            f"${protocol.USER_ENV} to it; otherwise find who listens there"
+        )
 
     def _read(self) -> None:
         """Frames until the connection ends: answers to their requests, the rest to
-        ``on_frame`` (which must not block)."""
+        ``on_frame`` (which must not block). Ends when the agent closes, sends what is not a
+        frame, or sends nothing for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES`
+        heartbeats."""
         sock = self._sock
         assert sock is not None
+        frames = protocol.FrameReader(protocol.MAX_REPLY_BYTES, protocol.REPLIES)
+        heard_at = time.monotonic()
         while True:
             try:
-                message = protocol.receive(sock, protocol.MAX_REPLY_BYTES, protocol.REPLIES)
-            except (OSError, AgentProtocolError) as exc:
+                data = sock.recv(1 << 20)
+            except (TimeoutError, BlockingIOError):  # SO_RCVTIMEO: a heartbeat's time
+                data = None
+            except OSError as exc:
                 if not self._closed.is_set():
                     log.warning("dropping the agent's connection: %s", exc)
                 return
-            if message is None:
+            now = time.monotonic()
+            if data == b"":
                 return
-            request = message.get("id")
-            future = self._pending.get(request) if isinstance(request, int) else None
-            if future is not None:
-                future.set_result(message)
-            elif message["op"] == "connection":
-                self.on_state(
-                    _STATES.get(message.get("state"), KazooState.SUSPENDED), _since(message)
+            if data is not None:
+                heard_at = now
+                try:
+                    messages = frames.feed(data)
+                except AgentProtocolError as exc:
+                    log.warning("dropping the agent's connection: %s", exc)
+                    return
+                for message in messages:
+                    self._dispatch(message)
+            if self._heartbeat is None:
+                continue
+            if now - heard_at > protocol.HEARTBEAT_MISSES * self._heartbeat:
+                log.warning(
+                    "the agent at %s sent nothing for %.3gs (its heartbeat is every %gs): "
+                    "serving the cache, marked stale, and reconnecting",
+                    self.path,
+                    now - heard_at,
+                    self._heartbeat,
                 )
-            else:
-                self.on_frame(message)
+                return
+            if now - self._sent_at >= self._heartbeat:
+                try:
+                    self._send(protocol.HEARTBEAT)
+                except AgentUnavailable as exc:
+                    log.warning("dropping the agent's connection: %s", exc)
+                    return
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        request = message.get("id")
+        future = self._pending.get(request) if isinstance(request, int) else None
+        op, service = message["op"], message.get("service")
+        if op == "error":
+            self._unsendable_service(message)
+        elif (
+            op in ("service", "gone")
+            and isinstance(service, str)
+            and self._unsendable.pop(service, None) is not None
+            and not self._unsendable
+        ):
+            log.info("the agent sends %s again", service)
+            self._report()
+        if future is not None:
+            future.set_result(message)
+        elif op == "connection":
+            self._state(message)
+        elif op != "heartbeat":
+            self.on_frame(message)
+
+    def _unsendable_service(self, message: dict[str, Any]) -> None:
+        """An ``error`` naming a service the agent cannot send: stale until it can."""
+        error = _error_of(message)
+        service = getattr(error, "service", None)
+        if not isinstance(error, AgentServiceUnavailable) or not isinstance(service, str):
+            return
+        log.warning("%s; serving what this process has of it, marked stale", error)
+        first = not self._unsendable
+        self._unsendable.setdefault(service, time.time())
+        if first:
+            self._report()
+
+    def _state(self, message: dict[str, Any]) -> None:
+        """The agent's session's state (``welcome``, ``connection``)."""
+        self._agent_state = (
+            _STATES.get(message.get("state"), KazooState.SUSPENDED),
+            _since(message),
+        )
+        self._report()
+
+    def _report(self) -> None:
+        """Tell the cache its state: the agent's session's, but stale (``suspended``) while a
+        service could not be sent, since the first such answer."""
+        state, since = self._agent_state
+        if self._unsendable:
+            first = min(self._unsendable.values())
+            state, since = KazooState.SUSPENDED, first if since is None else min(since, first)
+        self.on_state(state, since)
 
     def _disconnect(self) -> None:
         with self._send_lock:
@@ -255,6 +419,12 @@ class AgentLink:
         for future in list(self._pending.values()):
             if not future.done():
                 future.set_exception(gone)
+
+
+def _timeval(seconds: float) -> bytes:
+    """A ``struct timeval`` for SO_RCVTIMEO/SO_SNDTIMEO."""
+    whole = int(seconds)
+    return struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
 
 
 def _since(message: dict[str, Any]) -> float | None:
@@ -292,6 +462,8 @@ _ERRORS: dict[str, type[SentinelError]] = {
         ReadThroughThrottled,
         NamespaceNotFound,
         AccessDenied,
+        AgentUnavailable,
+        AgentServiceUnavailable,
     )
 }
 _FIELDS = frozenset(
@@ -310,7 +482,7 @@ _FIELDS = frozenset(
 )
 
 
-def error_answer(request: int, exc: SentinelError) -> dict[str, Any]:
+def error_answer(request: int | None, exc: SentinelError) -> dict[str, Any]:
     """The ``error`` answer for ``exc`` (the agent's side of :func:`_error_of`)."""
     fields = {
         name: list(value) if isinstance(value, tuple) else value

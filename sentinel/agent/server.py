@@ -2,37 +2,63 @@
 
 :class:`AgentServer` holds one :class:`~sentinel.Sentinel` client (its session, its cache and
 its watches) and serves the processes that connect to its Unix socket: each says which
-services it follows, and gets each one's whole state, then the state again after every
-change (:mod:`sentinel.agent.protocol`). A process's lookups never cross the socket: it keeps
-its own immutable snapshots, as with a session of its own.
+services it follows, and gets each one's whole state, then each change as what changed
+(:mod:`sentinel.agent.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
+cross the socket: it keeps its own immutable snapshots, as with a session of its own.
 
-Who may connect: the socket file is made with mode 0660 (0600 without ``allowed_gids``), and
-every connection's peer credentials (``SO_PEERCRED``) are checked: root, the agent's own user,
-and the users and groups allowed. A refused peer, a frame that is not a message, or a process
-that claims another process's identity is logged, counted and dropped; the others are served.
+Who may connect: every connection's peer credentials are checked (``SO_PEERCRED``, and
+``SO_PEERGROUPS`` for its supplementary groups, both as the kernel recorded them when it
+connected): root, the agent's own user, and the users and groups allowed. The socket file is
+made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
+the check. The socket's directory must be writable by root or the agent's user alone. A
+refused peer, a frame that is not a message, or a process that claims another process's
+identity is logged, counted and dropped; the others are served.
 
-Nothing a process sends reaches the agent's cache worker or kazoo's threads: each connection
-has a reader thread (requests, which may wait on ZooKeeper) and a sender thread. Changes are
-marked on the connection (a set of services, latest wins), never queued, so a slow process
-costs the agent one set per connection and is sent the latest state when it reads again; one
+Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
+writes them on a session of that identity, so a rotation trusts them as it would the
+process's own); a process without an identity has them on the agent's session, as an
+anonymous process would. When the process leaves, its entries go (or, where the identity
+may not delete them, are marked as left until its identity's last process leaves).
+
+Threads do not grow with connections: one loop (:mod:`selectors`) accepts, reads and writes
+every socket, non-blocking; requests (which may wait on ZooKeeper) run on a few request
+workers, and frames are built on a few frame workers, so the loop never waits. Nothing a
+process sends reaches the agent's cache worker or kazoo's threads. Connections are capped per
+peer uid and in all; a hello must come within ``hello_timeout``; a process that sends nothing
+(not even a heartbeat) for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is
+dropped, and the agent sends a heartbeat on a link idle for ``heartbeat`` seconds so that its
+processes can tell a quiet agent from a dead one. The cache's worker hands each change of a
+service to :meth:`AgentServer._on_swap`, which encodes its delta once and hands the same bytes
+to every connection following the service; a connection keeps them in order, bounded per
+service (past the bound they collapse into the service's whole state, built when sent), and
+its frames are built only once the last ones were written, so a slow process costs the agent
+that bound and one batch of frames, and is sent the latest state when it reads again; one
 that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
-Credentials cross the socket as the ``/auth`` node holds them, sealed to the process's key
-ring: the agent holds no private key and never sees a credential in the clear.
+Any failure on a connection drops that connection only, logged and counted; a service whose
+frame cannot be sent is an ``error`` frame naming it, the link kept. Credentials cross the
+socket as the ``/auth`` node holds them, sealed to the process's key ring: the agent holds no
+private key and never sees a credential in the clear.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
 import functools
 import logging
 import os
+import resource
+import selectors
 import socket
 import stat
 import struct
 import threading
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
@@ -41,20 +67,25 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel import telemetry
-from sentinel.agent import protocol
+from sentinel.agent import changes, protocol
+from sentinel.agent.changes import Pending
 from sentinel.agent.link import error_answer
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
+from sentinel.auth.store import read_auth, read_issued
 from sentinel.cache.snapshot_file import policy_entry, service_entry
+from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments
 from sentinel.errors import (
     AccessDenied,
+    AgentServiceUnavailable,
+    AgentUnavailable,
+    DecodeError,
     NamespaceNotFound,
     ResolutionError,
     SentinelError,
-    ServiceNotFound,
     ZooKeeperUnavailable,
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
@@ -66,9 +97,10 @@ from sentinel.registry.layout import (
     service_path,
     validate_name,
 )
-from sentinel.registry.records import ClientRecord
+from sentinel.registry.records import ClientRecord, utf8_json
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
+from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
 from sentinel.zk.protocol import WatcherType
 
@@ -77,60 +109,163 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_PEERCRED = struct.Struct("3i")  # pid, uid, gid
-_TIMEVAL = struct.Struct("ll")  # SO_SNDTIMEO's struct timeval
-# Sessions the agent opens to read as its processes' identities (only for nodes not everyone
-# may read): identities are a host's few roles and applications; more is refused.
+# SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
+_GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
+# Sessions the agent opens as its processes' identities (their /clients entries, and reads of
+# nodes not everyone may read): identities are a host's few roles and applications. Bounded
+# per peer user and in all; past a bound the least recently used session that holds no live
+# process's entry is closed, so one user's junk identities never lock another identity out.
+MAX_IDENTITY_SESSIONS_PER_PEER = 16
 MAX_IDENTITY_SESSIONS = 64
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
 MAX_PENDING_REPLIES = 1024
+# Requests read from a connection and not yet served: past this its socket is not read until
+# they are (the kernel's buffer then holds the process back), never a growing queue.
+MAX_QUEUED_REQUESTS = 64
+# Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
+# partition, announce) and building frames: a fixed few, whatever the connections.
+REQUEST_WORKERS = 8
+FRAME_WORKERS = 2
+# Connections accepted in one turn of the loop before it serves the others again.
+_ACCEPTS_PER_TURN = 64
+# A full descriptor table or kernel memory on accept: accepting pauses this long (the
+# connections wait in the listen backlog meanwhile) while the loop serves the others.
+_ACCEPT_BACKOFF = 0.1
+_RECEIVE_BYTES = 256 * 1024
+# The kernel's buffer for each connection's frames (the kernel doubles it): a large frame
+# goes out in a few writes, each a turn of the loop and a wake-up of the process's reader,
+# rather than in dozens of the default's. Memory only while frames wait unread, and a
+# connection's frames wait in the agent's own buffer anyway until written.
+_SEND_BUFFER = 1 << 20
+# A condition logged at most once in this many seconds (with how many were not), so that a
+# flood of refused connections cannot flood the log.
+_LOG_EVERY = 10.0
 
 
 @dataclass(eq=False)
 class _Connection:
-    """One process's connection: who it is, what it follows, and what it has not been sent."""
+    """One process's connection: who it is, what it follows, what it has not been sent, and
+    its socket's buffers (the loop's; the workers' through :attr:`due`)."""
 
     sock: socket.socket
     pid: int
+    uid: int
+    kick: Callable[[_Connection], None]  # something is due: have its frames built
     client: str | None = None
     auth_client: str | None = None
     identity: str | None = None  # its ZooKeeper identity, for what it may read
+    version: int = protocol.VERSION  # its hello's: 2 and later send and expect heartbeats
+    deltas: bool = False  # its hello says it applies deltas (older processes do not)
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
-    announced: set[str] = field(default_factory=set)  # /clients paths
-    # What is due: replies in order, then the latest state of these services and policies.
+    # /clients path -> the identity session keeping it (None: the agent's own session)
+    announced: dict[str, _IdentitySession | None] = field(default_factory=dict)
+    readable: set[str] = field(default_factory=set)  # services its identity may read
+    # What is due: replies in order, then the services' changes, the policies' latest state.
     replies: list[dict[str, Any]] = field(default_factory=list)
-    services: set[str] = field(default_factory=set)
+    pending: Pending = field(default_factory=Pending)
     keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
+    numbers: dict[str, int] = field(default_factory=dict)  # service -> its whole state's sent
     connection: bool = False
-    due: threading.Condition = field(default_factory=threading.Condition)
+    due: threading.Lock = field(default_factory=threading.Lock)  # everything here
     closed: bool = False
+    # The socket's side, under ``due``: frames read and not yet served, frames built and not
+    # yet written, and whether a worker is on either.
+    frames: protocol.FrameReader = field(
+        default_factory=lambda: protocol.FrameReader(protocol.MAX_REQUEST_BYTES, protocol.REQUESTS)
+    )
+    requests: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
+    out: collections.deque[bytes] = field(default_factory=collections.deque)
+    out_offset: int = 0  # bytes of out[0] written
+    serving: bool = False  # a request worker has its requests
+    flushing: bool = False  # a frame worker builds its frames
+    greeted: bool = False  # its first frame (the hello) has come
+    welcomed: bool = False  # its hello was accepted
+    events: int = 0  # what the loop's selector waits for on its socket (0: not registered)
+    accepted_at: float = field(default_factory=time.monotonic)
+    heard_at: float = field(default_factory=time.monotonic)  # the last bytes it sent
+    sent_at: float = field(default_factory=time.monotonic)  # the last progress writing
 
     def mark(
         self,
         *,
-        service: str | None = None,
         policy: str | None = None,
         keys: Iterable[str] | None = None,
         connection: bool = False,
     ) -> None:
-        """Note what changed; the sender sends its latest state. Never blocks on the peer."""
+        """Note what changed; its latest state is sent. Never blocks on the peer."""
         with self.due:
-            if service is not None and service in self.followed:
-                self.services.add(service)
             if policy is not None and policy in self.policies_sent:
                 pending = self.keys.get(policy, set())
                 self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
             self.connection |= connection
-            self.due.notify()
+        self.kick(self)
+
+    def mark_service(
+        self,
+        service: str,
+        delta: tuple[int, bytes] | None = None,
+        credential: bytes | None = None,
+    ) -> None:
+        """A change of ``service``: its delta (its number, its frame) or its credential
+        node's frame; neither, or a process that does not take deltas: the whole state.
+        Never blocks on the peer."""
+        with self.due:
+            if service not in self.followed:
+                return
+            if credential is not None and self.deltas:
+                self.pending.add_credential(service, credential)
+            elif delta is not None and self.deltas:
+                self.pending.add_delta(service, *delta)
+            else:
+                self.pending.add_whole(service)
+        self.kick(self)
 
     def reply(self, message: dict[str, Any]) -> None:
+        """Queue an answer (sent in order, before the changes marked)."""
         with self.due:
             if len(self.replies) >= MAX_PENDING_REPLIES:
                 raise ProtocolError(f"more than {MAX_PENDING_REPLIES} requests unanswered")
             self.replies.append(message)
-            self.due.notify()
+        self.kick(self)
+
+
+class _Throttled:
+    """A warning logged at most once every :data:`_LOG_EVERY` seconds, with the count of
+    those not logged since."""
+
+    def __init__(self) -> None:
+        self._last = -_LOG_EVERY
+        self._skipped = 0
+
+    def warning(self, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < _LOG_EVERY:
+            self._skipped += 1
+            return
+        skipped, self._skipped, self._last = self._skipped, 0, now
+        suffix = f" ({skipped} more like it not logged)" if skipped else ""
+        log.warning(message + suffix, *args)
+
+
+@dataclass(eq=False)
+class _IdentitySession:
+    """A session acting as one process identity, for one peer user: it keeps the
+    ``/clients`` entries of that user's processes of that identity, and reads what not
+    everyone may read."""
+
+    zk: KazooClient
+    nodes: EphemeralNodes
+    live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
+
+    def close(self) -> None:
+        """End the session: its entries, live or marked, go with it."""
+        self.nodes.close(timeout=0)
+        with contextlib.suppress(Exception):
+            self.zk.stop()
+        self.zk.close()
 
 
 class AgentServer:
@@ -138,6 +273,14 @@ class AgentServer:
 
     ``allowed_uids``/``allowed_gids``: who may connect besides root and the agent's own
     user. ``send_timeout``: seconds a process may leave a frame unread before it is dropped.
+    ``max_connections``/``max_connections_per_uid``: connections served at once, in all and
+    from one peer uid (more are refused, each told why). ``hello_timeout``: seconds a new
+    connection has to send its hello. ``heartbeat``: seconds of silence after which the agent
+    sends a heartbeat; a process silent for three of them is dropped, and drops the agent
+    after as long. ``max_frame_bytes``: the largest frame sent; a service whose state is
+    larger is sent as an error naming it. ``deltas``: send a change as what changed (False:
+    the service's whole state, as before deltas were built; for comparing the two,
+    ``benchmarks.agent``).
     """
 
     def __init__(
@@ -148,23 +291,58 @@ class AgentServer:
         allowed_uids: Iterable[int] = (),
         allowed_gids: Iterable[int] = (),
         send_timeout: float = 30.0,
+        max_connections: int = 4096,
+        max_connections_per_uid: int = 1024,
+        hello_timeout: float = 10.0,
+        heartbeat: float = 5.0,
+        max_frame_bytes: int = protocol.MAX_REPLY_BYTES,
+        deltas: bool = True,
     ) -> None:
         self.sentinel = sentinel
+        self.deltas = deltas
         self.path = path
         self._uids = frozenset({0, os.geteuid(), *allowed_uids})
         self._gids = frozenset(allowed_gids)
+        self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
+        self._max_connections = max_connections
+        self._max_per_uid = max_connections_per_uid
+        self._hello_timeout = hello_timeout
+        self._heartbeat = heartbeat
+        self._max_frame_bytes = max_frame_bytes
+        self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
         self._connections: set[_Connection] = set()
-        self._lock = threading.Lock()  # the set above, and the credential nodes below
+        self._per_uid: collections.Counter[int] = collections.Counter()
+        self._lock = threading.Lock()  # the sets above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
-        self._readers: dict[str, KazooClient] = {}  # identity -> a session reading as it
+        # client id -> the pid whose connections use it, and how many are connected
+        self._clients: dict[str, tuple[int, int]] = {}
+        # (peer uid, identity) -> a session acting as it, least recently used first
+        self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
+        # service -> (the number of its last change, the snapshot after it), as the cache's
+        # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
+        # whole state sent of it.
+        self._published: dict[str, tuple[int, ServiceSnapshot]] = {}
+        self._encoded: dict[str, tuple[ServiceSnapshot, bytes]] = {}
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
+        # The loop's: its selector, the socket pair that wakes it, and the connections the
+        # workers hand it (something to write, reading to resume, or a socket to close).
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._calls: collections.deque[_Connection] = collections.deque()
+        self._loop_thread: threading.Thread | None = None
+        self._accept_resumes_at: float | None = None  # accepting paused until then
+        self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
+        self._requests = ThreadPoolExecutor(REQUEST_WORKERS, "sentinel-agent-request")
+        self._frames = ThreadPoolExecutor(FRAME_WORKERS, "sentinel-agent-frames")
+        self._refusals = _Throttled()
+        self._accept_errors = _Throttled()
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -173,17 +351,31 @@ class AgentServer:
         session's changes."""
         directory = os.path.dirname(self.path) or "."
         os.makedirs(directory, mode=0o755, exist_ok=True)
+        _check_directory(directory)
         self._replace_stale_socket()
+        _raise_descriptor_limit(self._max_connections)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o117 if self._gids else 0o177)  # made 0660 or 0600, never wider
+        # Bound 0600; opened to everyone only when other users are allowed: the kernel then
+        # lets them reach the peer check, which decides (the file's mode cannot name a list
+        # of users and groups).
+        old_umask = os.umask(0o177)
         try:
             listening.bind(self.path)
+            if self._open:
+                os.chmod(self.path, 0o666)
         finally:
             os.umask(old_umask)
-        listening.listen(128)
+        listening.listen(1024)
+        listening.setblocking(False)
         self._listening = listening
+        for sock in (self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector.register(listening, selectors.EVENT_READ, listening)
         self._remove_listener = self.sentinel.listen(None, self._on_change)
-        threading.Thread(target=self._accept, name="sentinel-agent-accept", daemon=True).start()
+        self.sentinel._cache.on_swap = self._on_swap
+        self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
+        self._loop_thread.start()
         log.info(
             "agent serving %s from %s%s", self.path, self.sentinel.hosts, self.sentinel.namespace
         )
@@ -199,6 +391,10 @@ class AgentServer:
         self._stopped.set()
         if self._remove_listener is not None:
             self._remove_listener()
+            self.sentinel._cache.on_swap = None
+        self._wake()
+        if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
+            self._loop_thread.join()
         if self._listening is not None:
             with contextlib.suppress(OSError):
                 self._listening.close()
@@ -206,12 +402,22 @@ class AgentServer:
                 os.unlink(self.path)
         with self._lock:
             connections = list(self._connections)
-            readers, self._readers = list(self._readers.values()), {}
         for connection in connections:
             self._drop(connection, None)
-        for reader in readers:
-            reader.stop()
-            reader.close()
+        for connection in connections:  # the loop has ended: closed here
+            self._close(connection)
+        # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
+        # entries of the connections dropped are retired, before the sessions go.
+        self._requests.shutdown(wait=True)
+        self._frames.shutdown(wait=True)
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        with self._lock:
+            sessions = list(self._identities.values())
+            self._identities.clear()
+        for session in sessions:
+            session.close()
 
     def __enter__(self) -> AgentServer:
         return self.start()
@@ -241,63 +447,304 @@ class AgentServer:
             probe.close()
         raise SentinelError(f"an agent already serves {self.path}")
 
-    # --- connections ------------------------------------------------------------------------
+    # --- the loop: every socket's accepting, reading and writing ------------------------------
 
-    def _accept(self) -> None:
-        assert self._listening is not None
+    def _loop(self) -> None:
+        """Serve the sockets until :meth:`stop`. Nothing in a turn waits but the selector, and
+        nothing a turn meets ends the loop: an error is logged and counted and the loop goes
+        on (a connection's own error drops that connection only)."""
+        next_sweep = time.monotonic() + self._tick
         while not self._stopped.is_set():
             try:
+                now = time.monotonic()
+                if now >= next_sweep:
+                    self._sweep(now)
+                    next_sweep = now + self._tick
+                wake_at = next_sweep
+                if self._accept_resumes_at is not None:
+                    wake_at = min(wake_at, self._accept_resumes_at)
+                for key, mask in self._selector.select(max(0.0, wake_at - time.monotonic())):
+                    self._ready(key.data, mask)
+                self._run_calls()
+            except Exception:
+                telemetry.AGENT_ERRORS.labels("loop").inc()
+                log.exception("agent: the socket loop met an error; it goes on")
+
+    def _ready(self, data: object, mask: int) -> None:
+        if data is None:  # woken by a worker: its calls are run after this turn's events
+            with contextlib.suppress(OSError):
+                while self._wake_r.recv(4096):
+                    pass
+        elif isinstance(data, socket.socket):
+            self._accept()
+        else:
+            connection: _Connection = data  # type: ignore[assignment]
+            if connection.closed:  # dropped by a worker: its socket is closed after this turn
+                return
+            try:
+                if mask & selectors.EVENT_READ:
+                    self._receive(connection)
+                if mask & selectors.EVENT_WRITE and not connection.closed:
+                    self._write(connection)
+            except Exception:  # a bug of the agent's own: logged, and the process reconnects
+                log.exception("agent: dropping pid %d", connection.pid)
+                self._drop(connection, "error")
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full: the loop is awake already
+            self._wake_w.send(b"\0")
+
+    def _call_loop(self, connection: _Connection) -> None:
+        """From a worker: have the loop look at ``connection`` again (frames to write,
+        reading to resume, or its socket to close)."""
+        self._calls.append(connection)
+        self._wake()
+
+    def _run_calls(self) -> None:
+        while True:
+            try:
+                connection = self._calls.popleft()
+            except IndexError:
+                return
+            if connection.closed:
+                self._close(connection)
+            else:
+                self._update(connection)
+                if connection.out:
+                    self._write(connection)
+
+    def _update(self, connection: _Connection) -> None:
+        """Wait on the socket for what the connection needs now: reading unless its
+        requests are queued to the limit, writing while it has frames to write."""
+        with connection.due:
+            wanted = 0 if len(connection.requests) >= MAX_QUEUED_REQUESTS else selectors.EVENT_READ
+            if connection.out:
+                wanted |= selectors.EVENT_WRITE
+        if wanted == connection.events:
+            return
+        if connection.events == 0:
+            self._selector.register(connection.sock, wanted, connection)
+        elif wanted == 0:
+            self._selector.unregister(connection.sock)
+        else:
+            self._selector.modify(connection.sock, wanted, connection)
+        connection.events = wanted
+
+    def _close(self, connection: _Connection) -> None:
+        """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it."""
+        if connection.events:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(connection.sock)
+            connection.events = 0
+        with contextlib.suppress(OSError):
+            connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.sock.close()
+
+    def _sweep(self, now: float) -> None:
+        """What time decides, every tick: accepting resumed after a pause; a hello that did
+        not come, a process silent past its heartbeats or not reading for ``send_timeout``
+        dropped; a heartbeat for each link idle for ``heartbeat``."""
+        if self._accept_resumes_at is not None and now >= self._accept_resumes_at:
+            self._accept_resumes_at = None
+            assert self._listening is not None
+            self._selector.register(self._listening, selectors.EVENT_READ, self._listening)
+        silence = protocol.HEARTBEAT_MISSES * self._heartbeat
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            reason = None
+            with connection.due:
+                heartbeats = connection.welcomed and connection.version >= 2
+                if not connection.greeted and now - connection.accepted_at > self._hello_timeout:
+                    reason = "hello"
+                elif connection.out and now - connection.sent_at > self._send_timeout:
+                    reason = "slow"
+                elif (
+                    heartbeats
+                    and now - connection.heard_at > silence
+                    and len(connection.requests) < MAX_QUEUED_REQUESTS  # read, not held back
+                ):
+                    reason = "silent"
+                elif (
+                    heartbeats
+                    and not connection.out
+                    and not connection.flushing
+                    and now - connection.sent_at >= self._heartbeat
+                ):
+                    connection.out.append(self._heartbeat_frame)
+                    connection.sent_at = now
+            if reason is not None:
+                log.warning(
+                    "agent: dropping pid %d: %s",
+                    connection.pid,
+                    {
+                        "hello": f"no hello within {self._hello_timeout:g}s",
+                        "slow": f"it read nothing for {self._send_timeout:g}s",
+                        "silent": f"it sent nothing, not even a heartbeat, for {silence:g}s",
+                    }[reason],
+                )
+                self._drop(connection, reason)
+            elif connection.out and not connection.events & selectors.EVENT_WRITE:
+                self._update(connection)
+
+    # --- accepting ----------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        """Accept what waits (a burst at most): every error is logged and counted, and a full
+        descriptor table or kernel memory pauses accepting briefly instead of spinning."""
+        assert self._listening is not None
+        for _ in range(_ACCEPTS_PER_TURN):
+            try:
                 sock, _ = self._listening.accept()
-            except OSError:
-                return  # closed by stop()
-            pid, uid, gid = _PEERCRED.unpack(
-                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-            )
-            if uid not in self._uids and gid not in self._gids:
-                telemetry.AGENT_DROPPED.labels("refused").inc()
-                log.warning("agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid)
-                sock.close()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                telemetry.AGENT_ERRORS.labels("accept").inc()
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._accept_errors.warning(
+                        "agent: cannot accept (%s): accepting again in %gs, serving meanwhile",
+                        exc.strerror,
+                        _ACCEPT_BACKOFF,
+                    )
+                    self._selector.unregister(self._listening)
+                    self._accept_resumes_at = time.monotonic() + _ACCEPT_BACKOFF
+                    return
+                self._accept_errors.warning("agent: accept failed (%s); accepting goes on", exc)
                 continue
-            # Sends time out (a process that stops reading is dropped), reads never do: a
-            # process that asks nothing for hours is as welcome as a busy one.
-            seconds = int(self._send_timeout)
-            micros = int((self._send_timeout - seconds) * 1_000_000)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(seconds, micros))
-            connection = _Connection(sock, pid)
-            with self._lock:
+            try:
+                self._admit(sock)
+            except Exception:
+                telemetry.AGENT_ERRORS.labels("accept").inc()
+                log.exception("agent: a connection could not be admitted; accepting goes on")
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Serve a new connection if its peer may connect and the caps allow; else refuse it
+        (the caps' refusal says why, in an error frame)."""
+        pid, uid, gid = protocol.peer_credentials(sock)
+        if not self._allowed(sock, uid, gid):
+            telemetry.AGENT_DROPPED.labels("refused").inc()
+            self._refusals.warning(
+                "agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid
+            )
+            sock.close()
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
+        connection = _Connection(sock, pid, uid, self._schedule_flush)
+        with self._lock:
+            if len(self._connections) >= self._max_connections:
+                refusal = f"it serves {self._max_connections} connections already"
+            elif self._per_uid[uid] >= self._max_per_uid:
+                refusal = f"it serves {self._max_per_uid} connections of uid {uid} already"
+            else:
+                refusal = None
                 self._connections.add(connection)
-            telemetry.AGENT_PROCESSES.set(len(self._connections))
-            for target, name in ((self._read, "reader"), (self._send, "sender")):
-                threading.Thread(
-                    target=target,
-                    args=(connection,),
-                    name=f"sentinel-agent-{name}-{pid}",
-                    daemon=True,
-                ).start()
+                self._per_uid[uid] += 1
+        if refusal is not None:
+            telemetry.AGENT_DROPPED.labels("cap").inc()
+            self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
+            error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
+            with contextlib.suppress(OSError):  # a new socket's buffer is empty: this fits
+                sock.send(protocol.encode(error_answer(None, error)))
+            sock.close()
+            return
+        telemetry.AGENT_PROCESSES.set(len(self._connections))
+        self._update(connection)
+
+    def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
+        """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
+        (primary or supplementary, as the kernel recorded them at connect: no ``/proc`` read,
+        so a pid reused meanwhile changes nothing)."""
+        if uid in self._uids or gid in self._gids:
+            return True
+        if not self._gids:
+            return False
+        try:
+            raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_BYTES)
+        except OSError as exc:  # more groups than fit, or a kernel without SO_PEERGROUPS
+            log.warning("agent: no supplementary groups of uid %d (%s)", uid, exc.strerror)
+            return False
+        return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
 
     def _drop(self, connection: _Connection, reason: str | None) -> None:
-        """Close a connection and forget its announcements; ``reason`` is counted (None: the
-        process left, or the agent stops)."""
+        """Close a connection (the loop closes its socket) and forget its announcements;
+        ``reason`` is counted (None: the process left, or the agent stops)."""
         with connection.due:
             if connection.closed:
                 return
             connection.closed = True
-            connection.due.notify()
+            connection.requests.clear()
+            connection.out.clear()
         if reason is not None:
             telemetry.AGENT_DROPPED.labels(reason).inc()
-        with contextlib.suppress(OSError):
-            connection.sock.shutdown(socket.SHUT_RDWR)
-        connection.sock.close()
+        self._call_loop(connection)
         with self._lock:
-            self._connections.discard(connection)
-            still = {path for other in self._connections for path in other.announced}
+            if connection.client is not None:
+                pid, count = self._clients[connection.client]
+                if count > 1:
+                    self._clients[connection.client] = (pid, count - 1)
+                else:
+                    del self._clients[connection.client]
+            if connection in self._connections:
+                self._connections.discard(connection)
+                self._per_uid[connection.uid] -= 1
+                if not self._per_uid[connection.uid]:
+                    del self._per_uid[connection.uid]
+            still = (
+                {path for other in self._connections for path in other.announced}
+                if connection.announced
+                else set()
+            )
             self._unfollow_auth(connection.auth_client)
         telemetry.AGENT_PROCESSES.set(len(self._connections))
-        for path in connection.announced - still:  # its /clients entries go with it
-            try:
-                self.sentinel._nodes.remove(path)
-            except Exception as exc:  # the session lost or closing: its end removes them
-                log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
+        gone = {p: s for p, s in connection.announced.items() if p not in still}
+        if gone:  # its /clients entries go with it, on a request worker
+            self._submit(self._requests, self._forget, connection, gone)
+
+    def _forget(self, connection: _Connection, entries: dict[str, _IdentitySession | None]) -> None:
+        for path, session in entries.items():
+            self._retire(connection, path, session)
+
+    def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
+        """A departed process's ``/clients`` entry stops counting at once: deleted where its
+        session may delete it (an open namespace), else (a secured one lets only the admin
+        delete an entry) marked as left, which a rotation ignores, and removed for good when
+        the session holding it ends: at once when it was its identity's last process here."""
+        nodes = self.sentinel._nodes if session is None else session.nodes
+        zk = self.sentinel._zk if session is None else session.zk
+        if session is not None:
+            with self._lock:
+                if session.live.get(path) is not connection:
+                    return  # announced again since, by a reconnected process
+                del session.live[path]
+                last = not session.live
+                if last:  # nothing else keeps it: its end removes every entry it holds
+                    for key, held in list(self._identities.items()):
+                        if held is session:
+                            del self._identities[key]
+            if last:
+                session.close()
+                return
+        try:
+            nodes.remove(path)
+            return
+        except NoAuthError:
+            pass  # only the admin deletes an entry in a secured namespace
+        except Exception as exc:  # the session lost or closing: its end removes them
+            log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
+            return
+        try:
+            data, _ = zk.get(path)
+            record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
+            zk.set(path, replace(record, left=time.time()).to_bytes(path))
+        except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
+            log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
+
+    def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # shut down: the agent stops, nothing to do
+            pool.submit(task, *args)
 
     def _unfollow_auth(self, client: str | None) -> None:
         """Under the lock, once no connected process claims ``client``: stop following its
@@ -313,42 +760,95 @@ class AgentServer:
             # not waited for: this thread holds the lock
             self.sentinel._watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
 
-    def _read(self, connection: _Connection) -> None:
-        """The connection's requests, one at a time; anything that is not one drops it."""
+    # --- reading, and the request workers -------------------------------------------------------
+
+    def _receive(self, connection: _Connection) -> None:
+        """The loop's: read what the process sent and queue its requests for a request
+        worker (one at a time per connection, in order)."""
         try:
-            hello = protocol.receive(
-                connection.sock, protocol.MAX_REQUEST_BYTES, frozenset({"hello"})
-            )
-            if hello is None:
-                return self._drop(connection, None)
-            self._welcome(connection, hello)
-            while True:
-                message = protocol.receive(
-                    connection.sock, protocol.MAX_REQUEST_BYTES, protocol.REQUESTS - {"hello"}
-                )
-                if message is None:
-                    return self._drop(connection, None)
+            data = connection.sock.recv(_RECEIVE_BYTES)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return self._drop(connection, None)
+        if not data:
+            if connection.frames.partial:
+                log.warning("agent: dropping pid %d: it left mid-frame", connection.pid)
+                return self._drop(connection, "protocol")
+            return self._drop(connection, None)
+        connection.heard_at = time.monotonic()
+        try:
+            messages = connection.frames.feed(data)
+        except ProtocolError as exc:
+            log.warning("agent: dropping pid %d: %s", connection.pid, exc)
+            return self._drop(connection, "protocol")
+        requests = [m for m in messages if m["op"] != "heartbeat"]
+        if not requests:
+            return
+        with connection.due:
+            connection.greeted = True
+            connection.requests.extend(requests)
+            start, connection.serving = not connection.serving, True
+            full = len(connection.requests) >= MAX_QUEUED_REQUESTS
+        if start:
+            self._submit(self._requests, self._serve_next, connection)
+        if full:
+            self._update(connection)  # read again once they are served
+
+    def _serve_next(self, connection: _Connection) -> None:
+        """A request worker's: serve the connection's next request, then queue the rest
+        behind the other connections' (no connection holds a worker for long)."""
+        with connection.due:
+            if connection.closed or not connection.requests:
+                connection.serving = False
+                return
+            message = connection.requests.popleft()
+            resume = len(connection.requests) == MAX_QUEUED_REQUESTS - 1
+        try:
+            if not connection.welcomed:
+                if message["op"] != "hello":
+                    raise ProtocolError(f"{message['op']!r} before the hello")
+                self._welcome(connection, message)
+                connection.welcomed = True
+            elif message["op"] == "hello":
+                raise ProtocolError("a second hello")
+            else:
                 self._serve(connection, message)
         except (ProtocolError, SentinelError, ValueError) as exc:
             log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            self._drop(connection, "protocol")
-        except OSError:
-            self._drop(connection, None)
+            return self._drop(connection, "protocol")
         except Exception:  # a bug of the agent's own: logged, and the process reconnects
             log.exception("agent: dropping pid %d", connection.pid)
-            self._drop(connection, "error")
+            return self._drop(connection, "error")
+        if resume:
+            self._call_loop(connection)
+        with connection.due:
+            more = bool(connection.requests) and not connection.closed
+            connection.serving = more
+        if more:
+            self._submit(self._requests, self._serve_next, connection)
 
     def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
-        if checked(hello, "version", int) != protocol.VERSION:
+        connection.version = checked(hello, "version", int)
+        if connection.version not in protocol.VERSIONS:
             raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
         if checked(hello, "namespace", str) != self.sentinel.namespace:
             raise ProtocolError(
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
-        connection.client = validate_name("client id", checked(hello, "client", str))
+        client = validate_name("client id", checked(hello, "client", str))
+        with self._lock:
+            holder, count = self._clients.get(client, (connection.pid, 0))
+            if holder == connection.pid and not connection.closed:
+                self._clients[client] = (holder, count + 1)
+                connection.client = client
+        if holder != connection.pid:  # its /clients entries are that process's
+            raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
         connection.identity = checked(hello, "identity", (str, type(None)))
+        connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
         welcome = self._connection_message("welcome")
+        welcome["heartbeat"] = self._heartbeat
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
             # What a process with a key ring checks at start, read here so that it opens no
@@ -366,44 +866,61 @@ class AgentServer:
         connection.reply(welcome)
 
     def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
+        """One request. Every request names a service, and every one answered is answered
+        only when the process's identity may read that service: checked here, once for every
+        kind of request (:meth:`_require_readable`)."""
         op = message["op"]
-        if op == "announce":  # no answer
-            self._announce(connection, message)
+        if op == "status":  # the one request that names no service
+            connection.reply(self._status(checked(message, "id", int), connection))
+            return
+        service = validate_name("service", checked(message, "service", str))
+        if op == "announce":  # no answer, nothing read: the process's own /clients entry
+            self._announce(connection, service, message)
             return
         request = checked(message, "id", int)
+        try:
+            self._require_readable(connection, service)
+            answer = self._answer(connection, op, service, request, message)
+        except (ResolutionError, NamespaceNotFound, AccessDenied) as exc:
+            answer = error_answer(request, exc)
+        except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
+            answer = error_answer(request, translate(exc, "the agent's session"))
+        connection.reply(answer)
+
+    def _answer(
+        self,
+        connection: _Connection,
+        op: str,
+        service: str,
+        request: int,
+        message: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The answer to a request whose service the process may read."""
         if op == "follow":
-            service = validate_name("service", checked(message, "service", str))
-            try:
-                self.sentinel.prefetch(service)
-                self._check_readable(connection, service)
-            except (ServiceNotFound, NamespaceNotFound, AccessDenied) as exc:
-                connection.reply(error_answer(request, exc))
-                return
-            except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
-                connection.reply(error_answer(request, translate(exc, "the agent's session")))
-                return
             if connection.auth_client is not None:
                 self._follow_auth(service, connection.auth_client)
-            connection.reply({"op": "service", "id": request, "service": service})
-        elif op == "partition":
-            service = validate_name("service", checked(message, "service", str))
-            key = checked(message, "key", (str, int))
-            try:
-                partition = self.sentinel.partition_of(service, key)
-            except (ResolutionError, ZooKeeperUnavailable, KazooException) as exc:
-                connection.reply(error_answer(request, translate(exc, "the agent's session")))
-                return
-            connection.reply({"op": "partition", "id": request, "partition": partition})
-        elif op == "status":
-            connection.reply(self._status(request, connection))
+            return {"op": "service", "id": request, "service": service}
+        key = checked(message, "key", (str, int))  # "partition": a key its map does not hold
+        partition = self.sentinel.partition_of(service, key)
+        return {"op": "partition", "id": request, "partition": partition}
 
     def _status(self, request: int, asking: _Connection) -> dict[str, Any]:
         """``status``: the session's state and staleness, and every other process connected
-        with the services it follows (the asker, ``sentinel agent status``, is not one)."""
+        with the services it follows (the asker, ``sentinel agent status``, is not one). Root
+        and the agent's own user see every service; another peer only those its identity was
+        found to read, as for its own requests."""
+        everything = asking.uid in (0, os.geteuid())
         with self._lock:
             others = sorted((c for c in self._connections if c is not asking), key=lambda c: c.pid)
         processes = [
-            {"pid": c.pid, "client": c.client, "services": sorted(set(c.followed))} for c in others
+            {
+                "pid": c.pid,
+                "client": c.client,
+                "services": sorted(
+                    s for s in set(c.followed) if everything or s in asking.readable
+                ),
+            }
+            for c in others
         ]
         return {
             "op": "status",
@@ -413,26 +930,74 @@ class AgentServer:
             "processes": processes,
         }
 
-    def _announce(self, connection: _Connection, message: dict[str, Any]) -> None:
-        """Keep the process's ``/clients`` record on the agent's session while it is
-        connected: only its own (its client id and its pid, as the kernel tells it)."""
-        service = validate_name("service", checked(message, "service", str))
+    def _announce(self, connection: _Connection, service: str, message: dict[str, Any]) -> None:
+        """Keep the process's ``/clients`` record while it is connected: only its own (its
+        client id, its pid as the kernel tells it, its auth client, and no credential version
+        above what the manager issued), on a session of the identity it proved, so that a
+        rotation counts it as it would the process's own."""
         assert connection.client is not None
         path = client_path(service, connection.client)
         data = checked(message, "record", str).encode()
         record = ClientRecord.from_bytes(service, connection.client, path, data)
         if record.pid != connection.pid:
             raise ProtocolError(f"a /clients record for pid {record.pid}, sent by {connection.pid}")
-        nodes = self.sentinel._nodes  # the agent's session keeps the process's entries
+        if record.auth_client != connection.auth_client or record.left is not None:
+            raise ProtocolError(
+                f"a /clients record for auth client {record.auth_client!r}, sent by a process "
+                f"of {connection.auth_client!r}"
+            )
+        if record.auth_version is not None:
+            newest = self._newest_version(service, connection.auth_client)
+            if record.auth_version > newest:
+                raise ProtocolError(
+                    f"a /clients record of credential v{record.auth_version}, above the newest "
+                    f"issued for {connection.auth_client!r} (v{newest})"
+                )
+        session = None
+        if connection.identity is not None:
+            session = self._identity_session(connection, entry=path)
+            if session is None:  # logged there; as a refused write of a process's own
+                return
+        nodes = self.sentinel._nodes if session is None else session.nodes
+        zk = self.sentinel._zk if session is None else session.zk
         nodes.put(
             path,
             data,
-            prepare=functools.partial(ensure_clients_node, self.sentinel._zk, service),
+            prepare=functools.partial(ensure_clients_node, zk, service),
             keep_trying=True,
         )
-        connection.announced.add(path)
+        # Noted once written, so that its retirement always follows its write: a connection
+        # dropped meanwhile (closed is set before _drop reads what it announced) retires it here.
+        with self._lock:
+            gone = connection.closed
+            if not gone:
+                connection.announced[path] = session
+        if gone:
+            self._retire(connection, path, session)
+
+    def _newest_version(self, service: str, auth_client: str | None) -> int:
+        """The newest credential version of ``auth_client`` a process may have applied: the
+        highest the manager issued or published (0 for none, or no auth client)."""
+        if auth_client is None:
+            return 0
+        zk = self.sentinel._zk
+        try:
+            record, _ = read_auth(zk, service, auth_client)
+        except DecodeError:
+            record = None
+        published = record.versions if record is not None else ()
+        return max(read_issued(zk, service, auth_client), *published, 0)
 
     # --- what a process may read ------------------------------------------------------------
+
+    def _require_readable(self, connection: _Connection, service: str) -> None:
+        """:class:`AccessDenied` unless the process may read ``service`` (checked once per
+        connection and service; loads the service, whose spec names its shard policy)."""
+        if service in connection.readable:
+            return
+        self.sentinel.prefetch(service)
+        self._check_readable(connection, service)
+        connection.readable.add(service)
 
     def _check_readable(self, connection: _Connection, service: str) -> None:
         """:class:`AccessDenied` unless the process's identity may read every subtree it
@@ -448,55 +1013,111 @@ class AgentServer:
         if snapshot is not None and snapshot.spec.shard_policy is not None:
             roots.append(policy_path(snapshot.spec.shard_policy))
         for root in roots:
-            if not self._readable(connection.identity, root):
+            if not self._readable(connection, root):
                 raise AccessDenied(
                     f"service {service!r}: this process's ZooKeeper identity may not read "
                     f"{root} (its ACL), and the agent serves it only what it may read"
                 )
 
-    def _readable(self, identity: str | None, path: str) -> bool:
+    def _readable(self, connection: _Connection, path: str) -> bool:
         try:
             entries, _ = self.sentinel._zk.get_acls(path)
         except NoNodeError:
             return True  # nothing there to hide
         if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
             return True
-        if identity is None:
+        if connection.identity is None:
             return False
-        reader = self._identity_session(identity)
-        if reader is None:
+        session = self._identity_session(connection)
+        if session is None:
             return False
         try:
-            reader.get(path)
+            session.zk.get(path)
         except NoAuthError:
             return False
         except NoNodeError:
             return True
         return True
 
-    def _identity_session(self, identity: str) -> KazooClient | None:
-        """A session authenticated as ``identity``, made on first need (None past
-        :data:`MAX_IDENTITY_SESSIONS`, or when it does not connect)."""
+    def _identity_session(
+        self, connection: _Connection, entry: str | None = None
+    ) -> _IdentitySession | None:
+        """A session acting as the process's identity for its peer user, made on first need;
+        ``entry``: a ``/clients`` path the process keeps on it (which keeps the session from
+        eviction while the process lives). None when it does not connect, or when every
+        session the bounds allow holds a live process's entry (logged)."""
+        assert connection.identity is not None
+        key = (connection.uid, connection.identity)
         with self._lock:
-            reader = self._readers.get(identity)
-            if reader is not None or len(self._readers) >= MAX_IDENTITY_SESSIONS:
-                return reader
-            reader = KazooClient(
-                hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
-                **client_arguments(identity, self.sentinel.tls),
+            session = self._identities.get(key)
+            if session is not None:
+                self._identities.move_to_end(key)
+                if entry is not None:
+                    session.live[entry] = connection
+                return session
+        # Opened outside the lock: the socket loop takes it, and must never wait behind a
+        # session's start (two requests may both open one; the second is closed unused).
+        session = self._open_identity_session(connection.identity)
+        if session is None:
+            return None
+        with self._lock:
+            chosen, unused = self._identities.get(key), [session]
+            if chosen is None:
+                evicted = self._make_room(connection.uid)
+                if evicted is not None:
+                    self._identities[key] = chosen = session
+                    unused = evicted
+            if chosen is not None and entry is not None:
+                chosen.live[entry] = connection
+        for other in unused:
+            other.close()
+        if chosen is None:
+            telemetry.AGENT_IDENTITIES_REFUSED.inc()
+            log.warning(
+                "agent: pid %d (uid %d): every identity session this user may hold keeps a live "
+                "process's /clients entries; its identity is not served",
+                connection.pid,
+                connection.uid,
             )
-            try:
-                reader.start(timeout=self.sentinel.connect_timeout)
-            except Exception as exc:
-                log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
+        return chosen
+
+    def _make_room(self, uid: int) -> list[_IdentitySession] | None:
+        """Under the lock: evict the least recently used idle sessions (holding no live
+        process's entry) so that ``uid`` may open one more; the evicted (to close), or None
+        when the bounds leave no room."""
+        evicted: list[_IdentitySession] = []
+        for bound, mine in ((MAX_IDENTITY_SESSIONS_PER_PEER, True), (MAX_IDENTITY_SESSIONS, False)):
+            held = [k for k in self._identities if not mine or k[0] == uid]
+            if len(held) < bound:
+                continue
+            idle = next((k for k in held if not self._identities[k].live), None)
+            if idle is None:
                 return None
-            self._readers[identity] = reader
-            return reader
+            evicted.append(self._identities.pop(idle))
+        return evicted
+
+    def _open_identity_session(self, identity: str) -> _IdentitySession | None:
+        zk = KazooClient(
+            hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
+            **client_arguments(identity, self.sentinel.tls),
+        )
+        try:
+            zk.start(timeout=self.sentinel.connect_timeout)
+        except Exception as exc:
+            log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
+            with contextlib.suppress(Exception):
+                zk.stop()
+            zk.close()
+            return None
+        nodes = EphemeralNodes(zk)
+        nodes.start()
+        return _IdentitySession(zk, nodes)
 
     # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
 
     def _on_change(self, event: ChangeEvent) -> None:
-        """Mark what changed on every connection concerned; nothing here waits."""
+        """Mark a change of the session or of a shard map on every connection; a service's
+        changes are :meth:`_on_swap`'s. Nothing here waits."""
         with self._lock:
             connections = list(self._connections)
         if isinstance(event, ConnectionChanged):
@@ -505,10 +1126,40 @@ class AgentServer:
         elif isinstance(event, ShardKeysChanged):
             for connection in connections:
                 connection.mark(policy=event.policy, keys=event.changes)
-        else:
-            service = event.service  # type: ignore[attr-defined]
-            for connection in connections:
-                connection.mark(service=service)
+
+    def _on_swap(
+        self,
+        service: str,
+        old: ServiceSnapshot,
+        new: ServiceSnapshot | None,
+        names: Collection[str] | None,
+    ) -> None:
+        """A service's snapshot replaced in the agent's cache (None: dropped): number the
+        change, encode what changed once, and hand the same frame to every connection
+        following the service (the whole state when a delta cannot say it, or would be
+        larger than a frame may be). On the cache's worker; nothing here waits."""
+        fields = None
+        if new is not None and self.deltas:
+            try:
+                fields = changes.delta(service, old, new, names)
+            except Exception:  # the agent's own bug: its processes are sent the whole state
+                log.exception("agent: the change of %s could not be told as a delta", service)
+        with self._lock:
+            number = self._published.get(service, (0, old))[0] + (fields != {})
+            if new is None:
+                self._published.pop(service, None)
+                self._encoded.pop(service, None)
+            else:
+                self._published[service] = (number, new)
+            connections = list(self._connections)
+        if fields == {}:
+            return  # nothing a process holds (the agent's own credential)
+        change = None
+        if fields is not None:
+            frame = protocol.encode({"op": "delta", "service": service, "seq": number, **fields})
+            change = None if len(frame) > self._max_frame_bytes else (number, frame)
+        for connection in connections:
+            connection.mark_service(service, change)
 
     def _follow_auth(self, service: str, client: str) -> None:
         """Follow ``client``'s credential node of ``service`` (once for every process of that
@@ -537,95 +1188,238 @@ class AgentServer:
                     self._auth_watches.pop(pair, None)
                     ready.set()
                     return False
-                self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
+                text = self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
+            frame = None
+            if self.deltas:  # one frame for every process of the client
+                frame = protocol.encode({"op": "auth", "service": service, "auth": text})
             for connection in connections:
-                connection.mark(service=service)
+                connection.mark_service(service, credential=frame)
             ready.set()
             return True
 
         self.sentinel._zk.DataWatch(auth_path(service, client), changed)
         ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
 
-    # --- the sender ---------------------------------------------------------------------------
+    # --- the frame workers, and writing ----------------------------------------------------------
 
-    def _send(self, connection: _Connection) -> None:
-        """Send what is due, latest state first-come; drop the connection when the process
-        stops reading for ``send_timeout`` seconds."""
-        while True:
-            with connection.due:
-                while not (
-                    connection.closed
-                    or connection.replies
-                    or connection.services
+    def _schedule_flush(self, connection: _Connection) -> None:
+        """Have a frame worker build what is due, unless one is on it or the last frames
+        are not written yet (then what is due waits, merged, for the process to read them).
+        Deltas and credential frames alone are built already: written from here at once (the
+        loop woken only for what the socket does not take), no worker between a change and
+        its write."""
+        with connection.due:
+            if (
+                connection.closed
+                or connection.flushing
+                or connection.out
+                or not (connection.welcomed or connection.replies)  # the welcome goes first
+                or not (
+                    connection.replies
+                    or connection.pending
                     or connection.keys
                     or connection.connection
-                ):
-                    connection.due.wait()
-                if connection.closed:
-                    return
-                replies, connection.replies = connection.replies, []
-                services, connection.services = connection.services, set()
-                keys, connection.keys = connection.keys, {}
-                state, connection.connection = connection.connection, False
-            try:
-                for message in replies:
-                    if message["op"] == "service":
-                        # Followed from here: a change after this marks it, and the state
-                        # sent now holds every change before. No change frame of a service
-                        # goes out before its answer.
-                        with connection.due:
-                            connection.followed.add(message["service"])
-                        message = self._service_message(
-                            connection, message["service"], message["id"]
-                        )
-                    self._write(connection, message)
-                for service in sorted(services):
-                    self._write(connection, self._service_message(connection, service))
-                for policy, changed in keys.items():
-                    self._write(connection, self._keys_message(connection, policy, changed))
-                if state:
-                    self._write(connection, self._connection_message("connection"))
-            except OSError as exc:
-                # SO_SNDTIMEO ran out: the process stopped reading.
-                slow = isinstance(exc, TimeoutError | BlockingIOError)
-                if slow:
-                    log.warning(
-                        "agent: dropping pid %d: it read nothing for %gs",
-                        connection.pid,
-                        self._send_timeout,
-                    )
-                return self._drop(connection, "slow" if slow else None)
+                )
+            ):
+                return
+            built = not (
+                connection.replies
+                or connection.pending.whole
+                or connection.keys
+                or connection.connection
+            )
+            if built:  # written from here as a frame worker writes them (see _flush)
+                credentials, _, deltas = connection.pending.take()
+                connection.sent_at = time.monotonic()  # the send timeout counts from now
+                connection.out.extend(self._built_frames(connection, credentials, deltas))
+                broken = self._send_out(connection)
+                written = not connection.out
+            else:
+                connection.flushing = True
+        if not built:
+            self._submit(self._frames, self._flush, connection)
+        elif broken:
+            self._drop(connection, None)
+        elif not written:
+            self._call_loop(connection)
 
-    def _write(self, connection: _Connection, message: dict[str, Any]) -> None:
-        sent = protocol.send(connection.sock, message)
-        telemetry.AGENT_SENT_BYTES.inc(sent)
+    def _built_frames(
+        self,
+        connection: _Connection,
+        credentials: dict[str, bytes],
+        deltas: dict[str, list[tuple[int, bytes]]],
+    ) -> list[bytes]:
+        """The frames of changes encoded already (shared by the connections they go to), in
+        the order they go: credential frames (a state built after them holds a credential at
+        least as new), then each service's deltas newer than the whole state sent of it."""
+        frames = [self._shared(frame, "auth") for frame in credentials.values()]
+        for service, queued in deltas.items():
+            sent = connection.numbers.get(service, 0)
+            frames += [self._shared(f, "delta") for number, f in queued if number > sent]
+        return frames
+
+    def _flush(self, connection: _Connection) -> None:
+        """A frame worker's: build what is due, latest state first-come, and hand the frames
+        to the loop; any failure drops this connection only."""
+        with connection.due:
+            if connection.closed:
+                connection.flushing = False
+                return
+            replies, connection.replies = connection.replies, []
+            credentials, services, deltas = connection.pending.take()
+            keys, connection.keys = connection.keys, {}
+            state, connection.connection = connection.connection, False
+        frames: list[bytes] = []
+        try:
+            frames += self._built_frames(connection, credentials, {})  # see _built_frames
+            for message in replies:
+                if message["op"] == "service":
+                    # Followed from here: a change after this marks it, and the state sent
+                    # now holds every change before. No change frame of a service goes out
+                    # before its answer.
+                    with connection.due:
+                        connection.followed.add(message["service"])
+                    service, request = message["service"], message["id"]
+                    frames.append(self._service_frame(connection, service, request))
+                else:
+                    frames.append(self._frame(message))
+            for service in sorted(services):
+                frames.append(self._service_frame(connection, service))
+            frames += self._built_frames(connection, {}, deltas)  # after the states sent
+            for policy, changed in keys.items():
+                frames.append(self._frame(self._keys_message(connection, policy, changed)))
+            if state:
+                frames.append(self._frame(self._connection_message("connection")))
+        except Exception:  # a bug of the agent's own: logged, and the process reconnects
+            log.exception("agent: dropping pid %d: its frames could not be built", connection.pid)
+            with connection.due:
+                connection.flushing = False
+            return self._drop(connection, "error")
+        with connection.due:
+            connection.flushing = False
+            if connection.closed:
+                return
+            if not connection.out:
+                connection.sent_at = time.monotonic()  # the send timeout counts from now
+            connection.out.extend(frames)
+            # Written from here what the socket takes now (a frame of a few KB: all of it),
+            # the loop woken only for the rest: one thread's wake-up per change, not two.
+            broken = self._send_out(connection)
+            written = not connection.out
+        if broken:
+            return self._drop(connection, None)
+        if written:
+            self._schedule_flush(connection)  # marked meanwhile
+        else:
+            self._call_loop(connection)
+
+    def _service_frame(
+        self, connection: _Connection, service: str, request: int | None = None
+    ) -> bytes:
+        """The service's frame; when it cannot be sent (larger than ``max_frame_bytes``, or
+        a node that does not encode), an error frame naming the service instead: the
+        process serves what it has of it, marked stale, and the link goes on (the service
+        stays followed, so its next change is tried again)."""
+        sent_before = dict(connection.policies_sent)
+        try:
+            message, encoded = self._service_message(connection, service, request)
+            frame = protocol.encode(message, encoded)
+            if len(frame) > self._max_frame_bytes:
+                raise ValueError(
+                    f"its state is {len(frame)} bytes, more than the {self._max_frame_bytes} "
+                    "a frame may hold"
+                )
+        except Exception as exc:
+            connection.policies_sent = sent_before  # a shard map in it was not sent either
+            telemetry.AGENT_UNSENT.inc()
+            log.warning("agent: cannot send service %r to pid %d: %s", service, connection.pid, exc)
+            error = AgentServiceUnavailable(
+                f"the agent cannot send service {service!r}: {exc}", service
+            )
+            return self._frame(error_answer(request, error))
+        telemetry.AGENT_SENT_BYTES.inc(len(frame))
         telemetry.AGENT_FRAMES.labels(message["op"]).inc()
+        return frame
+
+    def _frame(self, message: dict[str, Any]) -> bytes:
+        return self._shared(protocol.encode(message), message["op"])
+
+    def _shared(self, frame: bytes, op: str) -> bytes:
+        """A frame about to be sent (built for this connection, or shared by several)."""
+        telemetry.AGENT_SENT_BYTES.inc(len(frame))
+        telemetry.AGENT_FRAMES.labels(op).inc()
+        return frame
+
+    def _write(self, connection: _Connection) -> None:
+        """The loop's: write what the socket takes now; once all is written, have what is
+        due built."""
+        with connection.due:
+            broken = not connection.closed and self._send_out(connection)
+            written = not connection.out
+        if broken:
+            return self._drop(connection, None)
+        if written:
+            self._update(connection)
+            self._schedule_flush(connection)
+
+    @staticmethod
+    def _send_out(connection: _Connection) -> bool:
+        """Under ``connection.due``, its socket open: write what the socket takes now of the
+        connection's frames; True when the socket is broken."""
+        while connection.out:
+            chunk = connection.out[0]
+            try:
+                sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError:
+                return True
+            connection.sent_at = time.monotonic()
+            connection.out_offset += sent
+            if connection.out_offset == len(chunk):
+                connection.out.popleft()
+                connection.out_offset = 0
+        return False
 
     def _service_message(
         self, connection: _Connection, service: str, request: int | None = None
-    ) -> dict[str, Any]:
-        """The service's whole state now (``gone`` when the agent no longer holds it), with
-        its shard map the first time and the process's sealed credential node."""
-        snapshot = self.sentinel._snapshots.get(service)
+    ) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The service's whole state now (``gone`` when the agent no longer holds it),
+        numbered as its last change, with its shard map the first time and the process's
+        sealed credential node; its nodes (``entry``) apart, encoded once per snapshot
+        whatever the number of connections sent it."""
+        with self._lock:
+            number, snapshot = self._published.get(service, (0, None))
+            if snapshot is None:  # no change since the agent's cache loaded it
+                snapshot = self.sentinel._snapshots.get(service)
+            auth = None
+            if connection.auth_client is not None:
+                auth = self._auth.get((service, connection.auth_client))
         if snapshot is None:
             with connection.due:
                 connection.followed.discard(service)
-            return {"op": "gone", "id": request, "service": service}
+            return {"op": "gone", "id": request, "service": service}, {}
         message: dict[str, Any] = {
             "op": "service",
             "id": request,
             "service": service,
-            "entry": {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)},
+            "seq": number,
             "policies": {},
-            "auth": None,
+            "auth": auth,
         }
         policy = snapshot.spec.shard_policy
         if policy is not None and policy not in connection.policies_sent:
             message["policies"][policy] = self._policy_entry(connection, policy)
-        if connection.auth_client is not None:
-            with self._lock:
-                message["auth"] = self._auth.get((service, connection.auth_client))
-        return message
+        connection.numbers[service] = number
+        return message, {"entry": self._entry(service, snapshot)}
+
+    def _entry(self, service: str, snapshot: ServiceSnapshot) -> bytes:
+        """``snapshot``'s nodes in the snapshot file's form, as JSON, encoded once."""
+        encoded = self._encoded.get(service)
+        if encoded is None or encoded[0] is not snapshot:
+            entry = {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)}
+            encoded = self._encoded[service] = (snapshot, utf8_json(entry))
+        return encoded[1]
 
     def _keys_message(
         self, connection: _Connection, policy: str, keys: set[str] | None
@@ -665,3 +1459,41 @@ class AgentServer:
         state = self.sentinel.connection_state
         since = None if state == "connected" else time.time() - self.sentinel.staleness
         return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
+
+
+def _check_directory(directory: str) -> None:
+    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
+    user that nobody else may write: whoever may write it could replace the socket with one
+    of their own, and take the processes' hellos."""
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
+    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
+        raise SentinelError(
+            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
+            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
+            f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
+            "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
+        )
+
+
+def _raise_descriptor_limit(connections: int) -> None:
+    """Raise the soft limit on open files to the hard one: each connection is a descriptor,
+    and the soft limit (1024 on many systems) is below the connection caps; a full table
+    would make accepting fail for every process, not only the one that filled it. The hard
+    limit is what the administrator allows; below the caps, the caps hold at it instead (and
+    accepting pauses briefly when the table is full)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("agent: cannot raise the open files limit from %d (%s)", soft, exc)
+    if soft != resource.RLIM_INFINITY and soft < connections + 64:
+        log.warning(
+            "agent: %d open files allowed, fewer than the %d connections it may serve: raise "
+            "LimitNOFILE (systemd) or ulimit -n",
+            soft,
+            connections,
+        )

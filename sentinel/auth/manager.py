@@ -311,8 +311,10 @@ class ClientEntries:
             try:
                 record = ClientRecord.from_bytes(self.service, name, self._path(name), data)
                 client, version = record.confirms_for, record.auth_version
+                gone = record.left is not None
             except DecodeError:
                 client, version = name, None  # counts as its name's, confirming nothing
+                gone = False
             if self._owners is not None and client not in matches[name]:
                 log.warning(
                     "ignoring %s/%s: not written by %s's enrolled identity",
@@ -321,6 +323,8 @@ class ClientEntries:
                     client,
                 )
                 self._known[name] = (None, "not its client's identity")
+            elif gone:  # its writer marked it: the process left (see sentinel.agent.server)
+                self._known[name] = (None, "left")
             else:
                 self._known[name] = (client, version)
         return 0

@@ -3,36 +3,52 @@
 With ``Sentinel(agent=...)`` (or ``$SENTINEL_AGENT``) the cache's one follower is an
 :class:`AgentFollower`: a service's first load asks the agent to follow it
 (:mod:`sentinel.agent.link`), and every change the agent sends is applied on the cache's
-worker as the ZooKeeper followers apply theirs (``swap``, ``set_shard_map``,
+worker as the ZooKeeper followers apply theirs (``swap``, ``update``, ``set_shard_map``,
 ``emit_keys``): lookups, listeners, ``explain`` and staleness cannot tell the two apart.
 
 What the agent sends is read as what ZooKeeper holds: nodes in their stored form, decoded by
-the registry's codecs (:func:`~sentinel.cache.snapshot_file.service_parts`), and the
-process's credential node, sealed to its own key ring and opened here. A frame that does not
-decode is logged and counted, and the state before it kept.
+the registry's codecs (:mod:`sentinel.cache.snapshot_file`), and the process's credential
+node, sealed to its own key ring and opened here. A frame that does not decode is logged and
+counted, and the state before it kept.
 
-A service's frames coalesce as kazoo's events do in the persistent follower: each is the
-service's whole state, and the worker applies the latest one once.
+A service's state comes whole (its first follow, every reconnection, a spec change), then as
+deltas: the nodes one change touched, numbered in the service's sequence
+(:mod:`sentinel.agent.protocol`). A delta is applied through the same incremental update as a
+ZooKeeper event (:meth:`~sentinel.cache.views.ServiceSnapshot.updated`) only when it follows
+the state held: one whose number skips, or that does not decode, is skipped and the whole
+state asked again (``follow``), the state before it served meanwhile. A service's frames are
+applied in the order they came, on the worker; what the worker has not applied yet is bounded,
+past which it asks for the whole state instead.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 from typing import Any
 
 from sentinel.agent.link import AgentLink
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.reads import open_credential
-from sentinel.cache.snapshot_file import policy_map, service_parts
+from sentinel.cache.snapshot_file import instance_of, metrics_of, policy_map, service_parts
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
-from sentinel.errors import DecodeError, SentinelError, ServiceNotFound
+from sentinel.errors import AgentServiceUnavailable, DecodeError, SentinelError, ServiceNotFound
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, decode_bucket
 
 log = logging.getLogger(__name__)
+
+# Frames of one service the worker may have left unapplied: a worker that far behind is sent
+# the whole state once rather than working through a backlog.
+MAX_QUEUED_FRAMES = 4096
+# The frames of a service, applied in order on the worker.
+_SERVICE_FRAMES = frozenset({"service", "gone", "delta", "auth", "error"})
+# A queued entry that asks for the whole state (the queue overflowed).
+_ASK = None
 
 
 class AgentFollower:
@@ -47,7 +63,13 @@ class AgentFollower:
         self._cache = cache
         self._link = link
         self._credentials = credentials
-        self._latest: dict[str, dict[str, Any]] = {}  # service -> its latest frame not applied
+        self._lock = threading.Lock()  # the queues, between the link's reader and the worker
+        # service -> (the link's connection it came on, frame) not applied yet, in order
+        self._queued: dict[str, list[tuple[int, dict[str, Any] | None]]] = {}
+        # service -> (connection, number) of the state served: the next delta is number + 1
+        self._held: dict[str, tuple[int, int] | None] = {}
+        self._asked: dict[str, int] = {}  # service -> the request id of the whole state asked
+        self._ask_ids = itertools.count(-1, -1)  # the link's own requests count up from 1
         self._buckets: dict[str, dict[str, str]] = {}  # policy -> bucket frames not applied
         self._auth_text: dict[str, str | None] = {}  # service -> credential node opened last
         link.on_frame = self.receive
@@ -59,18 +81,33 @@ class AgentFollower:
         if answer["op"] == "gone":
             raise ServiceNotFound(service)
         spec, endpoints, metrics, invalid, auth = self._decode(service, answer)
+        self._held[service] = _number(answer, self._link.connections)
         return ServiceSnapshot.first(spec, endpoints, metrics, invalid, auth)
 
     def resync(self) -> None:
         """After (re)connecting: follow every service again and apply what the agent holds
-        now (only real changes reach the listeners)."""
+        now (only real changes reach the listeners). A service followed on this connection
+        already (loaded since it was made: the first connection's re-sync) is current, its
+        changes on their way in order, and is not asked again."""
+        connection = self._link.connections
         for service in self._cache.native_services():
+            held = self._held.get(service)
+            if held is not None and held[0] == connection:
+                continue
             try:
                 answer = self._link.request({"op": "follow", "service": service})
             except ServiceNotFound:
+                self._forget(service)
                 self._cache.drop(service)
                 continue
-            self._latest[service] = answer
+            except AgentServiceUnavailable:
+                continue  # served as it was, stale while the agent cannot send it (the link)
+            connection = self._link.connections  # the one the answer came on
+            with self._lock:
+                # On a new connection nothing of a service comes before its follow's answer:
+                # what is queued of this connection came after it; the rest is the old one's.
+                later = [item for item in self._queued.get(service, ()) if item[0] == connection]
+                self._queued[service] = [(connection, answer), *later]
             self._apply(service)
 
     def partition(self, service: str, policy: str, key: object) -> str:
@@ -86,11 +123,22 @@ class AgentFollower:
     # --- the link's reader thread: note and queue, nothing more --------------------------------
 
     def receive(self, message: dict[str, Any]) -> None:
-        """A change from the agent; applied on the worker, the latest of a service once."""
+        """A frame from the agent; queued for the worker (a service's in order)."""
         op = message["op"]
-        if op in ("service", "gone") and isinstance(message.get("service"), str):
-            self._latest[message["service"]] = message
-            self._cache.worker.merge(Task(self._apply, (message["service"],)))
+        service = message.get("service")
+        if op == "error":  # only a whole state this follower asked has no waiting request
+            service = next((s for s, i in self._asked.items() if i == message.get("id")), None)
+        if op in _SERVICE_FRAMES and isinstance(service, str):
+            connection = self._link.connections
+            with self._lock:
+                queued = self._queued.setdefault(service, [])
+                if op in ("service", "gone"):
+                    queued.clear()  # what came before is in it
+                elif len(queued) >= MAX_QUEUED_FRAMES:
+                    queued[:] = [(connection, _ASK)]
+                    return
+                queued.append((connection, message))
+            self._cache.worker.merge(Task(self._apply, (service,)))
         elif op == "buckets" and isinstance(message.get("policy"), str):
             buckets = message.get("buckets")
             if isinstance(buckets, dict):
@@ -104,25 +152,104 @@ class AgentFollower:
     # --- the worker -----------------------------------------------------------------------------
 
     def _apply(self, service: str) -> None:
-        message = self._latest.pop(service, None)
-        current = self._cache.snapshots.get(service)
-        if message is None or current is None:
-            return
-        if message["op"] == "gone":
-            self._cache.drop(service)
-            return
+        """Apply what came of ``service``, in order; frames of a connection gone are skipped
+        (the re-sync after the new one follows the service again)."""
+        with self._lock:
+            queued = self._queued.pop(service, [])
+        connection = self._link.connections
+        for came_on, message in queued:
+            current = self._cache.snapshots.get(service)
+            if current is None:
+                return
+            if came_on != connection:
+                continue
+            if message is _ASK:
+                self._held[service] = None
+                self._ask(service)
+                continue
+            op = message["op"]
+            if op == "gone":
+                self._forget(service)
+                self._cache.drop(service)
+                return
+            if op == "error":  # the whole state asked could not be had
+                self._asked.pop(service, None)
+                if message.get("type") == ServiceNotFound.__name__:
+                    self._forget(service)
+                    self._cache.drop(service)
+                    return
+            elif op == "service":
+                self._apply_whole(service, current, message, came_on)
+            elif op == "auth":
+                auth = self._auth(service, message.get("auth"), current)
+                if auth != current.auth:
+                    self._cache.swap(service, current.rebuilt(auth=auth))
+            else:
+                self._apply_delta(service, current, message, came_on)
+
+    def _apply_whole(
+        self, service: str, current: ServiceSnapshot, message: dict[str, Any], connection: int
+    ) -> None:
+        """Serve a service's whole state (the listeners hear a diff of the whole service)."""
+        self._asked.pop(service, None)
         try:
             spec, endpoints, metrics, invalid, auth = self._decode(service, message, current)
         except DecodeError as exc:
             self._cache.stats.decode_errors += 1
+            self._held[service] = None  # no delta can follow it: the next asks for the state
             log.warning("skipping the agent's state of %s: %s", service, exc)
             return
+        self._held[service] = _number(message, connection)
         self._cache.swap(
             service,
             current.rebuilt(
                 spec=spec, endpoints=endpoints, metrics=metrics, invalid=invalid, auth=auth
             ),
         )
+
+    def _apply_delta(
+        self, service: str, current: ServiceSnapshot, message: dict[str, Any], connection: int
+    ) -> None:
+        """Apply one change of a service when it follows the state held, else ask for the
+        whole state: its instances, then its metrics, each as a ZooKeeper event is."""
+        held = self._held.get(service)
+        number = message.get("seq")
+        if held is not None and held[0] == connection and type(number) is int:
+            if number <= held[1]:
+                return  # the state held has it already (sent whole since)
+            if number == held[1] + 1:
+                try:
+                    endpoints, metrics, invalid = _changes(service, current, message)
+                except Exception as exc:  # what the agent sent is data, not a crash
+                    self._cache.stats.decode_errors += 1
+                    log.warning("skipping the agent's change of %s: %s", service, exc)
+                else:
+                    self._held[service] = (connection, number)
+                    if endpoints or not metrics:
+                        self._cache.update(service, current, "endpoints", endpoints, invalid)
+                    if metrics:
+                        current = self._cache.snapshots[service]
+                        self._cache.update(service, current, "metrics", metrics, invalid)
+                    return
+        self._held[service] = None
+        self._ask(service)
+
+    def _ask(self, service: str) -> None:
+        """Ask the agent for the whole state of ``service``, once until it comes: its answer
+        is queued in order with the service's other frames."""
+        if service in self._asked:
+            return
+        request = next(self._ask_ids)
+        self._asked[service] = request
+        self._cache.stats.agent_whole_states_asked += 1
+        if not self._link.send({"op": "follow", "service": service, "id": request}):
+            self._asked.pop(service, None)  # not connected: the re-sync follows it again
+
+    def _forget(self, service: str) -> None:
+        self._held.pop(service, None)
+        self._asked.pop(service, None)
+        with self._lock:
+            self._queued.pop(service, None)
 
     def _decode(
         self, service: str, message: dict[str, Any], current: ServiceSnapshot | None = None
@@ -193,3 +320,33 @@ class AgentFollower:
             changes = shard_map.apply_bucket(index, keys)
             if changes:
                 self._cache.emit_keys(policy, changes)
+
+
+def _number(message: dict[str, Any], connection: int) -> tuple[int, int] | None:
+    """A whole state's place in its service's sequence on ``connection`` (None: it has none,
+    and the next delta asks for the state again)."""
+    number = message.get("seq")
+    return (connection, number) if type(number) is int else None
+
+
+def _changes(
+    service: str, current: ServiceSnapshot, message: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], frozenset[str]]:
+    """A delta decoded by the registry's codecs: the instances and metrics nodes it sets
+    (None: removed) and the unreadable nodes after it. Raises on anything else."""
+    instances = message.get("instances") or {}
+    metrics = message.get("metrics") or {}
+    added, removed = message.get("invalid") or [], message.get("valid") or []
+    if not isinstance(instances, dict) or not isinstance(metrics, dict):
+        raise TypeError("instances or metrics that are not objects")
+    if not all(isinstance(path, str) for path in [*added, *removed]):
+        raise TypeError("invalid nodes that are not paths")
+    endpoints = {
+        name: None if entry is None else instance_of(service, name, entry)
+        for name, entry in instances.items()
+    }
+    records = {
+        name: None if text is None else metrics_of(service, name, text)
+        for name, text in metrics.items()
+    }
+    return endpoints, records, (current.invalid | frozenset(added)) - frozenset(removed)

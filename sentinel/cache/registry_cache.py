@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager
@@ -56,6 +56,8 @@ from sentinel.version import __version__
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
 from sentinel.zk.protocol import PersistentWatches
+
+SwapHook = Callable[[str, ServiceSnapshot, ServiceSnapshot | None, Collection[str] | None], None]
 
 
 class RegistryCache:
@@ -124,6 +126,11 @@ class RegistryCache:
         # /clients under this client's id (the re-sync announces them).
         self._restored: frozenset[str] = frozenset()
         self._state_lock = threading.Lock()  # held for assignments only (kazoo's thread takes it)
+        #: Called on the worker with every replaced snapshot, before the listeners hear of it:
+        #: ``(service, old, new, names)``, ``new`` None when the service is dropped, ``names``
+        #: the only instances or metrics nodes that may have changed (None: any). The host
+        #: agent tells its processes what changed from it (:mod:`sentinel.agent.changes`).
+        self.on_swap: SwapHook | None = None
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -392,7 +399,7 @@ class RegistryCache:
     # --- what the follower hands in, on the worker (see sentinel.cache.source) ----------------
 
     def swap(
-        self, service: str, snapshot: ServiceSnapshot, names: Iterable[str] | None = None
+        self, service: str, snapshot: ServiceSnapshot, names: Collection[str] | None = None
     ) -> None:
         """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
         instances that may have (None: any)."""
@@ -402,6 +409,8 @@ class RegistryCache:
             # Curator instances are decoded with their spec (its partition_from, scheme).
             snapshot, names = self._instances_read_again(service, old, snapshot), None
         self.snapshots[service] = snapshot
+        if self.on_swap is not None:
+            self.on_swap(service, old, snapshot, names)
         if old.spec != snapshot.spec:
             self._emit(service, ServiceSpecChanged(service, old.spec, snapshot.spec))
         before, after = old.endpoints, snapshot.endpoints
@@ -453,6 +462,8 @@ class RegistryCache:
             self._curator.detach(service)
         if old is None:
             return
+        if self.on_swap is not None:
+            self.on_swap(service, old, None, None)
         self._emit(service, ServiceSpecChanged(service, old.spec, None))
         if old.endpoints:
             self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))

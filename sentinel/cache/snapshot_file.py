@@ -120,18 +120,26 @@ def service_entry(service: str, snapshot: ServiceSnapshot) -> dict[str, Any]:
     """One service's nodes as ZooKeeper holds them (its spec, each instance with the zxid it
     joined at and, when its URI is not the default one, that URI, and its metrics nodes): the
     snapshot file's form, and the host agent's (:mod:`sentinel.agent.protocol`)."""
-    instances = {}
-    for node, endpoint in snapshot.endpoints.items():
-        record = endpoint.record()
-        entry: list[Any] = [endpoint.joined, _text(record.to_bytes(node))]
-        if endpoint.uri != format_uri(record.scheme, record.host, record.port):
-            entry.append(endpoint.uri)  # a Curator uriSpec's
-        instances[node] = entry
     return {
         "spec": _text(snapshot.spec.to_bytes(service_path(service))),
-        "instances": instances,
-        "metrics": {node: _text(r.to_bytes(node)) for node, r in snapshot.metrics.items()},
+        "instances": {node: instance_entry(node, e) for node, e in snapshot.endpoints.items()},
+        "metrics": {node: metrics_entry(node, r) for node, r in snapshot.metrics.items()},
     }
+
+
+def instance_entry(node: str, endpoint: Endpoint) -> list[Any]:
+    """One instance as :func:`service_entry` holds it: the zxid it joined at, its node's data
+    and, when its URI is not the default one (a Curator uriSpec's), that URI."""
+    record = endpoint.record()
+    entry: list[Any] = [endpoint.joined, _text(record.to_bytes(node))]
+    if endpoint.uri != format_uri(record.scheme, record.host, record.port):
+        entry.append(endpoint.uri)
+    return entry
+
+
+def metrics_entry(node: str, record: MetricsRecord) -> str:
+    """One metrics node as :func:`service_entry` holds it: its data."""
+    return _text(record.to_bytes(node))
 
 
 def policy_entry(policy: str, shard_map: ShardMap) -> dict[str, Any]:
@@ -154,21 +162,28 @@ def service_parts(
     """A :func:`service_entry` decoded by the registry's own codecs: the spec, the endpoints
     and the metrics records by node name. Raises on anything that is not one."""
     spec = ServiceSpec.from_bytes(service, service_path(service), entry["spec"].encode())
-    endpoints = {}
-    for node, (joined, text, *uri) in entry["instances"].items():
-        path = f"{service_path(service)}/{node}"
-        record = InstanceRecord.from_bytes(service, node, path, text.encode())
-        endpoint = Endpoint.from_record(record, joined=int(joined))
-        if uri:
-            if not isinstance(uri[0], str) or len(uri) > 1 or len(uri[0]) > _MAX_URI:
-                raise DecodeError(path, "the instance's URI is not a string of a URI's length")
-            endpoint = replace(endpoint, uri=uri[0])
-        endpoints[node] = endpoint
-    metrics = {
-        node: MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
-        for node, text in entry["metrics"].items()
-    }
+    endpoints = {node: instance_of(service, node, e) for node, e in entry["instances"].items()}
+    metrics = {node: metrics_of(service, node, text) for node, text in entry["metrics"].items()}
     return spec, endpoints, metrics
+
+
+def instance_of(service: str, node: str, entry: Any) -> Endpoint:
+    """An :func:`instance_entry` decoded by the registry's codec (bare: no metrics, no
+    credential). Raises on anything that is not one."""
+    joined, text, *uri = entry
+    path = f"{service_path(service)}/{node}"
+    record = InstanceRecord.from_bytes(service, node, path, text.encode())
+    endpoint = Endpoint.from_record(record, joined=int(joined))
+    if uri:
+        if not isinstance(uri[0], str) or len(uri) > 1 or len(uri[0]) > _MAX_URI:
+            raise DecodeError(path, "the instance's URI is not a string of a URI's length")
+        endpoint = replace(endpoint, uri=uri[0])
+    return endpoint
+
+
+def metrics_of(service: str, node: str, text: Any) -> MetricsRecord:
+    """A :func:`metrics_entry` decoded by the registry's codec. Raises on anything else."""
+    return MetricsRecord.from_bytes(service, node, f"{METRICS}/{service}/{node}", text.encode())
 
 
 def load_snapshot(

@@ -11,7 +11,7 @@ follower fed it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 from sentinel.cache.stats import CacheStats
@@ -53,7 +53,7 @@ class FollowedCache(Protocol):
     worker: CacheWorker
 
     def swap(
-        self, service: str, snapshot: ServiceSnapshot, names: Iterable[str] | None = None
+        self, service: str, snapshot: ServiceSnapshot, names: Collection[str] | None = None
     ) -> None:
         """Serve ``snapshot`` for a followed service; ``names``: the only instances that may
         have changed (None: any)."""

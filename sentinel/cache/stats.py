@@ -19,3 +19,6 @@ class CacheStats:
     throttled_reads: int = 0
     clients_write_failures: int = 0  # /clients entries refused; retried in the background
     over_limit: int = 0  # nodes left unread: their section passed MAX_SECTION_NODES or _BYTES
+    # Whole states asked of the host agent: a delta that did not follow the state held (a gap
+    # in its numbers, or one that did not decode), or a backlog past its bound.
+    agent_whole_states_asked: int = 0

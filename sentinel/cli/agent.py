@@ -42,6 +42,11 @@ def _run(args: argparse.Namespace) -> int:
             allowed_uids=args.allow_uid,
             allowed_gids=args.allow_gid,
             send_timeout=args.send_timeout,
+            max_connections=args.max_connections,
+            max_connections_per_uid=args.max_connections_per_uid,
+            hello_timeout=args.hello_timeout,
+            heartbeat=args.heartbeat,
+            deltas=not args.whole_state_frames,
         )
         report = event_printer(args, {"serving": lambda details: f"serving {details['socket']}"})
         with server:

@@ -30,7 +30,6 @@ one is a :class:`~sentinel.errors.DecodeError` for its path, never a crash), and
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,6 +52,7 @@ from sentinel.registry.records import (
     check_ephemeral,
     fields_of,
     parse_json,
+    utf8_json,
 )
 
 # The one partition of a service read from a Curator registry: Curator has no partitions.
@@ -485,7 +485,7 @@ def encode_instance(instance: CuratorInstance) -> bytes:
         "enabled": instance.enabled,
     }
     try:
-        data = json.dumps(document, separators=(",", ":"), allow_nan=False).encode()
+        data = utf8_json(document)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"the payload is not JSON: {exc}") from None
     if len(data) > MAX_VALUE_BYTES:

@@ -115,6 +115,20 @@ def parse_json(path: str, data: bytes | str, *, max_bytes: int | None = MAX_VALU
         raise DecodeError(path, f"not UTF-8 JSON ({exc.__class__.__name__})") from None
 
 
+def utf8_json(value: Any) -> bytes:
+    """``value`` as compact JSON in UTF-8, characters outside ASCII as they are (escaped, a
+    character would cost up to three times its bytes: a value near the size limit read and
+    written again would no longer fit), escaped only for a string UTF-8 cannot hold (a lone
+    surrogate, which JSON text may carry). TypeError or ValueError for what is not JSON."""
+    text = json.dumps(
+        value, separators=(",", ":"), allow_nan=False, ensure_ascii=False, default=_plain
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain).encode()
+
+
 def _plain(value: object) -> dict[str, Any]:
     """Let ``json`` write the read-only mappings records hold."""
     if isinstance(value, Mapping):
@@ -134,7 +148,7 @@ def _round_trip(path: str, value: Any) -> tuple[str, Any]:
     """``value`` as compact JSON and that JSON parsed back within the bounds, or
     ValidationError."""
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_plain)
+        text = utf8_json(value).decode("utf-8")
     except Exception as exc:  # RecursionError, ValueError, TypeError...
         raise ValidationError(
             f"value for {path} is not JSON-serialisable ({exc.__class__.__name__})"
@@ -565,6 +579,9 @@ class ClientRecord:
     sentinel_version: str | None = None
     auth_client: str | None = None
     auth_version: int | None = None
+    #: When the process left (a host agent marks the entry of a process that disconnected,
+    #: when it may not delete it): such an entry is no live process's and counts for nobody.
+    left: float | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -576,8 +593,9 @@ class ClientRecord:
         _check_optional_text("sentinel_version", self.sentinel_version)
         _check_optional_count("pid", self.pid, minimum=1)
         _check_optional_count("auth_version", self.auth_version, 0, MAX_AUTH_VERSION)
-        if self.started is not None:
-            finite_number("started", self.started)
+        for what, when in (("started", self.started), ("left", self.left)):
+            if when is not None:
+                finite_number(what, when)
 
     @property
     def confirms_for(self) -> str:
@@ -589,7 +607,12 @@ class ClientRecord:
         """The node's value."""
         return encode(
             path,
-            {f.name: getattr(self, f.name) for f in fields(self) if f.name != "service"},
+            {
+                f.name: getattr(self, f.name)
+                for f in fields(self)
+                # `left` only in a marked entry: a live one reads as it always did
+                if f.name != "service" and (f.name != "left" or self.left is not None)
+            },
         )
 
     @classmethod

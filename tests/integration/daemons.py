@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import SENTINEL
@@ -16,11 +17,17 @@ class Daemon:
     lines are collected as they come."""
 
     def __init__(
-        self, zookeeper: LocalZooKeeper, namespace: str, *args: str, identity: str | None = None
+        self,
+        zookeeper: LocalZooKeeper,
+        namespace: str,
+        *args: str,
+        identity: str | None = None,
+        program: list[str] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ):
         self.process = subprocess.Popen(
             [
-                SENTINEL,
+                *(program or [SENTINEL]),
                 *args,
                 "--json",
                 "--session-timeout",
@@ -34,6 +41,7 @@ class Daemon:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **({"SENTINEL_ZK_IDENTITY": identity} if identity else {})},
+            preexec_fn=preexec_fn,  # to run as another user
         )
         self.events: list[dict] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -476,14 +476,14 @@ def test_another_users_process_is_refused_at_the_socket(make_client, socket_path
     with AgentServer(session, socket_path) as server:
         assert Path(socket_path).stat().st_mode & 0o777 == 0o600
         assert as_nobody() == "connect 13"  # EACCES: the file's mode keeps it out
-        os.chmod(socket_path, 0o666)  # past the file: the peer check refuses it
+    # Another user allowed: the file lets everyone reach the peer check, which refuses it.
+    with AgentServer(session, socket_path, allowed_uids=[65533]) as server:
         refused = AGENT_DROPPED.labels("refused")._value.get()
         assert as_nobody() == "closed"
         assert AGENT_DROPPED.labels("refused")._value.get() == refused + 1
         assert server.processes == 0
     with AgentServer(session, socket_path, allowed_uids=[65534]):
-        os.chmod(socket_path, 0o666)
-        assert as_nobody() == "answered"
+        assert as_nobody() == "answered"  # nothing loosened by hand
 
 
 def test_sentinel_agent_killed_and_restarted_converges_its_processes(

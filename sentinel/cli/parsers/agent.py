@@ -8,6 +8,7 @@ from sentinel.cli.options import (
     add_command,
     add_curator_option,
     add_metrics_option,
+    count,
     seconds,
 )
 
@@ -25,8 +26,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         "that connect to the Unix socket (Sentinel(agent=...) or $SENTINEL_AGENT): each gets "
         "the services it follows and their changes, and keeps its own lookups in process. "
         "Root, the agent's user and the --allow-uid/--allow-gid peers may connect (checked "
-        "with SO_PEERCRED; the socket is made 0600, or 0660 with --allow-gid). Never creates "
-        "the namespace. Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
+        "with SO_PEERCRED and SO_PEERGROUPS, supplementary groups included; the socket is made "
+        "0600, or 0666 when others are allowed, and its directory must be writable by root or "
+        "the agent's user alone). Processes trust the agent when it runs as root, as their "
+        "own user or as $SENTINEL_AGENT_USER. Needs no identity of its own: a process's "
+        "/clients entries are written as the identity it gives. Never creates the namespace. "
+        "Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
         "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
         (
             "sentinel agent",
@@ -65,7 +70,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="GID",
-        help="a group whose processes may connect (makes the socket 0660); repeat",
+        help="a group whose processes may connect, as their primary or a supplementary group; "
+        "repeat",
     )
     agent.add_argument(
         "--session-timeout",
@@ -79,6 +85,34 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=30.0,
         help="seconds a process may leave a frame unread before it is dropped (default 30)",
     )
+    agent.add_argument(
+        "--max-connections",
+        type=count,
+        default=4096,
+        help="connections served at once; more are refused, each told why (default 4096)",
+    )
+    agent.add_argument(
+        "--max-connections-per-uid",
+        type=count,
+        default=1024,
+        help="connections served at once from one user (default 1024)",
+    )
+    agent.add_argument(
+        "--hello-timeout",
+        type=seconds,
+        default=10.0,
+        help="seconds a new connection has to say who it is before it is dropped (default 10)",
+    )
+    agent.add_argument(
+        "--heartbeat",
+        type=seconds,
+        default=5.0,
+        help="seconds of silence after which the agent and its processes send a heartbeat; "
+        "either end silent for three is dropped, and the process is stale (default 5)",
+    )
     agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
+    agent.add_argument(  # the frames before deltas, for benchmarks.agent to compare
+        "--whole-state-frames", action="store_true", help=argparse.SUPPRESS
+    )
     add_curator_option(agent)
     add_metrics_option(agent)
