@@ -862,7 +862,7 @@ class Sentinel(OldMethodNames):
             )
 
         Raises :class:`~sentinel.errors.ShardPolicyNotFound` if ``shard_policy`` names no
-        policy (create it first: :meth:`ensure_shard_policy`), and
+        policy (create it first: ``shard_maps.ensure``), and
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
         either way nothing is written.
         """
@@ -1224,7 +1224,7 @@ class Sentinel(OldMethodNames):
         :class:`~sentinel.errors.NamespaceNotFound`.
 
         A callback may call this client back: a first lookup loads its service on the spot,
-        :meth:`close` ends the session, and :meth:`rotate_auth`, which would wait for this
+        :meth:`close` ends the session, and ``credentials.rotate``, which would wait for this
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
         self._check_fork()
