@@ -63,6 +63,16 @@ class EphemeralNodes:
         # followed paths changed since the worker last looked (kazoo's thread adds to it)
         self._follow: dict[str, Callable[[bytes, bytes], bytes | None]] = {}
         self._changed: set[str] = set()
+        # What the last watch-setting read of a followed node found, so that a deregistration
+        # needs no read: path -> (our node's version, or None when the node is another
+        # session's or missing; the path's watch events heard then; connection losses then).
+        # "Ours at this version" is trusted only while both counts are unchanged (kazoo's
+        # threads bump them): an event or a lost connection since makes it unknown, and the
+        # delete reads first. "Not ours" stays true until this session writes the node again
+        # (each write forgets what was seen): only our own writes make a node ours.
+        self._seen: dict[str, tuple[int | None, int, int]] = {}
+        self._events: dict[str, int] = {}
+        self._losses = 0
         self._session_id: int | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -159,8 +169,9 @@ class EphemeralNodes:
         self._wake.set()
 
     def _node_changed(self, event: WatchedEvent) -> None:
-        # Runs on kazoo's thread: only note the path and wake the worker.
+        # Runs on kazoo's thread: only count the event, note the path and wake the worker.
         if event.path in self._follow:
+            self._events[event.path] = self._events.get(event.path, 0) + 1
             self._changed.add(event.path)
             self._wake.set()
 
@@ -173,14 +184,19 @@ class EphemeralNodes:
                 adopt, kept = self._follow.get(path), self._nodes.get(path)
                 if adopt is None or kept is None:
                     continue
+                heard = self._events.get(path, 0), self._losses  # before the read is sent
                 try:
                     found, stat = self._zk.get(path, watch=self._node_changed)
                     owned = stat.ephemeralOwner == self._session()
                 except NoNodeError:
-                    continue  # gone with a session: re-created with what is kept, then read
+                    # Gone with a session: re-created with what is kept, then read. Not
+                    # ours until then, which needs no watch to stay true.
+                    self._seen[path] = (None, *heard)
+                    continue
                 except (ConnectionLoss, SessionExpiredError):
                     self._changed.add(path)  # read again once connected
                     return
+                self._seen[path] = (stat.version if owned else None, *heard)
                 if owned and found != kept:
                     kept = adopt(kept, found)
                     if kept is not None:
@@ -189,11 +205,15 @@ class EphemeralNodes:
     def remove(self, path: str) -> bool:
         """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
 
-        The ownership check costs a round trip more than a blind delete, on purpose: when a
-        newer process registered the same identity (a rolling restart on the same host and
-        port), the old one shutting down must not delete the new one's node. No single request
-        can tell the two apart: ZooKeeper conditions a delete only on the data version, and the
-        successor's node starts at version 0 like ours
+        A followed node (:meth:`follow`) is often known without a read: ours at the version
+        its watch-setting read found, if that watch has reported nothing and the connection
+        has not been lost since, deleted with one ``delete(path, version)``; or seen held by
+        another session (a successor took it over) or missing since this session last wrote
+        it, left without a request. Otherwise (never followed, changed since, or events
+        possibly missed while disconnected) the ownership is read first and the delete is
+        conditional on it. When a newer process registered the same identity (a rolling
+        restart on the same host and port), the old one shutting down must not delete the new
+        one's node, and its version alone does not tell them apart
         (docs/decisions/deregistration-reads-before-deleting.md).
         """
         with self._lock:
@@ -202,12 +222,15 @@ class EphemeralNodes:
             self._prepare.pop(path, None)
             self._on_failure.pop(path, None)
             self._may_take_over.pop(path, None)
+            known = self._known(path)
+            self._seen.pop(path, None)
+            self._events.pop(path, None)
             if data is None:
                 return False
             if self._unwritten.pop(path, None) is not None:
                 return True  # never written
             try:
-                self._delete_own(path)
+                self._delete_own(path, known)
             except BaseException:
                 # Not known to be deleted (the connection dropped): keep the node, so that a
                 # retry deletes it instead of answering "not held" while it lives on.
@@ -215,7 +238,39 @@ class EphemeralNodes:
                 raise
         return True
 
-    def _delete_own(self, path: str) -> None:
+    def owns(self, path: str) -> bool | None:
+        """Whether the node at ``path`` is known to be this session's (True), known to be
+        another's (False), or not known without a read (None). Holds no lock: a snapshot."""
+        known = self._known(path)
+        return None if known is None else known[0]
+
+    def _known(self, path: str) -> tuple[bool, int] | None:
+        """(ours, version) as the last watch-setting read left it, if still known (see
+        ``_seen``): (False, -1) for a node this session has not written since it saw it
+        another's or missing; (True, its version) if nothing was heard of it since."""
+        seen = self._seen.get(path)
+        if seen is None:
+            return None
+        version, events, losses = seen
+        if version is None:
+            return False, -1
+        if (events, losses) != (self._events.get(path, 0), self._losses):
+            return None
+        return True, version
+
+    def _delete_own(self, path: str, known: tuple[bool, int] | None) -> None:
+        if known is not None:
+            ours, version = known
+            if not ours:
+                log.warning("%s belongs to another session now; left in place", path)
+                return
+            try:
+                self._zk.delete(path, version=version)
+                return
+            except NoNodeError:
+                return  # gone already (its session ended): nothing of ours is left
+            except BadVersionError:
+                pass  # written since the read (an operator's drain): read who holds it now
         stat = self._zk.exists(path)
         if stat is not None and stat.ephemeralOwner == self._session():
             try:
@@ -226,9 +281,13 @@ class EphemeralNodes:
             log.warning("%s belongs to another session now; left in place", path)
 
     def _on_state(self, state: str) -> None:
-        # Runs on kazoo's thread: only wake the worker, never touch ZooKeeper here.
+        # Runs on kazoo's thread: only count a lost connection (events may be missed until
+        # the watches are set again, so what was seen is no longer known) and wake the worker,
+        # never touch ZooKeeper here.
         if state == KazooState.CONNECTED:
             self._wake.set()
+        else:
+            self._losses += 1
 
     def _run(self) -> None:
         timeout = None
@@ -296,6 +355,7 @@ class EphemeralNodes:
     def _write(
         self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
     ) -> None:
+        self._seen.pop(path, None)  # our own write changes the version: read it again
         prepare = self._prepare.get(path)
         if prepare is not None:  # every write, a re-creation after an expiry too
             prepare()
