@@ -217,12 +217,14 @@ class EphemeralNodes:
         (docs/decisions/deregistration-reads-before-deleting.md).
         """
         with self._lock:
+            # What is known, before the node stops being followed (from then on its events are
+            # no longer counted): an event after this point is the race the read had too.
+            known = self._known(path)
             data = self._nodes.pop(path, None)
             self._follow.pop(path, None)
             self._prepare.pop(path, None)
             self._on_failure.pop(path, None)
             self._may_take_over.pop(path, None)
-            known = self._known(path)
             self._seen.pop(path, None)
             self._events.pop(path, None)
             if data is None:
