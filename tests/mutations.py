@@ -196,6 +196,29 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        # A take-over writes the successor's node at version 0 whatever it replaced: the old
+        # process's one-request delete, its event not heard yet, removes the successor's node.
+        "take-over-keeps-the-successor-at-version-0",
+        "sentinel/zk/ephemeral.py",
+        "steps = stat.version + 1 if stat.version < _TRUSTED_VERSIONS else 0",
+        "steps = 0",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_an_old_process_cannot_delete_its_successors_node",
+        ),
+    ),
+    Mutation(
+        # The one-request delete trusted at any version, past the bound a take-over keeps.
+        "deregistration-trusts-versions-past-the-bound",
+        "sentinel/zk/ephemeral.py",
+        "            if version < _TRUSTED_VERSIONS:\n",
+        "            if True:\n",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted",
+        ),
+    ),
+    Mutation(
         # What the watch read trusted after an event or a lost connection since.
         "deregistration-ignores-what-was-heard-since-the-read",
         "sentinel/zk/ephemeral.py",

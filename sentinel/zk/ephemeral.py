@@ -4,8 +4,9 @@ ZooKeeper removes a session's ephemeral nodes when the session ends. When it exp
 process lives on, kazoo connects again with a new session and :class:`EphemeralNodes` re-creates
 every node it keeps. A node that still carries another session (the server has not expired a
 crashed predecessor yet, or another process took the name) is deleted and re-created in one
-transaction, so watchers see the change and the node belongs to the live session. A connection
-that merely flaps keeps its session, and then nothing is written.
+transaction (the new node one version above the old, see ``_TRUSTED_VERSIONS``), so watchers
+see the change and the node belongs to the live session. A connection that merely flaps keeps
+its session, and then nothing is written.
 
 Some nodes are bookkeeping that must never fail the caller (a client's ``/clients`` entry): put
 with ``keep_trying``, a failed write is logged once, counted and retried in the background.
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 _WRITE_ATTEMPTS = 5
 _RETRY_AFTER_FAILURE = 1.0
 _RETRY_MAX_DELAY = 30.0
+# A take-over writes the successor's node one version above the node it replaces while that
+# node's version is below this bound, so that the one-request delete of a node known at such a
+# version never matches its direct successor (remove() trusts only these versions). Each step
+# is one more op in the take-over's transaction: the bound keeps it small.
+_TRUSTED_VERSIONS = 8
 
 
 def first_failure(results: list[object]) -> Exception | None:
@@ -266,13 +272,17 @@ class EphemeralNodes:
             if not ours:
                 log.warning("%s belongs to another session now; left in place", path)
                 return
-            try:
-                self._zk.delete(path, version=version)
-                return
-            except NoNodeError:
-                return  # gone already (its session ended): nothing of ours is left
-            except BadVersionError:
-                pass  # written since the read (an operator's drain): read who holds it now
+            # A successor that took the node over since (its event not heard yet) holds it at
+            # a higher version (see _write): this delete then fails and the read below tells.
+            # Above the bound its version may be ours again: read first.
+            if version < _TRUSTED_VERSIONS:
+                try:
+                    self._zk.delete(path, version=version)
+                    return
+                except NoNodeError:
+                    return  # gone already (its session ended): nothing of ours is left
+                except BadVersionError:
+                    pass  # written since the read (a drain, a take-over): read who holds it
         stat = self._zk.exists(path)
         if stat is not None and stat.ephemeralOwner == self._session():
             try:
@@ -382,7 +392,12 @@ class EphemeralNodes:
             log.warning("taking over %s from session 0x%x", path, stat.ephemeralOwner)
             transaction = self._zk.transaction()
             transaction.delete(path, version=stat.version)
-            transaction.create(path, data, ephemeral=True)
+            # Versions 1..v+1 by empty writes and the last one carrying the data (the
+            # transaction stays one value's size); at and above the bound, version 0.
+            steps = stat.version + 1 if stat.version < _TRUSTED_VERSIONS else 0
+            transaction.create(path, b"" if steps else data, ephemeral=True)
+            for step in range(steps):
+                transaction.set_data(path, data if step == steps - 1 else b"")
             if first_failure(transaction.commit()) is None:
                 return
         raise RegistryConflict(f"{path} kept changing during {_WRITE_ATTEMPTS} write attempts")

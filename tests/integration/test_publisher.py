@@ -8,6 +8,7 @@ import time
 
 import pytest
 from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import Callback
 
 from sentinel import Sentinel
 from sentinel.errors import (
@@ -165,6 +166,21 @@ def test_a_node_changed_since_it_was_read_is_read_again_before_the_delete(make_c
     assert raw_zk.exists(registration.path) is None
 
 
+def test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted(make_client, raw_zk):
+    # Above the bound a take-over writes version 0 again (docs/decisions/
+    # deregistration-reads-before-deleting.md): a version known there does not tell our node
+    # from a successor's, so the read comes first.
+    client = make_client()
+    registration = client.register("api", "p1", "h", 80)
+    data, _ = raw_zk.get(registration.path)
+    for _ in range(8):
+        raw_zk.set(registration.path, data)  # the same value: nothing to adopt
+    assert wait_until(lambda: client._nodes._known(registration.path) == (True, 8), timeout=10)
+    sent = _requests_sent(client, lambda: client.deregister(registration))
+    assert sent == ["Exists", "Delete"]
+    assert raw_zk.exists(registration.path) is None
+
+
 def test_after_a_lost_connection_deregistration_reads_before_it_deletes(
     zookeeper, namespace, raw_zk
 ):
@@ -207,20 +223,29 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
             ignore=(AttributeError,),
         )
         assert restored is not None, "the old process did not restore its node"
+    _known(old, stale, owned=True)  # the one-request delete is armed
     _, old_stat = raw_zk.get(stale.path)
-    successor = make_client("successor")
-    current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
-    _, stat = raw_zk.get(current.path)
-    assert stat.ephemeralOwner == successor.session_id
-    # Same path and the same data version as the old node: a delete conditional on the
-    # version alone would remove the successor's node.
-    assert (current.path, stat.version) == (stale.path, old_stat.version)
-    _known(old, stale, owned=False)  # its watch saw the take-over
+    # The take-over's event stays in flight to the old process (its watch deliveries are held
+    # behind this): it deregisters right after the take-over returns, without hearing it.
+    release = threading.Event()
+    old._zk.handler.dispatch_callback(Callback("watch", release.wait, (30,)))
+    try:
+        successor = make_client("successor")
+        current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
+        _, stat = raw_zk.get(current.path)
+        assert stat.ephemeralOwner == successor.session_id
+        # Same path, one version above the old node (the take-over's doing): the old process's
+        # delete conditional on the version it knows is refused.
+        assert (current.path, stat.version) == (stale.path, old_stat.version + 1)
+        assert old._nodes.owns(stale.path) is True  # the take-over is not heard
 
-    sent = _requests_sent(old, lambda: old.deregister(stale))
+        sent = _requests_sent(old, lambda: old.deregister(stale))
+    finally:
+        release.set()
 
     assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
-    assert sent == []  # the watch showed another owner: nothing was sent
+    assert raw_zk.get(current.path)[1].czxid == stat.czxid
+    assert sent == ["Delete", "Exists"]  # refused, then the read showed another owner
     assert old.registrations == ()
     assert successor.registrations == (current,)
 
@@ -237,7 +262,7 @@ def test_a_take_over_heard_but_not_read_yet_makes_the_deregistration_read(
     monkeypatch.setattr(old._nodes, "_adopt_changes", lambda: None)
     successor = make_client("successor")
     current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
-    assert raw_zk.get(current.path)[1].version == 0  # the version old's node had
+    assert raw_zk.get(current.path)[1].version == 1  # one above old's node (the take-over)
     assert wait_until(lambda: old._nodes._events.get(stale.path, 0) > heard, timeout=10)
 
     sent = _requests_sent(old, lambda: old.deregister(stale))
