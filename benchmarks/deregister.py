@@ -1,12 +1,17 @@
-"""Deregistration three ways, side by side in one run: ``python -m benchmarks.deregister``.
+"""Deregistration four ways, side by side in one run: ``python -m benchmarks.deregister``.
 
-One writer client deletes instance nodes in turn three ways, alternated round by round so that
-the machine's load falls on the three alike, and a second client in the same process records
+One writer client deletes instance nodes in turn four ways, alternated round by round so that
+the machine's load falls on the four alike, and a second client in the same process records
 when each deletion reaches its cache (the listener call, made right after the snapshot swap):
 
-- ``guarded``: ``deregister``, the library's way. It reads the node, then deletes it
-  conditionally on the version read if this session owns it: two requests, and an old process
-  never deletes the node a successor took over.
+- ``guarded``: ``deregister``, the library's way. When the node's watch (set by the
+  registration's background read, waited for before each of the two ``deregister`` ways) has
+  reported nothing since, one delete conditional on the version that read found; an old
+  process never deletes the node a successor took over.
+- ``read-first``: ``deregister`` when it does not know the node (what it was read as is
+  forgotten first, as after a lost connection): it reads the node, then deletes it
+  conditionally on the version read if this session owns it. Two requests: the library's way
+  before issue 40.
 - ``blind``: one unconditional delete, Curator's way. One request; it would delete a
   successor's node (here there is none).
 - ``acl``: one transaction, ``setData`` + ``delete``, on a node whose ACL grants WRITE to this
@@ -33,13 +38,14 @@ from sentinel import Sentinel
 from sentinel.events import InstancesChanged
 from sentinel.registry.layout import instance_path
 from sentinel.registry.records import InstanceRecord
+from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.ephemeral import first_failure
 
 SERVICE = "db"
 PARTITION = "p0"
-VARIANTS = ("guarded", "blind", "acl")
-SAFE = {"guarded": "yes", "blind": "no", "acl": "yes, by ACL"}
+VARIANTS = ("guarded", "read-first", "blind", "acl")
+SAFE = {"guarded": "yes", "read-first": "yes", "blind": "no", "acl": "yes, by ACL"}
 
 
 class _Arrivals:
@@ -94,9 +100,21 @@ class _Writer:
 
     def create(self, variant: str, label: str) -> Callable[[], None]:
         """Make the node; return the deletion to time."""
-        if variant == "guarded":
+        if variant in ("guarded", "read-first"):
             registration = self._client.register(SERVICE, PARTITION, "10.0.0.1", 7000, label=label)
-            return lambda: self._client.deregister(registration)
+            # Both start once the background read has set the node's watch (the steady state;
+            # a deregistration sooner reads first), so each pays its own way's requests only.
+            owned = lambda: self._client._nodes.owns(registration.path) is True  # noqa: E731
+            if wait_until(owned, timeout=10, interval=0.001) is None:
+                raise RuntimeError(f"{registration.path} was never read back by its watch")
+            if variant == "guarded":
+                return lambda: self._client.deregister(registration)
+
+            def read_first() -> None:
+                self._client._nodes._seen.pop(registration.path, None)
+                self._client.deregister(registration)
+
+            return read_first
         path = instance_path(SERVICE, PARTITION, label)
         data = InstanceRecord(SERVICE, PARTITION, label, "10.0.0.1", 7000).to_bytes(path)
         if variant == "blind":
@@ -145,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         reader.listen(SERVICE, arrivals.on_change)
         writer = _Writer(writer_client)
         for i in range(args.rounds):
-            for variant in VARIANTS[i % 3 :] + VARIANTS[: i % 3]:
+            for variant in VARIANTS[i % len(VARIANTS) :] + VARIANTS[: i % len(VARIANTS)]:
                 label = f"{variant}-{i}"
                 delete = writer.create(variant, label)
                 arrivals.wait(arrivals.added, label)
@@ -179,7 +197,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     report(
         "deregister",
-        f"deregistration, three ways alternated, loopback, one ZooKeeper ({args.rounds} each)",
+        f"deregistration, {len(VARIANTS)} ways alternated, loopback, one ZooKeeper "
+        f"({args.rounds} each)",
         (
             "way",
             "requests",

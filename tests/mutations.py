@@ -182,6 +182,57 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        # One delete conditional on the version of our own last write, whoever holds the node
+        # now: the successor's node (version 0 like ours) is deleted.
+        "deregistration-trusts-the-version-alone",
+        "sentinel/zk/ephemeral.py",
+        "        if version is None:\n            return False, -1\n",
+        "        return True, 0\n",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_an_old_process_cannot_delete_its_successors_node",
+            "tests/integration/test_publisher.py::"
+            "test_an_old_process_cannot_delete_a_node_created_after_its_successor_left",
+        ),
+    ),
+    Mutation(
+        # A take-over writes the successor's node at version 0 whatever it replaced: the old
+        # process's one-request delete, its event not heard yet, removes the successor's node.
+        "take-over-keeps-the-successor-at-version-0",
+        "sentinel/zk/ephemeral.py",
+        "steps = stat.version + 1 if stat.version < _TRUSTED_VERSIONS else 0",
+        "steps = 0",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_an_old_process_cannot_delete_its_successors_node",
+        ),
+    ),
+    Mutation(
+        # The one-request delete trusted at any version, past the bound a take-over keeps.
+        "deregistration-trusts-versions-past-the-bound",
+        "sentinel/zk/ephemeral.py",
+        "            if version < _TRUSTED_VERSIONS:\n",
+        "            if True:\n",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted",
+        ),
+    ),
+    Mutation(
+        # What the watch read trusted after an event or a lost connection since.
+        "deregistration-ignores-what-was-heard-since-the-read",
+        "sentinel/zk/ephemeral.py",
+        "        if (events, losses) != (self._events.get(path, 0), self._losses):\n"
+        "            return None\n",
+        "",
+        (
+            "tests/integration/test_publisher.py::"
+            "test_a_take_over_heard_but_not_read_yet_makes_the_deregistration_read",
+            "tests/integration/test_publisher.py::"
+            "test_after_a_lost_connection_deregistration_reads_before_it_deletes",
+        ),
+    ),
+    Mutation(
         # Ctrl-C handled only once ready: one landing while the services load exits 130.
         "watch-ctrl-c-handled-only-once-ready",
         "sentinel/cli/watch.py",

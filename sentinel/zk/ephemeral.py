@@ -4,8 +4,9 @@ ZooKeeper removes a session's ephemeral nodes when the session ends. When it exp
 process lives on, kazoo connects again with a new session and :class:`EphemeralNodes` re-creates
 every node it keeps. A node that still carries another session (the server has not expired a
 crashed predecessor yet, or another process took the name) is deleted and re-created in one
-transaction, so watchers see the change and the node belongs to the live session. A connection
-that merely flaps keeps its session, and then nothing is written.
+transaction (the new node one version above the old, see ``_TRUSTED_VERSIONS``), so watchers
+see the change and the node belongs to the live session. A connection that merely flaps keeps
+its session, and then nothing is written.
 
 Some nodes are bookkeeping that must never fail the caller (a client's ``/clients`` entry): put
 with ``keep_trying``, a failed write is logged once, counted and retried in the background.
@@ -34,6 +35,11 @@ log = logging.getLogger(__name__)
 _WRITE_ATTEMPTS = 5
 _RETRY_AFTER_FAILURE = 1.0
 _RETRY_MAX_DELAY = 30.0
+# A take-over writes the successor's node one version above the node it replaces while that
+# node's version is below this bound, so that the one-request delete of a node known at such a
+# version never matches its direct successor (remove() trusts only these versions). Each step
+# is one more op in the take-over's transaction: the bound keeps it small.
+_TRUSTED_VERSIONS = 8
 
 
 def first_failure(results: list[object]) -> Exception | None:
@@ -63,6 +69,16 @@ class EphemeralNodes:
         # followed paths changed since the worker last looked (kazoo's thread adds to it)
         self._follow: dict[str, Callable[[bytes, bytes], bytes | None]] = {}
         self._changed: set[str] = set()
+        # What the last watch-setting read of a followed node found, so that a deregistration
+        # needs no read: path -> (our node's version, or None when the node is another
+        # session's or missing; the path's watch events heard then; connection losses then).
+        # "Ours at this version" is trusted only while both counts are unchanged (kazoo's
+        # threads bump them): an event or a lost connection since makes it unknown, and the
+        # delete reads first. "Not ours" stays true until this session writes the node again
+        # (each write forgets what was seen): only our own writes make a node ours.
+        self._seen: dict[str, tuple[int | None, int, int]] = {}
+        self._events: dict[str, int] = {}
+        self._losses = 0
         self._session_id: int | None = None
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -159,8 +175,9 @@ class EphemeralNodes:
         self._wake.set()
 
     def _node_changed(self, event: WatchedEvent) -> None:
-        # Runs on kazoo's thread: only note the path and wake the worker.
+        # Runs on kazoo's thread: only count the event, note the path and wake the worker.
         if event.path in self._follow:
+            self._events[event.path] = self._events.get(event.path, 0) + 1
             self._changed.add(event.path)
             self._wake.set()
 
@@ -173,14 +190,19 @@ class EphemeralNodes:
                 adopt, kept = self._follow.get(path), self._nodes.get(path)
                 if adopt is None or kept is None:
                     continue
+                heard = self._events.get(path, 0), self._losses  # before the read is sent
                 try:
                     found, stat = self._zk.get(path, watch=self._node_changed)
                     owned = stat.ephemeralOwner == self._session()
                 except NoNodeError:
-                    continue  # gone with a session: re-created with what is kept, then read
+                    # Gone with a session: re-created with what is kept, then read. Not
+                    # ours until then, which needs no watch to stay true.
+                    self._seen[path] = (None, *heard)
+                    continue
                 except (ConnectionLoss, SessionExpiredError):
                     self._changed.add(path)  # read again once connected
                     return
+                self._seen[path] = (stat.version if owned else None, *heard)
                 if owned and found != kept:
                     kept = adopt(kept, found)
                     if kept is not None:
@@ -189,25 +211,34 @@ class EphemeralNodes:
     def remove(self, path: str) -> bool:
         """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
 
-        The ownership check costs a round trip more than a blind delete, on purpose: when a
-        newer process registered the same identity (a rolling restart on the same host and
-        port), the old one shutting down must not delete the new one's node. No single request
-        can tell the two apart: ZooKeeper conditions a delete only on the data version, and the
-        successor's node starts at version 0 like ours
+        A followed node (:meth:`follow`) is often known without a read: ours at the version
+        its watch-setting read found, if that watch has reported nothing and the connection
+        has not been lost since, deleted with one ``delete(path, version)``; or seen held by
+        another session (a successor took it over) or missing since this session last wrote
+        it, left without a request. Otherwise (never followed, changed since, or events
+        possibly missed while disconnected) the ownership is read first and the delete is
+        conditional on it. When a newer process registered the same identity (a rolling
+        restart on the same host and port), the old one shutting down must not delete the new
+        one's node, and its version alone does not tell them apart
         (docs/decisions/deregistration-reads-before-deleting.md).
         """
         with self._lock:
+            # What is known, before the node stops being followed (from then on its events are
+            # no longer counted): an event after this point is the race the read had too.
+            known = self._known(path)
             data = self._nodes.pop(path, None)
             self._follow.pop(path, None)
             self._prepare.pop(path, None)
             self._on_failure.pop(path, None)
             self._may_take_over.pop(path, None)
+            self._seen.pop(path, None)
+            self._events.pop(path, None)
             if data is None:
                 return False
             if self._unwritten.pop(path, None) is not None:
                 return True  # never written
             try:
-                self._delete_own(path)
+                self._delete_own(path, known)
             except BaseException:
                 # Not known to be deleted (the connection dropped): keep the node, so that a
                 # retry deletes it instead of answering "not held" while it lives on.
@@ -215,7 +246,43 @@ class EphemeralNodes:
                 raise
         return True
 
-    def _delete_own(self, path: str) -> None:
+    def owns(self, path: str) -> bool | None:
+        """Whether the node at ``path`` is known to be this session's (True), known to be
+        another's (False), or not known without a read (None). Holds no lock: a snapshot."""
+        known = self._known(path)
+        return None if known is None else known[0]
+
+    def _known(self, path: str) -> tuple[bool, int] | None:
+        """(ours, version) as the last watch-setting read left it, if still known (see
+        ``_seen``): (False, -1) for a node this session has not written since it saw it
+        another's or missing; (True, its version) if nothing was heard of it since."""
+        seen = self._seen.get(path)
+        if seen is None:
+            return None
+        version, events, losses = seen
+        if version is None:
+            return False, -1
+        if (events, losses) != (self._events.get(path, 0), self._losses):
+            return None
+        return True, version
+
+    def _delete_own(self, path: str, known: tuple[bool, int] | None) -> None:
+        if known is not None:
+            ours, version = known
+            if not ours:
+                log.warning("%s belongs to another session now; left in place", path)
+                return
+            # A successor that took the node over since (its event not heard yet) holds it at
+            # a higher version (see _write): this delete then fails and the read below tells.
+            # Above the bound its version may be ours again: read first.
+            if version < _TRUSTED_VERSIONS:
+                try:
+                    self._zk.delete(path, version=version)
+                    return
+                except NoNodeError:
+                    return  # gone already (its session ended): nothing of ours is left
+                except BadVersionError:
+                    pass  # written since the read (a drain, a take-over): read who holds it
         stat = self._zk.exists(path)
         if stat is not None and stat.ephemeralOwner == self._session():
             try:
@@ -226,9 +293,13 @@ class EphemeralNodes:
             log.warning("%s belongs to another session now; left in place", path)
 
     def _on_state(self, state: str) -> None:
-        # Runs on kazoo's thread: only wake the worker, never touch ZooKeeper here.
+        # Runs on kazoo's thread: only count a lost connection (events may be missed until
+        # the watches are set again, so what was seen is no longer known) and wake the worker,
+        # never touch ZooKeeper here.
         if state == KazooState.CONNECTED:
             self._wake.set()
+        else:
+            self._losses += 1
 
     def _run(self) -> None:
         timeout = None
@@ -296,6 +367,7 @@ class EphemeralNodes:
     def _write(
         self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
     ) -> None:
+        self._seen.pop(path, None)  # our own write changes the version: read it again
         prepare = self._prepare.get(path)
         if prepare is not None:  # every write, a re-creation after an expiry too
             prepare()
@@ -320,7 +392,12 @@ class EphemeralNodes:
             log.warning("taking over %s from session 0x%x", path, stat.ephemeralOwner)
             transaction = self._zk.transaction()
             transaction.delete(path, version=stat.version)
-            transaction.create(path, data, ephemeral=True)
+            # Versions 1..v+1 by empty writes and the last one carrying the data (the
+            # transaction stays one value's size); at and above the bound, version 0.
+            steps = stat.version + 1 if stat.version < _TRUSTED_VERSIONS else 0
+            transaction.create(path, b"" if steps else data, ephemeral=True)
+            for step in range(steps):
+                transaction.set_data(path, data if step == steps - 1 else b"")
             if first_failure(transaction.commit()) is None:
                 return
         raise RegistryConflict(f"{path} kept changing during {_WRITE_ATTEMPTS} write attempts")

@@ -7,8 +7,10 @@ import threading
 import time
 
 import pytest
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
+from kazoo.protocol.states import Callback
 
+from sentinel import Sentinel
 from sentinel.errors import (
     ConnectionInterrupted,
     InstanceNotRegistered,
@@ -19,7 +21,7 @@ from sentinel.errors import (
     ValueTooLarge,
 )
 from sentinel.registry.records import MAX_VALUE_BYTES
-from sentinel.testing.helpers import expire_session, wait_until
+from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -131,14 +133,82 @@ def _requests_sent(client, action) -> list[str]:
     return sent
 
 
-def test_deregistration_costs_one_read_and_one_conditional_delete(make_client, raw_zk):
-    # The floor while the guarantee below holds (docs/decisions/
-    # deregistration-reads-before-deleting.md): no request beyond the ownership read and delete.
+def _known(client, registration, owned: bool) -> None:
+    """Wait until ``client``'s watch on the node has been read again since its last event:
+    the node is then known to be its own (``owned``) or another session's, without a read."""
+    path = registration.path
+    assert wait_until(lambda: client._nodes.owns(path) is owned, timeout=10), (
+        f"{path} never became known as {'ours' if owned else 'taken over'}"
+    )
+
+
+def test_deregistration_costs_one_conditional_delete(make_client, raw_zk):
+    # The floor (docs/decisions/deregistration-reads-before-deleting.md): the node's watch,
+    # set when the registration was followed, says it is ours at the version it read.
     client = make_client()
     registration = client.register("api", "p1", "h", 80)
+    _known(client, registration, owned=True)
+    sent = _requests_sent(client, lambda: client.deregister(registration))
+    assert sent == ["Delete"]
+    assert raw_zk.exists(registration.path) is None
+
+
+def test_a_node_changed_since_it_was_read_is_read_again_before_the_delete(make_client, raw_zk):
+    # An operator's drain changed our node's version and its event is not heard yet (made so
+    # by hand: the race is too short to hit on purpose): the delete conditional on the version
+    # last read fails, and the deregistration reads and deletes the node that is ours.
+    client = make_client()
+    registration = client.register("api", "p1", "h", 80)
+    _known(client, registration, owned=True)
+    client._nodes._seen[registration.path] = (7, *client._nodes._seen[registration.path][1:])
+    sent = _requests_sent(client, lambda: client.deregister(registration))
+    assert sent == ["Delete", "Exists", "Delete"]
+    assert raw_zk.exists(registration.path) is None
+
+
+def test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted(make_client, raw_zk):
+    # Above the bound a take-over writes version 0 again (docs/decisions/
+    # deregistration-reads-before-deleting.md): a version known there does not tell our node
+    # from a successor's, so the read comes first.
+    client = make_client()
+    registration = client.register("api", "p1", "h", 80)
+    data, _ = raw_zk.get(registration.path)
+    for _ in range(8):
+        raw_zk.set(registration.path, data)  # the same value: nothing to adopt
+    assert wait_until(lambda: client._nodes._known(registration.path) == (True, 8), timeout=10)
     sent = _requests_sent(client, lambda: client.deregister(registration))
     assert sent == ["Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
+
+
+def test_after_a_lost_connection_deregistration_reads_before_it_deletes(
+    zookeeper, namespace, raw_zk
+):
+    # Events may be missed while the link is down: what the watch saw is no longer known.
+    host, port = zookeeper.connect_string.split(":")
+    proxy = TcpProxy(host, int(port))
+    client = Sentinel(hosts=proxy.address, client_id="c", namespace=namespace, session_timeout=12)
+    client.start()
+    try:
+        states: list[str] = []
+        client._zk.add_listener(states.append)
+        registration = client.register("api", "p1", "h", 80)
+        _known(client, registration, owned=True)
+        session = client.session_id
+        proxy.cut()
+        assert wait_until(lambda: KazooState.SUSPENDED in states, timeout=15), (
+            "the connection never dropped, so this test proved nothing"
+        )
+        proxy.restore()
+        assert wait_until(lambda: states[-1] == KazooState.CONNECTED, timeout=10)
+        assert client.session_id == session  # the same session: its node was never re-created
+        assert client._nodes.owns(registration.path) is None
+        sent = _requests_sent(client, lambda: client.deregister(registration))
+        assert sent == ["Exists", "Delete"]
+        assert raw_zk.exists(registration.path) is None
+    finally:
+        client.close()
+        proxy.close()
 
 
 @pytest.mark.parametrize("expired", [False, True], ids=["rolling-restart", "after-expiry"])
@@ -153,21 +223,74 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
             ignore=(AttributeError,),
         )
         assert restored is not None, "the old process did not restore its node"
+    _known(old, stale, owned=True)  # the one-request delete is armed
     _, old_stat = raw_zk.get(stale.path)
+    # The take-over's event stays in flight to the old process (its watch deliveries are held
+    # behind this): it deregisters right after the take-over returns, without hearing it.
+    release = threading.Event()
+    old._zk.handler.dispatch_callback(Callback("watch", release.wait, (30,)))
+    try:
+        successor = make_client("successor")
+        current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
+        _, stat = raw_zk.get(current.path)
+        assert stat.ephemeralOwner == successor.session_id
+        # Same path, one version above the old node (the take-over's doing): the old process's
+        # delete conditional on the version it knows is refused.
+        assert (current.path, stat.version) == (stale.path, old_stat.version + 1)
+        assert old._nodes.owns(stale.path) is True  # the take-over is not heard
+
+        sent = _requests_sent(old, lambda: old.deregister(stale))
+    finally:
+        release.set()
+
+    assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
+    assert raw_zk.get(current.path)[1].czxid == stat.czxid
+    assert sent == ["Delete", "Exists"]  # refused, then the read showed another owner
+    assert old.registrations == ()
+    assert successor.registrations == (current,)
+
+
+def test_a_take_over_heard_but_not_read_yet_makes_the_deregistration_read(
+    make_client, raw_zk, monkeypatch
+):
+    # The watch reported the take-over, and the worker has not read the node again yet
+    # (held here): "ours at version 0" is no longer trusted, and the read shows the successor.
+    old = make_client("old")
+    stale = old.register("api", "p1", "10.0.0.9", 80, label="a")
+    _known(old, stale, owned=True)
+    heard = old._nodes._events.get(stale.path, 0)
+    monkeypatch.setattr(old._nodes, "_adopt_changes", lambda: None)
     successor = make_client("successor")
     current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
-    _, stat = raw_zk.get(current.path)
-    assert stat.ephemeralOwner == successor.session_id
-    # Same path and the same data version as the old node: a delete conditional on the
-    # version alone would remove the successor's node.
-    assert (current.path, stat.version) == (stale.path, old_stat.version)
+    assert raw_zk.get(current.path)[1].version == 1  # one above old's node (the take-over)
+    assert wait_until(lambda: old._nodes._events.get(stale.path, 0) > heard, timeout=10)
 
     sent = _requests_sent(old, lambda: old.deregister(stale))
 
+    assert sent == ["Exists"]
     assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
-    assert sent == ["Exists"]  # the read showed another owner: no delete was sent
-    assert old.registrations == ()
-    assert successor.registrations == (current,)
+
+
+def test_an_old_process_cannot_delete_a_node_created_after_its_successor_left(make_client, raw_zk):
+    # A is taken over by B, B deregisters, C registers afresh at version 0: the same path and
+    # version as A's node, and no take-over of A's in between. A read or the watch tells.
+    a = make_client("a")
+    stale = a.register("api", "p1", "10.0.0.9", 80, label="a")
+    _, a_stat = raw_zk.get(stale.path)
+    b = make_client("b")
+    b.deregister(b.register("api", "p1", "10.0.0.9", 80, label="a"))
+    c = make_client("c")
+    current = c.register("api", "p1", "10.0.0.9", 80, label="a")
+    _, c_stat = raw_zk.get(current.path)
+    assert (c_stat.version, c_stat.ephemeralOwner) == (a_stat.version, c.session_id)
+    assert c_stat.czxid != a_stat.czxid
+    _known(a, stale, owned=False)
+
+    sent = _requests_sent(a, lambda: a.deregister(stale))
+
+    assert sent == []
+    assert raw_zk.get(current.path)[1].czxid == c_stat.czxid
+    assert c.registrations == (current,)
 
 
 def test_close_removes_every_registration_at_once(make_client, raw_zk):
