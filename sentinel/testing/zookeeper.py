@@ -121,6 +121,27 @@ def four_letter_word(
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def _wait_stopped(group: int, timeout: float) -> bool:
+    """Whether every thread of every process in process group ``group`` is stopped (``T`` in
+    ``/proc``) within ``timeout`` seconds; True at once where there is no ``/proc``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for stat in proc.glob("[0-9]*/task/[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group:  # pgrp, after state and ppid
+                    states.append(fields[0])
+        if all(state in "Tt" for state in states):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+
+
 def server_mode(
     host: str, port: int, timeout: float = 1.0, context: ssl.SSLContext | None = None
 ) -> str | None:
@@ -404,12 +425,16 @@ class ZooKeeperServer:
             self._signal(signal.SIGKILL)
             self._process.wait()
 
-    def pause(self) -> None:
-        """Freeze the server (SIGSTOP): connections stay open but nothing answers."""
+    def pause(self, timeout: float = 10.0) -> None:
+        """Freeze the server (SIGSTOP): connections stay open but nothing answers. Returns
+        once every thread of the server's process group is stopped: the signal is delivered
+        asynchronously, and a thread still running could answer a request sent just after."""
         if self._container is not None:
             self._container.pause()
-        else:
-            self._signal(signal.SIGSTOP)
+            return
+        self._signal(signal.SIGSTOP)
+        if self._process is not None and not _wait_stopped(self._process.pid, timeout):
+            raise LauncherError(f"{self!r} did not stop within {timeout:g}s of SIGSTOP")
 
     def resume(self) -> None:
         """Thaw a paused server (SIGCONT)."""
