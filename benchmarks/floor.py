@@ -19,7 +19,7 @@ The clients:
   thread: what a JVM cache (Curator's) starts from;
 * ``kazoo``: kazoo's client on the transport Sentinel uses (``sentinel.zk.transport``'s
   PollHandler), the follower's watch callback reading the node again with ``get_async``;
-* ``kazoo + sentinel.zk.protocol``: the same client with the extension Sentinel installs
+* ``kazoo + sentinel.zk.watches``: the same client with the extension Sentinel installs
   (``install(client)``), which writes a request from the calling thread instead of queuing it
   for kazoo's connection thread, request row only;
 * ``sentinel``: the whole path a user gets, ``update_metrics`` on a publisher to a
@@ -60,8 +60,8 @@ from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.events import MetricsChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
-from sentinel.zk.protocol import install
 from sentinel.zk.transport import PollHandler
+from sentinel.zk.watches import install
 
 PEER = Path(__file__).resolve().parent / "peers" / "FloorBench.java"
 JARS = ("zookeeper", "zookeeper-jute", "slf4j-api", "slf4j-nop")
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
                 "raw socket": lambda: raw_request(host, port, args.calls),
                 "Java client": lambda: java_samples(java, hosts, "request", args.calls),
                 "kazoo": lambda: kazoo_request(hosts, args.calls),
-                "kazoo + sentinel.zk.protocol": lambda: kazoo_request(hosts, args.calls, True),
+                "kazoo + sentinel.zk.watches": lambda: kazoo_request(hosts, args.calls, True),
             },
             "change": {
                 "raw socket": lambda: raw_change(host, port, args.changes),

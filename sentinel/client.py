@@ -82,7 +82,7 @@ from sentinel.registry.records import (
 )
 from sentinel.shards.writer import ShardMapWriter
 from sentinel.strategies import Balancer, SelectionPolicy
-from sentinel.zk import protocol as zkprotocol
+from sentinel.zk import watches as zkwatches
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
@@ -377,9 +377,9 @@ class Sentinel(OldMethodNames):
             **connection,
         )
         # Installed with the cache that relies on it: once installed, kazoo keeps its
-        # one-shot watches across reconnections too (see sentinel.zk.protocol).
+        # one-shot watches across reconnections too (see sentinel.zk.watches).
         one_shot = not self.cache_config.persistent_watches
-        watches = zkprotocol.install(self._zk, force_fallback=one_shot)
+        watches = zkwatches.install(self._zk, force_fallback=one_shot)
         self._watches = watches
         self._nodes = EphemeralNodes(self._zk)
         self._publisher = Publisher(self._zk, self._nodes)

@@ -46,7 +46,7 @@ class Mutation:
     also: tuple[tuple[str, str], ...] = ()
 
 
-ZKPROTOCOL = "tests/integration/test_zkprotocol.py::"
+ZK_WATCHES = "tests/integration/test_zk_watches.py::"
 CONNECTION_EVENTS = (
     "tests/faults/test_connection_events.py::"
     "test_a_listener_hears_the_connection_lost_while_it_is_lost"
@@ -291,7 +291,7 @@ MUTATIONS = (
         "sentinel/zk/kazoo_internals.py",
         "            if not self._direct or client._queue or client._state",
         "            if not self._direct or client._state",
-        (ZKPROTOCOL + "test_a_request_waits_behind_those_queued_for_the_connection_thread",),
+        (ZK_WATCHES + "test_a_request_waits_behind_those_queued_for_the_connection_thread",),
     ),
     Mutation(
         # The connection thread's queued writes not ordered with callers' writes.
@@ -300,7 +300,7 @@ MUTATIONS = (
         "        with self._send_lock:\n"
         "            super()._send_request(read_timeout, connect_timeout)\n",
         "        super()._send_request(read_timeout, connect_timeout)\n",
-        (ZKPROTOCOL + "test_threads_writing_at_once_each_get_their_own_replies_in_order",),
+        (ZK_WATCHES + "test_threads_writing_at_once_each_get_their_own_replies_in_order",),
     ),
     Mutation(
         # A failed write from a caller's thread left waiting for a ping to time out.
@@ -309,7 +309,7 @@ MUTATIONS = (
         "                    self._socket.shutdown(socket.SHUT_RDWR)\n",
         "                    pass\n",
         (
-            ZKPROTOCOL
+            ZK_WATCHES
             + "test_a_write_that_fails_on_the_callers_thread_loses_the_connection_not_the_request",
         ),
     ),
@@ -337,7 +337,7 @@ MUTATIONS = (
         "sentinel/zk/kazoo_internals.py",
         "        if not self.connected():\n            self._unqueue(",
         "        if False:\n            self._unqueue(",
-        (ZKPROTOCOL + "test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing",),
+        (ZK_WATCHES + "test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing",),
     ),
     Mutation(
         # The relay registering a connection it set up while being cut.

@@ -102,7 +102,7 @@ from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
-from sentinel.zk.protocol import WatcherType
+from sentinel.zk.watches import WatcherType
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel

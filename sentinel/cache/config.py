@@ -33,7 +33,7 @@ class CacheConfig:
     ----------
     persistent_watches : bool, default True
         Follow each section with one ZooKeeper 3.6 persistent recursive watch, kept across
-        reconnections within the session (:mod:`sentinel.zk.protocol`); False, or a server
+        reconnections within the session (:mod:`sentinel.zk.watches`); False, or a server
         older than 3.6, keeps kazoo's one-shot watches, re-read after every reconnection.
     negative_ttl : float, default 1.0
         Seconds a shard key found nowhere is remembered as missing before ZooKeeper is asked

@@ -4,7 +4,7 @@ Apache Curator's x-discovery (and Spring Cloud Zookeeper, Dubbo 3) keeps a servi
 at ``<basePath>/<service>/<instance id>`` (:mod:`sentinel.registry.curator`), outside the
 client's namespace. :class:`CuratorFollower` follows such a service on the client's own session
 with one persistent recursive watch given from the server's root
-(:meth:`~sentinel.zk.protocol.PersistentWatches.add_watch` with ``absolute=True``), read with
+(:meth:`~sentinel.zk.watches.PersistentWatches.add_watch` with ``absolute=True``), read with
 multi-reads, and hands its changes to the cache as the native followers do: lookups, listeners,
 policies and balancers cannot tell the two apart.
 
@@ -46,7 +46,7 @@ from sentinel.registry.curator import decode_endpoint
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import CuratorSource, ServiceSpec
 from sentinel.telemetry import observe_propagation
-from sentinel.zk.protocol import AddWatchMode, PersistentWatches, WatcherType
+from sentinel.zk.watches import AddWatchMode, PersistentWatches, WatcherType
 
 log = logging.getLogger(__name__)
 

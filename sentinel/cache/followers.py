@@ -38,7 +38,7 @@ from sentinel.registry.layout import AUTH, METRICS, SERVICES, SHARD_INFO, auth_p
 from sentinel.registry.reads import pipelined_reads
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import bucket_path, policy_path
-from sentinel.zk.protocol import AddWatchMode, PersistentWatches, WatcherType
+from sentinel.zk.watches import AddWatchMode, PersistentWatches, WatcherType
 
 # Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
 MULTI_READ_BATCH = 256
@@ -390,7 +390,7 @@ class OneShotFollower(_ZooKeeperFollower):
 
 class PersistentFollower(_ZooKeeperFollower):
     """One persistent recursive watch per followed subtree, kept across reconnections within
-    the session (see :class:`~sentinel.zk.protocol.PersistentWatches`)."""
+    the session (see :class:`~sentinel.zk.watches.PersistentWatches`)."""
 
     persistent = True
 

@@ -55,7 +55,7 @@ from sentinel.telemetry import auth_version_applied
 from sentinel.version import __version__
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
-from sentinel.zk.protocol import PersistentWatches
+from sentinel.zk.watches import PersistentWatches
 
 SwapHook = Callable[[str, ServiceSnapshot, ServiceSnapshot | None, Collection[str] | None], None]
 

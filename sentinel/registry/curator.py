@@ -39,7 +39,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 if TYPE_CHECKING:
-    from sentinel.zk.protocol import PersistentWatches
+    from sentinel.zk.watches import PersistentWatches
 
 from sentinel.errors import DecodeError, ValidationError
 from sentinel.registry.endpoint import Endpoint, format_uri

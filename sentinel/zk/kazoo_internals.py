@@ -1,4 +1,4 @@
-"""Every use of kazoo's private names by :mod:`sentinel.zk.protocol`, and the check that they
+"""Every use of kazoo's private names by :mod:`sentinel.zk.watches`, and the check that they
 are still there.
 
 kazoo 2.11 has no public hook for what the extension does (new opcodes sent before kazoo's
@@ -8,7 +8,7 @@ a few of kazoo's private methods and reads a few private attributes. All of them
 :data:`NEEDS`, and only this module touches them. :func:`check` compares the installed kazoo
 with that table (its version, each name present, each method's parameters as
 :func:`inspect.signature` sees them, each attribute on the very client being extended); when
-anything differs, :mod:`sentinel.zk.protocol` installs no hook at all and the client is plain
+anything differs, :mod:`sentinel.zk.watches` installs no hook at all and the client is plain
 kazoo, with one :class:`KazooCompatibilityWarning` that names the version and what differs.
 
 What kazoo would need for this module to go is written in ``docs/zookeeper.md`` ("What kazoo
@@ -112,7 +112,7 @@ NEEDS: tuple[Need, ...] = (
 
 
 class KazooCompatibilityWarning(RuntimeWarning):
-    """The installed kazoo is not the one :mod:`sentinel.zk.protocol` was written for: the
+    """The installed kazoo is not the one :mod:`sentinel.zk.watches` was written for: the
     extension stands aside and the client runs as plain kazoo."""
 
 
@@ -188,7 +188,7 @@ def warn_once(found: Compatibility) -> None:
         _warned.add(found)
     missing = "; ".join(found.hooks + found.calls)
     warnings.warn(
-        f"sentinel.zk.protocol does not fit kazoo {KAZOO_VERSION} ({missing}): the client runs "
+        f"sentinel.zk.watches does not fit kazoo {KAZOO_VERSION} ({missing}): the client runs "
         "as plain kazoo, with its one-shot watches (re-read after each reconnection) and no "
         "ZooKeeper 3.6 watches",
         KazooCompatibilityWarning,
@@ -226,7 +226,7 @@ def remember(client: KazooClient, extension: object) -> None:
 
 
 class Extension(Protocol):
-    """What the hooks call back: :class:`sentinel.zk.protocol.PersistentWatches`."""
+    """What the hooks call back: :class:`sentinel.zk.watches.PersistentWatches`."""
 
     def _primed(self, connection: HookedConnection, resumed: bool, timeout: float) -> None:
         """Right after connect and auth, on the connection thread."""

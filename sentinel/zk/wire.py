@@ -1,5 +1,5 @@
 """ZooKeeper 3.6+ requests kazoo 2.11 does not have, as kazoo's serialization records: pure
-codecs, no I/O and no kazoo internals (:mod:`sentinel.zk.protocol` sends them).
+codecs, no I/O and no kazoo internals (:mod:`sentinel.zk.watches` sends them).
 
 ``addWatch`` (106), ``removeWatches`` (18), ``SetWatches2`` (105) and multi-read (22) with its
 reply decoder, and the Java client's split of the watches re-registered on a reconnection into
@@ -65,7 +65,7 @@ class AddWatchMode(IntEnum):
 
 class WatcherType(IntEnum):
     """``org.apache.zookeeper.Watcher.WatcherType``: what
-    :meth:`~sentinel.zk.protocol.PersistentWatches.remove_watches`
+    :meth:`~sentinel.zk.watches.PersistentWatches.remove_watches`
     removes."""
 
     CHILDREN = 1

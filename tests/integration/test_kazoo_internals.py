@@ -11,7 +11,7 @@ from kazoo.protocol.connection import ConnectionHandler
 from sentinel.testing.helpers import wait_until
 from sentinel.zk import kazoo_internals
 from sentinel.zk.kazoo_internals import HookedConnection, KazooCompatibilityWarning
-from sentinel.zk.protocol import install
+from sentinel.zk.watches import install
 
 
 def _other_parameters(monkeypatch: pytest.MonkeyPatch) -> str:

@@ -5,7 +5,7 @@
 - ``stock``: kazoo as shipped (nothing patched).
 - ``transport``: :class:`sentinel.zk.transport.PollHandler` as the default handler, as
   ``sentinel.connection.client_arguments`` gives every client.
-- ``ext`` (the default): that handler and :mod:`sentinel.zk.protocol` installed on each client.
+- ``ext`` (the default): that handler and :mod:`sentinel.zk.watches` installed on each client.
 
 The handler is swapped where kazoo names it: ``kazoo.client`` (the default of
 ``KazooClient(handler=None)``) and ``kazoo.handlers.threading`` (tests that import the class by

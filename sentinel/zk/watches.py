@@ -545,7 +545,7 @@ class PersistentWatches:
         result.set_exception(
             UnimplementedError(
                 f"{type(request).__name__} on {request.path}: the internals of kazoo "
-                f"{kazoo_internals.KAZOO_VERSION} differ from those sentinel.zk.protocol uses"
+                f"{kazoo_internals.KAZOO_VERSION} differ from those sentinel.zk.watches uses"
             )
         )
         return result

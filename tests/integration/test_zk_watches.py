@@ -1,4 +1,4 @@
-"""sentinel.zk.protocol on a real ZooKeeper: persistent and recursive watches, watches kept
+"""sentinel.zk.watches on a real ZooKeeper: persistent and recursive watches, watches kept
 across a cut connection (SetWatches2), removeWatches, multi-read, fallback and expiry.
 
 The server's own accounts are the evidence: ``wchc`` lists the watches it holds per session,
@@ -26,7 +26,7 @@ from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
-from sentinel.zk.protocol import (
+from sentinel.zk.watches import (
     SET_WATCHES_MAX_LENGTH,
     AddWatchMode,
     PersistentWatches,
