@@ -348,31 +348,31 @@ def test_a_garbage_frame_drops_only_its_connection(
     assert wait_until(lambda: sorted(state(app)) == ["p1:a", "p1:b"])
 
 
-def test_a_slow_process_is_dropped_not_waited_for(
-    agent, admin, make_client, socket_path, namespace
-):
-    big = {"blob": "x" * 60_000}  # each instance's properties: a frame of ~3.6 MB per change
+def test_a_slow_process_is_dropped_not_waited_for(admin, make_client, socket_path, namespace):
+    big = {"blob": "x" * 60_000}  # each instance's properties: a state frame of ~3.6 MB
     for i in range(60):
         admin.register(
             SERVICE, "p1", f"10.0.{i // 200}.{i % 200 + 1}", 5432, label=f"r{i}", properties=big
         )
-    app = through(make_client, socket_path)
-    app.prefetch(SERVICE)
-    slow = _raw(socket_path)
-    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    assert _hello(slow, namespace)["op"] == "welcome"
-    protocol.send(slow, {"op": "follow", "id": 1, "service": SERVICE})  # and never reads
-    dropped = AGENT_DROPPED.labels("slow")._value.get()
-    lags = []
-    for round_ in range(6):
-        started = time.monotonic()
-        admin.update_metrics(SERVICE, "p1", "r0", {"replication_lag": float(round_)})
-        wanted = {"replication_lag": float(round_)}
-        assert wait_until(lambda wanted=wanted: state(app)["p1:r0"][3] == wanted)
-        lags.append(time.monotonic() - started)
-    assert max(lags) < 1.5, lags  # never held up behind the slow one (its timeout is 2 s)
-    assert wait_until(lambda: AGENT_DROPPED.labels("slow")._value.get() == dropped + 1, 10)
-    slow.close()
+    session = make_client("host-agent", announce=False, agent=False, persistent_watches=True)
+    with AgentServer(session, socket_path, send_timeout=8.0):
+        app = through(make_client, socket_path)
+        app.prefetch(SERVICE)
+        slow = _raw(socket_path)
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        assert _hello(slow, namespace)["op"] == "welcome"
+        protocol.send(slow, {"op": "follow", "id": 1, "service": SERVICE})  # and never reads
+        dropped = AGENT_DROPPED.labels("slow")._value.get()
+        for round_ in range(6):
+            admin.update_metrics(SERVICE, "p1", "r0", {"replication_lag": float(round_)})
+            wanted = {"replication_lag": float(round_)}
+            assert wait_until(lambda wanted=wanted: state(app)["p1:r0"][3] == wanted)
+        # Every change reached the app while the slow one was still held: a change queued
+        # behind the slow process would have waited for its drop (8 s without reading). No
+        # bound on the app's own lag, which is the machine's and not this test's.
+        assert AGENT_DROPPED.labels("slow")._value.get() == dropped
+        assert wait_until(lambda: AGENT_DROPPED.labels("slow")._value.get() == dropped + 1, 20)
+        slow.close()
 
 
 def test_a_credential_crosses_the_socket_sealed_and_opens_in_the_process(
