@@ -79,7 +79,7 @@ class _Writer:
 
     def __init__(self, client: Sentinel) -> None:
         self._client = client
-        self._zk: KazooClient = client._zk  # the same connection for every variant
+        self._zk: KazooClient = client.session.zk  # the same connection for every variant
         user, password = "sentinel-bench-owner", secrets.token_urlsafe(16)
         self._zk.add_auth("digest", f"{user}:{password}")
         self._owner_acl = [
@@ -104,14 +104,14 @@ class _Writer:
             registration = self._client.register(SERVICE, PARTITION, "10.0.0.1", 7000, label=label)
             # Both start once the background read has set the node's watch (the steady state;
             # a deregistration sooner reads first), so each pays its own way's requests only.
-            owned = lambda: self._client._nodes.owns(registration.path) is True  # noqa: E731
+            owned = lambda: self._client.session.nodes.owns(registration.path) is True  # noqa: E731
             if wait_until(owned, timeout=10, interval=0.001) is None:
                 raise RuntimeError(f"{registration.path} was never read back by its watch")
             if variant == "guarded":
                 return lambda: self._client.deregister(registration)
 
             def read_first() -> None:
-                self._client._nodes._seen.pop(registration.path, None)
+                self._client.session.nodes._seen.pop(registration.path, None)
                 self._client.deregister(registration)
 
             return read_first

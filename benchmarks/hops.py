@@ -94,10 +94,10 @@ def traced_changes(hosts: str, changes: int, at_once: bool = True) -> list[dict[
     ):
         registration = writer.register("hops", "p1", "127.0.0.1", 5432, label="a")
         writer.update_metrics(registration, {"n": -1})
-        zk = follower._zk
+        zk = follower.session.zk
 
         def submitted(conn: Any, request: Any, *_: Any) -> None:
-            if conn.client is writer._zk and isinstance(request, Transaction):
+            if conn.client is writer.session.zk and isinstance(request, Transaction):
                 trace.mark(STAGES[1])
             elif conn.client is zk and isinstance(request, GetData):
                 trace.mark(STAGES[4])

@@ -7,41 +7,27 @@ import difflib
 import logging
 import os
 import socket
-import threading
 import time
-import warnings
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.retry import KazooRetry
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import deprecation, shards, telemetry
 from sentinel import validation as check
-from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import ENV as AGENT_ENV
 from sentinel.agent.protocol import socket_path as agent_socket
-from sentinel.auth import acl
 from sentinel.auth.config import AuthConfig
-from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, PublishedKeys, verify_key
+from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
 from sentinel.auth.reader import CredentialReader
-from sentinel.auth.store import publish_public_keys
 from sentinel.auth.writer import CredentialWriter
-from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
+from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
-from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
-from sentinel.connection import client_arguments, unavailable
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
-    AgentUnavailable,
-    ClientClosed,
-    ClientNotEnrolled,
     DecodeError,
     InstanceNotRegistered,
     NamespaceNotFound,
@@ -49,21 +35,17 @@ from sentinel.errors import (
     SentinelError,
     ServiceNotFound,
     SigningRequired,
-    SnapshotRejected,
     ValidationError,
-    ZooKeeperUnavailable,
 )
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
 from sentinel.plugins import as_balancer, as_policy
-from sentinel.publisher import Publisher, Registration
+from sentinel.publisher import Registration
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
     DEFAULT_NAMESPACE,
-    SECTIONS,
     SERVICES,
-    auth_keys_path,
     default_label,
     instance_path,
     metrics_path,
@@ -80,10 +62,9 @@ from sentinel.registry.records import (
     MetricValue,
     ServiceSpec,
 )
+from sentinel.session import Session, signer_missing
 from sentinel.shards.writer import ShardMapWriter
 from sentinel.strategies import Balancer, SelectionPolicy
-from sentinel.zk import watches as zkwatches
-from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
@@ -91,11 +72,6 @@ if TYPE_CHECKING:
     from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
-
-# close(): how long the threads may finish their work on a live session, then how long they
-# may take to stop once the session has ended (which fails any read still waiting on it).
-_CLOSE_DRAIN_SECONDS = 2.0
-_CLOSE_JOIN_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -139,22 +115,6 @@ class Explanation:
 
 
 DEFAULT_DRAIN_WAIT = 1.0
-# kazoo's default reconnect backoff doubles up to an hour: after a long outage a client would
-# wait minutes past the ensemble's return. Capped, with kazoo's jitter, it retries every few
-# seconds at most, and a fleet's retries stay spread.
-RECONNECT_MAX_DELAY = 2.0
-
-
-# Every client of this process, for the at-fork hook; weak, so a dropped client is not kept.
-_clients: weakref.WeakSet[Sentinel] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for client in list(_clients):
-        client._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def default_client_id() -> str:
@@ -287,199 +247,91 @@ class Sentinel(OldMethodNames):
         self.cache_config = cache
         self.namespace = validate_namespace(namespace)
         self.hosts = resolve_hosts(hosts)
-        self.client_id = validate_name(
-            "client", default_client_id() if client_id is None else client_id
-        )
-        self.auth_client = validate_name("auth client", auth.client or self.client_id)
+        client_id = validate_name("client", default_client_id() if client_id is None else client_id)
+        self.auth_client = validate_name("auth client", auth.client or client_id)
         self.connect_timeout = connect_timeout
         # The deprecated drain()'s wait (one release).
         self._drain_wait = DEFAULT_DRAIN_WAIT if drain_wait is None else drain_wait
-        # Whether this client made (or found) the namespace's sections: its first write does.
-        self._namespace_ready = False
         if auth.keys is None:
-            self._keyring = ClientKeyring.from_env()
+            keyring = ClientKeyring.from_env()
         elif isinstance(auth.keys, ClientKeyring):
-            self._keyring = auth.keys
+            keyring = auth.keys
         else:
-            self._keyring = ClientKeyring.load(auth.keys)
+            keyring = ClientKeyring.load(auth.keys)
         auth_signer = auth.signer or os.environ.get(SIGNER_ENV) or None
-        self._require_signed = auth.require_signed
-        if self._keyring is not None and auth_signer is None and auth.require_signed:
-            raise SigningRequired(self._signer_missing("require_signed=True"))
-        self._credentials = (
+        if keyring is not None and auth_signer is None and auth.require_signed:
+            raise SigningRequired(signer_missing(client_id, "require_signed=True"))
+        credentials = (
             None
-            if self._keyring is None
+            if keyring is None
             else CredentialReader(
-                self._keyring,
+                keyring,
                 self.namespace,
                 self.auth_client,
                 None if auth_signer is None else verify_key(auth_signer),
             )
         )
         self.tls = TlsConfig.resolve(tls)
-        self._identity = identity
-        self._session_timeout = session_timeout
-        self._cache_options: dict[str, Any] = {
+        cache_options: dict[str, Any] = {
             "load_timeout": connect_timeout,
             "negative_ttl": cache.negative_ttl,
             "announce": announce,
             "app": None if app is None else validate_name("app", app),
-            "credentials": self._credentials,
+            "credentials": credentials,
             "resync_jitter": cache.resync_jitter,
             "read_through_rate": cache.read_through_rate,
             "curator_base_paths": cache.curator_base_paths,
             "events_on_connection_thread": cache.events_on_connection_thread,
         }
-        self._new_session()
+        #: This process's ZooKeeper session, its ephemeral nodes, watches and cache: the seam
+        #: the role daemons use (:class:`~sentinel.session.Session`; internal, for the roles).
+        self.session = Session(
+            hosts=self.hosts,
+            namespace=self.namespace,
+            client_id=client_id,
+            connect_timeout=connect_timeout,
+            session_timeout=session_timeout,
+            tls=self.tls,
+            identity=identity,
+            agent=self.agent,
+            auth_client=self.auth_client,
+            keyring=keyring,
+            credentials=credentials,
+            require_signed=auth.require_signed,
+            cache_config=cache,
+            cache_options=cache_options,
+            serve=self._serve,
+        )
         self.feedback = feedback or InstanceFeedback()
+        session = self.session
         #: The shard manager's writes: policies and key assignments.
-        self.shard_maps = ShardMapWriter(self._session, self._require_writable)
+        self.shard_maps = ShardMapWriter(lambda: session.zk, session.require_writable)
         #: The authentication manager's writes: credentials published and rotated.
         self.credentials = CredentialWriter(
-            self.namespace, self._session, self._require_writable, self._on_listener_thread
+            self.namespace, lambda: session.zk, session.require_writable, session.on_listener_thread
         )
         self._lookup_failures: dict[tuple[str, str], int] = {}
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
-        self._started = False
-        self._lifecycle_lock = threading.Lock()
-        self._session_lock = threading.Lock()  # agent mode: one first write opens the session
-        self._pid = os.getpid()  # the process whose session this client holds
-        self._forked_at: float | None = None
-        _clients.add(self)
-        self._snapshot_writer = None
-        if cache.snapshot_path is not None:
-            self._snapshot_writer = SnapshotWriter(
-                Path(cache.snapshot_path),
-                self._snapshots,
-                self._shard_maps,
-                self.namespace,
-                self.hosts,
-                cache.snapshot_interval,
-                None if self._credentials is None else self._credentials.highest_versions,
-                skip=self._cache.foreign_services,
-            )
-            self._cache.worker.on_change = self._snapshot_writer.mark_dirty
 
-    def _new_session(self) -> None:
-        """A kazoo client, ephemeral nodes, publisher and cache of this process's own, not
-        started (at construction, and in a forked child: see :meth:`_renew_after_fork`)."""
-        connection = client_arguments(self._identity, self.tls)
-        self._zk = KazooClient(
-            hosts=f"{self.hosts}{self.namespace}",
-            timeout=self._session_timeout,
-            connection_retry=KazooRetry(
-                max_tries=-1,
-                max_delay=RECONNECT_MAX_DELAY,
-                sleep_func=connection["handler"].sleep_func,
-            ),
-            **connection,
-        )
-        # Installed with the cache that relies on it: once installed, kazoo keeps its
-        # one-shot watches across reconnections too (see sentinel.zk.watches).
-        one_shot = not self.cache_config.persistent_watches
-        watches = zkwatches.install(self._zk, force_fallback=one_shot)
-        self._watches = watches
-        self._nodes = EphemeralNodes(self._zk)
-        self._publisher = Publisher(self._zk, self._nodes)
-        self._agent_link = None
-        if self.agent is not None:  # the session above is opened by the first write only
-            auth_client = None if self._credentials is None else self.auth_client
-            self._agent_link = AgentLink(
-                self.agent,
-                self.namespace,
-                self.client_id,
-                auth_client,
-                identity=self._identity or os.environ.get(acl.IDENTITY_ENV) or None,
-                timeout=self.connect_timeout,
-            )
-        self._cache = RegistryCache(
-            self._zk,
-            self.client_id,
-            self._nodes,
-            watches=watches,
-            agent=self._agent_link,
-            **self._cache_options,
-        )
-        # The hot path reads these two dicts directly: one attribute lookup less per call.
-        # Stored in this order so a concurrent lookup that sees the new snapshots also sees
-        # the new cache and shard maps.
-        self._shard_maps = self._cache.shard_maps
-        self._snapshots = self._cache.snapshots
+    def _serve(self, snapshots: dict[str, ServiceSnapshot], shard_maps: dict[str, Any]) -> None:
+        """The session's new dicts for the hot path (see :data:`~sentinel.session.ServeDicts`):
+        stored in this order, so a concurrent lookup that sees the new snapshots also sees the
+        new shard maps."""
+        self._shard_maps = shard_maps
+        self._snapshots = snapshots
 
-    def _forked(self) -> None:
-        """The at-fork hook, in the child: arm the renewal of the session, nothing more.
-
-        kazoo is not fork-safe (its threads are gone, its locks may be held, its socket is
-        the parent's session), so nothing inherited is called here; no I/O, no thread. The
-        hot path's dicts are swapped for empty ones: the child's first lookup misses and
-        takes the slow path, which renews (:meth:`_check_fork`), and a warm lookup pays
-        nothing for this (``os.getpid()`` is a system call, dear beside a warm lookup: its
-        cost in docs/decisions/fork-child-gets-its-own-session.md).
-        """
-        self._lifecycle_lock = threading.Lock()
-        self._session_lock = threading.Lock()
-        self._forked_at = time.time()
-        self._shard_maps = {}
-        self._snapshots = {}
-        self.feedback._after_fork()
-
-    def _check_fork(self) -> None:
-        """In a process other than the one whose session this client holds (a forked child):
-        renew the client first. One system call; never on a warm lookup."""
-        if self._pid != os.getpid():
-            self._renew_after_fork()
-
-    def _renew_after_fork(self, serve: bool = True) -> None:
-        """Give a forked child a session of its own, serving the inherited cache meanwhile.
-
-        The inherited kazoo client, ephemeral nodes, publisher and cache are abandoned, never
-        closed: closing would end the parent's session. The child gets a client id of its own
-        (``<parent id>-<pid>``; the parent's id becomes its ``app`` unless one was given), no
-        registrations (the parent's instances stay the parent's) and no snapshot file (the
-        parent writes it). A started client serves the inherited snapshots and shard maps,
-        marked stale, while it connects in the background; the re-sync on connecting re-reads
-        them all and sets its own watches, as after a start from a snapshot file. When they
-        are older than ``inherited_max_age`` nothing inherited is served: the services are
-        read again on the child's session, and a lookup waits for its service's read. Without
-        ``serve`` (a child closing a client it never used) the client is left closed.
-        """
-        with self._lifecycle_lock:
-            if self._pid == os.getpid():  # another thread renewed it meanwhile
-                return
-            inherited = self._cache
-            parent = self.client_id
-            self._cache_options["app"] = self._cache_options["app"] or parent
-            self.client_id = sanitize_name(f"{parent}-{os.getpid()}")
-            self._snapshot_writer = None
-            # Until the pid is stored, last, other threads' lookups miss the new (empty) dicts
-            # and wait for this lock in _check_fork.
-            self._new_session()
-            self._cache.adopt_listeners(inherited)
-            started, self._started = self._started, False
-            if started and serve:
-                stale_since = inherited.disconnected_at or self._forked_at or time.time()
-                limit = self.cache_config.inherited_max_age
-                if limit is None or time.time() - stale_since <= limit:
-                    # A Curator service is read again on the child's session, not inherited.
-                    foreign = inherited.foreign_services()
-                    served = {s: v for s, v in inherited.snapshots.items() if s not in foreign}
-                    self._serve_restored(served, inherited.shard_maps, stale_since)
-                else:  # too old to serve: read afresh, the inherited services first
-                    self._serve_restored({}, {}, stale_since)
-                    self._cache.prefetch(sorted(inherited.snapshots))
-            self._forked_at = None
-            self._pid = os.getpid()
-        log.info("forked from client %s: this process is client %s", parent, self.client_id)
+    @property
+    def client_id(self) -> str:
+        """This process's name in ``/clients`` and in logs (a forked child's
+        ``<parent id>-<pid>``)."""
+        return self.session.client_id
 
     def __repr__(self) -> str:
-        state = self._zk.state if self._started else "not started"
-        if self._pid != os.getpid():
-            state = "forked, renewed on first use"
         return (
             f"<Sentinel client_id={self.client_id!r} hosts={self.hosts!r} "
-            f"namespace={self.namespace!r} {state}>"
+            f"namespace={self.namespace!r} {self.session.state}>"
         )
 
     def __enter__(self) -> Sentinel:
@@ -497,139 +349,10 @@ class Sentinel(OldMethodNames):
 
         Raises :class:`ZooKeeperUnavailable` if no server answers within ``connect_timeout``.
         """
-        self._check_fork()
-        if self._started:
-            return self
-        if self._agent_link is not None:
-            return self._start_with_agent()
-        try:
-            self._start_zk()
-        except self._zk.handler.timeout_exception:
-            error = unavailable(self.hosts, self.connect_timeout, self._zk.handler)
-            with self._lifecycle_lock:
-                if not self._serve_snapshot(error):
-                    raise error from None
-            return self
-        try:
-            self._prepare()
-        except BaseException:
-            self._zk.stop()
-            self._zk.close()
-            raise
-        self._cache.start()
-        self._start_snapshot_writer()
-        self._mark_started()
-        log.info("connected to %s%s as %s", self.hosts, self.namespace, self.client_id)
-        return self
-
-    def _start_with_agent(self) -> Sentinel:
-        """:meth:`start` in agent mode: connect to the agent (or, when none answers, serve
-        the snapshot file while the link keeps trying, as a direct client serves it while
-        ZooKeeper does not answer); a client with a key ring not yet published also opens
-        its own session, to publish its public keys (a write)."""
-        link = self._agent_link
-        assert link is not None
-        link.start()  # connects in the background from now on; its news wait for the worker
-        try:
-            link.wait_connected(self.connect_timeout)
-        except AgentUnavailable as error:
-            with self._lifecycle_lock:  # close() meanwhile finds it whole or not started
-                if self._serve_snapshot(error):
-                    return self
-            link.close()
-            raise
-        self._cache.start()
-        try:
-            if self._keyring is not None and not self._keys_published_per_agent():
-                self._open_write_session()
-        except BaseException:
-            self._agent_link.close()
-            self._cache.close(timeout=0)
-            raise
-        self._start_snapshot_writer()
-        self._mark_started()
-        log.info(
-            "serving %s%s from the agent at %s as %s",
-            self.hosts,
-            self.namespace,
-            self.agent,
-            self.client_id,
-        )
-        return self
-
-    def _keys_published_per_agent(self) -> bool:
-        """Agent mode with a key ring: whether the agent found this ring's public keys
-        published for ``auth_client`` (then no session is needed at start), after the same
-        signing check :meth:`_prepare` makes, on what the agent read."""
-        assert self._agent_link is not None and self._keyring is not None
-        welcome = self._agent_link.welcome
-        secured = welcome.get("secured")
-        if not isinstance(secured, bool):  # the agent could not tell: check on our session
-            return False
-        self._check_signing(secured=secured)
-        keys = welcome.get("keys")
-        if not isinstance(keys, str):
-            return False
-        path = auth_keys_path(self.auth_client)
-        try:
-            found = PublishedKeys.from_bytes(self.auth_client, path, keys.encode())
-        except DecodeError:
-            return False
-        return found == self._keyring.published(self.auth_client)
-
-    def _open_write_session(self) -> None:
-        """Agent mode: the client's own session, for its writes and ephemeral nodes, opened
-        by the first write (or at start, with a key ring)."""
-        with self._session_lock:
-            if self._zk.connected:
-                return
-            try:
-                self._start_zk()
-            except self._zk.handler.timeout_exception:
-                raise unavailable(self.hosts, self.connect_timeout, self._zk.handler) from None
-            try:
-                self._prepare()
-            except BaseException:
-                self._zk.stop()
-                raise
-
-    def _start_zk(self) -> None:
-        """Start the session (the handler's timeout exception when no server answers)."""
-        with warnings.catch_warnings():
-            # A missing namespace is reported by the reads that need it (NamespaceNotFound)
-            # and created by the first write; kazoo's warning would only be noise.
-            warnings.filterwarnings("ignore", message="No chroot path exists")
-            self._zk.start(timeout=self.connect_timeout)
-
-    def _mark_started(self) -> None:
-        self._started = True
+        self.session.start()
         if self._exports is not None:
             self._exports.add(self)
-
-    def _prepare(self, serving: bool = False) -> None:
-        """Once connected: the signing requirement, this client's public keys (with a key
-        ring, which creates the namespace if missing: a write), and the session's ephemeral
-        nodes. ``serving``: the client already serves its snapshot, so neither a missing
-        signer nor a key slot it may not write can fail :meth:`start` any more: they are
-        logged. Without a key ring nothing here writes."""
-        try:
-            self._check_signing()
-        except SigningRequired as exc:
-            if not serving or self._credentials is None:
-                raise
-            log.error("%s; until then every credential is refused", exc)
-            self._credentials.refuse_all("refused: the namespace requires signed credentials")
-        if self._keyring is not None:
-            # Publishing its keys is a write: like a publisher, such a client creates the
-            # namespace if it is missing (the manager can then seal credentials to it).
-            self._make_sections()
-            try:
-                publish_public_keys(self._zk, self.auth_client, self._keyring)
-            except ClientNotEnrolled as exc:
-                if not serving:
-                    raise
-                log.error("%s; credentials sealed to keys published before still open", exc)
-        self._nodes.start()
+        return self
 
     @translate_zk_errors
     def ensure_namespace(self) -> None:
@@ -640,32 +363,10 @@ class Sentinel(OldMethodNames):
         :class:`~sentinel.errors.NamespaceNotFound`); writes call this before their first
         write, so publishers and the role daemons need not.
         """
-        self._require_started()
-        self._make_sections()
-
-    def _make_sections(self) -> None:
-        for section in SECTIONS:
-            self._zk.ensure_path(section)
-        self._namespace_ready = True
-
-    def _session(self) -> KazooClient:
-        """This process's kazoo client (a forked child's own, once renewed)."""
-        return self._zk
-
-    def _on_listener_thread(self) -> bool:
-        return self._cache.on_worker()
-
-    def _require_writable(self) -> None:
-        """Before a write: started (in agent mode with its own session, opened now if it is
-        the first write), and the namespace's sections made (once per client)."""
-        self._require_started()
-        if self._agent_link is not None and not self._zk.connected:
-            self._open_write_session()
-        if not self._namespace_ready:
-            self.ensure_namespace()
+        self.session.ensure_namespace()
 
     def _namespace_exists(self) -> bool:
-        return self._namespace_ready or self._zk.exists("/") is not None
+        return self.session.namespace_ready or self.session.zk.exists("/") is not None
 
     def _no_namespace(self) -> NamespaceNotFound:
         return NamespaceNotFound(self.namespace, self.hosts)
@@ -681,7 +382,7 @@ class Sentinel(OldMethodNames):
         if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
             return error  # suggested already, or another reason (an unreadable spec)
         try:
-            names = self._zk.get_children(SERVICES)
+            names = self.session.zk.get_children(SERVICES)
         except NoNodeError:
             try:
                 return error if self._namespace_exists() else self._no_namespace()
@@ -693,94 +394,6 @@ class Sentinel(OldMethodNames):
         close = difflib.get_close_matches(service, sorted(names), n=3)
         return ServiceNotFound(service, suggestions=tuple(close)) if close else error
 
-    def _check_signing(self, secured: bool | None = None) -> None:
-        """A client with a key ring must verify the manager's signatures in a secured
-        namespace (unless ``require_signed=False``): SigningRequired otherwise. ``secured``:
-        already known (the host agent read it), else read now."""
-        reader = self._credentials
-        if reader is None or reader.verifies_signatures or self._require_signed is False:
-            return
-        if secured if secured is not None else acl.is_secured(self._zk):
-            raise SigningRequired(self._signer_missing(f"namespace {self.namespace} is secured"))
-
-    def _signer_missing(self, because: str) -> str:
-        return (
-            f"{because}, so client {self.client_id!r} accepts only signed credentials and needs "
-            f"the manager's public key: Sentinel(auth=AuthConfig(signer=...)) or ${SIGNER_ENV} "
-            "(the text 'sentinel auth keygen --manager' printed)"
-        )
-
-    def _start_snapshot_writer(self) -> None:
-        if self._snapshot_writer is not None:
-            self._snapshot_writer.start()
-
-    def _serve_snapshot(self, unavailable: ZooKeeperUnavailable) -> bool:
-        """No server (or no agent) answered: serve the last-known-good snapshot and connect in
-        the background. False when there is no snapshot to serve (the reason is logged).
-        Called holding the lifecycle lock (see :meth:`_serve_restored`)."""
-        if self._snapshot_writer is None:
-            return False
-        try:
-            restored = load_snapshot(
-                self._snapshot_writer.path, self.namespace, self.hosts, self._credentials
-            )
-        except SnapshotRejected as exc:
-            log.warning("%s; not serving it", exc)
-            return False
-        self._serve_restored(restored.snapshots, restored.shard_maps, restored.written_at)
-        log.warning(
-            "%s; serving the snapshot %s written %.0fs ago (%d services) until it connects",
-            unavailable,
-            self._snapshot_writer.path,
-            self.staleness,
-            len(restored.snapshots),
-        )
-        return True
-
-    def _serve_restored(
-        self,
-        snapshots: Mapping[str, ServiceSnapshot],
-        shard_maps: Mapping[str, Any],
-        stale_since: float,
-    ) -> None:
-        """Serve a state from elsewhere (a snapshot file, a parent process), marked stale
-        since ``stale_since``, and connect in the background; the re-sync replaces it.
-
-        Called holding the lifecycle lock: kazoo's start_async() builds the connection's
-        sockets in steps and a stop() in between finds them half made, so close() waits for
-        it. Begun here, a load queued from now on waits for the connection rather than
-        failing on a client that is not connecting yet.
-        """
-        self._cache.restore(snapshots, shard_maps, stale_since)
-        self._cache.start()
-        self._mark_started()
-        if self._agent_link is not None:
-            return  # the link connects in the background, and the re-sync follows
-        live = self._zk.start_async()
-        threading.Thread(
-            target=self._connect_later, args=(live,), name="sentinel-connect", daemon=True
-        ).start()
-
-    def _connect_later(self, live: threading.Event) -> None:
-        """While serving a snapshot: let kazoo keep connecting, then finish :meth:`start`."""
-        while self._started:
-            if not live.wait(0.2):
-                continue
-            try:
-                # Under the lock, so a close() meanwhile either comes after the threads this
-                # starts (and joins them) or before (and they never start).
-                with self._lifecycle_lock:
-                    if not self._started:
-                        return
-                    self._prepare(serving=True)
-                    self._start_snapshot_writer()
-            except Exception as exc:  # the connection dropped again: wait for the next one
-                log.info("finishing the start failed (%s); retrying", exc)
-                time.sleep(0.2)
-                continue
-            log.info("connected to %s%s; re-syncing the snapshot", self.hosts, self.namespace)
-            return
-
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
@@ -788,56 +401,20 @@ class Sentinel(OldMethodNames):
         called from a listener (the cache's worker stops once the listener returns), and
         more than once: a closed client's close() does nothing.
         """
-        if self._pid != os.getpid():
-            self._renew_after_fork(serve=False)
-        with self._lifecycle_lock:  # checked and set at once: one of two close() calls closes
-            if not self._started:
-                return
-            self._started = False
-        # The session ends whatever stopping a thread raises: a second close() finds the
-        # client closed and returns, so this one is the only chance. The threads finish what
-        # they were given while the session serves them; one waiting on a session that cannot
-        # reconnect (a partition, a server gone) would wait forever, so that wait is bounded
-        # (and skipped while disconnected), and the session's end fails what still waits on
-        # it before the threads are joined.
-        drain = _CLOSE_DRAIN_SECONDS if self._cache.connection_state == "connected" else 0.0
-        drain_until = time.monotonic() + drain
-        try:
-            if self._exports is not None:
-                self._exports.discard(self)
-            self._cache.close(timeout=drain)
-            if self._snapshot_writer is not None:
-                self._snapshot_writer.close()
-            # Emptied, a lookup falls through to the load, which refuses on a closed client.
-            self._snapshots.clear()
-            self._shard_maps.clear()
-            self._nodes.close(timeout=max(0.0, drain_until - time.monotonic()))
-        finally:
-            if self._agent_link is not None:
-                self._agent_link.close()
-            self._zk.stop()
-            self._zk.close()
-            for name, join in (("cache", self._cache.worker.join), ("ephemeral", self._nodes.join)):
-                if not join(_CLOSE_JOIN_SECONDS):
-                    log.warning("the %s thread did not stop after the session ended", name)
-
-    def _require_started(self) -> None:
-        self._check_fork()
-        if not self._started:
-            raise ClientClosed("the client is not started: call start() or use 'with Sentinel()'")
+        if self.session.close() and self._exports is not None:
+            self._exports.discard(self)
 
     @property
     def session_id(self) -> int | None:
         """The current ZooKeeper session id, None while not connected."""
-        self._check_fork()
-        return self._zk.client_id[0] if self._started and self._zk.client_id else None
+        return self.session.session_id
 
     @property
     def registrations(self) -> tuple[Registration, ...]:
         """The registrations this client holds (none in a forked child: the parent's stay
         the parent's)."""
-        self._check_fork()
-        return self._publisher.registrations
+        self.session.check_fork()
+        return self.session.publisher.registrations
 
     @translate_zk_errors
     def ensure_service(
@@ -866,15 +443,15 @@ class Sentinel(OldMethodNames):
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
         either way nothing is written.
         """
-        self._require_writable()
+        self.session.require_writable()
         spec = ServiceSpec(
             service, scheme=scheme, shard_policy=shard_policy, defaults=defaults, curator=curator
         )
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
             # lookup; refusing it here names the mistake where it is made.
-            shards.read_spec(self._zk, spec.shard_policy)
-        return self._publisher.ensure_service(spec)
+            shards.read_spec(self.session.zk, spec.shard_policy)
+        return self.session.publisher.ensure_service(spec)
 
     @translate_zk_errors
     def register(
@@ -909,7 +486,7 @@ class Sentinel(OldMethodNames):
         client's first registration of the service and kept. Invalid input raises
         :class:`~sentinel.errors.ValidationError` before anything is written.
         """
-        self._require_writable()
+        self.session.require_writable()
         instance = InstanceRecord(
             service=service,
             partition=partition,
@@ -922,7 +499,7 @@ class Sentinel(OldMethodNames):
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance, inherit_scheme=scheme is None)
+        return self.session.publisher.register(instance, inherit_scheme=scheme is None)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -934,15 +511,15 @@ class Sentinel(OldMethodNames):
         back with ``status="up"``). Fields not given keep their published value, including a
         status another client set (``sentinel drain``). Returns the new registration.
         """
-        self._require_writable()
+        self.session.require_writable()
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
         # From the registration as published now: a status an operator set since (`sentinel
         # drain`) is kept unless ``status`` is among the changes.
-        current = self._publisher.current(registration).instance
+        current = self.session.publisher.current(registration).instance
         instance = dataclasses.replace(current, **changes)
-        return self._publisher.register(instance)
+        return self.session.publisher.register(instance)
 
     def deregister(self, registration: Registration, *, wait: float = 0.0) -> bool:
         """Remove the instance, then wait ``wait`` seconds for every client to see it gone;
@@ -960,8 +537,8 @@ class Sentinel(OldMethodNames):
 
     @translate_zk_errors
     def _remove(self, registration: Registration) -> bool:
-        self._require_started()
-        return self._publisher.deregister(registration)
+        self.session.require_started()
+        return self.session.publisher.deregister(registration)
 
     def drain(self, registration: Registration, wait: float | None = None) -> None:
         """Deprecated: ``deregister(registration, wait=...)``, which this calls (with the
@@ -978,9 +555,9 @@ class Sentinel(OldMethodNames):
         Undecodable nodes are skipped and counted. Raises
         :class:`~sentinel.errors.ServiceNotFound` if the service has no spec.
         """
-        self._require_started()
+        self.session.require_started()
         try:
-            return read_service(self._zk, validate_name("service", service))
+            return read_service(self.session.zk, validate_name("service", service))
         except ServiceNotFound as exc:
             raise self._not_found(exc) from None
 
@@ -1053,7 +630,7 @@ class Sentinel(OldMethodNames):
         Counted without a lock, so concurrent lookups may be slightly undercounted; a service
         removed from ZooKeeper and loaded again starts from zero.
         """
-        self._check_fork()
+        self.session.check_fork()
         counts = {(name, "ok"): s.lookups.ok for name, s in dict(self._snapshots).items()}
         counts.update(self._lookup_failures)
         return counts
@@ -1061,7 +638,7 @@ class Sentinel(OldMethodNames):
     @property
     def snapshot_ages(self) -> dict[str, float]:
         """Seconds since each cached service's snapshot was built from ZooKeeper reads."""
-        self._check_fork()
+        self.session.check_fork()
         now = time.time()
         return {name: now - s.built_at for name, s in dict(self._snapshots).items()}
 
@@ -1079,7 +656,7 @@ class Sentinel(OldMethodNames):
             shard_map = self._shard_maps.get(shard_policy)
             partition = shard_map.lookup(key) if shard_map is not None else None
             if partition is None:
-                partition = self._cache.read_through(service, shard_policy, key)
+                partition = self.session.cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
         if policy is not None:
             if not isinstance(policy, SelectionPolicy):  # the one check an instance pays
@@ -1096,7 +673,7 @@ class Sentinel(OldMethodNames):
         """Every cached instance of ``service``, any partition or status, by partition and
         label; ``()`` when this client does not follow the service (no lookup, no
         ``prefetch`` yet, or it was removed). Never touches ZooKeeper."""
-        self._check_fork()
+        self.session.check_fork()
         snapshot = self._snapshots.get(service)
         if snapshot is None:  # a name no service could have is a mistake, not "none yet"
             validate_name("service", service)
@@ -1112,10 +689,10 @@ class Sentinel(OldMethodNames):
         self._snapshots.get(service) or self._load(service)
 
     def _load(self, service: str) -> ServiceSnapshot:
-        self._require_started()
+        self.session.require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
         try:
-            return self._snapshots.get(service) or self._cache.load(
+            return self._snapshots.get(service) or self.session.cache.load(
                 validate_name("service", service)
             )
         except ServiceNotFound as exc:
@@ -1136,7 +713,7 @@ class Sentinel(OldMethodNames):
         key = shards.shard_key(service, shard_policy, key)
         shard_map = self._shard_maps.get(shard_policy)
         partition = shard_map.lookup(key) if shard_map is not None else None
-        return partition or self._cache.read_through(service, shard_policy, key)
+        return partition or self.session.cache.read_through(service, shard_policy, key)
 
     def explain(self, service: str, key: object = None, policy: object = None) -> Explanation:
         """What ``get_service`` would consider for this call, step by step.
@@ -1227,38 +804,37 @@ class Sentinel(OldMethodNames):
         :meth:`close` ends the session, and ``credentials.rotate``, which would wait for this
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """
-        self._check_fork()
+        self.session.check_fork()
         if service is not None:
             validate_name("service", service)
-        return self._cache.listen(service, callback)
+        return self.session.cache.listen(service, callback)
 
     @property
     def connection_state(self) -> str:
         """``connected``, ``suspended`` (serving the last known state), ``lost``, or
         ``snapshot`` (serving the last-known-good snapshot, or in a forked child the parent's
         cache, until the first re-sync has re-read it)."""
-        self._check_fork()
-        return self._cache.connection_state if self._started else "closed"
+        self.session.check_fork()
+        return self.session.cache.connection_state if self.session.started else "closed"
 
     @property
     def staleness(self) -> float:
         """Seconds since the connection was lost (0.0 while connected): how old the cache may be."""
-        self._check_fork()
-        since = self._cache.disconnected_at
-        return 0.0 if since is None else max(time.time() - since, 0.0)
+        self.session.check_fork()
+        return self.session.staleness
 
     @property
     def persistent_watches(self) -> bool:
         """True when the cache follows ZooKeeper with persistent recursive watches kept across
         reconnections (asked for, and a ZooKeeper 3.6 or later); False: one-shot watches."""
-        self._check_fork()
-        return self._cache.persistent
+        self.session.check_fork()
+        return self.session.cache.persistent
 
     @property
     def cache_stats(self) -> CacheStats:
         """Counters of the cache: decode errors, read-throughs, negative-cache hits, re-syncs."""
-        self._check_fork()
-        return self._cache.stats
+        self.session.check_fork()
+        return self.session.cache.stats
 
     # --- metrics (the metric collector's writer API) --------------------------------------------
 
@@ -1307,7 +883,7 @@ class Sentinel(OldMethodNames):
         service whose spec names a Curator registry is checked there instead, just before
         the write (three more reads, and not atomic: see ``docs/interop.md``).
         """
-        self._require_writable()
+        self.session.require_writable()
         identity = (
             (instance.service, instance.partition, instance.label)
             if isinstance(instance, Registration)
@@ -1334,7 +910,7 @@ class Sentinel(OldMethodNames):
         instance_node = instance_path(service, partition, label)
         failure = self._write_if_registered(instance_node, path, data, create=False)
         if isinstance(failure, NoNodeError):  # the instance's first metrics: create the node
-            self._zk.ensure_path(path.rsplit("/", 1)[0])
+            self.session.zk.ensure_path(path.rsplit("/", 1)[0])
             failure = self._write_if_registered(instance_node, path, data, create=True)
             if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
                 failure = self._write_if_registered(instance_node, path, data, create=False)
@@ -1352,31 +928,33 @@ class Sentinel(OldMethodNames):
         is outside the namespace: no transaction of this session can check it)."""
         spec_path = service_path(service)
         try:
-            data, _ = self._zk.get(spec_path)
+            data, _ = self.session.zk.get(spec_path)
             spec = ServiceSpec.from_bytes(service, spec_path, data)
         except (NoNodeError, DecodeError):
             return False
-        return spec.curator is not None and holds_instance(self._watches, spec, partition, label)
+        return spec.curator is not None and holds_instance(
+            self.session.watches, spec, partition, label
+        )
 
     def _put_metrics(self, path: str, data: bytes) -> None:
         """Write the metrics node of a Curator instance, checked just before (not in the same
         transaction: an instance gone meanwhile leaves a node no lookup reads, until the
         instance is back or ``sentinel doctor`` names it)."""
-        self._zk.ensure_path(path.rsplit("/", 1)[0])
+        self.session.zk.ensure_path(path.rsplit("/", 1)[0])
         try:
-            self._zk.set(path, data)
+            self.session.zk.set(path, data)
         except NoNodeError:
             try:
-                self._zk.create(path, data)
+                self.session.zk.create(path, data)
             except NodeExistsError:  # another writer created it meanwhile
-                self._zk.set(path, data)
+                self.session.zk.set(path, data)
 
     def _write_if_registered(
         self, instance_node: str, path: str, data: bytes, *, create: bool
     ) -> Exception | None:
         """Write (or create) the metrics node at ``path`` if ``instance_node`` exists, in one
         transaction; the write's failure (kazoo returns it), or InstanceNotRegistered."""
-        transaction = self._zk.transaction()
+        transaction = self.session.zk.transaction()
         transaction.check(instance_node, -1)
         if create:
             transaction.create(path, data)

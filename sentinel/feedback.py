@@ -8,8 +8,10 @@ exponentially weighted moving average that load-aware balancers read.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 
@@ -21,6 +23,18 @@ _Key = tuple[str, str, str]
 
 def _key(endpoint: Endpoint) -> _Key:
     return (endpoint.service, endpoint.partition, endpoint.label)
+
+
+# Every record of this process, for the at-fork hook; weak, so a dropped one is not kept.
+_records: weakref.WeakSet[InstanceFeedback] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for feedback in list(_records):
+        InstanceFeedback._after_fork(feedback)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class InstanceFeedback:
@@ -48,6 +62,7 @@ class InstanceFeedback:
         self._failures: dict[_Key, deque[float]] = {}
         self._latency: dict[_Key, float] = {}
         self._lock = threading.Lock()
+        _records.add(self)
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
         """Record one use of ``endpoint``: whether it worked and how long it took (seconds, a
@@ -76,8 +91,8 @@ class InstanceFeedback:
                 self.down[key] = now + self.down_for
 
     def _after_fork(self) -> None:
-        """In a forked child (the client's at-fork hook): a lock another thread of the parent
-        held at the fork is held forever in the child, so it is replaced."""
+        """In a forked child (the at-fork hook): a lock another thread of the parent held at
+        the fork is held forever in the child, so it is replaced."""
         self._lock = threading.Lock()
 
     def latency(self, endpoint: Endpoint) -> float | None:

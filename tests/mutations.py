@@ -81,7 +81,7 @@ MUTATIONS = (
     ),
     Mutation(
         "forked-child-inherits-no-cache",
-        "sentinel/client.py",
+        "sentinel/session.py",
         "self._serve_restored(served, inherited.shard_maps, stale_since)",
         "self._serve_restored({}, {}, stale_since)",
         (
@@ -155,9 +155,9 @@ MUTATIONS = (
     ),
     Mutation(
         "connect-timeout-doubled",
-        "sentinel/client.py",
-        "self._zk.start(timeout=self.connect_timeout)",
-        "self._zk.start(timeout=self.connect_timeout * 2)",
+        "sentinel/session.py",
+        "self.zk.start(timeout=self.connect_timeout)",
+        "self.zk.start(timeout=self.connect_timeout * 2)",
         (
             "tests/integration/test_connection.py::"
             "test_no_server_within_the_timeout_raises_and_leaves_no_threads",

@@ -373,7 +373,7 @@ class AgentServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._selector.register(listening, selectors.EVENT_READ, listening)
         self._remove_listener = self.sentinel.listen(None, self._on_change)
-        self.sentinel._cache.on_swap = self._on_swap
+        self.sentinel.session.cache.on_swap = self._on_swap
         self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
         self._loop_thread.start()
         log.info(
@@ -391,7 +391,7 @@ class AgentServer:
         self._stopped.set()
         if self._remove_listener is not None:
             self._remove_listener()
-            self.sentinel._cache.on_swap = None
+            self.sentinel.session.cache.on_swap = None
         self._wake()
         if self._loop_thread is not None and self._loop_thread is not threading.current_thread():
             self._loop_thread.join()
@@ -712,8 +712,8 @@ class AgentServer:
         session may delete it (an open namespace), else (a secured one lets only the admin
         delete an entry) marked as left, which a rotation ignores, and removed for good when
         the session holding it ends: at once when it was its identity's last process here."""
-        nodes = self.sentinel._nodes if session is None else session.nodes
-        zk = self.sentinel._zk if session is None else session.zk
+        nodes = self.sentinel.session.nodes if session is None else session.nodes
+        zk = self.sentinel.session.zk if session is None else session.zk
         if session is not None:
             with self._lock:
                 if session.live.get(path) is not connection:
@@ -758,7 +758,9 @@ class AgentServer:
             self._auth.pop(pair)
             self._auth_watches.pop(pair, None)
             # not waited for: this thread holds the lock
-            self.sentinel._watches.remove_watches(auth_path(*pair), WatcherType.DATA, wait=False)
+            self.sentinel.session.watches.remove_watches(
+                auth_path(*pair), WatcherType.DATA, wait=False
+            )
 
     # --- reading, and the request workers -------------------------------------------------------
 
@@ -856,8 +858,8 @@ class AgentServer:
             # while the agent's session is down: the process then checks on its own session.
             welcome["secured"] = welcome["keys"] = None
             try:
-                welcome["secured"] = acl.is_secured(self.sentinel._zk)
-                keys, _ = self.sentinel._zk.get(auth_keys_path(auth_client))
+                welcome["secured"] = acl.is_secured(self.sentinel.session.zk)
+                keys, _ = self.sentinel.session.zk.get(auth_keys_path(auth_client))
                 welcome["keys"] = keys.decode("utf-8", "replace")
             except NoNodeError:
                 pass
@@ -958,8 +960,8 @@ class AgentServer:
             session = self._identity_session(connection, entry=path)
             if session is None:  # logged there; as a refused write of a process's own
                 return
-        nodes = self.sentinel._nodes if session is None else session.nodes
-        zk = self.sentinel._zk if session is None else session.zk
+        nodes = self.sentinel.session.nodes if session is None else session.nodes
+        zk = self.sentinel.session.zk if session is None else session.zk
         nodes.put(
             path,
             data,
@@ -980,7 +982,7 @@ class AgentServer:
         highest the manager issued or published (0 for none, or no auth client)."""
         if auth_client is None:
             return 0
-        zk = self.sentinel._zk
+        zk = self.sentinel.session.zk
         try:
             record, _ = read_auth(zk, service, auth_client)
         except DecodeError:
@@ -1006,7 +1008,7 @@ class AgentServer:
         may read is read as the process's identity, on a session of that identity's own
         (kept for the identity's other processes), since ZooKeeper hides the digest hashes in
         an ACL from a session without ADMIN there."""
-        snapshot = self.sentinel._snapshots.get(service)
+        snapshot = self.sentinel.session.cache.snapshots.get(service)
         roots = [service_path(service), f"{METRICS}/{service}"]
         if connection.auth_client is not None:
             roots.append(auth_path(service, connection.auth_client))
@@ -1021,7 +1023,7 @@ class AgentServer:
 
     def _readable(self, connection: _Connection, path: str) -> bool:
         try:
-            entries, _ = self.sentinel._zk.get_acls(path)
+            entries, _ = self.sentinel.session.zk.get_acls(path)
         except NoNodeError:
             return True  # nothing there to hide
         if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
@@ -1197,7 +1199,7 @@ class AgentServer:
             ready.set()
             return True
 
-        self.sentinel._zk.DataWatch(auth_path(service, client), changed)
+        self.sentinel.session.zk.DataWatch(auth_path(service, client), changed)
         ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
 
     # --- the frame workers, and writing ----------------------------------------------------------
@@ -1391,7 +1393,7 @@ class AgentServer:
         with self._lock:
             number, snapshot = self._published.get(service, (0, None))
             if snapshot is None:  # no change since the agent's cache loaded it
-                snapshot = self.sentinel._snapshots.get(service)
+                snapshot = self.sentinel.session.cache.snapshots.get(service)
             auth = None
             if connection.auth_client is not None:
                 auth = self._auth.get((service, connection.auth_client))
@@ -1426,7 +1428,7 @@ class AgentServer:
     ) -> dict[str, Any]:
         """The buckets of a directory map that hold ``keys``, or the whole map (another
         kind, another spec than the process has, or ``keys`` None)."""
-        shard_map = self.sentinel._shard_maps.get(policy)
+        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
         spec_text = None if shard_map is None else shard_map.spec.to_bytes(policy_path(policy))
         if (
             keys is None
@@ -1450,7 +1452,7 @@ class AgentServer:
 
     def _policy_entry(self, connection: _Connection, policy: str) -> dict[str, Any] | None:
         """A shard map in the snapshot file's form (None: the policy does not exist)."""
-        shard_map = self.sentinel._shard_maps.get(policy)
+        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
         entry = None if shard_map is None else policy_entry(policy, shard_map)
         connection.policies_sent[policy] = "" if entry is None else entry["spec"]
         return entry

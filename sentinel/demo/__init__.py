@@ -635,7 +635,7 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
         and all(e["auth"] is not None for e in logged_in),
     )
     workers = {e["pid"] for e in events}
-    clients = read_clients(stage.admin._zk).get(SERVICE, {})
+    clients = read_clients(stage.admin.session.zk).get(SERVICE, {})
     entries = {name: r for name, r in clients.items() if r.app == JOB}
     if stage.agent is None:
         check(
@@ -646,7 +646,9 @@ def _check_results(stage: _Stage, world: _World, run: _JobRun) -> list[bool]:
     else:
         owners = {
             stat.ephemeralOwner
-            for stat in (stage.admin._zk.exists(client_path(SERVICE, name)) for name in entries)
+            for stat in (
+                stage.admin.session.zk.exists(client_path(SERVICE, name)) for name in entries
+            )
             if stat is not None
         }
         check(

@@ -48,7 +48,7 @@ class ShardManager:
 
     def __init__(self, sentinel: Sentinel, policy: str, report: Reporter) -> None:
         self._sentinel = sentinel
-        self._zk = sentinel._zk
+        self._zk = sentinel.session.zk
         self.policy = policy
         self._report = report
         self._spec = read_spec(self._zk, policy)

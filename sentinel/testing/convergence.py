@@ -169,7 +169,7 @@ class ConvergenceFuzzer:
         )
         for service, (_, policy) in SERVICES.items():
             self.writer.ensure_service(service, shard_policy=policy)
-            self.writer._zk.ensure_path(f"{METRICS}/{service}")
+            self.writer.session.zk.ensure_path(f"{METRICS}/{service}")
         for address in self._random.sample(self._addresses, self.settings.instances * 3):
             self._register(address)
 
@@ -310,7 +310,7 @@ class ConvergenceFuzzer:
                 self.writer.update_metrics(service, partition, label, values)
             else:
                 try:
-                    self.writer._zk.delete(metrics_path(service, partition, label))
+                    self.writer.session.zk.delete(metrics_path(service, partition, label))
                 except NoNodeError:
                     kind = "metrics"
                     self.writer.update_metrics(service, partition, label, {"load": 0})
@@ -346,7 +346,7 @@ class ConvergenceFuzzer:
         """The reader is connected and owes no re-sync: what it holds now is what it keeps
         (checked before the contents, so an expiry is seen before the session is compared)."""
         reader = self.reader
-        return reader.connection_state == "connected" and not reader._cache.worker.resync_due
+        return reader.connection_state == "connected" and not reader.session.cache.worker.resync_due
 
     def differences(self) -> list[str]:
         """What the reader's cache holds that a fresh read does not, and the reverse, by
@@ -370,7 +370,7 @@ class ConvergenceFuzzer:
         return found
 
     def _fresh(self, service: str) -> tuple[dict[str, Any], ...]:
-        zk = self.writer._zk
+        zk = self.writer.session.zk
         parent = service_path(service)
 
         def decode(name: str, path: str, data: bytes, stat: Any) -> tuple[InstanceRecord, int]:
@@ -383,11 +383,11 @@ class ConvergenceFuzzer:
         return instances, metrics, keys
 
     def _cached(self, service: str) -> tuple[dict[str, Any], ...]:
-        snapshot = self.reader._snapshots.get(service)
+        snapshot = self.reader.session.cache.snapshots.get(service)
         if snapshot is None:
             return {}, {}, {}
         policy = SERVICES[service][1]
-        shard_map = self.reader._shard_maps.get(policy or "")
+        shard_map = self.reader.session.cache.shard_maps.get(policy or "")
         return (
             {n: (e.record(), e.joined) for n, e in snapshot.endpoints.items()},
             dict(snapshot.metrics),

@@ -41,7 +41,7 @@ def expire_session(client: Sentinel, timeout: float = 10.0, hosts: str | None = 
     when the client's own link is cut, so that the session ends while it cannot reconnect.
     Raises TimeoutError when no server closed the session within ``timeout`` seconds.
     """
-    zk = client._zk
+    zk = client.session.zk
     # kazoo's client_id is None while disconnected; the session it will resume is kept.
     session_id, password = kazoo_internals.session(zk)
     close_session(hosts or client.hosts, session_id, password, timeout=timeout, tls=client.tls)
@@ -325,19 +325,19 @@ def registry_view(client: Sentinel, service: str) -> tuple[Any, ...]:
     in the form :func:`cached_view` gives for the cache, so the two compare equal when the
     cache is exact."""
     listing = client.read_service(service)
-    metrics, _ = read_metrics(client._zk, service)
+    metrics, _ = read_metrics(client.session.zk, service)
     policy = listing.spec.shard_policy
     return (
         {(i.partition, i.label, i.host, i.port, i.status, i.weight) for i in listing.instances},
         {name: dict(record.values) for name, record in metrics.items()},
-        dict(iter_assignments(client._zk, policy)) if policy else {},
+        dict(iter_assignments(client.session.zk, policy)) if policy else {},
     )
 
 
 def cached_view(client: Sentinel, service: str) -> tuple[Any, ...]:
     """``service`` as ``client``'s cache holds it, comparable with :func:`registry_view`."""
-    snapshot = client._snapshots[service]
-    shard_map = client._shard_maps.get(snapshot.spec.shard_policy or "")
+    snapshot = client.session.cache.snapshots[service]
+    shard_map = client.session.cache.shard_maps.get(snapshot.spec.shard_policy or "")
     return (
         {
             (e.partition, e.label, e.host, e.port, e.status, e.weight)

@@ -62,7 +62,7 @@ def test_a_listener_hears_the_connection_lost_while_it_is_lost(
     # waiting, got the service.
     assert loaded and not isinstance(loaded[0], Exception), loaded
     assert reader.connection_state == "connected"
-    assert "other" in reader._cache.snapshots
+    assert "other" in reader.session.cache.snapshots
 
 
 def _load(reader, service: str) -> object:

@@ -133,11 +133,11 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, 
         announced = f"{CLIENTS}/{SERVICE}/paused"
         # The writer may read from another member than the reader wrote to: wait until it
         # sees the node, or its absence would prove nothing about the session's expiry.
-        assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
+        assert wait_until(lambda: writer.session.zk.exists(announced) is not None, timeout=10)
         with Prober(reader, SERVICE) as prober:
             for proxy in relays:
                 proxy.cut()
-            assert wait_until(lambda: writer._zk.exists(announced) is None, timeout=30), (
+            assert wait_until(lambda: writer.session.zk.exists(announced) is None, timeout=30), (
                 "the server never expired the cut-off client's session"
             )
             writer.register(SERVICE, "p1", "127.0.0.1", 8001, label="new")
@@ -147,7 +147,7 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, 
             recovery = time_to_recover(writer, reader, SERVICE, "after-expiry")
         assert reader.session_id != session
         assert {e.label for e in reader.cached_instances(SERVICE)} == {"new", "after-expiry"}
-        assert wait_until(lambda: writer._zk.exists(announced) is not None, timeout=10)
+        assert wait_until(lambda: writer.session.zk.exists(announced) is not None, timeout=10)
     fault_table.append(_row("client session expired (cut off > 2s)", recovery, prober))
     prober.check()
 

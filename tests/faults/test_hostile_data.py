@@ -136,7 +136,7 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         writer.shard_maps.assign("tenants", GOOD_KEY, "pg")
         writer.register("svc", "pg", "10.0.0.1", 80, label="good")
         reader.prefetch("svc")
-        raw = writer._zk
+        raw = writer.session.zk
         stop = threading.Event()
         flicker = threading.Thread(target=_flicker, args=(raw, stop), daemon=True)
         flicker.start()
@@ -154,7 +154,7 @@ def test_hostile_data_never_stops_the_client_nor_the_valid_part(zookeeper, caplo
         finally:
             stop.set()
             flicker.join()
-        assert reader._cache.worker._thread.is_alive()
+        assert reader.session.cache.worker._thread.is_alive()
         assert reader.get_service("svc", GOOD_KEY).label in ("good", "good2")
     failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not failures, [r.getMessage() for r in failures]

@@ -127,7 +127,7 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
         writer.register("svc", "pg", "10.0.0.1", 80, label="good")
         writer.credentials.publish("svc", "reader", {"user": "u", "password": "p"})
         assert wait_until(lambda: reader.get_service("svc", GOOD_KEY).auth is not None)
-        raw = writer._zk
+        raw = writer.session.zk
         counted_before = reader.cache_stats.decode_errors
         # Writes the reader's cache must count whatever else it re-reads: a whole hostile
         # value (never a record) in an instance node it follows.
@@ -160,7 +160,7 @@ def test_hostile_json_is_a_counted_skip_everywhere(zookeeper, caplog, operations
             lambda: {e.label for e in reader.cached_instances("svc")} >= {"good", "good2"},
             timeout=20,
         ), "the reader stopped following the service"
-        assert reader._cache.worker._thread.is_alive()
+        assert reader.session.cache.worker._thread.is_alive()
         # Counted: each of those writes at least (the events before good2 were applied first).
         counted = reader.cache_stats.decode_errors - counted_before
         assert counted >= certainly_counted, (counted, certainly_counted)

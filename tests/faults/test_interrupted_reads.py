@@ -45,13 +45,13 @@ def test_a_read_cut_off_by_the_connection_is_retried_after_it(
     path, data = instance("a", weight=3) if node == "instance" else metrics("a", 3)
     resyncs = reader.cache_stats.resyncs
     proxy.pause(to_client=False)  # events and replies come through; requests wait
-    earlier = reader._zk.exists_async("/")
+    earlier = reader.session.zk.exists_async("/")
     assert wait_until(lambda: proxy.held() == 1)
     changed = raw_zk.set(path, data)
-    assert wait_until(lambda: _reading(reader._zk, path)), "the reader never read the node"
+    assert wait_until(lambda: _reading(reader.session.zk, path)), "the reader never read the node"
     proxy.let_through(1)
     earlier.get(timeout=10)
-    assert reader._zk.last_zxid >= changed.mzxid  # so a resumed session reports nothing
+    assert reader.session.zk.last_zxid >= changed.mzxid  # so a resumed session reports nothing
     proxy.cut()
     assert wait_until(lambda: reader.connection_state != "connected")
     proxy.resume()

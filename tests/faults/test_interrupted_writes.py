@@ -15,16 +15,16 @@ def test_a_deregistration_the_connection_interrupted_can_be_retried(
 ):
     client = make_client("publisher")
     registration = client.register("api", "p1", "10.0.0.1", 80, label="a")
-    real_delete = client._zk.delete
+    real_delete = client.session.zk.delete
 
     def lost(*args, **kwargs):  # the request never reached the server
         raise ConnectionLoss()
 
-    monkeypatch.setattr(client._zk, "delete", lost)
+    monkeypatch.setattr(client.session.zk, "delete", lost)
     with pytest.raises(ConnectionInterrupted):
         client.deregister(registration)
     assert raw_zk.exists(registration.path) is not None
-    monkeypatch.setattr(client._zk, "delete", real_delete)
+    monkeypatch.setattr(client.session.zk, "delete", real_delete)
     assert client.deregister(registration) is True, "the retry found nothing to remove"
     assert raw_zk.exists(registration.path) is None
     assert client.registrations == ()
@@ -35,7 +35,7 @@ def test_a_lost_session_id_mid_write_is_a_connection_loss(make_client, monkeypat
     one write; the ephemeral-node keeper must treat that as the connection loss it is."""
     client = make_client("publisher")
     registration = client.register("api", "p1", "10.0.0.1", 80, label="a")
-    monkeypatch.setattr(type(client._zk), "client_id", property(lambda _: None))
+    monkeypatch.setattr(type(client.session.zk), "client_id", property(lambda _: None))
     with pytest.raises(ConnectionInterrupted):
         client.register("api", "p1", "10.0.0.1", 80, label="a")  # exists: compares owner
     monkeypatch.undo()

@@ -124,11 +124,11 @@ def test_a_client_restarted_from_its_snapshot_refuses_a_replayed_older_credentia
             _world(writer)
             writer.credentials.publish("db", "app", {"user": "app", "password": "one"})
             assert wait_until(lambda: password(app) == (1, "one"))
-            v1_node, _ = writer._zk.get(node)
+            v1_node, _ = writer.session.zk.get(node)
             writer.credentials.publish("db", "app", {"user": "app", "password": "two"})
             assert wait_until(lambda: password(app) == (2, "two"))
             assert wait_until(lambda: '"auth_version":2' in path.read_text())
-        writer._zk.set(node, v1_node)  # the replay happens while the app is away
+        writer.session.zk.set(node, v1_node)  # the replay happens while the app is away
         zk.members[0].stop()
 
         app = Sentinel(
@@ -287,7 +287,7 @@ def test_snapshot_writes_are_rate_limited(make_client, tmp_path):
     assert wait_until(lambda: len(app.cached_instances("api")) == 40)
     assert wait_until(lambda: '"p1:x39"' in path.read_text(), timeout=5)
     elapsed = time.monotonic() - started
-    writes = app._snapshot_writer.writes
+    writes = app.session.snapshot_writer.writes
     # One write for the prefetch, then at most one per 0.5 s interval begun while the changes
     # arrived: 2 when they take under 0.5 s (as on a quiet machine), a few more on a slow one.
     # Without the limit each change is a write: 15 or more at a hundredth of the interval.

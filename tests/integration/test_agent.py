@@ -708,9 +708,11 @@ def test_a_frame_from_the_agent_that_does_not_decode_is_skipped_and_the_state_ke
     app.prefetch(SERVICE)
     # The link's first connection schedules a re-sync (after a jitter), which applies the
     # agent's answer in place of any frame not applied yet: let it pass before injecting.
-    assert wait_until(lambda: app.cache_stats.resyncs >= 1 and not app._cache.worker.resync_due)
+    assert wait_until(
+        lambda: app.cache_stats.resyncs >= 1 and not app.session.cache.worker.resync_due
+    )
     before, errors = state(app), app.cache_stats.decode_errors
-    follower = app._cache._follower  # the link's reader hands every frame to it
+    follower = app.session.cache._follower  # the link's reader hands every frame to it
     for entry in (
         {"spec": "{", "instances": {}, "metrics": {}},
         {"spec": "{}", "instances": {"p1:a": [0, "not json"]}, "metrics": {}},
@@ -728,7 +730,7 @@ def _credential_watches(zookeeper, agent: AgentServer, prefix: str) -> list[str]
     """The watches the server holds for the agent's session on credential nodes of ``SERVICE``
     whose client name starts with ``prefix`` (4lw ``wchc``)."""
     host, port = zookeeper.connect_string.split(",")[0].rsplit(":", 1)
-    session = f"0x{agent.sentinel._zk.client_id[0]:x}"
+    session = f"0x{agent.sentinel.session.zk.client_id[0]:x}"
     held, current = [], None
     for line in four_letter_word(host, int(port), "wchc", timeout=5).splitlines():
         if line.startswith("0x"):

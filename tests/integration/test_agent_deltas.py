@@ -50,7 +50,9 @@ def fresh(make_client) -> tuple:
 def settled(app) -> None:
     """Wait for the re-sync the link's first connection schedules (after a jitter): it asks
     for every service's whole state again, which would hide what a test looks for."""
-    assert wait_until(lambda: app.cache_stats.resyncs >= 1 and not app._cache.worker.resync_due)
+    assert wait_until(
+        lambda: app.cache_stats.resyncs >= 1 and not app.session.cache.worker.resync_due
+    )
 
 
 def frames(op: str) -> float:
@@ -321,7 +323,7 @@ def test_a_new_connection_starts_from_the_whole_state_and_numbers_anew(
     expected = fresh(make_client)
     assert wait_until(lambda: served(app) == expected)
     assert frames("service") >= wholes + 1
-    assert app._cache._agent.connections == 2
+    assert app.session.cache._agent.connections == 2
     admin.update_metrics(b, {"replication_lag": 0.5})
     admin.update_metrics(a, {"replication_lag": 6.0})
     expected = fresh(make_client)

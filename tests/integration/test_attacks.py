@@ -346,7 +346,12 @@ def test_forge_a_confirmation(secured: SecuredNamespace, victim: Sentinel, tmp_p
     manager = secured.role("auth_manager", "resumer")
     backend = FileBackend(tmp_path / "credentials.json")
     rotation = Rotation(
-        manager._zk, manager.namespace, SERVICE, ["billing-api"], backend, signer=secured.signer
+        manager.session.zk,
+        manager.namespace,
+        SERVICE,
+        ["billing-api"],
+        backend,
+        signer=secured.signer,
     )
     assert rotation.resume(10).revoked == {"billing-api": (1,)}
 
@@ -532,7 +537,7 @@ def test_read_a_password_from_debug_logs(secured: SecuredNamespace, cli, caplog,
     caplog.set_level(1, logger="kazoo")
     client = secured.role("publisher", "debug-publisher")
     client.register(SERVICE, "p1", "10.0.0.5", 5432)
-    _, session_password = client._zk.client_id  # joins the session: a secret too
+    _, session_password = client.session.zk.client_id  # joins the session: a secret too
     auth_records = [r for r in caplog.records if "Auth(" in r.getMessage()]
     assert auth_records, "kazoo logged no Auth request: the test would prove nothing"
     assert password not in caplog.text
@@ -855,7 +860,7 @@ def test_junk_under_clients_costs_a_rotation_one_stat_per_entry(
 ):
     flood(secured)
     manager = secured.role("auth_manager", "rotator")
-    reads = counting(manager._zk, monkeypatch)
+    reads = counting(manager.session.zk, monkeypatch)
     backend = FileBackend(tmp_path / "credentials.json")
     started = time.monotonic()
     result = manager.credentials.rotate(
@@ -876,7 +881,7 @@ def test_a_confirm_pass_ends_at_the_deadline_however_much_junk(
     flood(secured)
     manager = secured.role("auth_manager", "rotator")
     # Each read 1 ms slower: one pass over the junk takes > 3 s, the timeout is 1 s.
-    counting(manager._zk, monkeypatch, delay=0.001)
+    counting(manager.session.zk, monkeypatch, delay=0.001)
     release = threading.Event()
     victim.listen(SERVICE, lambda e: isinstance(e, AuthChanged) and release.wait(30))
     backend = FileBackend(tmp_path / "credentials.json")

@@ -336,4 +336,4 @@ def test_a_flooded_base_path_keeps_serving_the_real_instances(
             for client in (live, newcomer, fed):
                 assert wait_until(lambda c=client: hosts_of(c) == real, timeout=30)
             for client in (live, newcomer):  # no junk held either
-                assert wait_until(lambda c=client: not c._cache.snapshots["orders"].invalid)
+                assert wait_until(lambda c=client: not c.session.cache.snapshots["orders"].invalid)

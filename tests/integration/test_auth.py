@@ -184,7 +184,7 @@ def test_rotation_times_out_naming_the_laggard_and_keeps_the_old_credential(
     # Both versions stay published, so the laggard still holds a valid credential...
     wait_for_version(paused, 2)
     # ...and resuming finishes the job once it has confirmed.
-    rotation = Rotation(manager._zk, manager.namespace, SERVICE, ["fast", "paused"], backend)
+    rotation = Rotation(manager.session.zk, manager.namespace, SERVICE, ["fast", "paused"], backend)
     result = rotation.resume(timeout=10)
     assert result.revoked == {"fast": (1,), "paused": (1,)}
     assert not backend.accepts(SERVICE, "paused", old_paused)
@@ -232,9 +232,9 @@ def test_a_rotation_failing_for_one_client_keeps_what_it_published_for_another(
     # api may have applied v2 already, and clients never go back a version: so v2 stays
     # published and valid next to v1, as after a confirmation timeout.
     wait_for_version(api, 2)
-    assert live_versions(manager._zk, SERVICE, "api") == (2, 1)
+    assert live_versions(manager.session.zk, SERVICE, "api") == (2, 1)
     assert backend.accepts(SERVICE, "api", auth_of(api)) and backend.accepts(SERVICE, "api", old)
-    result = Rotation(manager._zk, manager.namespace, SERVICE, ["api"], backend).resume(10)
+    result = Rotation(manager.session.zk, manager.namespace, SERVICE, ["api"], backend).resume(10)
     assert result.revoked == {"api": (1,)}
     assert not backend.accepts(SERVICE, "api", old)
 
@@ -348,7 +348,7 @@ def test_processes_sharing_an_auth_client_each_confirm(manager, make_client, tmp
         release.set()
     assert caught.value.laggards == ("etl-2",)  # the process, not just the application
     wait_for_version(workers[1], 2)
-    result = Rotation(manager._zk, manager.namespace, SERVICE, ["etl"], backend).resume(10)
+    result = Rotation(manager.session.zk, manager.namespace, SERVICE, ["etl"], backend).resume(10)
     assert result.revoked == {"etl": (1,)}
     assert all(auth_of(w) == auth_of(workers[0]) for w in workers)
 

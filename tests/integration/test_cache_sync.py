@@ -300,7 +300,7 @@ def test_any_sequence_of_writes_leaves_the_cache_equal_to_a_fresh_read(zookeeper
             listing = writer.read_service("svc")
             return (
                 {(i.partition, i.label, i.status, i.weight) for i in listing.instances},
-                dict(iter_assignments(writer._zk, "tenants")),
+                dict(iter_assignments(writer.session.zk, "tenants")),
             )
 
         def cached():
@@ -319,7 +319,7 @@ def test_a_metrics_section_created_while_the_service_loads_is_followed(make_clie
     reads them at once instead of serving no metrics until the next re-sync."""
     publisher, reader = make_client("publisher"), make_client("reader")
     publisher.register("db", "p1", "10.0.0.1", 5432, label="a")
-    zk = reader._zk
+    zk = reader.session.zk
     read_children = zk.get_children
 
     def racing(path, *args, **kwargs):

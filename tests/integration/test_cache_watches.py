@@ -177,8 +177,8 @@ def test_events_are_taken_on_the_thread_the_cache_config_names_and_arrive_either
     assert reader.get_service("api").label == "a"
     publisher.update_metrics(registration, {"n": 1})
     assert wait_until(lambda: reader.get_service("api").metrics.get("n") == 1) is not None
-    follower = reader._cache._follower
+    follower = reader.session.cache._follower
     threads = [thread for who, thread in seen if who is follower]
     assert threads, "no event reached the reader's follower"
-    connection_thread = reader._zk._connection._connection_routine
+    connection_thread = reader.session.zk._connection._connection_routine
     assert all((thread is connection_thread) is on_connection_thread for thread in threads)

@@ -47,7 +47,7 @@ def test_a_flapping_connection_keeps_the_session_and_writes_nothing(zookeeper, n
     client.start()
     try:
         states: list[str] = []
-        client._zk.add_listener(states.append)
+        client.session.zk.add_listener(states.append)
         timeline: list[tuple[str, float]] = []  # shown if the session does not hold
         started = time.monotonic()
 
@@ -55,7 +55,7 @@ def test_a_flapping_connection_keeps_the_session_and_writes_nothing(zookeeper, n
             timeline.append((what, round(time.monotonic() - started, 2)))
 
         registration = client.register("api", "p1", "h", 80)
-        _, before = client._zk.get(registration.path)
+        _, before = client.session.zk.get(registration.path)
         session = client.session_id
         flaps = ((proxy.pause, proxy.resume), (proxy.cut, proxy.restore))
         with caplog.at_level(logging.INFO, logger="sentinel.zk.ephemeral"):
@@ -70,7 +70,7 @@ def test_a_flapping_connection_keeps_the_session_and_writes_nothing(zookeeper, n
                 assert wait_until(lambda: states[-1] == KazooState.CONNECTED, timeout=10)
                 mark(f"connected, session 0x{client.session_id:x}")
                 states.clear()
-            _, after = client._zk.get(registration.path)
+            _, after = client.session.zk.get(registration.path)
         assert client.session_id == session, (f"session 0x{session:x}", timeline)
         assert (after.czxid, after.mzxid, after.ephemeralOwner) == (
             before.czxid,

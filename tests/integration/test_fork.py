@@ -100,10 +100,10 @@ def test_a_forked_child_gets_its_own_session_and_sees_changes_after_the_fork(mak
             "registrations": len(client.registrations),
             # Written by the re-sync once it has re-read the inherited services.
             "announced": wait_until(
-                lambda: client._zk.exists(f"/clients/db/{client.client_id}"),
+                lambda: client.session.zk.exists(f"/clients/db/{client.client_id}"),
                 timeout=PROPAGATION_BOUND,
             ),
-            "clients_db": sorted(client._zk.get_children("/clients/db")),
+            "clients_db": sorted(client.session.zk.get_children("/clients/db")),
         }
 
     pid, pipe = _fork(parent, child)
@@ -162,7 +162,7 @@ def test_a_child_whose_first_use_comes_after_a_drain_never_returns_the_drained_i
     def child(client: Sentinel, pipe: multiprocessing.connection.Connection) -> dict[str, Any]:
         assert pipe.poll(REPLY_TIMEOUT)  # the parent has drained b
         pipe.recv()
-        since_fork = time.time() - client._forked_at
+        since_fork = time.time() - client.session.forked_at
         return {"labels": {e.label for e in client.eligible_instances("db")}, "age": since_fork}
 
     pid, pipe = _fork(parent, child)
@@ -222,7 +222,7 @@ def test_a_child_past_inherited_max_age_that_cannot_connect_fails_typed_not_stal
         pipe.recv()
         # Timed by the child's own clock: the fork itself may take a while under load.
         assert wait_until(
-            lambda: time.time() - client._forked_at > client.cache_config.inherited_max_age
+            lambda: time.time() - client.session.forked_at > client.cache_config.inherited_max_age
         )
         started = time.monotonic()
         try:

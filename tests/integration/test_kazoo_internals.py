@@ -86,10 +86,10 @@ def test_on_a_kazoo_of_other_internals_sentinel_runs_as_plain_kazoo_and_follows_
         reader = make_client("reader")  # asks for persistent watches: gets kazoo's one-shot
     (message,) = _compatibility_warnings(caught)  # one, for both clients
     assert other_kazoo in message
-    zk = reader._zk
+    zk = reader.session.zk
     assert type(zk._connection) is ConnectionHandler
     assert not {"_call", "_reset_watchers", "_session_callback"} & set(vars(zk))
-    assert reader._watches.fallback
+    assert reader.session.watches.fallback
     publisher.register("api", "p1", "h1", 80, label="a")
     assert reader.get_service("api").label == "a"
     publisher.register("api", "p2", "h2", 80, label="b")

@@ -120,7 +120,7 @@ def test_a_lookup_queued_behind_a_listener_that_closes_fails_at_once(make_client
 
         waiting["thread"] = threading.Thread(target=lookup)
         waiting["thread"].start()
-        assert wait_until(lambda: not c._cache.worker._tasks.empty(), 5) is not None
+        assert wait_until(lambda: not c.session.cache.worker._tasks.empty(), 5) is not None
         c.close()
 
     probe = call_from_listener(publisher, client, lookup_then_close)

@@ -118,18 +118,18 @@ def _requests_sent(client, action) -> list[str]:
     ephemeral worker's own requests run on other threads and are not counted)."""
     sent: list[str] = []
     me = threading.get_ident()
-    call = client._zk._call
+    call = client.session.zk._call
 
     def counting(request, async_object):
         if threading.get_ident() == me:
             sent.append(type(request).__name__)
         return call(request, async_object)
 
-    client._zk._call = counting
+    client.session.zk._call = counting
     try:
         action()
     finally:
-        del client._zk._call
+        del client.session.zk._call
     return sent
 
 
@@ -137,7 +137,7 @@ def _known(client, registration, owned: bool) -> None:
     """Wait until ``client``'s watch on the node has been read again since its last event:
     the node is then known to be its own (``owned``) or another session's, without a read."""
     path = registration.path
-    assert wait_until(lambda: client._nodes.owns(path) is owned, timeout=10), (
+    assert wait_until(lambda: client.session.nodes.owns(path) is owned, timeout=10), (
         f"{path} never became known as {'ours' if owned else 'taken over'}"
     )
 
@@ -160,7 +160,10 @@ def test_a_node_changed_since_it_was_read_is_read_again_before_the_delete(make_c
     client = make_client()
     registration = client.register("api", "p1", "h", 80)
     _known(client, registration, owned=True)
-    client._nodes._seen[registration.path] = (7, *client._nodes._seen[registration.path][1:])
+    client.session.nodes._seen[registration.path] = (
+        7,
+        *client.session.nodes._seen[registration.path][1:],
+    )
     sent = _requests_sent(client, lambda: client.deregister(registration))
     assert sent == ["Delete", "Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
@@ -175,7 +178,9 @@ def test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted(m
     data, _ = raw_zk.get(registration.path)
     for _ in range(8):
         raw_zk.set(registration.path, data)  # the same value: nothing to adopt
-    assert wait_until(lambda: client._nodes._known(registration.path) == (True, 8), timeout=10)
+    assert wait_until(
+        lambda: client.session.nodes._known(registration.path) == (True, 8), timeout=10
+    )
     sent = _requests_sent(client, lambda: client.deregister(registration))
     assert sent == ["Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
@@ -191,7 +196,7 @@ def test_after_a_lost_connection_deregistration_reads_before_it_deletes(
     client.start()
     try:
         states: list[str] = []
-        client._zk.add_listener(states.append)
+        client.session.zk.add_listener(states.append)
         registration = client.register("api", "p1", "h", 80)
         _known(client, registration, owned=True)
         session = client.session_id
@@ -202,7 +207,7 @@ def test_after_a_lost_connection_deregistration_reads_before_it_deletes(
         proxy.restore()
         assert wait_until(lambda: states[-1] == KazooState.CONNECTED, timeout=10)
         assert client.session_id == session  # the same session: its node was never re-created
-        assert client._nodes.owns(registration.path) is None
+        assert client.session.nodes.owns(registration.path) is None
         sent = _requests_sent(client, lambda: client.deregister(registration))
         assert sent == ["Exists", "Delete"]
         assert raw_zk.exists(registration.path) is None
@@ -228,7 +233,7 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
     # The take-over's event stays in flight to the old process (its watch deliveries are held
     # behind this): it deregisters right after the take-over returns, without hearing it.
     release = threading.Event()
-    old._zk.handler.dispatch_callback(Callback("watch", release.wait, (30,)))
+    old.session.zk.handler.dispatch_callback(Callback("watch", release.wait, (30,)))
     try:
         successor = make_client("successor")
         current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
@@ -237,7 +242,7 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
         # Same path, one version above the old node (the take-over's doing): the old process's
         # delete conditional on the version it knows is refused.
         assert (current.path, stat.version) == (stale.path, old_stat.version + 1)
-        assert old._nodes.owns(stale.path) is True  # the take-over is not heard
+        assert old.session.nodes.owns(stale.path) is True  # the take-over is not heard
 
         sent = _requests_sent(old, lambda: old.deregister(stale))
     finally:
@@ -258,12 +263,12 @@ def test_a_take_over_heard_but_not_read_yet_makes_the_deregistration_read(
     old = make_client("old")
     stale = old.register("api", "p1", "10.0.0.9", 80, label="a")
     _known(old, stale, owned=True)
-    heard = old._nodes._events.get(stale.path, 0)
-    monkeypatch.setattr(old._nodes, "_adopt_changes", lambda: None)
+    heard = old.session.nodes._events.get(stale.path, 0)
+    monkeypatch.setattr(old.session.nodes, "_adopt_changes", lambda: None)
     successor = make_client("successor")
     current = successor.register("api", "p1", "10.0.0.9", 80, label="a")
     assert raw_zk.get(current.path)[1].version == 1  # one above old's node (the take-over)
-    assert wait_until(lambda: old._nodes._events.get(stale.path, 0) > heard, timeout=10)
+    assert wait_until(lambda: old.session.nodes._events.get(stale.path, 0) > heard, timeout=10)
 
     sent = _requests_sent(old, lambda: old.deregister(stale))
 

@@ -43,7 +43,7 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
 
     # The owner adopts the operator's status: the node it re-creates after its session
     # expired is still out of rotation...
-    assert wait_until(lambda: publisher._publisher.current(b).instance.status == "draining")
+    assert wait_until(lambda: publisher.session.publisher.current(b).instance.status == "draining")
     old_session = expire_session(publisher)
     assert wait_until(
         lambda: _status(raw_zk)[1].ephemeralOwner != old_session, ignore=(NoNodeError,)

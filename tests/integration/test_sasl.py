@@ -56,7 +56,7 @@ def connect(sasl_zk: LocalZooKeeper) -> Iterator:
 def test_nodes_of_a_sasl_identity_are_writable_by_that_user_alone(connect):
     alice = connect(f"sasl:alice:{ALICE_PW}")
     alice.ensure_service("api", scheme="http")
-    acl, _ = alice._zk.get_acls("/services/api")
+    acl, _ = alice.session.zk.get_acls("/services/api")
     assert ACL(31, Id("sasl", "alice")) in acl
     assert all(entry.id.scheme != "digest" for entry in acl)
     bob = connect(f"sasl:bob:{BOB_PW}", announce=False)  # /clients is alice's here too

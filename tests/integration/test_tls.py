@@ -102,7 +102,7 @@ def test_a_publisher_and_a_client_resolve_over_tls(tls_client):
     assert wait_until(lambda: len(reader.eligible_instances("orders-db")) == 2) is not None
     # An SSL socket is never written by a caller's thread while the connection thread reads
     # it: over TLS every request goes through kazoo's queue.
-    assert publisher._zk.connected and not publisher._zk._connection._direct
+    assert publisher.session.zk.connected and not publisher.session.zk._connection._direct
 
 
 def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):
@@ -111,7 +111,7 @@ def test_an_expired_session_reconnects_over_tls_and_registers_again(tls_client):
     old_session = expire_session(publisher)  # the intruder joins the session over TLS too
 
     def registered_again() -> bool:
-        node = publisher._zk.exists(registration.path)
+        node = publisher.session.zk.exists(registration.path)
         return node is not None and node.ephemeralOwner == publisher.session_id != old_session
 
     assert wait_until(registered_again, timeout=20, ignore=(KazooException,)) is not None

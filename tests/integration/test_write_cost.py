@@ -97,6 +97,6 @@ def test_the_count_sees_an_extra_request(zookeeper, make_client):
 
     def update_and_read(attempt: int) -> None:
         publisher.update_metrics(registration, {"replication_lag": attempt})
-        publisher._zk.exists("/metrics/db")
+        publisher.session.zk.exists("/metrics/db")
 
     assert requests_of(zookeeper, publisher, update_and_read) == 2

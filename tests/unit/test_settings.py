@@ -103,7 +103,11 @@ def test_an_ungrouped_setting_still_works_for_one_release_and_warns(old, group, 
     if group == "cache":
         assert getattr(client.cache_config, field) == value
     else:
-        assert client.auth_client == value if field == "client" else client._require_signed is value
+        assert (
+            client.auth_client == value
+            if field == "client"
+            else client.session._require_signed is value
+        )
 
 
 def test_curator_base_paths_are_kept_as_a_tuple_and_were_never_a_keyword():
