@@ -1,8 +1,9 @@
 """A follower that takes a process's registry from its host agent instead of ZooKeeper.
 
 With ``Sentinel(agent=...)`` (or ``$SENTINEL_AGENT``) the cache's one follower is an
-:class:`AgentFollower`: a service's first load asks the agent to follow it
-(:mod:`sentinel.agent.link`), and every change the agent sends is applied on the cache's
+:class:`AgentFollower`: a service's first load asks the agent to follow it, through the
+:class:`AgentChannel` the session gives the cache (:class:`sentinel.agent.link.AgentLink`),
+and every change the agent sends is applied on the cache's
 worker as the ZooKeeper followers apply theirs (``swap``, ``update``, ``set_shard_map``,
 ``emit_keys``): lookups, listeners, ``explain`` and staleness cannot tell the two apart.
 
@@ -26,9 +27,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from sentinel.agent.link import AgentLink
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.reads import open_credential
@@ -51,6 +52,39 @@ _SERVICE_FRAMES = frozenset({"service", "gone", "delta", "auth", "error"})
 _ASK = None
 
 
+class AgentChannel(Protocol):
+    """What the cache needs of its connection to the host agent.
+
+    :class:`sentinel.agent.link.AgentLink` is one; the session makes it and gives it to the
+    cache. A protocol, so that the cache, a floor below the roles, names what it uses of the
+    agent's link rather than importing the agent's package (``docs/overview.md``, the floors).
+    """
+
+    #: Called on the link's reader thread with each change the agent sends.
+    on_frame: Callable[[dict[str, Any]], None]
+    #: Called with the agent's state (a ``KazooState`` name) and since when it is stale.
+    on_state: Callable[[str, float | None], None]
+    #: Connections made to the agent so far (one more per reconnection).
+    connections: int
+
+    @property
+    def connected(self) -> bool:
+        """Whether the link is connected to the agent now."""
+        ...
+
+    def start(self) -> None:
+        """Connect in the background (unless started already)."""
+        ...
+
+    def request(self, message: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Send ``message`` and wait for its answer; raises what the agent answered."""
+        ...
+
+    def send(self, message: dict[str, Any]) -> bool:
+        """Send ``message`` without waiting for an answer; False when it could not be sent."""
+        ...
+
+
 class AgentFollower:
     """Feeds the cache from the host agent (see the module)."""
 
@@ -58,7 +92,7 @@ class AgentFollower:
     complete = True  # a service's state holds its Curator registry's instances too
 
     def __init__(
-        self, cache: FollowedCache, link: AgentLink, credentials: CredentialReader | None
+        self, cache: FollowedCache, link: AgentChannel, credentials: CredentialReader | None
     ) -> None:
         self._cache = cache
         self._link = link

@@ -26,11 +26,10 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionLoss, NoAuthError
 
-from sentinel.agent.link import AgentLink
 from sentinel.auth.acl import ensure_clients_node, is_secured
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
-from sentinel.cache.agent import AgentFollower
+from sentinel.cache.agent import AgentChannel, AgentFollower
 from sentinel.cache.curator import CuratorFollower
 from sentinel.cache.followers import OneShotFollower, PersistentFollower
 from sentinel.cache.listeners import Listener, Listeners
@@ -79,7 +78,7 @@ class RegistryCache:
         read_through_rate: float = 100.0,
         watches: PersistentWatches | None = None,
         curator_base_paths: Sequence[str] = (),
-        agent: AgentLink | None = None,
+        agent: AgentChannel | None = None,
         events_on_connection_thread: bool = True,
     ) -> None:
         self._zk = zk

@@ -109,7 +109,8 @@ class _Router(Generic[_T]):
         self.transport: _T = transport if transport is not None else self._default_transport()
         self.suffix = suffix.lower()
         self.key_header = key_header
-        self._dropped_headers = frozenset({b"host", key_header.lower().encode("ascii")})
+        # The headers a routed request does not carry over: its own Host is set for it.
+        self.dropped_headers = frozenset({b"host", key_header.lower().encode("ascii")})
         self.policy = policy
         self.balancer = balancer
         self.retries = retries
@@ -154,7 +155,7 @@ class _Call:
         request = self._request
         url = routed_url(request.url, self.endpoint)
         # One pass over the raw headers: Headers.pop() of a missing name costs an exception.
-        dropped = self._router._dropped_headers
+        dropped = self._router.dropped_headers
         headers = [(k, v) for k, v in request.headers.raw if k.lower() not in dropped]
         headers.append((b"Host", url.netloc))
         routed = httpx.Request(
