@@ -300,7 +300,7 @@ class Sentinel(OldMethodNames):
             require_signed=auth.require_signed,
             cache_config=cache,
             cache_options=cache_options,
-            serve=self._serve,
+            mirror=self._mirror,
         )
         self.feedback = feedback or InstanceFeedback()
         session = self.session
@@ -315,18 +315,17 @@ class Sentinel(OldMethodNames):
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
 
-    def _serve(self, snapshots: dict[str, ServiceSnapshot], shard_maps: dict[str, Any]) -> None:
-        """The session's new dicts for the hot path (see :data:`~sentinel.session.ServeDicts`):
-        stored in this order, so a concurrent lookup that sees the new snapshots also sees the
-        new shard maps."""
+    def _mirror(
+        self, client_id: str, snapshots: dict[str, ServiceSnapshot], shard_maps: dict[str, Any]
+    ) -> None:
+        """What the session tells the facade (:data:`~sentinel.session.Mirror`): stored in
+        this order, so a concurrent lookup that sees the new snapshots also sees the new shard
+        maps."""
+        #: This process's name in ``/clients`` and in logs (a forked child's
+        #: ``<parent id>-<pid>``).
+        self.client_id = client_id
         self._shard_maps = shard_maps
         self._snapshots = snapshots
-
-    @property
-    def client_id(self) -> str:
-        """This process's name in ``/clients`` and in logs (a forked child's
-        ``<parent id>-<pid>``)."""
-        return self.session.client_id
 
     def __repr__(self) -> str:
         return (

@@ -53,7 +53,9 @@ from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.tls import TlsConfig
 from sentinel.zk.watches import PersistentWatches
 
-log = logging.getLogger(__name__)
+# The life cycle's lines keep the logger they have always had: an application's logging
+# configuration names it.
+log = logging.getLogger("sentinel.client")
 
 # close(): how long the threads may finish their work on a live session, then how long they
 # may take to stop once the session has ended (which fails any read still waiting on it).
@@ -65,9 +67,10 @@ _CLOSE_JOIN_SECONDS = 10.0
 # seconds at most, and a fleet's retries stay spread.
 RECONNECT_MAX_DELAY = 2.0
 
-#: Told the two dicts the hot path reads, the cache's snapshots and shard maps, each time they
-#: change: a new cache's, and empty ones in a forked child until it is renewed.
-ServeDicts = Callable[[dict[str, ServiceSnapshot], dict[str, Any]], None]
+#: Told what the facade keeps of the session for its readers, each time it changes: the client
+#: id, and the two dicts the hot path reads (the cache's snapshots and shard maps): a new
+#: cache's, and empty ones in a forked child until it is renewed.
+Mirror = Callable[[str, dict[str, ServiceSnapshot], dict[str, Any]], None]
 
 # Every session of this process, for the at-fork hook; weak, so a dropped client is not kept.
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -139,7 +142,7 @@ class Session:
         require_signed: bool | None,
         cache_config: CacheConfig,
         cache_options: dict[str, Any],
-        serve: ServeDicts,
+        mirror: Mirror,
     ) -> None:
         self.hosts = hosts
         self.namespace = namespace
@@ -156,7 +159,7 @@ class Session:
         self._credentials = credentials
         self._require_signed = require_signed
         self._cache_options = cache_options
-        self._serve = serve
+        self._mirror = mirror
         #: Whether the client serves (started, not closed).
         self.started = False
         # Whether this client made (or found) the namespace's sections: its first write does.
@@ -230,7 +233,7 @@ class Session:
         # The facade's hot path reads these two dicts directly: one attribute lookup less per
         # call. Handed over once the cache is stored, so a concurrent lookup that sees the new
         # snapshots also sees the new cache.
-        self._serve(self.cache.snapshots, self.cache.shard_maps)
+        self._mirror(self.client_id, self.cache.snapshots, self.cache.shard_maps)
 
     def _forked(self) -> None:
         """The at-fork hook, in the child: arm the renewal of the session, nothing more.
@@ -245,18 +248,13 @@ class Session:
         self._lifecycle_lock = threading.Lock()
         self._session_lock = threading.Lock()
         self.forked_at = time.time()
-        self._serve({}, {})
+        self._mirror(self.client_id, {}, {})
 
     def check_fork(self) -> None:
         """In a process other than the one whose session this client holds (a forked child):
         renew the client first. One system call; never on a warm lookup."""
         if self._pid != os.getpid():
             self._renew_after_fork()
-
-    @property
-    def forked(self) -> bool:
-        """Whether this process is a forked child not renewed yet (it renews on first use)."""
-        return self._pid != os.getpid()
 
     def _renew_after_fork(self, serve: bool = True) -> None:
         """Give a forked child a session of its own, serving the inherited cache meanwhile.

@@ -712,8 +712,9 @@ class AgentServer:
         session may delete it (an open namespace), else (a secured one lets only the admin
         delete an entry) marked as left, which a rotation ignores, and removed for good when
         the session holding it ends: at once when it was its identity's last process here."""
-        nodes = self.sentinel.session.nodes if session is None else session.nodes
-        zk = self.sentinel.session.zk if session is None else session.zk
+        # The identity's own session, else the agent's: both keep their zk and nodes alike.
+        holder = self.sentinel.session if session is None else session
+        nodes, zk = holder.nodes, holder.zk
         if session is not None:
             with self._lock:
                 if session.live.get(path) is not connection:
@@ -960,8 +961,9 @@ class AgentServer:
             session = self._identity_session(connection, entry=path)
             if session is None:  # logged there; as a refused write of a process's own
                 return
-        nodes = self.sentinel.session.nodes if session is None else session.nodes
-        zk = self.sentinel.session.zk if session is None else session.zk
+        # The identity's own session, else the agent's: both keep their zk and nodes alike.
+        holder = self.sentinel.session if session is None else session
+        nodes, zk = holder.nodes, holder.zk
         nodes.put(
             path,
             data,

@@ -9,6 +9,10 @@ Loading, counting only the imports that run when a module is imported: those at 
 in module-level ``if``/``try``/``with`` blocks, but not under ``if TYPE_CHECKING:`` and not
 inside functions.
 
+Floors, counting every import: the modules stand on floors (``FLOORS``, lowest first, drawn in
+docs/overview.md) and no import climbs one, unless it is named in ``UPWARD`` with its reason
+(none is); a module off its package's floor is ``PLACED`` with its reason.
+
 ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``. Importing
 ``a.b`` also runs ``a/__init__``, but no edge is drawn to parent packages: ``sentinel/__init__``
 is lazy, and counting it would make every module of a package depend on all of it.
