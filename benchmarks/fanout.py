@@ -79,6 +79,8 @@ from sentinel.testing.zookeeper import LocalZooKeeper
 SERVICE = "fanout"
 MODES = ("single", "agent", "direct")
 KINDS = ("registration", "metric change", "deregistration")
+# Seconds over which the fleet's CPU is measured with nothing changing (pings, heartbeats).
+IDLE_SECONDS = 3.0
 
 
 def pack(
@@ -169,6 +171,11 @@ def worker(hosts: str, agent: str, count: int, service: str) -> None:
             print(json.dumps({"at": [mine.get(key) for mine in heard]}), flush=True)
 
 
+def _cpu(groups: dict[str, list[int]]) -> dict[str, float]:
+    """CPU seconds each group of processes has used so far."""
+    return {group: sum(cpu_seconds(pid) for pid in pids) for group, pids in groups.items()}
+
+
 def _change(writer: Sentinel, kind: str, token: int, registered: dict) -> tuple:
     """Make one change; the key the processes' listeners record it under."""
     label = f"fan{token}"
@@ -182,8 +189,9 @@ def _change(writer: Sentinel, kind: str, token: int, registered: dict) -> tuple:
     return kind, float(token)
 
 
-def measure(mode: str, zk_hosts: str, writer: Sentinel, args: argparse.Namespace) -> dict:
+def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Namespace) -> dict:
     """One mode's figures (see the module)."""
+    zk_hosts = zk.connect_string
     host, port = zk_hosts.split(":")[0], int(zk_hosts.split(":")[1])
     if mode == "single":
         layout = pack(1, 1, 1)
@@ -235,14 +243,29 @@ def measure(mode: str, zk_hosts: str, writer: Sentinel, args: argparse.Namespace
         quiet(host, port)
         row["sessions"] = int(mntr(host, port)["zk_global_sessions"])
         row["watches"] = watches(host, port)
-        cpu_before = sum(cpu_seconds(a.pid) for a in agents)
+        groups = {
+            "zookeeper": [zk.members[0].pid],
+            "agents": [a.pid for a in agents],
+            "clients": [p.pid for p in workers],
+        }
+        idle_before, idle_started = _cpu(groups), time.monotonic()
+        time.sleep(IDLE_SECONDS)  # the measured interval itself, not a synchronisation
+        idle_seconds = time.monotonic() - idle_started
+        row["idle_cores"] = {
+            group: (spent - idle_before[group]) / idle_seconds
+            for group, spent in _cpu(groups).items()
+        }
+        row["load_measuring"] = os.getloadavg()
         delays: dict[str, list[list[float]]] = {kind: [] for kind in KINDS}
         reads: dict[str, list[int]] = {kind: [] for kind in KINDS}
+        # CPU seconds of each kind of change, from each write to the last process hearing it
+        spent = {kind: dict.fromkeys(groups, 0.0) for kind in KINDS}
         registered: dict = {}
         for _ in range(args.changes):
             args.token += 1
             for kind in KINDS:
                 before = quiet(host, port)
+                cpu_before = _cpu(groups)
                 written = time.monotonic()
                 key = _change(writer, kind, args.token, registered)
                 heard = [
@@ -250,6 +273,8 @@ def measure(mode: str, zk_hosts: str, writer: Sentinel, args: argparse.Namespace
                     for answer in ask(workers, {"cmd": "heard", "key": key})
                     for at in answer["at"]
                 ]
+                for group, seconds in _cpu(groups).items():
+                    spent[kind][group] += seconds - cpu_before[group]
                 if None in heard:
                     raise RuntimeError(
                         f"{mode}: {heard.count(None)} of {len(heard)} processes never heard "
@@ -257,16 +282,16 @@ def measure(mode: str, zk_hosts: str, writer: Sentinel, args: argparse.Namespace
                     )
                 delays[kind].append([at - written for at in heard])
                 reads[kind].append((quiet(host, port) - before).reads)
-        changes = args.changes * len(KINDS)
         if agents:
-            row["agent_cpu_ms_per_change"] = (
-                (sum(cpu_seconds(a.pid) for a in agents) - cpu_before) / changes * 1000
-            )
             row["agents_rss_mib"] = sum(rss_mib(a.pid) for a in agents)
         row["clients_rss_mib"] = sum(rss_mib(p.pid) for p in workers)
         row["load_after"] = os.getloadavg()
         row["kinds"] = {
-            kind: {**summarize(delays[kind]), "reads": statistics.median(reads[kind])}
+            kind: {
+                **summarize(delays[kind]),
+                "reads": statistics.median(reads[kind]),
+                "cpu_ms": {g: t / args.changes * 1000 for g, t in spent[kind].items()},
+            }
             for kind in KINDS
         }
     print(f"{mode}: measured", file=sys.stderr, flush=True)
@@ -304,16 +329,16 @@ def table(rows: Sequence[dict]) -> list[tuple]:
                     f"x{k['p99'] / one:.1f}" if one else "-",
                     f"{_ms(k['last']['p50'])} / {_ms(k['last']['p99'])} / {_ms(k['last']['max'])}",
                     f"{k['reads']:g}",
-                    f"{r['agent_cpu_ms_per_change']:.0f}"
-                    if "agent_cpu_ms_per_change" in r
-                    else "-",
+                    " / ".join(f"{k['cpu_ms'][g]:.0f}" for g in CPU_GROUPS),
+                    " / ".join(f"{r['idle_cores'][g]:.2f}" for g in CPU_GROUPS),
                     f"{r.get('agents_rss_mib', 0) + r['clients_rss_mib']:,.0f}",
-                    "{:.1f} -> {:.1f}".format(r["load_before"][0], r["load_after"][0]),
+                    f"{r['load_before'][0]:.1f} / {r['load_measuring'][0]:.1f}",
                 )
             )
     return lines
 
 
+CPU_GROUPS = ("zookeeper", "agents", "clients")
 HEADERS = (
     "run",
     "mode",
@@ -326,9 +351,10 @@ HEADERS = (
     "p99 vs single",
     "last process p50 / p99 / max ms",
     "reads/change",
-    "agents' CPU ms/change",
+    "CPU ms/change ZK / agents / clients",
+    "idle cores ZK / agents / clients",
     "RSS MiB",
-    "load 1 min",
+    "load before / measuring",
 )
 
 
@@ -371,7 +397,7 @@ def main(argv: list[str] | None = None) -> None:
         populate(writer, SERVICE, args.instances, partitions=1)
         for run in range(args.runs):
             for mode in modes if run % 2 == 0 else modes[::-1]:
-                row = {"run": run + 1, **measure(mode, zk.connect_string, writer, args)}
+                row = {"run": run + 1, **measure(mode, zk, writer, args)}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)  # kept if a later fails
     report(
