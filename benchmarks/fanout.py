@@ -12,7 +12,7 @@ alternates from run to run):
 * ``single``: one process with a ZooKeeper session of its own (the figure a fleet's is held to);
 * ``agent``: every process through its host's agent (one ZooKeeper session per host);
 * ``direct``: every process with a ZooKeeper session of its own, ``--direct-processes`` of
-  them (default: as many as in ``agent``), in the same OS processes as ``agent``.
+  them (default: as many as in ``agent``), packed into OS processes as in ``agent``.
 
 What stands in for what (the machine has 2 cores and 24 GiB shared; a thousand full Python
 processes of about 40 MB each do not fit):
@@ -35,13 +35,16 @@ swapped in). The same worker code, packing and clock for every mode; only ``agen
 Per change: p50 and p99 over the processes, and the last process's (the slowest). Per mode
 and kind, over the changes: the median of those p50s and p99s, and the last process's
 median, p99 and worst over the changes (:func:`summarize`); the reads ZooKeeper served per
-change (``mntr``, as :mod:`benchmarks.zkcost` counts them); the server's sessions; the
-agents' CPU seconds per change; the resident memory of the agents and of the clients' OS
-processes; the load average before and after. Every change's figures go to
+change (``mntr``, as :mod:`benchmarks.zkcost` counts them); the server's sessions and
+watches; the CPU seconds (``/proc``) of the ZooKeeper server, of the agents together and of
+the clients' OS processes together, from each write to the last process hearing it, per
+change, and the cores each group uses with nothing changing (over :data:`IDLE_SECONDS`); the
+resident memory of the agents and of the clients' OS processes; the 1-minute load average
+before the mode starts, when its changes begin and after. Every change's figures go to
 ``benchmarks/results/fanout.json``.
 
-    python -m benchmarks.fanout                                  # 20 processes, a few minutes
-    python -m benchmarks.fanout --agents 50 --per-agent 20       # 1,000 processes
+    python -m benchmarks.fanout                                  # 20 processes, about a minute
+    python -m benchmarks.fanout --agents 50 --per-agent 20       # 1,000 processes, 8 minutes
 """
 
 from __future__ import annotations
