@@ -143,6 +143,20 @@ def serving(agent: subprocess.Popen) -> None:
         raise RuntimeError(f"an agent did not start (exit status {agent.poll()})")
 
 
+def start_worker(stack: ExitStack, module: str, *args: str) -> subprocess.Popen:
+    """``python -m module --worker args...``, answering commands (JSON lines, :func:`ask`) on
+    its standard input; ``stack`` closes its input and waits for it to end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "--worker", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stack.callback(process.wait, 60)
+    stack.callback(process.stdin.close)
+    return process
+
+
 def ask(processes: list[subprocess.Popen], command: dict) -> list[dict]:
     for process in processes:
         process.stdin.write(json.dumps(command) + "\n")
@@ -209,26 +223,17 @@ def measure(
             )
             serving(agent)
             agent_pid = agent.pid
-        processes = []
-        for _ in range(args.processes):
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.agent",
-                    "--worker",
-                    zk.connect_string,
-                    socket_path,
-                    str(args.lookups),
-                    *services,
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+        processes = [
+            start_worker(
+                stack,
+                "benchmarks.agent",
+                zk.connect_string,
+                socket_path,
+                str(args.lookups),
+                *services,
             )
-            stack.callback(process.wait, 60)
-            stack.callback(process.stdin.close)
-            processes.append(process)
+            for _ in range(args.processes)
+        ]
         assert all(json.loads(p.stdout.readline())["ready"] for p in processes)
         quiet(host, int(port))
         server = mntr(host, int(port))

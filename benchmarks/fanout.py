@@ -55,7 +55,6 @@ import logging
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -70,6 +69,7 @@ from benchmarks.agent import (
     rss_mib,
     serving,
     start_agent,
+    start_worker,
 )
 from benchmarks.churn import populate
 from benchmarks.common import percentiles, report
@@ -219,26 +219,12 @@ def measure(mode: str, zk: LocalZooKeeper, writer: Sentinel, args: argparse.Name
             for agent in agents:
                 serving(agent)
         started = time.monotonic()
-        workers = []
-        for index, count in layout:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.fanout",
-                    "--worker",
-                    zk_hosts,
-                    sockets.get(index, ""),
-                    str(count),
-                    SERVICE,
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+        workers = [
+            start_worker(
+                stack, "benchmarks.fanout", zk_hosts, sockets.get(index, ""), str(count), SERVICE
             )
-            stack.callback(process.wait, 60)
-            stack.callback(process.stdin.close)
-            workers.append(process)
+            for index, count in layout
+        ]
         for process in workers:
             if not json.loads(process.stdout.readline() or "{}").get("ready"):
                 raise RuntimeError(f"{mode}: an OS process of clients did not start")
