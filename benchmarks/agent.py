@@ -107,20 +107,70 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
             print(json.dumps(answer), flush=True)
 
 
-def _ask(processes: list[subprocess.Popen], command: dict) -> list[dict]:
+def start_agent(stack: ExitStack, hosts: str, socket_path: str, *options: str) -> subprocess.Popen:
+    """A ``sentinel agent`` on ``socket_path`` (more ``options`` given to it), started;
+    ``stack`` stops it. :func:`serving` waits until it serves."""
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sentinel.cli",
+            "agent",
+            "--zk",
+            hosts,
+            "--namespace",
+            NAMESPACE,
+            "--socket",
+            socket_path,
+            "--timeout",
+            str(LOAD_TIMEOUT),
+            "--json",
+            *options,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    stack.callback(agent.wait, 30)
+    stack.callback(agent.terminate)
+    return agent
+
+
+def serving(agent: subprocess.Popen) -> None:
+    """Return once ``agent`` (:func:`start_agent`) says it serves; raise if it ended first."""
+    assert agent.stdout is not None
+    if json.loads(agent.stdout.readline() or "{}").get("event") != "serving":
+        raise RuntimeError(f"an agent did not start (exit status {agent.poll()})")
+
+
+def start_worker(stack: ExitStack, module: str, *args: str) -> subprocess.Popen:
+    """``python -m module --worker args...``, answering commands (JSON lines, :func:`ask`) on
+    its standard input; ``stack`` closes its input and waits for it to end."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, "--worker", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stack.callback(process.wait, 60)
+    stack.callback(process.stdin.close)
+    return process
+
+
+def ask(processes: list[subprocess.Popen], command: dict) -> list[dict]:
     for process in processes:
         process.stdin.write(json.dumps(command) + "\n")
         process.stdin.flush()
     return [json.loads(process.stdout.readline()) for process in processes]
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rss_mib(pid: int) -> float:
+def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
             if line.startswith("VmRSS:"):
@@ -163,53 +213,27 @@ def measure(
         if mode != "direct":
             socket_path = os.path.join(tempfile.mkdtemp(prefix="agent-bench-"), "agent.sock")
             metrics_port = _free_port()
-            agent = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "sentinel.cli",
-                    "agent",
-                    "--zk",
-                    zk.connect_string,
-                    "--namespace",
-                    NAMESPACE,
-                    "--socket",
-                    socket_path,
-                    "--metrics-port",
-                    str(metrics_port),
-                    "--timeout",
-                    str(LOAD_TIMEOUT),
-                    "--json",
-                    *(["--whole-state-frames"] if mode == "agent-whole" else []),
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
+            agent = start_agent(
+                stack,
+                zk.connect_string,
+                socket_path,
+                "--metrics-port",
+                str(metrics_port),
+                *(["--whole-state-frames"] if mode == "agent-whole" else []),
             )
-            stack.callback(agent.wait, 30)
-            stack.callback(agent.terminate)
-            assert json.loads(agent.stdout.readline())["event"] == "serving"
+            serving(agent)
             agent_pid = agent.pid
-        processes = []
-        for _ in range(args.processes):
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.agent",
-                    "--worker",
-                    zk.connect_string,
-                    socket_path,
-                    str(args.lookups),
-                    *services,
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
+        processes = [
+            start_worker(
+                stack,
+                "benchmarks.agent",
+                zk.connect_string,
+                socket_path,
+                str(args.lookups),
+                *services,
             )
-            stack.callback(process.wait, 60)
-            stack.callback(process.stdin.close)
-            processes.append(process)
+            for _ in range(args.processes)
+        ]
         assert all(json.loads(p.stdout.readline())["ready"] for p in processes)
         quiet(host, int(port))
         server = mntr(host, int(port))
@@ -218,7 +242,7 @@ def measure(
             "sessions": int(server["zk_global_sessions"]),
             "watches": watches(host, int(port)),
         }
-        cpu_before = None if agent_pid is None else _cpu_seconds(agent_pid)
+        cpu_before = None if agent_pid is None else cpu_seconds(agent_pid)
         sent_before = _sent(metrics_port) if metrics_port else None
         reads, delays = [], []
         count = args.whole_changes if mode == "agent-whole" else args.changes
@@ -227,25 +251,25 @@ def measure(
             before = quiet(host, int(port))
             written = time.monotonic()
             writer.update_metrics(services[0], "p0", "r0", {"load": value})
-            heard = _ask(processes, {"cmd": "heard", "value": value})
+            heard = ask(processes, {"cmd": "heard", "value": value})
             assert all(h["at"] is not None for h in heard), f"{mode}: a process never heard it"
             delays += [h["at"] - written for h in heard]
             reads.append((quiet(host, int(port)) - before).reads)
         if agent_pid is not None and sent_before is not None:
-            row["agent_cpu_seconds"] = _cpu_seconds(agent_pid) - (cpu_before or 0.0)
+            row["agent_cpu_seconds"] = cpu_seconds(agent_pid) - (cpu_before or 0.0)
             sent, frames = (a - b for a, b in zip(_sent(metrics_port), sent_before, strict=True))
             row["changes"] = count
             row["frames_per_change"] = frames / count
             row["bytes_per_frame"] = sent / frames if frames else float("nan")
         row["reads_per_change"] = statistics.median(reads)
         row["propagation"] = percentiles(delays)
-        samples = [s for a in _ask(processes, {"cmd": "lookups"}) for s in a["samples"]]
+        samples = [s for a in ask(processes, {"cmd": "lookups"}) for s in a["samples"]]
         row["lookup_ns"] = percentiles(samples)
         # A first write: in agent mode it opens the process's own session first.
-        row["first_write"] = percentiles([a["seconds"] for a in _ask(processes, {"cmd": "write"})])
+        row["first_write"] = percentiles([a["seconds"] for a in ask(processes, {"cmd": "write"})])
         row["sessions_after_writes"] = int(mntr(host, int(port))["zk_global_sessions"])
         if agent_pid is not None:
-            row["agent_rss_mib"] = _rss_mib(agent_pid)
+            row["agent_rss_mib"] = rss_mib(agent_pid)
         print(f"{mode}, {services[0]}: measured", file=sys.stderr, flush=True)
         return row
 
