@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import os
@@ -55,6 +54,7 @@ from sentinel.errors import (
 )
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
+from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Publisher, Registration
 from sentinel.registry.curator import holds_instance
@@ -803,6 +803,7 @@ class Sentinel(OldMethodNames):
         drain = _CLOSE_DRAIN_SECONDS if self._cache.connection_state == "connected" else 0.0
         drain_until = time.monotonic() + drain
         try:
+            self._publisher.close()  # no status write of a readiness check from here on
             if self._exports is not None:
                 self._exports.discard(self)
             self._cache.close(timeout=drain)
@@ -889,6 +890,7 @@ class Sentinel(OldMethodNames):
         zone: str | None = None,
         status: str = "up",
         properties: Mapping[str, Any] | None = None,
+        health: HealthCheck | None = None,
     ) -> Registration:
         """Publish a live instance of ``service`` serving ``partition`` at ``host:port``.
 
@@ -908,6 +910,10 @@ class Sentinel(OldMethodNames):
         declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
         client's first registration of the service and kept. Invalid input raises
         :class:`~sentinel.errors.ValidationError` before anything is written.
+
+        ``health`` (:class:`~sentinel.health.HealthCheck`) makes the status follow a readiness
+        check: published ``starting``, then ``up`` or ``down`` as the check says, damped
+        (``docs/health.md``).
         """
         self._require_writable()
         instance = InstanceRecord(
@@ -922,7 +928,7 @@ class Sentinel(OldMethodNames):
             zone=zone,
             properties=properties,
         )
-        return self._publisher.register(instance, inherit_scheme=scheme is None)
+        return self._publisher.register(instance, inherit_scheme=scheme is None, health=health)
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -938,11 +944,7 @@ class Sentinel(OldMethodNames):
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        # From the registration as published now: a status an operator set since (`sentinel
-        # drain`) is kept unless ``status`` is among the changes.
-        current = self._publisher.current(registration).instance
-        instance = dataclasses.replace(current, **changes)
-        return self._publisher.register(instance)
+        return self._publisher.update(registration, changes)
 
     def deregister(self, registration: Registration, *, wait: float = 0.0) -> bool:
         """Remove the instance, then wait ``wait`` seconds for every client to see it gone;

@@ -1,0 +1,295 @@
+"""Readiness checks on the publisher against a real ZooKeeper and real HTTP servers: the
+status follows a flipping endpoint within interval x threshold, a noisy check does not flap
+(status writes counted by the node's version), hostile endpoints and callables are bounded
+failures, and drains are never overridden."""
+
+from __future__ import annotations
+
+import json
+import random
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sentinel import HealthCheck
+from sentinel.errors import NoInstanceAvailable, ValidationError
+from sentinel.health.damping import Damper
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.httpserver import raw_server
+
+pytestmark = pytest.mark.integration
+
+# Scheduling, the write and its watch on a loaded two-core machine: the margin every "within"
+# bound below adds to what the check's settings promise.
+MARGIN = 1.0
+
+
+class _Readiness(ThreadingHTTPServer):
+    daemon_threads = True
+    code = 200
+
+
+@contextmanager
+def readiness_server() -> Iterator[_Readiness]:
+    """A standard-library HTTP server on a free loopback port whose ``/ready`` answers
+    ``server.code``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(server.code if self.path == "/ready" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet."""
+
+    server = _Readiness(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _unavailable(client, service: str) -> bool:
+    try:
+        client.get_service(service)
+    except NoInstanceAvailable:
+        return True
+    return False
+
+
+def _status(raw_zk, registration) -> str:
+    data, _ = raw_zk.get(registration.path)
+    return json.loads(data)["status"]
+
+
+def _wait_status(raw_zk, registration, status: str, timeout: float) -> float | None:
+    return wait_until(lambda: _status(raw_zk, registration) == status, timeout, interval=0.005)
+
+
+def test_status_follows_a_flipping_readiness_endpoint(make_client, raw_zk):
+    client = make_client()
+    check = HealthCheck.http(
+        "/ready", interval=0.2, timeout=0.2, failures_before_down=3, successes_before_up=2
+    )
+    with readiness_server() as server:
+        registration = client.register(
+            "web", "p1", "127.0.0.1", server.server_port, label="a", health=check
+        )
+        node = json.loads(raw_zk.get(registration.path)[0])
+        assert (node["status"], node["health"]) == ("starting", "check:http")
+        assert _wait_status(raw_zk, registration, "up", check.timeout + MARGIN) is not None
+        assert client.get_service("web").port == server.server_port
+
+        server.code = 503
+        flipped = time.monotonic()
+        assert _wait_status(raw_zk, registration, "down", 0.2 * 3 + MARGIN) is not None
+        took = time.monotonic() - flipped
+        assert took >= 0.2 * 2, f"down after {took:.2f} s: fewer than 3 failures in a row"
+        assert wait_until(lambda: _unavailable(client, "web"), MARGIN)
+
+        server.code = 200
+        flipped = time.monotonic()
+        assert _wait_status(raw_zk, registration, "up", 0.2 * 2 + MARGIN) is not None
+        took = time.monotonic() - flipped
+        assert took >= 0.2 * 1, f"up after {took:.2f} s: fewer than 2 passes in a row"
+        # Three state changes, three writes: starting -> up -> down -> up.
+        assert raw_zk.exists(registration.path).version == 3
+
+
+def test_a_noisy_check_does_not_flap(make_client, raw_zk):
+    """A seeded callable failing about a quarter of the time at random (seed 9: 23 failures
+    in the first 80 results, never three in a row): the instance stays up, one status write in
+    all (starting -> up), where the same results undamped would have changed its status over
+    40 times. Writes are counted by the node's version (one per set)."""
+    rng = random.Random(9)
+    results: list[bool] = []
+
+    def noisy() -> bool:
+        results.append(rng.random() >= 0.2)
+        return results[-1]
+
+    client = make_client()
+    registration = client.register(
+        "web",
+        "p1",
+        "127.0.0.1",
+        8080,
+        label="noisy",
+        health=HealthCheck.call(noisy, interval=0.1, timeout=0.1),
+    )
+    assert wait_until(lambda: len(results) >= 80, 80 * 0.1 + 10 * MARGIN)
+    assert _status(raw_zk, registration) == "up"
+    assert raw_zk.exists(registration.path).version == 1  # starting -> up, nothing since
+    seen = results[:80]
+    undamped = Damper(1, 1)
+    assert seen.count(False) >= 20
+    assert sum(undamped.observe(r) is not None for r in seen) > 40
+
+
+def _hang(conn: socket.socket) -> None:
+    conn.recv(4096)
+    time.sleep(30)  # holds the connection and never answers
+
+
+def _garbage(conn: socket.socket) -> None:
+    with conn:
+        conn.recv(4096)
+        conn.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03garbage\r\n")
+
+
+def _huge(conn: socket.socket) -> None:
+    with conn:
+        conn.recv(4096)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5368709120\r\n\r\n")
+            chunk = b"x" * 65536
+            for _ in range(5368709120 // len(chunk)):
+                conn.sendall(chunk)
+        except OSError:
+            return  # the check closed the connection after the status line
+
+
+def test_hostile_endpoints_are_bounded_failures_and_a_5_gb_body_is_not_read(make_client, raw_zk):
+    client = make_client()
+    check = dict(interval=0.3, timeout=0.3)
+    with raw_server(_hang) as hang, raw_server(_garbage) as garbage, raw_server(_huge) as huge:
+        registrations = {
+            name: client.register(
+                "web", "p1", "127.0.0.1", port, label=name, health=HealthCheck.http("/", **check)
+            )
+            for name, port in (("hang", hang), ("garbage", garbage), ("huge", huge))
+        }
+        # The first result decides: within one timeout (plus the margin) of the start.
+        for name, wanted in (("hang", "down"), ("garbage", "down"), ("huge", "up")):
+            took = _wait_status(raw_zk, registrations[name], wanted, 0.3 + MARGIN)
+            assert took is not None, f"{name} is not {wanted}"
+        # And they stay so, one write each: no result of a hostile endpoint flips them.
+        time.sleep(0.3 * 4)  # four more results of each: the claim is about their absence
+        for name, wanted in (("hang", "down"), ("garbage", "down"), ("huge", "up")):
+            assert _status(raw_zk, registrations[name]) == wanted
+            assert raw_zk.exists(registrations[name].path).version == 1
+
+
+def test_a_raising_or_never_returning_callable_is_a_failure_logged_once(
+    make_client, raw_zk, caplog
+):
+    never = threading.Event()
+    calls = {"raise": 0, "hang": 0, "ok": 0}
+
+    def raising() -> bool:
+        calls["raise"] += 1
+        raise ConnectionError("database unreachable")
+
+    def hanging() -> bool:
+        calls["hang"] += 1
+        never.wait()
+        return True
+
+    def fine() -> bool:
+        calls["ok"] += 1
+        return True
+
+    client = make_client()
+    caplog.set_level("INFO", logger="sentinel.health")
+    try:
+        regs = {
+            name: client.register(
+                "db",
+                "p1",
+                "127.0.0.1",
+                5432 + i,
+                label=name,
+                health=HealthCheck.call(function, interval=0.1, timeout=0.1),
+            )
+            for i, (name, function) in enumerate(
+                (("raise", raising), ("hang", hanging), ("ok", fine))
+            )
+        }
+        assert _wait_status(raw_zk, regs["raise"], "down", 0.1 + MARGIN) is not None
+        assert _wait_status(raw_zk, regs["hang"], "down", 0.1 + MARGIN) is not None
+        assert _wait_status(raw_zk, regs["ok"], "up", 0.1 + MARGIN) is not None
+        assert wait_until(lambda: calls["raise"] >= 10 and calls["ok"] >= 10, 10 * 0.1 + MARGIN)
+        assert calls["hang"] == 1  # not called again while its first call has not returned
+        failures = [r for r in caplog.records if "readiness check failed" in r.getMessage()]
+        assert len([r for r in failures if "raise" in r.getMessage()]) == 1
+        assert "ConnectionError: database unreachable" in failures[0].getMessage()
+        assert len([r for r in failures if "p1:hang" in r.getMessage()]) == 1
+    finally:
+        never.set()
+
+
+def test_a_check_never_overrides_a_drain(make_client, raw_zk):
+    healthy = threading.Event()
+    healthy.set()
+    calls = [0]
+
+    def check() -> bool:
+        calls[0] += 1
+        return healthy.is_set()
+
+    client = make_client()
+    registration = client.register(
+        "web",
+        "p1",
+        "127.0.0.1",
+        8080,
+        label="a",
+        health=HealthCheck.call(check, interval=0.1, timeout=0.1),
+    )
+    assert _wait_status(raw_zk, registration, "up", 0.1 + MARGIN) is not None
+    client.update_registration(registration, status="draining")
+    version = raw_zk.exists(registration.path).version
+    healthy.clear()
+    count = calls[0]
+    assert wait_until(lambda: calls[0] >= count + 5, 5 * 0.1 + MARGIN)  # 3 failures and more
+    assert _status(raw_zk, registration) == "draining"
+    assert raw_zk.exists(registration.path).version == version
+    # Undrained by hand (`sentinel undrain` writes "up"): the check's state is written back.
+    client.update_registration(registration, status="up")
+    assert _wait_status(raw_zk, registration, "down", 0.1 * 2 + MARGIN) is not None
+
+
+def test_deregistration_stops_the_check_and_close_stops_its_threads(make_client, raw_zk):
+    calls = [0]
+
+    def check() -> bool:
+        calls[0] += 1
+        return True
+
+    client = make_client()
+    before = threading.active_count()
+    registration = client.register(
+        "web",
+        "p1",
+        "127.0.0.1",
+        8080,
+        label="a",
+        health=HealthCheck.call(check, interval=0.05, timeout=0.05),
+    )
+    assert _wait_status(raw_zk, registration, "up", 0.05 + MARGIN) is not None
+    assert client.deregister(registration)
+    count = calls[0]
+    assert wait_until(lambda: calls[0] > count + 1, 0.5) is None  # at most one run in flight
+    assert raw_zk.exists(registration.path) is None  # no status write re-created it
+    client.close()
+    assert wait_until(lambda: threading.active_count() <= before, 5) is not None
+
+
+def test_a_health_argument_that_is_not_a_check_writes_nothing(make_client, raw_zk):
+    client = make_client()
+    with pytest.raises(ValidationError):
+        client.register("web", "p1", "127.0.0.1", 8080, label="a", health="http://x/ready")
+    with pytest.raises(ValidationError):
+        client.register(
+            "web", "p1", "127.0.0.1", 8080, label="a", health=HealthCheck.http("/r", interval=0)
+        )
+    assert raw_zk.exists("/services/web") is None

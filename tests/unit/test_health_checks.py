@@ -1,0 +1,253 @@
+"""Readiness checks without ZooKeeper: validation, damping, the probes against hostile
+servers on loopback, and the scheduler's bounds (hung and raising checks)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from sentinel.errors import ValidationError
+from sentinel.health import HealthCheck
+from sentinel.health.checks import MAX_STATUS_LINE, CheckFailed
+from sentinel.health.damping import Damper
+from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.httpserver import raw_server
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: HealthCheck.http("/ready", interval=0),
+        lambda: HealthCheck.http("/ready", interval=-1),
+        lambda: HealthCheck.http("/ready", interval=math.nan),
+        lambda: HealthCheck.http("/ready", interval=0.01),
+        lambda: HealthCheck.http("/ready", interval=1, timeout=2),
+        lambda: HealthCheck.http("/ready", timeout=0),
+        lambda: HealthCheck.http("/ready", failures_before_down=0),
+        lambda: HealthCheck.http("/ready", successes_before_up=True),
+        lambda: HealthCheck.http("/ready", successes_before_up=1.5),
+        lambda: HealthCheck.http("/ready", failures_before_down=101),
+        lambda: HealthCheck.http(""),
+        lambda: HealthCheck.http("ready"),
+        lambda: HealthCheck.http("ftp://host/ready"),
+        lambda: HealthCheck.http("http:///ready"),
+        lambda: HealthCheck.http("http://host:99999/ready"),
+        lambda: HealthCheck.http("/ready HTTP/1.1\r\nX-Injected: 1"),
+        lambda: HealthCheck.http("/r\u00e9ady"),
+        lambda: HealthCheck.http("/" + "a" * 3000),
+        lambda: HealthCheck.http(b"/ready"),
+        lambda: HealthCheck.tcp(0),
+        lambda: HealthCheck.tcp(65536),
+        lambda: HealthCheck.tcp("5432"),
+        lambda: HealthCheck.tcp(5432, host="bad host"),
+        lambda: HealthCheck.call("not callable"),
+        lambda: HealthCheck("grpc"),
+    ],
+)
+def test_bad_parameters_are_a_validation_error(build: Callable[[], HealthCheck]) -> None:
+    with pytest.raises(ValidationError):
+        build()
+
+
+def test_defaults_and_sources() -> None:
+    check = HealthCheck.http()
+    assert (check.interval, check.timeout) == (5.0, 2.0)
+    assert (check.failures_before_down, check.successes_before_up) == (3, 2)
+    assert check.source == "check:http"
+    assert HealthCheck.tcp().source == "check:tcp"
+    assert HealthCheck.call(lambda: True).source == "check:call"
+
+
+def _changes(damper: Damper, results: list[bool]) -> list[tuple[int, str]]:
+    return [(i, c) for i, r in enumerate(results) if (c := damper.observe(r)) is not None]
+
+
+def test_first_result_decides_then_thresholds_in_both_directions() -> None:
+    damper = Damper(failures_before_down=3, successes_before_up=2)
+    results = [True, False, False, True, False, False, False, True, False, True, True]
+    assert _changes(damper, results) == [(0, "up"), (6, "down"), (10, "up")]
+    assert _changes(Damper(3, 2), [False]) == [(0, "down")]
+
+
+def test_a_noisy_check_does_not_flap() -> None:
+    """A seeded check failing 20 % of the time at random: undamped it would change state at
+    every other result or so; damped (3 down, 2 up) it changes a handful of times, and never
+    more often than once per two results (the bound the thresholds give)."""
+    rng = random.Random(41)
+    results = [rng.random() >= 0.2 for _ in range(1000)]
+    undamped = _changes(Damper(1, 1), results)
+    damped = _changes(Damper(3, 2), results)
+    assert len(undamped) > 250
+    assert len(damped) <= 20
+    assert all(b - a >= 2 for (a, _), (b, _) in itertools.pairwise(damped))
+
+
+# --- probes against hostile servers ---------------------------------------------------------
+
+
+def _probe(url: str, timeout: float = 0.5) -> tuple[Exception | None, float]:
+    probe = HealthCheck.http(url, interval=timeout, timeout=timeout).probe("127.0.0.1", 1)
+    start = time.monotonic()
+    try:
+        probe()
+    except Exception as exc:
+        return exc, time.monotonic() - start
+    return None, time.monotonic() - start
+
+
+def _answer(reply: bytes) -> Callable[[socket.socket], None]:
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            conn.sendall(reply)
+
+    return serve
+
+
+def test_http_probe_passes_on_2xx_and_fails_on_others() -> None:
+    with raw_server(_answer(b"HTTP/1.1 204 No Content\r\n\r\n")) as port:
+        assert _probe(f"http://127.0.0.1:{port}/ready")[0] is None
+    with raw_server(_answer(b"HTTP/1.1 503 Service Unavailable\r\n\r\n")) as port:
+        failure, _ = _probe(f"http://127.0.0.1:{port}/ready")
+        assert isinstance(failure, CheckFailed) and "503" in str(failure)
+    with raw_server(_answer(b"HTTP/1.1 302 Found\r\nLocation: /login\r\n\r\n")) as port:
+        assert isinstance(_probe(f"http://127.0.0.1:{port}/ready")[0], CheckFailed)
+
+
+def test_http_probe_refuses_garbage() -> None:
+    with raw_server(_answer(b"\x00\xffSSH-2.0-OpenSSH\r\n")) as port:
+        failure, _ = _probe(f"http://127.0.0.1:{port}/")
+        assert isinstance(failure, CheckFailed) and "not an HTTP status line" in str(failure)
+    with raw_server(_answer(b"")) as port:
+        assert isinstance(_probe(f"http://127.0.0.1:{port}/")[0], CheckFailed)
+    with raw_server(_answer(b"H" * (MAX_STATUS_LINE * 4))) as port:
+        failure, _ = _probe(f"http://127.0.0.1:{port}/")
+        assert isinstance(failure, CheckFailed) and "no status line" in str(failure)
+
+
+def test_http_probe_is_bounded_by_its_timeout_against_a_silent_or_drippingraw_server() -> None:
+    def silent(conn: socket.socket) -> None:
+        time.sleep(5)  # holds the connection open and says nothing
+        conn.close()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            try:
+                for _ in range(50):  # one byte every 0.1 s, never a line
+                    conn.sendall(b"H")
+                    time.sleep(0.1)
+            except OSError:
+                return
+
+    for serve in (silent, drip):
+        with raw_server(serve) as port:
+            failure, took = _probe(f"http://127.0.0.1:{port}/", timeout=0.5)
+            assert failure is not None
+            assert took < 0.5 + 0.5, f"{serve.__name__}: the probe took {took:.2f} s"
+
+
+def test_http_probe_reads_the_status_line_of_a_5_gb_body_and_nothing_more() -> None:
+    sent = [0]
+    refused = threading.Event()
+
+    def huge(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000000000\r\n\r\n")
+            chunk = b"x" * 65536
+            try:
+                while sent[0] < 5_000_000_000:
+                    conn.sendall(chunk)
+                    sent[0] += len(chunk)
+            except OSError:
+                refused.set()  # the probe closed the connection
+
+    with raw_server(huge) as port:
+        failure, took = _probe(f"http://127.0.0.1:{port}/", timeout=2)
+        assert failure is None
+        assert took < 2
+        assert refused.wait(10)
+        # What the server pushed before the close refused it: socket buffers, not the body.
+        assert sent[0] < 64 * 2**20, f"{sent[0]} bytes were sent"
+
+
+def test_tcp_probe() -> None:
+    with raw_server(lambda conn: conn.close()) as port:
+        HealthCheck.tcp(port).probe("127.0.0.1", 1)()
+        HealthCheck.tcp().probe("127.0.0.1", port)()
+    with pytest.raises(CheckFailed):
+        HealthCheck.tcp(port, timeout=0.5, interval=0.5).probe("127.0.0.1", 1)()
+
+
+def test_call_probe_passes_on_true_or_none_only() -> None:
+    HealthCheck.call(lambda: True).probe("h", 1)()
+    HealthCheck.call(lambda: None).probe("h", 1)()
+    for value in (False, 0, "ok", 1):
+        with pytest.raises(CheckFailed):
+            HealthCheck.call(lambda value=value: value).probe("h", 1)()
+
+
+# --- the scheduler ----------------------------------------------------------------------------
+
+
+class _Results:
+    def __init__(self) -> None:
+        self.items: list[tuple[bool, str]] = []
+
+    def __call__(self, passed: bool, detail: str) -> None:
+        self.items.append((passed, detail))
+
+
+def test_raising_and_hanging_checks_are_failures_and_do_not_stop_the_others() -> None:
+    scheduler = CheckScheduler(workers=2)
+    release = threading.Event()
+    calls = {"hang": 0}
+
+    def hang() -> None:
+        calls["hang"] += 1
+        release.wait(30)
+
+    def boom() -> None:
+        raise RuntimeError("the database is on fire")
+
+    raising, hanging, healthy = _Results(), _Results(), _Results()
+    scheduler.add(ScheduledCheck(boom, 0.05, 0.05, raising))
+    scheduler.add(ScheduledCheck(hang, 0.05, 0.05, hanging))
+    scheduler.add(ScheduledCheck(lambda: None, 0.05, 0.05, healthy))
+    try:
+        assert wait_until(lambda: len(hanging.items) >= 5 and len(healthy.items) >= 5)
+        assert all(not passed for passed, _ in raising.items)
+        assert "RuntimeError: the database is on fire" in raising.items[0][1]
+        assert all(not passed for passed, _ in hanging.items)
+        assert "no result within its timeout" in hanging.items[0][1]
+        assert "has still not returned" in hanging.items[-1][1]
+        assert calls["hang"] == 1  # never started again while hung
+        assert all(passed for passed, _ in healthy.items)  # its worker was replaced
+        assert scheduler.threads <= 3  # two workers and the replacement of the hung one
+        release.set()
+        count = calls["hang"]
+        assert wait_until(lambda: calls["hang"] > count)  # returned, so it runs again
+    finally:
+        release.set()
+        scheduler.close()
+
+
+def test_many_checks_share_a_few_threads() -> None:
+    scheduler = CheckScheduler(workers=4)
+    results = [_Results() for _ in range(200)]
+    try:
+        for report in results:
+            scheduler.add(ScheduledCheck(lambda: None, 0.1, 0.1, report))
+        assert wait_until(lambda: all(len(r.items) >= 3 for r in results))
+        assert scheduler.threads <= 4
+        assert threading.active_count() < 50
+    finally:
+        scheduler.close()
