@@ -162,16 +162,18 @@ class HealthCheck:
         """What ``sentinel ls`` shows as the instance's health source: ``check:http`` etc."""
         return f"check:{self.kind}"
 
-    def probe(self, host: str, port: int) -> Callable[[], None]:
+    def probe(self, host: str, port: int, timeout: float | None = None) -> Callable[[], None]:
         """One run of this check against the instance at ``host:port``: a callable that
-        returns when it passes and raises :class:`CheckFailed` (or anything else) when not."""
+        returns when it passes and raises :class:`CheckFailed` (or anything else) when not.
+        HTTP and TCP runs end within ``timeout`` seconds (default: the check's own)."""
+        seconds = self.timeout if timeout is None else timeout
         if self.kind == "http":
             assert self.url is not None
             url = _absolute(self.url, host, port)
-            return lambda: _http(url, self.timeout)
+            return lambda: _http(url, seconds)
         if self.kind == "tcp":
             target = (self.host or host, self.port or port)
-            return lambda: _tcp(target, self.timeout)
+            return lambda: _tcp(target, seconds)
         function = self.function
         assert function is not None
 

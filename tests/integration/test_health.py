@@ -15,8 +15,10 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from sentinel.policies import Threshold
 
 from sentinel import HealthCheck
+from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.health.damping import Damper
 from sentinel.testing.helpers import wait_until
@@ -58,9 +60,9 @@ def readiness_server() -> Iterator[_Readiness]:
         server.server_close()
 
 
-def _unavailable(client, service: str) -> bool:
+def _unavailable(client, service: str, policy=None) -> bool:
     try:
-        client.get_service(service)
+        client.eligible_instances(service, policy=policy)
     except NoInstanceAvailable:
         return True
     return False
@@ -293,3 +295,48 @@ def test_a_health_argument_that_is_not_a_check_writes_nothing(make_client, raw_z
             "web", "p1", "127.0.0.1", 8080, label="a", health=HealthCheck.http("/r", interval=0)
         )
     assert raw_zk.exists("/services/web") is None
+
+
+def test_the_collector_runs_the_same_check_from_outside_and_policies_read_it(make_client, raw_zk):
+    publisher, app = make_client("publisher"), make_client("app")
+    config = parse_config(
+        {
+            "cluster": "health",
+            "services": [
+                {
+                    "service": "web",
+                    "interval": "200ms",
+                    "timeout": "200ms",
+                    "jitter": "20ms",
+                    "source": {"type": "health", "http": "/ready", "failures_before_down": 2},
+                }
+            ],
+        }
+    )
+    healthy = Threshold("health", above=0, max_age=5)
+    with readiness_server() as a, readiness_server() as b:
+        for label, server in (("a", a), ("b", b)):
+            publisher.register("web", "p1", "127.0.0.1", server.server_port, label=label)
+        b.code = 500
+        with MetricCollector(make_client("collector"), config):
+            assert wait_until(
+                lambda: (
+                    app.eligible_instances("web", policy=healthy)[0].label == "a"
+                    and len(app.eligible_instances("web", policy=healthy)) == 1
+                ),
+                0.2 + 5 * MARGIN,
+                ignore=(NoInstanceAvailable,),
+            )
+            a.code = 503
+            flipped = time.monotonic()
+            assert wait_until(lambda: _unavailable(app, "web", healthy), 0.2 * 2 + 2 * MARGIN)
+            assert time.monotonic() - flipped >= 0.2  # two failures in a row, not one
+            b.code = 200
+            assert wait_until(
+                lambda: [e.label for e in app.eligible_instances("web", policy=healthy)] == ["b"],
+                0.2 * 2 + 2 * MARGIN,
+                ignore=(NoInstanceAvailable,),
+            )
+    # The verdict is a metric in /metrics (the collector's node); the status is the publisher's.
+    assert json.loads(raw_zk.get("/metrics/web/p1:b")[0])["metrics"] == {"health": 1}
+    assert json.loads(raw_zk.get("/services/web/p1:a")[0])["status"] == "up"

@@ -13,11 +13,15 @@ from collections.abc import Callable
 
 import pytest
 
-from sentinel.errors import ValidationError
+from sentinel.collector import parse_config
+from sentinel.collector.health import HealthSource
+from sentinel.errors import CollectorConfigError, ValidationError
 from sentinel.health import HealthCheck
 from sentinel.health.checks import MAX_STATUS_LINE, CheckFailed
 from sentinel.health.damping import Damper
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
+from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.records import InstanceRecord
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.httpserver import raw_server
 
@@ -251,3 +255,52 @@ def test_many_checks_share_a_few_threads() -> None:
         assert threading.active_count() < 50
     finally:
         scheduler.close()
+
+
+# --- the collector's health source -----------------------------------------------------------
+
+
+def _collection(source: dict) -> dict:
+    return {"services": [{"service": "web", "interval": "1s", "source": source}]}
+
+
+def test_the_collector_health_source_is_configured_like_the_publisher_check() -> None:
+    config = parse_config(_collection({"type": "health", "http": "/ready"}))
+    source = config.services[0].source
+    assert source.check == HealthCheck.http("/ready")
+    config = parse_config(_collection({"type": "health", "tcp": 6432, "failures_before_down": 5}))
+    assert config.services[0].source.check == HealthCheck.tcp(6432, failures_before_down=5)
+    assert parse_config(_collection({"type": "health", "tcp": True})).services[0].source.check == (
+        HealthCheck.tcp()
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ({"type": "health"}, "give exactly one of http"),
+        ({"type": "health", "http": "/r", "tcp": True}, "give exactly one of http"),
+        ({"type": "health", "http": "ftp://x/r"}, "source.http: url 'ftp://x/r'"),
+        ({"type": "health", "tcp": "5432"}, "source.tcp: port must be an integer"),
+        ({"type": "health", "tcp": False}, "source.tcp: false checks nothing"),
+        ({"type": "health", "http": "/r", "successes_before_up": 0}, "successes_before_up"),
+        ({"type": "health", "http": "/r", "interval": "1s"}, "unknown field(s) 'interval'"),
+    ],
+)
+def test_bad_health_source_configurations(source: dict, message: str) -> None:
+    with pytest.raises(CollectorConfigError) as caught:
+        parse_config(_collection(source), "c.toml")
+    assert message in str(caught.value)
+
+
+def test_the_collector_source_damps_each_instance_apart() -> None:
+    with raw_server(lambda conn: conn.close()) as port:
+        source = HealthSource(HealthCheck.tcp(failures_before_down=2))
+        up = Endpoint.from_record(InstanceRecord("web", "p1", "a", "127.0.0.1", port))
+        down = Endpoint.from_record(InstanceRecord("web", "p1", "b", "127.0.0.1", 1))
+        assert source.collect(up, 0.5) == {"health": 1}
+        assert source.collect(down, 0.5) == {"health": 0}  # the first result decides
+        assert source.collect(up, 0.5) == {"health": 1}
+    # The listener is closed: one failure is not enough to go down, two are.
+    assert source.collect(up, 0.5) == {"health": 1}
+    assert source.collect(up, 0.5) == {"health": 0}
