@@ -3,6 +3,7 @@ checks: an HTTP server that answers JSON, and a raw TCP server for endpoints tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -32,6 +33,9 @@ def raw_server(serve: Callable[[socket.socket], None]) -> Iterator[int]:
     try:
         yield listener.getsockname()[1]
     finally:
+        # shutdown first: a close alone leaves the socket listening while accept() blocks on it
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
         listener.close()
 
 

@@ -340,3 +340,28 @@ def test_the_collector_runs_the_same_check_from_outside_and_policies_read_it(mak
     # The verdict is a metric in /metrics (the collector's node); the status is the publisher's.
     assert json.loads(raw_zk.get("/metrics/web/p1:b")[0])["metrics"] == {"health": 1}
     assert json.loads(raw_zk.get("/services/web/p1:a")[0])["status"] == "up"
+
+
+def test_ls_shows_each_instance_health_source_and_state(make_client, raw_zk, cli_in_process):
+    client = make_client()
+    checked = client.register(
+        "web",
+        "p1",
+        "127.0.0.1",
+        8080,
+        label="checked",
+        health=HealthCheck.call(lambda: False, interval=0.1, timeout=0.1),
+    )
+    client.register("web", "p1", "127.0.0.1", 8081, label="plain")
+    assert _wait_status(raw_zk, checked, "down", 0.1 + MARGIN) is not None
+    table = cli_in_process("ls", "web")
+    assert table.returncode == 0, table.stderr
+    rows = {line.split()[1]: line for line in table.stdout.splitlines()[1:]}
+    assert "check:call down" in rows["checked"]
+    assert "registry up" in rows["plain"]
+    listed = json.loads(cli_in_process("ls", "web", "--json").stdout)
+    health = {i["label"]: i["health"] for i in listed["instances"]}
+    assert health == {
+        "checked": {"source": "check:call", "state": "down"},
+        "plain": {"source": "registry", "state": "up"},
+    }

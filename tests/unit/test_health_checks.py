@@ -3,6 +3,7 @@ servers on loopback, and the scheduler's bounds (hung and raising checks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -13,13 +14,16 @@ from collections.abc import Callable
 
 import pytest
 
+from sentinel.cli.watch import describe
 from sentinel.collector import parse_config
 from sentinel.collector.health import HealthSource
 from sentinel.errors import CollectorConfigError, ValidationError
+from sentinel.events import InstancesChanged
 from sentinel.health import HealthCheck
 from sentinel.health.checks import MAX_STATUS_LINE, CheckFailed
 from sentinel.health.damping import Damper
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
+from sentinel.health.sources import health_of
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.helpers import wait_until
@@ -304,3 +308,45 @@ def test_the_collector_source_damps_each_instance_apart() -> None:
     # The listener is closed: one failure is not enough to go down, two are.
     assert source.collect(up, 0.5) == {"health": 1}
     assert source.collect(up, 0.5) == {"health": 0}
+
+
+# --- what operators see ------------------------------------------------------------------------
+
+
+def test_watch_lines_name_the_health_source_unless_it_is_the_registry() -> None:
+    def endpoint(label: str, status: str = "up", health: str | None = None) -> Endpoint:
+        record = InstanceRecord("web", "p1", label, "10.0.0.1", 80, status=status, health=health)
+        return Endpoint.from_record(record)
+
+    plain, checked = endpoint("a"), endpoint("b", "starting", "check:http")
+    watched = dataclasses.replace(endpoint("c"), metrics={"health": 0})
+    event = InstancesChanged("web", added=(plain, checked, watched))
+    assert [text for _, text in describe(event)] == [
+        "+ p1:a http://10.0.0.1:80 (up)",
+        "+ p1:b http://10.0.0.1:80 (starting, check:http)",
+        "+ p1:c http://10.0.0.1:80 (up, collector down)",
+    ]
+    down = dataclasses.replace(checked, status="down")
+    assert describe(InstancesChanged("web", updated=((checked, down),))) == [
+        ("web", "~ p1:b status starting->down")
+    ]
+
+
+def test_health_of_prefers_the_publisher_check_then_the_collector_then_the_registry() -> None:
+    assert health_of("check:tcp", "down", {"health": 1}) == ("check:tcp", "down")
+    assert health_of(None, "up", {"health": 0}) == ("collector", "down")
+    assert health_of(None, "up", {"health": 1}) == ("collector", "up")
+    assert health_of(None, "draining", {"health": 1.0}) == ("registry", "draining")
+    assert health_of(None, "up", {"health": "down"}) == ("registry", "up")
+
+
+def test_a_health_source_from_the_registry_is_bounded() -> None:
+    with pytest.raises(ValidationError):
+        InstanceRecord("web", "p1", "a", "10.0.0.1", 80, health="x" * 33)
+    with pytest.raises(ValidationError):
+        InstanceRecord("web", "p1", "a", "10.0.0.1", 80, health={"nested": "object"})
+    newer = InstanceRecord("web", "p1", "a", "10.0.0.1", 80, health="check:grpc")
+    path = "/services/web/p1:a"
+    assert InstanceRecord.from_bytes("web", "p1:a", path, newer.to_bytes(path)) == newer
+    plain = InstanceRecord("web", "p1", "a", "10.0.0.1", 80)
+    assert b"health" not in plain.to_bytes(path)  # unchanged for instances without a check
