@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from sentinel.policies import Threshold
@@ -26,6 +30,7 @@ from sentinel.testing.httpserver import raw_server
 
 pytestmark = pytest.mark.integration
 
+SENTINEL = str(Path(sys.executable).with_name("sentinel"))
 # Scheduling, the write and its watch on a loaded two-core machine: the margin every "within"
 # bound below adds to what the check's settings promise.
 MARGIN = 1.0
@@ -365,3 +370,65 @@ def test_ls_shows_each_instance_health_source_and_state(make_client, raw_zk, cli
         "checked": {"source": "check:call", "state": "down"},
         "plain": {"source": "registry", "state": "up"},
     }
+
+
+def test_the_cli_publisher_holds_a_checked_registration_until_sigterm(zookeeper, namespace, raw_zk):
+    with readiness_server() as server:
+        process = subprocess.Popen(
+            [
+                SENTINEL,
+                "register",
+                "web",
+                "p1",
+                "127.0.0.1",
+                str(server.server_port),
+                "--label",
+                "sidecar",
+                "--check-http",
+                "/ready",
+                "--check-interval",
+                "0.2",
+                "--check-timeout",
+                "0.2",
+                "--zk",
+                zookeeper.connect_string,
+                "--namespace",
+                namespace,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            line = json.loads(process.stdout.readline())
+            assert line == {
+                "event": "registered",
+                "service": "web",
+                "instance": "p1:sidecar",
+                "status": "starting",
+                "health": "check:http",
+            }
+            path = "/services/web/p1:sidecar"
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "up", 5)
+            server.code = 503
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "down", 5)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(10) == 0
+            assert raw_zk.exists(path) is None
+            assert "Traceback" not in process.stderr.read()
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()
+
+
+def test_the_cli_publisher_refuses_bad_check_options_before_connecting(cli_in_process):
+    result = cli_in_process("register", "web", "p1", "127.0.0.1", "80", "--check-http", "ftp://x")
+    assert result.returncode == 2
+    assert "url 'ftp://x'" in result.stderr
+    result = cli_in_process(
+        "register", "web", "p1", "127.0.0.1", "80", "--check-tcp", "--check-timeout", "9"
+    )
+    assert result.returncode == 2 and "timeout" in result.stderr
