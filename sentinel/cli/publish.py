@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from sentinel.cli.common import event_printer, run_daemon
 from sentinel.health import HealthCheck
+from sentinel.health.checks import Schedule
 from sentinel.registry.layout import sanitize_name
 
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 def health_check(args: argparse.Namespace) -> HealthCheck | None:
     """The check the options ask for, if any (a ValidationError, exit 2, if a value is bad)."""
-    settings = {
+    settings: Schedule = {
         "interval": args.check_interval,
         "timeout": args.check_timeout,
         "failures_before_down": args.failures_before_down,

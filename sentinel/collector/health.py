@@ -38,6 +38,7 @@ from sentinel.health.checks import (
     DEFAULT_FAILURES_BEFORE_DOWN,
     DEFAULT_SUCCESSES_BEFORE_UP,
     HealthCheck,
+    Schedule,
 )
 from sentinel.health.damping import UP, Damper
 from sentinel.registry.endpoint import Endpoint
@@ -71,9 +72,14 @@ class HealthSource:
         tcp = options.get("tcp", None)
         if (http is None) == (tcp is None):
             raise options.error("http", "give exactly one of http (a path or URL) and tcp")
-        failures = options.number("failures_before_down", DEFAULT_FAILURES_BEFORE_DOWN, minimum=1)
-        successes = options.number("successes_before_up", DEFAULT_SUCCESSES_BEFORE_UP, minimum=1)
-        thresholds = {"failures_before_down": failures, "successes_before_up": successes}
+        thresholds: Schedule = {
+            "failures_before_down": options.number(
+                "failures_before_down", DEFAULT_FAILURES_BEFORE_DOWN, minimum=1
+            ),
+            "successes_before_up": options.number(
+                "successes_before_up", DEFAULT_SUCCESSES_BEFORE_UP, minimum=1
+            ),
+        }
         try:
             if http is not None:
                 check = HealthCheck.http(http, **thresholds)

@@ -22,6 +22,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from sentinel import validation as check
 from sentinel.errors import SentinelError, ValidationError
@@ -44,6 +45,16 @@ MAX_URL = 2048
 # many bytes is a failure, not a reason to read on.
 MAX_STATUS_LINE = 1024
 KINDS = ("http", "tcp", "call")
+
+
+class Schedule(TypedDict, total=False):
+    """The settings every check takes, as keywords of :meth:`HealthCheck.http`,
+    :meth:`HealthCheck.tcp` and :meth:`HealthCheck.call` (defaults: :class:`HealthCheck`'s)."""
+
+    interval: float
+    timeout: float
+    failures_before_down: int
+    successes_before_up: int
 
 
 class CheckFailed(SentinelError):
@@ -91,71 +102,27 @@ class HealthCheck:
             )
 
     @classmethod
-    def http(
-        cls,
-        url: str = "/",
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
-        failures_before_down: int = DEFAULT_FAILURES_BEFORE_DOWN,
-        successes_before_up: int = DEFAULT_SUCCESSES_BEFORE_UP,
-    ) -> HealthCheck:
+    def http(cls, url: str = "/", **schedule: Unpack[Schedule]) -> HealthCheck:
         """``GET url``: passes on a 2xx status. A path (``"/ready"``) is asked of the instance
         itself (``http://<host>:<port>/ready``); a full ``http://`` or ``https://`` URL is
-        asked as it is."""
-        return cls(
-            "http",
-            url=url,
-            interval=interval,
-            timeout=timeout,
-            failures_before_down=failures_before_down,
-            successes_before_up=successes_before_up,
-        )
+        asked as it is. ``schedule``: ``interval``, ``timeout``, ``failures_before_down``,
+        ``successes_before_up`` (:class:`Schedule`)."""
+        return cls("http", url=url, **schedule)
 
     @classmethod
     def tcp(
-        cls,
-        port: int | None = None,
-        *,
-        host: str | None = None,
-        interval: float = DEFAULT_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
-        failures_before_down: int = DEFAULT_FAILURES_BEFORE_DOWN,
-        successes_before_up: int = DEFAULT_SUCCESSES_BEFORE_UP,
+        cls, port: int | None = None, *, host: str | None = None, **schedule: Unpack[Schedule]
     ) -> HealthCheck:
         """Passes when a TCP connection to ``host:port`` opens (default: the instance's own
         host and port); the connection is closed at once, nothing is sent."""
-        return cls(
-            "tcp",
-            host=host,
-            port=port,
-            interval=interval,
-            timeout=timeout,
-            failures_before_down=failures_before_down,
-            successes_before_up=successes_before_up,
-        )
+        return cls("tcp", host=host, port=port, **schedule)
 
     @classmethod
-    def call(
-        cls,
-        function: Callable[[], bool | None],
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        timeout: float = DEFAULT_TIMEOUT,
-        failures_before_down: int = DEFAULT_FAILURES_BEFORE_DOWN,
-        successes_before_up: int = DEFAULT_SUCCESSES_BEFORE_UP,
-    ) -> HealthCheck:
+    def call(cls, function: Callable[[], bool | None], **schedule: Unpack[Schedule]) -> HealthCheck:
         """``function()``: passes when it returns True or None, fails when it raises or
         returns anything else. It runs on a check thread; one that overruns ``timeout``
         counts as a failure and is not called again until it has returned."""
-        return cls(
-            "call",
-            function=function,
-            interval=interval,
-            timeout=timeout,
-            failures_before_down=failures_before_down,
-            successes_before_up=successes_before_up,
-        )
+        return cls("call", function=function, **schedule)
 
     @property
     def source(self) -> str:

@@ -65,6 +65,13 @@ def readiness_server() -> Iterator[_Readiness]:
         server.server_close()
 
 
+def _register_called(client, label: str, function, interval: float, port: int = 8080):
+    """Register ``web``/``p1``/``label`` with a call check of ``function`` every ``interval``
+    seconds, bounded by as much."""
+    health = HealthCheck.call(function, interval=interval, timeout=interval)
+    return client.register("web", "p1", "127.0.0.1", port, label=label, health=health)
+
+
 def _unavailable(client, service: str, policy=None) -> bool:
     try:
         client.eligible_instances(service, policy=policy)
@@ -125,14 +132,7 @@ def test_a_noisy_check_does_not_flap(make_client, raw_zk):
         return results[-1]
 
     client = make_client()
-    registration = client.register(
-        "web",
-        "p1",
-        "127.0.0.1",
-        8080,
-        label="noisy",
-        health=HealthCheck.call(noisy, interval=0.1, timeout=0.1),
-    )
+    registration = _register_called(client, "noisy", noisy, 0.1)
     assert wait_until(lambda: len(results) >= 80, 80 * 0.1 + 10 * MARGIN)
     assert _status(raw_zk, registration) == "up"
     assert raw_zk.exists(registration.path).version == 1  # starting -> up, nothing since
@@ -209,14 +209,7 @@ def test_a_raising_or_never_returning_callable_is_a_failure_logged_once(
     caplog.set_level("INFO", logger="sentinel.health")
     try:
         regs = {
-            name: client.register(
-                "db",
-                "p1",
-                "127.0.0.1",
-                5432 + i,
-                label=name,
-                health=HealthCheck.call(function, interval=0.1, timeout=0.1),
-            )
+            name: _register_called(client, name, function, 0.1, port=5432 + i)
             for i, (name, function) in enumerate(
                 (("raise", raising), ("hang", hanging), ("ok", fine))
             )
@@ -244,14 +237,7 @@ def test_a_check_never_overrides_a_drain(make_client, raw_zk):
         return healthy.is_set()
 
     client = make_client()
-    registration = client.register(
-        "web",
-        "p1",
-        "127.0.0.1",
-        8080,
-        label="a",
-        health=HealthCheck.call(check, interval=0.1, timeout=0.1),
-    )
+    registration = _register_called(client, "a", check, 0.1)
     assert _wait_status(raw_zk, registration, "up", 0.1 + MARGIN) is not None
     client.update_registration(registration, status="draining")
     version = raw_zk.exists(registration.path).version
@@ -274,14 +260,7 @@ def test_deregistration_stops_the_check_and_close_stops_its_threads(make_client,
 
     client = make_client()
     before = threading.active_count()
-    registration = client.register(
-        "web",
-        "p1",
-        "127.0.0.1",
-        8080,
-        label="a",
-        health=HealthCheck.call(check, interval=0.05, timeout=0.05),
-    )
+    registration = _register_called(client, "a", check, 0.05)
     assert _wait_status(raw_zk, registration, "up", 0.05 + MARGIN) is not None
     assert client.deregister(registration)
     count = calls[0]
@@ -349,14 +328,7 @@ def test_the_collector_runs_the_same_check_from_outside_and_policies_read_it(mak
 
 def test_ls_shows_each_instance_health_source_and_state(make_client, raw_zk, cli_in_process):
     client = make_client()
-    checked = client.register(
-        "web",
-        "p1",
-        "127.0.0.1",
-        8080,
-        label="checked",
-        health=HealthCheck.call(lambda: False, interval=0.1, timeout=0.1),
-    )
+    checked = _register_called(client, "checked", lambda: False, 0.1)
     client.register("web", "p1", "127.0.0.1", 8081, label="plain")
     assert _wait_status(raw_zk, checked, "down", 0.1 + MARGIN) is not None
     table = cli_in_process("ls", "web")
