@@ -141,7 +141,7 @@ def test_http_probe_refuses_garbage() -> None:
         assert isinstance(failure, CheckFailed) and "no status line" in str(failure)
 
 
-def test_http_probe_is_bounded_by_its_timeout_against_a_silent_or_drippingraw_server() -> None:
+def test_http_probe_is_bounded_by_its_timeout_against_a_silent_or_dripping_server() -> None:
     def silent(conn: socket.socket) -> None:
         time.sleep(5)  # holds the connection open and says nothing
         conn.close()
