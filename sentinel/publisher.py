@@ -143,7 +143,8 @@ class Publisher:
         (:class:`~sentinel.health.readiness.Readiness`); without, a check the same identity
         had is stopped.
         """
-        if check.instance("health", health, HealthCheck) is not None:
+        check.instance("health", health, HealthCheck)  # before anything is written
+        if health is not None:
             status = "starting" if instance.status == "up" else instance.status
             instance = dataclasses.replace(instance, status=status, health=health.source)
         with self._lock:

@@ -104,7 +104,14 @@ class CheckScheduler:
     def _dispatch(self, scheduled: ScheduledCheck, run: int) -> None:
         """Queue a run and make sure a worker will take it. Holds the lock."""
         self._ready.append((scheduled, run))
-        if self._idle > len(self._ready) - 1:
+        self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        """Have a worker take the queued runs: an idle one, else a new one while fewer than
+        ``workers`` are not stuck in a hung run. Holds the lock."""
+        if not self._ready:
+            return
+        if self._idle >= len(self._ready):
             self._work_wake.notify()
         elif self._threads - self._stuck < self._size:
             self._threads += 1
@@ -145,14 +152,11 @@ class CheckScheduler:
     def _overrun(self, scheduled: ScheduledCheck, due: list[tuple[ScheduledCheck, str]]) -> None:
         """A run is past its deadline. Holds the lock."""
         run, scheduled._run = scheduled._run, None
+        assert run is not None  # only a run in flight has a deadline
         if scheduled._running:
             scheduled._hung = True
             self._stuck += 1
-            if self._ready and self._idle == 0 and self._threads - self._stuck < self._size:
-                self._threads += 1  # a replacement, so the other checks keep their workers
-                threading.Thread(
-                    target=self._work, name=f"{self._name}-worker", daemon=True
-                ).start()
+            self._wake_worker()  # a replacement, so the other checks keep their workers
             due.append((scheduled, f"no result within its timeout of {scheduled.timeout:g} s"))
         else:
             self._ready.remove((scheduled, run))
