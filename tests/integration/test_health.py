@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from sentinel.policies import Threshold
 
 from sentinel import HealthCheck
@@ -72,6 +73,12 @@ def _register_called(client, label: str, function, interval: float, port: int = 
     return client.register("web", "p1", "127.0.0.1", port, label=label, health=health)
 
 
+def _sample(name: str, **labels: str) -> float:
+    """A health metric of service ``web``'s HTTP checks as the client's registry exports it."""
+    value = REGISTRY.get_sample_value(name, {"service": "web", "source": "check:http", **labels})
+    return value or 0.0
+
+
 def _unavailable(client, service: str, policy=None) -> bool:
     try:
         client.eligible_instances(service, policy=policy)
@@ -103,11 +110,14 @@ def test_status_follows_a_flipping_readiness_endpoint(make_client, raw_zk):
         assert _wait_status(raw_zk, registration, "up", check.timeout + MARGIN) is not None
         assert client.get_service("web").port == server.server_port
 
+        downs = _sample("sentinel_health_status_changes_total", status="down")
         server.code = 503
         flipped = time.monotonic()
         assert _wait_status(raw_zk, registration, "down", 0.2 * 3 + MARGIN) is not None
         took = time.monotonic() - flipped
         assert took >= 0.2 * 2, f"down after {took:.2f} s: fewer than 3 failures in a row"
+        assert _sample("sentinel_health_status_changes_total", status="down") == downs + 1
+        assert _sample("sentinel_health_checks_down") == 1
         assert wait_until(lambda: _unavailable(client, "web"), MARGIN)
 
         server.code = 200
@@ -117,6 +127,7 @@ def test_status_follows_a_flipping_readiness_endpoint(make_client, raw_zk):
         assert took >= 0.2 * 1, f"up after {took:.2f} s: fewer than 2 passes in a row"
         # Three state changes, three writes: starting -> up -> down -> up.
         assert raw_zk.exists(registration.path).version == 3
+        assert _sample("sentinel_health_checks_down") == 0
 
 
 def test_a_noisy_check_does_not_flap(make_client, raw_zk):
