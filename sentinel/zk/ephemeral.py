@@ -367,7 +367,20 @@ class EphemeralNodes:
     def _write(
         self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
     ) -> None:
+        known = self._known(path)
         self._seen.pop(path, None)  # our own write changes the version: read it again
+        if known is not None and known[0]:
+            # Known to be ours at that version (a followed node, nothing heard since its
+            # watch read it): one conditional set, the only write an update makes (the
+            # create below would be a failed write first). A node changed or taken over
+            # since is at another version (below _TRUSTED_VERSIONS a successor is always one
+            # above; past it, it would need as many writes of its own while this set is in
+            # flight): then the general path below, which reads who holds it.
+            try:
+                self._zk.set(path, data, version=known[1])
+                return
+            except (BadVersionError, NoNodeError):
+                pass
         prepare = self._prepare.get(path)
         if prepare is not None:  # every write, a re-creation after an expiry too
             prepare()
