@@ -197,12 +197,20 @@ class Publisher:
         """A readiness check's status write: only over a status a check owns, and only while
         the registration lives (a deregistration holds the lock while it removes)."""
         with self._lock:
+            # The kept bytes first: a drain the ephemeral worker adopts after this read makes
+            # the put skip (the worker takes no lock of ours, so it can come between any two
+            # lines here), and one adopted before it is in the registration read next
+            # (_adopt_status stores the registration before the worker stores the bytes).
+            kept = self._nodes.kept(path)
             mine = self._registrations.get(path)
-            if mine is None or mine.instance.status == status:
+            if kept is None or mine is None or mine.instance.status == status:
                 return
             if mine.instance.status not in CHECKED_STATUSES:
                 return  # draining: an operator's or the application's, never a check's
-            self._publish(dataclasses.replace(mine.instance, status=status), False)
+            instance = dataclasses.replace(mine.instance, status=status)
+            take_over = self._same_endpoint(instance, path)
+            if self._nodes.put(path, instance.to_bytes(path), may_take_over=take_over, expect=kept):
+                self._registrations[path] = Registration(instance, path)
 
     def close(self) -> None:
         """Stop the readiness checks (the registrations end with the session)."""
