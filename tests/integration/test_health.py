@@ -28,6 +28,7 @@ from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.health.damping import Damper
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.httpserver import raw_server
+from sentinel.zk.ephemeral import EphemeralNodes
 
 pytestmark = pytest.mark.integration
 
@@ -415,3 +416,20 @@ def test_the_cli_publisher_refuses_bad_check_options_before_connecting(cli_in_pr
         "register", "web", "p1", "127.0.0.1", "80", "--check-tcp", "--check-timeout", "9"
     )
     assert result.returncode == 2 and "timeout" in result.stderr
+
+
+def test_a_write_based_on_what_was_kept_is_skipped_once_that_changed(raw_zk):
+    """The guard of a check's status write (EphemeralNodes.put(expect=)): a change computed
+    from what was kept is not written over what replaced it since (a drain adopted meanwhile)."""
+    nodes = EphemeralNodes(raw_zk)
+    nodes.start()
+    try:
+        assert nodes.put("/guarded", b"up")
+        base = nodes.kept("/guarded")
+        assert nodes.put("/guarded", b"draining")  # what the drain's adoption keeps
+        assert not nodes.put("/guarded", b"down", expect=base)
+        assert raw_zk.get("/guarded")[0] == b"draining"
+        assert nodes.put("/guarded", b"down", expect=nodes.kept("/guarded"))
+        assert raw_zk.get("/guarded")[0] == b"down"
+    finally:
+        nodes.close(5)
