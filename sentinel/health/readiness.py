@@ -66,8 +66,7 @@ class Readiness:
         self._pending: set[str] = set()
         self._wake = threading.Event()
         self._closed = False
-        self._scheduler: CheckScheduler | None = None
-        self._writer: threading.Thread | None = None
+        self._scheduler: CheckScheduler | None = None  # and the writer, on the first follow
 
     def follow(self, path: str, service: str, host: str, port: int, check: HealthCheck) -> None:
         """Run ``check`` against ``host:port`` for the registration at ``path`` (replacing the
@@ -86,10 +85,9 @@ class Readiness:
             self._followed[path] = followed
             if self._scheduler is None:
                 self._scheduler = CheckScheduler()
-                self._writer = threading.Thread(
+                threading.Thread(
                     target=self._write_loop, name="sentinel-health-writer", daemon=True
-                )
-                self._writer.start()
+                ).start()
             scheduler = self._scheduler
         scheduler.add(followed.scheduled)
 
@@ -108,12 +106,6 @@ class Readiness:
             telemetry.HEALTH_DOWN.labels(followed.service, followed.check.source).dec()
         if followed.scheduled is not None and self._scheduler is not None:
             self._scheduler.remove(followed.scheduled)
-
-    def state(self, path: str) -> str | None:
-        """The damped state of the registration's check (``up``, ``down``, None before its
-        first result or without a check)."""
-        followed = self._followed.get(path)
-        return None if followed is None else followed.damper.state
 
     def close(self) -> None:
         """Stop every check and the writer (a write in progress finishes)."""
