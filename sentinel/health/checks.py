@@ -16,6 +16,7 @@ anything else (redirects included: a login page is not readiness) fails.
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import time
@@ -159,9 +160,14 @@ def _check_port(port: object) -> None:
 
 def _check_url(url: object) -> None:
     if not isinstance(url, str) or not url:
-        raise ValidationError(f"url must be a non-empty string, not {url!r}")
+        raise ValidationError(f"url must be a non-empty string, not {type(url).__name__}")
     if len(url) > MAX_URL:
         raise ValidationError(f"url is {len(url)} characters long; at most {MAX_URL}")
+    # The URL is in the check's repr and in every failure's log line: no place for a password,
+    # and no message below may repeat a URL that holds one.
+    authority = re.split(r"[/?#]", url.partition("//")[2], maxsplit=1)[0]
+    if not url.startswith("/") and "@" in authority:
+        raise ValidationError("a check's url must not hold credentials (user:password@)")
     # Sent as the request line: a space or control character would let a URL write headers.
     if not url.isascii() or not url.isprintable() or " " in url:
         raise ValidationError(
@@ -169,15 +175,15 @@ def _check_url(url: object) -> None:
         )
     if url.startswith("/"):
         return
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 (urllib validates the port when it is read)
+    except ValueError as exc:
+        raise ValidationError(f"url {url!r}: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationError(
             f"url {url!r} must be a path ('/ready') or an http:// or https:// URL with a host"
         )
-    try:
-        parts.port  # noqa: B018 (urllib validates the port when it is read)
-    except ValueError as exc:
-        raise ValidationError(f"url {url!r}: {exc}") from None
 
 
 def _absolute(url: str, host: str, port: int) -> str:
@@ -210,7 +216,7 @@ def _http(url: str, timeout: float) -> None:
             sock.settimeout(_left(deadline))
             sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        netloc = parts.netloc.rpartition("@")[2]  # never send credentials of the URL
+        netloc = parts.netloc
         request = (
             f"GET {target} HTTP/1.1\r\nHost: {netloc}\r\nUser-Agent: sentinel-health\r\n"
             "Accept: */*\r\nConnection: close\r\n\r\n"

@@ -48,6 +48,7 @@ from sentinel.testing.httpserver import raw_server
         lambda: HealthCheck.http("ftp://host/ready"),
         lambda: HealthCheck.http("http:///ready"),
         lambda: HealthCheck.http("http://host:99999/ready"),
+        lambda: HealthCheck.http("http://admin:s3cret@host/ready"),
         lambda: HealthCheck.http("/ready HTTP/1.1\r\nX-Injected: 1"),
         lambda: HealthCheck.http("/r\u00e9ady"),
         lambda: HealthCheck.http("/" + "a" * 3000),
@@ -63,6 +64,17 @@ from sentinel.testing.httpserver import raw_server
 def test_bad_parameters_are_a_validation_error(build: Callable[[], HealthCheck]) -> None:
     with pytest.raises(ValidationError):
         build()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://admin:s3cret@host/ready", "ftp://admin:s3cret@host", "http://s3cret@b?x"]
+)
+def test_a_url_with_credentials_is_refused_without_repeating_them(url: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        HealthCheck.http(url)
+    assert "s3cret" not in str(caught.value) and "credentials" in str(caught.value)
+    assert HealthCheck.http("/users/@me/ready").url == "/users/@me/ready"  # a path may hold @
+    assert HealthCheck.http("http://host/ready?by=a@b").url == "http://host/ready?by=a@b"
 
 
 def test_defaults_and_sources() -> None:
