@@ -26,7 +26,7 @@ from sentinel import HealthCheck
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.health.damping import Damper
-from sentinel.testing.helpers import wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 from sentinel.testing.httpserver import raw_server
 from sentinel.zk.ephemeral import EphemeralNodes
 
@@ -433,3 +433,21 @@ def test_a_write_based_on_what_was_kept_is_skipped_once_that_changed(raw_zk):
         assert raw_zk.get("/guarded")[0] == b"down"
     finally:
         nodes.close(5)
+
+
+def test_a_session_expiry_restores_the_checked_status_and_the_check_goes_on(make_client, raw_zk):
+    healthy = threading.Event()
+    client = make_client()
+    registration = _register_called(client, "a", healthy.is_set, 0.1)
+    assert _wait_status(raw_zk, registration, "down", 0.1 + MARGIN) is not None
+    old = expire_session(client)
+    # Re-created by the new session with the status the check had published, not `starting`.
+    assert wait_until(
+        lambda: (
+            (stat := raw_zk.exists(registration.path)) is not None and stat.ephemeralOwner != old
+        ),
+        10,
+    )
+    assert _status(raw_zk, registration) == "down"
+    healthy.set()
+    assert _wait_status(raw_zk, registration, "up", 0.1 * 2 + MARGIN) is not None
