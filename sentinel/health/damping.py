@@ -4,10 +4,11 @@ This is Consul's rule (``failures_before_critical`` / ``success_before_passing``
 changes only after ``failures_before_down`` failures in a row, or ``successes_before_up``
 passes in a row, and any result of the other kind starts the count again. A state therefore
 lasts at least that many intervals, which bounds the writes one instance can cause under any
-noise to one per ``min(failures_before_down, successes_before_up)`` intervals; an endpoint
-that fails a few percent of the time at random never goes down (docs/health.md works the
-numbers). The first result sets the state at once: before it the state is unknown (the
-instance is published ``starting``, not served), and there is nothing to protect from a flap.
+noise to one per ``min(failures_before_down, successes_before_up)`` intervals, and an endpoint
+that fails at random now and then rarely goes down: with 3 failures needed, 1 % of failures
+takes it down once in a million results (docs/health.md works the numbers). The first
+result sets the state at once: before it the state is unknown (the instance is published
+``starting``, not served), and there is nothing to protect from a flap.
 """
 
 from __future__ import annotations
