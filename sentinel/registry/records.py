@@ -422,17 +422,20 @@ class InstanceRecord:
         if self.zone is not None:
             validate_name("zone", self.zone)
         object.__setattr__(self, "properties", _properties(self.properties))
-        if self.health is not None and (
-            not isinstance(self.health, str)
-            or not 0 < len(self.health) <= MAX_HEALTH_SOURCE
-            or not self.health.isascii()
-            or not self.health.isprintable()
-            or " " in self.health
-        ):
-            raise ValidationError(
-                f"health {self.health!r} is not a health source (e.g. 'check:http': "
-                f"printable ASCII, no spaces, {MAX_HEALTH_SOURCE} characters at most)"
-            )
+        if self.health is not None:
+            if not isinstance(self.health, str):
+                raise ValidationError(f"health must be a string, not {type(self.health).__name__}")
+            if (
+                not 0 < len(self.health) <= MAX_HEALTH_SOURCE
+                or not self.health.isascii()
+                or not self.health.isprintable()
+                or " " in self.health
+            ):
+                raise ValidationError(
+                    f"health {self.health[:MAX_HEALTH_SOURCE]!r} is not a health source (e.g. "
+                    f"'check:http': printable ASCII, no spaces, {MAX_HEALTH_SOURCE} characters "
+                    "at most)"
+                )
 
     def to_bytes(self, path: str) -> bytes:
         """The node's value (``health`` only when there is one: the node of an instance
