@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         ServiceSpecChanged,
         ShardKeysChanged,
     )
+    from sentinel.health import HealthCheck
     from sentinel.publisher import Registration
     from sentinel.registry.endpoint import Endpoint
     from sentinel.registry.records import InstanceRecord, ServiceSpec
@@ -60,6 +61,7 @@ _EXPORTS = {
     "EventsMissed": "sentinel.aio",
     "Endpoint": "sentinel.registry.endpoint",
     "Registration": "sentinel.publisher",
+    "HealthCheck": "sentinel.health",
     "InstanceRecord": "sentinel.registry.records",
     "ServiceSpec": "sentinel.registry.records",
     "TlsConfig": "sentinel.zk.tls",
@@ -106,6 +108,7 @@ __all__ = [
     "ConnectionChanged",
     "Endpoint",
     "EventsMissed",
+    "HealthCheck",
     "InstanceRecord",
     "InstancesChanged",
     "MetricsChanged",

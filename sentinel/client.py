@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import logging
 import os
@@ -39,6 +38,7 @@ from sentinel.errors import (
 )
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
+from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
 from sentinel.registry.curator import holds_instance
@@ -465,6 +465,7 @@ class Sentinel(OldMethodNames):
         zone: str | None = None,
         status: str = "up",
         properties: Mapping[str, Any] | None = None,
+        health: HealthCheck | None = None,
     ) -> Registration:
         """Publish a live instance of ``service`` serving ``partition`` at ``host:port``.
 
@@ -484,6 +485,10 @@ class Sentinel(OldMethodNames):
         declare, raises :class:`~sentinel.errors.ValidationError`. The spec is read on this
         client's first registration of the service and kept. Invalid input raises
         :class:`~sentinel.errors.ValidationError` before anything is written.
+
+        ``health`` (:class:`~sentinel.health.HealthCheck`) makes the status follow a readiness
+        check: published ``starting``, then ``up`` or ``down`` as the check says, damped
+        (``docs/health.md``).
         """
         self.session.require_writable()
         instance = InstanceRecord(
@@ -498,7 +503,9 @@ class Sentinel(OldMethodNames):
             zone=zone,
             properties=properties,
         )
-        return self.session.publisher.register(instance, inherit_scheme=scheme is None)
+        return self.session.publisher.register(
+            instance, inherit_scheme=scheme is None, health=health
+        )
 
     @translate_zk_errors
     def update_registration(self, registration: Registration, **changes: Any) -> Registration:
@@ -514,11 +521,7 @@ class Sentinel(OldMethodNames):
         allowed = {"status", "weight", "zone", "properties"}
         if not changes.keys() <= allowed:
             raise ValidationError(f"only {sorted(allowed)} can change; got {sorted(changes)}")
-        # From the registration as published now: a status an operator set since (`sentinel
-        # drain`) is kept unless ``status`` is among the changes.
-        current = self.session.publisher.current(registration).instance
-        instance = dataclasses.replace(current, **changes)
-        return self.session.publisher.register(instance)
+        return self.session.publisher.update(registration, changes)
 
     def deregister(self, registration: Registration, *, wait: float = 0.0) -> bool:
         """Remove the instance, then wait ``wait`` seconds for every client to see it gone;

@@ -1,7 +1,8 @@
 """Registering service instances: ephemeral nodes under ``/services/<service>``.
 
 Instances are kept by :class:`~sentinel.zk.ephemeral.EphemeralNodes`, so they come back by
-themselves after a session expiry and take over stale nodes of older sessions.
+themselves after a session expiry and take over stale nodes of older sessions. An instance
+registered with a readiness check has its status follow it (:mod:`sentinel.health.readiness`).
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel import shards
+from sentinel import validation as check
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.errors import (
     AccessDenied,
@@ -25,6 +28,8 @@ from sentinel.errors import (
     ShardPolicyNotFound,
     ValidationError,
 )
+from sentinel.health.checks import HealthCheck
+from sentinel.health.readiness import CHECKED_STATUSES, Readiness
 from sentinel.registry.layout import host_key, instance_name, instance_path, service_path
 from sentinel.registry.records import InstanceRecord, ServiceSpec
 from sentinel.zk.ephemeral import EphemeralNodes
@@ -62,6 +67,12 @@ class Publisher:
         self._zk = zk
         self._nodes = nodes
         self._registrations: dict[str, Registration] = {}
+        # Serialises the read-modify-write of a registration (an update, a check's status
+        # write, a deregistration), so that none undoes another or re-creates a removed node.
+        # Never taken on kazoo's thread nor by the ephemeral worker (which holds its own lock
+        # while it calls _adopt_status).
+        self._lock = threading.Lock()
+        self._readiness = Readiness(self._published_status, self._set_checked_status)
         # Each service's spec and the partitions its shard policy declares (None: any), read
         # on the first registration and kept: specs and shard policies never change in place
         # (ensure_* refuse other settings), so later registrations cost no extra read.
@@ -112,7 +123,13 @@ class Publisher:
         except AccessDenied as exc:  # says which node, which right and who may repair it
             log.warning("%s; until then its clients cannot announce themselves", exc)
 
-    def register(self, instance: InstanceRecord, *, inherit_scheme: bool = False) -> Registration:
+    def register(
+        self,
+        instance: InstanceRecord,
+        *,
+        inherit_scheme: bool = False,
+        health: HealthCheck | None = None,
+    ) -> Registration:
         """Publish ``instance``, creating its service spec if it is missing.
 
         The instance must agree with its service's spec: with ``inherit_scheme`` it takes the
@@ -120,23 +137,84 @@ class Publisher:
         the service's shard policy does not declare is one too. Nothing is written then. The
         spec is read on the service's first registration by this client and kept, so only
         that one costs a round trip more.
+
+        With ``health``, the instance is published ``starting`` (unless its status is
+        ``draining`` or ``down``) and its status then follows the check
+        (:class:`~sentinel.health.readiness.Readiness`); without, a check the same identity
+        had is stopped.
         """
+        check.instance("health", health, HealthCheck)  # before anything is written
+        if health is not None:
+            status = "starting" if instance.status == "up" else instance.status
+            instance = dataclasses.replace(instance, status=status, health=health.source)
+        with self._lock:
+            registration = self._publish(instance, inherit_scheme)
+            if health is None:
+                self._readiness.forget(registration.path)
+            else:
+                self._readiness.follow(
+                    registration.path,
+                    registration.service,
+                    registration.instance.host,
+                    registration.instance.port,
+                    health,
+                )
+        log.info("registered %s (%s:%d)", registration.path, instance.host, instance.port)
+        return registration
+
+    def update(self, registration: Registration, changes: Mapping[str, object]) -> Registration:
+        """Publish ``changes`` to the registration as published now (a status another client
+        set since is kept unless ``status`` is among them); its check, if any, goes on."""
+        with self._lock:
+            current = self.current(registration).instance
+            return self._publish(dataclasses.replace(current, **changes), False)  # type: ignore[arg-type]
+
+    def _publish(self, instance: InstanceRecord, inherit_scheme: bool) -> Registration:
         path = instance_path(instance.service, instance.partition, instance.label)
         data = instance.to_bytes(path)  # validates the size before anything (a spec) is written
         conformed = self._conform(instance, inherit_scheme)
-        check = self._same_endpoint(conformed, path)
+        take_over = self._same_endpoint(conformed, path)
         try:
-            self._nodes.put(path, _value_of(conformed, instance, data, path), may_take_over=check)
+            self._nodes.put(
+                path, _value_of(conformed, instance, data, path), may_take_over=take_over
+            )
         except NoNodeError:  # the service was removed since its spec was read: start over
             self._targets.pop(instance.service, None)
             conformed = self._conform(instance, inherit_scheme)
-            self._nodes.put(path, _value_of(conformed, instance, data, path), may_take_over=check)
-        instance = conformed
-        registration = Registration(instance, path)
+            self._nodes.put(
+                path, _value_of(conformed, instance, data, path), may_take_over=take_over
+            )
+        registration = Registration(conformed, path)
         self._registrations[path] = registration
         self._nodes.follow(path, functools.partial(self._adopt_status, path))
-        log.info("registered %s (%s:%d)", path, instance.host, instance.port)
         return registration
+
+    def _published_status(self, path: str) -> str | None:
+        mine = self._registrations.get(path)
+        return None if mine is None else mine.instance.status
+
+    def _set_checked_status(self, path: str, status: str) -> None:
+        """A readiness check's status write: only over a status a check owns, and only while
+        the registration lives (a deregistration holds the lock while it removes)."""
+        with self._lock:
+            # The kept bytes first: a drain the ephemeral worker adopts after this read makes
+            # the put skip (the worker takes no lock of ours, so it can come between any two
+            # lines here), and one adopted before it is in the registration read next
+            # (_adopt_status stores the registration before the worker stores the bytes).
+            kept = self._nodes.kept(path)
+            mine = self._registrations.get(path)
+            if kept is None or mine is None or mine.instance.status == status:
+                return
+            if mine.instance.status not in CHECKED_STATUSES:
+                return  # draining: an operator's or the application's, never a check's
+            instance = dataclasses.replace(mine.instance, status=status)
+            take_over = self._same_endpoint(instance, path)
+            if self._nodes.put(path, instance.to_bytes(path), may_take_over=take_over, expect=kept):
+                self._registrations[path] = Registration(instance, path)
+
+    def close(self) -> None:
+        """Stop the readiness checks (the registrations end with the session)."""
+        self._readiness.close()
 
     def current(self, registration: Registration) -> Registration:
         """``registration`` as this client publishes it now: with the status another client
@@ -256,11 +334,14 @@ class Publisher:
 
     def deregister(self, registration: Registration) -> bool:
         """Remove a registration; False if this client did not hold it (already deregistered)."""
-        if registration.path not in self._registrations:
-            return False
-        # Forgotten only once removed: a deregistration the connection interrupted is retried.
-        self._nodes.remove(registration.path)
-        self._registrations.pop(registration.path, None)
+        with self._lock:
+            if registration.path not in self._registrations:
+                return False
+            self._readiness.forget(registration.path)
+            # Forgotten only once removed: a deregistration the connection interrupted is
+            # retried.
+            self._nodes.remove(registration.path)
+            self._registrations.pop(registration.path, None)
         log.info("deregistered %s", registration.path)
         return True
 

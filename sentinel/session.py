@@ -575,6 +575,7 @@ class Session:
         drain = _CLOSE_DRAIN_SECONDS if self.cache.connection_state == "connected" else 0.0
         drain_until = time.monotonic() + drain
         try:
+            self.publisher.close()  # no status write of a readiness check from here on
             self.cache.close(timeout=drain)
             if self._snapshot_writer is not None:
                 self._snapshot_writer.close()

@@ -206,6 +206,20 @@ AGENT_ERRORS = Counter(
     ["where"],
     registry=None,
 )
+HEALTH_CHANGES = Counter(
+    "sentinel_health_status_changes_total",
+    "Changes of an instance's status made by its readiness check in this process, by service, "
+    "health source (check:http, check:tcp, check:call) and the new status (up, down).",
+    ["service", "source", "status"],
+    registry=None,
+)
+HEALTH_DOWN = Gauge(
+    "sentinel_health_checks_down",
+    "Instances registered by this process whose readiness check has them down, by service and "
+    "health source.",
+    ["service", "source"],
+    registry=None,
+)
 
 EVENT_METRICS = (
     PROPAGATION_DELAY,
@@ -226,6 +240,8 @@ EVENT_METRICS = (
     AGENT_IDENTITIES_REFUSED,
     AGENT_UNSENT,
     AGENT_ERRORS,
+    HEALTH_CHANGES,
+    HEALTH_DOWN,
 )
 
 

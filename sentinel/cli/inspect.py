@@ -20,6 +20,7 @@ from sentinel.cli.options import (
     EXIT_OK,
 )
 from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
+from sentinel.health.sources import health_of
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.reads import list_services, read_metrics, read_service
@@ -45,10 +46,13 @@ def _instance_document(
     record: InstanceRecord | Endpoint, metrics: MetricsRecord | None
 ) -> dict[str, Any]:
     shown = {name: getattr(record, name) for name in RECORD_FIELDS if name != "service"}
+    values = metrics.values if metrics else {}
+    source, state = health_of(record.health, record.status, values)
     return {
         **shown,
+        "health": {"source": source, "state": state},
         "properties": dict(record.properties),
-        "metrics": dict(metrics.values) if metrics else {},
+        "metrics": dict(values),
         "metrics_measured_at": metrics.measured_at if metrics else None,
     }
 
@@ -93,6 +97,7 @@ def _ls(args: argparse.Namespace) -> int:
                 d["zone"],
                 d["weight"],
                 d["status"],
+                f"{d['health']['source']} {d['health']['state']}",
                 age(now - d["registered_at"]),
                 metrics_text(d["metrics"]) or "-",
                 age(None if d["metrics_measured_at"] is None else now - d["metrics_measured_at"]),
@@ -106,6 +111,7 @@ def _ls(args: argparse.Namespace) -> int:
             "ZONE",
             "WEIGHT",
             "STATUS",
+            "HEALTH",
             "AGE",
             "METRICS",
             "METRICS AGE",

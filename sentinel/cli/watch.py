@@ -29,6 +29,7 @@ from sentinel.events import (
     MetricsChanged,
     ShardKeysChanged,
 )
+from sentinel.health.sources import COLLECTOR, REGISTRY, health_of
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import SERVICES
 
@@ -36,12 +37,23 @@ SHOWN_KEYS = 5
 
 
 def _changed_fields(old: Endpoint, new: Endpoint) -> str:
-    fields = ("status", "weight", "zone", "host", "port", "scheme", "properties")
+    fields = ("status", "health", "weight", "zone", "host", "port", "scheme", "properties")
     return ", ".join(
         f"{name} {getattr(old, name)}->{getattr(new, name)}"
         for name in fields
         if getattr(old, name) != getattr(new, name)
     )
+
+
+def _health(endpoint: Endpoint) -> str:
+    """The status, and where it comes from unless that is the registry alone (``up``,
+    ``down, check:http``, ``up, collector down``; see sentinel.health.sources)."""
+    source, state = health_of(endpoint.health, endpoint.status, endpoint.metrics)
+    if source == REGISTRY:
+        return endpoint.status
+    if source == COLLECTOR:
+        return f"{endpoint.status}, {source} {state}"
+    return f"{endpoint.status}, {source}"
 
 
 def describe(event: ChangeEvent) -> list[tuple[str, str]]:
@@ -51,7 +63,7 @@ def describe(event: ChangeEvent) -> list[tuple[str, str]]:
     service = event.service
     if isinstance(event, InstancesChanged):
         return (
-            [(service, f"+ {e.name} {e.uri} ({e.status})") for e in event.added]
+            [(service, f"+ {e.name} {e.uri} ({_health(e)})") for e in event.added]
             + [(service, f"- {e.name} {e.uri}") for e in event.removed]
             + [(service, f"~ {new.name} {_changed_fields(old, new)}") for old, new in event.updated]
         )
@@ -158,7 +170,7 @@ def _watch(args: argparse.Namespace) -> int:
                                 "service": service,
                                 "instances": [e.to_dict() for e in current],
                             },
-                            [(service, f"= {e.name} {e.uri} ({e.status})") for e in current]
+                            [(service, f"= {e.name} {e.uri} ({_health(e)})") for e in current]
                             or [(service, "= (no instance)")],
                         )
                     if new:  # its instances were there before we looked: say so once

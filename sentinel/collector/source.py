@@ -6,8 +6,8 @@ when the instance did not answer in time and :class:`~sentinel.errors.SourceErro
 other failure. It must honour ``timeout`` itself (socket and process timeouts): the runner
 never waits for it, but a source that overruns holds a worker thread meanwhile.
 
-Built-in sources, one module each: ``prometheus``, ``postgres``, ``command``, ``python`` (a
-callable of your own, the plug-in point).
+Built-in sources, one module each: ``prometheus``, ``postgres``, ``command``, ``health`` (a
+readiness check, run from outside), ``python`` (a callable of your own, the plug-in point).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ SOURCE_TYPES = {
     "postgres": "sentinel.collector.postgres:PostgresSource",
     "prometheus": "sentinel.collector.prometheus:PrometheusSource",
     "python": "sentinel.collector.plugin:PythonSource",
+    "health": "sentinel.collector.health:HealthSource",
 }
 
 

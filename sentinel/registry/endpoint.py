@@ -31,8 +31,10 @@ class Endpoint:
     returns a shared, immutable object. ``metrics`` are the instance's last published run-time
     metrics, measured at ``metrics_at`` (None when none were published). ``auth`` is the
     client's decrypted credential for the service (None until the authentication manager has
-    published one). ``joined`` is the zxid that created the instance's node: instances that
-    joined earlier have smaller ones, which gives clusters a stable order (see topology).
+    published one). ``health`` is the source of a readiness check that sets ``status``
+    (``check:http``...; None: the session alone). ``joined`` is the zxid that created the
+    instance's node: instances that joined earlier have smaller ones, which gives clusters a
+    stable order (see topology).
     """
 
     service: str
@@ -51,6 +53,7 @@ class Endpoint:
     metrics: Mapping[str, MetricValue] = field(default_factory=lambda: NO_METRICS)
     metrics_at: float | None = None
     auth: Mapping[str, Any] | None = None
+    health: str | None = None
 
     @classmethod
     def from_record(cls, record: InstanceRecord, joined: int = 0) -> Endpoint:

@@ -31,6 +31,9 @@ SCHEMA_VERSION = 1
 MAX_VALUE_BYTES = 512 * 1024
 MAX_PROPERTY_KEY_LENGTH = 128
 STATUSES = frozenset({"up", "down", "starting", "draining"})
+# An instance's health source: any short one is accepted, not only the ones this version
+# knows, so that instances a newer publisher checks some other way stay visible to older readers.
+MAX_HEALTH_SOURCE = 32
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
 
@@ -398,6 +401,9 @@ class InstanceRecord:
     zone: str | None = None
     properties: Mapping[str, Any] = field(default_factory=dict, hash=False)
     registered_at: float = field(default_factory=time.time, compare=False)
+    # What decides the status besides the session, when not only that: a readiness check's
+    # source (``check:http``, ``check:tcp``, ``check:call``, see sentinel.health).
+    health: str | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -416,9 +422,24 @@ class InstanceRecord:
         if self.zone is not None:
             validate_name("zone", self.zone)
         object.__setattr__(self, "properties", _properties(self.properties))
+        if self.health is not None:
+            if not isinstance(self.health, str):
+                raise ValidationError(f"health must be a string, not {type(self.health).__name__}")
+            if (
+                not 0 < len(self.health) <= MAX_HEALTH_SOURCE
+                or not self.health.isascii()
+                or not self.health.isprintable()
+                or " " in self.health
+            ):
+                raise ValidationError(
+                    f"health {self.health[:MAX_HEALTH_SOURCE]!r} is not a health source (e.g. "
+                    f"'check:http': printable ASCII, no spaces, {MAX_HEALTH_SOURCE} characters "
+                    "at most)"
+                )
 
     def to_bytes(self, path: str) -> bytes:
-        """The node's value."""
+        """The node's value (``health`` only when there is one: the node of an instance
+        without a check is what it was before checks existed)."""
         return encode(
             path,
             {
@@ -432,6 +453,7 @@ class InstanceRecord:
                 "zone": self.zone,
                 "properties": self.properties,
                 "registered_at": self.registered_at,
+                **({"health": self.health} if self.health is not None else {}),
             },
         )
 
@@ -461,6 +483,7 @@ class InstanceRecord:
                 # Absent or null is none; any other non-mapping ([] included) is refused.
                 properties=_or_empty(document.get("properties")),
                 registered_at=float(registered_at),
+                health=document.get("health"),
             )
 
 

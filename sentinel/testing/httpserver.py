@@ -1,12 +1,42 @@
-"""A small HTTP server on loopback, for tests and benchmarks of the HTTP integration."""
+"""Small servers on loopback, for tests and benchmarks of the HTTP integration and of health
+checks: an HTTP server that answers JSON, and a raw TCP server for endpoints that misbehave."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
+
+
+@contextmanager
+def raw_server(serve: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A TCP server on ``127.0.0.1`` (a free port, yielded) that hands each accepted
+    connection to ``serve`` on a thread of its own: an endpoint that hangs, answers garbage or
+    never stops sending, as ``serve`` decides. Stops accepting on exit."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # closed: the server stops
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, name="raw-server", daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        # shutdown first: a close alone leaves the socket listening while accept() blocks on it
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
 
 
 class _Server(ThreadingHTTPServer):

@@ -119,6 +119,7 @@ class EphemeralNodes:
         keep_trying: bool = False,
         on_failure: Callable[[], None] | None = None,
         may_take_over: Callable[[bytes], None] | None = None,
+        expect: bytes | None = None,
     ) -> bool:
         """Make ``path`` an ephemeral node of the current session holding ``data``, and keep it.
 
@@ -128,9 +129,14 @@ class EphemeralNodes:
         background, backing off to 30 s, until it is written or removed; False is returned then.
         ``may_take_over`` sees the value of a node another session holds at ``path`` before it
         is taken over, and raises (:class:`LabelTaken`) to refuse; the node is then left as it
-        is, and a refused re-creation after a session expiry is logged and skipped.
+        is, and a refused re-creation after a session expiry is logged and skipped. With
+        ``expect``, nothing is written (False) unless what is kept for ``path`` is still
+        ``expect``: a change computed from it is not written over what a :meth:`follow` rule
+        adopted meanwhile.
         """
         with self._lock:
+            if expect is not None and self._nodes.get(path) != expect:
+                return False
             if prepare is not None:
                 self._prepare[path] = prepare
             if on_failure is not None:
@@ -163,6 +169,11 @@ class EphemeralNodes:
         if self._unwritten.pop(path, None) is not None:
             log.info("wrote %s after earlier failures", path)
         return True
+
+    def kept(self, path: str) -> bytes | None:
+        """What is kept for ``path`` now (None: not kept); pass it to :meth:`put` as
+        ``expect``."""
+        return self._nodes.get(path)
 
     def follow(self, path: str, adopt: Callable[[bytes, bytes], bytes | None]) -> None:
         """Watch the kept node ``path`` for writes by other clients (an operator's ``sentinel
@@ -367,7 +378,20 @@ class EphemeralNodes:
     def _write(
         self, path: str, data: bytes, may_take_over: Callable[[bytes], None] | None = None
     ) -> None:
+        known = self._known(path)
         self._seen.pop(path, None)  # our own write changes the version: read it again
+        if known is not None and known[0]:
+            # Known to be ours at that version (a followed node, nothing heard since its
+            # watch read it): one conditional set, the only write an update makes (the
+            # create below would be a failed write first). A node changed or taken over
+            # since is at another version (below _TRUSTED_VERSIONS a successor is always one
+            # above; past it, it would need as many writes of its own while this set is in
+            # flight): then the general path below, which reads who holds it.
+            try:
+                self._zk.set(path, data, version=known[1])
+                return
+            except (BadVersionError, NoNodeError):
+                pass
         prepare = self._prepare.get(path)
         if prepare is not None:  # every write, a re-creation after an expiry too
             prepare()

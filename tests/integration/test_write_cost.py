@@ -100,3 +100,16 @@ def test_the_count_sees_an_extra_request(zookeeper, make_client):
         publisher.session.zk.exists("/metrics/db")
 
     assert requests_of(zookeeper, publisher, update_and_read) == 2
+
+
+def test_a_status_change_is_one_set(zookeeper, make_client):
+    """``update_registration`` (and a readiness check's status write, the same path) of a
+    node whose watch knows it is this session's: the conditional set, then in the background
+    the read that sets its next watch; not a create that fails first."""
+    publisher = make_client("publisher", announce=False)
+    registration = publisher.register("db", "p1", "10.0.0.1", 5432, label="a")
+
+    def update(attempt: int) -> None:
+        publisher.update_registration(registration, status="down" if attempt % 2 else "up")
+
+    assert requests_of(zookeeper, publisher, update) == 2

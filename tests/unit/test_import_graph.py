@@ -262,6 +262,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.shards",
             "sentinel.events",
             "sentinel.publisher",
+            "sentinel.health",
             "sentinel.connection",
             "sentinel.devserver",
             "sentinel.curator",

@@ -14,6 +14,7 @@ from sentinel.cli.parsers import (
     devzk,
     doctor,
     inspect,
+    publish,
     rotation,
     shard,
     watch,
@@ -23,6 +24,7 @@ from sentinel.cli.parsers import (
 COMMAND_GROUPS = (
     devzk,
     inspect,
+    publish,
     rotation,
     watch,
     deps,
