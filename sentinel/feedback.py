@@ -125,7 +125,7 @@ class Outliers(dict[_Key, Ejection]):
         self.verdicts: dict[int, Verdict] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Verdict:
     """What outlier detection makes of one partition's up instances at one time.
 
