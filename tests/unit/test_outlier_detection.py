@@ -1,13 +1,16 @@
 """Passive ejection (sentinel.feedback): the rules that eject, the ejection time, the cap, panic,
 and the lookup path's memo. No server, no sleep: time is a ManualClock."""
 
+import collections
 import logging
 import random
+import sys
+import threading
 
 import pytest
 
 from sentinel.feedback import InstanceFeedback, OutlierDetection
-from sentinel.testing.helpers import ManualClock
+from sentinel.testing.helpers import ManualClock, wait_until
 from tests.unit.endpoints import endpoint
 
 
@@ -178,3 +181,50 @@ def test_the_old_keywords_warn_and_set_the_new_fields():
         assert feedback.exclude_down(fleet(2)) == fleet(2)
     with pytest.raises(TypeError, match="'errrors'"):
         InstanceFeedback(errrors=2)
+
+
+def test_lookups_racing_reports_see_whole_decisions_and_each_episode_once(caplog):
+    """Four threads look up without a lock while the main thread ejects every instance and time
+    passes: each lookup gets a non-empty part of the partition, and the panic in between is
+    counted and said once, whichever thread sees it first (thread switches forced often)."""
+    clock = ManualClock()
+    feedback = InstanceFeedback(clock=clock)
+    ten = fleet(10)
+    stop, failures, lookups = threading.Event(), [], collections.Counter()
+
+    labels = {e.label for e in ten}
+
+    def look(name):
+        while not stop.is_set():
+            try:
+                admitted = feedback.admit(ten)
+                if not admitted or not {e.label for e in admitted} <= labels:
+                    failures.append(admitted)
+            except Exception as exc:  # a thread's error, shown by the assertion below
+                failures.append(exc)
+                return
+            lookups[name] += 1
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=look, args=(i,)) for i in range(4)]
+    try:
+        with caplog.at_level(logging.WARNING, logger="sentinel.feedback"):
+            for thread in threads:
+                thread.start()
+            for instance in ten:
+                fail(feedback, instance)
+            assert wait_until(lambda: feedback.panic_episodes == {"db": 1}, timeout=30)
+            clock.advance(31)
+            said = caplog.records
+            assert wait_until(
+                lambda: any(r.getMessage().startswith("panic over") for r in said), timeout=30
+            )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=30)
+        sys.setswitchinterval(switch)
+    assert failures == [] and len(lookups) == 4
+    assert feedback.panic_episodes == {"db": 1}
+    assert [r.getMessage().split(" in db")[0] for r in caplog.records] == ["panic", "panic over"]
