@@ -8,12 +8,10 @@ import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import fields, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from sentinel.auth.config import AuthConfig
 from sentinel.cache.config import CacheConfig
-
-_Grouped = TypeVar("_Grouped")
 
 
 def warn(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -90,45 +88,11 @@ def settings_given_ungrouped(
     for name, value in given.items():
         group, field = _UNGROUPED[name]
         folded[group][field] = value
-        _warn_keyword(
-            f"Sentinel({name}=...)",
-            f"{group}={'CacheConfig' if group == 'cache' else 'AuthConfig'}({field}=...)",
+        warnings.warn(
+            f"Sentinel({name}=...) is deprecated: use {group}="
+            f"{'CacheConfig' if group == 'cache' else 'AuthConfig'}({field}=...) (the old "
+            "keyword goes in the next release)",
+            DeprecationWarning,
+            stacklevel=3,
         )
     return replace(cache, **folded["cache"]), replace(auth, **folded["auth"])
-
-
-# InstanceFeedback's keywords before OutlierDetection grouped them: old keyword -> the fields it
-# sets. An old down_for was a fixed time: it sets both ends of the ejection time.
-_FEEDBACK_KEYWORDS = {
-    "errors": ("consecutive_failures",),
-    "window": ("interval",),
-    "down_for": ("base_ejection_time", "max_ejection_time"),
-}
-
-
-def feedback_given_ungrouped(given: dict[str, Any], detection: _Grouped) -> _Grouped:
-    """``detection`` (an :class:`~sentinel.feedback.OutlierDetection`) with
-    ``InstanceFeedback``'s old keywords ``given`` folded in, each with a
-    :class:`DeprecationWarning`; another keyword is a :class:`TypeError`."""
-    unknown = sorted(given.keys() - _FEEDBACK_KEYWORDS.keys())
-    if unknown:
-        raise TypeError(f"InstanceFeedback() got an unexpected keyword argument {unknown[0]!r}")
-    folded: dict[str, Any] = {}
-    for name, value in given.items():
-        new = _FEEDBACK_KEYWORDS[name]
-        folded.update(dict.fromkeys(new, value))
-        _warn_keyword(
-            f"InstanceFeedback({name}=...)",
-            f"InstanceFeedback(OutlierDetection({'=..., '.join(new)}=...))",
-        )
-    return replace(detection, **folded)  # type: ignore[type-var]
-
-
-def _warn_keyword(old: str, new: str) -> None:
-    """Warn that the keyword ``old`` is deprecated for ``new``, pointing at the code that gave
-    it (the caller of the constructor that calls this)."""
-    warnings.warn(
-        f"{old} is deprecated: use {new} (the old keyword goes in the next release)",
-        DeprecationWarning,
-        stacklevel=4,
-    )

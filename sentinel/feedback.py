@@ -25,11 +25,11 @@ import logging
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from sentinel import deprecation
 from sentinel import validation as check
 from sentinel.errors import ValidationError
 from sentinel.registry.endpoint import Endpoint
@@ -42,6 +42,27 @@ _Key = tuple[str, str, str]
 # snapshot's tuple of up instances). Past this many (more partitions looked up, or old snapshots'
 # tuples) the memo starts again empty, so it cannot grow without bound.
 _MAX_VERDICTS = 4096
+
+
+# InstanceFeedback's keywords of the previous release, grouped in OutlierDetection since: old
+# keyword -> the fields it sets (down_for was a fixed time: it sets both ends). Kept here, not in
+# sentinel.deprecation's tables: that module stands above this one (it imports the client's
+# settings), and a module imports nothing above it.
+_OLD_KEYWORDS = {
+    "errors": ("consecutive_failures",),
+    "window": ("interval",),
+    "down_for": ("base_ejection_time", "max_ejection_time"),
+}
+
+
+def _deprecated(old: str, new: str, kind: str) -> None:
+    """Warn that the old ``kind`` (``name`` or ``keyword``) ``old`` is deprecated for ``new``,
+    as sentinel.deprecation does, at the caller of the method that calls this."""
+    warnings.warn(
+        f"{old} is deprecated: use {new} (the old {kind} goes in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _key(endpoint: Endpoint) -> _Key:
@@ -213,8 +234,17 @@ class InstanceFeedback:
         **ungrouped: Any,
     ) -> None:
         detection = check.instance("detection", detection, OutlierDetection) or OutlierDetection()
-        if ungrouped:
-            detection = deprecation.feedback_given_ungrouped(ungrouped, detection)
+        unknown = sorted(ungrouped.keys() - _OLD_KEYWORDS.keys())
+        if unknown:
+            raise TypeError(f"InstanceFeedback() got an unexpected keyword argument {unknown[0]!r}")
+        for name, value in ungrouped.items():
+            fields = _OLD_KEYWORDS[name]
+            _deprecated(
+                f"InstanceFeedback({name}=...)",
+                f"InstanceFeedback(OutlierDetection({'=..., '.join(fields)}=...))",
+                "keyword",
+            )
+            detection = replace(detection, **dict.fromkeys(fields, value))
         if not callable(clock):
             raise ValidationError(f"clock must be callable, not {type(clock).__name__}")
         #: The rules and bounds in force.
@@ -415,7 +445,10 @@ class InstanceFeedback:
         verdicts = [self.verdict(instances) for instances in partitions if instances]
         return Census(sum(len(v.ejected) for v in verdicts), sum(v.panic for v in verdicts))
 
-    exclude_down = deprecation.moved("exclude_down", "admit")
+    def exclude_down(self, instances: Sequence[Endpoint]) -> Sequence[Endpoint]:
+        """Deprecated: use ``admit``, which takes the same arguments."""
+        _deprecated("InstanceFeedback.exclude_down()", ".admit()", "name")
+        return self.admit(instances)
 
 
 def _where(instances: Sequence[Endpoint]) -> tuple[str, str | None]:
