@@ -9,7 +9,9 @@ call itself (Python's frame set-up, the JVM's invocation) and subtract only the 
 Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup misses the CPU
 caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached; unsharded
 read from a Curator x-discovery base path (Curator's JSON, followed by a client with
-``CacheConfig(curator_base_paths=...)``). All with 20 instances and round robin.
+``CacheConfig(curator_base_paths=...)``); unsharded with one of the instances ejected for its
+reported failures (a client of its own, whose ejections last the whole run). All with 20
+instances and round robin.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import CacheConfig, Sentinel
+from sentinel.feedback import OutlierDetection
 from sentinel.testing.helpers import wait_until
 
 
@@ -111,7 +114,13 @@ def main(argv=None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args(argv)
 
-    with writer_and_reader() as (zk, writer, reader), curator_reader(zk.connect_string, 20) as jvm:
+    # Ejections that outlast the run: the case measures a lookup while one is in force.
+    lasting = OutlierDetection(base_ejection_time=86_400, max_ejection_time=86_400)
+    with (
+        writer_and_reader() as (zk, writer, reader),
+        curator_reader(zk.connect_string, 20) as jvm,
+        Sentinel(zk.connect_string, "bench-ejecting", announce=False, feedback=lasting) as ejecting,
+    ):
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
             writer.register("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
@@ -128,17 +137,21 @@ def main(argv=None) -> None:
         reader.get_service("api")
         wait_until(lambda: reader.get_service("vault").auth is not None)
         jvm.get_service("orders")
+        failing = ejecting.get_service("api")
+        for _ in range(lasting.consecutive_failures):
+            ejecting.report(failing, ok=False)
+        assert len(ejecting.eligible_instances("api")) == 19
         cases = {
-            "unsharded, 20 instances": plain_args,
-            "unsharded, 20 instances, Curator format": [("orders",)] * args.calls,
-            "unsharded, 20 instances, with auth": [("vault",)] * args.calls,
-            f"keyed, 20 instances, random of {args.keys:,} keys": keyed_args,
-            "keyed, 20 instances, 1,000 hot keys": hot_args,
+            "unsharded, 20 instances": (reader, plain_args),
+            "unsharded, 20 instances, Curator format": (jvm, [("orders",)] * args.calls),
+            "unsharded, 20 instances, with auth": (reader, [("vault",)] * args.calls),
+            "unsharded, 20 instances, 1 ejected": (ejecting, plain_args),
+            f"keyed, 20 instances, random of {args.keys:,} keys": (reader, keyed_args),
+            "keyed, 20 instances, 1,000 hot keys": (reader, hot_args),
         }
         rounds = {case: [] for case in cases}
         for _ in range(args.rounds):  # interleave the cases so all see the same noise
-            for case, case_args in cases.items():
-                client = jvm if "Curator" in case else reader
+            for case, (client, case_args) in cases.items():
                 rounds[case].append(measure(client, case, case_args, args.calls))
 
     rows = []

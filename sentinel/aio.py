@@ -230,7 +230,7 @@ class AsyncSentinel(OldMethodNames):
     ``async with AsyncSentinel(...) as client`` starts it (off the loop) and closes it. The
     sync client is :attr:`sync`; give it to the integrations (``AsyncReplicaPools(client.sync,
     ...)``, ``AsyncSentinelTransport(client.sync)``) and use it for what is not mirrored here
-    (``listen``, ``feedback``, ``connection_state``, ...).
+    (``listen``, ``feedback``, ``ejections``, ``connection_state``, ...).
 
     Plain calls (the sync client's methods; no I/O on a warm cache): ``get_service``,
     ``eligible_instances``, ``partition_of``, ``cached_instances``, ``report``.

@@ -36,7 +36,7 @@ from sentinel.errors import (
     SigningRequired,
     ValidationError,
 )
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import Census, InstanceFeedback, OutlierDetection
 from sentinel.freshness import STALE
 from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
@@ -102,6 +102,9 @@ class Explanation:
     instances: tuple[Endpoint, ...]
     steps: tuple[ExplainStep, ...]
     eligible: tuple[Endpoint, ...]
+    #: The partition is in panic: reported failures eject so many of its instances that
+    #: lookups ignore the ejections there (see :class:`~sentinel.feedback.OutlierDetection`).
+    panic: bool = False
 
     @property
     def verdicts(self) -> dict[str, str]:
@@ -177,8 +180,11 @@ class Sentinel(OldMethodNames):
         How the cache follows ZooKeeper (persistent or one-shot watches), remembers missing
         keys, paces its reads and re-syncs, keeps a snapshot file, and what a forked child
         serves: :class:`~sentinel.cache.config.CacheConfig`.
-    feedback : InstanceFeedback or None, default 3 errors in 30 s mark an instance down for 30 s
-        Holds what :meth:`report` learns; lookups skip instances it marks down.
+    feedback : OutlierDetection or InstanceFeedback or None, default ``OutlierDetection()``
+        When what :meth:`report` learns ejects an instance from lookups, and the bounds that
+        keep a partition served (:class:`~sentinel.feedback.OutlierDetection`), or the
+        :class:`~sentinel.feedback.InstanceFeedback` that holds it (one shared by several
+        clients, or with a clock of its own).
 
     drain_wait : float or None, default None
         Deprecated with :meth:`drain`: give the wait to :meth:`deregister` (``wait=``).
@@ -213,7 +219,7 @@ class Sentinel(OldMethodNames):
         announce: bool = True,
         auth: AuthConfig | None = None,
         cache: CacheConfig | None = None,
-        feedback: InstanceFeedback | None = None,
+        feedback: OutlierDetection | InstanceFeedback | None = None,
         drain_wait: float | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
@@ -226,7 +232,11 @@ class Sentinel(OldMethodNames):
         if drain_wait is not None:
             drain_wait = check.number("drain_wait", drain_wait, least=0)
             deprecation.warn("Sentinel(drain_wait=...)", "deregister(registration, wait=...)")
-        check.instance("feedback", feedback, InstanceFeedback)
+        if feedback is not None and not isinstance(feedback, OutlierDetection | InstanceFeedback):
+            raise ValidationError(
+                "feedback must be OutlierDetection, InstanceFeedback or None, "
+                f"not {type(feedback).__name__}"
+            )
         check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
         check.instance("identity", identity, str)
         check.flag("announce", announce)
@@ -302,7 +312,9 @@ class Sentinel(OldMethodNames):
             cache_options=cache_options,
             mirror=self._mirror,
         )
-        self.feedback = feedback or InstanceFeedback()
+        self.feedback = (
+            feedback if isinstance(feedback, InstanceFeedback) else InstanceFeedback(feedback)
+        )
         session = self.session
         #: The shard manager's writes: policies and key assignments.
         self.shard_maps = ShardMapWriter(lambda: session.zk, session.require_writable)
@@ -660,13 +672,15 @@ class Sentinel(OldMethodNames):
             if partition is None:
                 partition = self.session.cache.read_through(service, shard_policy, key)
         candidates = snapshot.up.get(partition)
+        # Ejections apply to the partition's own tuple (a policy's answer is a new one): the
+        # feedback decides once per change for it, and a policy chooses among what is left.
+        if self.feedback.outliers and candidates:
+            candidates = self.feedback.admit(candidates)
         if policy is not None:
             if not isinstance(policy, SelectionPolicy):  # the one check an instance pays
                 policy = as_policy(policy)
             if candidates:
                 candidates = policy(candidates)  # type: ignore[operator, assignment]
-        if self.feedback.down and candidates:
-            candidates = self.feedback.exclude_down(candidates)
         if not candidates:
             raise self._nothing_eligible(service, key, partition, policy)
         return candidates
@@ -728,8 +742,14 @@ class Sentinel(OldMethodNames):
         shard_policy = snapshot.spec.shard_policy
         partition = None if shard_policy is None else self._partition(shard_policy, service, key)
         instances = snapshot.partitions.get(partition, ())
-        eligible = tuple(e for e in instances if e.status == "up")
+        eligible = snapshot.up.get(partition, ())
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
+        verdict = self.feedback.verdict(eligible)
+        if verdict.ejected or verdict.spared:
+            steps.append(
+                ExplainStep(verdict.describe(self.feedback.detection), verdict.ejected, "ejected")
+            )
+            eligible = tuple(verdict.admitted)
         for step in () if policy is None else _steps(policy):
             # A metric policy with an age limit (sentinel.policies.metrics.AgeLimited) names the
             # endpoints it distrusts for their metrics' age: their verdict is "stale".
@@ -741,11 +761,9 @@ class Sentinel(OldMethodNames):
             kept = tuple(step(eligible)) if eligible else ()
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
             eligible = kept
-        if self.feedback.down:
-            kept = tuple(self.feedback.exclude_down(eligible))
-            steps.append(ExplainStep("reported down", tuple(e for e in eligible if e not in kept)))
-            eligible = kept
-        return Explanation(service, key, shard_policy, partition, instances, tuple(steps), eligible)
+        return Explanation(
+            service, key, shard_policy, partition, instances, tuple(steps), eligible, verdict.panic
+        )
 
     def _nothing_eligible(
         self, service: str, key: object, partition: str | None, policy: object
@@ -756,7 +774,7 @@ class Sentinel(OldMethodNames):
         snapshot = self._snapshots.get(service)
         live = len(snapshot.partitions.get(partition, ())) if snapshot else 0
         up = snapshot.up.get(partition, ()) if snapshot else ()
-        down = sum(self.feedback.is_down(e) for e in up)
+        ejected = len(self.feedback.verdict(up).ejected) if up else 0
         # The cost of the freshness default, said where it bites: a stopped collector shows
         # here as instances whose metrics are too old, not as a mystery.
         stale: set[str] = set()
@@ -769,7 +787,7 @@ class Sentinel(OldMethodNames):
             if live == 0
             else f"has {live} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"
-            + (f" ({down} reported down)" if down else "")
+            + (f" ({ejected} ejected for reported failures)" if ejected else "")
             + (
                 f" ({len(stale)} with stale metrics: check their collector, or pass max_age)"
                 if stale
@@ -783,11 +801,26 @@ class Sentinel(OldMethodNames):
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
         """Tell Sentinel how using ``endpoint`` went (``latency`` in seconds).
 
-        Enough failures mark the instance down for a while (see ``feedback``): lookups skip
-        it until then. Reported latencies feed load-aware balancers such as
-        ``PowerOfTwoChoices(feedback=sentinel.feedback)``.
+        Enough failures eject the instance for a while (see ``feedback``): lookups skip it
+        until then, within the bounds that keep its partition served. Reported latencies feed
+        load-aware balancers such as ``PowerOfTwoChoices(feedback=sentinel.feedback)``.
         """
         self.feedback.report(endpoint, ok, latency)
+
+    @property
+    def ejections(self) -> dict[str, Census]:
+        """Per cached service: the instances reported failures eject from lookups now, and
+        its partitions in panic (:mod:`sentinel.feedback`); exported as metrics."""
+        self.session.check_fork()
+        return {
+            name: self.feedback.census(
+                # the partitions lookups use: each partition's tuple, or the whole service's
+                t
+                for p, t in s.up.items()
+                if (p is None) == (s.spec.shard_policy is None)
+            )
+            for name, s in dict(self._snapshots).items()
+        }
 
     def listen(self, service: str | None, callback: Listener) -> Callable[[], None]:
         """Call ``callback(event)`` on every change of ``service`` (None: of every service).

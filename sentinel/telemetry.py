@@ -290,6 +290,14 @@ class CacheCounters(Protocol):
     def clients_write_failures(self) -> int: ...
 
 
+class FeedbackCounters(Protocol):
+    """The counters of a client's feedback that are exported
+    (``sentinel.feedback.InstanceFeedback``)."""
+
+    @property
+    def panic_episodes(self) -> Mapping[str, int]: ...
+
+
 class ExportedClient(Protocol):
     """What :class:`ClientCollector` reads from a client at scrape time; a
     :class:`~sentinel.Sentinel` is one. A protocol rather than the client class, so that this
@@ -307,6 +315,10 @@ class ExportedClient(Protocol):
     def staleness(self) -> float: ...
     @property
     def cache_stats(self) -> CacheCounters: ...
+    @property
+    def ejections(self) -> Mapping[str, tuple[int, int]]: ...
+    @property
+    def feedback(self) -> FeedbackCounters: ...
 
 
 class ClientCollector(Collector):
@@ -356,6 +368,23 @@ class ClientCollector(Collector):
                 "ZooKeeper connection state changes seen (connected, suspended, lost).",
                 labels=["client", "event"],
             ),
+            "ejected": GaugeMetricFamily(
+                "sentinel_feedback_ejected_instances",
+                "Instances the client's lookups skip now for their reported failures "
+                "(outlier detection, within max_ejection_percent), by service.",
+                labels=["client", "service"],
+            ),
+            "panicking": GaugeMetricFamily(
+                "sentinel_feedback_panic_partitions",
+                "Partitions in panic now (too few instances free of ejection: lookups there "
+                "ignore ejections), by service.",
+                labels=["client", "service"],
+            ),
+            "panics": CounterMetricFamily(
+                "sentinel_feedback_panic_episodes",
+                "Panic episodes begun (a partition's lookups ignoring ejections), by service.",
+                labels=["client", "service"],
+            ),
         }
         stats_families = {
             field: CounterMetricFamily(f"sentinel_cache_{field}", help_text, labels=["client"])
@@ -379,6 +408,8 @@ class ClientCollector(Collector):
         lookups: dict[tuple[str, str, str], int] = {}
         ages: dict[tuple[str, str], float] = {}
         session: dict[tuple[str, str], int] = {}
+        # (client, service) -> [ejected, partitions in panic, panic episodes]
+        feedback: dict[tuple[str, str], list[int]] = {}
         stats: dict[str, dict[str, int]] = {field: {} for field in stats_families}
         for client in list(self._clients):
             cid = client.client_id
@@ -396,12 +427,23 @@ class ClientCollector(Collector):
                 session[(cid, event)] = session.get((cid, event), 0) + count
             for field, values in stats.items():
                 values[cid] = values.get(cid, 0) + getattr(cache_stats, field)
+            # census first: it notes the panics that ended since the last lookup
+            for service, (ejected, panicking) in client.ejections.items():
+                counts = feedback.setdefault((cid, service), [0, 0, 0])
+                counts[0] += ejected
+                counts[1] += panicking
+            for service, episodes in dict(client.feedback.panic_episodes).items():
+                feedback.setdefault((cid, service), [0, 0, 0])[2] += episodes
         for lookup, count in sorted(lookups.items()):
             families["lookups"].add_metric(list(lookup), count)
         for series, age in sorted(ages.items()):
             families["age"].add_metric(list(series), age)
         for event_series, count in sorted(session.items()):
             families["session"].add_metric(list(event_series), count)
+        for series, (ejected, panicking, episodes) in sorted(feedback.items()):
+            families["ejected"].add_metric(list(series), ejected)
+            families["panicking"].add_metric(list(series), panicking)
+            families["panics"].add_metric(list(series), episodes)
         for field, family in stats_families.items():
             for cid, count in sorted(stats[field].items()):
                 family.add_metric([cid], count)

@@ -149,6 +149,22 @@ def wait_until(
         time.sleep(interval)
 
 
+class ManualClock:
+    """A monotonic clock that moves only when told (``clock.advance(30)``): give it to what
+    takes a clock (``InstanceFeedback(clock=...)``) and a test steps through time without
+    sleeping."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` forward."""
+        self.now += seconds
+
+
 def flap(proxies: Sequence[TcpProxy], seconds: float, period: float = 0.1) -> int:
     """Cut and restore ``proxies`` every ``period`` seconds for ``seconds``; return the flaps."""
     flaps = 0

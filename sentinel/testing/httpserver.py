@@ -50,15 +50,20 @@ class LoopbackHTTPServer:
     """An HTTP server on ``127.0.0.1`` (a free port) that answers every request with JSON:
     its ``name``, the request's ``method``, ``path`` and ``headers`` (names in lower case).
 
-    ``delay`` seconds pass before each answer (a slow instance). With ``keep_alive`` it speaks
+    ``delay`` seconds pass before each answer (a slow instance); ``status`` is the answer's
+    status code, the same JSON body with any (set it while serving: an instance whose
+    dependency fails answers 503). With ``keep_alive`` it speaks
     HTTP/1.1 and keeps connections open; without, each connection carries one request, so
     :meth:`stop` refuses every later one at once. Use it as a context manager, or call
     :meth:`start` and :meth:`stop`.
     """
 
-    def __init__(self, name: str, delay: float = 0.0, keep_alive: bool = False) -> None:
+    def __init__(
+        self, name: str, delay: float = 0.0, keep_alive: bool = False, status: int = 200
+    ) -> None:
         self.name = name
         self.delay = delay
+        self.status = status
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,7 +85,7 @@ class LoopbackHTTPServer:
                         "headers": {k.lower(): v for k, v in self.headers.items()},
                     }
                 ).encode()
-                self.send_response(200)
+                self.send_response(server.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

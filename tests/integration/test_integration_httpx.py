@@ -103,7 +103,7 @@ def test_a_killed_instance_costs_at_most_the_retries_and_is_reported_down(make_c
     assert answered["b"] == 0 and answered.total() == 60  # no request failed
     failed = counting.ports.count(b.port)
     # Three failures (the feedback's default) mark it down; later lookups skip it.
-    assert 1 <= failed <= client.feedback.errors
+    assert 1 <= failed <= client.feedback.detection.consecutive_failures
     assert len(counting.ports) == 60 + failed  # each failure cost one retry, nothing more
     assert client.feedback.is_down(endpoint_of(client, "api", "b"))
     assert not client.feedback.is_down(endpoint_of(client, "api", "a"))

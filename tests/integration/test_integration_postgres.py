@@ -21,7 +21,7 @@ from sentinel.auth.backends import PostgresBackend
 from sentinel.auth.config import AuthConfig
 from sentinel.collector import MetricCollector, parse_config
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import OutlierDetection
 from sentinel.integrations.postgres import AsyncReplicaPools, ReplicaPools, aconnect, connect
 from sentinel.testing.helpers import wait_until
 
@@ -127,7 +127,7 @@ async def served_by_async(pools: AsyncReplicaPools) -> int:
 def test_a_killed_replica_costs_no_request_and_is_reported_down(postgres, make_client):
     r1, r2 = start_replicas(postgres, make_client("publisher"), 2)
     app = make_client("orders-api")  # three failures mark an instance down, by default
-    async_app = make_client("orders-async", feedback=InstanceFeedback(errors=1))
+    async_app = make_client("orders-async", feedback=OutlierDetection(consecutive_failures=1))
     settings = {"min_size": 1, "timeout": 1, "kwargs": superuser(postgres)}
 
     async def with_async_pools(kill):

@@ -224,6 +224,7 @@ CASES: dict[str, Case] = {
         for name in (
             "cache_stats",
             "connection_state",
+            "ejections",
             "lookup_counts",
             "persistent_watches",
             "registrations",

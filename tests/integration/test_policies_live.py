@@ -14,7 +14,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.events import InstancesChanged, MetricsChanged
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import OutlierDetection
 from sentinel.testing.helpers import wait_until
 from tests.integration.recorder import Recorder
 
@@ -166,8 +166,13 @@ def test_the_largest_allowed_metrics_are_accepted(make_client, raw_zk):
 
 
 def test_reported_failures_take_an_instance_out_for_a_while(make_client):
+    """With no cap and no panic (the rule before passive ejection had them), every failing
+    instance is skipped, and a partition can be left with none."""
     publisher = make_client("publisher")
-    client = make_client("app", feedback=InstanceFeedback(errors=2, window=10, down_for=0.5))
+    uncapped = OutlierDetection(
+        consecutive_failures=2, base_ejection_time=0.5, max_ejection_percent=100, panic_threshold=0
+    )
+    client = make_client("app", feedback=uncapped)
     publisher.register("api", "p1", "h1", 80, label="a")
     publisher.register("api", "p1", "h2", 80, label="b")
     bad = next(e for e in client.eligible_instances("api") if e.label == "a")
@@ -176,7 +181,7 @@ def test_reported_failures_take_an_instance_out_for_a_while(make_client):
     assert {client.get_service("api").label for _ in range(6)} == {"b"}
     client.report(next(e for e in client.eligible_instances("api") if e.label == "b"), ok=False)
     client.report(next(e for e in client.eligible_instances("api") if e.label == "b"), ok=False)
-    with pytest.raises(NoInstanceAvailable, match="2 reported down"):
+    with pytest.raises(NoInstanceAvailable, match="2 ejected for reported failures"):
         client.get_service("api")
     # After down_for, both come back by themselves.
     assert wait_until(lambda: _eligible(client, "api") == 2, timeout=5)

@@ -20,7 +20,7 @@ from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
 from sentinel.client import Sentinel
 from sentinel.errors import EndpointFailed
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import OutlierDetection
 from sentinel.integrations.spark import (
     ClientConfig,
     get_client,
@@ -128,7 +128,7 @@ def test_a_failing_replica_is_replaced_by_a_fresh_resolution(world, make_client)
 
 
 def test_retries_are_bounded(world, make_client):
-    client = make_client("etl", feedback=InstanceFeedback(errors=2))
+    client = make_client("etl", feedback=OutlierDetection(consecutive_failures=2))
     calls = []
     fn = failing_on({"p1:replica-a", "p1:replica-b"}, calls)
     p1_rows = [row for row in ROWS if TENANTS[row[0]] == "p1"]

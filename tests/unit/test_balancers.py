@@ -3,7 +3,6 @@
 import collections
 import math
 import threading
-import time
 
 import pytest
 from hypothesis import example, given
@@ -19,9 +18,9 @@ from sentinel.balancers import (
 )
 
 from sentinel.errors import ValidationError
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import InstanceFeedback, OutlierDetection
 from sentinel.plugins import BALANCERS, POLICIES, available, load_balancer, load_policy
-from sentinel.testing.helpers import wait_until
+from sentinel.testing.helpers import ManualClock
 from tests.unit.endpoints import endpoint
 
 
@@ -186,29 +185,37 @@ def test_power_of_two_tries_an_instance_not_measured_yet():
 
 
 def test_feedback_marks_an_instance_down_after_n_errors_in_the_window():
-    feedback = InstanceFeedback(errors=3, window=10, down_for=0.3)
+    clock = ManualClock()
+    detection = OutlierDetection(consecutive_failures=3, interval=10, base_ejection_time=0.3)
+    feedback = InstanceFeedback(detection, clock=clock)
     flaky, healthy = pool(2)
     feedback.report(flaky, ok=False)
     feedback.report(flaky, ok=False)
     assert not feedback.is_down(flaky)
     feedback.report(flaky, ok=False)
     assert feedback.is_down(flaky) and not feedback.is_down(healthy)
-    assert [e.label for e in feedback.exclude_down([flaky, healthy])] == ["e1"]
-    assert wait_until(lambda: not feedback.is_down(flaky), timeout=5)
-    assert feedback.exclude_down([flaky, healthy]) == [flaky, healthy]
-    assert feedback.down == {}
+    assert [e.label for e in feedback.admit((flaky, healthy))] == ["e1"]
+    clock.advance(0.3)
+    assert not feedback.is_down(flaky)
+    assert feedback.admit((flaky, healthy)) == (flaky, healthy)
+    feedback.report(healthy)  # the next report forgets the ejections that have ended
+    assert feedback.outliers == {}
 
 
 def test_feedback_success_resets_the_error_count_and_old_errors_expire():
-    feedback = InstanceFeedback(errors=2, window=0.2, down_for=30)
+    clock = ManualClock()
+    detection = OutlierDetection(consecutive_failures=2, interval=0.2, base_ejection_time=30)
+    feedback = InstanceFeedback(detection, clock=clock)
     flaky = pool(1)[0]
     feedback.report(flaky, ok=False)
     feedback.report(flaky, ok=True)
     feedback.report(flaky, ok=False)
     assert not feedback.is_down(flaky)
-    time.sleep(0.25)  # the first error must fall out of the 0.2 s window: time is the input
+    clock.advance(0.25)  # the first error must fall out of the 0.2 s window
     feedback.report(flaky, ok=False)
     assert not feedback.is_down(flaky)
+    feedback.report(flaky, ok=False)  # within the window of the one before: a streak of 2
+    assert feedback.is_down(flaky)
 
 
 def test_feedback_latency_is_smoothed():
@@ -219,7 +226,7 @@ def test_feedback_latency_is_smoothed():
     feedback.report(e, latency=0.0)
     assert feedback.latency(e) == 0.5
     with pytest.raises(ValueError):
-        InstanceFeedback(errors=0)
+        OutlierDetection(consecutive_failures=0)
 
 
 def test_built_ins_are_registered_by_name():

@@ -15,7 +15,7 @@ from sentinel.auth import ManagerKey
 from sentinel.auth.config import AuthConfig
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import ValidationError
-from sentinel.feedback import InstanceFeedback
+from sentinel.feedback import InstanceFeedback, OutlierDetection
 
 HOSTS = "127.0.0.1:2181"  # never connected: nothing here calls start()
 
@@ -163,7 +163,19 @@ def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
             persistent_watches=False,
         ),
         auth=AuthConfig(signer=ManagerKey.generate().public_text, require_signed=None),
-        feedback=InstanceFeedback(errors=1, down_for=0, smoothing=1),
+        feedback=InstanceFeedback(
+            OutlierDetection(
+                consecutive_failures=1,
+                interval=0.001,
+                min_success_percent=100,
+                min_requests=1,
+                base_ejection_time=0,
+                max_ejection_time=0,
+                max_ejection_percent=100,
+                panic_threshold=100,
+            ),
+            smoothing=1,
+        ),
         prometheus_registry=CollectorRegistry(),
         announce=False,
     )
@@ -174,16 +186,37 @@ def test_the_limits_themselves_and_none_are_accepted(tmp_path: Path):
 @pytest.mark.parametrize(
     "settings",
     [
-        {"errors": 0},
-        {"errors": 2.5},
-        {"errors": True},
-        {"errors": "3"},
-        {"window": 0},
-        {"window": "30"},
-        {"down_for": -1},
-        {"down_for": math.inf},
+        {"consecutive_failures": 0},
+        {"consecutive_failures": 2.5},
+        {"consecutive_failures": True},
+        {"consecutive_failures": "3"},
+        {"interval": 0},
+        {"interval": "30"},
+        {"min_success_percent": 101},
+        {"min_success_percent": -1},
+        {"min_requests": 0},
+        {"base_ejection_time": -1},
+        {"base_ejection_time": math.inf},
+        {"max_ejection_time": 10},  # under the base
+        {"max_ejection_percent": -5},
+        {"max_ejection_percent": 100.5},
+        {"panic_threshold": 100.5},
+        {"panic_threshold": "50"},
+    ],
+)
+def test_outlier_detection_settings_are_refused_naming_them(settings):
+    with pytest.raises(ValidationError, match=next(iter(settings))):
+        OutlierDetection(**settings)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
         {"smoothing": 0},
         {"smoothing": 1.5},
+        {"detection": 3},
+        {"detection": {"consecutive_failures": 3}},
+        {"clock": 1.0},
     ],
 )
 def test_feedback_settings_are_refused_naming_them(settings):
