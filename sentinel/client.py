@@ -329,6 +329,7 @@ class Sentinel(OldMethodNames):
             "read_through_rate": cache.read_through_rate,
             "curator_base_paths": cache.curator_base_paths,
             "events_on_connection_thread": cache.events_on_connection_thread,
+            "protection": cache.mass_loss_protection,
         }
         self._new_session()
         self.feedback = feedback or InstanceFeedback()
@@ -803,9 +804,11 @@ class Sentinel(OldMethodNames):
         drain = _CLOSE_DRAIN_SECONDS if self._cache.connection_state == "connected" else 0.0
         drain_until = time.monotonic() + drain
         try:
+            if drain:  # shutting down is deregistering: marked, never protected from
+                self._publisher.leave(timeout=drain)
             if self._exports is not None:
                 self._exports.discard(self)
-            self._cache.close(timeout=drain)
+            self._cache.close(timeout=max(0.0, drain_until - time.monotonic()))
             if self._snapshot_writer is not None:
                 self._snapshot_writer.close()
             # Emptied, a lookup falls through to the load, which refuses on a closed client.

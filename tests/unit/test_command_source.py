@@ -42,6 +42,7 @@ INSTANCE_FIELDS = {
     "SENTINEL_REGISTERED_AT",
     "SENTINEL_JOINED",
     "SENTINEL_METRICS_AT",
+    "SENTINEL_UNLISTED_SINCE",
 }
 # Python may set LC_CTYPE itself when it coerces a C locale (PEP 538).
 SET_BY_PYTHON = {"LC_CTYPE"}

@@ -1,0 +1,186 @@
+"""Protection from mass loss: instances lost to session expiries, served a bounded time more.
+
+When ZooKeeper expires many publishers' sessions at once (a server pause, a network blip on
+the ensemble's side), their instance nodes vanish together and every client would drop most of
+a service in one moment, though the processes behind them live and register again seconds
+later. With :class:`MassLossProtection` set, a cache that sees more than ``share`` of a
+service's instances vanish *unmarked* within ``window`` seconds keeps serving them, each for
+``hold`` seconds from its loss at most, marked ``unlisted_since``, until the registry lists it
+again (its process re-registered) or the hold ends (it is really gone).
+
+A vanish is unmarked when it is not a deregistration: a deregistering owner creates and deletes
+a departure mark in the transaction that deletes its node
+(:func:`~sentinel.registry.layout.departure_path`), so deregistrations, drains and closing
+clients are never held back (docs/decisions/deregistration-marks-its-delete.md). The state is
+per cache and per service, changed on the cache's worker only; the protected instances live in
+the service's immutable snapshot (:attr:`ServiceSnapshot.protected
+<sentinel.cache.views.ServiceSnapshot.protected>`), so a lookup pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from sentinel import validation as check
+from sentinel.cache.views import ServiceSnapshot
+from sentinel.registry.endpoint import Endpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MassLossProtection:
+    """When and how long a cache keeps serving instances lost to session expiries.
+
+    Attributes
+    ----------
+    share : float, default 0.5
+        Protection starts when more than this share of a service's instances (those listed
+        plus those lost within ``window``) vanished unmarked within ``window``.
+    window : float, default 10.0
+        Seconds within which the losses are counted together.
+    hold : float, default 30.0
+        Seconds a lost instance is served at most, from its loss; one the registry lists
+        again before then is the listed one at once.
+    """
+
+    share: float = 0.5
+    window: float = 10.0
+    hold: float = 30.0
+
+    def __post_init__(self) -> None:
+        # Below 1: "more than every instance" could never happen, and protection never start.
+        check.number("share", self.share, least=0, most=0.99)
+        check.number("window", self.window, above=0)
+        check.number("hold", self.hold, above=0)
+
+
+@dataclass
+class _Losses:
+    """One service's unmarked losses: name -> (endpoint as last listed, monotonic time lost,
+    wall time lost), and when its episode began (None: not protecting)."""
+
+    lost: dict[str, tuple[Endpoint, float, float]] = dataclasses.field(default_factory=dict)
+    since: float | None = None
+
+
+class Protection:
+    """The protection state of one cache, applied to each snapshot it is about to serve.
+
+    ``wake(service, delay)`` asks for :meth:`apply` to run again for ``service`` after
+    ``delay`` seconds (the cache queues it on its worker), so a hold ends on time.
+    """
+
+    def __init__(self, config: MassLossProtection, wake: Callable[[str, float], None]) -> None:
+        self.config = config
+        self._wake = wake
+        self._services: dict[str, _Losses] = {}
+        #: Episodes begun, by service (a counter for telemetry and tests).
+        self.episodes: dict[str, int] = {}
+
+    def protected_count(self) -> dict[str, int]:
+        """Instances served protected now, by service (read by telemetry: a copy)."""
+        return {s: len(v.lost) for s, v in list(self._services.items()) if v.since is not None}
+
+    def apply(
+        self,
+        service: str,
+        old: ServiceSnapshot,
+        new: ServiceSnapshot,
+        lost: Collection[str] = (),
+    ) -> ServiceSnapshot:
+        """``new`` with the instances it should protect; ``lost``: the names that vanished
+        from ``old`` unmarked (a session's expiry, as far as this cache can tell)."""
+        state = self._services.get(service)
+        if state is None and not lost:
+            return new  # nothing lost, nothing held: the common case costs this test
+        state = state or self._services.setdefault(service, _Losses())
+        now, wall = time.monotonic(), time.time()
+        for name in lost:
+            endpoint = old.endpoints.get(name)
+            if endpoint is not None and name not in new.endpoints:
+                state.lost[name] = (endpoint, now, wall)
+        config = self.config
+        keep_for = config.hold if state.since is not None else config.window
+        state.lost = {
+            name: loss
+            for name, loss in state.lost.items()
+            if name not in new.endpoints and now - loss[1] < keep_for
+        }
+        if state.since is None and len(state.lost) > config.share * (
+            len(new.endpoints) + len(state.lost)
+        ):
+            state.since = wall
+            self.episodes[service] = self.episodes.get(service, 0) + 1
+            state.lost = {n: loss for n, loss in state.lost.items() if now - loss[1] < config.hold}
+            log.warning(
+                "service %r lost %d of %d instance(s) to session expiries within %gs: serving "
+                "them, marked protected, for up to %gs each while they may come back",
+                service,
+                len(state.lost),
+                len(new.endpoints) + len(state.lost),
+                config.window,
+                config.hold,
+            )
+        protected = {}
+        if state.since is not None:
+            protected = {
+                name: dataclasses.replace(endpoint, unlisted_since=at)
+                for name, (endpoint, _, at) in state.lost.items()
+            }
+        if state.lost:
+            first = min(loss[1] for loss in state.lost.values())
+            self._wake(service, first + (config.hold if state.since else config.window) - now)
+        else:
+            if state.since is not None:
+                log.warning("service %r: protection from mass loss ended", service)
+            del self._services[service]
+        if dict(new.protected) != protected:
+            new = new.rebuilt(protected=protected)
+        return new
+
+    def forget(self, service: str) -> None:
+        """``service`` is no longer followed: nothing of it is held."""
+        self._services.pop(service, None)
+
+
+class Timers:
+    """One pending wake-up per service, on daemon timer threads (at most one per service
+    with losses: protection holds seconds, not hours); :meth:`close` cancels them all."""
+
+    def __init__(self, run: Callable[[str], None]) -> None:
+        self._run = run
+        self._lock = threading.Lock()
+        self._timers: dict[str, threading.Timer] = {}
+        self._closed = False
+
+    def wake(self, service: str, delay: float) -> None:
+        """Call ``run(service)`` in ``delay`` seconds (replacing a wake-up pending for it)."""
+        with self._lock:
+            if self._closed:
+                return
+            previous = self._timers.pop(service, None)
+            if previous is not None:
+                previous.cancel()
+            timer = threading.Timer(max(delay, 0.0), self._fire, (service,))
+            timer.daemon = True
+            self._timers[service] = timer
+            timer.start()
+
+    def _fire(self, service: str) -> None:
+        with self._lock:
+            self._timers.pop(service, None)
+        self._run(service)
+
+    def close(self) -> None:
+        """Cancel every pending wake-up; later ones are ignored."""
+        with self._lock:
+            self._closed = True
+            timers, self._timers = list(self._timers.values()), {}
+        for timer in timers:
+            timer.cancel()
