@@ -34,6 +34,7 @@ from sentinel.auth.store import publish_public_keys
 from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, RegistryCache, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
+from sentinel.cache.protection import eligible_verdict
 from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
 from sentinel.connection import client_arguments, unavailable
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
@@ -130,8 +131,9 @@ class Explanation:
     @property
     def verdicts(self) -> dict[str, str]:
         """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
-        ``"excluded by <filter>"``."""
-        verdicts = {e.name: "eligible" for e in self.instances}
+        ``"excluded by <filter>"``; an instance the registry no longer lists, served under
+        protection from mass loss, says so (``"eligible, protected: ..."``)."""
+        verdicts = {e.name: eligible_verdict(e) for e in self.instances}
         for step in self.steps:  # each step sees only what the ones before kept
             for endpoint in step.excluded:
                 verdicts[endpoint.name] = step.verdict

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from sentinel import validation as check
+from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.registry.endpoint import Endpoint
 
@@ -73,19 +74,18 @@ class Protection:
     """The protection state of one cache, applied to each snapshot it is about to serve.
 
     ``wake(service, delay)`` asks for :meth:`apply` to run again for ``service`` after
-    ``delay`` seconds (the cache queues it on its worker), so a hold ends on time.
+    ``delay`` seconds (the cache queues it on its worker), so a hold ends on time. What it
+    does is counted in ``stats`` (exported: ``docs/telemetry.md``): the instances served
+    protected now, by service, and the episodes begun.
     """
 
-    def __init__(self, config: MassLossProtection, wake: Callable[[str, float], None]) -> None:
+    def __init__(
+        self, config: MassLossProtection, stats: CacheStats, wake: Callable[[str, float], None]
+    ) -> None:
         self.config = config
+        self._stats = stats
         self._wake = wake
         self._services: dict[str, _Losses] = {}
-        #: Episodes begun, by service (a counter for telemetry and tests).
-        self.episodes: dict[str, int] = {}
-
-    def protected_count(self) -> dict[str, int]:
-        """Instances served protected now, by service (read by telemetry: a copy)."""
-        return {s: len(v.lost) for s, v in list(self._services.items()) if v.since is not None}
 
     def apply(
         self,
@@ -116,7 +116,7 @@ class Protection:
             len(new.endpoints) + len(state.lost)
         ):
             state.since = wall
-            self.episodes[service] = self.episodes.get(service, 0) + 1
+            self._stats.protection_episodes += 1
             state.lost = {n: loss for n, loss in state.lost.items() if now - loss[1] < config.hold}
             log.warning(
                 "service %r lost %d of %d instance(s) to session expiries within %gs: serving "
@@ -140,6 +140,7 @@ class Protection:
             if state.since is not None:
                 log.warning("service %r: protection from mass loss ended", service)
             del self._services[service]
+        self._count(service, len(protected))
         if dict(new.protected) != protected:
             new = new.rebuilt(protected=protected)
         return new
@@ -147,6 +148,27 @@ class Protection:
     def forget(self, service: str) -> None:
         """``service`` is no longer followed: nothing of it is held."""
         self._services.pop(service, None)
+        self._count(service, 0)
+
+    def _count(self, service: str, protected: int) -> None:
+        # A new dict each time: telemetry iterates it from another thread.
+        counts = self._stats.protected
+        if counts.get(service, 0) != protected:
+            self._stats.protected = {s: n for s, n in counts.items() if s != service} | (
+                {service: protected} if protected else {}
+            )
+
+
+def eligible_verdict(endpoint: Endpoint) -> str:
+    """What ``explain()`` says of an eligible ``endpoint``: ``"eligible"``, or for one the
+    registry no longer lists, that it is served protected and since when."""
+    if endpoint.unlisted_since is None:
+        return "eligible"
+    gone = max(time.time() - endpoint.unlisted_since, 0.0)
+    return (
+        f"eligible, protected: no longer listed by the registry (its session ended {gone:.1f}s "
+        "ago in a mass loss); served until it registers again or the hold ends"
+    )
 
 
 class Timers:

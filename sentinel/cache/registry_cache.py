@@ -136,7 +136,9 @@ class RegistryCache:
         # Protection from mass loss (None: off); its hold ends are queued on the worker.
         self._hold_timers = Timers(self._wake_protection)
         self.protection = (
-            None if protection is None else Protection(protection, self._hold_timers.wake)
+            None
+            if protection is None
+            else Protection(protection, self.stats, self._hold_timers.wake)
         )
 
     # --- life cycle -------------------------------------------------------------------------
