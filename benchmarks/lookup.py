@@ -9,7 +9,9 @@ call itself (Python's frame set-up, the JVM's invocation) and subtract only the 
 Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup misses the CPU
 caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached; unsharded
 read from a Curator x-discovery base path (Curator's JSON, followed by a client with
-``CacheConfig(curator_base_paths=...)``). All with 20 instances and round robin.
+``CacheConfig(curator_base_paths=...)``); unsharded during a mass loss, 11 of the 20 instances
+deleted without their owner's departure mark and served protected
+(``CacheConfig(mass_loss_protection=...)``). All with 20 instances and round robin.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import CacheConfig, Sentinel
+from sentinel.cache.protection import MassLossProtection
 from sentinel.testing.helpers import wait_until
 
 
@@ -80,6 +83,27 @@ def curator_reader(connect_string: str, instances: int) -> Sentinel:
     return Sentinel(connect_string, "bench-curator", announce=False, cache=cache).start()
 
 
+def protecting_reader(connect_string: str, writer: Sentinel, instances: int) -> Sentinel:
+    """A started client following ``held``, whose ``instances`` instances lost more than half
+    their number to unmarked deletes: it serves those protected for the whole benchmark."""
+    for i in range(instances):
+        writer.register("held", "p0", f"10.4.0.{i}", 80, label=f"h{i}")
+    cache = CacheConfig(mass_loss_protection=MassLossProtection(hold=3600.0))
+    reader = Sentinel(connect_string, "bench-protecting", announce=False, cache=cache).start()
+    reader.get_service("held")
+    zk = KazooClient(connect_string)
+    zk.start(timeout=10)
+    try:
+        for i in range(instances // 2 + 1):
+            zk.delete(f"/sentinel/services/held/p0:h{i}")  # unmarked, as a session's end
+    finally:
+        zk.stop()
+        zk.close()
+    lost = instances // 2 + 1
+    wait_until(lambda: sum(e.protected for e in reader.cached_instances("held")) == lost)
+    return reader
+
+
 def measure(client: Sentinel, label: str, args_list, calls: int) -> dict[str, float]:
     """Latency percentiles (timer overhead subtracted) and throughput of ``get_service``."""
     overhead = timer_overhead(calls)
@@ -111,7 +135,11 @@ def main(argv=None) -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     args = parser.parse_args(argv)
 
-    with writer_and_reader() as (zk, writer, reader), curator_reader(zk.connect_string, 20) as jvm:
+    with (
+        writer_and_reader() as (zk, writer, reader),
+        curator_reader(zk.connect_string, 20) as jvm,
+        protecting_reader(zk.connect_string, writer, 20) as protecting,
+    ):
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
             writer.register("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
@@ -132,6 +160,7 @@ def main(argv=None) -> None:
             "unsharded, 20 instances": plain_args,
             "unsharded, 20 instances, Curator format": [("orders",)] * args.calls,
             "unsharded, 20 instances, with auth": [("vault",)] * args.calls,
+            "unsharded, 20 instances, 11 served protected": [("held",)] * args.calls,
             f"keyed, 20 instances, random of {args.keys:,} keys": keyed_args,
             "keyed, 20 instances, 1,000 hot keys": hot_args,
         }
@@ -139,6 +168,7 @@ def main(argv=None) -> None:
         for _ in range(args.rounds):  # interleave the cases so all see the same noise
             for case, case_args in cases.items():
                 client = jvm if "Curator" in case else reader
+                client = protecting if "protected" in case else client
                 rounds[case].append(measure(client, case, case_args, args.calls))
 
     rows = []

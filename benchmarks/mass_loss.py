@@ -63,7 +63,8 @@ def _observe(
     return {
         "missing": missing,
         "empty": empty,
-        "back": back_at,
+        # Nothing missing at all: the deletions and re-creations reached the reader together.
+        "back": 0.0 if missing_from is None else back_at,
         "fewest_served": fewest,
         "protected_for": protected_for,
     }
@@ -155,6 +156,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4, help="of each scenario and pause")
     parser.add_argument("--pauses", default="3,6", help="seconds the server is paused")
     parser.add_argument("--hold", type=float, default=10.0, help="the protecting reader's")
+    # A blip's run is watched for 20 s from the resumption; a crash's for the hold and 5 s.
     args = parser.parse_args()
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
     logging.getLogger("sentinel").setLevel(logging.ERROR)

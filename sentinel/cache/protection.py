@@ -45,14 +45,15 @@ class MassLossProtection:
         plus those lost within ``window``) vanished unmarked within ``window``.
     window : float, default 10.0
         Seconds within which the losses are counted together.
-    hold : float, default 30.0
+    hold : float, default 10.0
         Seconds a lost instance is served at most, from its loss; one the registry lists
-        again before then is the listed one at once.
+        again before then is the listed one at once. Four times the slowest return of a
+        blip measured (``python -m benchmarks.mass_loss``, ``docs/benchmarks.md``).
     """
 
     share: float = 0.5
     window: float = 10.0
-    hold: float = 30.0
+    hold: float = 10.0
 
     def __post_init__(self) -> None:
         # Below 1: "more than every instance" could never happen, and protection never start.

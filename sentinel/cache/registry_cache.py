@@ -427,6 +427,10 @@ class RegistryCache:
         if self.protection is not None:
             snapshot = self.protection.apply(service, old, snapshot, lost)
         self.snapshots[service] = snapshot
+        if bool(snapshot.protected) != bool(old.protected):
+            # Operators see it (sentinel ls, doctor): one write when an episode begins and
+            # one when it ends, never per change within it.
+            self._confirm(service, snapshot.auth)
         if self.on_swap is not None:
             self.on_swap(service, old, snapshot, names)
         if old.spec != snapshot.spec:
@@ -545,6 +549,7 @@ class RegistryCache:
             sentinel_version=__version__,
             auth_client=None if self._credentials is None else self._credentials.client,
             auth_version=None if auth is None else auth.version,
+            **self._protecting(service),
         )
         if self._agent is not None:  # kept by the agent while this process is connected
             self._agent.send(
@@ -558,6 +563,14 @@ class RegistryCache:
             keep_trying=True,
             on_failure=self._count_clients_failure,
         )
+
+    def _protecting(self, service: str) -> dict[str, Any]:
+        """The ``/clients`` fields saying what ``service``'s snapshot serves protected."""
+        snapshot = self.snapshots.get(service)
+        if snapshot is None or not snapshot.protected:
+            return {}
+        since = min(e.unlisted_since or 0.0 for e in snapshot.protected.values())
+        return {"protecting": len(snapshot.protected), "protecting_since": since}
 
     def _count_clients_failure(self) -> None:
         self.stats.clients_write_failures += 1

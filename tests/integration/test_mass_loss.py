@@ -4,6 +4,7 @@ reaches every client at once, as without protection (docs/health.md)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from sentinel.cache.protection import MassLossProtection
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import PublisherProcess, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
+from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +48,7 @@ def world(own_zookeeper: LocalZooKeeper) -> Iterator[dict]:
             name,
             namespace,
             session_timeout=30.0,  # outlives the pause: the readers keep their sessions
-            announce=False,
+            announce=name == "guarded-1",  # its /clients entry tells sentinel ls and doctor
             prometheus_registry=registries[name],
             cache=CacheConfig(mass_loss_protection=None if name == "plain" else protection),
         ).start()
@@ -73,6 +75,7 @@ def world(own_zookeeper: LocalZooKeeper) -> Iterator[dict]:
             "registries": registries,
             "start_publishers": start_publishers,
             "namespace": namespace,
+            "cli": lambda *a: sentinel_in_process(*a, "--zk", hosts, "--namespace", namespace),
         }
     finally:
         own_zookeeper.members[0].resume()  # whatever failed, never leave it paused
@@ -167,6 +170,14 @@ def test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size
         assert reader.cache_stats.protected == {SERVICE: COUNT}
         assert gauge(world, reader.client_id) == COUNT
     assert gauge(world, "plain") is None
+    # Operators see it from anywhere: the announcing reader's /clients entry says so.
+    ls = world["cli"]
+    note = "protection from mass loss: 1 client(s) (guarded-1) serve up to"
+    assert wait_until(lambda: note in ls("ls", SERVICE).stdout, 10), ls("ls", SERVICE).stdout
+    shown = json.loads(ls("ls", SERVICE, "--json").stdout)["protecting_clients"]
+    assert [(c["client"], c["instances"] > COUNT / 2) for c in shown] == [("guarded-1", True)]
+    findings = json.loads(ls("doctor", "--json").stdout)
+    assert [f["check"] for f in findings if f["check"] == "protection"] == ["protection"]
 
     # The publishers were alive all along: thawed, they find their sessions expired and
     # register again; the registry's instances replace the protected ones, and it ends.
@@ -179,6 +190,7 @@ def test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size
     for reader in guarded:
         assert reader.cache_stats.protected == {}
         assert gauge(world, reader.client_id) is None
+    assert wait_until(lambda: "protection" not in ls("ls", SERVICE).stdout, 10)
 
     # --- really gone: the same six crash; their sessions expire together. They are served,
     # protected, for the hold and not a moment less, then dropped.
