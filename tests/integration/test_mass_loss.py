@@ -243,3 +243,16 @@ def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_h
     assert wait_until(lambda: not protected(reader), hold + 10), "held past the bound"
     assert time.time() - since >= hold
     assert [e.label for e in reader.cached_instances(SERVICE)] == ["i3"]
+
+
+def test_a_node_squatting_on_the_mark_only_costs_the_mark(make_client, raw_zk, caplog):
+    # Someone who may write the service puts a node where the departure mark goes: the marked
+    # delete fails on it, and the instance is deleted unmarked (as a session's end would),
+    # never left behind.
+    publisher = make_client("publisher")
+    registration = publisher.register(SERVICE, "p", "10.0.0.1", 9000, label="a")
+    raw_zk.create(f"{registration.path}:left", b"squat")
+    assert publisher.deregister(registration) is True
+    assert raw_zk.exists(registration.path) is None
+    assert raw_zk.get_children(f"/services/{SERVICE}") == ["p:a:left"]
+    assert "is no departure mark" in caplog.text
