@@ -33,6 +33,9 @@ from sentinel.registry.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
+# Wake-ups this close (seconds) are one: the hold's end recomputed on each change.
+_SAME_TIME = 0.05
+
 
 @dataclass(frozen=True)
 class MassLossProtection:
@@ -179,25 +182,33 @@ class Timers:
     def __init__(self, run: Callable[[str], None]) -> None:
         self._run = run
         self._lock = threading.Lock()
-        self._timers: dict[str, threading.Timer] = {}
+        self._timers: dict[str, tuple[threading.Timer, float]] = {}  # with its monotonic due
         self._closed = False
 
     def wake(self, service: str, delay: float) -> None:
-        """Call ``run(service)`` in ``delay`` seconds (replacing a wake-up pending for it)."""
+        """Call ``run(service)`` in ``delay`` seconds (replacing a wake-up pending for it at
+        another time; one pending for the same time is kept, so a burst of changes during an
+        episode starts no thread)."""
+        due = time.monotonic() + max(delay, 0.0)
         with self._lock:
             if self._closed:
                 return
             previous = self._timers.pop(service, None)
             if previous is not None:
-                previous.cancel()
-            timer = threading.Timer(max(delay, 0.0), self._fire, (service,))
+                if abs(previous[1] - due) < _SAME_TIME:
+                    self._timers[service] = previous
+                    return
+                previous[0].cancel()
+            timer = threading.Timer(max(delay, 0.0), self._fire, (service, due))
             timer.daemon = True
-            self._timers[service] = timer
+            self._timers[service] = (timer, due)
             timer.start()
 
-    def _fire(self, service: str) -> None:
+    def _fire(self, service: str, due: float) -> None:
         with self._lock:
-            self._timers.pop(service, None)
+            pending = self._timers.get(service)
+            if pending is not None and pending[1] == due:
+                del self._timers[service]
         self._run(service)
 
     def close(self) -> None:
@@ -205,5 +216,5 @@ class Timers:
         with self._lock:
             self._closed = True
             timers, self._timers = list(self._timers.values()), {}
-        for timer in timers:
+        for timer, _ in timers:
             timer.cancel()

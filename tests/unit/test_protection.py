@@ -1,11 +1,12 @@
 """Protection from mass loss on values alone: when it starts, what it serves, its bounds in
 count and time, and what a lookup pays (sentinel.cache.protection)."""
 
+import threading
 import time
 
 import pytest
 
-from sentinel.cache.protection import MassLossProtection, Protection, eligible_verdict
+from sentinel.cache.protection import MassLossProtection, Protection, Timers, eligible_verdict
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.errors import ValidationError
@@ -141,3 +142,20 @@ def test_nothing_lost_and_nothing_held_returns_the_snapshot_itself(stats, wakes)
 def test_settings_out_of_range_are_refused(field, value):
     with pytest.raises(ValidationError, match=field):
         MassLossProtection(**{field: value})
+
+
+def test_a_wake_up_for_the_same_time_is_one_timer_and_close_cancels_them():
+    fired = threading.Event()
+    timers = Timers(lambda service: fired.set())
+    timers.wake("db", 60.0)
+    first = timers._timers["db"][0]
+    timers.wake("db", 60.0)  # a change during the episode: the hold ends when it did
+    assert timers._timers["db"][0] is first
+    timers.wake("db", 0.0)  # another time: replaces it, and fires
+    assert first.finished.is_set() and fired.wait(10)
+    timers.wake("other", 60.0)
+    pending = timers._timers["other"][0]
+    timers.close()
+    assert pending.finished.is_set() and not timers._timers
+    timers.wake("late", 0.0)  # after close: ignored
+    assert not timers._timers
