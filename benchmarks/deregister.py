@@ -1,13 +1,17 @@
-"""Deregistration four ways, side by side in one run: ``python -m benchmarks.deregister``.
+"""Deregistration five ways, side by side in one run: ``python -m benchmarks.deregister``.
 
-One writer client deletes instance nodes in turn four ways, alternated round by round so that
-the machine's load falls on the four alike, and a second client in the same process records
+One writer client deletes instance nodes in turn five ways, alternated round by round so that
+the machine's load falls on the five alike, and a second client in the same process records
 when each deletion reaches its cache (the listener call, made right after the snapshot swap):
 
 - ``guarded``: ``deregister``, the library's way. When the node's watch (set by the
-  registration's background read, waited for before each of the two ``deregister`` ways) has
-  reported nothing since, one delete conditional on the version that read found; an old
-  process never deletes the node a successor took over.
+  registration's background read, waited for before each of the three ``deregister`` ways)
+  has reported nothing since, one delete conditional on the version that read found, sent in
+  one transaction with the node's departure mark (created and deleted, so caches tell a
+  deregistration from a session's expiry); an old process never deletes the node a successor
+  took over.
+- ``unmarked``: ``guarded`` without the departure mark, a plain conditional delete: the
+  library's way before issue 41, what the mark costs.
 - ``read-first``: ``deregister`` when it does not know the node (what it was read as is
   forgotten first, as after a lost connection): it reads the node, then deletes it
   conditionally on the version read if this session owns it. Two requests: the library's way
@@ -44,8 +48,14 @@ from sentinel.zk.ephemeral import first_failure
 
 SERVICE = "db"
 PARTITION = "p0"
-VARIANTS = ("guarded", "read-first", "blind", "acl")
-SAFE = {"guarded": "yes", "read-first": "yes", "blind": "no", "acl": "yes, by ACL"}
+VARIANTS = ("guarded", "unmarked", "read-first", "blind", "acl")
+SAFE = {
+    "guarded": "yes",
+    "unmarked": "yes",
+    "read-first": "yes",
+    "blind": "no",
+    "acl": "yes, by ACL",
+}
 
 
 class _Arrivals:
@@ -100,7 +110,7 @@ class _Writer:
 
     def create(self, variant: str, label: str) -> Callable[[], None]:
         """Make the node; return the deletion to time."""
-        if variant in ("guarded", "read-first"):
+        if variant in ("guarded", "unmarked", "read-first"):
             registration = self._client.register(SERVICE, PARTITION, "10.0.0.1", 7000, label=label)
             # Both start once the background read has set the node's watch (the steady state;
             # a deregistration sooner reads first), so each pays its own way's requests only.
@@ -109,6 +119,13 @@ class _Writer:
                 raise RuntimeError(f"{registration.path} was never read back by its watch")
             if variant == "guarded":
                 return lambda: self._client.deregister(registration)
+            if variant == "unmarked":
+
+                def unmarked() -> None:
+                    self._client.session.nodes.remove(registration.path)  # no departure mark
+                    self._client.session.publisher._registrations.pop(registration.path, None)
+
+                return unmarked
 
             def read_first() -> None:
                 self._client.session.nodes._seen.pop(registration.path, None)

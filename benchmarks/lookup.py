@@ -10,8 +10,9 @@ Cases: unsharded; keyed with keys drawn at random from 100,000 (every lookup mis
 caches); keyed with 1,000 hot keys; unsharded with a decrypted credential attached; unsharded
 read from a Curator x-discovery base path (Curator's JSON, followed by a client with
 ``CacheConfig(curator_base_paths=...)``); unsharded with one of the instances ejected for its
-reported failures (a client of its own, whose ejections last the whole run). All with 20
-instances and round robin.
+reported failures (a client of its own, whose ejections last the whole run); unsharded during a mass
+loss, 11 of the 20 instances deleted without their owner's departure mark and served protected
+(``CacheConfig(mass_loss_protection=...)``). All with 20 instances and round robin.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import build_world, median_of, percentiles, report, writer_and_reader
 from sentinel import CacheConfig, Sentinel
+from sentinel.cache.protection import MassLossProtection
 from sentinel.feedback import OutlierDetection
 from sentinel.testing.helpers import wait_until
 
@@ -83,6 +85,27 @@ def curator_reader(connect_string: str, instances: int) -> Sentinel:
     return Sentinel(connect_string, "bench-curator", announce=False, cache=cache).start()
 
 
+def protecting_reader(connect_string: str, writer: Sentinel, instances: int) -> Sentinel:
+    """A started client following ``held``, whose ``instances`` instances lost more than half
+    their number to unmarked deletes: it serves those protected for the whole benchmark."""
+    for i in range(instances):
+        writer.register("held", "p0", f"10.4.0.{i}", 80, label=f"h{i}")
+    cache = CacheConfig(mass_loss_protection=MassLossProtection(hold=3600.0))
+    reader = Sentinel(connect_string, "bench-protecting", announce=False, cache=cache).start()
+    reader.get_service("held")
+    zk = KazooClient(connect_string)
+    zk.start(timeout=10)
+    try:
+        for i in range(instances // 2 + 1):
+            zk.delete(f"/sentinel/services/held/p0:h{i}")  # unmarked, as a session's end
+    finally:
+        zk.stop()
+        zk.close()
+    lost = instances // 2 + 1
+    wait_until(lambda: sum(e.protected for e in reader.cached_instances("held")) == lost)
+    return reader
+
+
 def measure(client: Sentinel, label: str, args_list, calls: int) -> dict[str, float]:
     """Latency percentiles (timer overhead subtracted) and throughput of ``get_service``."""
     overhead = timer_overhead(calls)
@@ -120,6 +143,7 @@ def main(argv=None) -> None:
         writer_and_reader() as (zk, writer, reader),
         curator_reader(zk.connect_string, 20) as jvm,
         Sentinel(zk.connect_string, "bench-ejecting", announce=False, feedback=lasting) as ejecting,
+        protecting_reader(zk.connect_string, writer, 20) as protecting,
     ):
         keys = build_world(writer, service="db", instances=20, partitions=4, keys=args.keys)
         for i in range(20):
@@ -146,6 +170,7 @@ def main(argv=None) -> None:
             "unsharded, 20 instances, Curator format": (jvm, [("orders",)] * args.calls),
             "unsharded, 20 instances, with auth": (reader, [("vault",)] * args.calls),
             "unsharded, 20 instances, 1 ejected": (ejecting, plain_args),
+            "unsharded, 20 instances, 11 served protected": (protecting, [("held",)] * args.calls),
             f"keyed, 20 instances, random of {args.keys:,} keys": (reader, keyed_args),
             "keyed, 20 instances, 1,000 hot keys": (reader, hot_args),
         }

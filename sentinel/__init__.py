@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sentinel.aio import AsyncSentinel, EventsMissed
     from sentinel.auth.config import AuthConfig
     from sentinel.cache.config import CacheConfig
+    from sentinel.cache.protection import MassLossProtection
     from sentinel.client import Sentinel
     from sentinel.errors import (
         AuthError,
@@ -66,6 +67,7 @@ _EXPORTS = {
     "ServiceSpec": "sentinel.registry.records",
     "TlsConfig": "sentinel.zk.tls",
     "CacheConfig": "sentinel.cache.config",
+    "MassLossProtection": "sentinel.cache.protection",
     "AuthConfig": "sentinel.auth.config",
     # Read from the installed package's metadata (importlib.metadata) when first asked.
     "__version__": "sentinel.version",
@@ -111,6 +113,7 @@ __all__ = [
     "HealthCheck",
     "InstanceRecord",
     "InstancesChanged",
+    "MassLossProtection",
     "MetricsChanged",
     "Registration",
     "RegistryConflict",

@@ -24,6 +24,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
+from sentinel.cache.protection import eligible_verdict
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
@@ -109,8 +110,9 @@ class Explanation:
     @property
     def verdicts(self) -> dict[str, str]:
         """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
-        ``"excluded by <filter>"``."""
-        verdicts = {e.name: "eligible" for e in self.instances}
+        ``"excluded by <filter>"``; an instance the registry no longer lists, served under
+        protection from mass loss, says so (``"eligible, protected: ..."``)."""
+        verdicts = {e.name: eligible_verdict(e) for e in self.instances}
         for step in self.steps:  # each step sees only what the ones before kept
             for endpoint in step.excluded:
                 verdicts[endpoint.name] = step.verdict
@@ -292,6 +294,7 @@ class Sentinel(OldMethodNames):
             "read_through_rate": cache.read_through_rate,
             "curator_base_paths": cache.curator_base_paths,
             "events_on_connection_thread": cache.events_on_connection_thread,
+            "protection": cache.mass_loss_protection,
         }
         #: This process's ZooKeeper session, its ephemeral nodes, watches and cache: the seam
         #: the role daemons use (:class:`~sentinel.session.Session`; internal, for the roles).

@@ -30,7 +30,13 @@ from sentinel.errors import (
 )
 from sentinel.health.checks import HealthCheck
 from sentinel.health.readiness import CHECKED_STATUSES, Readiness
-from sentinel.registry.layout import host_key, instance_name, instance_path, service_path
+from sentinel.registry.layout import (
+    departure_path,
+    host_key,
+    instance_name,
+    instance_path,
+    service_path,
+)
 from sentinel.registry.records import InstanceRecord, ServiceSpec
 from sentinel.zk.ephemeral import EphemeralNodes
 
@@ -340,10 +346,23 @@ class Publisher:
             self._readiness.forget(registration.path)
             # Forgotten only once removed: a deregistration the connection interrupted is
             # retried.
-            self._nodes.remove(registration.path)
+            # Marked, so that caches tell it from a session's expiry
+            # (sentinel.cache.protection).
+            self._nodes.remove(registration.path, mark=departure_path(registration.path))
             self._registrations.pop(registration.path, None)
         log.info("deregistered %s", registration.path)
         return True
+
+    def leave(self, timeout: float) -> None:
+        """Before the session ends (a closing client): deregister every registration whose
+        node is known to be this session's, marked and in one request, waiting ``timeout``
+        seconds at most. Caches then see a shutdown as a deregistration, never as a mass
+        expiry to protect from; what this leaves, the session's end removes."""
+        if not self._registrations:
+            return
+        marks = {path: departure_path(path) for path in self._registrations}
+        for path in self._nodes.leave(marks, timeout):
+            self._registrations.pop(path, None)
 
 
 def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:

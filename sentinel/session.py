@@ -576,7 +576,9 @@ class Session:
         drain_until = time.monotonic() + drain
         try:
             self.publisher.close()  # no status write of a readiness check from here on
-            self.cache.close(timeout=drain)
+            if drain:  # shutting down is deregistering: marked, never protected from
+                self.publisher.leave(timeout=drain)
+            self.cache.close(timeout=max(0.0, drain_until - time.monotonic()))
             if self._snapshot_writer is not None:
                 self._snapshot_writer.close()
             # Emptied, a lookup falls through to the load, which refuses on a closed client.

@@ -288,6 +288,10 @@ class CacheCounters(Protocol):
     def negative_hits(self) -> int: ...
     @property
     def clients_write_failures(self) -> int: ...
+    @property
+    def protected(self) -> Mapping[str, int]: ...
+    @property
+    def protection_episodes(self) -> int: ...
 
 
 class FeedbackCounters(Protocol):
@@ -385,6 +389,12 @@ class ClientCollector(Collector):
                 "Panic episodes begun (a partition's lookups ignoring ejections), by service.",
                 labels=["client", "service"],
             ),
+            "protected": GaugeMetricFamily(
+                "sentinel_cache_protected_instances",
+                "Instances served that the registry no longer lists (their sessions ended in "
+                "a mass loss), under protection from mass loss, by service.",
+                labels=["client", "service"],
+            ),
         }
         stats_families = {
             field: CounterMetricFamily(f"sentinel_cache_{field}", help_text, labels=["client"])
@@ -403,6 +413,10 @@ class ClientCollector(Collector):
                     "clients_write_failures",
                     "Writes of this client's /clients entries that failed (retried).",
                 ),
+                (
+                    "protection_episodes",
+                    "Mass losses (session expiries) the cache began to protect from.",
+                ),
             )
         }
         lookups: dict[tuple[str, str, str], int] = {}
@@ -410,6 +424,7 @@ class ClientCollector(Collector):
         session: dict[tuple[str, str], int] = {}
         # (client, service) -> [ejected, partitions in panic, panic episodes]
         feedback: dict[tuple[str, str], list[int]] = {}
+        protected: dict[tuple[str, str], int] = {}
         stats: dict[str, dict[str, int]] = {field: {} for field in stats_families}
         for client in list(self._clients):
             cid = client.client_id
@@ -425,6 +440,8 @@ class ClientCollector(Collector):
             cache_stats = client.cache_stats
             for event, count in dict(cache_stats.session_events).items():  # kazoo's thread writes
                 session[(cid, event)] = session.get((cid, event), 0) + count
+            for service, count in cache_stats.protected.items():  # replaced whole, never changed
+                protected[(cid, service)] = protected.get((cid, service), 0) + count
             for field, values in stats.items():
                 values[cid] = values.get(cid, 0) + getattr(cache_stats, field)
             # census first: it notes the panics that ended since the last lookup
@@ -444,6 +461,8 @@ class ClientCollector(Collector):
             families["ejected"].add_metric(list(series), ejected)
             families["panicking"].add_metric(list(series), panicking)
             families["panics"].add_metric(list(series), episodes)
+        for service_series, count in sorted(protected.items()):
+            families["protected"].add_metric(list(service_series), count)
         for field, family in stats_families.items():
             for cid, count in sorted(stats[field].items()):
                 family.add_metric([cid], count)

@@ -350,6 +350,40 @@ MUTATIONS = (
             "test_a_connection_being_set_up_as_the_relay_is_cut_is_refused",
         ),
     ),
+    Mutation(
+        # A deregistration without its departure mark: caches take it for an expiry, and a
+        # protecting one holds a removed instance back.
+        "deregistration-unmarked",
+        "sentinel/publisher.py",
+        "mark=departure_path(registration.path)",
+        "mark=None",
+        (
+            "tests/integration/test_mass_loss.py::"
+            "test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold",
+        ),
+    ),
+    Mutation(
+        # A closing client leaving its nodes to the session's end, unmarked.
+        "close-leaves-unmarked",
+        "sentinel/publisher.py",
+        "        if not self._registrations:\n            return\n        marks =",
+        "        if True:\n            return\n        marks =",
+        (
+            "tests/integration/test_mass_loss.py::"
+            "test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size_is_not",
+        ),
+    ),
+    Mutation(
+        # The follower ignoring the mark: every deletion counts as a loss.
+        "follower-ignores-departure-marks",
+        "sentinel/cache/followers.py",
+        "                if kind == EventType.DELETED:\n                    kind = DEREGISTERED\n",
+        "",
+        (
+            "tests/integration/test_mass_loss.py::"
+            "test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold",
+        ),
+    ),
 )
 
 

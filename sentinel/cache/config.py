@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from sentinel import validation as check
+from sentinel.cache.protection import MassLossProtection
 from sentinel.errors import ValidationError
 from sentinel.registry.layout import validate_base_path
 
@@ -67,6 +68,12 @@ class CacheConfig:
         cache's worker wakes once, to the reply. False hands events to kazoo's callback thread
         and leaves every read to the worker (one thread wake-up more per change: the path
         ``python -m benchmarks.floor`` and ``benchmarks.hops --worker-reads`` compare).
+    mass_loss_protection : MassLossProtection or None, default None (off)
+        When more than a share of a service's instances vanish through session expiries
+        (never deregistrations) within seconds, keep serving them, each marked
+        ``Endpoint.unlisted_since`` and for a bounded time, while they may register again
+        (``docs/health.md``, "Protection from mass loss"). Off by default: a lookup then only
+        returns instances the registry lists. Needs persistent watches.
     """
 
     persistent_watches: bool = True
@@ -78,10 +85,12 @@ class CacheConfig:
     inherited_max_age: float | None = DEFAULT_INHERITED_MAX_AGE
     curator_base_paths: tuple[str, ...] = ()
     events_on_connection_thread: bool = True
+    mass_loss_protection: MassLossProtection | None = None
 
     def __post_init__(self) -> None:
         check.flag("persistent_watches", self.persistent_watches)
         check.flag("events_on_connection_thread", self.events_on_connection_thread)
+        check.instance("mass_loss_protection", self.mass_loss_protection, MassLossProtection)
         check.number("negative_ttl", self.negative_ttl, least=0)
         check.number("read_through_rate", self.read_through_rate, above=0)
         check.number("resync_jitter", self.resync_jitter, least=0)

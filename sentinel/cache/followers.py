@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Concatenate, ParamSpec
 
 from kazoo.client import KazooClient
@@ -34,7 +34,15 @@ from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
 from sentinel.errors import DecodeError, ServiceNotFound
-from sentinel.registry.layout import AUTH, METRICS, SERVICES, SHARD_INFO, auth_path, service_path
+from sentinel.registry.layout import (
+    AUTH,
+    METRICS,
+    SERVICES,
+    SHARD_INFO,
+    auth_path,
+    departed_instance,
+    service_path,
+)
 from sentinel.registry.reads import pipelined_reads
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import bucket_path, policy_path
@@ -44,6 +52,11 @@ from sentinel.zk.watches import AddWatchMode, PersistentWatches, WatcherType
 MULTI_READ_BATCH = 256
 
 _SECTIONS = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}
+
+# The kind of a deletion its owner's departure mark announced (beside kazoo's EventType
+# values): a deregistration, which protection from mass loss never holds back.
+DEREGISTERED = "DEREGISTERED"
+_MAX_DEPARTING = 1_024
 
 P = ParamSpec("P")
 
@@ -187,7 +200,9 @@ class _ZooKeeperFollower:
             below = f"{curator.parent(service)}/"
             fields["endpoints"] = current.endpoints
             fields["invalid"] = state.invalid | {p for p in current.invalid if p.startswith(below)}
-        self._cache.swap(service, current.rebuilt(**fields))
+        self._cache.swap(
+            service, current.rebuilt(**fields), lost=self._unmarked(current, fields["endpoints"])
+        )
 
     @_while_cached
     def _refresh_spec(self, current: ServiceSnapshot, service: str) -> None:
@@ -216,7 +231,15 @@ class _ZooKeeperFollower:
         changes = dict.fromkeys(known.keys() - children.keys())  # removed: None
         changes.update((n, children[n]) for n in children.keys() - known.keys())
         others = {path for path in current.invalid if not path.startswith(f"{parent}/")}
-        self._cache.update(service, current, field, changes, frozenset(others | bad))
+        lost = self._unmarked(current, children) if field == "endpoints" else ()
+        self._cache.update(service, current, field, changes, frozenset(others | bad), lost)
+
+    def _unmarked(self, current: ServiceSnapshot, listed: Mapping[str, Any]) -> frozenset[str]:
+        """The instances ``current`` holds that a listing no longer shows, if they count as
+        losses for protection from mass loss. The one-shot watches hear no departure mark
+        (they watch the nodes read, and a mark is never read): every vanish counts as a
+        deregistration, and nothing is protected."""
+        return frozenset()
 
     @_while_cached
     def _refresh_child(
@@ -245,15 +268,17 @@ class _ZooKeeperFollower:
 
     @_while_cached
     def _forget_child(
-        self, current: ServiceSnapshot, service: str, section: str, name: str
+        self, current: ServiceSnapshot, service: str, section: str, name: str, marked: bool
     ) -> None:
         """After a deletion under a recursive watch: drop the child, no read (the watch
-        reports the node if it is created again)."""
+        reports the node if it is created again); ``marked``: its owner's departure mark
+        came just before (a deregistration), else it is a loss protection counts."""
         if not held_by_namespace(current, section):
             return
         parent, field, _ = section_of(section, service)
         invalid = current.invalid - {f"{parent}/{name}"}
-        self._cache.update(service, current, field, {name: None}, invalid)
+        lost = () if marked or field != "endpoints" else (name,)
+        self._cache.update(service, current, field, {name: None}, invalid, lost)
 
     @_while_cached
     def _refresh_auth(self, current: ServiceSnapshot, service: str, gone: bool = False) -> None:
@@ -414,6 +439,10 @@ class PersistentFollower(_ZooKeeperFollower):
         # read sent as it arrived (None: the worker reads).
         self._followed: dict[str, bool] = {}
         self._latest: dict[str, tuple[str, Any]] = {}
+        # Instance nodes whose departure mark was heard and whose deletion has not been yet
+        # (the next event of the node, in the same notification batch, is its deletion);
+        # bounded, since anyone who may write a service can create marks without deleting.
+        self._departing: set[str] = set()
         super().__init__(cache, zk, credentials, secured=secured)
 
     def resync(self) -> None:
@@ -445,13 +474,24 @@ class PersistentFollower(_ZooKeeperFollower):
             self._cache.worker.merge(Task(self._follow_all))
             return
         self._cache.stats.watch_events += 1
+        departed = departed_instance(event.path)
+        if departed is not None:  # a deregistration's mark: its node's deletion comes next
+            if len(self._departing) >= _MAX_DEPARTING:
+                self._departing.clear()
+            self._departing.add(departed)
+            return
         if event.type == EventType.CHILD:  # a reconnection's report: a parent's children
             task = self._task_for(event.type, event.path)
         else:
             task = Task(self._apply_event, (event.path,))
             waiting = event.path in self._latest
             read = None if waiting else self._read_at_once(event, task)
-            self._latest[event.path] = (event.type, read)
+            kind = event.type
+            if event.path in self._departing:
+                self._departing.discard(event.path)
+                if kind == EventType.DELETED:
+                    kind = DEREGISTERED
+            self._latest[event.path] = (kind, read)
             if read is not None:
                 return  # queued with the reply
         if task is not None:
@@ -494,7 +534,7 @@ class PersistentFollower(_ZooKeeperFollower):
         if node is None:
             return None
         what, args = node
-        gone = kind == EventType.DELETED
+        gone = kind in (EventType.DELETED, DEREGISTERED)
         if what == "service":
             if kind == EventType.CHILD:
                 return Task(self._refresh_children, (*args, "instances"))
@@ -503,12 +543,19 @@ class PersistentFollower(_ZooKeeperFollower):
             run = self._forget_section if gone else self._refresh_children
             return Task(run, (*args, "metrics"))
         if what == "child":
-            return Task(self._forget_child if gone else self._refresh_child, args)
+            if gone:
+                return Task(self._forget_child, (*args, kind == DEREGISTERED))
+            return Task(self._refresh_child, args)
         if what == "policy" and kind == EventType.CHILD:
             return None  # every bucket is watched itself; the rest is not the cache's
         deleted = (True,) if gone else ()  # the ``gone`` argument of the no-read deletions
         by_kind = {"auth": self._refresh_auth, "policy": self._reload_policy}
         return Task(by_kind.get(what, self._refresh_bucket), (*args, *deleted))
+
+    def _unmarked(self, current: ServiceSnapshot, listed: Mapping[str, Any]) -> frozenset[str]:
+        """Found gone by a read of the whole section (after a reconnection, or the session's
+        end): no departure mark was heard for them, so they count as losses."""
+        return frozenset(current.endpoints.keys() - listed.keys())
 
     def _read_watch(self) -> None:
         return None  # the recursive watch above every read node reports its changes

@@ -33,6 +33,7 @@ from sentinel.cache.agent import AgentChannel, AgentFollower
 from sentinel.cache.curator import CuratorFollower
 from sentinel.cache.followers import OneShotFollower, PersistentFollower
 from sentinel.cache.listeners import Listener, Listeners
+from sentinel.cache.protection import MassLossProtection, Protection, Timers
 from sentinel.cache.read_through import ReadThrough
 from sentinel.cache.source import Follower
 from sentinel.cache.stats import CacheStats
@@ -80,6 +81,7 @@ class RegistryCache:
         curator_base_paths: Sequence[str] = (),
         agent: AgentChannel | None = None,
         events_on_connection_thread: bool = True,
+        protection: MassLossProtection | None = None,
     ) -> None:
         self._zk = zk
         self._watches = watches
@@ -130,6 +132,13 @@ class RegistryCache:
         #: the only instances or metrics nodes that may have changed (None: any). The host
         #: agent tells its processes what changed from it (:mod:`sentinel.agent.changes`).
         self.on_swap: SwapHook | None = None
+        # Protection from mass loss (None: off); its hold ends are queued on the worker.
+        self._hold_timers = Timers(self._wake_protection)
+        self.protection = (
+            None
+            if protection is None
+            else Protection(protection, self.stats, self._hold_timers.wake)
+        )
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -146,6 +155,7 @@ class RegistryCache:
         seconds at most (see :meth:`CacheWorker.stop`); whether it has stopped. A reader
         waiting for a load dropped meanwhile hears so at once rather than at its timeout."""
         self._zk.remove_listener(self._on_state)
+        self._hold_timers.close()
         stopped = self.worker.stop(self._dropped, timeout)
         if stopped:
             waiting, self._loads_waiting = self._loads_waiting, []
@@ -398,16 +408,28 @@ class RegistryCache:
     # --- what the follower hands in, on the worker (see sentinel.cache.source) ----------------
 
     def swap(
-        self, service: str, snapshot: ServiceSnapshot, names: Collection[str] | None = None
+        self,
+        service: str,
+        snapshot: ServiceSnapshot,
+        names: Collection[str] | None = None,
+        lost: Collection[str] = (),
     ) -> None:
         """Serve ``snapshot`` and tell the listeners what changed; ``names``: the only
-        instances that may have (None: any)."""
+        instances that may have (None: any); ``lost``: instances gone unmarked (see
+        :mod:`sentinel.cache.protection`). Listeners hear the registry as it is: a protected
+        instance is reported removed when it leaves the registry."""
         old = self.snapshots[service]
         moved = old.spec != snapshot.spec and (old.spec.curator or snapshot.spec.curator)
         if moved and not self._follower_now().complete:
             # Curator instances are decoded with their spec (its partition_from, scheme).
             snapshot, names = self._instances_read_again(service, old, snapshot), None
+        if self.protection is not None:
+            snapshot = self.protection.apply(service, old, snapshot, lost)
         self.snapshots[service] = snapshot
+        if bool(snapshot.protected) != bool(old.protected):
+            # Operators see it (sentinel ls, doctor): one write when an episode begins and
+            # one when it ends, never per change within it.
+            self._confirm(service, snapshot.auth)
         if self.on_swap is not None:
             self.on_swap(service, old, snapshot, names)
         if old.spec != snapshot.spec:
@@ -447,16 +469,19 @@ class RegistryCache:
         field: str,
         changes: Mapping[str, Any],
         invalid: frozenset[str],
+        lost: Collection[str] = (),
     ) -> None:
         """Serve ``current`` with a few children of one section (``field``) replaced, None
-        for removed; nothing when that changes nothing."""
+        for removed; nothing when that changes nothing. ``lost``: as :meth:`swap`'s."""
         snapshot = current.updated(invalid, **{field: changes})
         if snapshot is not current:
-            self.swap(service, snapshot, changes)
+            self.swap(service, snapshot, changes, lost)
 
     def drop(self, service: str) -> None:
         """Stop serving ``service``: its listeners hear that it and its instances are gone."""
         old = self.snapshots.pop(service, None)
+        if self.protection is not None:
+            self.protection.forget(service)
         if self._curator is not None:
             self._curator.detach(service)
         if old is None:
@@ -466,6 +491,15 @@ class RegistryCache:
         self._emit(service, ServiceSpecChanged(service, old.spec, None))
         if old.endpoints:
             self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
+
+    def _wake_protection(self, service: str) -> None:
+        """A hold or a window ended (a timer's thread): re-apply the protection on the worker."""
+        self.worker.merge(Task(self._reapply_protection, (service,)))
+
+    def _reapply_protection(self, service: str) -> None:
+        current = self.snapshots.get(service)
+        if current is not None:
+            self.swap(service, current, ())
 
     def add_policy_user(self, policy: str, service: str) -> None:
         """``service`` is sharded by ``policy``: its listeners hear of the policy's keys."""
@@ -514,6 +548,7 @@ class RegistryCache:
             sentinel_version=__version__,
             auth_client=None if self._credentials is None else self._credentials.client,
             auth_version=None if auth is None else auth.version,
+            **self._protecting(service),
         )
         if self._agent is not None:  # kept by the agent while this process is connected
             self._agent.send(
@@ -527,6 +562,14 @@ class RegistryCache:
             keep_trying=True,
             on_failure=self._count_clients_failure,
         )
+
+    def _protecting(self, service: str) -> dict[str, Any]:
+        """The ``/clients`` fields saying what ``service``'s snapshot serves protected."""
+        snapshot = self.snapshots.get(service)
+        if snapshot is None or not snapshot.protected:
+            return {}
+        since = min(e.unlisted_since or 0.0 for e in snapshot.protected.values())
+        return {"protecting": len(snapshot.protected), "protecting_since": since}
 
     def _count_clients_failure(self) -> None:
         self.stats.clients_write_failures += 1

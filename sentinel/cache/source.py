@@ -53,10 +53,15 @@ class FollowedCache(Protocol):
     worker: CacheWorker
 
     def swap(
-        self, service: str, snapshot: ServiceSnapshot, names: Collection[str] | None = None
+        self,
+        service: str,
+        snapshot: ServiceSnapshot,
+        names: Collection[str] | None = None,
+        lost: Collection[str] = (),
     ) -> None:
         """Serve ``snapshot`` for a followed service; ``names``: the only instances that may
-        have changed (None: any)."""
+        have changed (None: any); ``lost``: instances that vanished without their owner's
+        departure mark (:mod:`sentinel.cache.protection`)."""
         ...
 
     def update(
@@ -66,8 +71,10 @@ class FollowedCache(Protocol):
         field: str,
         changes: Mapping[str, Any],
         invalid: frozenset[str],
+        lost: Collection[str] = (),
     ) -> None:
-        """Serve ``current`` with a few children of one section replaced (None: removed)."""
+        """Serve ``current`` with a few children of one section replaced (None: removed);
+        ``lost``: as :meth:`swap`'s."""
         ...
 
     def native_services(self) -> list[str]:

@@ -22,3 +22,7 @@ class CacheStats:
     # Whole states asked of the host agent: a delta that did not follow the state held (a gap
     # in its numbers, or one that did not decode), or a backlog past its bound.
     agent_whole_states_asked: int = 0
+    # Protection from mass loss (sentinel.cache.protection): instances served that the
+    # registry no longer lists, by service (replaced whole on each change), and episodes begun.
+    protected: dict[str, int] = field(default_factory=dict)
+    protection_episodes: int = 0

@@ -13,7 +13,7 @@ import itertools
 import operator
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +39,10 @@ class ServiceSnapshot:
     ``balancer`` is the service's default balancer and ``lookups`` its lookup counter, both
     carried from snapshot to snapshot; ``built_at`` is when this snapshot was built.
     ``auth`` is this client's decrypted credential, attached to every endpoint.
+    ``protected`` holds, by name, the instances the registry no longer lists that the cache
+    still serves after a mass loss (:mod:`sentinel.cache.protection`), each marked with
+    ``unlisted_since``: in ``partitions`` and ``up`` beside the listed ones (so a lookup pays
+    nothing for them), never in ``endpoints``, which is the registry's list.
     """
 
     spec: ServiceSpec
@@ -51,6 +55,7 @@ class ServiceSnapshot:
     lookups: LookupCounts
     built_at: float
     auth: Credential | None = None
+    protected: Mapping[str, Endpoint] = field(default_factory=lambda: _NO_CHANGES)
 
     @classmethod
     def build(
@@ -62,11 +67,19 @@ class ServiceSnapshot:
         balancer: Balancer,
         lookups: LookupCounts,
         auth: Credential | None = None,
+        protected: Mapping[str, Endpoint] = _NO_CHANGES,
     ) -> ServiceSnapshot:
-        """Attach metrics and auth and index by partition, once per change, not per lookup."""
+        """Attach metrics and auth and index by partition, once per change, not per lookup;
+        a protected instance the registry lists again is the listed one from then on."""
         endpoints = {name: _attach(e, metrics.get(name), auth) for name, e in endpoints.items()}
+        if protected:
+            protected = {
+                n: _attach(e, metrics.get(n), auth)
+                for n, e in protected.items()
+                if n not in endpoints
+            }
         groups: dict[str, list[Endpoint]] = {}
-        for endpoint in endpoints.values():
+        for endpoint in itertools.chain(endpoints.values(), protected.values()):
             groups.setdefault(endpoint.partition, []).append(endpoint)
         partitions = {p: tuple(sorted(g, key=_LABEL)) for p, g in groups.items()}
         return cls(
@@ -82,6 +95,7 @@ class ServiceSnapshot:
             auth=auth,
             lookups=lookups,
             built_at=time.time(),
+            protected=protected or _NO_CHANGES,
         )
 
     @classmethod
@@ -107,6 +121,7 @@ class ServiceSnapshot:
             "balancer": self.balancer,
             "auth": self.auth,
             "lookups": self.lookups,
+            "protected": self.protected,
         }
         return ServiceSnapshot.build(**(fields | changes))
 
@@ -123,7 +138,8 @@ class ServiceSnapshot:
         the tuples of untouched partitions (a policy's or balancer's memo of them stays valid);
         a touched partition's tuples are spliced at the changed labels. Only the copies of the
         name maps and of the key None's tuple (every instance) grow with the service, at C
-        speed.
+        speed. While instances are protected (a mass loss, seconds at most) a change rebuilds
+        the whole snapshot instead.
         """
         all_metrics = self.metrics
         metrics = {n: r for n, r in metrics.items() if r != all_metrics.get(n)}
@@ -146,6 +162,13 @@ class ServiceSnapshot:
                 return self
             return replace(self, metrics=all_metrics, invalid=invalid, built_at=time.time())
         all_endpoints = dict(self.endpoints)
+        if self.protected:
+            for name, (_, new) in touched.items():
+                if new is None:
+                    del all_endpoints[name]
+                else:
+                    all_endpoints[name] = new
+            return self.rebuilt(endpoints=all_endpoints, metrics=all_metrics, invalid=invalid)
         gone: dict[str, list[Endpoint]] = {}
         came: dict[str, list[Endpoint]] = {}
         for name, (old, new) in touched.items():

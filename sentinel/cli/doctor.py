@@ -32,7 +32,7 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
-from sentinel.cli.output import format_table
+from sentinel.cli.output import format_table, protecting_clients, protection_note
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import DecodeError, NamespaceNotFound
 from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
@@ -40,6 +40,7 @@ from sentinel.registry.reads import (
     all_children,
     list_services,
     pipelined,
+    read_clients_of,
     read_metrics,
     read_service,
 )
@@ -400,6 +401,17 @@ def _services(
                     )
                 )
         findings.extend(_partitions(zk, listing.spec, live, namespace))
+        protecting = protecting_clients(read_clients_of(zk, service))
+        if protecting:
+            findings.append(
+                Finding(
+                    "warn",
+                    "protection",
+                    protection_note(service, protecting, now),
+                    "find why those sessions expired together (the ensemble's log, a pause, "
+                    "the network); the instances come back as their processes register again",
+                )
+            )
     if bad:
         findings.append(
             Finding(

@@ -19,11 +19,12 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
+from sentinel.cli.output import protecting_clients, protection_note
 from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
 from sentinel.health.sources import health_of
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
-from sentinel.registry.reads import list_services, read_metrics, read_service
+from sentinel.registry.reads import list_services, read_clients_of, read_metrics, read_service
 from sentinel.registry.records import InstanceRecord, MetricsRecord
 
 
@@ -69,6 +70,7 @@ def _ls(args: argparse.Namespace) -> int:
             listing = None
         if listing is not None:
             metrics, _ = read_metrics(zk, args.service)
+            protecting = protecting_clients(read_clients_of(zk, args.service))
     if listing is None:
         return _ls_curator_service(args)
     source, instances, skipped = instances_of(args, listing)
@@ -83,6 +85,7 @@ def _ls(args: argparse.Namespace) -> int:
                 "source": source,
                 "instances": documents,
                 "skipped": skipped,
+                "protecting_clients": protecting,
             }
         )
         return EXIT_OK
@@ -119,6 +122,8 @@ def _ls(args: argparse.Namespace) -> int:
     )
     if skipped:
         print(f"({skipped} undecodable instance node(s) skipped; see `sentinel doctor`)")
+    if protecting:
+        print(protection_note(args.service, protecting, now))
     return EXIT_OK
 
 

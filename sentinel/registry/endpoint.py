@@ -35,6 +35,9 @@ class Endpoint:
     (``check:http``...; None: the session alone). ``joined`` is the zxid that created the
     instance's node: instances that joined earlier have smaller ones, which gives clusters a
     stable order (see topology).
+    ``unlisted_since`` is None for every instance the registry lists; an instance it no
+    longer lists (its session expired in a mass loss) and that the cache still serves, under
+    ``CacheConfig(mass_loss_protection=...)``, carries the time it went (see :attr:`protected`).
     """
 
     service: str
@@ -54,6 +57,13 @@ class Endpoint:
     metrics_at: float | None = None
     auth: Mapping[str, Any] | None = None
     health: str | None = None
+    unlisted_since: float | None = None
+
+    @property
+    def protected(self) -> bool:
+        """Whether the registry no longer lists this instance and the cache serves it under
+        its protection from mass loss (docs/health.md)."""
+        return self.unlisted_since is not None
 
     @classmethod
     def from_record(cls, record: InstanceRecord, joined: int = 0) -> Endpoint:

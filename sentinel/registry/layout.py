@@ -201,6 +201,25 @@ def instance_path(service: str, partition: str, label: str) -> str:
     return f"{SERVICES}/{service}/{instance_name(partition, label)}"
 
 
+# The departure mark's suffix: a label holds no ':', so no instance node is ever named so.
+_DEPARTURE = f"{INSTANCE_SEPARATOR}left"
+
+
+def departure_path(path: str) -> str:
+    """The departure mark of the instance node at ``path``: created and deleted in the
+    transaction that deletes the node, so a cache watching the service hears that the owner
+    removed it (a session expiry deletes it unmarked); no listing ever shows it
+    (docs/decisions/deregistration-marks-its-delete.md)."""
+    return f"{path}{_DEPARTURE}"
+
+
+def departed_instance(path: str) -> str | None:
+    """The instance node whose departure mark ``path`` is, or None if it is none."""
+    if not path.endswith(_DEPARTURE) or not path.startswith(f"{SERVICES}/"):
+        return None
+    return path[: -len(_DEPARTURE)]
+
+
 def metrics_path(service: str, partition: str, label: str) -> str:
     """The persistent node of one instance's metrics."""
     return f"{METRICS}/{service}/{instance_name(partition, label)}"

@@ -202,10 +202,11 @@ def read_metrics(zk: KazooClient, service: str) -> tuple[dict[str, MetricsRecord
 
 def read_clients(zk: KazooClient) -> dict[str, dict[str, ClientRecord]]:
     """Every decodable ``/clients/<service>/<client>`` node, by service then client id."""
-    return {service: _read_clients_of(zk, service) for service in valid_children(zk, CLIENTS)}
+    return {service: read_clients_of(zk, service) for service in valid_children(zk, CLIENTS)}
 
 
-def _read_clients_of(zk: KazooClient, service: str) -> dict[str, ClientRecord]:
+def read_clients_of(zk: KazooClient, service: str) -> dict[str, ClientRecord]:
+    """Every decodable ``/clients/<service>/<client>`` node of one service, by client id."""
     parent = f"{CLIENTS}/{service}"
     try:
         names = zk.get_children(parent)

@@ -582,6 +582,12 @@ def _check_optional_count(
         raise ValidationError(f"{what} must be an integer {bound}, got {shown}")
 
 
+# Fields of a client node written only when they hold something.
+_ABSENT_UNLESS_SET = frozenset({"left", "protecting", "protecting_since"})
+# No service has this many instances: a larger count is garbage, not a state.
+MAX_PROTECTING = 1_000_000
+
+
 @dataclass(frozen=True)
 class ClientRecord:
     """A process that uses a service: the ephemeral node ``/clients/<service>/<client_id>``.
@@ -605,6 +611,11 @@ class ClientRecord:
     #: When the process left (a host agent marks the entry of a process that disconnected,
     #: when it may not delete it): such an entry is no live process's and counts for nobody.
     left: float | None = None
+    #: Instances of the service this client serves although the registry no longer lists
+    #: them (protection from mass loss, ``docs/health.md``), and since when; None while it
+    #: serves none. What ``sentinel ls`` and ``sentinel doctor`` show of it.
+    protecting: int | None = None
+    protecting_since: float | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -616,7 +627,12 @@ class ClientRecord:
         _check_optional_text("sentinel_version", self.sentinel_version)
         _check_optional_count("pid", self.pid, minimum=1)
         _check_optional_count("auth_version", self.auth_version, 0, MAX_AUTH_VERSION)
-        for what, when in (("started", self.started), ("left", self.left)):
+        _check_optional_count("protecting", self.protecting, 1, MAX_PROTECTING)
+        for what, when in (
+            ("started", self.started),
+            ("left", self.left),
+            ("protecting_since", self.protecting_since),
+        ):
             if when is not None:
                 finite_number(what, when)
 
@@ -633,8 +649,10 @@ class ClientRecord:
             {
                 f.name: getattr(self, f.name)
                 for f in fields(self)
-                # `left` only in a marked entry: a live one reads as it always did
-                if f.name != "service" and (f.name != "left" or self.left is not None)
+                # `left` only in a marked entry, `protecting*` only while protecting: an
+                # entry reads as it always did otherwise
+                if f.name != "service"
+                and (f.name not in _ABSENT_UNLESS_SET or getattr(self, f.name) is not None)
             },
         )
 

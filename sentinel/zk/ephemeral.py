@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -219,8 +219,12 @@ class EphemeralNodes:
                     if kept is not None:
                         self._nodes[path] = kept
 
-    def remove(self, path: str) -> bool:
+    def remove(self, path: str, mark: str | None = None) -> bool:
         """Stop keeping ``path`` and delete it if this session owns it; False if not kept.
+
+        With ``mark`` (an instance node's :func:`~sentinel.registry.layout.departure_path`),
+        the delete is one transaction that first creates and deletes that mark, so watchers
+        hear the owner remove the node, which a session's expiry never does.
 
         A followed node (:meth:`follow`) is often known without a read: ours at the version
         its watch-setting read found, if that watch has reported nothing and the connection
@@ -237,25 +241,60 @@ class EphemeralNodes:
             # What is known, before the node stops being followed (from then on its events are
             # no longer counted): an event after this point is the race the read had too.
             known = self._known(path)
-            data = self._nodes.pop(path, None)
-            self._follow.pop(path, None)
-            self._prepare.pop(path, None)
-            self._on_failure.pop(path, None)
-            self._may_take_over.pop(path, None)
-            self._seen.pop(path, None)
-            self._events.pop(path, None)
+            data = self._forget(path)
             if data is None:
                 return False
             if self._unwritten.pop(path, None) is not None:
                 return True  # never written
             try:
-                self._delete_own(path, known)
+                self._delete_own(path, known, mark)
             except BaseException:
                 # Not known to be deleted (the connection dropped): keep the node, so that a
                 # retry deletes it instead of answering "not held" while it lives on.
                 self._nodes[path] = data
                 raise
         return True
+
+    def _forget(self, path: str) -> bytes | None:
+        """Stop keeping and following ``path``; what was kept there (None: nothing). Holds
+        the lock."""
+        self._follow.pop(path, None)
+        self._prepare.pop(path, None)
+        self._on_failure.pop(path, None)
+        self._may_take_over.pop(path, None)
+        self._seen.pop(path, None)
+        self._events.pop(path, None)
+        return self._nodes.pop(path, None)
+
+    def leave(self, marks: Mapping[str, str], timeout: float) -> list[str]:
+        """Delete, in one transaction and each after its departure mark (see :meth:`remove`),
+        every node of ``marks`` (path -> mark) known to be this session's without a read;
+        wait ``timeout`` seconds at most; the paths deleted. For a client closing: the
+        session's end deletes what is left, unmarked, as it always did."""
+        with self._lock:
+            owned = [(path, self._known(path)) for path in marks]
+            versions = {
+                path: known[1]
+                for path, known in owned
+                if known is not None and known[0] and known[1] < _TRUSTED_VERSIONS
+            }
+            if not versions:
+                return []
+            transaction = self._zk.transaction()
+            for path, version in versions.items():
+                _marked_delete(transaction, path, version, marks[path])
+            pending = transaction.commit_async()
+        try:
+            failure = first_failure(pending.get(timeout=timeout))
+        except Exception as exc:  # a timeout, a lost connection: the session's end removes them
+            failure = exc
+        if failure is not None:
+            log.info("marked deletion failed (%r); the session's end removes the nodes", failure)
+            return []
+        with self._lock:
+            for path in versions:
+                self._forget(path)
+        return list(versions)
 
     def owns(self, path: str) -> bool | None:
         """Whether the node at ``path`` is known to be this session's (True), known to be
@@ -277,7 +316,7 @@ class EphemeralNodes:
             return None
         return True, version
 
-    def _delete_own(self, path: str, known: tuple[bool, int] | None) -> None:
+    def _delete_own(self, path: str, known: tuple[bool, int] | None, mark: str | None) -> None:
         if known is not None:
             ours, version = known
             if not ours:
@@ -288,7 +327,7 @@ class EphemeralNodes:
             # Above the bound its version may be ours again: read first.
             if version < _TRUSTED_VERSIONS:
                 try:
-                    self._zk.delete(path, version=version)
+                    self._delete(path, version, mark)
                     return
                 except NoNodeError:
                     return  # gone already (its session ended): nothing of ours is left
@@ -297,11 +336,28 @@ class EphemeralNodes:
         stat = self._zk.exists(path)
         if stat is not None and stat.ephemeralOwner == self._session():
             try:
-                self._zk.delete(path, version=stat.version)
+                self._delete(path, stat.version, mark)
             except (NoNodeError, BadVersionError):
                 log.warning("%s changed while being removed; left as it is", path)
         elif stat is not None:
             log.warning("%s belongs to another session now; left in place", path)
+
+    def _delete(self, path: str, version: int, mark: str | None) -> None:
+        """``delete(path, version)``, after creating and deleting ``mark`` in the same
+        transaction when there is one; raises what the delete failed with."""
+        if mark is None:
+            self._zk.delete(path, version=version)
+            return
+        transaction = self._zk.transaction()
+        _marked_delete(transaction, path, version, mark)
+        failure = first_failure(transaction.commit())
+        if isinstance(failure, NodeExistsError):
+            # A node squats on the mark (written by someone who may write the service): the
+            # node is deleted unmarked, as a session's end would delete it.
+            log.warning("%s exists and is no departure mark; %s deleted unmarked", mark, path)
+            self._zk.delete(path, version=version)
+        elif failure is not None:
+            raise failure
 
     def _on_state(self, state: str) -> None:
         # Runs on kazoo's thread: only count a lost connection (events may be missed until
@@ -425,3 +481,13 @@ class EphemeralNodes:
             if first_failure(transaction.commit()) is None:
                 return
         raise RegistryConflict(f"{path} kept changing during {_WRITE_ATTEMPTS} write attempts")
+
+
+def _marked_delete(transaction: TransactionRequest, path: str, version: int, mark: str) -> None:
+    """Add to ``transaction`` the ops of one marked deletion: ``mark`` created and deleted,
+    then ``path`` deleted at ``version``. Watchers of the parent hear the mark's two events
+    just before the node's deletion, in the same notification order, and no reader ever finds
+    the mark (the transaction is atomic)."""
+    transaction.create(mark, ephemeral=True)
+    transaction.delete(mark)
+    transaction.delete(path, version=version)

@@ -4,7 +4,7 @@ import pytest
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from sentinel.cache import RegistryCache, reads
-from sentinel.cache.followers import OneShotFollower, PersistentFollower, node_at
+from sentinel.cache.followers import DEREGISTERED, OneShotFollower, PersistentFollower, node_at
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.cache.worker import Task
 from sentinel.registry.records import ServiceSpec
@@ -134,7 +134,13 @@ def test_tasks_of_two_followers_never_merge(cache, one_shot):
         (EventType.CREATED, "/services/db", "_refresh_spec", ("db",)),
         (EventType.DELETED, "/services/db", "_drop_service", ("db",)),
         (EventType.CREATED, "/services/db/p1:a", "_refresh_child", ("db", "instances", "p1:a")),
-        (EventType.DELETED, "/services/db/p1:a", "_forget_child", ("db", "instances", "p1:a")),
+        (
+            EventType.DELETED,
+            "/services/db/p1:a",
+            "_forget_child",
+            ("db", "instances", "p1:a", False),
+        ),
+        (DEREGISTERED, "/services/db/p1:a", "_forget_child", ("db", "instances", "p1:a", True)),
         (EventType.CHANGED, "/metrics/db", "_refresh_children", ("db", "metrics")),
         (EventType.DELETED, "/metrics/db", "_forget_section", ("db", "metrics")),
         (EventType.CHANGED, "/auth/db/me", "_refresh_auth", ("db",)),

@@ -43,6 +43,7 @@ INSTANCE_FIELDS = {
     "SENTINEL_JOINED",
     "SENTINEL_METRICS_AT",
     "SENTINEL_HEALTH",
+    "SENTINEL_UNLISTED_SINCE",
 }
 # Python may set LC_CTYPE itself when it coerces a C locale (PEP 538).
 SET_BY_PYTHON = {"LC_CTYPE"}
