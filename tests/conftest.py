@@ -23,8 +23,9 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
+from sentinel.testing import zookeeper as zookeeper_launcher
 from sentinel.testing.postgres import LocalPostgres
-from sentinel.testing.zookeeper import LocalZooKeeper, ZooKeeperServer
+from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, LocalZooKeeper, ZooKeeperServer
 
 WATCHES_ENV = "SENTINEL_TEST_WATCHES"
 
@@ -134,6 +135,8 @@ def _worker_group(item: pytest.Item) -> str | None:
 
 
 ZooKeeperServer.launch = _started_in_integration_tests(ZooKeeperServer.launch)  # type: ignore[method-assign]
+# The suite's ZooKeeper servers live seconds to minutes (as sentinel.testing.spark's JVMs do).
+zookeeper_launcher.JVM_OPTIONS = (*zookeeper_launcher.JVM_OPTIONS, CLIENT_COMPILER_ONLY)
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 
