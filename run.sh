@@ -123,7 +123,8 @@ case "$command" in
         docs_log=$(mktemp)
         NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" >"$docs_log" 2>&1 &
         docs=$!
-        trap 'kill "$docs" 2>/dev/null; rm -rf "$site" "$docs_log"' EXIT
+        # (|| true: the build has usually ended, and a failed kill must not become the exit status)
+        trap 'kill "$docs" 2>/dev/null || true; rm -rf "$site" "$docs_log"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
         # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
