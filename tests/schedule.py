@@ -9,6 +9,7 @@ not list took under 5 ms. Waiting and CPU contention are not modelled: each test
 took in the measured run, so compare layouts against each other, not against a clock::
 
     .venv/bin/python -m tests.schedule LOG --workers 3 4 5 [--reorder] [--shards kazoo-test-id N]
+    .venv/bin/python -m tests.schedule LOG --files 15   # the files that took longest, and totals
 
 ``--shards ID N`` spreads the time ``ID`` took over the N tests ``ID[shard0]`` ... (as the log of
 a run before kazoo's suite was split gives it).
@@ -100,8 +101,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[3, 4])
     parser.add_argument("--reorder", action="store_true", help="xdist's --loadscope-reorder")
     parser.add_argument("--shards", nargs=2, metavar=("TEST", "N"))
+    parser.add_argument("--files", type=int, metavar="N", help="only list the N longest files")
     options = parser.parse_args(argv)
     took = durations(options.log)
+    if options.files:
+        files: dict[str, float] = collections.defaultdict(float)
+        for test, seconds in took.items():
+            files[test.split("::")[0]] += seconds
+        total = sum(files.values())
+        print(f"{total:.0f} s of test time in {len(files)} files")
+        for name, seconds in sorted(files.items(), key=lambda item: -item[1])[: options.files]:
+            print(f"{seconds:7.0f} s {100 * seconds / total:4.0f} %  {name}")
+        return 0
     items = collect()
     if options.shards:
         test, count = options.shards[0], int(options.shards[1])
