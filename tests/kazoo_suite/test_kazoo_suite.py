@@ -37,3 +37,11 @@ def test_the_shards_hold_every_module_of_kazoos_suite_once():
     recorded = {test.split("::")[0] for test in harness.read_expected()}
     assert recorded <= set(modules)
     assert all(SHARDS), SHARDS
+
+
+def test_shards_side_by_side_draw_their_ports_from_ranges_that_do_not_overlap():
+    ranges = [harness.port_range(shard, len(SHARDS)) for shard in range(len(SHARDS))]
+    ports = [port for block in ranges for port in block]
+    assert len(ports) == len(set(ports))
+    assert set(ports) <= set(harness.PORT_RANGE)
+    assert all(len(block) > 10 * harness.PORT_BLOCK for block in ranges)
