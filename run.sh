@@ -115,19 +115,32 @@ case "$command" in
         ensure_postgresql
         ensure_venv test "the test tools: pytest, ruff, mypy, mkdocs, gunicorn, Docker's client"
         [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/python -m pytest "$@"; exit 0; }
+        # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors;
+        # tests/unit/test_docs_site.py reads this build rather than making its own. It runs
+        # beside the linters and the build of kazoo's suite's environment (.venv-kazoo, when
+        # missing or stale), and its output is shown once it has ended.
+        site=$(mktemp -d)
+        docs_log=$(mktemp)
+        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" >"$docs_log" 2>&1 &
+        docs=$!
+        # (|| true: the build has usually ended, and a failed kill must not become the exit status)
+        trap 'kill "$docs" 2>/dev/null || true; rm -rf "$site" "$docs_log"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
-        # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors;
-        # tests/unit/test_docs_site.py reads this build rather than making its own.
-        site=$(mktemp -d)
-        trap 'rm -rf "$site"' EXIT
-        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" \
-            || die "the docs build failed"
+        # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
+        .venv/bin/python -m tests.kazoo_suite.harness --prepare \
+            || echo "run.sh: .venv-kazoo was not built; kazoo's suite's test will say why" >&2
+        docs_status=0
+        wait "$docs" || docs_status=$?
+        cat "$docs_log" >&2
+        [ "$docs_status" = 0 ] || die "the docs build failed"
         status=0
-        # On several workers (pytest-xdist; tests/conftest.py groups what must share one):
+        # On several workers (pytest-xdist; tests/conftest.py groups what must share one, and
+        # orders the work, longest first: --no-loadscope-reorder keeps that order):
         # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
         SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
-            -n "${SENTINEL_TEST_WORKERS:-3}" --dist loadgroup "$@" || status=$?
+            -n "${SENTINEL_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder "$@" \
+            || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
         exit "$status"

@@ -23,8 +23,9 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
+from sentinel.testing import zookeeper as zookeeper_launcher
 from sentinel.testing.postgres import LocalPostgres
-from sentinel.testing.zookeeper import LocalZooKeeper, ZooKeeperServer
+from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, LocalZooKeeper, ZooKeeperServer
 
 WATCHES_ENV = "SENTINEL_TEST_WATCHES"
 
@@ -99,21 +100,29 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(format_table(rows, headers=headers))
 
 
-# pytest-xdist (``./run.sh test`` runs the suite on several workers, ``--dist loadgroup``):
-# the tests of a module with a module- or class-scoped fixture (its own ensemble or server) run
-# on one worker, so that fixture starts once; the Spark tests share one worker's SparkSession;
-# kazoo's suite (one test of several minutes) is sent first, and the quick unit tests next, so
-# that the worker running it has only a few of them queued behind it.
+# pytest-xdist (``./run.sh test`` runs the suite on several workers, ``--dist loadgroup
+# --no-loadscope-reorder``): the tests of a module with a module- or class-scoped fixture (its
+# own ensemble or server) run on one worker, so that fixture starts once; the Spark tests share
+# one worker's SparkSession. xdist hands out the work in the order collected, so the longest
+# goes first and the shortest fills the end: kazoo's suite's shards (minutes each), the groups,
+# the fault and integration tests, the unit tests last.
 FIRST = "tests/kazoo_suite/"
 SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    groups = {}
     for item in items:
-        group = _worker_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: (not item.nodeid.startswith(FIRST), "/unit/" not in item.nodeid))
+        groups[item] = _worker_group(item)
+        if groups[item] is not None:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    items.sort(
+        key=lambda item: (
+            not item.nodeid.startswith(FIRST),
+            groups[item] is None,
+            "/unit/" in item.nodeid,
+        )
+    )
 
 
 def _worker_group(item: pytest.Item) -> str | None:
@@ -126,6 +135,8 @@ def _worker_group(item: pytest.Item) -> str | None:
 
 
 ZooKeeperServer.launch = _started_in_integration_tests(ZooKeeperServer.launch)  # type: ignore[method-assign]
+# The suite's ZooKeeper servers live seconds to minutes (as sentinel.testing.spark's JVMs do).
+zookeeper_launcher.JVM_OPTIONS = (*zookeeper_launcher.JVM_OPTIONS, CLIENT_COMPILER_ONLY)
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 

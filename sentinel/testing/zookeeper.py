@@ -100,6 +100,10 @@ JVM_OPTIONS = (
     "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
     "-Dzookeeper.preAllocSize=4096",
 )
+# For servers that live seconds to minutes (a test's): the JIT's client compiler alone, which
+# about halves the CPU a server takes (docs/testing.md, "Shards, order and workers"); added by
+# the test suite, not by default, so that benchmarks measure the JVM as deployed.
+CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 def four_letter_word(

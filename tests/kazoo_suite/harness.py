@@ -8,12 +8,15 @@ cryptography older than ``sentinel.auth`` accepts. Each run starts kazoo's 3-mem
 the ZooKeeper Sentinel's tests use (:func:`sentinel.testing.zookeeper.find_installation`), on a
 block of free ports, with the ``kzplugin`` plug-in choosing the mode (stock, transport, ext).
 
-``tests/kazoo_suite/test_kazoo_suite.py`` runs the ext mode in ``./run.sh test`` and compares
-each test's outcome with the stock run recorded in ``stock.txt``. By hand::
+``tests/kazoo_suite/test_kazoo_suite.py`` runs the ext mode in ``./run.sh test``, in the shards
+of :func:`shards` (one test each, so that xdist workers run them side by side, each with its own
+ensemble on ports of its own :func:`port_range`), and compares each test's outcome with the stock
+run recorded in ``stock.txt``. By hand::
 
     .venv/bin/python -m tests.kazoo_suite.harness                  # stock, then ext, and the diff
     .venv/bin/python -m tests.kazoo_suite.harness --mode ext kazoo.tests.test_client -k queuing
     .venv/bin/python -m tests.kazoo_suite.harness --mode stock --record   # rewrite stock.txt
+    .venv/bin/python -m tests.kazoo_suite.harness --prepare   # build .venv-kazoo only (run.sh)
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import pkgutil
 import random
 import socket
 import subprocess
@@ -34,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sentinel.errors import ZooKeeperNotInstalled
-from sentinel.testing.zookeeper import find_installation
+from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, find_installation
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -46,6 +50,22 @@ MODES = ("stock", "transport", "ext")
 PER_TEST_TIMEOUT = 240  # s, pytest-timeout inside kazoo's run (its slowest tests take ~30 s)
 RUN_TIMEOUT = 1500  # s, the whole run (about 3.5 min on a quiet 2-core machine)
 PORT_BLOCK = 30  # kazoo's harness numbers its 3 members' ports from one offset, 10 apart
+# Below the kernel's ephemeral range (32768 up), where the project's own servers get theirs.
+PORT_RANGE = range(20000, 32000)
+# kazoo's test modules that each shard of ./run.sh test runs, the longest (by --durations=0)
+# spread so that the shards take about as long; the last shard is every other module.
+# test_connection and test_sasl restart the ensemble with other settings: both in one shard.
+SHARDS = (
+    (
+        "test_client",
+        "test_connection",
+        "test_partitioner",
+        "test_interrupt",
+        "test_selectors_select",
+        "test_counter",
+        "test_sasl",
+    ),
+)
 # The environment a run does not inherit: kazoo's tests read CI (one test runs only there, one
 # waits longer there), so a run here and in CI must not differ by it.
 NOT_INHERITED = ("CI", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
@@ -79,8 +99,35 @@ def ensure_venv() -> Path:
     return python
 
 
-def zookeeper_environment() -> dict[str, str]:
-    """kazoo's harness settings for the ZooKeeper the project's tests run, on free ports."""
+def shards() -> list[tuple[str, ...]]:
+    """kazoo's test modules (``kazoo.tests.test_client`` ...) in ``len(SHARDS) + 1`` shards:
+    those :data:`SHARDS` names, then every other module the installed kazoo ships or
+    ``stock.txt`` records, so that every module is in exactly one shard whatever a kazoo release
+    adds, and one it no longer ships fails its shard rather than going unnoticed."""
+    import kazoo.tests  # the release .venv-kazoo installs: harness.ensure_venv pins it to ours
+
+    named = [tuple(f"kazoo.tests.{module}" for module in shard) for shard in SHARDS]
+    taken = {module for shard in named for module in shard}
+    shipped = {
+        f"kazoo.tests.{module.name}"
+        for module in pkgutil.iter_modules(kazoo.tests.__path__)
+        if module.name.startswith("test_")
+    }
+    recorded = {test.split("::")[0] for test in read_expected()}
+    return [*named, tuple(sorted((shipped | recorded) - taken))]
+
+
+def port_range(shard: int, count: int) -> range:
+    """The part of :data:`PORT_RANGE` that shard ``shard`` of ``count`` takes its ports from:
+    shards run side by side never draw the same block."""
+    width = len(PORT_RANGE) // count
+    first = PORT_RANGE.start + shard * width
+    return range(first, first + width)
+
+
+def zookeeper_environment(ports: range = PORT_RANGE) -> dict[str, str]:
+    """kazoo's harness settings for the ZooKeeper the project's tests run, on free ports
+    drawn from ``ports``."""
     installation = find_installation()
     if installation.kind != "java" or not installation.classpath or not installation.java:
         raise ZooKeeperNotInstalled(
@@ -99,20 +146,19 @@ def zookeeper_environment() -> dict[str, str]:
     return {
         "ZOOKEEPER_CLASSPATH": installation.classpath,
         "ZOOKEEPER_VERSION": version,
-        "ZOOKEEPER_PORT_OFFSET": str(free_port_block()),
+        "ZOOKEEPER_PORT_OFFSET": str(free_port_block(ports=ports)),
     }
 
 
-def free_port_block(size: int = PORT_BLOCK) -> int:
-    """The first of ``size`` consecutive free loopback ports, below the kernel's ephemeral
-    range (where the project's own servers get theirs), so that runs side by side never share
-    kazoo's default offset."""
+def free_port_block(size: int = PORT_BLOCK, ports: range = PORT_RANGE) -> int:
+    """The first of ``size`` consecutive free loopback ports in ``ports``, chosen at random, so
+    that runs side by side never share kazoo's default offset."""
     chooser = random.Random()
     for _ in range(500):
-        first = chooser.randrange(20000, 32000 - size)
+        first = chooser.randrange(ports.start, ports.stop - size)
         if all(_free(port) for port in range(first, first + size)):
             return first
-    raise OSError(f"no {size} consecutive free ports between 20000 and 32000")
+    raise OSError(f"no {size} consecutive free ports between {ports.start} and {ports.stop}")
 
 
 def _free(port: int) -> bool:
@@ -130,10 +176,12 @@ def run(
     tests: Sequence[str] = SUITE,
     pytest_args: Sequence[str] = (),
     name: str | None = None,
+    ports: range = PORT_RANGE,
 ) -> dict[str, str]:
-    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``; return each
-    test's outcome by id (``kazoo.tests.test_client::TestClient::test_create``: passed, skipped,
-    failed, or error in its set-up or teardown), none if the run died before its end. The log is
+    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``, its ensemble on
+    a block of ``ports``; return each test's outcome by id
+    (``kazoo.tests.test_client::TestClient::test_create``: passed, skipped, failed, or error in
+    its set-up or teardown), none if the run died before its end. The log is
     ``directory/<name>.log`` (``name`` defaults to the mode)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
@@ -141,7 +189,10 @@ def run(
     name = name or mode
     found = directory / f"{name}.json"
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
-    env.update(zookeeper_environment(), KZ_MODE=mode, KZ_OUTCOMES=str(found))
+    env.update(zookeeper_environment(ports), KZ_MODE=mode, KZ_OUTCOMES=str(found))
+    # kazoo's ensemble JVMs (its harness takes no JVM options) run as the project's own test
+    # servers do (tests/conftest.py).
+    env.update(JAVA_TOOL_OPTIONS=CLIENT_COMPILER_ONLY)
     env.update(PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}")
     command = [
         str(python), "-m", "pytest", "-c", os.devnull, "--rootdir", str(directory),
@@ -159,18 +210,22 @@ def run(
 
 
 def run_with_retries(
-    mode: str, directory: Path, tests: Sequence[str] = SUITE, pytest_args: Sequence[str] = ()
+    mode: str,
+    directory: Path,
+    tests: Sequence[str] = SUITE,
+    pytest_args: Sequence[str] = (),
+    ports: range = PORT_RANGE,
 ) -> tuple[dict[str, str], dict[str, int]]:
     """:func:`run`, then the failed tests again, alone together (``RETRIES`` rounds at most,
     each with those still failing); returns the outcomes, a test that passed again counted as
     passed, and how many times each failed test was run again."""
-    found = run(mode, directory, tests, pytest_args)
+    found = run(mode, directory, tests, pytest_args, ports=ports)
     retried: dict[str, int] = {}
     for attempt in range(1, RETRIES + 1):
         failed = [test for test, outcome in found.items() if outcome in FAILED]
         if not failed:
             break
-        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}")
+        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}", ports)
         for test in failed:
             retried[test] = attempt
             if again.get(test) == "passed":
@@ -178,13 +233,15 @@ def run_with_retries(
     return found, retried
 
 
-def read_expected(path: Path = STOCK) -> dict[str, str]:
-    """The recorded stock outcomes: ``outcome test-id`` a line, ``#`` comments."""
+def read_expected(path: Path = STOCK, modules: Sequence[str] | None = None) -> dict[str, str]:
+    """The recorded stock outcomes: ``outcome test-id`` a line, ``#`` comments; only those of
+    ``modules`` when given."""
     expected = {}
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             outcome, test = line.split(maxsplit=1)
-            expected[test] = outcome
+            if modules is None or test.split("::")[0] in modules:
+                expected[test] = outcome
     return expected
 
 
@@ -219,8 +276,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--mode", choices=MODES, action="append", help="default: stock, ext")
     parser.add_argument("--record", action="store_true", help="write the stock run to stock.txt")
+    parser.add_argument(
+        "--prepare", action="store_true", help="only build .venv-kazoo if it is missing or stale"
+    )
     parser.add_argument("tests", nargs="*", default=list(SUITE), help="kazoo test modules or ids")
     options, pytest_args = parser.parse_known_args(argv)
+    if options.prepare:
+        print(f"kazoo's suite runs with {ensure_venv()}")
+        return 0
     directory = Path(tempfile.mkdtemp(prefix="kazoo-suite-"))
     results = {}
     for mode in options.mode or ("stock", "ext"):
