@@ -936,6 +936,8 @@ class AgentServer:
         above what the manager issued), on a session of the identity it proved, so that a
         rotation counts it as it would the process's own."""
         assert connection.client is not None
+        if service in self.sentinel.session.cache.unlisted():
+            return  # a Curator base path's alone: no credential to rotate, no entry (as direct)
         path = client_path(service, connection.client)
         data = checked(message, "record", str).encode()
         record = ClientRecord.from_bytes(service, connection.client, path, data)
