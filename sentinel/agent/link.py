@@ -30,7 +30,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -143,9 +143,19 @@ class AgentLink:
             raise reason
 
     def close(self) -> None:
-        """Close the connection for good; what waits fails with :class:`ClientClosed`."""
+        """Close the connection for good; what waits fails with :class:`AgentUnavailable`.
+
+        The reader thread owns the connection's socket (it alone sets and clears it): this
+        only ends the connection, which the reader sees and closes. A close meanwhile cannot
+        pull the socket from under the reader's heartbeat, nor a connection being made
+        outlive it (:meth:`_connect` checks under the same lock)."""
         self._closed.set()
-        self._disconnect()
+        with self._send_lock:
+            sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # the reader sees the end, and stops
+        self._fail_pending()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self._timeout)
 
@@ -208,6 +218,8 @@ class AgentLink:
             try:
                 welcome = self._connect()
             except Exception as exc:
+                if self._closed.is_set():
+                    break
                 failure = exc if isinstance(exc, AgentUnavailable) else None
                 if failure is None:
                     log.exception("connecting to the agent at %s failed", self.path)
@@ -288,6 +300,9 @@ class AgentLink:
             ):
                 sock.setsockopt(socket.SOL_SOCKET, option, _timeval(seconds))
         with self._send_lock:
+            if self._closed.is_set():  # closed while connecting: this connection never serves
+                sock.close()
+                raise AgentUnavailable(f"the link to the agent at {self.path} is closed")
             self._sock = sock
             self._sent_at = time.monotonic()
         return welcome
@@ -355,7 +370,8 @@ class AgentLink:
                 try:
                     self._send(protocol.HEARTBEAT)
                 except AgentUnavailable as exc:
-                    log.warning("dropping the agent's connection: %s", exc)
+                    if not self._closed.is_set():
+                        log.warning("dropping the agent's connection: %s", exc)
                     return
 
     def _dispatch(self, message: dict[str, Any]) -> None:
@@ -409,16 +425,22 @@ class AgentLink:
         self.on_state(state, since)
 
     def _disconnect(self) -> None:
+        """The reader's end of a connection: its socket closed, what waits on it failed."""
         with self._send_lock:
             sock, self._sock = self._sock, None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
+        self._fail_pending()
+
+    def _fail_pending(self) -> None:
         gone = AgentUnavailable(f"the connection to the agent at {self.path} ended")
         for future in list(self._pending.values()):
-            if not future.done():
-                future.set_exception(gone)
+            # An answer may land between the check and the set (a close on another thread).
+            with contextlib.suppress(InvalidStateError):
+                if not future.done():
+                    future.set_exception(gone)
 
 
 def _timeval(seconds: float) -> bytes:

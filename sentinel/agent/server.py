@@ -910,21 +910,18 @@ class AgentServer:
     def _status(self, request: int, asking: _Connection) -> dict[str, Any]:
         """``status``: the session's state and staleness, and every other process connected
         with the services it follows (the asker, ``sentinel agent status``, is not one). Root
-        and the agent's own user see every service; another peer only those its identity was
-        found to read, as for its own requests."""
+        and the agent's own user see every process and service. Another peer sees only the
+        services the identity of its hello may read (the read check of its own requests), and
+        only the processes following one of them: a process's pid and client id would say
+        that something follows what the asker may not read."""
         everything = asking.uid in (0, os.geteuid())
         with self._lock:
             others = sorted((c for c in self._connections if c is not asking), key=lambda c: c.pid)
-        processes = [
-            {
-                "pid": c.pid,
-                "client": c.client,
-                "services": sorted(
-                    s for s in set(c.followed) if everything or s in asking.readable
-                ),
-            }
-            for c in others
-        ]
+        processes = []
+        for c in others:
+            services = sorted(s for s in set(c.followed) if everything or self._may_read(asking, s))
+            if services or everything:
+                processes.append({"pid": c.pid, "client": c.client, "services": services})
         return {
             "op": "status",
             "id": request,
@@ -939,6 +936,8 @@ class AgentServer:
         above what the manager issued), on a session of the identity it proved, so that a
         rotation counts it as it would the process's own."""
         assert connection.client is not None
+        if service in self.sentinel.session.cache.unlisted():
+            return  # a Curator base path's alone: no credential to rotate, no entry (as direct)
         path = client_path(service, connection.client)
         data = checked(message, "record", str).encode()
         record = ClientRecord.from_bytes(service, connection.client, path, data)
@@ -1002,6 +1001,15 @@ class AgentServer:
         self.sentinel.prefetch(service)
         self._check_readable(connection, service)
         connection.readable.add(service)
+
+    def _may_read(self, connection: _Connection, service: str) -> bool:
+        """Whether the process may read ``service`` (:meth:`_require_readable`); a check that
+        cannot be made (the service gone, the session down) says no."""
+        try:
+            self._require_readable(connection, service)
+        except (SentinelError, KazooException):
+            return False
+        return True
 
     def _check_readable(self, connection: _Connection, service: str) -> None:
         """:class:`AccessDenied` unless the process's identity may read every subtree it

@@ -322,11 +322,12 @@ class RegistryCache:
     def native_services(self) -> list[str]:
         """The services the namespace's follower feeds: every one whose spec the namespace
         holds (of those naming a Curator registry, all but the instances)."""
-        unlisted = self._unlisted()
+        unlisted = self.unlisted()
         return [service for service in self.snapshots if service not in unlisted]
 
-    def _unlisted(self) -> frozenset[str]:
-        """The services the namespace holds no spec of (a Curator base path's alone)."""
+    def unlisted(self) -> frozenset[str]:
+        """The services the namespace holds no spec of (a Curator base path's alone): no
+        ``/clients`` entry is kept for one, as there is no credential of it to rotate."""
         return self._curator.unlisted if self._curator is not None else frozenset()
 
     def foreign_services(self) -> frozenset[str]:
@@ -524,7 +525,7 @@ class RegistryCache:
         """Say that this client uses ``service`` with ``auth`` applied: in its ``/clients``
         node (which a rotation waits on, Procedure 2) and in its telemetry. A Curator service
         has no ``/clients`` node, and a reader never makes one."""
-        if self._announce and service not in self._unlisted():
+        if self._announce and service not in self.unlisted():
             self._register_client(service, auth)
         if auth is not None:
             auth_version_applied(service, auth.version)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import field, socket_path
+from sentinel.auth.acl import IDENTITY_ENV
 from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
 from sentinel.cli.options import EXIT_OK
 from sentinel.errors import AgentProtocolError
@@ -63,6 +64,8 @@ def _status(args: argparse.Namespace) -> int:
         validate_namespace(args.namespace),
         f"sentinel-cli-{os.getpid()}",
         None,
+        # Another user than root or the agent's sees what this identity may read.
+        identity=os.environ.get(IDENTITY_ENV) or None,
         timeout=args.timeout,
     )
     # The link logs its retries; the command's error says it once (-v shows them).

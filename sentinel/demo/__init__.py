@@ -42,7 +42,7 @@ from sentinel.auth.manager import RotationResult
 from sentinel.cli.output import format_table
 from sentinel.client import Sentinel
 from sentinel.demo.databases import Databases, choose
-from sentinel.demo.job import Gate, JobReads
+from sentinel.demo.job import Gate, JobReads, release
 from sentinel.demo.world import ReplicaPublishers, collector_sidecar
 from sentinel.devserver import resolve_hosts
 from sentinel.events import ChangeEvent, InstancesChanged, MetricsChanged
@@ -480,23 +480,17 @@ def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
     runner.start()
     first = {t for s in slices[:first_half] for t in s}
     deadline = time.monotonic() + WAIT
-    try:
+    with _driving(go, runner):
         while not first <= progress.tenants_read() and runner.is_alive():
             if time.monotonic() > deadline:
                 raise RuntimeError("the first half of the job did not finish")
             progress.poll()
             time.sleep(0.05)
         half_way = _disrupt(stage, world, {t for s in slices[first_half:] for t in s})
-        # Written aside and renamed: a worker polling for the file must never read it half-written.
-        staged = go.with_suffix(".tmp")
-        staged.write_text(json.dumps({"replica": half_way.lagging, "cutoff": CUTOFF}))
-        staged.replace(go)
+        release(go, {"replica": half_way.lagging, "cutoff": CUTOFF})
         while runner.is_alive():
             progress.poll()
             runner.join(0.05)
-    finally:
-        go.touch()
-        runner.join()
     progress.poll()
     took = time.monotonic() - started
     vanished = world.waiter.wait(
@@ -505,6 +499,23 @@ def _run_job(stage: _Stage, world: _World, session: Any) -> _JobRun:
         )
     )
     return _JobRun(outcome, took, tasks, progress, half_way, vanished)
+
+
+@contextlib.contextmanager
+def _driving(go: Path, runner: threading.Thread) -> Iterator[None]:
+    """The driver's side of the job ``runner`` runs. When it fails, the job's second half is
+    released with why (its tasks then fail at once, saying so) and the job waited for, a bounded
+    time; the driver's error is the one raised, neither replaced by what releasing the job
+    raises nor hidden behind a wait for a job that does not end."""
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            release(go, {"abort": f"{type(exc).__name__}: {exc}"})
+        except OSError as cleanup:
+            exc.add_note(f"and the job's second half could not be released: {cleanup}")
+        runner.join(WAIT)
+        raise
 
 
 def _disrupt(stage: _Stage, world: _World, second_half: set[str]) -> _HalfWay:

@@ -74,6 +74,16 @@ class Aggregate:
         return [(t, *found.get(t, (0, 0)), endpoint.partition, endpoint.label) for t in tenants]
 
 
+def release(go: str | Path, change: dict[str, Any]) -> None:
+    """Write the ``go`` file :class:`Gate` waits for: the change its worker must see, or
+    ``{"abort": why}`` when the driver failed (the second half then fails at once, saying why).
+    Written aside and renamed: a worker polling for the file must never read it half-written."""
+    go = Path(go)
+    staged = go.with_suffix(".tmp")
+    staged.write_text(json.dumps(change))
+    staged.replace(go)
+
+
 @dataclass(frozen=True)
 class Gate:
     """Holds the job's second half until the driver has made its changes (the ``go`` file
@@ -92,6 +102,8 @@ class Gate:
         if wait_until(go.exists, WAIT) is None:
             raise TimeoutError("the driver never released the second half of the job")
         change = json.loads(go.read_text())
+        if "abort" in change:
+            raise RuntimeError(f"the driver stopped the job: {change['abort']}")
         client = get_client(self.config)
 
         def lagging() -> bool:

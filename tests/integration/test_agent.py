@@ -4,6 +4,7 @@ what they write, and how they fare when the agent, its session or a neighbour mi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
@@ -11,6 +12,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ import pytest
 from sentinel.policies import MinLag
 
 from sentinel.agent import protocol
+from sentinel.agent.link import AgentLink
 from sentinel.agent.server import AgentServer
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
@@ -51,6 +54,12 @@ def agent(make_client, socket_path):
     session = make_client("host-agent", announce=False, agent=False, persistent_watches=True)
     with AgentServer(session, socket_path, send_timeout=2.0) as server:
         yield server
+
+
+@pytest.fixture
+def agent_session(make_client):
+    """The agent's own session, for an agent a test starts with its own settings."""
+    return make_client("host-agent", announce=False, agent=False, persistent_watches=True)
 
 
 @pytest.fixture
@@ -507,6 +516,105 @@ def test_sentinel_agent_killed_and_restarted_converges_its_processes(
         assert wait_until(lambda: raw_zk.exists(client_path(SERVICE, "app")) is not None, 20)
     finally:
         daemon.stop()
+
+
+class _HeldReader:
+    """Holds the link's reader thread at a hook on its socket until released, and lets
+    the test know once :meth:`AgentLink.close` on another thread has done all but wait for the
+    reader (the close's join of the reader thread): the races of a close with the reader,
+    held open by events."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.monkeypatch = monkeypatch
+        self.held = threading.Event()
+        self.joining = threading.Event()
+        self.release = threading.Event()
+        self.reader: threading.Thread | None = None
+
+    def hold(self, sock: socket.socket, path: str) -> None:
+        """Called at the hook with the socket it uses: on the link's (its peer is the agent's
+        socket file, where the agent's own ends have none), the first time, wait there
+        (bounded) until released."""
+        if self.reader is not None or sock.family != socket.AF_UNIX or sock.getpeername() != path:
+            return
+        self.reader = threading.current_thread()
+        self.monkeypatch.setattr(self.reader, "join", self._join)
+        self.held.set()
+        assert self.release.wait(30)
+
+    def _join(self, timeout: float | None = None) -> None:
+        self.joining.set()
+        threading.Thread.join(self.reader, timeout)
+
+    def close_meanwhile(self, link: AgentLink) -> threading.Thread:
+        """Close ``link`` on another thread once the reader is held; release the reader once
+        the close waits for it. Returns the closing thread."""
+        assert self.held.wait(30)
+        closing = threading.Thread(target=link.close)
+        closing.start()
+        assert self.joining.wait(30)
+        self.release.set()
+        return closing
+
+
+def test_closing_a_link_while_its_reader_sends_a_heartbeat_drops_nothing(
+    agent_session, namespace, socket_path, monkeypatch, caplog
+):
+    """The close ended the connection while the reader was between a read and its heartbeat:
+    the heartbeat found no socket and the reader logged the agent's connection as dropped
+    ("not connected to the agent"). The reader owns its socket now: the close ends the
+    connection, the reader sees it and stops, and nothing is logged as a failure."""
+    with AgentServer(agent_session, socket_path, heartbeat=0.2):
+        link = AgentLink(socket_path, namespace, "app", None, timeout=5.0)
+        race = _HeldReader(monkeypatch)
+        link.start()
+        link.wait_connected(10)
+        connected_at = time.monotonic()
+        receive = socket.socket.recv
+
+        def recv(sock: socket.socket, *args):
+            data = receive(sock, *args)
+            # A frame heard (the agent's heartbeat) once the link's own heartbeat is due: the
+            # reader sends it next.
+            if data and time.monotonic() - connected_at > 0.25:
+                race.hold(sock, socket_path)
+            return data
+
+        monkeypatch.setattr(socket.socket, "recv", recv)
+        caplog.set_level(logging.WARNING, logger="sentinel.agent.link")
+        closing = race.close_meanwhile(link)
+        closing.join(30)
+        assert not closing.is_alive() and not race.reader.is_alive()
+        dropped = [r.getMessage() for r in caplog.records if "dropping" in r.getMessage()]
+        assert dropped == []
+        assert link.connections == 1 and not link.connected
+
+
+def test_closing_a_link_while_it_connects_leaves_no_connection_behind(
+    agent_session, namespace, socket_path, monkeypatch
+):
+    """Closed while its reader was connecting (after the socket's checks, before the hello):
+    the connection went on being made, and served and beat for ever after the close. Now the
+    connection being made is dropped and the reader stops."""
+    with AgentServer(agent_session, socket_path, heartbeat=0.2) as server:
+        link = AgentLink(socket_path, namespace, "app", None, timeout=2.0)
+        race = _HeldReader(monkeypatch)
+        credentials = protocol.peer_credentials
+
+        def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+            race.hold(
+                sock, socket_path
+            )  # the link's check of who listens; the agent's admission passes
+            return credentials(sock)
+
+        monkeypatch.setattr(protocol, "peer_credentials", peer_credentials)
+        link.start()
+        closing = race.close_meanwhile(link)
+        closing.join(30)
+        assert not closing.is_alive()
+        assert wait_until(lambda: not race.reader.is_alive(), 10)
+        assert not link.connected and link.connections == 0
+        assert wait_until(lambda: server.processes == 0, 5)
 
 
 def test_start_says_when_no_agent_answers(make_client, socket_path):

@@ -33,7 +33,8 @@ from tests.integration.test_agent import (
 
 pytestmark = pytest.mark.integration
 
-socket_path = test_agent.socket_path  # the fixture, shared
+socket_path = test_agent.socket_path  # the fixtures, shared
+agent_session = test_agent.agent_session
 
 OTHER = "billing-api"  # a second service of the same process
 # The idle connections of the thread test (SENTINEL_ABUSE_CONNECTIONS to run it smaller, as
@@ -50,12 +51,6 @@ def admin(make_client):
     admin.ensure_service(SERVICE, scheme="postgresql")
     admin.ensure_service(OTHER, scheme="http")
     return admin
-
-
-@pytest.fixture
-def agent_session(make_client):
-    """The agent's own session."""
-    return make_client("host-agent", announce=False, agent=False, persistent_watches=True)
 
 
 def _count(counter, *labels) -> float:

@@ -500,6 +500,72 @@ def test_partition_applies_the_read_check_of_the_identity_asking(
             assert "/shard_info/tenants" in answer["message"]
 
 
+STATUS = "import sys; from sentinel.cli import main; sys.exit(main())"
+
+
+@needs_root
+def test_agent_status_shows_another_user_only_what_its_identity_may_read(secured, socket_path):
+    """A restricted service (alice and the agent's identity may read it) and a public one,
+    followed by two processes: one both, one only the restricted one. Another user asking
+    ``sentinel agent status`` as bob sees the first with the public service only and not the
+    second at all (its pid and client id would say that something follows what bob may not
+    read); asking as alice, both with what they follow; root, everything. Before, another user
+    saw every process's pid and client id and no service, whatever its identity."""
+    published(secured)
+    publisher = secured.role("publisher")
+    publisher.register("private", "p1", "10.0.9.9", 80, scheme="http")
+    owner = secured.kazoo(secured.identities["publisher"])
+    restricted = [
+        *(a for a in owner.get_acls("/services/private")[0] if a.id.scheme != "world"),
+        make_digest_acl("alice", "pw", read=True),
+        make_digest_acl("host-agent", "pw", read=True),
+    ]
+    owner.set_acls("/services/private", restricted)
+    session = secured.sentinel("host-agent", identity="host-agent:pw", announce=False, agent=False)
+    asker = 64030
+    with AgentServer(session, socket_path, allowed_uids=[asker]):
+        both = secured.sentinel("both", identity="alice:pw", agent=socket_path, announce=False)
+        both.prefetch(SERVICE)
+        both.prefetch("private")
+        hidden = secured.sentinel("hidden", identity="alice:pw", agent=socket_path, announce=False)
+        hidden.prefetch("private")
+        anonymous = secured.sentinel("bob-probe", agent=socket_path, announce=False)
+        with pytest.raises(AccessDenied):  # the restriction holds for a process of no identity
+            anonymous.get_service("private")
+
+        def status(identity: str | None, user: Callable[[], None] | None) -> list[tuple]:
+            options = ["--json", "--socket", socket_path, "--namespace", secured.namespace]
+            done = subprocess.run(
+                [*OTHER_PYTHON[:2], OTHER_PYTHON[2] + STATUS, "agent", "status", *options],
+                preexec_fn=user,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                cwd="/",
+                env={
+                    "PATH": "/usr/bin:/bin",
+                    "PYTHONDONTWRITEBYTECODE": "1",
+                    **({"SENTINEL_ZK_IDENTITY": identity} if identity else {}),
+                },
+            )
+            assert done.returncode == 0, done.stderr
+            processes = json.loads(done.stdout)["processes"]
+            return sorted((p["client"], tuple(p["services"])) for p in processes)
+
+        another_user = as_user(asker, asker)
+        assert status("bob:pw", another_user) == [("both", (SERVICE,))]
+        assert status("alice:pw", another_user) == [
+            ("both", (SERVICE, "private")),
+            ("hidden", ("private",)),
+        ]
+        assert status(None, None) == [
+            ("bob-probe", ()),
+            ("both", (SERVICE, "private")),
+            ("hidden", ("private",)),
+        ]
+
+
 @pytest.mark.parametrize("pinned", [False, True], ids=["idle", "each keeping an entry"])
 def test_junk_identities_from_one_peer_lock_no_identity_out(
     make_client, owner, namespace, socket_path, zookeeper, pinned

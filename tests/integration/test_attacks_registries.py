@@ -23,7 +23,7 @@ from sentinel.auth import acl as acls
 from sentinel.collector.runner import CONFIG_PROPERTY, member_service
 from sentinel.curator import CuratorPublisher, CuratorSource
 from sentinel.errors import AccessDenied
-from sentinel.registry.layout import DEFAULT_COLLECTOR_CLUSTER, service_path
+from sentinel.registry.layout import DEFAULT_COLLECTOR_CLUSTER, client_path, service_path
 from sentinel.testing.helpers import wait_until
 from tests.integration import test_attacks
 from tests.integration.test_attacks import (
@@ -266,6 +266,37 @@ def unflood(zk: KazooClient, paths: list[str]) -> None:
         for path in paths[start : start + 300]:
             transaction.delete(path)
         assert all(r is True for r in transaction.commit())
+
+
+def test_a_curator_only_service_gets_no_clients_entry_direct_or_through_the_agent(
+    secured: SecuredNamespace, jvm_service: KazooClient, base: str, caplog
+):
+    """A service followed from a Curator base path only (the namespace holds no spec of it)
+    has no credentials to rotate, so no ``/clients`` entry. A process with a session of its
+    own wrote none; the agent wrote one for each process it fed, which a secured namespace
+    refused (``/clients/orders`` may be made by the publisher only): a warning, retried in the
+    background for as long as the process stayed. A namespace service's entry is written as
+    before (the control: the agent serves a process's requests in order, so once it is there
+    the Curator service's announce has been handled)."""
+    secured.role("publisher").register(SERVICE, "p1", "10.0.0.5", 5432, scheme="postgresql")
+    zk = secured.kazoo()
+    caplog.set_level(logging.WARNING)
+    direct = reader(secured, base, "direct")
+    assert hosts_of(direct) == {"10.0.0.7"}
+    direct.prefetch(SERVICE)
+    agent_session = reader(secured, base, "host-agent", announce=False, agent=False)
+    socket_path = os.path.join(tempfile.mkdtemp(prefix="agent-"), "agent.sock")
+    with AgentServer(agent_session, socket_path, send_timeout=2.0):
+        fed = secured.sentinel("fed", agent=socket_path)
+        assert hosts_of(fed) == {"10.0.0.7"}
+        fed.prefetch(SERVICE)
+        for client in ("direct", "fed"):
+            path = client_path(SERVICE, client)
+            assert wait_until(lambda p=path: zk.exists(p) is not None), path
+        assert zk.exists("/clients/orders") is None
+        refusals = [r.getMessage() for r in caplog.records if "/clients/orders" in r.getMessage()]
+        assert refusals == []
+        assert direct.cache_stats.clients_write_failures == 0
 
 
 @pytest.fixture

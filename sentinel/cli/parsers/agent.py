@@ -47,8 +47,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "what a running agent serves: its session, its staleness, the processes connected",
         "Ask the agent on the socket for its ZooKeeper session's state, how stale its cache "
         "may be (seconds since the session was lost; 0 while connected), and each process "
-        "connected to it (pid, client id) with the services it follows. Exit 3 when no agent "
-        "answers on the socket.",
+        "connected to it (pid, client id) with the services it follows. Root and the agent's "
+        "own user see every process; another user sees only the services its identity "
+        "($SENTINEL_ZK_IDENTITY) may read, and the processes following them. Exit 3 when no "
+        "agent answers on the socket.",
         (
             "sentinel agent status",
             "sentinel agent status --socket /run/sentinel/agent.sock --json",
