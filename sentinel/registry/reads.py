@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from sentinel.errors import DecodeError, InvalidName, ServiceNotFound
@@ -88,7 +88,8 @@ def decode_children(
     :func:`pipelined_reads` or ``reads`` (same contract, e.g. multi-reads).
 
     ``decode(name, path, data, stat)`` builds a value or raises DecodeError. Returns the decoded
-    children and the ones that failed, by name; children deleted meanwhile are left out. With a
+    children and the ones that failed (a child whose ACL refuses the read among them), by name;
+    children deleted meanwhile are left out. With a
     ``budget``, reading stops once it is spent (no more requests are sent) and the children
     left unread are counted in it.
     """
@@ -103,6 +104,9 @@ def decode_children(
             data, stat = result.get()
         except NoNodeError:
             continue  # deleted between the listing and the read: churn, not an error
+        except NoAuthError:  # shut to this identity (planted, or another's): skipped as unreadable
+            invalid[name] = DecodeError(f"{parent}/{name}", "its ACL refuses this identity a read")
+            continue
         if budget is not None:
             budget.size -= len(data or b"")
         path = f"{parent}/{name}"
