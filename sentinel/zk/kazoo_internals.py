@@ -92,9 +92,6 @@ NEEDS: tuple[Need, ...] = (
     Need("ConnectionHandler", "_read_response", ("self", "header", "buffer", "offset")),
     Need("ConnectionHandler", "_read_header", ("self", "timeout")),
     Need("ConnectionHandler", "_submit", ("self", "request", "timeout", "xid")),
-    Need("ConnectionHandler", "_read", ("self", "length", "timeout")),
-    Need("ConnectionHandler", "_write", ("self", "msg", "timeout")),
-    Need("ConnectionHandler", "_socket_error_handling"),  # a contextmanager: no signature
     Need("module", "CLOSE_RESPONSE"),
     Need("module", "WATCH_XID"),
     # read or written
@@ -380,40 +377,6 @@ class HookedConnection(ConnectionHandler):
             else:
                 raise ConnectionDropped(f"unexpected reply xid {header.xid} while priming")
         return codes
-
-    # kazoo asks ``select`` before every recv and every send, even when the socket is ready:
-    # twice per reply or event read (its length, then its body) and once per request written,
-    # each a poll object and a system call on the way of every change to a cache. On plain
-    # TCP (the socket is non-blocking) these try the socket first and leave it to kazoo's own
-    # code, its wait and timeout included, only when it would block; TLS is kazoo's as it is.
-
-    def _read(self, length: int, timeout: float) -> bytes:
-        if self.client.use_ssl:
-            return super()._read(length, timeout)
-        with self._socket_error_handling():
-            try:
-                chunk = self._socket.recv(length)
-            except BlockingIOError:
-                chunk = None
-        if chunk is None:
-            return super()._read(length, timeout)
-        if not chunk:
-            raise ConnectionDropped("socket connection broken")
-        if len(chunk) < length:
-            return chunk + super()._read(length - len(chunk), timeout)
-        return chunk
-
-    def _write(self, msg: bytes, timeout: float) -> None:
-        if self.client.use_ssl:
-            super()._write(msg, timeout)
-            return
-        with self._socket_error_handling():
-            try:
-                sent = self._socket.send(msg)
-            except BlockingIOError:
-                sent = 0
-        if sent < len(msg):
-            super()._write(msg[sent:], timeout)
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
         self._extension._dispatch(Watch.deserialize(buffer, offset)[0])

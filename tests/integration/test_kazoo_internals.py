@@ -2,19 +2,15 @@
 private names differ from those it was written for it overrides nothing (plain kazoo) with one
 warning, and a Sentinel client on it still resolves and follows changes."""
 
-import socket
-import threading
 import warnings
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionDropped
 from kazoo.protocol.connection import ConnectionHandler
 
 from sentinel.testing.helpers import wait_until
 from sentinel.zk import kazoo_internals
 from sentinel.zk.kazoo_internals import HookedConnection, KazooCompatibilityWarning
-from sentinel.zk.transport import PollHandler
 from sentinel.zk.watches import install
 
 
@@ -102,76 +98,3 @@ def test_on_a_kazoo_of_other_internals_sentinel_runs_as_plain_kazoo_and_follows_
     assert wait_until(lambda: len(reader.eligible_instances("api")) == 3)
     publisher.deregister(first)
     assert wait_until(lambda: [e.label for e in reader.eligible_instances("api")] == ["a", "b"])
-
-
-@pytest.mark.integration
-def test_a_ready_socket_is_read_and_written_without_a_select_before_each_call(
-    make_client, monkeypatch
-):
-    """kazoo asks select before every send and recv (four per request and reply: the write,
-    the connection loop's wake-up, the reply's length, its body); on plain TCP the hooked
-    connection only waits in its loop, and goes to kazoo's waiting code when it would block."""
-    zk = make_client("reader").session.zk
-    zk.exists("/")
-    calls = []
-    stock = zk.handler.select
-
-    def select(*args, **kwargs):
-        calls.append(args)
-        return stock(*args, **kwargs)
-
-    monkeypatch.setattr(zk.handler, "select", select)
-    for _ in range(50):
-        zk.exists("/")
-    # one per reply in the loop, give or take a ping or a body that came after its length
-    assert len(calls) <= 2 * 50, f"{len(calls)} selects for 50 round trips"
-
-
-class _Client:
-    use_ssl = False
-
-
-def _connection(sock) -> HookedConnection:
-    """A hooked connection on ``sock`` with only what its reads and writes use."""
-    connection = HookedConnection.__new__(HookedConnection)
-    connection.client = _Client()
-    connection.handler = PollHandler()
-    connection._socket = sock
-    sock.setblocking(False)  # as kazoo's connection sets it
-    return connection
-
-
-def test_a_message_that_arrives_in_parts_is_read_whole_by_kazoos_waiting_read():
-    a, b = socket.socketpair()
-    with a, b:
-        connection = _connection(a)
-        b.sendall(b"head")
-        later = threading.Timer(0.05, b.sendall, (b"-tail",))
-        later.start()
-        assert connection._read(9, 5.0) == b"head-tail"  # the rest waited for
-        later.join()
-        later = threading.Timer(0.05, b.sendall, (b"next",))
-        later.start()
-        assert connection._read(4, 5.0) == b"next"  # nothing there yet: kazoo's read waits
-        later.join()
-        b.close()
-        with pytest.raises(ConnectionDropped):
-            connection._read(1, 5.0)
-
-
-def test_a_write_the_socket_cannot_take_at_once_is_finished_by_kazoos_waiting_write():
-    a, b = socket.socketpair()
-    with a, b:
-        connection = _connection(a)
-        message = bytes(range(256)) * 16_384  # 4 MiB: more than a socket buffer holds
-        received = bytearray()
-
-        def drain():
-            while len(received) < len(message):
-                received.extend(b.recv(65536))
-
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        connection._write(message, 10.0)
-        reader.join(10)
-        assert bytes(received) == message
