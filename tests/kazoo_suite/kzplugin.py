@@ -43,7 +43,7 @@ if MODE != "stock":
     kazoo_threading.SequentialThreadingHandler = PollHandler
 
 if MODE == "ext":
-    from sentinel.zk import kazoo_internals, protocol
+    from sentinel.zk import kazoo_internals, watches
 
     _exchange = kazoo_internals.HookedConnection.exchange
 
@@ -59,7 +59,7 @@ _init = kazoo.client.KazooClient.__init__
 def _recording_init(self, *args, **kwargs):
     _init(self, *args, **kwargs)
     if MODE == "ext":
-        protocol.install(self)
+        watches.install(self)
         CLIENTS["extended"] += 1
     CLIENTS[type(self.handler).__name__] += 1
 
