@@ -8,17 +8,21 @@ import operator
 import warnings
 from collections.abc import Callable
 from dataclasses import fields, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from sentinel.auth.config import AuthConfig
-from sentinel.cache.config import CacheConfig
+# The settings' value objects (CacheConfig, AuthConfig): taken as given, never imported, so
+# that this module stands on the lowest floor and any module may warn through it.
+Cache = TypeVar("Cache")
+Auth = TypeVar("Auth")
 
 
-def warn(old: str, new: str, *, stacklevel: int = 3) -> None:
-    """Warn that ``old`` (a call as written: ``Sentinel.drain()``) is deprecated, for ``new``;
-    ``stacklevel`` 3 points at the caller of the function that warns."""
+def warn(old: str, new: str, *, kind: str = "name", stacklevel: int = 3) -> None:
+    """Warn that ``old`` (a call or a keyword as written: ``Sentinel.drain()``,
+    ``Sentinel(auth_keys=...)``) is deprecated, for ``new``; ``kind`` names what goes (a
+    ``name`` or a ``keyword``); ``stacklevel`` 3 points at the caller of the function that
+    warns."""
     warnings.warn(
-        f"{old} is deprecated: use {new} (the old name goes in the next release)",
+        f"{old} is deprecated: use {new} (the old {kind} goes in the next release)",
         DeprecationWarning,
         stacklevel=stacklevel,
     )
@@ -60,39 +64,41 @@ class OldMethodNames:
 
 
 # The settings that were keywords of Sentinel() of their own before CacheConfig and AuthConfig
-# grouped them: old keyword -> (group, field).
-_UNGROUPED = {
-    **{
-        name: ("cache", name)
-        for name in (f.name for f in fields(CacheConfig))
-        # new with the value object: never a keyword
-        if name not in ("curator_base_paths", "events_on_connection_thread")
-    },
-    "auth_keys": ("auth", "keys"),
-    "auth_client": ("auth", "client"),
-    "auth_signer": ("auth", "signer"),
-    "require_signed": ("auth", "require_signed"),
+# grouped them: every field of CacheConfig but those new with the value object, and these.
+_NEW_WITH_CACHE_CONFIG = ("curator_base_paths", "events_on_connection_thread")
+_UNGROUPED_AUTH = {
+    "auth_keys": "keys",
+    "auth_client": "client",
+    "auth_signer": "signer",
+    "require_signed": "require_signed",
 }
 
 
-def settings_given_ungrouped(
-    given: dict[str, Any], cache: CacheConfig, auth: AuthConfig
-) -> tuple[CacheConfig, AuthConfig]:
-    """``cache`` and ``auth`` with the settings ``given`` as the old keywords folded in, each
-    with a :class:`DeprecationWarning`; a keyword no release took is a :class:`TypeError`, as
-    for any function. The value objects check the values."""
-    unknown = sorted(given.keys() - _UNGROUPED.keys())
+def settings_given_ungrouped(given: dict[str, Any], cache: Cache, auth: Auth) -> tuple[Cache, Auth]:
+    """``cache`` (a ``CacheConfig``) and ``auth`` (an ``AuthConfig``) with the settings
+    ``given`` as the old keywords folded in, each with a :class:`DeprecationWarning`; a keyword
+    no release took is a :class:`TypeError`, as for any function. The value objects check the
+    values."""
+    ungrouped = {
+        **{
+            f.name: ("cache", f.name)
+            for f in fields(cache)  # type: ignore[arg-type]
+            if f.name not in _NEW_WITH_CACHE_CONFIG
+        },
+        **{old: ("auth", new) for old, new in _UNGROUPED_AUTH.items()},
+    }
+    unknown = sorted(given.keys() - ungrouped.keys())
     if unknown:
         raise TypeError(f"Sentinel() got an unexpected keyword argument {unknown[0]!r}")
     folded: dict[str, dict[str, Any]] = {"cache": {}, "auth": {}}
     for name, value in given.items():
-        group, field = _UNGROUPED[name]
+        group, field = ungrouped[name]
         folded[group][field] = value
-        warnings.warn(
-            f"Sentinel({name}=...) is deprecated: use {group}="
-            f"{'CacheConfig' if group == 'cache' else 'AuthConfig'}({field}=...) (the old "
-            "keyword goes in the next release)",
-            DeprecationWarning,
-            stacklevel=3,
+        value_object = "CacheConfig" if group == "cache" else "AuthConfig"
+        warn(
+            f"Sentinel({name}=...)",
+            f"{group}={value_object}({field}=...)",
+            kind="keyword",
+            stacklevel=4,
         )
-    return replace(cache, **folded["cache"]), replace(auth, **folded["auth"])
+    return replace(cache, **folded["cache"]), replace(auth, **folded["auth"])  # type: ignore[type-var]

@@ -26,12 +26,12 @@ import math
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from sentinel import deprecation
 from sentinel import validation as check
 from sentinel.errors import ValidationError
 from sentinel.registry.endpoint import Endpoint
@@ -47,24 +47,12 @@ _MAX_VERDICTS = 4096
 
 
 # InstanceFeedback's keywords of the previous release, grouped in OutlierDetection since: old
-# keyword -> the fields it sets (down_for was a fixed time: it sets both ends). Kept here, not in
-# sentinel.deprecation's tables: that module stands above this one (it imports the client's
-# settings), and a module imports nothing above it.
+# keyword -> the fields it sets (down_for was a fixed time: it sets both ends).
 _OLD_KEYWORDS = {
     "errors": ("consecutive_failures",),
     "window": ("interval",),
     "down_for": ("base_ejection_time", "max_ejection_time"),
 }
-
-
-def _deprecated(old: str, new: str, kind: str) -> None:
-    """Warn that the old ``kind`` (``name`` or ``keyword``) ``old`` is deprecated for ``new``,
-    as sentinel.deprecation does, at the caller of the method that calls this."""
-    warnings.warn(
-        f"{old} is deprecated: use {new} (the old {kind} goes in the next release)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
 
 
 def _key(endpoint: Endpoint) -> _Key:
@@ -153,10 +141,12 @@ class Outliers(dict[_Key, Ejection]):
     """The instances ejected now, by ``(service, partition, label)``: published whole, never
     changed once published; ``verdicts`` holds what it decided per partition."""
 
-    __slots__ = ("verdicts",)
+    __slots__ = ("generation", "verdicts")
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: Any, generation: int = 0) -> None:
         super().__init__(*args)
+        #: Counts the publications: a decision on a later one saw a later state.
+        self.generation = generation
         self.verdicts: dict[int, Verdict] = {}
 
 
@@ -203,8 +193,7 @@ class Census(NamedTuple):
 
 
 class _Episode:
-    """A panic episode of one partition: a fresh object each, so that ``setdefault`` tells
-    which caller began it."""
+    """A panic episode of one partition, begun at ``since``."""
 
     __slots__ = ("since",)
 
@@ -253,10 +242,10 @@ class InstanceFeedback:
             raise TypeError(f"InstanceFeedback() got an unexpected keyword argument {unknown[0]!r}")
         for name, value in ungrouped.items():
             fields = _OLD_KEYWORDS[name]
-            _deprecated(
+            deprecation.warn(
                 f"InstanceFeedback({name}=...)",
                 f"InstanceFeedback(OutlierDetection({'=..., '.join(fields)}=...))",
-                "keyword",
+                kind="keyword",
             )
             detection = replace(detection, **dict.fromkeys(fields, value))
         if not callable(clock):
@@ -270,14 +259,18 @@ class InstanceFeedback:
         #: Panic episodes so far, by service.
         self.panic_episodes: dict[str, int] = {}
         self._clock = clock
-        # Partitions in panic now, (service, partition) -> the episode's start. Changed from
-        # the lookup path without a lock: setdefault and pop are atomic, so exactly one caller
-        # sees an episode begin, and one sees it end.
+        # Partitions in panic now, (service, partition) -> the episode's start (see _episode).
         self._panics: dict[tuple[str, str | None], _Episode] = {}
+        # Lookups decide on the outliers and the time they read, racing each other: a decision
+        # may begin or end an episode only if it saw a later state (generation, time) than the
+        # last decision that did, else a stale "no panic" would end an episode a newer "panic"
+        # began, and count it again. Taken once per change and partition, never by a warm call.
+        self._decided: dict[tuple[str, str | None], tuple[int, float]] = {}
         self._instances: dict[_Key, _Instance] = {}
         self._latency: dict[_Key, float] = {}
         self._next_expiry = math.inf
         self._lock = threading.Lock()
+        self._episodes_lock = threading.Lock()
         _records.add(self)
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
@@ -345,18 +338,19 @@ class InstanceFeedback:
 
     def _publish(self, ejections: dict[_Key, Ejection]) -> Outliers:
         """Publish ``ejections`` as the new :attr:`outliers` (under the lock)."""
-        outliers = Outliers(ejections)
+        outliers = Outliers(ejections, generation=self.outliers.generation + 1)
         self._next_expiry = min((e.until for e in outliers.values()), default=math.inf)
         self.outliers = outliers
         if not outliers:  # no ejection left: whatever partition was in panic is not
             for where in list(self._panics):
-                self._panic_over(where)
+                self._episode(where, False, (outliers.generation, self._clock()), 0, 0)
         return outliers
 
     def _after_fork(self) -> None:
         """In a forked child (the at-fork hook): a lock another thread of the parent held at
         the fork is held forever in the child, so it is replaced."""
         self._lock = threading.Lock()
+        self._episodes_lock = threading.Lock()
 
     def latency(self, endpoint: Endpoint) -> float | None:
         """The smoothed latency reported for ``endpoint`` (None before any report)."""
@@ -408,10 +402,8 @@ class InstanceFeedback:
         detection = self.detection
         total = len(instances)
         panic = bool(flagged) and (total - len(flagged)) * 100 < detection.panic_threshold * total
-        if panic:
-            self._panic(_where(instances), len(flagged), total, now)
-        elif self._panics and instances:
-            self._panic_over(_where(instances))
+        if panic or (self._panics and instances):
+            self._episode(_where(instances), panic, (outliers.generation, now), len(flagged), total)
         if not flagged or panic:
             spared = tuple(instances[i] for _, i in flagged)
             return Verdict(instances, instances, (), spared, panic, until)
@@ -428,29 +420,40 @@ class InstanceFeedback:
             until,
         )
 
-    def _panic(self, where: tuple[str, str | None], flagged: int, total: int, now: float) -> None:
-        episode = _Episode(now)
-        if self._panics.setdefault(where, episode) is not episode:
-            return  # the episode had begun already
-        self.panic_episodes[where[0]] = self.panic_episodes.get(where[0], 0) + 1
-        log.warning(
-            "panic in %s%s: %d of %d up instances are ejected for reported failures, fewer "
-            "than %g %% left healthy; lookups there spread over every up instance until "
-            "enough recover",
-            where[0],
-            "" if where[1] is None else f" partition {where[1]}",
-            flagged,
-            total,
-            self.detection.panic_threshold,
-        )
-
-    def _panic_over(self, where: tuple[str, str | None]) -> None:
-        if self._panics.pop(where, None) is not None:
-            log.warning(
-                "panic over in %s%s: enough instances are free of ejection again",
-                where[0],
-                "" if where[1] is None else f" partition {where[1]}",
-            )
+    def _episode(
+        self,
+        where: tuple[str, str | None],
+        panic: bool,
+        seen: tuple[int, float],
+        flagged: int,
+        total: int,
+    ) -> None:
+        """A decision for partition ``where`` made on the state ``seen`` (the outliers'
+        generation, the time): begins or ends its panic episode, logged and counted once, unless
+        a decision on a later state came first."""
+        with self._episodes_lock:
+            if seen < self._decided.get(where, (-1, -math.inf)):
+                return
+            self._decided[where] = seen
+            if panic and where not in self._panics:
+                self._panics[where] = _Episode(seen[1])
+                self.panic_episodes[where[0]] = self.panic_episodes.get(where[0], 0) + 1
+                log.warning(
+                    "panic in %s%s: %d of %d up instances are ejected for reported failures, "
+                    "fewer than %g %% left healthy; lookups there spread over every up instance "
+                    "until enough recover",
+                    where[0],
+                    "" if where[1] is None else f" partition {where[1]}",
+                    flagged,
+                    total,
+                    self.detection.panic_threshold,
+                )
+            elif not panic and self._panics.pop(where, None) is not None:
+                log.warning(
+                    "panic over in %s%s: enough instances are free of ejection again",
+                    where[0],
+                    "" if where[1] is None else f" partition {where[1]}",
+                )
 
     def census(self, partitions: Iterable[Sequence[Endpoint]]) -> Census:
         """The ejected instances and the partitions in panic among ``partitions`` (each one
@@ -462,7 +465,7 @@ class InstanceFeedback:
 
     def exclude_down(self, instances: Sequence[Endpoint]) -> Sequence[Endpoint]:
         """Deprecated: use ``admit``, which takes the same arguments."""
-        _deprecated("InstanceFeedback.exclude_down()", ".admit()", "name")
+        deprecation.warn("InstanceFeedback.exclude_down()", ".admit()")
         return self.admit(instances)
 
 

@@ -242,6 +242,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.freshness",
             "sentinel.private_files",
             "sentinel.telemetry",
+            "sentinel.deprecation",
         ),
     ),
     ("zk", ("sentinel.zk",)),
@@ -270,7 +271,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("cache", ("sentinel.cache",)),
     ("session", ("sentinel.session",)),
-    ("facade", ("sentinel", "sentinel.client", "sentinel.aio", "sentinel.deprecation")),
+    ("facade", ("sentinel", "sentinel.client", "sentinel.aio")),
     (
         "roles",
         (
