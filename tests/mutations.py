@@ -379,10 +379,7 @@ MUTATIONS = (
         "sentinel/publisher.py",
         "        if spec.mark_departures:\n            self._marks[path]",
         "        if True:\n            self._marks[path]",
-        (
-            "tests/integration/test_publisher.py::"
-            "test_deregistration_costs_one_conditional_delete[plain]",
-        ),
+        ("tests/integration/test_publisher.py::test_deregistration_costs_one_conditional_delete",),
     ),
     Mutation(
         # A cache protecting a service whose publishers do not mark: it holds back every
