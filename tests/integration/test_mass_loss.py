@@ -210,16 +210,11 @@ def test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size
         reader.get_service(SERVICE)
 
 
-def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold(
-    make_client, raw_zk
-):
-    # Explicit deregister() calls, one after the other from one process: marked, so a
-    # protecting reader drops each at once. A writer who deletes nodes without the mark (an
-    # operator's zkCli, or an attacker who may write the service) is taken for a mass expiry:
-    # what it buys is a dead instance served for the hold, marked, and no longer.
+def _four_listed(make_client, hold: float, mark_departures: bool) -> tuple:
+    """A publisher of four instances of a service (its spec marking departures or not) and a
+    protecting reader listing them all."""
     publisher = make_client("publisher")
-    publisher.ensure_service(SERVICE, mark_departures=True)
-    hold = 3.0
+    publisher.ensure_service(SERVICE, mark_departures=mark_departures)
     reader = make_client(
         "reader",
         cache=CacheConfig(mass_loss_protection=MassLossProtection(share=0.5, hold=hold)),
@@ -229,6 +224,18 @@ def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_h
     ]
     reader.prefetch(SERVICE)
     assert wait_until(lambda: listed(reader) == 4, 10)
+    return publisher, reader, registrations
+
+
+def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold(
+    make_client, raw_zk
+):
+    # Explicit deregister() calls, one after the other from one process: marked, so a
+    # protecting reader drops each at once. A writer who deletes nodes without the mark (an
+    # operator's zkCli, or an attacker who may write the service) is taken for a mass expiry:
+    # what it buys is a dead instance served for the hold, marked, and no longer.
+    hold = 3.0
+    publisher, reader, registrations = _four_listed(make_client, hold, mark_departures=True)
     for registration in registrations[:3]:
         publisher.deregister(registration)
     assert wait_until(lambda: listed(reader) == 1, 10)
@@ -267,16 +274,7 @@ def test_a_service_whose_spec_does_not_mark_departures_is_never_protected(make_c
     # test_deregistration_costs_one_conditional_delete[plain]), so a reader cannot tell a
     # deregistration from an expiry: an unmarked mass deletion reaches a protecting reader at
     # once, as it reaches one without protection, and explain() says why nothing is held.
-    publisher = make_client("publisher")
-    reader = make_client(
-        "reader",
-        cache=CacheConfig(mass_loss_protection=MassLossProtection(share=0.5, hold=HOLD)),
-    )
-    registrations = [
-        publisher.register(SERVICE, "p", "10.0.0.1", 9000 + i, label=f"i{i}") for i in range(4)
-    ]
-    reader.prefetch(SERVICE)
-    assert wait_until(lambda: listed(reader) == 4, 10)
+    publisher, reader, registrations = _four_listed(make_client, HOLD, mark_departures=False)
     assert reader.read_service(SERVICE).spec.mark_departures is False
     for registration in registrations[:3]:
         raw_zk.delete(registration.path)  # unmarked: 3 of 4 gone, as in a mass expiry

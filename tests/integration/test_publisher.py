@@ -416,6 +416,15 @@ def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk)
     _, stat = raw_zk.get("/services/orders")
     with pytest.raises(ServiceConflict, match="shard_policy='tenants'"):
         client.ensure_service("orders", scheme="postgresql", shard_policy="regions")
+    # Marks cannot be turned on in place: publishers and readers would disagree.
+    with pytest.raises(ServiceConflict, match=r"mark_departures=False; asked .*=True"):
+        client.ensure_service(
+            "orders",
+            scheme="postgresql",
+            shard_policy="tenants",
+            defaults={"pool": 5},
+            mark_departures=True,
+        )
     assert raw_zk.get("/services/orders")[1].version == stat.version
     # An instance registered later keeps the spec as it was, and must agree with it.
     with pytest.raises(ValidationError, match="scheme 'postgresql'"):
