@@ -4,14 +4,16 @@ One writer client deletes instance nodes in turn five ways, alternated round by 
 the machine's load falls on the five alike, and a second client in the same process records
 when each deletion reaches its cache (the listener call, made right after the snapshot swap):
 
-- ``guarded``: ``deregister``, the library's way. When the node's watch (set by the
-  registration's background read, waited for before each of the three ``deregister`` ways)
-  has reported nothing since, one delete conditional on the version that read found, sent in
-  one transaction with the node's departure mark (created and deleted, so caches tell a
+- ``guarded``: ``deregister``, the library's way, on a service whose spec marks departures
+  (``ServiceSpec.mark_departures``, as the benchmark's service does). When the node's watch (set
+  by the registration's background read, waited for before each of the three ``deregister``
+  ways) has reported nothing since, one delete conditional on the version that read found, sent
+  in one transaction with the node's departure mark (created and deleted, so caches tell a
   deregistration from a session's expiry); an old process never deletes the node a successor
   took over.
-- ``unmarked``: ``guarded`` without the departure mark, a plain conditional delete: the
-  library's way before issue 41, what the mark costs.
+- ``unmarked``: ``guarded`` without the departure mark, a plain conditional delete: what
+  ``deregister`` sends for a service whose spec does not mark departures (the default), and
+  what the mark costs.
 - ``read-first``: ``deregister`` when it does not know the node (what it was read as is
   forgotten first, as after a lost connection): it reads the node, then deletes it
   conditionally on the version read if this session owns it. Two requests: the library's way
@@ -175,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         Sentinel(zk.connect_string, "bench-writer") as writer_client,
         Sentinel(zk.connect_string, "bench-reader") as reader,
     ):
+        writer_client.ensure_service(SERVICE, mark_departures=True)
         writer_client.register(SERVICE, PARTITION, "10.0.0.1", 6999, label="base")
         reader.get_service(SERVICE)
         reader.listen(SERVICE, arrivals.on_change)

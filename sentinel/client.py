@@ -24,7 +24,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
-from sentinel.cache.protection import eligible_verdict
+from sentinel.cache.protection import eligible_verdict, unprotected_note
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
@@ -106,6 +106,9 @@ class Explanation:
     #: The partition is in panic: reported failures eject so many of its instances that
     #: lookups ignore the ejections there (see :class:`~sentinel.feedback.OutlierDetection`).
     panic: bool = False
+    #: Why protection from mass loss, configured for this client, does not apply to the
+    #: service (its spec does not mark departures); None when it applies or is not configured.
+    unprotected: str | None = None
 
     @property
     def verdicts(self) -> dict[str, str]:
@@ -438,6 +441,7 @@ class Sentinel(OldMethodNames):
         shard_policy: str | None = None,
         defaults: Mapping[str, Any] | None = None,
         curator: CuratorSource | None = None,
+        mark_departures: bool = False,
     ) -> ServiceSpec:
         """Create the spec of ``service`` unless it exists; return the stored spec.
 
@@ -452,6 +456,11 @@ class Sentinel(OldMethodNames):
                 curator=CuratorSource("/services", partition_from="payload.metadata.shard"),
             )
 
+        ``mark_departures=True`` makes its publishers mark each deregistration (one
+        transaction of three operations in place of one delete), so that clients with
+        ``CacheConfig(mass_loss_protection=...)`` tell it from a session's expiry and protect
+        the service; without it, no client protects the service (``docs/health.md``).
+
         Raises :class:`~sentinel.errors.ShardPolicyNotFound` if ``shard_policy`` names no
         policy (create it first: ``shard_maps.ensure``), and
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
@@ -459,7 +468,12 @@ class Sentinel(OldMethodNames):
         """
         self.session.require_writable()
         spec = ServiceSpec(
-            service, scheme=scheme, shard_policy=shard_policy, defaults=defaults, curator=curator
+            service,
+            scheme=scheme,
+            shard_policy=shard_policy,
+            defaults=defaults,
+            curator=curator,
+            mark_departures=mark_departures,
         )
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
@@ -765,7 +779,15 @@ class Sentinel(OldMethodNames):
             steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
             eligible = kept
         return Explanation(
-            service, key, shard_policy, partition, instances, tuple(steps), eligible, verdict.panic
+            service,
+            key,
+            shard_policy,
+            partition,
+            instances,
+            tuple(steps),
+            eligible,
+            verdict.panic,
+            unprotected_note(self.cache_config.mass_loss_protection, snapshot.spec),
         )
 
     def _nothing_eligible(

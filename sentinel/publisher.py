@@ -73,6 +73,9 @@ class Publisher:
         self._zk = zk
         self._nodes = nodes
         self._registrations: dict[str, Registration] = {}
+        # The departure mark (path -> mark) of each registration whose service's spec marks
+        # departures (ServiceSpec.mark_departures); the others are deleted plainly.
+        self._marks: dict[str, str] = {}
         # Serialises the read-modify-write of a registration (an update, a check's status
         # write, a deregistration), so that none undoes another or re-creates a removed node.
         # Never taken on kazoo's thread nor by the ephemeral worker (which holds its own lock
@@ -114,9 +117,10 @@ class Publisher:
             raise ServiceConflict(
                 f"service {spec.service!r} exists with scheme={stored.scheme!r}, "
                 f"shard_policy={stored.shard_policy!r}, defaults={dict(stored.defaults)!r}, "
-                f"curator={stored.curator!r}; asked for scheme={spec.scheme!r}, "
-                f"shard_policy={spec.shard_policy!r}, defaults={dict(spec.defaults)!r}, "
-                f"curator={spec.curator!r}"
+                f"curator={stored.curator!r}, mark_departures={stored.mark_departures!r}; "
+                f"asked for scheme={spec.scheme!r}, shard_policy={spec.shard_policy!r}, "
+                f"defaults={dict(spec.defaults)!r}, curator={spec.curator!r}, "
+                f"mark_departures={spec.mark_departures!r}"
             )
         return stored
 
@@ -178,7 +182,7 @@ class Publisher:
     def _publish(self, instance: InstanceRecord, inherit_scheme: bool) -> Registration:
         path = instance_path(instance.service, instance.partition, instance.label)
         data = instance.to_bytes(path)  # validates the size before anything (a spec) is written
-        conformed = self._conform(instance, inherit_scheme)
+        conformed, spec = self._conform(instance, inherit_scheme)
         take_over = self._same_endpoint(conformed, path)
         try:
             self._nodes.put(
@@ -186,12 +190,16 @@ class Publisher:
             )
         except NoNodeError:  # the service was removed since its spec was read: start over
             self._targets.pop(instance.service, None)
-            conformed = self._conform(instance, inherit_scheme)
+            conformed, spec = self._conform(instance, inherit_scheme)
             self._nodes.put(
                 path, _value_of(conformed, instance, data, path), may_take_over=take_over
             )
         registration = Registration(conformed, path)
         self._registrations[path] = registration
+        if spec.mark_departures:
+            self._marks[path] = departure_path(path)
+        else:
+            self._marks.pop(path, None)
         self._nodes.follow(path, functools.partial(self._adopt_status, path))
         return registration
 
@@ -250,8 +258,11 @@ class Publisher:
         )
         return found
 
-    def _conform(self, instance: InstanceRecord, inherit_scheme: bool) -> InstanceRecord:
-        """``instance`` as its service's spec wants it: ValidationError if it cannot be."""
+    def _conform(
+        self, instance: InstanceRecord, inherit_scheme: bool
+    ) -> tuple[InstanceRecord, ServiceSpec]:
+        """``instance`` as its service's spec wants it, and the spec: ValidationError if it
+        cannot be."""
         spec, policy = self._target(instance.service, instance.scheme)
         if spec.curator is not None:
             raise ValidationError(
@@ -276,7 +287,7 @@ class Publisher:
                 raise ValidationError(
                     f"cannot register {instance.label!r} of service {spec.service!r}: {exc}"
                 ) from None
-        return instance
+        return instance, spec
 
     def _target(
         self, service: str, scheme: str
@@ -345,24 +356,25 @@ class Publisher:
                 return False
             self._readiness.forget(registration.path)
             # Forgotten only once removed: a deregistration the connection interrupted is
-            # retried.
-            # Marked, so that caches tell it from a session's expiry
-            # (sentinel.cache.protection).
-            self._nodes.remove(registration.path, mark=departure_path(registration.path))
+            # retried. Marked when the service's spec asks, so that caches protecting it tell
+            # it from a session's expiry (sentinel.cache.protection); else one plain delete.
+            self._nodes.remove(registration.path, mark=self._marks.get(registration.path))
             self._registrations.pop(registration.path, None)
+            self._marks.pop(registration.path, None)
         log.info("deregistered %s", registration.path)
         return True
 
     def leave(self, timeout: float) -> None:
-        """Before the session ends (a closing client): deregister every registration whose
-        node is known to be this session's, marked and in one request, waiting ``timeout``
-        seconds at most. Caches then see a shutdown as a deregistration, never as a mass
-        expiry to protect from; what this leaves, the session's end removes."""
-        if not self._registrations:
+        """Before the session ends (a closing client): deregister every registration of a
+        service whose spec marks departures whose node is known to be this session's, marked
+        and in one request, waiting ``timeout`` seconds at most. Caches then see a shutdown
+        as a deregistration, never as a mass expiry to protect from; what this leaves (the
+        other services' registrations among it), the session's end removes."""
+        if not self._marks:
             return
-        marks = {path: departure_path(path) for path in self._registrations}
-        for path in self._nodes.leave(marks, timeout):
+        for path in self._nodes.leave(dict(self._marks), timeout):
             self._registrations.pop(path, None)
+            self._marks.pop(path, None)
 
 
 def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:

@@ -355,7 +355,7 @@ MUTATIONS = (
         # protecting one holds a removed instance back.
         "deregistration-unmarked",
         "sentinel/publisher.py",
-        "mark=departure_path(registration.path)",
+        "mark=self._marks.get(registration.path)",
         "mark=None",
         (
             "tests/integration/test_mass_loss.py::"
@@ -366,11 +366,32 @@ MUTATIONS = (
         # A closing client leaving its nodes to the session's end, unmarked.
         "close-leaves-unmarked",
         "sentinel/publisher.py",
-        "        if not self._registrations:\n            return\n        marks =",
-        "        if True:\n            return\n        marks =",
+        "        if not self._marks:\n            return\n",
+        "        if True:\n            return\n",
         (
             "tests/integration/test_mass_loss.py::"
             "test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size_is_not",
+        ),
+    ),
+    Mutation(
+        # Every deregistration marked, whatever the service's spec: each pays a transaction.
+        "deregistration-marked-without-the-spec",
+        "sentinel/publisher.py",
+        "        if spec.mark_departures:\n            self._marks[path]",
+        "        if True:\n            self._marks[path]",
+        ("tests/integration/test_publisher.py::test_deregistration_costs_one_conditional_delete",),
+    ),
+    Mutation(
+        # A cache protecting a service whose publishers do not mark: it holds back every
+        # deregistration of a mass deletion.
+        "protection-without-the-spec",
+        "sentinel/cache/protection.py",
+        "        if not new.spec.mark_departures:\n",
+        "        if False:\n",
+        (
+            "tests/integration/test_mass_loss.py::"
+            "test_a_service_whose_spec_does_not_mark_departures_is_never_protected",
+            "tests/unit/test_protection.py::test_a_service_whose_spec_does_not_mark_is_never_protected",
         ),
     ),
     Mutation(

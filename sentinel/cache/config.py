@@ -73,7 +73,9 @@ class CacheConfig:
         (never deregistrations) within seconds, keep serving them, each marked
         ``Endpoint.unlisted_since`` and for a bounded time, while they may register again
         (``docs/health.md``, "Protection from mass loss"). Off by default: a lookup then only
-        returns instances the registry lists. Needs persistent watches.
+        returns instances the registry lists. Needs persistent watches, and applies only to
+        services whose spec marks departures (``ensure_service(..., mark_departures=True)``);
+        ``explain()`` says when it does not apply.
     """
 
     persistent_watches: bool = True

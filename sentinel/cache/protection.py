@@ -11,7 +11,9 @@ again (its process re-registered) or the hold ends (it is really gone).
 A vanish is unmarked when it is not a deregistration: a deregistering owner creates and deletes
 a departure mark in the transaction that deletes its node
 (:func:`~sentinel.registry.layout.departure_path`), so deregistrations, drains and closing
-clients are never held back (docs/decisions/deregistration-marks-its-delete.md). The state is
+clients are never held back (docs/decisions/deregistration-marks-its-delete.md). Owners mark
+only when the service's spec says so (``ServiceSpec.mark_departures``), so only such services
+are protected: for the others a deregistration and an expiry look the same. The state is
 per cache and per service, changed on the cache's worker only; the protected instances live in
 the service's immutable snapshot (:attr:`ServiceSnapshot.protected
 <sentinel.cache.views.ServiceSnapshot.protected>`), so a lookup pays nothing for them.
@@ -30,6 +32,7 @@ from sentinel import validation as check
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.records import ServiceSpec
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +102,12 @@ class Protection:
         lost: Collection[str] = (),
     ) -> ServiceSnapshot:
         """``new`` with the instances it should protect; ``lost``: the names that vanished
-        from ``old`` unmarked (a session's expiry, as far as this cache can tell)."""
+        from ``old`` unmarked (a session's expiry, as far as this cache can tell). A service
+        whose spec does not mark departures is never protected: its every vanish is unmarked."""
+        if not new.spec.mark_departures:
+            if service in self._services:
+                self.forget(service)
+            return new.rebuilt(protected={}) if new.protected else new
         state = self._services.get(service)
         if state is None and not lost:
             return new  # nothing lost, nothing held: the common case costs this test
@@ -161,6 +169,18 @@ class Protection:
             self._stats.protected = {s: n for s, n in counts.items() if s != service} | (
                 {service: protected} if protected else {}
             )
+
+
+def unprotected_note(config: MassLossProtection | None, spec: ServiceSpec) -> str | None:
+    """What ``explain()`` says when a cache configured to protect cannot protect ``spec``'s
+    service (None: it can, or it is not configured to)."""
+    if config is None or spec.mark_departures:
+        return None
+    return (
+        f"protection from mass loss is configured but does not apply: the spec of "
+        f"{spec.service!r} does not mark departures, so its deregistrations look like session "
+        f"expiries (create it with ensure_service({spec.service!r}, mark_departures=True))"
+    )
 
 
 def eligible_verdict(endpoint: Endpoint) -> str:

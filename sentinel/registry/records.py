@@ -343,7 +343,10 @@ class ServiceSpec:
     ``shard_policy`` names the ``/shard_info`` policy the service is partitioned by; ``None``
     means the service is not sharded and every instance serves every key. ``curator``: the
     service's instances are a Curator registry's (:class:`CuratorSource`), not the node's
-    children.
+    children. ``mark_departures``: its publishers delete an instance with a departure mark
+    (:func:`~sentinel.registry.layout.departure_path`), so that caches protecting from mass
+    loss tell a deregistration from a session's expiry (:mod:`sentinel.cache.protection`);
+    off, a deregistration is one plain delete and no cache protects the service.
     """
 
     service: str
@@ -351,6 +354,7 @@ class ServiceSpec:
     shard_policy: str | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
     curator: CuratorSource | None = None
+    mark_departures: bool = False
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -359,10 +363,13 @@ class ServiceSpec:
             validate_name("shard policy", self.shard_policy)
         if self.curator is not None and not isinstance(self.curator, CuratorSource):
             raise ValidationError("curator must be a CuratorSource")
+        if not isinstance(self.mark_departures, bool):
+            raise ValidationError("mark_departures must be true or false")
         object.__setattr__(self, "defaults", _properties(self.defaults))
 
     def to_bytes(self, path: str) -> bytes:
-        """The node's value (``curator`` only when set: a spec without one reads as before)."""
+        """The node's value (``curator`` and ``mark_departures`` only when set: a spec
+        without them is written as before)."""
         document: dict[str, Any] = {
             "scheme": self.scheme,
             "shard_policy": self.shard_policy,
@@ -370,6 +377,8 @@ class ServiceSpec:
         }
         if self.curator is not None:
             document["curator"] = self.curator.to_document()
+        if self.mark_departures:
+            document["mark_departures"] = True
         return encode(path, document)
 
     @classmethod
@@ -383,6 +392,7 @@ class ServiceSpec:
                 shard_policy=document.get("shard_policy"),
                 defaults=_or_empty(document.get("defaults")),
                 curator=CuratorSource.from_document(document.get("curator")),
+                mark_departures=document.get("mark_departures", False),
             )
 
 

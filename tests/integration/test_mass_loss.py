@@ -54,6 +54,8 @@ def world(own_zookeeper: LocalZooKeeper) -> Iterator[dict]:
         ).start()
         for name in registries
     }
+    # Protection applies to a service whose spec marks departures, and to no other.
+    readers["plain"].ensure_service(SERVICE, mark_departures=True)
 
     def start_publishers(prefix: str) -> list[PublisherProcess]:
         started = [
@@ -208,15 +210,11 @@ def test_a_mass_expiry_is_protected_and_visible_and_a_deregistration_of_its_size
         reader.get_service(SERVICE)
 
 
-def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold(
-    make_client, raw_zk
-):
-    # Explicit deregister() calls, one after the other from one process: marked, so a
-    # protecting reader drops each at once. A writer who deletes nodes without the mark (an
-    # operator's zkCli, or an attacker who may write the service) is taken for a mass expiry:
-    # what it buys is a dead instance served for the hold, marked, and no longer.
+def _four_listed(make_client, hold: float, mark_departures: bool) -> tuple:
+    """A publisher of four instances of a service (its spec marking departures or not) and a
+    protecting reader listing them all."""
     publisher = make_client("publisher")
-    hold = 3.0
+    publisher.ensure_service(SERVICE, mark_departures=mark_departures)
     reader = make_client(
         "reader",
         cache=CacheConfig(mass_loss_protection=MassLossProtection(share=0.5, hold=hold)),
@@ -226,6 +224,18 @@ def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_h
     ]
     reader.prefetch(SERVICE)
     assert wait_until(lambda: listed(reader) == 4, 10)
+    return publisher, reader, registrations
+
+
+def test_deregistrations_are_never_held_back_and_unmarked_deletes_only_for_the_hold(
+    make_client, raw_zk
+):
+    # Explicit deregister() calls, one after the other from one process: marked, so a
+    # protecting reader drops each at once. A writer who deletes nodes without the mark (an
+    # operator's zkCli, or an attacker who may write the service) is taken for a mass expiry:
+    # what it buys is a dead instance served for the hold, marked, and no longer.
+    hold = 3.0
+    publisher, reader, registrations = _four_listed(make_client, hold, mark_departures=True)
     for registration in registrations[:3]:
         publisher.deregister(registration)
     assert wait_until(lambda: listed(reader) == 1, 10)
@@ -250,9 +260,33 @@ def test_a_node_squatting_on_the_mark_only_costs_the_mark(make_client, raw_zk, c
     # delete fails on it, and the instance is deleted unmarked (as a session's end would),
     # never left behind.
     publisher = make_client("publisher")
+    publisher.ensure_service(SERVICE, mark_departures=True)
     registration = publisher.register(SERVICE, "p", "10.0.0.1", 9000, label="a")
     raw_zk.create(f"{registration.path}:left", b"squat")
     assert publisher.deregister(registration) is True
     assert raw_zk.exists(registration.path) is None
     assert raw_zk.get_children(f"/services/{SERVICE}") == ["p:a:left"]
     assert "is no departure mark" in caplog.text
+
+
+def test_a_service_whose_spec_does_not_mark_departures_is_never_protected(make_client, raw_zk):
+    # Its publishers delete plainly (one Delete: test_publisher's
+    # test_deregistration_costs_one_conditional_delete[plain]), so a reader cannot tell a
+    # deregistration from an expiry: an unmarked mass deletion reaches a protecting reader at
+    # once, as it reaches one without protection, and explain() says why nothing is held.
+    publisher, reader, registrations = _four_listed(make_client, HOLD, mark_departures=False)
+    assert reader.read_service(SERVICE).spec.mark_departures is False
+    for registration in registrations[:3]:
+        raw_zk.delete(registration.path)  # unmarked: 3 of 4 gone, as in a mass expiry
+    assert wait_until(lambda: listed(reader) == 1, 10)
+    # The loss and the (absent) protection are applied in the same snapshot: nothing later.
+    assert not protected(reader) and reader.cache_stats.protection_episodes == 0
+    assert [e.label for e in reader.cached_instances(SERVICE)] == ["i3"]
+    note = reader.explain(SERVICE).unprotected
+    assert note is not None and "does not mark departures" in note
+    assert f"ensure_service({SERVICE!r}, mark_departures=True)" in note
+    # A reader without protection has nothing to say, nor does one for a marking service.
+    assert publisher.explain(SERVICE).unprotected is None
+    publisher.ensure_service("marked", mark_departures=True)
+    publisher.register("marked", "p", "10.0.0.1", 9000)
+    assert reader.explain("marked").unprotected is None

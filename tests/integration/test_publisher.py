@@ -142,14 +142,25 @@ def _known(client, registration, owned: bool) -> None:
     )
 
 
-def test_deregistration_costs_one_conditional_delete(make_client, raw_zk):
+@pytest.mark.parametrize(
+    ("mark_departures", "request_sent"),
+    [(False, "Delete"), (True, "Transaction")],
+    ids=["plain", "spec-marks-departures"],
+)
+def test_deregistration_costs_one_conditional_delete(
+    make_client, raw_zk, mark_departures, request_sent
+):
     # The floor (docs/decisions/deregistration-reads-before-deleting.md): the node's watch,
-    # set when the registration was followed, says it is ours at the version it read.
+    # set when the registration was followed, says it is ours at the version it read. A
+    # service whose spec marks departures pays it as one transaction (the delete with its
+    # departure mark, docs/decisions/deregistration-marks-its-delete.md); any other, as one
+    # delete, the mark never created.
     client = make_client()
+    client.ensure_service("api", mark_departures=mark_departures)
     registration = client.register("api", "p1", "h", 80)
     _known(client, registration, owned=True)
     sent = _requests_sent(client, lambda: client.deregister(registration))
-    assert sent == ["Transaction"]  # the delete, with its departure mark
+    assert sent == [request_sent]
     assert raw_zk.exists(registration.path) is None
 
 
@@ -165,7 +176,7 @@ def test_a_node_changed_since_it_was_read_is_read_again_before_the_delete(make_c
         *client.session.nodes._seen[registration.path][1:],
     )
     sent = _requests_sent(client, lambda: client.deregister(registration))
-    assert sent == ["Transaction", "Exists", "Transaction"]
+    assert sent == ["Delete", "Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
 
 
@@ -182,7 +193,7 @@ def test_a_node_written_past_the_trusted_versions_is_read_before_it_is_deleted(m
         lambda: client.session.nodes._known(registration.path) == (True, 8), timeout=10
     )
     sent = _requests_sent(client, lambda: client.deregister(registration))
-    assert sent == ["Exists", "Transaction"]
+    assert sent == ["Exists", "Delete"]
     assert raw_zk.exists(registration.path) is None
 
 
@@ -209,7 +220,7 @@ def test_after_a_lost_connection_deregistration_reads_before_it_deletes(
         assert client.session_id == session  # the same session: its node was never re-created
         assert client.session.nodes.owns(registration.path) is None
         sent = _requests_sent(client, lambda: client.deregister(registration))
-        assert sent == ["Exists", "Transaction"]
+        assert sent == ["Exists", "Delete"]
         assert raw_zk.exists(registration.path) is None
     finally:
         client.close()
@@ -250,7 +261,7 @@ def test_an_old_process_cannot_delete_its_successors_node(make_client, raw_zk, e
 
     assert raw_zk.exists(current.path).ephemeralOwner == successor.session_id
     assert raw_zk.get(current.path)[1].czxid == stat.czxid
-    assert sent == ["Transaction", "Exists"]  # refused, then the read showed another owner
+    assert sent == ["Delete", "Exists"]  # refused, then the read showed another owner
     assert old.registrations == ()
     assert successor.registrations == (current,)
 
@@ -405,6 +416,15 @@ def test_ensure_service_is_idempotent_and_refuses_conflicts(make_client, raw_zk)
     _, stat = raw_zk.get("/services/orders")
     with pytest.raises(ServiceConflict, match="shard_policy='tenants'"):
         client.ensure_service("orders", scheme="postgresql", shard_policy="regions")
+    # Marks cannot be turned on in place: publishers and readers would disagree.
+    with pytest.raises(ServiceConflict, match=r"mark_departures=False; asked .*=True"):
+        client.ensure_service(
+            "orders",
+            scheme="postgresql",
+            shard_policy="tenants",
+            defaults={"pool": 5},
+            mark_departures=True,
+        )
     assert raw_zk.get("/services/orders")[1].version == stat.version
     # An instance registered later keeps the spec as it was, and must agree with it.
     with pytest.raises(ValidationError, match="scheme 'postgresql'"):

@@ -6,21 +6,27 @@ import time
 
 import pytest
 
-from sentinel.cache.protection import MassLossProtection, Protection, Timers, eligible_verdict
+from sentinel.cache.protection import (
+    MassLossProtection,
+    Protection,
+    Timers,
+    eligible_verdict,
+    unprotected_note,
+)
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.errors import ValidationError
 from sentinel.registry.records import ServiceSpec
 from tests.unit.endpoints import endpoint
 
-SPEC = ServiceSpec("db")
+SPEC = ServiceSpec("db", mark_departures=True)  # only such a service is protected
 
 
-def _snapshot(labels, down=()):
+def _snapshot(labels, down=(), spec=SPEC):
     endpoints = {
         f"p1:{label}": endpoint(label, status="down" if label in down else "up") for label in labels
     }
-    return ServiceSnapshot.first(SPEC, endpoints, {}, frozenset())
+    return ServiceSnapshot.first(spec, endpoints, {}, frozenset())
 
 
 def _without(snapshot, *labels):
@@ -126,6 +132,31 @@ def test_forgetting_a_service_drops_its_state_and_its_gauge(stats, wakes):
     assert stats.protected == {"db": 2}
     protection.forget("db")
     assert stats.protected == {}
+
+
+def test_a_service_whose_spec_does_not_mark_is_never_protected(stats, wakes):
+    # Its publishers delete plainly: every vanish looks unmarked, deregistrations included.
+    protection = _protection(stats, wakes, share=0.5)
+    old = _snapshot("abcd", spec=ServiceSpec("db"))
+    lost = ("p1:a", "p1:b", "p1:c")
+    new = protection.apply("db", old, _without(old, "a", "b", "c"), lost=lost)
+    assert [e.label for e in new.up[None]] == ["d"] and not new.protected
+    assert stats.protection_episodes == 0 and stats.protected == {} and wakes == []
+    # A spec that stops marking in an episode ends it: nothing is held from then on.
+    old = _snapshot("abcd")
+    held = protection.apply("db", old, _without(old, "a", "b", "c"), lost=lost)
+    assert set(held.protected) == set(lost) and stats.protected == {"db": 3}
+    plain = protection.apply("db", held, held.rebuilt(spec=ServiceSpec("db")))
+    assert not plain.protected and [e.label for e in plain.up[None]] == ["d"]
+    assert stats.protected == {}
+
+
+def test_explain_says_when_configured_protection_does_not_apply():
+    config = MassLossProtection()
+    note = unprotected_note(config, ServiceSpec("db"))
+    assert note is not None and "ensure_service('db', mark_departures=True)" in note
+    assert unprotected_note(config, SPEC) is None  # it applies
+    assert unprotected_note(None, ServiceSpec("db")) is None  # not configured
 
 
 def test_nothing_lost_and_nothing_held_returns_the_snapshot_itself(stats, wakes):

@@ -200,6 +200,21 @@ def test_service_spec_round_trip_and_validation():
         ServiceSpec.from_bytes("db", "/services/db", b'{"v": 1}')
 
 
+def test_mark_departures_is_written_only_when_set_and_read_only_as_a_boolean():
+    path = "/services/db"
+    plain = ServiceSpec("db").to_bytes(path)
+    assert b"mark_departures" not in plain  # an existing spec's bytes are unchanged
+    assert ServiceSpec.from_bytes("db", path, plain).mark_departures is False
+    marking = ServiceSpec("db", mark_departures=True)
+    assert ServiceSpec.from_bytes("db", path, marking.to_bytes(path)) == marking
+    with pytest.raises(ValidationError, match="mark_departures must be true or false"):
+        ServiceSpec("db", mark_departures=1)  # type: ignore[arg-type]
+    for value in (b'"yes"', b"1", b"null"):
+        data = b'{"v": 1, "scheme": "http", "mark_departures": ' + value + b"}"
+        with pytest.raises(DecodeError, match="mark_departures must be true or false"):
+            ServiceSpec.from_bytes("db", path, data)
+
+
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,20}", fullmatch=True)
 json_leaves = (
     st.none()
