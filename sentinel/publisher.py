@@ -73,9 +73,9 @@ class Publisher:
         self._zk = zk
         self._nodes = nodes
         self._registrations: dict[str, Registration] = {}
-        # The departure mark (path -> mark) of each registration whose service's spec marks
-        # departures (ServiceSpec.mark_departures); the others are deleted plainly.
-        self._marks: dict[str, str] = {}
+        # The registrations whose service's spec marks departures (ServiceSpec.
+        # mark_departures), deleted with their departure_path; the others are deleted plainly.
+        self._marked: set[str] = set()
         # Serialises the read-modify-write of a registration (an update, a check's status
         # write, a deregistration), so that none undoes another or re-creates a removed node.
         # Never taken on kazoo's thread nor by the ephemeral worker (which holds its own lock
@@ -197,9 +197,9 @@ class Publisher:
         registration = Registration(conformed, path)
         self._registrations[path] = registration
         if spec.mark_departures:
-            self._marks[path] = departure_path(path)
+            self._marked.add(path)
         else:
-            self._marks.pop(path, None)
+            self._marked.discard(path)
         self._nodes.follow(path, functools.partial(self._adopt_status, path))
         return registration
 
@@ -358,9 +358,10 @@ class Publisher:
             # Forgotten only once removed: a deregistration the connection interrupted is
             # retried. Marked when the service's spec asks, so that caches protecting it tell
             # it from a session's expiry (sentinel.cache.protection); else one plain delete.
-            self._nodes.remove(registration.path, mark=self._marks.get(registration.path))
-            self._registrations.pop(registration.path, None)
-            self._marks.pop(registration.path, None)
+            path = registration.path
+            self._nodes.remove(path, mark=departure_path(path) if path in self._marked else None)
+            self._registrations.pop(path, None)
+            self._marked.discard(path)
         log.info("deregistered %s", registration.path)
         return True
 
@@ -370,11 +371,11 @@ class Publisher:
         and in one request, waiting ``timeout`` seconds at most. Caches then see a shutdown
         as a deregistration, never as a mass expiry to protect from; what this leaves (the
         other services' registrations among it), the session's end removes."""
-        if not self._marks:
+        if not self._marked:
             return
-        for path in self._nodes.leave(dict(self._marks), timeout):
+        for path in self._nodes.leave({p: departure_path(p) for p in self._marked}, timeout):
             self._registrations.pop(path, None)
-            self._marks.pop(path, None)
+            self._marked.discard(path)
 
 
 def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:

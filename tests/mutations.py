@@ -355,7 +355,7 @@ MUTATIONS = (
         # protecting one holds a removed instance back.
         "deregistration-unmarked",
         "sentinel/publisher.py",
-        "mark=self._marks.get(registration.path)",
+        "mark=departure_path(path) if path in self._marked else None",
         "mark=None",
         (
             "tests/integration/test_mass_loss.py::"
@@ -366,7 +366,7 @@ MUTATIONS = (
         # A closing client leaving its nodes to the session's end, unmarked.
         "close-leaves-unmarked",
         "sentinel/publisher.py",
-        "        if not self._marks:\n            return\n",
+        "        if not self._marked:\n            return\n",
         "        if True:\n            return\n",
         (
             "tests/integration/test_mass_loss.py::"
@@ -377,8 +377,8 @@ MUTATIONS = (
         # Every deregistration marked, whatever the service's spec: each pays a transaction.
         "deregistration-marked-without-the-spec",
         "sentinel/publisher.py",
-        "        if spec.mark_departures:\n            self._marks[path]",
-        "        if True:\n            self._marks[path]",
+        "        if spec.mark_departures:\n            self._marked.add(path)",
+        "        if True:\n            self._marked.add(path)",
         ("tests/integration/test_publisher.py::test_deregistration_costs_one_conditional_delete",),
     ),
     Mutation(
