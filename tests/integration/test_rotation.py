@@ -7,6 +7,7 @@ import json
 import pytest
 from kazoo.exceptions import NoNodeError
 
+from sentinel.errors import NoInstanceAvailable
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.helpers import expire_session, wait_until
 
@@ -49,7 +50,9 @@ def test_drain_and_undrain_from_the_cli_survive_the_owners_updates_and_expiry(
         lambda: _status(raw_zk)[1].ephemeralOwner != old_session, ignore=(NoNodeError,)
     )
     assert _status(raw_zk)[0] == "draining"
-    assert _labels(reader) == {"a"}
+    # Both nodes went with the old session: the reader has a again once a's node is re-created
+    # too (until then it has no live instance).
+    assert wait_until(lambda: _labels(reader) == {"a"}, ignore=(NoInstanceAvailable,))
     # ...and so is its own update, made from the Registration it holds (which says "up").
     updated = publisher.update_registration(b, weight=2)
     assert (updated.instance.status, updated.instance.weight) == ("draining", 2)
