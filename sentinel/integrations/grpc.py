@@ -188,7 +188,7 @@ class SentinelChannel(grpc.Channel):
         _registered_method: bool | None = False,
     ) -> grpc.UnaryUnaryMultiCallable:
         """A unary-unary multicallable for ``method`` (``/package.Service/Method``)."""
-        return _UnaryUnary(self, "unary_unary", method, request_serializer, response_deserializer)
+        return _UnaryUnary(self, method, request_serializer, response_deserializer)
 
     def unary_stream(
         self,
@@ -198,7 +198,7 @@ class SentinelChannel(grpc.Channel):
         _registered_method: bool | None = False,
     ) -> grpc.UnaryStreamMultiCallable:
         """A unary-stream multicallable for ``method``."""
-        return _UnaryStream(self, "unary_stream", method, request_serializer, response_deserializer)
+        return _UnaryStream(self, method, request_serializer, response_deserializer)
 
     def stream_unary(
         self,
@@ -208,7 +208,7 @@ class SentinelChannel(grpc.Channel):
         _registered_method: bool | None = False,
     ) -> grpc.StreamUnaryMultiCallable:
         """A stream-unary multicallable for ``method``."""
-        return _StreamUnary(self, "stream_unary", method, request_serializer, response_deserializer)
+        return _StreamUnary(self, method, request_serializer, response_deserializer)
 
     def stream_stream(
         self,
@@ -218,9 +218,7 @@ class SentinelChannel(grpc.Channel):
         _registered_method: bool | None = False,
     ) -> grpc.StreamStreamMultiCallable:
         """A stream-stream multicallable for ``method``."""
-        return _StreamStream(
-            self, "stream_stream", method, request_serializer, response_deserializer
-        )
+        return _StreamStream(self, method, request_serializer, response_deserializer)
 
     def subscribe(
         self, callback: Callable[[grpc.ChannelConnectivity], None], try_to_connect: bool = False
@@ -489,25 +487,25 @@ class _Method:
     """What the four multicallables share: the method, its (de)serializers, and the channel
     whose calls they route."""
 
-    __slots__ = ("_channel", "_kind", "_request_serializer", "_response_deserializer", "name")
+    __slots__ = ("_channel", "_request_serializer", "_response_deserializer", "name")
+    #: The ``grpc.Channel`` method that makes this kind of multicallable.
+    kind: str
 
     def __init__(
         self,
         channel: SentinelChannel,
-        kind: str,
         method: str,
         request_serializer: Callable[[Any], bytes] | None,
         response_deserializer: Callable[[bytes], Any] | None,
     ) -> None:
         self._channel = channel
-        self._kind = kind
         self.name = method
         self._request_serializer = request_serializer
         self._response_deserializer = response_deserializer
 
     def make(self, channel: grpc.Channel) -> Any:
         """This method's multicallable on a ``grpcio`` channel."""
-        return getattr(channel, self._kind)(
+        return getattr(channel, self.kind)(
             self.name, self._request_serializer, self._response_deserializer
         )
 
@@ -515,13 +513,13 @@ class _Method:
 def _blocking(
     channel: SentinelChannel,
     method: _Method,
-    how: str,
     request: Any,
     timeout: float | None,
     metadata: Metadata | None,
     credentials: grpc.CallCredentials | None,
     wait_for_ready: bool | None,
     compression: grpc.Compression | None,
+    how: str,
     may_retry: bool,
 ) -> Any:
     """A blocking call (``__call__`` or ``with_call`` of a unary-response method), made
@@ -550,13 +548,13 @@ def _blocking(
 def _started(
     channel: SentinelChannel,
     method: _Method,
-    how: str,
     request: Any,
     timeout: float | None,
     metadata: Metadata | None,
     credentials: grpc.CallCredentials | None,
     wait_for_ready: bool | None,
     compression: grpc.Compression | None,
+    how: str,
 ) -> Any:
     """A call handed to the caller before it ends (a stream, a future): its outcome is
     reported when it ends, and it is never made again."""
@@ -584,10 +582,14 @@ def _started(
     return call
 
 
-class _UnaryUnary(_Method, grpc.UnaryUnaryMultiCallable):
-    """A unary-unary method of a :class:`SentinelChannel`."""
+class _UnaryResponse(_Method):
+    """The calls of a method with one response (``request`` is an iterator of requests for a
+    client-streaming one): blocking, ``with_call`` and ``future``."""
 
     __slots__ = ()
+    #: Whether a call that ended ``UNAVAILABLE`` may be made again (its request can be sent
+    #: again: not an iterator already consumed).
+    may_retry: bool
 
     def __call__(
         self,
@@ -602,14 +604,14 @@ class _UnaryUnary(_Method, grpc.UnaryUnaryMultiCallable):
         return _blocking(
             self._channel,
             self,
-            "__call__",
             request,
             timeout,
             metadata,
             credentials,
             wait_for_ready,
             compression,
-            True,
+            "__call__",
+            self.may_retry,
         )
 
     def with_call(
@@ -622,17 +624,17 @@ class _UnaryUnary(_Method, grpc.UnaryUnaryMultiCallable):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         """Make the call; returns the response and the ``grpc.Call``."""
-        return _blocking(
+        return _blocking(  # type: ignore[no-any-return]
             self._channel,
             self,
-            "with_call",
             request,
             timeout,
             metadata,
             credentials,
             wait_for_ready,
             compression,
-            True,
+            "with_call",
+            self.may_retry,
         )
 
     def future(
@@ -648,18 +650,19 @@ class _UnaryUnary(_Method, grpc.UnaryUnaryMultiCallable):
         return _started(
             self._channel,
             self,
-            "future",
             request,
             timeout,
             metadata,
             credentials,
             wait_for_ready,
             compression,
+            "future",
         )
 
 
-class _UnaryStream(_Method, grpc.UnaryStreamMultiCallable):
-    """A unary-stream method of a :class:`SentinelChannel`."""
+class _StreamResponse(_Method):
+    """The call of a method with a stream of responses (``request`` is an iterator of
+    requests for a bidirectional one)."""
 
     __slots__ = ()
 
@@ -676,113 +679,42 @@ class _UnaryStream(_Method, grpc.UnaryStreamMultiCallable):
         return _started(  # type: ignore[no-any-return]
             self._channel,
             self,
-            "__call__",
             request,
             timeout,
             metadata,
             credentials,
             wait_for_ready,
             compression,
+            "__call__",
         )
 
 
-class _StreamUnary(_Method, grpc.StreamUnaryMultiCallable):
-    """A stream-unary method of a :class:`SentinelChannel`."""
+class _UnaryUnary(_UnaryResponse, grpc.UnaryUnaryMultiCallable):
+    """A unary-unary method of a :class:`SentinelChannel`."""
 
     __slots__ = ()
-
-    def __call__(
-        self,
-        request_iterator: Iterator[Any],
-        timeout: float | None = None,
-        metadata: Metadata | None = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> Any:
-        """Make the call with the requests of ``request_iterator``; returns the response."""
-        return _blocking(
-            self._channel,
-            self,
-            "__call__",
-            request_iterator,
-            timeout,
-            metadata,
-            credentials,
-            wait_for_ready,
-            compression,
-            False,
-        )
-
-    def with_call(
-        self,
-        request_iterator: Iterator[Any],
-        timeout: float | None = None,
-        metadata: Metadata | None = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> tuple[Any, grpc.Call]:
-        """Make the call; returns the response and the ``grpc.Call``."""
-        return _blocking(
-            self._channel,
-            self,
-            "with_call",
-            request_iterator,
-            timeout,
-            metadata,
-            credentials,
-            wait_for_ready,
-            compression,
-            False,
-        )
-
-    def future(
-        self,
-        request_iterator: Iterator[Any],
-        timeout: float | None = None,
-        metadata: Metadata | None = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> Any:
-        """Start the call; returns its ``grpc.Future``."""
-        return _started(
-            self._channel,
-            self,
-            "future",
-            request_iterator,
-            timeout,
-            metadata,
-            credentials,
-            wait_for_ready,
-            compression,
-        )
+    kind = "unary_unary"
+    may_retry = True
 
 
-class _StreamStream(_Method, grpc.StreamStreamMultiCallable):
+class _StreamUnary(_UnaryResponse, grpc.StreamUnaryMultiCallable):
+    """A stream-unary method of a :class:`SentinelChannel`: never made again, its requests
+    having been consumed."""
+
+    __slots__ = ()
+    kind = "stream_unary"
+    may_retry = False
+
+
+class _UnaryStream(_StreamResponse, grpc.UnaryStreamMultiCallable):
+    """A unary-stream method of a :class:`SentinelChannel`."""
+
+    __slots__ = ()
+    kind = "unary_stream"
+
+
+class _StreamStream(_StreamResponse, grpc.StreamStreamMultiCallable):
     """A stream-stream method of a :class:`SentinelChannel`."""
 
     __slots__ = ()
-
-    def __call__(
-        self,
-        request_iterator: Iterator[Any],
-        timeout: float | None = None,
-        metadata: Metadata | None = None,
-        credentials: grpc.CallCredentials | None = None,
-        wait_for_ready: bool | None = None,
-        compression: grpc.Compression | None = None,
-    ) -> Iterator[Any]:
-        """Start the call; returns the iterator of responses (also a ``grpc.Call``)."""
-        return _started(  # type: ignore[no-any-return]
-            self._channel,
-            self,
-            "__call__",
-            request_iterator,
-            timeout,
-            metadata,
-            credentials,
-            wait_for_ready,
-            compression,
-        )
+    kind = "stream_stream"

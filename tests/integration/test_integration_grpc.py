@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import collections
 import math
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import grpc
@@ -317,3 +320,14 @@ def test_subscribe_reports_the_channel_as_a_whole(make_client, servers):
         count = len(states)
         who(channel, 2)
         assert len(states) == count  # no callback once unsubscribed
+
+
+def test_the_documented_example_runs_and_prints_what_it_says():
+    section = DOC.read_text().split("## Without the agent: sentinel.integrations.grpc")[1]
+    blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ")[0], re.S)
+    assert len(blocks) == 1, "docs/grpc.md: one python example in the integration's section"
+    result = subprocess.run(
+        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["a b a", "a a a a a a", "down:True", "globex->p2"]
