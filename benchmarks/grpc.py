@@ -13,8 +13,9 @@ ZooKeeper. Two measures, each written to ``benchmarks/results/grpc_<via>.json``:
 - **Registration to first call.** A second server is registered under a new label while a
   caller keeps calling the service through the routed channel; the figure is the time from
   just before ``register`` to the first answer from the new server (the registration's write,
-  the change reaching the caller's cache, a new channel to it, the call). Then it is
-  deregistered, and the next trial waits until no call reaches it.
+  the change reaching the caller's cache, a new channel to it, the call), and, beside it, the
+  time to the reading client's cache telling its listeners (the propagation part). Then it
+  is deregistered, and the next trial waits until no call reaches it.
 
 ``--via`` names how the routed channel resolves: ``integration`` is
 :class:`sentinel.integrations.grpc.SentinelChannel` in this process. Another way (the agent's
@@ -33,6 +34,7 @@ import grpc
 
 from benchmarks.common import median_of, percentiles, report, server_process
 from sentinel import Sentinel
+from sentinel.events import InstancesChanged
 from sentinel.integrations.grpc import SentinelChannel
 from sentinel.testing.grpcserver import WHO
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -100,24 +102,43 @@ def overhead(
 
 
 def registration_to_first_call(
-    publisher: Sentinel, call: Callable[[bytes], bytes], port: int, trials: int, limit: float
-) -> list[float]:
+    publisher: Sentinel,
+    reader: Sentinel,
+    call: Callable[[bytes], bytes],
+    port: int,
+    trials: int,
+    limit: float,
+) -> tuple[list[float], list[float]]:
     """Seconds from just before registering the server ``new`` (at ``port``) to its first
-    answer, calls made back to back meanwhile; each trial ends with its deregistration."""
-    seconds = []
-    for trial in range(trials):
-        start = time.perf_counter()
-        registration = publisher.register(SERVICE, "p1", "127.0.0.1", port, label=f"new-{trial}")
-        while call(b"") != b"new":
-            if time.perf_counter() - start > limit:
-                raise TimeoutError(f"trial {trial}: no call reached the new instance in {limit}s")
-        seconds.append(time.perf_counter() - start)
-        publisher.deregister(registration)
-        settled = time.perf_counter()
-        while any(call(b"") == b"new" for _ in range(4)):  # gone from the caller's view
-            if time.perf_counter() - settled > limit:
-                raise TimeoutError(f"trial {trial}: calls still reach the deregistered instance")
-    return seconds
+    answer, calls made back to back meanwhile, and to the moment ``reader``'s cache told its
+    listeners (the part of it that is propagation); each trial ends with its deregistration."""
+    seen: dict[str, float] = {}
+
+    def note(event: object) -> None:
+        if isinstance(event, InstancesChanged):
+            for endpoint in event.added:
+                seen.setdefault(endpoint.label, time.perf_counter())
+
+    unlisten = reader.listen(SERVICE, note)
+    answered, propagated = [], []
+    try:
+        for trial in range(trials):
+            label = f"new-{trial}"
+            start = time.perf_counter()
+            registration = publisher.register(SERVICE, "p1", "127.0.0.1", port, label=label)
+            while call(b"") != b"new":
+                if time.perf_counter() - start > limit:
+                    raise TimeoutError(f"trial {trial}: no call reached the new instance")
+            answered.append(time.perf_counter() - start)
+            propagated.append(seen[label] - start)
+            publisher.deregister(registration)
+            settled = time.perf_counter()
+            while any(call(b"") == b"new" for _ in range(4)):  # gone from the caller's view
+                if time.perf_counter() - settled > limit:
+                    raise TimeoutError(f"trial {trial}: calls still reach the deregistered one")
+    finally:
+        unlisten()
+    return answered, propagated
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,10 +162,10 @@ def main(argv: list[str] | None = None) -> None:
         with VIAS[args.via](reader, SERVICE) as routed_channel:
             routed = routed_channel.unary_unary(WHO)
             per_call = overhead(plain_channel.unary_unary(WHO), routed, args.rounds, args.calls)
-            first_call = registration_to_first_call(
-                publisher, routed, new_port, args.trials, limit=30.0
+            first_call, in_cache = registration_to_first_call(
+                publisher, reader, routed, new_port, args.trials, limit=30.0
             )
-    first = percentiles(first_call)
+    first, cached = percentiles(first_call), percentiles(in_cache)
     plain, routed_ = per_call["plain"], per_call["routed"]
     rows = [
         [
@@ -167,7 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         f"unary call on loopback: {args.rounds} interleaved rounds of {args.calls} calls per side; "
         f"registration to first call: {args.trials} trials "
         f"(p50 {first['p50'] * 1e3:.1f} ms, p99 {first['p99'] * 1e3:.1f} ms, "
-        f"max {first['max'] * 1e3:.1f} ms)",
+        f"max {first['max'] * 1e3:.1f} ms; of which in the reader's cache: p50 "
+        f"{cached['p50'] * 1e3:.1f} ms, p99 {cached['p99'] * 1e3:.1f} ms)",
         ["channel", "µs per call (median of round means)", "p50 µs", "p99 µs", "overhead"],
         rows,
         {
@@ -176,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
             "per_call": per_call,
             "registration_to_first_call_s": first,
             "registration_to_first_call_samples_s": first_call,
+            "registration_to_reader_cache_s": cached,
+            "registration_to_reader_cache_samples_s": in_cache,
         },
     )
 
