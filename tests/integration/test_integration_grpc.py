@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import grpc
@@ -263,6 +264,46 @@ def test_channels_of_departed_instances_are_closed_and_the_pool_is_bounded(
         assert peak <= 64
         assert len(opened) >= 5000 - 50  # about one per endpoint (ejected ones may be skipped)
         assert wait_until(lambda: all(_closed(c) for c in opened), 10.0)
+
+
+def test_a_call_in_flight_ends_normally_when_its_instance_leaves(make_client, servers):
+    """The channel of an instance that left is closed only once its calls ended: a slow call
+    started before the deregistration is answered, then the channel is closed."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    registrations = register(publisher, "api", [servers["a"]])
+    servers["a"].delay = 1.0
+    with SentinelChannel(client, "api") as channel:
+        calls_before = servers["a"].calls
+        pending = channel.unary_unary(WHO).future(b"", timeout=30)
+        assert wait_until(lambda: servers["a"].calls > calls_before, 10.0)  # it reached a
+        publisher.deregister(registrations["a"])
+        assert wait_until(lambda: channel.open_channels == 0, 5.0)  # retired at once
+        assert pending.result() == b"a"  # not CANCELLED by the departure
+        assert pending.code() is grpc.StatusCode.OK
+
+
+def test_closing_a_channel_never_holds_the_caches_thread(make_client, servers, monkeypatch):
+    """Closing is handed to the channel's own thread: with that close stuck, the cache still
+    delivers the next change (the close stuck on the cache's thread would stop it)."""
+    stuck = threading.Event()
+    real_close = sentinel_grpc._close
+
+    def stuck_close(service, subchannel):
+        stuck.wait(30)
+        real_close(service, subchannel)
+
+    monkeypatch.setattr(sentinel_grpc, "_close", stuck_close)
+    publisher, client = make_client("publisher"), make_client("reader")
+    registrations = register(publisher, "api", [servers["a"], servers["b"]])
+    try:
+        with SentinelChannel(client, "api") as channel:
+            assert who(channel, 2) == {"a": 1, "b": 1}
+            publisher.deregister(registrations["a"])  # a's channel: closing, stuck
+            register(publisher, "api", [servers["c"]])
+            assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"c", 5.0) is not None
+            stuck.set()
+    finally:
+        stuck.set()
 
 
 def _closed(channel: grpc.Channel) -> bool:
