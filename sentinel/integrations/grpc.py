@@ -18,7 +18,8 @@ past that the least recently opened idle ones are closed.
 
 Each outcome is reported as the httpx transport reports it
 (:class:`sentinel.integrations.retry.Route`): an answer, whatever its status but those of
-``failure_codes``, with the call's latency (unary calls: to the response); a status of
+``failure_codes``, with the call's latency when it has one response (a stream's time is the
+caller's reading); a status of
 ``failure_codes`` (``UNAVAILABLE``, the connection failures among them, and
 ``DEADLINE_EXCEEDED`` by default) as a failure, so that an instance that keeps failing is
 ejected from lookups (``docs/health.md``). A call the caller cancelled is not reported.
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from sentinel import validation as check
-from sentinel.errors import ClientClosed, ValidationError
+from sentinel.errors import ClientClosed, NoInstanceAvailable, ValidationError
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
 from sentinel.integrations.retry import Route
 
@@ -227,9 +228,14 @@ class SentinelChannel(grpc.Channel):
         again whenever it changes: ``READY`` when any endpoint's channel is, else
         ``CONNECTING``, ``TRANSIENT_FAILURE`` or ``IDLE`` in that order (``IDLE`` with no
         channel open). ``try_to_connect`` opens a channel to every eligible endpoint of the
-        channel's ``key`` and connects them. Callbacks run on gRPC's threads."""
+        channel's ``key`` and connects them (none when none is eligible now; a missing
+        service raises what ``get_service`` raises). Callbacks run on gRPC's threads."""
         if try_to_connect:
-            for endpoint in self.client.eligible_instances(self.service, self.key, self.policy):
+            try:
+                endpoints = self.client.eligible_instances(self.service, self.key, self.policy)
+            except NoInstanceAvailable:
+                endpoints = ()
+            for endpoint in endpoints:
                 self._release(self._acquire(endpoint))
         with self._lock:
             subchannels = list(self._pool.values())
@@ -624,7 +630,7 @@ class _UnaryResponse(_Method):
         compression: grpc.Compression | None = None,
     ) -> tuple[Any, grpc.Call]:
         """Make the call; returns the response and the ``grpc.Call``."""
-        return _blocking(  # type: ignore[no-any-return]
+        return _blocking(
             self._channel,
             self,
             request,
@@ -676,7 +682,7 @@ class _StreamResponse(_Method):
         compression: grpc.Compression | None = None,
     ) -> Iterator[Any]:
         """Start the call; returns the iterator of responses (also a ``grpc.Call``)."""
-        return _started(  # type: ignore[no-any-return]
+        return _started(
             self._channel,
             self,
             request,
