@@ -102,21 +102,24 @@ def test_calls_are_spread_as_the_weights_say(make_client, servers):
 
 
 def test_a_drained_instance_gets_no_call_and_a_new_one_gets_calls_within_a_second(
-    make_client, servers
+    make_client, servers, cli_in_process
 ):
+    """``sentinel drain``: within 1 s the caller's cache has b draining, and from then on b
+    gets none of 50 calls; a new instance answers a call within 1 s of its registration;
+    ``sentinel undrain`` brings b back on the channel kept for it."""
     publisher, client = make_client("publisher"), make_client("reader")
-    registrations = register(publisher, "api", [servers["a"], servers["b"]])
+    register(publisher, "api", [servers["a"], servers["b"]])
     b = servers["b"]
     with SentinelChannel(client, "api") as channel:
         assert who(channel, 2) == {"a": 1, "b": 1}
-        publisher.update_registration(registrations["b"], status="draining")  # sentinel drain
+        assert cli_in_process("drain", "api", "p1:b").returncode == 0
         assert wait_until(lambda: endpoint_of(client, "api", "b").status == "draining", 1.0)
         before = b.calls
         assert who(channel, 50) == {"a": 50}
         assert b.calls == before
         register(publisher, "api", [servers["c"]])
         assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"c", 1.0) is not None
-        publisher.update_registration(registrations["b"], status="up")  # sentinel undrain
+        assert cli_in_process("undrain", "api", "p1:b").returncode == 0
         assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"b", 1.0) is not None
         assert channel.open_channels == 3  # b's channel was kept while it was drained
 
