@@ -61,11 +61,13 @@ KEY_METADATA = "x-sentinel-key"
 #: The statuses reported as failures of the instance by default: it could not be reached or
 #: did not answer in time. Any other status is the server's answer.
 FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: The multicallables kept per endpoint (one per method and (de)serializers); past this many
+#: they are made again, so that a caller making new serializers per call cannot grow them.
+MAX_METHODS = 1024
 #: Endpoint schemes dialled with TLS.
 SECURE_SCHEMES = frozenset({"https", "grpcs"})
 
 Metadata = Sequence[tuple[str, str | bytes]]
-_Factory = Callable[[grpc.Channel], Any]
 
 
 def target(endpoint: Endpoint) -> str:
@@ -87,14 +89,18 @@ class _Subchannel:
         self.channel = channel
         self.active = 0
         self.retired = False
-        # SentinelChannel multicallable -> the grpcio multicallable on this channel
-        self.callables: dict[object, Any] = {}
+        # method's identity (kind, name, (de)serializers) -> its grpcio multicallable here
+        self.callables: dict[tuple[object, ...], Any] = {}
 
     def callable(self, method: _Method) -> Any:
-        """The ``grpcio`` multicallable of ``method`` on this channel (made once)."""
-        made = self.callables.get(method)
+        """The ``grpcio`` multicallable of ``method`` on this channel, made once per method:
+        a stub made per call (a new multicallable each time) reuses it."""
+        callables = self.callables
+        made = callables.get(method.identity)
         if made is None:
-            made = self.callables[method] = method.make(self.channel)
+            if len(callables) >= MAX_METHODS:  # new serializers on every call: start again
+                callables.clear()
+            made = callables[method.identity] = method.make(self.channel)
         return made
 
 
@@ -493,7 +499,7 @@ class _Method:
     """What the four multicallables share: the method, its (de)serializers, and the channel
     whose calls they route."""
 
-    __slots__ = ("_channel", "_request_serializer", "_response_deserializer", "name")
+    __slots__ = ("_channel", "_request_serializer", "_response_deserializer", "identity", "name")
     #: The ``grpc.Channel`` method that makes this kind of multicallable.
     kind: str
 
@@ -508,6 +514,8 @@ class _Method:
         self.name = method
         self._request_serializer = request_serializer
         self._response_deserializer = response_deserializer
+        #: What makes two multicallables the same method on a ``grpcio`` channel.
+        self.identity = (self.kind, method, request_serializer, response_deserializer)
 
     def make(self, channel: grpc.Channel) -> Any:
         """This method's multicallable on a ``grpcio`` channel."""

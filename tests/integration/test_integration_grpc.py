@@ -81,6 +81,10 @@ def test_each_kind_of_call_is_routed_and_the_shard_key_is_not_forwarded(make_cli
         assert any(m.get("x-other") == "1" for m in seen)
         assert not any("x-sentinel-key" in m for m in seen)
         assert channel.open_channels == 2  # one per endpoint, reused by every call
+        # A multicallable made per call (a stub per request) reuses the grpcio one.
+        for _ in range(50):
+            channel.unary_unary(WHO)(b"")
+        assert all(len(s.callables) <= 4 for s in channel._pool.values())  # 4 methods used
         # Every call's outcome was reported: both instances have a measured latency.
         assert all(client.feedback.latency(e) is not None for e in client.cached_instances("api"))
 
