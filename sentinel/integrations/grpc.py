@@ -515,7 +515,16 @@ class _Method:
         self._request_serializer = request_serializer
         self._response_deserializer = response_deserializer
         #: What makes two multicallables the same method on a ``grpcio`` channel.
-        self.identity = (self.kind, method, request_serializer, response_deserializer)
+        self.identity: tuple[object, ...] = (
+            self.kind,
+            method,
+            request_serializer,
+            response_deserializer,
+        )
+        try:
+            hash(self.identity)
+        except TypeError:  # an unhashable serializer: this multicallable's own, then
+            self.identity = (self.kind, method, self)
 
     def make(self, channel: grpc.Channel) -> Any:
         """This method's multicallable on a ``grpcio`` channel."""
