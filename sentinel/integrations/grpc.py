@@ -104,34 +104,9 @@ class _Subchannel:
         return made
 
 
-class SentinelChannel(grpc.Channel):
-    """A ``grpc.Channel`` to ``service`` whose calls each go to the endpoint Sentinel resolves
-    (see the module's documentation). Give it to any generated stub.
-
-    ``client`` is a started :class:`~sentinel.Sentinel`. ``key`` is the shard key of calls
-    without the metadata ``key_metadata`` (``x-sentinel-key``); ``policy`` and ``balancer`` go to
-    every lookup (None: the service's defaults, round robin).
-
-    ``credentials`` (a :func:`grpc.ssl_channel_credentials`) dial every endpoint with TLS;
-    without them, endpoints whose scheme is ``https`` or ``grpcs`` are dialled with TLS and the
-    system's roots, the others in plaintext. A caller who gives credentials never has a call
-    sent in the clear, whatever a registry entry's scheme says. ``options`` go to every
-    ``grpcio`` channel (``grpc.ssl_target_name_override`` when certificates name another host
-    than the one registered), ``compression`` too. ``timeout`` is the deadline, in seconds,
-    of calls made without one (None: none, as in gRPC; a server that never answers then holds
-    the call for ever).
-
-    ``failure_codes`` are the statuses reported as the instance's failures. ``retries`` (0 by
-    default) makes a unary call that ended ``UNAVAILABLE`` again on another eligible endpoint,
-    at most that many times: ``UNAVAILABLE`` does not say whether the server acted on the call
-    (a server may answer it itself), so only give it for idempotent methods. Streaming calls
-    and futures are never made again: their outcome is known only after they were handed over.
-
-    ``max_channels`` bounds the ``grpcio`` channels kept open (the least recently opened idle
-    one is closed past it). :meth:`close` closes them all, ending their calls in flight, as
-    ``grpc.Channel.close`` does; so does leaving a ``with`` block. Invalid arguments raise
-    :class:`~sentinel.errors.ValidationError`.
-    """
+class _Routing:
+    """What the sync and async channels share: the options, the per-call resolution, the
+    pool of ``grpcio`` channels by endpoint address and the following of the cache."""
 
     def __init__(
         self,
@@ -176,14 +151,181 @@ class SentinelChannel(grpc.Channel):
         self._lock = threading.Lock()  # events arrive on the cache's thread, calls elsewhere
         self._pool: dict[str, _Subchannel] = {}  # endpoint URI -> its channel, oldest first
         self._closed = False
-        # Closing a channel is handed to this one thread: never on the cache's worker thread
-        # (a departure) nor on gRPC's (the last call on a retired channel ended).
-        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"sentinel-grpc-{service}")
-        self._connectivity = _Connectivity(service)
+        self._bind()
         self._unlisten = client.listen(service, self._on_event)
 
     def __repr__(self) -> str:
-        return f"SentinelChannel({self.service!r}, channels={len(self._pool)})"
+        return f"{type(self).__name__}({self.service!r}, channels={len(self._pool)})"
+
+    # --- what each kind of channel does its own way ---------------------------------------
+
+    def _bind(self) -> None:
+        """Set up what the hooks need, before the first event can arrive."""
+        raise NotImplementedError
+
+    def _dial(self, address: str, credentials: grpc.ChannelCredentials | None) -> Any:
+        """A new ``grpcio`` channel to ``address`` (TLS with ``credentials``)."""
+        raise NotImplementedError
+
+    def _opened(self, subchannel: _Subchannel) -> None:
+        """``subchannel`` was just opened (outside the lock)."""
+
+    def _discard(self, subchannel: _Subchannel) -> None:
+        """Close ``subchannel`` soon, without waiting here: it may be the cache's thread."""
+        raise NotImplementedError
+
+    # --- the pool -------------------------------------------------------------------------
+
+    @property
+    def open_channels(self) -> int:
+        """The ``grpcio`` channels this channel keeps open now (those closing not counted)."""
+        return len(self._pool)
+
+    def _route(self, metadata: Metadata | None) -> tuple[Route, Metadata | None]:
+        """Resolve a call: its route, and the metadata to send (without the shard key)."""
+        key = self.key
+        if metadata:
+            name = self.key_metadata
+            kept = [item for item in metadata if item[0] != name]
+            if len(kept) != len(metadata):
+                key = next(value for header, value in metadata if header == name)
+                metadata = kept
+        return Route(
+            self.client, self.service, key, self.policy, self.balancer, self.retries
+        ), metadata
+
+    def _acquire(self, endpoint: Endpoint) -> _Subchannel:
+        """The channel to ``endpoint``'s address, opened if needed, with one more call on it."""
+        uri = endpoint.uri
+        idle: list[_Subchannel] = []
+        with self._lock:
+            if self._closed:
+                raise ClientClosed(f"the channel to {self.service} is closed")
+            subchannel = self._pool.get(uri)
+            opened = subchannel is None
+            if subchannel is None:
+                subchannel = self._open(endpoint, idle)
+            subchannel.active += 1
+        # Outside the lock: closing and watching call into gRPC and the subscribers.
+        self._close_later(idle)
+        if opened:
+            self._opened(subchannel)
+        return subchannel
+
+    def _open(self, endpoint: Endpoint, idle: list[_Subchannel]) -> _Subchannel:
+        """Open a channel to ``endpoint`` (under the lock; gRPC dials later, on its own
+        threads); past ``max_channels``, the oldest idle one is retired into ``idle``."""
+        pool = self._pool
+        if len(pool) >= self.max_channels:
+            oldest = next((uri for uri, old in pool.items() if old.active == 0), None)
+            if oldest is not None:
+                self._retire(pool.pop(oldest), idle)
+        credentials = self.credentials
+        if credentials is None and endpoint.scheme in SECURE_SCHEMES:
+            credentials = grpc.ssl_channel_credentials()
+        channel = self._dial(target(endpoint), credentials)
+        subchannel = pool[endpoint.uri] = _Subchannel(endpoint.uri, channel)
+        log.debug("%s: channel opened to %s", self.service, endpoint.uri)
+        return subchannel
+
+    def _release(self, subchannel: _Subchannel) -> None:
+        """One call on ``subchannel`` ended: close it if it was retired and is idle now."""
+        with self._lock:
+            subchannel.active -= 1
+            idle = subchannel.retired and subchannel.active == 0
+        if idle:
+            self._close_later([subchannel])
+
+    @staticmethod
+    def _retire(subchannel: _Subchannel, idle: list[_Subchannel]) -> None:
+        """Take ``subchannel``, removed from the pool, out of use (under the lock): into
+        ``idle`` to close now when no call is on it, else closed when its last call ends."""
+        subchannel.retired = True
+        if subchannel.active == 0:
+            idle.append(subchannel)
+
+    def _close_later(self, subchannels: list[_Subchannel]) -> None:
+        """Have ``subchannels`` closed, without waiting here (never under the lock)."""
+        for subchannel in subchannels:
+            self._discard(subchannel)
+
+    def _on_event(self, event: ChangeEvent) -> None:
+        # On the cache's worker thread: dictionary work under the lock, closing on _closer.
+        if isinstance(event, InstancesChanged):
+            gone = {e.uri for e in event.removed}
+            gone.update(old.uri for old, new in event.updated if old.uri != new.uri)
+        elif isinstance(event, ServiceSpecChanged) and event.new is None:
+            gone = set(self._pool)
+        else:
+            return
+        idle: list[_Subchannel] = []
+        with self._lock:
+            for uri in gone:
+                subchannel = self._pool.pop(uri, None)
+                if subchannel is not None:
+                    self._retire(subchannel, idle)
+        self._close_later(idle)
+
+    def _outcome(
+        self, route: Route, code: grpc.StatusCode, what: str, *, timed: bool, may_retry: bool
+    ) -> bool:
+        """Report how a call on ``route.endpoint`` ended with ``code`` (``timed``: with its
+        latency); returns whether to make it again elsewhere (``may_retry`` and it ended
+        ``UNAVAILABLE``, within ``retries``)."""
+        if code not in self.failure_codes:
+            if code is not grpc.StatusCode.CANCELLED:  # the caller's doing, not the instance's
+                route.succeeded(timed=timed)
+            return False
+        return route.failed(what, code.name, may_retry and code is grpc.StatusCode.UNAVAILABLE)
+
+
+class SentinelChannel(_Routing, grpc.Channel):
+    """A ``grpc.Channel`` to ``service`` whose calls each go to the endpoint Sentinel resolves
+    (see the module's documentation). Give it to any generated stub.
+
+    ``client`` is a started :class:`~sentinel.Sentinel`. ``key`` is the shard key of calls
+    without the metadata ``key_metadata`` (``x-sentinel-key``); ``policy`` and ``balancer`` go to
+    every lookup (None: the service's defaults, round robin).
+
+    ``credentials`` (a :func:`grpc.ssl_channel_credentials`) dial every endpoint with TLS;
+    without them, endpoints whose scheme is ``https`` or ``grpcs`` are dialled with TLS and the
+    system's roots, the others in plaintext. A caller who gives credentials never has a call
+    sent in the clear, whatever a registry entry's scheme says. ``options`` go to every
+    ``grpcio`` channel (``grpc.ssl_target_name_override`` when certificates name another host
+    than the one registered), ``compression`` too. ``timeout`` is the deadline, in seconds,
+    of calls made without one (None: none, as in gRPC; a server that never answers then holds
+    the call for ever).
+
+    ``failure_codes`` are the statuses reported as the instance's failures. ``retries`` (0 by
+    default) makes a unary call that ended ``UNAVAILABLE`` again on another eligible endpoint,
+    at most that many times: ``UNAVAILABLE`` does not say whether the server acted on the call
+    (a server may answer it itself), so only give it for idempotent methods. Streaming calls
+    and futures are never made again: their outcome is known only after they were handed over.
+
+    ``max_channels`` bounds the ``grpcio`` channels kept open (the least recently opened idle
+    one is closed past it). :meth:`close` closes them all, ending their calls in flight, as
+    ``grpc.Channel.close`` does; so does leaving a ``with`` block. Invalid arguments raise
+    :class:`~sentinel.errors.ValidationError`.
+    """
+
+    def _bind(self) -> None:
+        # Closing a channel is handed to this one thread: never on the cache's worker thread
+        # (a departure) nor on gRPC's (the last call on a retired channel ended).
+        self._closer = ThreadPoolExecutor(1, thread_name_prefix=f"sentinel-grpc-{self.service}")
+        self._connectivity = _Connectivity(self.service)
+
+    def _dial(self, address: str, credentials: grpc.ChannelCredentials | None) -> grpc.Channel:
+        if credentials is None:
+            return grpc.insecure_channel(address, self.options, self.compression)
+        return grpc.secure_channel(address, credentials, self.options, self.compression)
+
+    def _opened(self, subchannel: _Subchannel) -> None:
+        self._connectivity.opened(subchannel)
+
+    def _discard(self, subchannel: _Subchannel) -> None:
+        self._connectivity.closed(subchannel)
+        with contextlib.suppress(RuntimeError):  # shut down: close() closed them all
+            self._closer.submit(_close, self.service, subchannel)
 
     # --- grpc.Channel -----------------------------------------------------------------------
 
@@ -275,117 +417,6 @@ class SentinelChannel(grpc.Channel):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
-
-    # --- the pool -------------------------------------------------------------------------
-
-    @property
-    def open_channels(self) -> int:
-        """The ``grpcio`` channels this channel keeps open now (those closing not counted)."""
-        return len(self._pool)
-
-    def _route(self, metadata: Metadata | None) -> tuple[Route, Metadata | None]:
-        """Resolve a call: its route, and the metadata to send (without the shard key)."""
-        key = self.key
-        if metadata:
-            name = self.key_metadata
-            kept = [item for item in metadata if item[0] != name]
-            if len(kept) != len(metadata):
-                key = next(value for header, value in metadata if header == name)
-                metadata = kept
-        return Route(
-            self.client, self.service, key, self.policy, self.balancer, self.retries
-        ), metadata
-
-    def _acquire(self, endpoint: Endpoint) -> _Subchannel:
-        """The channel to ``endpoint``'s address, opened if needed, with one more call on it."""
-        uri = endpoint.uri
-        idle: list[_Subchannel] = []
-        with self._lock:
-            if self._closed:
-                raise ClientClosed(f"the channel to {self.service} is closed")
-            subchannel = self._pool.get(uri)
-            opened = subchannel is None
-            if subchannel is None:
-                subchannel = self._open(endpoint, idle)
-            subchannel.active += 1
-        # Outside the lock: closing and watching call into gRPC and the subscribers.
-        self._close_later(idle)
-        if opened:
-            self._connectivity.opened(subchannel)
-        return subchannel
-
-    def _open(self, endpoint: Endpoint, idle: list[_Subchannel]) -> _Subchannel:
-        """Open a channel to ``endpoint`` (under the lock; gRPC dials later, on its own
-        threads); past ``max_channels``, the oldest idle one is retired into ``idle``."""
-        pool = self._pool
-        if len(pool) >= self.max_channels:
-            oldest = next((uri for uri, old in pool.items() if old.active == 0), None)
-            if oldest is not None:
-                self._retire(pool.pop(oldest), idle)
-        credentials = self.credentials
-        if credentials is None and endpoint.scheme in SECURE_SCHEMES:
-            credentials = grpc.ssl_channel_credentials()
-        address = target(endpoint)
-        channel = (
-            grpc.insecure_channel(address, self.options, self.compression)
-            if credentials is None
-            else grpc.secure_channel(address, credentials, self.options, self.compression)
-        )
-        subchannel = pool[endpoint.uri] = _Subchannel(endpoint.uri, channel)
-        log.debug("%s: channel opened to %s", self.service, endpoint.uri)
-        return subchannel
-
-    def _release(self, subchannel: _Subchannel) -> None:
-        """One call on ``subchannel`` ended: close it if it was retired and is idle now."""
-        with self._lock:
-            subchannel.active -= 1
-            idle = subchannel.retired and subchannel.active == 0
-        if idle:
-            self._close_later([subchannel])
-
-    @staticmethod
-    def _retire(subchannel: _Subchannel, idle: list[_Subchannel]) -> None:
-        """Take ``subchannel``, removed from the pool, out of use (under the lock): into
-        ``idle`` to close now when no call is on it, else closed when its last call ends."""
-        subchannel.retired = True
-        if subchannel.active == 0:
-            idle.append(subchannel)
-
-    def _close_later(self, subchannels: list[_Subchannel]) -> None:
-        """Hand ``subchannels`` to the closer thread (never under the lock)."""
-        for subchannel in subchannels:
-            self._connectivity.closed(subchannel)
-            with contextlib.suppress(RuntimeError):  # shut down: close() closed them all
-                self._closer.submit(_close, self.service, subchannel)
-
-    def _on_event(self, event: ChangeEvent) -> None:
-        # On the cache's worker thread: dictionary work under the lock, closing on _closer.
-        if isinstance(event, InstancesChanged):
-            gone = {e.uri for e in event.removed}
-            gone.update(old.uri for old, new in event.updated if old.uri != new.uri)
-        elif isinstance(event, ServiceSpecChanged) and event.new is None:
-            gone = set(self._pool)
-        else:
-            return
-        idle: list[_Subchannel] = []
-        with self._lock:
-            for uri in gone:
-                subchannel = self._pool.pop(uri, None)
-                if subchannel is not None:
-                    self._retire(subchannel, idle)
-        self._close_later(idle)
-
-    def _outcome(
-        self, route: Route, code: grpc.StatusCode, what: str, *, timed: bool, may_retry: bool
-    ) -> bool:
-        """Report how a call on ``route.endpoint`` ended with ``code`` (``timed``: with its
-        latency); returns whether to make it again elsewhere (``may_retry`` and it ended
-        ``UNAVAILABLE``, within ``retries``)."""
-        if code not in self.failure_codes:
-            if code is not grpc.StatusCode.CANCELLED:  # the caller's doing, not the instance's
-                route.succeeded(timed=timed)
-            return False
-        return route.failed(what, code.name, may_retry and code is grpc.StatusCode.UNAVAILABLE)
 
 
 def _close(service: str, subchannel: _Subchannel) -> None:
