@@ -34,17 +34,20 @@ no retry mends. The httpx transport does the same.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
+import grpc.aio
 
 from sentinel import validation as check
+from sentinel.aio import to_loop
 from sentinel.errors import ClientClosed, NoInstanceAvailable, ValidationError
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
 from sentinel.integrations.retry import Route
@@ -156,6 +159,21 @@ class _Routing:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.service!r}, channels={len(self._pool)})"
+
+    def _open_eligible(self) -> None:
+        """Open a channel to every eligible endpoint of the channel's ``key`` (none when
+        none is eligible now; a missing service raises what ``get_service`` raises)."""
+        try:
+            endpoints = self.client.eligible_instances(self.service, self.key, self.policy)
+        except NoInstanceAvailable:
+            return
+        for endpoint in endpoints:
+            self._release(self._acquire(endpoint))
+
+    def _subchannels(self) -> list[_Subchannel]:
+        """The channels open now."""
+        with self._lock:
+            return list(self._pool.values())
 
     # --- what each kind of channel does its own way ---------------------------------------
 
@@ -379,15 +397,8 @@ class SentinelChannel(_Routing, grpc.Channel):
         channel's ``key`` and connects them (none when none is eligible now; a missing
         service raises what ``get_service`` raises). Callbacks run on gRPC's threads."""
         if try_to_connect:
-            try:
-                endpoints = self.client.eligible_instances(self.service, self.key, self.policy)
-            except NoInstanceAvailable:
-                endpoints = ()
-            for endpoint in endpoints:
-                self._release(self._acquire(endpoint))
-        with self._lock:
-            subchannels = list(self._pool.values())
-        self._connectivity.subscribe(callback, subchannels, try_to_connect)
+            self._open_eligible()
+        self._connectivity.subscribe(callback, self._subchannels(), try_to_connect)
 
     def unsubscribe(self, callback: Callable[[grpc.ChannelConnectivity], None]) -> None:
         """Stop calling ``callback``."""
@@ -429,15 +440,23 @@ def _close(service: str, subchannel: _Subchannel) -> None:
         log.debug("%s: channel to %s closed", service, subchannel.uri)
 
 
+_BEST_FIRST = (
+    grpc.ChannelConnectivity.READY,
+    grpc.ChannelConnectivity.CONNECTING,
+    grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+)
+
+
+def overall(states: Iterable[grpc.ChannelConnectivity]) -> grpc.ChannelConnectivity:
+    """The connectivity of several ``grpcio`` channels as one: ``READY`` when any is, else
+    ``CONNECTING``, else ``TRANSIENT_FAILURE``, else ``IDLE`` (none open counts as idle)."""
+    present = set(states)
+    return next((state for state in _BEST_FIRST if state in present), grpc.ChannelConnectivity.IDLE)
+
+
 class _Connectivity:
     """The connectivity of a :class:`SentinelChannel` as a whole, for ``subscribe``: the
     ``grpcio`` channels are watched only while someone subscribed (each watch is a thread)."""
-
-    _ORDER = (
-        grpc.ChannelConnectivity.READY,
-        grpc.ChannelConnectivity.CONNECTING,
-        grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-    )
 
     def __init__(self, service: str) -> None:
         self._service = service
@@ -506,11 +525,7 @@ class _Connectivity:
         subchannel.channel.subscribe(watcher, try_to_connect)
 
     def _state(self) -> grpc.ChannelConnectivity:
-        states = set(self._states.values())
-        for state in self._ORDER:
-            if state in states:
-                return state
-        return grpc.ChannelConnectivity.IDLE
+        return overall(self._states.values())
 
     def _changed(self) -> None:
         with self._lock:
@@ -536,7 +551,7 @@ class _Method:
 
     def __init__(
         self,
-        channel: SentinelChannel,
+        channel: _Routing,
         method: str,
         request_serializer: Callable[[Any], bytes] | None,
         response_deserializer: Callable[[bytes], Any] | None,
@@ -772,3 +787,265 @@ class _StreamStream(_StreamResponse, grpc.StreamStreamMultiCallable):
 
     __slots__ = ()
     kind = "stream_stream"
+
+
+class AsyncSentinelChannel(_Routing, grpc.aio.Channel):
+    """The asyncio twin of :class:`SentinelChannel`, a ``grpc.aio.Channel`` for stubs used
+    with ``await``: the same parameters and behaviour, on ``grpc.aio`` channels.
+
+    Create it on the event loop that uses it (the ``grpc.aio`` channels it opens belong to
+    that loop), else :class:`~sentinel.errors.ValidationError`; close it with
+    ``await channel.close()`` or ``async with``. Each call is handed over as it starts, so
+    none is made again: ``retries`` must be 0. Its outcome is reported when it ends, by a
+    task that awaits its status. Channels of instances that left are closed on the loop,
+    scheduled from the cache's thread without waiting for it.
+
+    ``get_service`` does not block on a warm cache, but a service's first lookup reads
+    ZooKeeper: call ``sentinel.prefetch(service)`` at start-up to keep it off the event loop.
+    """
+
+    def _bind(self) -> None:
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise ValidationError(
+                "AsyncSentinelChannel must be created on the event loop that uses it"
+            ) from None
+        if self.retries:
+            raise ValidationError("AsyncSentinelChannel makes no call again: retries must be 0")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pool_changed = asyncio.Event()  # for wait_for_state_change: opened or closed
+
+    def _dial(self, address: str, credentials: grpc.ChannelCredentials | None) -> Any:
+        if credentials is None:
+            return grpc.aio.insecure_channel(address, self.options, self.compression)
+        return grpc.aio.secure_channel(address, credentials, self.options, self.compression)
+
+    def _opened(self, subchannel: _Subchannel) -> None:
+        self._pool_changed.set()  # _acquire runs on the loop
+
+    def _discard(self, subchannel: _Subchannel) -> None:
+        if not to_loop(self._loop, self._close_on_loop, subchannel):
+            log.debug("%s: loop closed; channel to %s dropped", self.service, subchannel.uri)
+
+    def _close_on_loop(self, subchannel: _Subchannel) -> None:
+        self._pool_changed.set()
+        self._keep(_aclose(self.service, subchannel))
+
+    def _keep(self, coroutine: Any) -> None:
+        """Run ``coroutine`` as a task of the loop, held until it ends."""
+        task = self._loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- grpc.aio.Channel -------------------------------------------------------------------
+
+    def unary_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryUnaryMultiCallable:
+        """A unary-unary multicallable for ``method`` (``/package.Service/Method``)."""
+        return _AsyncUnaryUnary(self, method, request_serializer, response_deserializer)
+
+    def unary_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.UnaryStreamMultiCallable:
+        """A unary-stream multicallable for ``method``."""
+        return _AsyncUnaryStream(self, method, request_serializer, response_deserializer)
+
+    def stream_unary(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamUnaryMultiCallable:
+        """A stream-unary multicallable for ``method``."""
+        return _AsyncStreamUnary(self, method, request_serializer, response_deserializer)
+
+    def stream_stream(
+        self,
+        method: str,
+        request_serializer: Callable[[Any], bytes] | None = None,
+        response_deserializer: Callable[[bytes], Any] | None = None,
+        _registered_method: bool | None = False,
+    ) -> grpc.aio.StreamStreamMultiCallable:
+        """A stream-stream multicallable for ``method``."""
+        return _AsyncStreamStream(self, method, request_serializer, response_deserializer)
+
+    def get_state(self, try_to_connect: bool = False) -> grpc.ChannelConnectivity:
+        """The connectivity of the channel as a whole (:func:`overall` of its ``grpcio``
+        channels'); ``try_to_connect`` opens and connects a channel to every eligible
+        endpoint of the channel's ``key``."""
+        if try_to_connect:
+            self._open_eligible()
+        return overall(s.channel.get_state(try_to_connect) for s in self._subchannels())
+
+    async def wait_for_state_change(self, last_observed_state: grpc.ChannelConnectivity) -> None:
+        """Return once :meth:`get_state` is no longer ``last_observed_state``."""
+        while self.get_state() is last_observed_state:
+            self._pool_changed.clear()
+            waits = [
+                asyncio.ensure_future(s.channel.wait_for_state_change(s.channel.get_state()))
+                for s in self._subchannels()
+            ]
+            waits.append(asyncio.ensure_future(self._pool_changed.wait()))
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in pending:
+                waiting.cancel()
+
+    async def channel_ready(self) -> None:
+        """Return once the channel as a whole is ``READY``, connecting every eligible
+        endpoint."""
+        state = self.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            await self.wait_for_state_change(state)
+            state = self.get_state(try_to_connect=True)
+
+    async def close(self, grace: float | None = None) -> None:
+        """Stop following the cache and close every ``grpcio`` channel (calls in flight get
+        ``grace`` seconds, None: none, as ``grpc.aio.Channel.close``); later calls raise
+        :class:`~sentinel.errors.ClientClosed`."""
+        self._unlisten()
+        with self._lock:
+            self._closed = True
+            subchannels = list(self._pool.values())
+            self._pool.clear()
+        for subchannel in subchannels:
+            subchannel.retired = True
+        await asyncio.gather(*(s.channel.close(grace) for s in subchannels))
+        if self._tasks:  # the reports of the calls just ended, and closings under way
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> AsyncSentinelChannel:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+async def _aclose(service: str, subchannel: _Subchannel) -> None:
+    """Close one ``grpc.aio`` channel (a task of its loop): its failure is logged."""
+    try:
+        await subchannel.channel.close()
+    except Exception:
+        log.exception("%s: closing the channel to %s failed", service, subchannel.uri)
+
+
+def _astarted(
+    channel: AsyncSentinelChannel,
+    method: _Method,
+    request: Any,
+    timeout: float | None,
+    metadata: Metadata | None,
+    credentials: grpc.CallCredentials | None,
+    wait_for_ready: bool | None,
+    compression: grpc.Compression | None,
+    timed: bool,
+) -> Any:
+    """Start an asyncio call on the endpoint resolved for it; its outcome is reported by a
+    task when it ends (``timed``: with its latency)."""
+    route, metadata = channel._route(metadata)
+    if timeout is None:
+        timeout = channel.timeout
+    subchannel = channel._acquire(route.endpoint)
+    route.sent()
+    try:
+        call = subchannel.callable(method)(
+            request,
+            timeout=timeout,
+            metadata=metadata,
+            credentials=credentials,
+            wait_for_ready=wait_for_ready,
+            compression=compression,
+        )
+    except BaseException:
+        channel._release(subchannel)
+        raise
+
+    async def ended() -> None:
+        try:
+            code = await call.code()
+            channel._outcome(route, code, method.name, timed=timed, may_retry=False)
+        finally:
+            channel._release(subchannel)
+
+    channel._keep(ended())
+    return call
+
+
+class _AsyncMethod(_Method):
+    """An asyncio method of an :class:`AsyncSentinelChannel` (``request`` is an iterator of
+    requests for a client-streaming one)."""
+
+    __slots__ = ()
+    #: Whether the call's latency is reported: it has one response.
+    timed: bool
+
+    def __call__(
+        self,
+        request: Any = None,
+        *,
+        timeout: float | None = None,
+        metadata: Metadata | None = None,
+        credentials: grpc.CallCredentials | None = None,
+        wait_for_ready: bool | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> Any:
+        """Start the call on the endpoint resolved for it; returns the ``grpc.aio`` call
+        (await it for the response, or iterate it for a stream)."""
+        return _astarted(
+            self._channel,
+            self,
+            request,
+            timeout,
+            metadata,
+            credentials,
+            wait_for_ready,
+            compression,
+            self.timed,
+        )
+
+
+class _AsyncUnaryUnary(_AsyncMethod, grpc.aio.UnaryUnaryMultiCallable):
+    """A unary-unary method of an :class:`AsyncSentinelChannel`."""
+
+    __slots__ = ()
+    kind = "unary_unary"
+    timed = True
+
+
+class _AsyncStreamUnary(_AsyncMethod, grpc.aio.StreamUnaryMultiCallable):
+    """A stream-unary method of an :class:`AsyncSentinelChannel`."""
+
+    __slots__ = ()
+    kind = "stream_unary"
+    timed = True
+
+
+class _AsyncUnaryStream(_AsyncMethod, grpc.aio.UnaryStreamMultiCallable):
+    """A unary-stream method of an :class:`AsyncSentinelChannel`."""
+
+    __slots__ = ()
+    kind = "unary_stream"
+    timed = False
+
+
+class _AsyncStreamStream(_AsyncMethod, grpc.aio.StreamStreamMultiCallable):
+    """A stream-stream method of an :class:`AsyncSentinelChannel`."""
+
+    __slots__ = ()
+    kind = "stream_stream"
+    timed = False

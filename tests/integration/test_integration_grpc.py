@@ -3,6 +3,7 @@ with the standard health service, registered in a real ZooKeeper: no agent, no x
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import math
 import re
@@ -17,7 +18,7 @@ from sentinel.balancers.weighted import WeightedRandom
 
 from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.integrations import grpc as sentinel_grpc
-from sentinel.integrations.grpc import SentinelChannel
+from sentinel.integrations.grpc import AsyncSentinelChannel, SentinelChannel
 from sentinel.registry.layout import instance_path
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.grpcserver import WHO, WHO_CHAT, WHO_COUNT, WHO_STREAM, LoopbackGRPCServer
@@ -379,3 +380,59 @@ def test_the_documented_example_runs_and_prints_what_it_says():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["a b a", "a a a a a a", "down:True", "globex->p2"]
+
+
+def test_the_asyncio_channel_routes_reports_and_follows_the_cache(make_client, servers):
+    """AsyncSentinelChannel: every kind of call routed (round robin, the tenant key to its
+    partition), UNAVAILABLE answers eject the instance, channel_ready connects, a departed
+    instance's channel is closed on the loop; made off a loop, or with retries, it refuses."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
+    publisher.ensure_service("orders", shard_policy="tenants")
+    registrations = register(publisher, "orders", [servers[n] for n in "abc"], partition="p1")
+    register(publisher, "orders", [servers["x"]], partition="p2")
+    client.prefetch("orders")
+
+    async def main():
+        async with AsyncSentinelChannel(client, "orders", key="acme") as channel:
+            who = channel.unary_unary(WHO)
+            assert sorted([(await who(b"")).decode() for _ in range(3)]) == ["a", "b", "c"]
+            globex = [("x-sentinel-key", "globex")]
+            assert await who(b"", metadata=globex) == b"x"
+            assert [r async for r in channel.unary_stream(WHO_STREAM)(b"2", metadata=globex)] == [
+                b"x",
+                b"x",
+            ]
+            assert (await channel.stream_unary(WHO_COUNT)(iter([b"", b""]))).endswith(b":2")
+            assert len([r async for r in channel.stream_stream(WHO_CHAT)(iter([b""]))]) == 1
+            await channel.channel_ready()
+            assert channel.get_state() is grpc.ChannelConnectivity.READY
+            servers["b"].fail_with = grpc.StatusCode.UNAVAILABLE
+            codes = collections.Counter()
+            for _ in range(12):
+                try:
+                    await who(b"")
+                except grpc.aio.AioRpcError as exc:
+                    codes[exc.code()] += 1
+            assert codes == {grpc.StatusCode.UNAVAILABLE: 3}  # then b was ejected
+            opened = channel.open_channels
+            c_uri = endpoint_of(client, "orders", "c").uri
+            c_channel = channel._pool[c_uri].channel
+            publisher.deregister(registrations["c"])
+            shutdown = grpc.ChannelConnectivity.SHUTDOWN
+            while c_uri in channel._pool or c_channel.get_state() is not shutdown:
+                await asyncio.sleep(0.01)  # bounded by the wait_for below
+        return opened
+
+    opened = asyncio.run(asyncio.wait_for(main(), 30))
+    assert opened == 4  # a, b, c and x
+    assert client.feedback.is_down(endpoint_of(client, "orders", "b"))
+    with pytest.raises(ValidationError):
+        AsyncSentinelChannel(client, "orders")  # no running loop
+
+    async def with_retries():
+        AsyncSentinelChannel(client, "orders", retries=1)
+
+    with pytest.raises(ValidationError):
+        asyncio.run(with_retries())
