@@ -371,15 +371,19 @@ def test_subscribe_reports_the_channel_as_a_whole(make_client, servers):
         assert len(states) == count  # no callback once unsubscribed
 
 
-def test_the_documented_example_runs_and_prints_what_it_says():
+@pytest.mark.parametrize(
+    ("index", "printed"),
+    [(0, ["a b a", "a a a a a a", "down:True", "globex->p2"]), (1, ["a b"])],
+)
+def test_the_documented_examples_run_and_print_what_they_say(index, printed):
     section = DOC.read_text().split("## Without the agent: sentinel.integrations.grpc")[1]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ")[0], re.S)
-    assert len(blocks) == 1, "docs/grpc.md: one python example in the integration's section"
+    assert len(blocks) == 2, "docs/grpc.md: two python examples in the integration's section"
     result = subprocess.run(
-        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", blocks[index]], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["a b a", "a a a a a a", "down:True", "globex->p2"]
+    assert result.stdout.splitlines() == printed
 
 
 def test_the_asyncio_channel_routes_reports_and_follows_the_cache(make_client, servers):
