@@ -11,10 +11,16 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import AuthFailedError, KazooException
+from kazoo.protocol.states import KeeperState
 
 from sentinel.auth import acl
 from sentinel.errors import TlsHandshakeFailed, ZooKeeperUnavailable
+from sentinel.zk.errors import translate
 from sentinel.zk.redaction import install_kazoo_redaction
 from sentinel.zk.tls import TlsConfig
 from sentinel.zk.transport import PollHandler
@@ -49,6 +55,59 @@ def unavailable(hosts: str, timeout: float, handler: Any) -> ZooKeeperUnavailabl
             "the client certificate and that the port is ZooKeeper's secureClientPort"
         )
     return ZooKeeperUnavailable(f"no ZooKeeper server at {hosts} answered within {timeout:g}s")
+
+
+def start_client(zk: KazooClient, hosts: str, timeout: float) -> None:
+    """Start ``zk`` and return once its session is open and its identity accepted, within
+    ``timeout`` seconds; ``hosts`` names the servers in the error.
+
+    Raises AuthenticationFailed as soon as the server refuses the SASL login, and
+    :func:`unavailable`'s error when no server answered in time; either way ``zk`` is stopped
+    and closed. What it does beyond kazoo's own ``start()``: kazoo reports the session
+    CONNECTED before it logs in, and a refused login clears the event that ``start()`` waits
+    on and ends in the CLOSED state, so a refusal that came before ``start()`` began to wait,
+    or between its wait and its check, was reported as a connection time-out (a wrong
+    password as "no ZooKeeper server answered within 5s", after waiting the 5 s or at once).
+    Here every state change wakes the wait, and the refusal is recorded as it passes.
+    """
+    changed = threading.Event()
+    refused = threading.Event()
+
+    def heard(state: str) -> None:  # kazoo's connection thread: sets flags, never blocks
+        if zk.client_state == KeeperState.AUTH_FAILED:  # the state behind this change
+            refused.set()
+        changed.set()
+
+    deadline = time.monotonic() + timeout
+    zk.add_listener(heard)
+    try:
+        zk.start_async()
+        while True:
+            changed.clear()  # before the check: a change after it wakes the wait below
+            if zk.connected or refused.is_set():
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not changed.wait(remaining):
+                break
+        if zk.connected:
+            # Answered after the login (kazoo logs in before it sends what is queued), so a
+            # refused login fails it; the chroot's existence is what kazoo's start() asks.
+            zk.exists_async("/").get(timeout=max(deadline - time.monotonic(), 0.0))
+            return
+    except AuthFailedError:  # the login was refused while the request waited
+        refused.set()
+    except zk.handler.timeout_exception:
+        pass  # connected, but the login did not end in time: said below
+    except KazooException:
+        if not refused.is_set():  # refused, then closed before the request: said below
+            raise  # as from kazoo's start() (the connection lost meanwhile)
+    finally:
+        zk.remove_listener(heard)
+    zk.stop()
+    zk.close()
+    if refused.is_set():
+        raise translate(AuthFailedError(), "the login")
+    raise unavailable(hosts, timeout, zk.handler)
 
 
 KAZOO_LOGGER = logging.getLogger("kazoo.client")

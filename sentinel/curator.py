@@ -42,7 +42,7 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from sentinel.auth.acl import IDENTITY_ENV, WORLD_READ_CREATE, owner_acl
-from sentinel.connection import client_arguments, unavailable
+from sentinel.connection import client_arguments, start_client
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed, PayloadClassMismatch, ValidationError
 from sentinel.registry.curator import (
@@ -160,10 +160,7 @@ class CuratorPublisher:
     def start(self) -> CuratorPublisher:
         """Open the session (:class:`~sentinel.errors.ZooKeeperUnavailable` if no server
         answers within ``connect_timeout``)."""
-        try:
-            self._zk.start(timeout=self._connect_timeout)
-        except self._zk.handler.timeout_exception:
-            raise unavailable(self.hosts, self._connect_timeout, self._zk.handler) from None
+        start_client(self._zk, self.hosts, self._connect_timeout)
         self._nodes.start()
         self._started = True
         if not self._identified:

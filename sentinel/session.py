@@ -19,7 +19,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -36,7 +35,7 @@ from sentinel.auth.store import publish_public_keys
 from sentinel.cache import RegistryCache, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
 from sentinel.cache.snapshot_file import SnapshotWriter, load_snapshot
-from sentinel.connection import client_arguments, unavailable
+from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AgentUnavailable,
     ClientClosed,
@@ -318,11 +317,10 @@ class Session:
             return
         try:
             self._start_zk()
-        except self.zk.handler.timeout_exception:
-            error = unavailable(self.hosts, self.connect_timeout, self.zk.handler)
+        except ZooKeeperUnavailable as error:
             with self._lifecycle_lock:
                 if not self._serve_snapshot(error):
-                    raise error from None
+                    raise
             return
         try:
             self._prepare()
@@ -395,10 +393,7 @@ class Session:
         with self._session_lock:
             if self.zk.connected:
                 return
-            try:
-                self._start_zk()
-            except self.zk.handler.timeout_exception:
-                raise unavailable(self.hosts, self.connect_timeout, self.zk.handler) from None
+            self._start_zk()
             try:
                 self._prepare()
             except BaseException:
@@ -406,12 +401,10 @@ class Session:
                 raise
 
     def _start_zk(self) -> None:
-        """Start the session (the handler's timeout exception when no server answers)."""
-        with warnings.catch_warnings():
-            # A missing namespace is reported by the reads that need it (NamespaceNotFound)
-            # and created by the first write; kazoo's warning would only be noise.
-            warnings.filterwarnings("ignore", message="No chroot path exists")
-            self.zk.start(timeout=self.connect_timeout)
+        """Start the session (ZooKeeperUnavailable when no server answers, AuthenticationFailed
+        when the login is refused). A missing namespace is reported by the reads that need it
+        (NamespaceNotFound) and created by the first write."""
+        start_client(self.zk, self.hosts, self.connect_timeout)
 
     def _prepare(self, serving: bool = False) -> None:
         """Once connected: the signing requirement, this client's public keys (with a key

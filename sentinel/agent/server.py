@@ -77,7 +77,7 @@ from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.store import read_auth, read_issued
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.connection import client_arguments
+from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AccessDenied,
     AgentServiceUnavailable,
@@ -1114,7 +1114,7 @@ class AgentServer:
             **client_arguments(identity, self.sentinel.tls),
         )
         try:
-            zk.start(timeout=self.sentinel.connect_timeout)
+            start_client(zk, self.sentinel.hosts, self.sentinel.connect_timeout)
         except Exception as exc:
             log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
             with contextlib.suppress(Exception):

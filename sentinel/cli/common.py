@@ -13,7 +13,6 @@ import math
 import os
 import signal
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
@@ -26,7 +25,7 @@ from sentinel.cli.options import (
     EXIT_OK,
 )
 from sentinel.cli.output import format_table
-from sentinel.connection import client_arguments, unavailable
+from sentinel.connection import client_arguments, start_client
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     NamespaceNotFound,
@@ -165,12 +164,7 @@ def connect(
         timeout=max(args.timeout, 2.0),
         **client_arguments(identity, tls_config(args)),
     )
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="No chroot path exists")
-            zk.start(timeout=args.timeout)
-    except KazooTimeoutError:  # kazoo has stopped and closed the client
-        raise unavailable(hosts, args.timeout, zk.handler) from None
+    start_client(zk, hosts, args.timeout)
     try:
         if not chroot:
             pass

@@ -5,11 +5,13 @@ One server for the module, with two SASL users, its plain port and a TLS port.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from kazoo.protocol.states import KazooState
 from kazoo.security import ACL, Id
 
 from sentinel import Sentinel
@@ -75,6 +77,41 @@ def test_a_wrong_password_is_refused_at_once_and_typed(connect):
     # (measured 0.05-0.13 s).
     assert took < 1.0, took
     assert "not-her-password" not in str(raised.value)
+
+
+def test_a_refusal_heard_before_start_waits_is_still_refused_at_once(sasl_zk, monkeypatch):
+    # kazoo reports CONNECTED before its SASL login, and the refusal then ends the connection
+    # (CLOSED): a caller descheduled until after that (a loaded machine) found no connection
+    # and waited out connect_timeout, then said no server answered. Made certain here: the
+    # client's start_async() returns only once the refusal has been heard.
+    client = Sentinel(
+        sasl_zk.connect_string,
+        "late",
+        f"/sasl-{uuid.uuid4().hex[:12]}",
+        identity="sasl:alice:not-her-password",
+        prometheus_registry=None,
+        connect_timeout=5.0,
+    )
+    zk = client.session.zk
+    start_async = zk.start_async
+    resumed = []
+
+    def start_async_then_stall() -> threading.Event:
+        lost = threading.Event()
+        zk.add_listener(lambda state: state == KazooState.LOST and lost.set())
+        live = start_async()
+        assert lost.wait(60), "the login was never refused"
+        resumed.append(time.monotonic())
+        return live
+
+    monkeypatch.setattr(zk, "start_async", start_async_then_stall)
+    try:
+        with pytest.raises(AuthenticationFailed, match="SASL login failed"):
+            client.start()
+        took = time.monotonic() - resumed[0]
+        assert took < 1.0, took  # on what was heard, not after the 5 s connect timeout
+    finally:
+        client.close()
 
 
 def test_sasl_over_tls_and_no_password_or_token_in_kazoos_logs(connect, caplog):

@@ -35,7 +35,11 @@ def package_dirs() -> dict[str, str]:
 
 def mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     """mypy as a user runs it; ``cache`` is the test's own (fresh) incremental cache, so a
-    second run re-checks only its own files instead of the whole import graph again."""
+    second run re-checks only its own files instead of the whole import graph again.
+
+    No time-out of its own: its first run's wall time grows with the machine's load, past the
+    one this had (docs/testing.md, "Flaky tests found and fixed"); a hang is the suite's
+    time-out's (it prints the stacks), and mypy's speed on a busy machine is not tested."""
     return subprocess.run(
         [
             sys.executable,
@@ -52,7 +56,6 @@ def mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
         check=False,
     )
 
@@ -231,7 +234,10 @@ def test_the_old_spark_module_warns_and_still_serves_the_integration():
         old = importlib.import_module("sentinel.spark")
     from sentinel.integrations import spark
 
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "sentinel.integrations.spark" in str(caught[0].message)
+    # Every warning raised meanwhile is recorded: a ResourceWarning of an earlier test's socket
+    # that the import's allocations had the collector finalize too. The import's own: one.
+    moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert [w.category for w in moved] == [DeprecationWarning], moved
+    assert "sentinel.integrations.spark" in str(moved[0].message)
     assert old.resolve_partitions is spark.resolve_partitions
     assert old.get_client is spark.get_client
