@@ -10,8 +10,10 @@ and reads its bootstrap once, while a channel lives); each test has its own serv
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +25,10 @@ import pytest
 from sentinel import Sentinel
 from sentinel.agent.xds import XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
+from sentinel.agent.xds_resources import PARTITION_HEADER
 from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
+from sentinel.testing.helpers import wait_until
+from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -82,9 +87,120 @@ def calls(channel: grpc.Channel, n: int, metadata=None) -> Counter[str]:
     return Counter(who(b"", timeout=5, metadata=metadata).decode() for _ in range(n))
 
 
+def all_answer(channel: grpc.Channel, names, metadata=None) -> bool:
+    """Poll until every instance of ``names`` has answered a call (each connected: gRPC
+    picks only among endpoints whose connection is ready)."""
+    seen: Counter[str] = Counter()
+
+    def answered() -> bool:
+        seen.update(calls(channel, 10, metadata))
+        return set(names) <= set(seen)
+
+    return wait_until(answered, 10) is not None
+
+
+# The false-alarm rate of the weight test: a correct spread fails it once in a million runs.
+FALSE_ALARM = 1e-6
+
+
+def chi_square(observed: Counter[str], weights: dict[str, float]) -> float:
+    total, weight = sum(observed.values()), sum(weights.values())
+    return sum(
+        (observed[name] - total * w / weight) ** 2 / (total * w / weight)
+        for name, w in weights.items()
+    )
+
+
 def test_a_grpc_client_reaches_an_instance_registered_in_sentinel_through_the_agent(host):
     service = host.service()
     with servers("a") as running:
         host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
         with grpc.insecure_channel(f"xds:///{service}") as channel:
             assert calls(channel, 3) == {"a": 3}
+
+
+def test_a_thousand_calls_spread_as_the_weights_say(host):
+    """gRPC's round robin ignores endpoint weights: each instance is a locality weighted by
+    its weight, which gRPC's weighted target honours (a random pick per call by weight). A
+    chi-square test of 1,000 calls against the weights 1:2:5 at a false-alarm rate of one in a
+    million (two degrees of freedom: the critical value is -2 ln(1e-6), 27.6); an equal split
+    scores about 500 on it."""
+    service = host.service()
+    weights = {"a": 1.0, "b": 2.0, "c": 5.0}
+    with servers(*weights) as running:
+        for name, weight in weights.items():
+            host.publisher.register(
+                service, "default", "127.0.0.1", running[name].port, label=name, weight=weight
+            )
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            assert all_answer(channel, weights)
+            observed = calls(channel, 1000)
+    print(f"1,000 calls by weights {weights}: {dict(observed)}")
+    critical = -2 * math.log(FALSE_ALARM)
+    assert chi_square(observed, weights) < critical, (observed, weights)
+    assert chi_square(Counter(dict.fromkeys(weights, 333)), weights) > critical  # it could fail
+
+
+def test_a_drained_instance_receives_no_call_within_a_second_of_sentinel_drain(host):
+    service = host.service()
+    with servers("a", "b") as running:
+        for name in running:
+            host.publisher.register(service, "default", "127.0.0.1", running[name].port, label=name)
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            assert all_answer(channel, running)
+            drain = sentinel_in_process(
+                "drain", service, "default:a", "--zk", host.zk, "--namespace", host.namespace
+            )
+            assert drain.returncode == 0, drain.stderr
+            drained_at = time.monotonic()
+            # Batches of 20 calls until one reaches no call to a (by chance with a served: one
+            # in a million); that must happen within the second.
+            while True:
+                before = running["a"].calls
+                calls(channel, 20)
+                if running["a"].calls == before:
+                    break
+                assert time.monotonic() - drained_at < 1.0, "a still called 1 s after the drain"
+            settled = running["a"].calls
+            print(f"drained: no call to a after {time.monotonic() - drained_at:.3f} s")
+            assert calls(channel, 200) == {"b": 200}
+            assert running["a"].calls == settled
+
+
+def test_a_new_instance_receives_calls_within_a_second(host):
+    service = host.service()
+    with servers("a", "b") as running:
+        host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            assert calls(channel, 5) == {"a": 5}
+            host.publisher.register(service, "default", "127.0.0.1", running["b"].port, label="b")
+            registered_at = time.monotonic()
+            while running["b"].calls == 0:
+                calls(channel, 10)
+                assert time.monotonic() - registered_at < 1.0, "b not called 1 s after joining"
+            print(f"new instance: first call after {time.monotonic() - registered_at:.3f} s")
+
+
+def test_a_tenant_key_reaches_only_its_partition(host):
+    """A sharded service is one target; the partition goes in a request header, routed to
+    the partition's cluster. The process finds its key's partition with Sentinel (here the
+    publisher's client: any client's partition_of); a call without the header, or for a
+    partition with no instance, fails: it never reaches another partition."""
+    service, policy = host.service(), f"tenants-{uuid.uuid4().hex[:6]}"
+    host.publisher.shard_maps.ensure(policy, "directory", partitions=["p1", "p2"])
+    host.publisher.shard_maps.assign(policy, "tenant-a", "p1")
+    host.publisher.shard_maps.assign(policy, "tenant-b", "p2")
+    host.publisher.ensure_service(service, shard_policy=policy)
+    with servers("p1-x", "p1-y", "p2-x") as running:
+        for name, server in running.items():
+            partition, label = name.split("-")
+            host.publisher.register(service, partition, "127.0.0.1", server.port, label=label)
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            for tenant, members in (("tenant-a", {"p1-x", "p1-y"}), ("tenant-b", {"p2-x"})):
+                header = [(PARTITION_HEADER, host.publisher.partition_of(service, tenant))]
+                assert all_answer(channel, members, header)
+                assert set(calls(channel, 100, header)) == members
+            for header in ([], [(PARTITION_HEADER, "p3")]):
+                with pytest.raises(grpc.RpcError) as failed:
+                    calls(channel, 1, header)
+                assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
