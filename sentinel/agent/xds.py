@@ -232,7 +232,11 @@ class XdsServer:
             await self._stopping.wait()
         finally:
             retry.cancel()
-            await server.stop(None)
+            # Each stream ends itself (UNAVAILABLE: its client reconnects), rather than be
+            # cancelled under it by the server's stop.
+            for stream in self._streams:
+                stream.wake.set()
+            await server.stop(1.0)
 
     # --- services: followed on demand, rebuilt on change (the loop's) --------------------------
 
@@ -353,6 +357,8 @@ class XdsServer:
                 if reader.done():
                     reader.result()  # _Refused, or the client's end of the stream
                     return
+                if self._stopping is not None and self._stopping.is_set():
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "the agent is stopping")
                 stream.wake.clear()
                 for response in self._responses(stream):
                     try:

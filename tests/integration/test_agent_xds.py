@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import resource
+import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -21,13 +24,15 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 
 from sentinel import Sentinel
-from sentinel.agent.xds import XdsServer
+from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
-from sentinel.agent.xds_resources import PARTITION_HEADER
+from sentinel.agent.xds_resources import ENDPOINTS, PARTITION_HEADER
 from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
-from sentinel.testing.helpers import wait_until
+from sentinel.testing.helpers import expire_session, wait_until
 from tests.conftest import sentinel_in_process
 
 pytestmark = pytest.mark.integration
@@ -47,6 +52,60 @@ class Host:
 
     def service(self) -> str:
         return f"svc-{uuid.uuid4().hex[:8]}"
+
+    def restart_xds(self) -> None:
+        """Stop the xDS server and start a new one on the same socket (an agent restarted)."""
+        self.xds.stop()
+        self.xds = XdsServer(self.agent, self.xds.address, send_timeout=2.0).start()
+
+
+class Probe:
+    """A raw ADS stream to the agent, as a control plane's test client: it asks once for
+    ``names`` of ``type_url`` and records every response (no gRPC xDS client in between)."""
+
+    def __init__(self, address: str, type_url: str, names: list[str]) -> None:
+        self.responses: list[discovery_pb2.DiscoveryResponse] = []
+        self.error: grpc.RpcError | None = None
+        self._done = threading.Event()
+        self._channel = grpc.insecure_channel(address)
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self._channel)
+
+        def requests() -> Iterator[discovery_pb2.DiscoveryRequest]:
+            yield discovery_pb2.DiscoveryRequest(type_url=type_url, resource_names=names)
+            self._done.wait()  # a client keeps its stream open
+
+        self._call = stub.StreamAggregatedResources(requests())
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self.responses.append(response)
+        except grpc.RpcError as exc:
+            self.error = exc
+
+    def ended(self) -> bool:
+        return not self._reader.is_alive()
+
+    def close(self) -> None:
+        self._done.set()
+        self._call.cancel()
+        self._reader.join()
+        self._channel.close()
+
+
+def endpoints(response: discovery_pb2.DiscoveryResponse) -> list[tuple[str, int, int]]:
+    """The (address, port, health status) of every endpoint of an EDS response."""
+    found = []
+    for packed in response.resources:
+        assignment = endpoint_pb2.ClusterLoadAssignment()
+        packed.Unpack(assignment)
+        for locality in assignment.endpoints:
+            for lb in locality.lb_endpoints:
+                socket_address = lb.endpoint.address.socket_address
+                found.append((socket_address.address, socket_address.port_value, lb.health_status))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +263,104 @@ def test_a_tenant_key_reaches_only_its_partition(host):
                 with pytest.raises(grpc.RpcError) as failed:
                     calls(channel, 1, header)
                 assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_an_agent_restarted_leaves_clients_their_endpoints_and_serves_them_again(host):
+    """gRPC's xDS client keeps its resources while its stream is down; the agent restarted
+    answers only from a loaded service, so the client never sees its endpoints emptied, and
+    a change after the restart reaches it."""
+    service = host.service()
+    with servers("a", "b") as running:
+        host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            assert calls(channel, 5) == {"a": 5}
+            host.xds.stop()
+            assert calls(channel, 50) == {"a": 50}  # served while no agent answers
+            host.restart_xds()
+            assert calls(channel, 50) == {"a": 50}
+            host.publisher.register(service, "default", "127.0.0.1", running["b"].port, label="b")
+            # The client reconnects with its backoff (about a second), then hears of b.
+            assert all_answer(channel, running)
+
+
+def test_the_agent_losing_its_session_never_sends_an_empty_assignment(host):
+    service = host.service()
+    with servers("a") as running:
+        host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
+        probe = Probe(host.xds.address, ENDPOINTS, [service])
+        try:
+            with grpc.insecure_channel(f"xds:///{service}") as channel:
+                assert calls(channel, 5) == {"a": 5}
+                expire_session(host.agent)
+                assert wait_until(lambda: host.agent.connection_state == "connected", 20)
+                assert calls(channel, 50) == {"a": 50}
+                host.publisher.register(service, "default", "127.0.0.2", 9, label="z")
+                assert wait_until(lambda: len(endpoints(probe.responses[-1])) == 2)
+            assert probe.responses and all(endpoints(r) for r in probe.responses)
+        finally:
+            probe.close()
+
+
+def test_an_instance_whose_host_is_a_name_is_left_out_and_the_others_served(host):
+    """gRPC's EDS takes IP addresses only: a name would make the client refuse the whole
+    assignment (and keep none of it); it is left out, counted, and the rest served."""
+    service = host.service()
+    with servers("a", "b") as running:
+        host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
+        host.publisher.register(service, "default", "localhost", running["b"].port, label="b")
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            assert calls(channel, 20) == {"a": 20}
+
+
+def test_a_stream_asking_for_more_names_than_it_may_follow_is_ended_and_others_served(host):
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    flood = Probe(host.xds.address, ENDPOINTS, [f"made-up-{i}" for i in range(MAX_NAMES + 1)])
+    fine = Probe(host.xds.address, ENDPOINTS, [service])
+    try:
+        assert wait_until(flood.ended)
+        assert flood.error is not None
+        assert flood.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert wait_until(lambda: fine.responses)
+        assert endpoints(fine.responses[0]) == [("127.0.0.1", 9, 1)]
+    finally:
+        flood.close()
+        fine.close()
+
+
+def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(host):
+    """5,000 connections that say nothing and a few that send garbage: a new client is served
+    within a second meanwhile, and the agent's threads stay a fixed few."""
+    count = 5000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2 * count + 512:
+        pytest.skip(
+            f"{2 * count + 512} open files needed (both ends here), the hard limit is {hard}"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    path = host.xds.address.removeprefix("unix:")
+    threads = len(os.listdir("/proc/self/task"))
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            idle.append(sock)
+        for sock in idle[:10]:
+            sock.sendall(os.urandom(64 * 1024))
+        started = time.monotonic()
+        probe = Probe(host.xds.address, ENDPOINTS, [service])
+        try:
+            assert wait_until(lambda: probe.responses, 10)
+            served = time.monotonic() - started
+        finally:
+            probe.close()
+        print(f"a client served in {served * 1000:.0f} ms beside {count} idle connections")
+        assert served < 1.0
+        assert len(os.listdir("/proc/self/task")) <= threads + 8
+    finally:
+        for sock in idle:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
