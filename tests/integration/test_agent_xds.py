@@ -12,8 +12,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import resource
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -21,6 +24,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
@@ -364,3 +368,27 @@ def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(ho
         for sock in idle:
             sock.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_python_client_example_of_docs_grpc_runs(host):
+    """docs/grpc.md's client, run as written in a process of its own with the bootstrap the
+    agent prints in its environment, against a service named as in the example."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "grpc.md"
+    (example,) = [
+        b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S) if "xds:///" in b
+    ]
+    with servers("orders-1") as running:
+        host.publisher.register("orders", "default", "127.0.0.1", running["orders-1"].port)
+        printed = sentinel_in_process("agent", "--xds", host.xds.address, "--print-xds-bootstrap")
+        assert printed.returncode == 0, printed.stderr
+        result = subprocess.run(
+            [sys.executable, "-c", example],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, BOOTSTRAP_ENV: printed.stdout},
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "SERVING"
+    assert running["orders-1"].calls == 0  # the health service: not the counted methods
