@@ -7,6 +7,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,25 @@ from sentinel.cli.output import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@contextmanager
+def server_process(script: str, *args: str) -> Iterator[int]:
+    """Run ``script`` (Python source that prints its server's port, then serves until its
+    input ends) in a process of its own, so that the server's threads do not share the
+    benchmark's interpreter lock; yields the port and stops the server on exit."""
+    with subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            yield int(process.stdout.readline())
+        finally:
+            process.stdin.close()  # end of input: the server returns and exits
+            process.wait(timeout=10)
 
 
 def percentiles(samples: Sequence[float]) -> dict[str, float]:

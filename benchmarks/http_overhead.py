@@ -18,15 +18,11 @@ which the last row sets against the loopback round trip of the same round.
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 
-from benchmarks.common import median_of, report
+from benchmarks.common import median_of, report, server_process
 from sentinel import Sentinel
 from sentinel.integrations.httpx import SentinelTransport
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -39,21 +35,6 @@ with LoopbackHTTPServer("bench", keep_alive=True) as server:
     print(server.port, flush=True)
     sys.stdin.read()
 """
-
-
-@contextmanager
-def server_process() -> Iterator[int]:
-    """A keep-alive loopback server in a process of its own (in this one, its threads would
-    share the benchmark's interpreter lock); yields its port, stops it on exit."""
-    with subprocess.Popen(
-        [sys.executable, "-c", SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    ) as process:
-        assert process.stdin is not None and process.stdout is not None
-        try:
-            yield int(process.stdout.readline())
-        finally:
-            process.stdin.close()  # end of input: the server returns and exits
-            process.wait(timeout=10)
 
 
 def one_round(pair: dict[str, tuple[httpx.Client, str]], requests: int) -> dict[str, float]:
@@ -82,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "bench-http") as sentinel,
-        server_process() as port,
+        server_process(SERVE) as port,
         httpx.Client(transport=httpx.HTTPTransport()) as plain,
         httpx.Client(transport=SentinelTransport(sentinel)) as routed,
         httpx.Client(transport=canned) as plain_canned,

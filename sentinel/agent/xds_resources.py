@@ -57,7 +57,7 @@ ENDPOINTS = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 TYPES = (LISTENER, ROUTE, CLUSTER, ENDPOINTS)
 
 #: The request header naming the partition a call of a sharded service goes to.
-PARTITION_HEADER = "sentinel-partition"
+PARTITION_HEADER = "x-sentinel-partition"
 # Locality weights are integers: the heaviest instance of a cluster gets this many, the others
 # in proportion (at least 1), so the sum of a cluster's weights stays far below 2**32.
 WEIGHT_SCALE = 10_000

@@ -27,22 +27,18 @@ are, since the server may have acted on the request. Resolution errors
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import httpx
 
-from sentinel.errors import NoInstanceAvailable, ValidationError
-from sentinel.integrations.retry import without
+from sentinel.errors import ValidationError
+from sentinel.integrations.retry import Route
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
     from sentinel.registry.endpoint import Endpoint
     from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
-
-log = logging.getLogger(__name__)
 
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
 KEY_EXTENSION = "sentinel_key"
@@ -124,29 +120,22 @@ class _Router(Generic[_T]):
         return _Call(self, request, host[: -len(self.suffix)])
 
 
-class _Call:
-    """One routed request: the endpoint of each attempt, and what is reported of it."""
+class _Call(Route):
+    """One routed request: a :class:`~sentinel.integrations.retry.Route` and the request."""
 
-    __slots__ = (
-        "_failed",
-        "_key",
-        "_request",
-        "_router",
-        "_service",
-        "_started",
-        "endpoint",
-    )
+    __slots__ = ("_request", "_router")
 
     def __init__(self, router: _Router[Any], request: httpx.Request, service: str) -> None:
         self._router = router
         self._request = request
-        self._service = service
         key = request.extensions.get(KEY_EXTENSION)
-        self._key = request.headers.get(router.key_header) if key is None else key
-        self._failed: set[str] = set()
-        self._started = 0.0
-        self.endpoint = router.client.get_service(
-            service, self._key, router.policy, router.balancer
+        super().__init__(
+            router.client,
+            service,
+            request.headers.get(router.key_header) if key is None else key,
+            router.policy,
+            router.balancer,
+            router.retries,
         )
 
     def request(self) -> httpx.Request:
@@ -165,47 +154,24 @@ class _Call:
             stream=request.stream,
             extensions=request.extensions,
         )
-        self._started = time.perf_counter()
+        self.sent()
         return routed
 
-    def succeeded(self, response: httpx.Response) -> httpx.Response:
+    def answered(self, response: httpx.Response) -> httpx.Response:
         """Report the endpoint's response and latency; returns ``response``."""
-        ok = not (self._router.server_errors_fail and response.status_code >= 500)
-        latency = time.perf_counter() - self._started
-        self._router.client.report(self.endpoint, ok=ok, latency=latency)
+        self.succeeded(not (self._router.server_errors_fail and response.status_code >= 500))
         return response
 
-    def failed(self, exc: httpx.TransportError) -> bool:
-        """Report the failure and, when the request may go to another endpoint, resolve it
-        as ``endpoint``; returns whether to send the request again."""
-        router, failed = self._router, self.endpoint
-        # No latency: the time a failure took says nothing of the instance's load.
-        router.client.report(failed, ok=False)
-        self._failed.add(failed.name)
-        retry = (
-            isinstance(exc, _CONNECT_ERRORS)
-            and self._request.method in IDEMPOTENT_METHODS
-            and len(self._failed) <= router.retries
-        )
-        if retry:
-            try:
-                self.endpoint = router.client.get_service(
-                    self._service,
-                    self._key,
-                    without(router.policy, frozenset(self._failed)),
-                    router.balancer,
-                )
-            except NoInstanceAvailable:
-                retry = False
-        log.warning(
-            "%s: %s on %s failed (%s)%s",
-            self._service,
-            self._request.method,
-            failed.name,
+    def transport_failed(self, exc: httpx.TransportError) -> bool:
+        """Report the failure and, when the request may go to another endpoint (a connect
+        error of an idempotent request), resolve it as ``endpoint``; returns whether to send
+        the request again."""
+        method = self._request.method
+        return self.failed(
+            method,
             type(exc).__name__,
-            f"; trying {self.endpoint.name}" if retry else "",
+            isinstance(exc, _CONNECT_ERRORS) and method in IDEMPOTENT_METHODS,
         )
-        return retry
 
 
 class SentinelTransport(_Router[httpx.BaseTransport], httpx.BaseTransport):
@@ -232,10 +198,10 @@ class SentinelTransport(_Router[httpx.BaseTransport], httpx.BaseTransport):
             try:
                 response = self.transport.handle_request(call.request())
             except httpx.TransportError as exc:
-                if call.failed(exc):
+                if call.transport_failed(exc):
                     continue
                 raise
-            return call.succeeded(response)
+            return call.answered(response)
 
     def close(self) -> None:
         """Close the wrapped transport."""
@@ -261,10 +227,10 @@ class AsyncSentinelTransport(_Router[httpx.AsyncBaseTransport], httpx.AsyncBaseT
             try:
                 response = await self.transport.handle_async_request(call.request())
             except httpx.TransportError as exc:
-                if call.failed(exc):
+                if call.transport_failed(exc):
                     continue
                 raise
-            return call.succeeded(response)
+            return call.answered(response)
 
     async def aclose(self) -> None:
         """Close the wrapped transport."""

@@ -8,6 +8,7 @@ every eligible endpoint has failed once, a fresh resolution may find one of them
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -17,7 +18,7 @@ from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
-    from sentinel.strategies import Endpoints, SelectionPolicy
+    from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -121,3 +122,86 @@ def first_success(
             return attempt(endpoint)
         except retry_on as exc:
             attempts.failed(endpoint, exc)
+
+
+class Route:
+    """One call routed through Sentinel, as the httpx transport and the gRPC channel make it:
+    the endpoint of each attempt, and what is reported of it.
+
+    It resolves :attr:`endpoint` at once with ``client.get_service(service, key, policy,
+    balancer)`` (resolution errors raised as ``get_service`` raises them). A caller marks
+    :meth:`sent` when the call leaves, then reports :meth:`succeeded` (the outcome and the
+    time since :meth:`sent`, which load-aware balancers read) or :meth:`failed`, which reports
+    the endpoint down without a latency (the time a failure took says nothing of the
+    instance's load) and, when the caller says the call may be made again, resolves another
+    endpoint avoiding those that failed, at most ``retries`` times.
+    """
+
+    __slots__ = (
+        "_failed",
+        "_sent",
+        "balancer",
+        "client",
+        "endpoint",
+        "key",
+        "policy",
+        "retries",
+        "service",
+    )
+
+    def __init__(
+        self,
+        client: Sentinel,
+        service: str,
+        key: object,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
+        balancer: Balancer | str | None,
+        retries: int,
+    ) -> None:
+        self.client = client
+        self.service = service
+        self.key = key
+        self.policy = policy
+        self.balancer = balancer
+        self.retries = retries
+        self._failed: set[str] = set()
+        self._sent = 0.0
+        self.endpoint = client.get_service(service, key, policy, balancer)
+
+    def sent(self) -> None:
+        """Note that the call leaves for :attr:`endpoint` now (its latency counts from here)."""
+        self._sent = time.perf_counter()
+
+    def succeeded(self, ok: bool = True, *, timed: bool = True) -> None:
+        """Report the endpoint's answer: ``ok`` False counts it as a failure of the instance
+        (a 5xx under ``server_errors_fail``); ``timed`` reports the time since :meth:`sent`."""
+        latency = time.perf_counter() - self._sent if timed else None
+        self.client.report(self.endpoint, ok=ok, latency=latency)
+
+    def failed(self, what: str, error: str, may_retry: bool) -> bool:
+        """Report :attr:`endpoint` down after ``error`` (a name for the log) on ``what`` (the
+        call, for the log); when ``may_retry`` and attempts are left, resolve another eligible
+        endpoint as :attr:`endpoint`. Returns whether to make the call again there."""
+        failed = self.endpoint
+        self.client.report(failed, ok=False)
+        self._failed.add(failed.name)
+        retry = may_retry and len(self._failed) <= self.retries
+        if retry:
+            try:
+                self.endpoint = self.client.get_service(
+                    self.service,
+                    self.key,
+                    without(self.policy, frozenset(self._failed)),
+                    self.balancer,
+                )
+            except NoInstanceAvailable:
+                retry = False
+        log.warning(
+            "%s: %s on %s failed (%s)%s",
+            self.service,
+            what,
+            failed.name,
+            error,
+            f"; trying {self.endpoint.name}" if retry else "",
+        )
+        return retry
