@@ -13,18 +13,24 @@ ZooKeeper. Two measures, each written to ``benchmarks/results/grpc_<via>.json``:
 - **Registration to first call.** A second server is registered under a new label while a
   caller keeps calling the service through the routed channel; the figure is the time from
   just before ``register`` to the first answer from the new server (the registration's write,
-  the change reaching the caller's cache, a new channel to it, the call). Then it is
-  deregistered, and the next trial waits until no call reaches it.
+  the change reaching the caller's cache, a new channel to it, the call), beside the time to
+  the reading client's cache holding it (for ``xds``, the agent's cache: what the xDS client
+  adds to it). Then it is deregistered, and the next trial waits until no call reaches it.
 
 ``--via`` names how the routed channel resolves: ``integration`` is
-:class:`sentinel.integrations.grpc.SentinelChannel` in this process. Another way (the agent's
-xDS) is one more entry in :data:`VIAS`: a function that opens the routed channel, given the
-reading client and the service.
+:class:`sentinel.integrations.grpc.SentinelChannel` in this process; ``xds`` is a plain
+``grpcio`` channel to ``xds:///bench``, resolved by gRPC's own xDS client from the agent's
+xDS server (:class:`sentinel.agent.xds.XdsServer`, serving the reading client's cache as the
+host agent serves its own, on a Unix socket in this process). Another way is one more entry
+in :data:`VIAS`: a function that opens the routed channel, given the reading client and the
+service.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -54,9 +60,26 @@ def via_integration(reader: Sentinel, service: str) -> Iterator[grpc.Channel]:
         yield channel
 
 
+@contextmanager
+def via_xds(reader: Sentinel, service: str) -> Iterator[grpc.Channel]:
+    """The routed channel of ``--via xds``: ``xds:///service`` through an xDS server on
+    ``reader``'s cache (the agent's), the bootstrap in ``GRPC_XDS_BOOTSTRAP_CONFIG``."""
+    from sentinel.agent.xds import XdsServer
+    from sentinel.agent.xds_bootstrap import bootstrap_json
+
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-xds-") as directory,
+        XdsServer(reader, f"unix:{directory}/xds.sock") as server,
+    ):
+        os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = bootstrap_json(server.address, "bench")
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            yield channel
+
+
 #: How the routed channel resolves, by ``--via`` name.
 VIAS: dict[str, Callable[[Sentinel, str], AbstractContextManager[grpc.Channel]]] = {
     "integration": via_integration,
+    "xds": via_xds,
 }
 
 
@@ -100,11 +123,24 @@ def overhead(
 
 
 def registration_to_first_call(
-    publisher: Sentinel, call: Callable[[bytes], bytes], port: int, trials: int, limit: float
-) -> list[float]:
+    publisher: Sentinel,
+    reader: Sentinel,
+    call: Callable[[bytes], bytes],
+    port: int,
+    trials: int,
+    limit: float,
+) -> tuple[list[float], list[float]]:
     """Seconds from just before registering the server ``new`` (at ``port``) to its first
-    answer, calls made back to back meanwhile; each trial ends with its deregistration."""
-    seconds = []
+    answer, calls made back to back meanwhile, and to ``reader``'s cache holding it (its
+    listener's event); each trial ends with its deregistration."""
+    seconds, cached = [], []
+    joined: dict[str, float] = {}
+
+    def heard(event: object) -> None:
+        for endpoint in getattr(event, "added", ()):
+            joined.setdefault(endpoint.label, time.perf_counter())
+
+    remove = reader.listen(SERVICE, heard)
     for trial in range(trials):
         start = time.perf_counter()
         registration = publisher.register(SERVICE, "p1", "127.0.0.1", port, label=f"new-{trial}")
@@ -112,12 +148,14 @@ def registration_to_first_call(
             if time.perf_counter() - start > limit:
                 raise TimeoutError(f"trial {trial}: no call reached the new instance in {limit}s")
         seconds.append(time.perf_counter() - start)
+        cached.append(joined[f"new-{trial}"] - start)
         publisher.deregister(registration)
         settled = time.perf_counter()
         while any(call(b"") == b"new" for _ in range(4)):  # gone from the caller's view
             if time.perf_counter() - settled > limit:
                 raise TimeoutError(f"trial {trial}: calls still reach the deregistered instance")
-    return seconds
+    remove()
+    return seconds, cached
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,10 +179,10 @@ def main(argv: list[str] | None = None) -> None:
         with VIAS[args.via](reader, SERVICE) as routed_channel:
             routed = routed_channel.unary_unary(WHO)
             per_call = overhead(plain_channel.unary_unary(WHO), routed, args.rounds, args.calls)
-            first_call = registration_to_first_call(
-                publisher, routed, new_port, args.trials, limit=30.0
+            first_call, in_cache = registration_to_first_call(
+                publisher, reader, routed, new_port, args.trials, limit=30.0
             )
-    first = percentiles(first_call)
+    first, cache = percentiles(first_call), percentiles(in_cache)
     plain, routed_ = per_call["plain"], per_call["routed"]
     rows = [
         [
@@ -167,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         f"unary call on loopback: {args.rounds} interleaved rounds of {args.calls} calls per side; "
         f"registration to first call: {args.trials} trials "
         f"(p50 {first['p50'] * 1e3:.1f} ms, p99 {first['p99'] * 1e3:.1f} ms, "
-        f"max {first['max'] * 1e3:.1f} ms)",
+        f"max {first['max'] * 1e3:.1f} ms; in the reading client's cache: p50 "
+        f"{cache['p50'] * 1e3:.1f} ms, p99 {cache['p99'] * 1e3:.1f} ms)",
         ["channel", "µs per call (median of round means)", "p50 µs", "p99 µs", "overhead"],
         rows,
         {
@@ -176,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             "per_call": per_call,
             "registration_to_first_call_s": first,
             "registration_to_first_call_samples_s": first_call,
+            "registration_to_reader_cache_s": cache,
         },
     )
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.security import Permissions
 
 from sentinel import telemetry
@@ -50,7 +50,7 @@ from sentinel.agent import xds_resources as resources
 from sentinel.agent.server import prepare_socket_path
 from sentinel.agent.xds_bootstrap import parse_address
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
-from sentinel.errors import SentinelError, ServiceNotFound
+from sentinel.errors import AccessDenied, SentinelError, ServiceNotFound
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
 from sentinel.registry.layout import service_path
 
@@ -302,6 +302,8 @@ class XdsServer:
             entries, _ = self.sentinel.session.zk.get_acls(service_path(service))
         except (ServiceNotFound, NoNodeError):
             return None
+        except (AccessDenied, NoAuthError):  # not even the agent may read it
+            entries = []
         if not any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
             log.warning("xDS: %s is not served: not everyone may read it", service)
             return None

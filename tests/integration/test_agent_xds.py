@@ -15,6 +15,7 @@ import os
 import re
 import resource
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -29,15 +30,20 @@ from pathlib import Path
 import grpc
 import pytest
 from envoy.config.endpoint.v3 import endpoint_pb2
+from envoy.config.listener.v3 import listener_pb2
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
-from sentinel.agent.xds_resources import ENDPOINTS, PARTITION_HEADER
+from sentinel.agent.xds_resources import ENDPOINTS, LISTENER, PARTITION_HEADER
+from sentinel.errors import SentinelError
+from sentinel.registry.layout import service_path
 from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.conftest import sentinel_in_process
+from tests.integration.daemons import Daemon
 
 pytestmark = pytest.mark.integration
 
@@ -392,3 +398,71 @@ def test_the_python_client_example_of_docs_grpc_runs(host):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "SERVING"
     assert running["orders-1"].calls == 0  # the health service: not the counted methods
+
+
+def test_a_service_not_everyone_may_read_is_not_served_to_xds_clients(host):
+    """An xDS client has no ZooKeeper identity: it is served what everyone may read, and a
+    service whose node not everyone may read does not exist for it."""
+    hidden, shown = host.service(), host.service()
+    for service in (hidden, shown):
+        host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    host.publisher.session.zk.set_acls(
+        service_path(hidden), [make_digest_acl("someone", "secret", all=True)]
+    )
+    probe = Probe(host.xds.address, LISTENER, [hidden, shown])
+    try:
+        assert wait_until(lambda: probe.responses)
+        listeners = []
+        for packed in probe.responses[0].resources:
+            listener = listener_pb2.Listener()
+            packed.Unpack(listener)
+            listeners.append(listener.name)
+        assert listeners == [shown]
+    finally:
+        probe.close()
+
+
+def test_the_socket_is_the_agent_users_alone_unless_others_are_allowed(host):
+    for shared, mode in ((False, 0o600), (True, 0o666)):
+        directory = tempfile.mkdtemp(prefix="xds-mode-")
+        path = f"{directory}/xds.sock"
+        with XdsServer(host.agent, f"unix:{path}", shared=shared):
+            assert stat.S_IMODE(os.stat(path).st_mode) == mode
+        os.rmdir(directory)
+
+
+def test_a_socket_directory_others_may_write_is_refused_and_a_live_socket_never_replaced(host):
+    directory = tempfile.mkdtemp(prefix="xds-open-")
+    os.chmod(directory, 0o777)
+    with pytest.raises(SentinelError, match="refusing to serve from"):
+        XdsServer(host.agent, f"unix:{directory}/xds.sock").start()
+    os.rmdir(directory)
+    with pytest.raises(SentinelError, match="already serves"):
+        XdsServer(host.agent, host.xds.address).start()
+
+
+def test_sentinel_agent_xds_serves_from_its_own_process(zookeeper, host):
+    """The command: ``sentinel agent --xds`` says where it serves, and answers there."""
+    directory = tempfile.mkdtemp(prefix="xds-cli-")
+    os.chmod(directory, 0o755)
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    daemon = Daemon(
+        zookeeper,
+        host.namespace,
+        "agent",
+        "--socket",
+        f"{directory}/agent.sock",
+        "--xds",
+        f"unix:{directory}/xds.sock",
+    )
+    try:
+        assert wait_until(lambda: daemon.saw("serving_xds"), 60), daemon.events
+        probe = Probe(f"unix:{directory}/xds.sock", ENDPOINTS, [service])
+        try:
+            assert wait_until(lambda: probe.responses)
+            assert endpoints(probe.responses[0]) == [("127.0.0.1", 9, 1)]
+        finally:
+            probe.close()
+    finally:
+        daemon.stop()
