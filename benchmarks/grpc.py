@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -135,10 +136,14 @@ def registration_to_first_call(
     listener's event); each trial ends with its deregistration."""
     seconds, cached = [], []
     joined: dict[str, float] = {}
+    heard_one = threading.Condition()
 
     def heard(event: object) -> None:
-        for endpoint in getattr(event, "added", ()):
-            joined.setdefault(endpoint.label, time.perf_counter())
+        now = time.perf_counter()
+        with heard_one:
+            for endpoint in getattr(event, "added", ()):
+                joined.setdefault(endpoint.label, now)
+            heard_one.notify_all()
 
     remove = reader.listen(SERVICE, heard)
     for trial in range(trials):
@@ -148,6 +153,11 @@ def registration_to_first_call(
             if time.perf_counter() - start > limit:
                 raise TimeoutError(f"trial {trial}: no call reached the new instance in {limit}s")
         seconds.append(time.perf_counter() - start)
+        # The listeners run one after another on the cache's worker: the xDS server's may
+        # have sent the change (and the call reached it) before this one ran.
+        with heard_one:
+            if not heard_one.wait_for(lambda: f"new-{trial}" in joined, limit):  # noqa: B023
+                raise TimeoutError(f"trial {trial}: the reader's cache never had the instance")
         cached.append(joined[f"new-{trial}"] - start)
         publisher.deregister(registration)
         settled = time.perf_counter()

@@ -16,6 +16,7 @@ import re
 import resource
 import socket
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from sentinel.agent.xds_bootstrap import bootstrap_json
 from sentinel.agent.xds_resources import ENDPOINTS, LISTENER, PARTITION_HEADER
 from sentinel.errors import SentinelError
 from sentinel.registry.layout import service_path
+from sentinel.telemetry import AGENT_XDS_DROPPED
 from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.conftest import sentinel_in_process
@@ -466,3 +468,89 @@ def test_sentinel_agent_xds_serves_from_its_own_process(zookeeper, host):
             probe.close()
     finally:
         daemon.stop()
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    """An HTTP/2 frame (RFC 9113, section 4.1)."""
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
+
+
+def _literal(name: str, value: str) -> bytes:
+    """A header without indexing or Huffman coding (RFC 7541, 6.2.2): short strings only."""
+    return bytes([0, len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+
+class StalledClient:
+    """An ADS client that opens its stream, asks for ``names`` and never lets the agent send
+    it a byte of an answer: raw HTTP/2 with a stream window of 0, never raised (the settings
+    and pings it gets are acknowledged, so the connection itself stays healthy)."""
+
+    def __init__(self, path: str, names: list[str]) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)
+        request = discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=names)
+        message = request.SerializeToString()
+        headers = b"".join(
+            _literal(name, value)
+            for name, value in (
+                (":method", "POST"),
+                (":scheme", "http"),
+                (
+                    ":path",
+                    "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
+                    "StreamAggregatedResources",
+                ),
+                (":authority", "localhost"),
+                ("content-type", "application/grpc"),
+                ("te", "trailers"),
+            )
+        )
+        self.sock.sendall(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+            + _frame(0x4, 0, 0, struct.pack(">HI", 0x4, 0))  # SETTINGS_INITIAL_WINDOW_SIZE 0
+            + _frame(0x1, 0x4, 1, headers)  # HEADERS, END_HEADERS
+            + _frame(0x0, 0, 1, b"\0" + struct.pack(">I", len(message)) + message)
+        )
+        self._reader = threading.Thread(target=self._acknowledge, daemon=True)
+        self._reader.start()
+
+    def _acknowledge(self) -> None:
+        buffer = b""
+        with contextlib.suppress(OSError):
+            while chunk := self.sock.recv(65536):
+                buffer += chunk
+                while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+                    size, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+                    payload, buffer = buffer[9 : 9 + size], buffer[9 + size :]
+                    if kind in (0x4, 0x6) and not flags & 0x1:  # SETTINGS, PING: acknowledged
+                        self.sock.sendall(_frame(kind, 0x1, 0, payload if kind == 0x6 else b""))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
+        self._reader.join()
+        self.sock.close()
+
+
+def test_a_client_that_stops_reading_is_ended_at_the_send_timeout_and_others_served(host):
+    """The agent's write to it waits on HTTP/2 flow control; at the send timeout (2 s here)
+    its stream ends, counted as slow, while another client is served meanwhile."""
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    slow = AGENT_XDS_DROPPED.labels("slow")._value.get()
+    stalled = StalledClient(host.xds.address.removeprefix("unix:"), [service])
+    try:
+        assert wait_until(lambda: host.xds.streams >= 1)
+        fine = Probe(host.xds.address, ENDPOINTS, [service])
+        try:
+            assert wait_until(lambda: fine.responses, 1.5)  # served before the timeout
+        finally:
+            fine.close()
+        assert wait_until(lambda: AGENT_XDS_DROPPED.labels("slow")._value.get() == slow + 1, 10)
+    finally:
+        stalled.close()
