@@ -13,17 +13,17 @@ ZooKeeper. Two measures, each written to ``benchmarks/results/grpc_<via>.json``:
 - **Registration to first call.** A second server is registered under a new label while a
   caller keeps calling the service through the routed channel; the figure is the time from
   just before ``register`` to the first answer from the new server (the registration's write,
-  the change reaching the caller's cache, a new channel to it, the call), beside the time to
-  the reading client's cache holding it (for ``xds``, the agent's cache: what the xDS client
-  adds to it). Then it is deregistered, and the next trial waits until no call reaches it.
+  the change reaching the caller's cache, a new channel to it, the call), and, beside it, the
+  time to the reading client's cache telling its listeners (the propagation part). Then it
+  is deregistered, and the next trial waits until no call reaches it.
 
 ``--via`` names how the routed channel resolves: ``integration`` is
 :class:`sentinel.integrations.grpc.SentinelChannel` in this process; ``xds`` is a plain
 ``grpcio`` channel to ``xds:///bench``, resolved by gRPC's own xDS client from the agent's
 xDS server (:class:`sentinel.agent.xds.XdsServer`, serving the reading client's cache as the
-host agent serves its own, on a Unix socket in this process). Another way is one more entry
-in :data:`VIAS`: a function that opens the routed channel, given the reading client and the
-service.
+host agent serves its own, on a Unix socket in this process: the reader's cache is the
+agent's). Another way is one more entry in :data:`VIAS`: a function that opens the routed
+channel, given the reading client and the service.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import grpc
 
 from benchmarks.common import median_of, percentiles, report, server_process
 from sentinel import Sentinel
+from sentinel.events import InstancesChanged
 from sentinel.integrations.grpc import SentinelChannel
 from sentinel.testing.grpcserver import WHO
 from sentinel.testing.zookeeper import LocalZooKeeper
@@ -101,7 +103,7 @@ def one_round(calls: dict[str, Callable[[bytes], bytes]], count: int) -> dict[st
 
 def overhead(
     plain: Callable[[bytes], bytes], routed: Callable[[bytes], bytes], rounds: int, count: int
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The per-call measure: per-round means and ratios, percentiles of every call."""
     calls = {"plain": plain, "routed": routed}
     one_round(calls, 100)  # connections made, service loaded, code paths warm
@@ -132,40 +134,45 @@ def registration_to_first_call(
     limit: float,
 ) -> tuple[list[float], list[float]]:
     """Seconds from just before registering the server ``new`` (at ``port``) to its first
-    answer, calls made back to back meanwhile, and to ``reader``'s cache holding it (its
-    listener's event); each trial ends with its deregistration."""
-    seconds, cached = [], []
-    joined: dict[str, float] = {}
-    heard_one = threading.Condition()
+    answer, calls made back to back meanwhile, and to the moment ``reader``'s cache told its
+    listeners (the part of it that is propagation); each trial ends with its deregistration."""
+    seen: dict[str, float] = {}
+    heard = threading.Condition()
 
-    def heard(event: object) -> None:
-        now = time.perf_counter()
-        with heard_one:
-            for endpoint in getattr(event, "added", ()):
-                joined.setdefault(endpoint.label, now)
-            heard_one.notify_all()
+    def note(event: object) -> None:
+        if isinstance(event, InstancesChanged):
+            now = time.perf_counter()
+            with heard:
+                for endpoint in event.added:
+                    seen.setdefault(endpoint.label, now)
+                heard.notify_all()
 
-    remove = reader.listen(SERVICE, heard)
-    for trial in range(trials):
-        start = time.perf_counter()
-        registration = publisher.register(SERVICE, "p1", "127.0.0.1", port, label=f"new-{trial}")
-        while call(b"") != b"new":
-            if time.perf_counter() - start > limit:
-                raise TimeoutError(f"trial {trial}: no call reached the new instance in {limit}s")
-        seconds.append(time.perf_counter() - start)
-        # The listeners run one after another on the cache's worker: the xDS server's may
-        # have sent the change (and the call reached it) before this one ran.
-        with heard_one:
-            if not heard_one.wait_for(lambda: f"new-{trial}" in joined, limit):  # noqa: B023
-                raise TimeoutError(f"trial {trial}: the reader's cache never had the instance")
-        cached.append(joined[f"new-{trial}"] - start)
-        publisher.deregister(registration)
-        settled = time.perf_counter()
-        while any(call(b"") == b"new" for _ in range(4)):  # gone from the caller's view
-            if time.perf_counter() - settled > limit:
-                raise TimeoutError(f"trial {trial}: calls still reach the deregistered instance")
-    remove()
-    return seconds, cached
+    unlisten = reader.listen(SERVICE, note)
+    answered, propagated = [], []
+    try:
+        for trial in range(trials):
+            label = f"new-{trial}"
+            start = time.perf_counter()
+            registration = publisher.register(SERVICE, "p1", "127.0.0.1", port, label=label)
+            while call(b"") != b"new":
+                if time.perf_counter() - start > limit:
+                    raise TimeoutError(f"trial {trial}: no call reached the new instance")
+            answered.append(time.perf_counter() - start)
+            # The cache's listeners run one after another on its worker: the agent's xDS
+            # server's (--via xds) may have sent the change, and the call reached the new
+            # instance, before this one ran.
+            with heard:
+                if not heard.wait_for(lambda: label in seen, limit):  # noqa: B023
+                    raise TimeoutError(f"trial {trial}: the reader's cache never told of it")
+            propagated.append(seen[label] - start)
+            publisher.deregister(registration)
+            settled = time.perf_counter()
+            while any(call(b"") == b"new" for _ in range(4)):  # gone from the caller's view
+                if time.perf_counter() - settled > limit:
+                    raise TimeoutError(f"trial {trial}: calls still reach the deregistered one")
+    finally:
+        unlisten()
+    return answered, propagated
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -192,21 +199,21 @@ def main(argv: list[str] | None = None) -> None:
             first_call, in_cache = registration_to_first_call(
                 publisher, reader, routed, new_port, args.trials, limit=30.0
             )
-    first, cache = percentiles(first_call), percentiles(in_cache)
+    first, cached = percentiles(first_call), percentiles(in_cache)
     plain, routed_ = per_call["plain"], per_call["routed"]
     rows = [
         [
             "plain grpcio channel",
-            f"{per_call['median_plain_s'] * 1e6:.0f}",  # type: ignore[operator]
-            f"{plain['p50'] * 1e6:.0f}",  # type: ignore[index]
-            f"{plain['p99'] * 1e6:.0f}",  # type: ignore[index]
+            f"{per_call['median_plain_s'] * 1e6:.0f}",
+            f"{plain['p50'] * 1e6:.0f}",
+            f"{plain['p99'] * 1e6:.0f}",
             "",
         ],
         [
             f"routed ({args.via})",
-            f"{per_call['median_routed_s'] * 1e6:.0f}",  # type: ignore[operator]
-            f"{routed_['p50'] * 1e6:.0f}",  # type: ignore[index]
-            f"{routed_['p99'] * 1e6:.0f}",  # type: ignore[index]
+            f"{per_call['median_routed_s'] * 1e6:.0f}",
+            f"{routed_['p50'] * 1e6:.0f}",
+            f"{routed_['p99'] * 1e6:.0f}",
             f"{per_call['overhead']:+.1%}",
         ],
     ]
@@ -215,8 +222,8 @@ def main(argv: list[str] | None = None) -> None:
         f"unary call on loopback: {args.rounds} interleaved rounds of {args.calls} calls per side; "
         f"registration to first call: {args.trials} trials "
         f"(p50 {first['p50'] * 1e3:.1f} ms, p99 {first['p99'] * 1e3:.1f} ms, "
-        f"max {first['max'] * 1e3:.1f} ms; in the reading client's cache: p50 "
-        f"{cache['p50'] * 1e3:.1f} ms, p99 {cache['p99'] * 1e3:.1f} ms)",
+        f"max {first['max'] * 1e3:.1f} ms; of which in the reader's cache: p50 "
+        f"{cached['p50'] * 1e3:.1f} ms, p99 {cached['p99'] * 1e3:.1f} ms)",
         ["channel", "µs per call (median of round means)", "p50 µs", "p99 µs", "overhead"],
         rows,
         {
@@ -225,7 +232,8 @@ def main(argv: list[str] | None = None) -> None:
             "per_call": per_call,
             "registration_to_first_call_s": first,
             "registration_to_first_call_samples_s": first_call,
-            "registration_to_reader_cache_s": cache,
+            "registration_to_reader_cache_s": cached,
+            "registration_to_reader_cache_samples_s": in_cache,
         },
     )
 

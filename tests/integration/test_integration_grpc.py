@@ -3,11 +3,13 @@ with the standard health service, registered in a real ZooKeeper: no agent, no x
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import math
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,7 @@ from sentinel.balancers.weighted import WeightedRandom
 
 from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.integrations import grpc as sentinel_grpc
-from sentinel.integrations.grpc import SentinelChannel
+from sentinel.integrations.grpc import AsyncSentinelChannel, SentinelChannel
 from sentinel.registry.layout import instance_path
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.grpcserver import WHO, WHO_CHAT, WHO_COUNT, WHO_STREAM, LoopbackGRPCServer
@@ -80,6 +82,10 @@ def test_each_kind_of_call_is_routed_and_the_shard_key_is_not_forwarded(make_cli
         assert any(m.get("x-other") == "1" for m in seen)
         assert not any("x-sentinel-key" in m for m in seen)
         assert channel.open_channels == 2  # one per endpoint, reused by every call
+        # A multicallable made per call (a stub per request) reuses the grpcio one.
+        for _ in range(50):
+            channel.unary_unary(WHO)(b"")
+        assert all(len(s.callables) <= 4 for s in channel._pool.values())  # 4 methods used
         # Every call's outcome was reported: both instances have a measured latency.
         assert all(client.feedback.latency(e) is not None for e in client.cached_instances("api"))
 
@@ -101,21 +107,24 @@ def test_calls_are_spread_as_the_weights_say(make_client, servers):
 
 
 def test_a_drained_instance_gets_no_call_and_a_new_one_gets_calls_within_a_second(
-    make_client, servers
+    make_client, servers, cli_in_process
 ):
+    """``sentinel drain``: within 1 s the caller's cache has b draining, and from then on b
+    gets none of 50 calls; a new instance answers a call within 1 s of its registration;
+    ``sentinel undrain`` brings b back on the channel kept for it."""
     publisher, client = make_client("publisher"), make_client("reader")
-    registrations = register(publisher, "api", [servers["a"], servers["b"]])
+    register(publisher, "api", [servers["a"], servers["b"]])
     b = servers["b"]
     with SentinelChannel(client, "api") as channel:
         assert who(channel, 2) == {"a": 1, "b": 1}
-        publisher.update_registration(registrations["b"], status="draining")  # sentinel drain
+        assert cli_in_process("drain", "api", "p1:b").returncode == 0
         assert wait_until(lambda: endpoint_of(client, "api", "b").status == "draining", 1.0)
         before = b.calls
         assert who(channel, 50) == {"a": 50}
         assert b.calls == before
         register(publisher, "api", [servers["c"]])
         assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"c", 1.0) is not None
-        publisher.update_registration(registrations["b"], status="up")  # sentinel undrain
+        assert cli_in_process("undrain", "api", "p1:b").returncode == 0
         assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"b", 1.0) is not None
         assert channel.open_channels == 3  # b's channel was kept while it was drained
 
@@ -265,6 +274,46 @@ def test_channels_of_departed_instances_are_closed_and_the_pool_is_bounded(
         assert wait_until(lambda: all(_closed(c) for c in opened), 10.0)
 
 
+def test_a_call_in_flight_ends_normally_when_its_instance_leaves(make_client, servers):
+    """The channel of an instance that left is closed only once its calls ended: a slow call
+    started before the deregistration is answered, then the channel is closed."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    registrations = register(publisher, "api", [servers["a"]])
+    servers["a"].delay = 1.0
+    with SentinelChannel(client, "api") as channel:
+        calls_before = servers["a"].calls
+        pending = channel.unary_unary(WHO).future(b"", timeout=30)
+        assert wait_until(lambda: servers["a"].calls > calls_before, 10.0)  # it reached a
+        publisher.deregister(registrations["a"])
+        assert wait_until(lambda: channel.open_channels == 0, 5.0)  # retired at once
+        assert pending.result() == b"a"  # not CANCELLED by the departure
+        assert pending.code() is grpc.StatusCode.OK
+
+
+def test_closing_a_channel_never_holds_the_caches_thread(make_client, servers, monkeypatch):
+    """Closing is handed to the channel's own thread: with that close stuck, the cache still
+    delivers the next change (the close stuck on the cache's thread would stop it)."""
+    stuck = threading.Event()
+    real_close = sentinel_grpc._close
+
+    def stuck_close(service, subchannel):
+        stuck.wait(30)
+        real_close(service, subchannel)
+
+    monkeypatch.setattr(sentinel_grpc, "_close", stuck_close)
+    publisher, client = make_client("publisher"), make_client("reader")
+    registrations = register(publisher, "api", [servers["a"], servers["b"]])
+    try:
+        with SentinelChannel(client, "api") as channel:
+            assert who(channel, 2) == {"a": 1, "b": 1}
+            publisher.deregister(registrations["a"])  # a's channel: closing, stuck
+            register(publisher, "api", [servers["c"]])
+            assert wait_until(lambda: channel.unary_unary(WHO)(b"") == b"c", 5.0) is not None
+            stuck.set()
+    finally:
+        stuck.set()
+
+
 def _closed(channel: grpc.Channel) -> bool:
     try:
         channel.unary_unary(WHO)(b"", timeout=0.001)
@@ -322,12 +371,72 @@ def test_subscribe_reports_the_channel_as_a_whole(make_client, servers):
         assert len(states) == count  # no callback once unsubscribed
 
 
-def test_the_documented_example_runs_and_prints_what_it_says():
+@pytest.mark.parametrize(
+    ("index", "printed"),
+    [(0, ["a b a", "a a a a a a", "down:True", "globex->p2"]), (1, ["a b"])],
+)
+def test_the_documented_examples_run_and_print_what_they_say(index, printed):
     section = DOC.read_text().split("## Without the agent: sentinel.integrations.grpc")[1]
     blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ")[0], re.S)
-    assert len(blocks) == 1, "docs/grpc.md: one python example in the integration's section"
+    assert len(blocks) == 2, "docs/grpc.md: two python examples in the integration's section"
     result = subprocess.run(
-        [sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", blocks[index]], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["a b a", "a a a a a a", "down:True", "globex->p2"]
+    assert result.stdout.splitlines() == printed
+
+
+def test_the_asyncio_channel_routes_reports_and_follows_the_cache(make_client, servers):
+    """AsyncSentinelChannel: every kind of call routed (round robin, the tenant key to its
+    partition), UNAVAILABLE answers eject the instance, channel_ready connects, a departed
+    instance's channel is closed on the loop; made off a loop, or with retries, it refuses."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
+    publisher.shard_maps.assign_many("tenants", {"acme": "p1", "globex": "p2"})
+    publisher.ensure_service("orders", shard_policy="tenants")
+    registrations = register(publisher, "orders", [servers[n] for n in "abc"], partition="p1")
+    register(publisher, "orders", [servers["x"]], partition="p2")
+    client.prefetch("orders")
+
+    async def main():
+        async with AsyncSentinelChannel(client, "orders", key="acme") as channel:
+            who = channel.unary_unary(WHO)
+            assert sorted([(await who(b"")).decode() for _ in range(3)]) == ["a", "b", "c"]
+            globex = [("x-sentinel-key", "globex")]
+            assert await who(b"", metadata=globex) == b"x"
+            assert [r async for r in channel.unary_stream(WHO_STREAM)(b"2", metadata=globex)] == [
+                b"x",
+                b"x",
+            ]
+            assert (await channel.stream_unary(WHO_COUNT)(iter([b"", b""]))).endswith(b":2")
+            assert len([r async for r in channel.stream_stream(WHO_CHAT)(iter([b""]))]) == 1
+            await channel.channel_ready()
+            assert channel.get_state() is grpc.ChannelConnectivity.READY
+            servers["b"].fail_with = grpc.StatusCode.UNAVAILABLE
+            codes = collections.Counter()
+            for _ in range(12):
+                try:
+                    await who(b"")
+                except grpc.aio.AioRpcError as exc:
+                    codes[exc.code()] += 1
+            assert codes == {grpc.StatusCode.UNAVAILABLE: 3}  # then b was ejected
+            opened = channel.open_channels
+            c_uri = endpoint_of(client, "orders", "c").uri
+            c_channel = channel._pool[c_uri].channel
+            publisher.deregister(registrations["c"])
+            shutdown = grpc.ChannelConnectivity.SHUTDOWN
+            while c_uri in channel._pool or c_channel.get_state() is not shutdown:
+                await asyncio.sleep(0.01)  # bounded by the wait_for below
+        return opened
+
+    opened = asyncio.run(asyncio.wait_for(main(), 30))
+    assert opened == 4  # a, b, c and x
+    assert client.feedback.is_down(endpoint_of(client, "orders", "b"))
+    with pytest.raises(ValidationError):
+        AsyncSentinelChannel(client, "orders")  # no running loop
+
+    async def with_retries():
+        AsyncSentinelChannel(client, "orders", retries=1)
+
+    with pytest.raises(ValidationError):
+        asyncio.run(with_retries())
