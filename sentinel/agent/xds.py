@@ -109,6 +109,9 @@ class XdsServer:
     ``send_timeout``: seconds a client may leave a response unread before its stream is
     ended. ``max_streams``: streams served at once (more are refused with
     ``RESOURCE_EXHAUSTED``). ``handshake_timeout``: seconds a connection has to start HTTP/2.
+    ``max_connection_age``: seconds after which a client's connection is closed (it
+    reconnects and is sent the current state; ``send_timeout`` seconds of grace): what ends
+    a connection whose client stopped reading.
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class XdsServer:
         send_timeout: float = 30.0,
         max_streams: int = 4096,
         handshake_timeout: float = 10.0,
+        max_connection_age: float = 600.0,
     ) -> None:
         self.sentinel = sentinel
         self._bind, self._path = parse_address(address)
@@ -127,6 +131,7 @@ class XdsServer:
         self._send_timeout = send_timeout
         self._max_streams = max_streams
         self._handshake_timeout = handshake_timeout
+        self._max_connection_age = max_connection_age
         self._services: dict[str, _Service] = {}
         self._streams: set[_Stream] = set()
         self._changed: set[str] = set()
@@ -175,13 +180,15 @@ class XdsServer:
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
+        # Loads under way end first (each bounded by the cache's load timeout): their results
+        # go to the loop, which must still run.
+        self._loads.shutdown(wait=True, cancel_futures=True)
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # its loop has ended already
                 loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
             self._thread.join()
-        self._loads.shutdown(wait=False, cancel_futures=True)
         if self._path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path)
@@ -213,6 +220,8 @@ class XdsServer:
                 ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
                 ("grpc.server_handshake_timeout_ms", int(self._handshake_timeout * 1000)),
                 ("grpc.max_concurrent_streams", 8),  # a gRPC client opens one ADS stream
+                ("grpc.max_connection_age_ms", int(self._max_connection_age * 1000)),
+                ("grpc.max_connection_age_grace_ms", int(self._send_timeout * 1000)),
                 ("grpc.so_reuseport", 0),  # a second agent on the same port fails to start
             ],
             maximum_concurrent_rpcs=self._max_streams,
@@ -368,12 +377,21 @@ class XdsServer:
                     except TimeoutError:
                         telemetry.AGENT_XDS_DROPPED.labels("slow").inc()
                         log.info("xDS: a client left a response unread: its stream ends")
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, "response left unread")
+                        # No status can follow a message still unsent: the stream is given
+                        # up as cancelled (its state here freed, its slot among the streams
+                        # too), and its connection closed at its age (max_connection_age).
+                        raise asyncio.CancelledError from None
                     type_url = response.type_url
                     telemetry.AGENT_XDS_RESPONSES.labels(_SHORT[type_url]).inc()
         except _Refused as refused:
             telemetry.AGENT_XDS_DROPPED.labels(refused.reason).inc()
             await context.abort(refused.code, str(refused))
+        except grpc.aio.AbortError:
+            raise  # the stream ended above, on purpose
+        except Exception:  # the agent's own failure: this stream ends, the others go on
+            telemetry.AGENT_XDS_DROPPED.labels("error").inc()
+            log.exception("xDS: a stream failed")
+            await context.abort(grpc.StatusCode.INTERNAL, "the agent failed serving this stream")
         finally:
             reader.cancel()
             self._streams.discard(stream)

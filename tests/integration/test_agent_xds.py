@@ -342,7 +342,9 @@ def test_a_stream_asking_for_more_names_than_it_may_follow_is_ended_and_others_s
 
 def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(host):
     """5,000 connections that say nothing and a few that send garbage: a new client is served
-    within a second meanwhile, and the agent's threads stay a fixed few."""
+    meanwhile (within 2 s: 96 to 641 ms measured here, against 35 to 41 ms with no other
+    connection, on the shared 2-core machine; once over 1 s at a load average above 20), and
+    the agent's threads stay a fixed few."""
     count = 5000
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2 * count + 512:
@@ -355,6 +357,13 @@ def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(ho
     path = host.xds.address.removeprefix("unix:")
     threads = len(os.listdir("/proc/self/task"))
     idle: list[socket.socket] = []
+    started = time.monotonic()
+    probe = Probe(host.xds.address, ENDPOINTS, [service])
+    try:
+        assert wait_until(lambda: probe.responses, 10)
+        alone = time.monotonic() - started
+    finally:
+        probe.close()
     try:
         for _ in range(count):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -369,8 +378,11 @@ def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(ho
             served = time.monotonic() - started
         finally:
             probe.close()
-        print(f"a client served in {served * 1000:.0f} ms beside {count} idle connections")
-        assert served < 1.0
+        print(
+            f"a client served in {served * 1000:.0f} ms beside {count} idle connections "
+            f"({alone * 1000:.0f} ms alone)"
+        )
+        assert served < 2.0
         assert len(os.listdir("/proc/self/task")) <= threads + 8
     finally:
         for sock in idle:
@@ -519,6 +531,9 @@ class StalledClient:
         self._reader = threading.Thread(target=self._acknowledge, daemon=True)
         self._reader.start()
 
+    def closed_by_agent(self) -> bool:
+        return not self._reader.is_alive()
+
     def _acknowledge(self) -> None:
         buffer = b""
         with contextlib.suppress(OSError):
@@ -538,19 +553,26 @@ class StalledClient:
 
 
 def test_a_client_that_stops_reading_is_ended_at_the_send_timeout_and_others_served(host):
-    """The agent's write to it waits on HTTP/2 flow control; at the send timeout (2 s here)
-    its stream ends, counted as slow, while another client is served meanwhile."""
+    """The agent's write to it waits on HTTP/2 flow control; at the send timeout its stream
+    is given up, counted as slow, while another client is served meanwhile; its connection
+    is closed at its age (here 3 s, plus the send timeout as grace)."""
     service = host.service()
     host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
     slow = AGENT_XDS_DROPPED.labels("slow")._value.get()
-    stalled = StalledClient(host.xds.address.removeprefix("unix:"), [service])
-    try:
-        assert wait_until(lambda: host.xds.streams >= 1)
-        fine = Probe(host.xds.address, ENDPOINTS, [service])
+    directory = tempfile.mkdtemp(prefix="xds-slow-")
+    path = f"{directory}/xds.sock"
+    with XdsServer(host.agent, path, send_timeout=1.0, max_connection_age=3.0) as server:
+        stalled = StalledClient(path, [service])
         try:
-            assert wait_until(lambda: fine.responses, 1.5)  # served before the timeout
+            assert wait_until(lambda: server.streams == 1)
+            fine = Probe(server.address, ENDPOINTS, [service])
+            try:
+                assert wait_until(lambda: fine.responses, 0.9)  # served before the timeout
+            finally:
+                fine.close()
+            assert wait_until(lambda: AGENT_XDS_DROPPED.labels("slow")._value.get() > slow, 10)
+            assert wait_until(lambda: server.streams == 0)
+            assert wait_until(stalled.closed_by_agent, 15)
         finally:
-            fine.close()
-        assert wait_until(lambda: AGENT_XDS_DROPPED.labels("slow")._value.get() == slow + 1, 10)
-    finally:
-        stalled.close()
+            stalled.close()
+    os.rmdir(directory)
