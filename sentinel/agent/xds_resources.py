@@ -120,7 +120,9 @@ def service_of(name: str) -> str | None:
 def build(service: str, snapshot: ServiceSnapshot) -> Resources:
     """Every resource of ``service`` from its snapshot (see the module's documentation)."""
     sharded = snapshot.spec.shard_policy is not None
-    partitions = sorted(p for p in snapshot.partitions if p is not None) if sharded else [None]
+    partitions: list[str | None] = [None]
+    if sharded:
+        partitions = sorted((p for p in snapshot.partitions if p is not None), key=str)
     names = [cluster_name(service, p) for p in partitions]
     listener = _pack(_listener(service, sharded, partitions, names), MAX_LISTENER_BYTES, service)
     clusters = {name: _pack(_cluster(name)) for name in names}
@@ -134,7 +136,7 @@ def build(service: str, snapshot: ServiceSnapshot) -> Resources:
             oversized.add(name)
         else:
             assignments[name] = packed
-    return Resources(listener, clusters, assignments, frozenset(oversized))  # type: ignore[arg-type]
+    return Resources(listener, clusters, assignments, frozenset(oversized))
 
 
 def _listener(
@@ -249,7 +251,7 @@ def _address(host: str) -> str | None:
 
 def _pack(message: object, bound: int | None = None, name: str = "") -> any_pb2.Any | None:
     packed = any_pb2.Any()
-    packed.Pack(message)  # type: ignore[arg-type]
+    packed.Pack(message)
     if bound is not None and packed.ByteSize() > bound:
         log.warning(
             "xDS: %s skipped: %d bytes, over the bound of %d", name, packed.ByteSize(), bound
