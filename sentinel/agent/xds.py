@@ -144,6 +144,7 @@ class XdsServer:
         self._failure: BaseException | None = None
         self._remove_listener: Any = None
         self._loads = ThreadPoolExecutor(_LOAD_WORKERS, "sentinel-xds-load")
+        self._closing = False
 
     @property
     def address(self) -> str:
@@ -177,6 +178,7 @@ class XdsServer:
     def stop(self) -> None:
         """End every stream (gRPC clients keep their last resources and reconnect) and stop
         listening."""
+        self._closing = True  # no load starts from here
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
@@ -274,7 +276,9 @@ class XdsServer:
         state = self._services.setdefault(service, _Service())
         state.loading = False
         state.absent = snapshot is None
-        if snapshot is not None:
+        if snapshot is None:
+            state.resources = None  # never served again, even while it is looked for anew
+        else:
             try:
                 state.resources = resources.build(service, snapshot)
             except Exception:  # the agent's own bug: the clients keep what they were sent
@@ -296,7 +300,9 @@ class XdsServer:
             self._load(service, state)
 
     def _load(self, service: str, state: _Service) -> None:
-        if state.loading or sum(s.loading for s in self._services.values()) >= MAX_LOADING:
+        if self._closing or state.loading:
+            return
+        if sum(s.loading for s in self._services.values()) >= MAX_LOADING:
             return
         state.loading = True
         loop = asyncio.get_running_loop()
