@@ -36,6 +36,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
+from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
 from sentinel.agent.xds_resources import ENDPOINTS, LISTENER, PARTITION_HEADER
@@ -383,6 +384,14 @@ def test_thousands_of_connections_and_garbage_leave_the_agent_serving_at_once(ho
             f"({alone * 1000:.0f} ms alone)"
         )
         assert served < 2.0
+        # The agent's own socket, on the same session, serves a process meanwhile.
+        agent_socket = f"{tempfile.mkdtemp(prefix='xds-agent-')}/agent.sock"
+        with (
+            AgentServer(host.agent, agent_socket),
+            Sentinel(host.zk, "app", host.namespace, agent=agent_socket) as app,
+        ):
+            assert app.get_service(service).port == 9
+        os.rmdir(os.path.dirname(agent_socket))
         assert len(os.listdir("/proc/self/task")) <= threads + 8
     finally:
         for sock in idle:
