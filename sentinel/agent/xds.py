@@ -506,3 +506,9 @@ class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
     ) -> None:
         """One client's stream (:meth:`XdsServer.serve_stream`)."""
         await self._server.serve_stream(request_iterator, context)
+
+    async def DeltaAggregatedResources(  # the protocol's name
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> None:
+        """Not served: refused at once (gRPC's base class would log an error per call)."""
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the agent serves State of the World")

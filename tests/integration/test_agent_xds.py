@@ -584,3 +584,15 @@ def test_a_client_that_stops_reading_is_ended_at_the_send_timeout_and_others_ser
         finally:
             stalled.close()
     os.rmdir(directory)
+
+
+def test_delta_xds_is_refused_as_unimplemented(host):
+    with grpc.insecure_channel(host.xds.address) as channel:
+        stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            list(
+                stub.DeltaAggregatedResources(
+                    iter([discovery_pb2.DeltaDiscoveryRequest()]), timeout=5
+                )
+            )
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
