@@ -18,14 +18,20 @@ ZooKeeper. Two measures, each written to ``benchmarks/results/grpc_<via>.json``:
   is deregistered, and the next trial waits until no call reaches it.
 
 ``--via`` names how the routed channel resolves: ``integration`` is
-:class:`sentinel.integrations.grpc.SentinelChannel` in this process. Another way (the agent's
-xDS) is one more entry in :data:`VIAS`: a function that opens the routed channel, given the
-reading client and the service.
+:class:`sentinel.integrations.grpc.SentinelChannel` in this process; ``xds`` is a plain
+``grpcio`` channel to ``xds:///bench``, resolved by gRPC's own xDS client from the agent's
+xDS server (:class:`sentinel.agent.xds.XdsServer`, serving the reading client's cache as the
+host agent serves its own, on a Unix socket in this process: the reader's cache is the
+agent's). Another way is one more entry in :data:`VIAS`: a function that opens the routed
+channel, given the reading client and the service.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -57,9 +63,26 @@ def via_integration(reader: Sentinel, service: str) -> Iterator[grpc.Channel]:
         yield channel
 
 
+@contextmanager
+def via_xds(reader: Sentinel, service: str) -> Iterator[grpc.Channel]:
+    """The routed channel of ``--via xds``: ``xds:///service`` through an xDS server on
+    ``reader``'s cache (the agent's), the bootstrap in ``GRPC_XDS_BOOTSTRAP_CONFIG``."""
+    from sentinel.agent.xds import XdsServer
+    from sentinel.agent.xds_bootstrap import bootstrap_json
+
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-xds-") as directory,
+        XdsServer(reader, f"unix:{directory}/xds.sock") as server,
+    ):
+        os.environ["GRPC_XDS_BOOTSTRAP_CONFIG"] = bootstrap_json(server.address, "bench")
+        with grpc.insecure_channel(f"xds:///{service}") as channel:
+            yield channel
+
+
 #: How the routed channel resolves, by ``--via`` name.
 VIAS: dict[str, Callable[[Sentinel, str], AbstractContextManager[grpc.Channel]]] = {
     "integration": via_integration,
+    "xds": via_xds,
 }
 
 
@@ -114,11 +137,15 @@ def registration_to_first_call(
     answer, calls made back to back meanwhile, and to the moment ``reader``'s cache told its
     listeners (the part of it that is propagation); each trial ends with its deregistration."""
     seen: dict[str, float] = {}
+    heard = threading.Condition()
 
     def note(event: object) -> None:
         if isinstance(event, InstancesChanged):
-            for endpoint in event.added:
-                seen.setdefault(endpoint.label, time.perf_counter())
+            now = time.perf_counter()
+            with heard:
+                for endpoint in event.added:
+                    seen.setdefault(endpoint.label, now)
+                heard.notify_all()
 
     unlisten = reader.listen(SERVICE, note)
     answered, propagated = [], []
@@ -131,6 +158,12 @@ def registration_to_first_call(
                 if time.perf_counter() - start > limit:
                     raise TimeoutError(f"trial {trial}: no call reached the new instance")
             answered.append(time.perf_counter() - start)
+            # The cache's listeners run one after another on its worker: the agent's xDS
+            # server's (--via xds) may have sent the change, and the call reached the new
+            # instance, before this one ran.
+            with heard:
+                if not heard.wait_for(lambda: label in seen, limit):  # noqa: B023
+                    raise TimeoutError(f"trial {trial}: the reader's cache never told of it")
             propagated.append(seen[label] - start)
             publisher.deregister(registration)
             settled = time.perf_counter()

@@ -206,6 +206,37 @@ AGENT_ERRORS = Counter(
     ["where"],
     registry=None,
 )
+AGENT_XDS_STREAMS = Gauge(
+    "sentinel_agent_xds_streams",
+    "xDS streams (gRPC clients) this host agent serves now.",
+    registry=None,
+)
+AGENT_XDS_RESPONSES = Counter(
+    "sentinel_agent_xds_responses_total",
+    "xDS responses this host agent sent, by resource type (listener, cluster, endpoints).",
+    ["type"],
+    registry=None,
+)
+AGENT_XDS_DROPPED = Counter(
+    "sentinel_agent_xds_dropped_streams_total",
+    "xDS streams this host agent ended, by reason (slow: a client that left a response "
+    "unread for the send timeout; names: a request naming more resources than a stream may "
+    "follow; error: the agent's own failure, logged).",
+    ["reason"],
+    registry=None,
+)
+AGENT_XDS_NACKS = Counter(
+    "sentinel_agent_xds_nacks_total",
+    "xDS responses a gRPC client refused (each logged with the client's reason).",
+    registry=None,
+)
+AGENT_XDS_SKIPPED = Counter(
+    "sentinel_agent_xds_skipped_total",
+    "What this host agent's xDS server left out of a resource, by reason (address: an "
+    "instance whose host is not an IP address; size: a resource over its bound), each logged.",
+    ["reason"],
+    registry=None,
+)
 HEALTH_CHANGES = Counter(
     "sentinel_health_status_changes_total",
     "Changes of an instance's status made by its readiness check in this process, by service, "
@@ -240,6 +271,11 @@ EVENT_METRICS = (
     AGENT_IDENTITIES_REFUSED,
     AGENT_UNSENT,
     AGENT_ERRORS,
+    AGENT_XDS_STREAMS,
+    AGENT_XDS_RESPONSES,
+    AGENT_XDS_DROPPED,
+    AGENT_XDS_NACKS,
+    AGENT_XDS_SKIPPED,
     HEALTH_CHANGES,
     HEALTH_DOWN,
 )

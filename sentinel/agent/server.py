@@ -349,10 +349,7 @@ class AgentServer:
     def start(self) -> AgentServer:
         """Listen on the socket (a stale one left by a dead agent is replaced) and follow the
         session's changes."""
-        directory = os.path.dirname(self.path) or "."
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        _check_directory(directory)
-        self._replace_stale_socket()
+        prepare_socket_path(self.path)
         _raise_descriptor_limit(self._max_connections)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # Bound 0600; opened to everyone only when other users are allowed: the kernel then
@@ -429,23 +426,6 @@ class AgentServer:
     def processes(self) -> int:
         """The processes connected now."""
         return len(self._connections)
-
-    def _replace_stale_socket(self) -> None:
-        try:
-            mode = os.lstat(self.path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(mode):
-            raise SentinelError(f"{self.path} exists and is not a socket: not replacing it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(self.path)
-        except OSError:
-            os.unlink(self.path)  # nobody listens: a dead agent's
-            return
-        finally:
-            probe.close()
-        raise SentinelError(f"an agent already serves {self.path}")
 
     # --- the loop: every socket's accepting, reading and writing ------------------------------
 
@@ -1473,6 +1453,31 @@ class AgentServer:
         return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
 
 
+def prepare_socket_path(path: str) -> None:
+    """Make ready to listen on the Unix socket ``path``: its directory made (0755) when
+    missing and checked (:func:`_check_directory`), and a socket left there by a dead agent
+    removed. SentinelError when ``path`` is not a socket, or a live agent listens on it: never
+    replaced. The agent's socket and its xDS socket (:mod:`sentinel.agent.xds`) both."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    _check_directory(directory)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise SentinelError(f"{path} exists and is not a socket: not replacing it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except OSError:
+        os.unlink(path)  # nobody listens: a dead agent's
+        return
+    finally:
+        probe.close()
+    raise SentinelError(f"an agent already serves {path}")
+
+
 def _check_directory(directory: str) -> None:
     """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
     user that nobody else may write: whoever may write it could replace the socket with one
@@ -1484,8 +1489,8 @@ def _check_directory(directory: str) -> None:
         raise SentinelError(
             f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
             f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
-            f"{os.geteuid()}) may replace the socket: give --socket a path in a directory "
-            "only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
+            f"{os.geteuid()}) may replace the socket: give --socket (or --xds) a path in a "
+            "directory only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
         )
 
 

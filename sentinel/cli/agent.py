@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -14,17 +15,20 @@ from sentinel.agent.protocol import field, socket_path
 from sentinel.auth.acl import IDENTITY_ENV
 from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
 from sentinel.cli.options import EXIT_OK
-from sentinel.errors import AgentProtocolError
+from sentinel.errors import AgentProtocolError, ValidationError
 from sentinel.registry.layout import validate_namespace
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.print_xds_bootstrap:
+        return _print_xds_bootstrap(args)
     # The daemon's own modules: `sentinel agent status` needs none of them.
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
     from sentinel.registry.layout import sanitize_name
 
+    xds_server = _xds_server_class(args.xds) if args.xds else None
     serve_metrics(args)
     with Sentinel(
         args.zk,
@@ -49,12 +53,56 @@ def _run(args: argparse.Namespace) -> int:
             heartbeat=args.heartbeat,
             deltas=not args.whole_state_frames,
         )
-        report = event_printer(args, {"serving": lambda details: f"serving {details['socket']}"})
-        with server:
+        report = event_printer(
+            args,
+            {
+                "serving": lambda details: f"serving {details['socket']}",
+                "serving_xds": lambda details: f"serving xDS on {details['address']}",
+            },
+        )
+        with contextlib.ExitStack() as running:
+            running.enter_context(server)
             report("serving", {"socket": server.path})
+            if xds_server is not None:
+                xds = xds_server(
+                    sentinel,
+                    args.xds,
+                    shared=bool(args.allow_uid or args.allow_gid),
+                    send_timeout=args.send_timeout,
+                    max_streams=args.max_connections,
+                    handshake_timeout=args.hello_timeout,
+                )
+                running.enter_context(xds)
+                report("serving_xds", {"address": xds.address})
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: server.stop())
             server.run()
+    return EXIT_OK
+
+
+def _xds_server_class(address: str) -> Any:
+    """:class:`~sentinel.agent.xds.XdsServer`, or a usage error naming the extra it needs or
+    what is wrong with ``address``: before anything connects."""
+    from sentinel.agent.xds_bootstrap import parse_address
+
+    parse_address(address)
+    try:
+        from sentinel.agent.xds import XdsServer
+    except ImportError as exc:
+        raise ValidationError(
+            f"--xds needs the xds extra ({exc.name} is missing): "
+            "pip install 'sentinel-discovery[xds]'"
+        ) from None
+    return XdsServer
+
+
+def _print_xds_bootstrap(args: argparse.Namespace) -> int:
+    """The bootstrap a process copies; connects to nothing, needs no gRPC."""
+    from sentinel.agent.xds_bootstrap import bootstrap_json
+
+    if not args.xds:
+        raise ValidationError("--print-xds-bootstrap prints the bootstrap for --xds ADDRESS")
+    print(bootstrap_json(args.xds, socket.gethostname()))
     return EXIT_OK
 
 

@@ -36,6 +36,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         (
             "sentinel agent",
             "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",
+            "sentinel agent --xds unix:/run/sentinel/xds.sock   # gRPC clients too",
+            "sentinel agent --xds unix:/run/sentinel/xds.sock --print-xds-bootstrap",
             "sentinel agent status          # what a running agent serves, and to whom",
         ),
     )
@@ -111,6 +113,20 @@ def register(commands: argparse._SubParsersAction) -> None:
         default=5.0,
         help="seconds of silence after which the agent and its processes send a heartbeat; "
         "either end silent for three is dropped, and the process is stale (default 5)",
+    )
+    agent.add_argument(
+        "--xds",
+        metavar="ADDRESS",
+        help="also serve the cache as xDS (the Aggregated Discovery Service) to gRPC clients "
+        "resolving xds:///SERVICE, on unix:PATH (or an absolute PATH) or on loopback "
+        "(127.0.0.1:PORT); needs the xds extra (docs/grpc.md)",
+    )
+    agent.add_argument(
+        "--print-xds-bootstrap",
+        action="store_true",
+        help="print the gRPC xDS bootstrap (JSON) of a process on this host for the agent at "
+        "--xds, and exit without connecting: write it to the file $GRPC_XDS_BOOTSTRAP names, "
+        "or put it in $GRPC_XDS_BOOTSTRAP_CONFIG",
     )
     agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
     agent.add_argument(  # the frames before deltas, for benchmarks.agent to compare
