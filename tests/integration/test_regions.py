@@ -19,6 +19,8 @@ tests that break a region put it back before they end. Bounds are stated beside 
 
 from __future__ import annotations
 
+import json
+import pickle
 import re
 import time
 from collections.abc import Iterator
@@ -27,9 +29,12 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from sentinel import Sentinel
+from sentinel import AuthConfig, Sentinel
+from sentinel.auth.keys import ClientKeyring
+from sentinel.cli import main as cli_main
 from sentinel.errors import NoInstanceAvailable
 from sentinel.integrations.httpx import SentinelTransport
+from sentinel.integrations.spark import ClientConfig, get_client
 from sentinel.regions import LOCAL_ONLY, Failover, Region, Regions
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
@@ -196,6 +201,40 @@ def test_a_call_overrides_the_services_rule(world):
             world.publishers["east"].register("billing", "b", HOSTS["east"], 9000)
 
 
+def test_credentials_are_per_region_and_sentinel_resolve_says_which_region_answered(world, capsys):
+    """The failed-over endpoint carries the credential the other region's manager published
+    for this client (its session there published the client's public key); the CLI names the
+    region and the rule."""
+    with world.client(client_id="keyed-app", auth=AuthConfig(keys=ClientKeyring.generate())) as c:
+        assert region_of(c.get_service("orders", "k2")) == "west"
+        world.publishers["west"].credentials.publish(
+            "orders", "keyed-app", {"user": "west-user", "password": "not-secret"}
+        )
+        assert wait_until(lambda: c.get_service("orders", "k2").auth is not None, timeout=15)
+        assert c.get_service("orders", "k2").auth["user"] == "west-user"
+        assert c.get_service("orders", "k1").auth is None  # east published nothing
+    document = json.dumps(
+        {
+            "local": "east",
+            "regions": {
+                n: {"hosts": r.hosts, "namespace": NAMESPACE}
+                for n, r in world.regions.regions.items()
+            },
+        }
+    )
+    base = ["resolve", "orders", "k2", "--regions", document, "--region", "east"]
+    assert cli_main(base) == 0
+    out = capsys.readouterr().out
+    assert (
+        "region west: failover rule nearest 1 by round-trip time then north: west is nearest" in out
+    )
+    assert cli_main([*base, "--failover", "north", "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["region"] == "north" and answer["picks"][0]["host"] == HOSTS["north"]
+    assert cli_main([*base, "--failover", "local"]) == 1
+    assert "region east: nothing eligible locally; failover: local only" in capsys.readouterr().out
+
+
 def test_the_httpx_transport_follows_a_failover_like_any_change(world):
     sent: list[str] = []
 
@@ -209,6 +248,25 @@ def test_the_httpx_transport_follows_a_failover_like_any_change(world):
             for key in ("k1", "k2", "k3"):
                 http.get("http://orders.sentinel/x", extensions={"sentinel_key": key})
     assert sent == [HOSTS["east"], HOSTS["west"], HOSTS["north"]]
+
+
+def test_a_spark_executors_client_resolves_local_first_and_fails_over_with_the_same_rules(world):
+    """What runs in a PySpark worker (``get_client``, the process's client built from the
+    plain values of a ``ClientConfig``): local first, then the service's rule."""
+    config = ClientConfig(
+        hosts=world.east.connect_string, namespace=NAMESPACE, client_id="etl", regions=world.regions
+    )
+    config = pickle.loads(pickle.dumps(config))  # as it travels in a closure
+    client = get_client(config)
+    try:
+        assert get_client(config) is client
+        assert [region_of(client.get_service("orders", k)) for k in ("k1", "k2", "k3")] == [
+            "east",
+            "west",
+            "north",
+        ]
+    finally:
+        client.close()
 
 
 def test_clients_return_home_after_the_hold_down_and_never_flap(world):
