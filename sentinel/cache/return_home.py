@@ -56,7 +56,8 @@ class ReturnHome:
 
     def is_away(self, service: str, partition: str | None) -> bool:
         """Whether lookups of ``partition`` go to another region now."""
-        return partition in self._away.get(service, {})
+        partitions = self._away.get(service)
+        return partitions is not None and partition in partitions
 
     def holding(self, service: str, partition: str | None) -> float | None:
         """Seconds left before lookups of a held partition return home (None: not held)."""

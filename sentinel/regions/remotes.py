@@ -16,9 +16,10 @@ start-up costs one wait, not one per lookup.
 Round-trip time (docs/decisions/nearest-region-by-measured-round-trip.md): the time of one
 ZooKeeper request (``exists`` of the namespace root) on the region's own session, so it is
 what a lookup there would pay, through whatever the path is (a relay, TLS); the median of the
-last :data:`SAMPLES`, measured when the session opens and every :data:`RTT_INTERVAL` seconds
-after, on one thread per client. A region that does not answer within
-:data:`RTT_TIMEOUT`, or whose session is not connected, measures infinite.
+last :data:`SAMPLES`: :data:`OPENING_SAMPLES` of them when the session opens (one sample on a
+busy host can misrank), then one every :data:`RTT_INTERVAL` seconds, on one thread per
+client. A region that does not answer within :data:`RTT_TIMEOUT`, or whose session is not
+connected, measures infinite.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ RTT_INTERVAL = 5.0
 RTT_TIMEOUT = 2.0
 #: Measurements kept per region; the round-trip time is their median.
 SAMPLES = 5
+#: Measurements taken when a region's session opens, before it is ranked.
+OPENING_SAMPLES = 3
 
 
 class RemoteClient(Protocol):
@@ -127,22 +130,31 @@ class Remotes:
         remote = self.by_name.get(name)
         if remote is None or self._closed.is_set():
             return None
-        if remote.ready.is_set():
+        if remote.ready.is_set():  # no lock on a lookup's way, opened or not
             return remote.client
-        with self._lock:
-            if remote.deadline is None:
-                remote.deadline = time.monotonic() + self._connect_timeout
-                threading.Thread(
-                    target=self._open, args=(remote,), name=f"sentinel-region-{name}", daemon=True
-                ).start()
-                if self._prober is None:
-                    self._prober = threading.Thread(
-                        target=self._probe, name="sentinel-region-rtt", daemon=True
-                    )
-                    self._prober.start()
-        if wait:
-            remote.ready.wait(max(remote.deadline - time.monotonic(), 0.0))
+        if remote.deadline is None:
+            with self._lock:
+                if remote.deadline is None:
+                    self._start_opening(remote)
+        left = remote.deadline - time.monotonic()  # type: ignore[operator]  # set above
+        if wait and left > 0:  # only until the first deadline: then skipped at once
+            remote.ready.wait(left)
         return remote.client if remote.ready.is_set() else None
+
+    def _start_opening(self, remote: Remote) -> None:
+        """Begin opening ``remote``'s session in the background (holding the lock)."""
+        remote.deadline = time.monotonic() + self._connect_timeout
+        threading.Thread(
+            target=self._open,
+            args=(remote,),
+            name=f"sentinel-region-{remote.region.name}",
+            daemon=True,
+        ).start()
+        if self._prober is None:
+            self._prober = threading.Thread(
+                target=self._probe, name="sentinel-region-rtt", daemon=True
+            )
+            self._prober.start()
 
     def open_all(self, names: Iterable[str]) -> None:
         """Open every region of ``names`` at once and wait for them (each within its first
@@ -179,7 +191,8 @@ class Remotes:
                     client.close()
                     return
                 remote.client = client
-            remote.record(self._measure(client))
+            for _ in range(OPENING_SAMPLES):  # one sample on a busy host can mislead a rank
+                remote.record(self._measure(client))
             remote.ready.set()
             log.info("region %r connected (%s)", remote.region.name, remote.region.hosts)
             return

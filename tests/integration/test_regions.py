@@ -10,7 +10,7 @@ region  instances of orders   reached
 ======  ====================  =======================================
 east    p1                    directly (three members)
 west    p1, p2                through a relay, 2 ms each way
-north   p1, p2, p3            through a relay, 20 ms each way
+north   p1, p2, p3            through a relay, 50 ms each way
 ======  ====================  =======================================
 
 The ensembles start once for the module (a three-member ensemble is the expensive part);
@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from sentinel import AuthConfig, Sentinel
 from sentinel.auth.keys import ClientKeyring
@@ -63,10 +64,9 @@ class World:
             "client_id": "east-app",
             "session_timeout": 4.0,
             "connect_timeout": 5.0,
+            "prometheus_registry": None,
         } | options
-        return Sentinel(
-            namespace=NAMESPACE, regions=self.regions, prometheus_registry=None, **options
-        ).start()
+        return Sentinel(namespace=NAMESPACE, regions=self.regions, **options).start()
 
     def register(self, region: str, partition: str, port: int = 8080) -> object:
         return self.publishers[region].register(
@@ -100,7 +100,7 @@ def world() -> Iterator[World]:
     ):
         links = {
             "west": TcpProxy("127.0.0.1", int(west.connect_string.split(":")[1]), delay=0.002),
-            "north": TcpProxy("127.0.0.1", int(north.connect_string.split(":")[1]), delay=0.02),
+            "north": TcpProxy("127.0.0.1", int(north.connect_string.split(":")[1]), delay=0.05),
         }
         regions = Regions(
             "east",
@@ -159,7 +159,7 @@ def test_nothing_is_asked_of_another_region_while_the_local_one_suffices(world):
 def test_a_partition_with_no_local_instance_resolves_from_the_nearest_region_with_one(world):
     with world.client() as client:
         assert region_of(client.get_service("orders", "k1")) == "east"
-        # p2: none in east; west is nearest (its relay 2 ms a way against north's 20 ms).
+        # p2: none in east; west is nearest (its relay 2 ms a way against north's 50 ms).
         assert region_of(client.get_service("orders", "k2")) == "west"
         rtt = client.regions_router.states()
         assert rtt["west"][0] < rtt["north"][0], rtt
@@ -176,6 +176,25 @@ def test_a_partition_with_no_local_instance_resolves_from_the_nearest_region_wit
         # the local region still answers what it has, without asking anyone
         assert region_of(client.get_service("orders", "k1")) == "east"
         assert client.regions_router.failovers == {("orders", "west"): 1, ("orders", "north"): 1}
+
+
+def test_each_region_is_seen_in_the_clients_metrics(world):
+    registry = CollectorRegistry()
+    with world.client(client_id="metered", prometheus_registry=registry) as client:
+        assert region_of(client.get_service("orders", "k2")) == "west"
+        client.get_service("orders", "k2")
+        value = registry.get_sample_value
+        labels = {"client": "metered", "service": "orders", "region": "west"}
+        assert value("sentinel_region_failovers_total", labels) == 1
+        assert value("sentinel_region_lookups_total", labels) == 2
+        rtt = {
+            r: value("sentinel_region_rtt_seconds", {"client": "metered", "region": r})
+            for r in ("west", "north")
+        }
+        assert 0 < rtt["west"] < rtt["north"] < 5, rtt
+        for region in ("east", "west", "north"):
+            staleness = {"client": "metered", "region": region}
+            assert value("sentinel_region_staleness_seconds", staleness) == 0.0
 
 
 def test_a_call_overrides_the_services_rule(world):
