@@ -90,27 +90,41 @@ class Router:
         """The first other region's answer under ``rule``, or why each region could not
         answer (one line per region tried)."""
         target = rule.service or service
+        found = self._first(rule, lambda client: client.eligible_instances(target, key, policy))
+        if isinstance(found, list):
+            return found
+        name, candidates, tried = found
+        if not home.is_away(service, partition) and home.away(
+            service, partition, rule.return_after
+        ):
+            self.failovers[(service, name)] = self.failovers.get((service, name), 0) + 1
+            log.info(
+                "service %r%s: no eligible instance in region %r; failing over to %r (%s)",
+                service,
+                "" if partition is None else f" partition {partition!r}",
+                self.local,
+                name,
+                rule.describe(),
+            )
+        self.answered[(service, name)] = self.answered.get((service, name), 0) + 1
+        return Answer(candidates, name, self._why(rule, name, tried))
+
+    def _first(
+        self, rule: Failover, ask: Callable[[RemoteClient], Any]
+    ) -> tuple[str, Any, list[str]] | list[str]:
+        """The first region of ``rule`` whose client ``ask`` answers (not None, no error):
+        its name, the answer and what the regions before it said; else what each said."""
         tried: list[str] = []
         for name, client in self._reachable(rule, tried):
             try:
-                candidates = client.eligible_instances(target, key, policy)
+                answer = ask(client)
             except SentinelError as exc:
                 tried.append(f"{name}: {exc}")
                 continue
-            if not home.is_away(service, partition) and home.away(
-                service, partition, rule.return_after
-            ):
-                self.failovers[(service, name)] = self.failovers.get((service, name), 0) + 1
-                log.info(
-                    "service %r%s: no eligible instance in region %r; failing over to %r (%s)",
-                    service,
-                    "" if partition is None else f" partition {partition!r}",
-                    self.local,
-                    name,
-                    rule.describe(),
-                )
-            self.answered[(service, name)] = self.answered.get((service, name), 0) + 1
-            return Answer(candidates, name, self._why(rule, name, tried))
+            if answer is None:
+                tried.append(f"{name}: nothing eligible")
+                continue
+            return name, answer, tried
         return tried
 
     def _reachable(self, rule: Failover, tried: list[str]) -> Iterator[tuple[str, RemoteClient]]:
@@ -141,17 +155,16 @@ class Router:
         """What :meth:`resolve` would do, as the answering region's own explanation, its
         name and why (or why no region could answer). Reads like a lookup; changes nothing."""
         target = rule.service or service
-        tried: list[str] = []
-        for name, client in self._reachable(rule, tried):
-            try:
-                explanation = client.explain(target, key, policy)
-            except SentinelError as exc:
-                tried.append(f"{name}: {exc}")
-                continue
-            if explanation.eligible:
-                return explanation, name, self._why(rule, name, tried)
-            tried.append(f"{name}: nothing eligible")
-        return tried
+
+        def eligible(client: RemoteClient) -> Any:
+            explanation = client.explain(target, key, policy)
+            return explanation if explanation.eligible else None
+
+        found = self._first(rule, eligible)
+        if isinstance(found, list):
+            return found
+        name, explanation, tried = found
+        return explanation, name, self._why(rule, name, tried)
 
     def warm(self, service: str, rule: Failover) -> None:
         """Follow ``service`` in the regions of ``rule`` before it is needed (a thread: the
