@@ -172,9 +172,11 @@ class Remotes:
             client = self._connect(remote.region)
             try:
                 client.start()
-            except SentinelError as exc:
+            except Exception as exc:  # this thread must not die: lookups skip the region
                 failures += 1
-                if failures == 1:
+                if not isinstance(exc, SentinelError):
+                    log.error("opening region %r failed", remote.region.name, exc_info=True)
+                elif failures == 1:
                     log.warning(
                         "region %r (%s) did not answer: %s; lookups skip it while it does not, "
                         "retrying every %gs",

@@ -201,6 +201,9 @@ def test_a_call_overrides_the_services_rule(world):
     with world.client() as client:
         with pytest.raises(NoInstanceAvailable, match="has no live instance"):
             client.get_service("orders", "k2", failover=LOCAL_ONLY)
+        # a rule may only name regions this client's own configuration holds
+        with pytest.raises(NoInstanceAvailable, match="elsewhere: not configured"):
+            client.get_service("orders", "k2", failover=Failover(regions=("elsewhere",)))
         far = Failover(regions=("north",))
         assert region_of(client.get_service("orders", "k2", failover=far)) == "north"
         assert client.explain("orders", "k2", failover=far).region == "north"
