@@ -322,7 +322,7 @@ def test_clients_return_home_after_the_hold_down_and_never_flap(world):
         # A local instance that comes and goes within the hold-down: the client never returns.
         flapping = world.register("east", "p2", port=8081)
         seen = set()
-        until = time.monotonic() + RETURN_AFTER / 2
+        until = time.monotonic() + RETURN_AFTER / 4
         while time.monotonic() < until:
             seen.add(region_of(client.get_service("orders", "k2")))
             time.sleep(0.005)
