@@ -225,8 +225,8 @@ def test_a_call_overrides_the_services_rule(world):
 
 def test_credentials_are_per_region_and_sentinel_resolve_says_which_region_answered(world, capsys):
     """The failed-over endpoint carries the credential the other region's manager published
-    for this client (its session there published the client's public key); the CLI names the
-    region and the rule."""
+    for this client (its session there published the client's public key), and a rotation
+    there completes with this client's confirmation; the CLI names the region and the rule."""
     with world.client(client_id="keyed-app", auth=AuthConfig(keys=ClientKeyring.generate())) as c:
         assert region_of(c.get_service("orders", "k2")) == "west"
         world.publishers["west"].credentials.publish(
@@ -235,6 +235,25 @@ def test_credentials_are_per_region_and_sentinel_resolve_says_which_region_answe
         assert wait_until(lambda: c.get_service("orders", "k2").auth is not None, timeout=15)
         assert c.get_service("orders", "k2").auth["user"] == "west-user"
         assert c.get_service("orders", "k1").auth is None  # east published nothing
+
+        class Backend:  # the credential store of west's manager
+            def __init__(self) -> None:
+                self.revoked: list[int] = []
+
+            def create(self, service: str, client: str, version: int) -> dict[str, str]:
+                return {"user": f"west-v{version}", "password": "not-secret"}
+
+            def revoke(self, service: str, client: str, version: int) -> None:
+                self.revoked.append(version)
+
+        # Rotation (Procedure 2) in west waits for this client's west session to confirm.
+        backend = Backend()
+        result = world.publishers["west"].credentials.rotate(
+            "orders", "keyed-app", backend, timeout=20
+        )
+        new = result.versions["keyed-app"]
+        assert backend.revoked == [new - 1]
+        assert c.get_service("orders", "k2").auth["user"] == f"west-v{new}"
     document = json.dumps(
         {
             "local": "east",
