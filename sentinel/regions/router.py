@@ -37,11 +37,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Answer:
-    """A lookup answered by another region: its eligible endpoints, the region, and why."""
+    """A lookup answered by another region: its eligible endpoints and the region."""
 
     candidates: Any
     region: str
-    why: str
 
 
 class Router:
@@ -93,7 +92,7 @@ class Router:
         found = self._first(rule, lambda client: client.eligible_instances(target, key, policy))
         if isinstance(found, list):
             return found
-        name, candidates, tried = found
+        name, candidates, _ = found
         if not home.is_away(service, partition) and home.away(
             service, partition, rule.return_after
         ):
@@ -107,7 +106,7 @@ class Router:
                 rule.describe(),
             )
         self.answered[(service, name)] = self.answered.get((service, name), 0) + 1
-        return Answer(candidates, name, self._why(rule, name, tried))
+        return Answer(candidates, name)  # why is explain()'s to say: no string per lookup
 
     def _first(
         self, rule: Failover, ask: Callable[[RemoteClient], Any]
