@@ -13,7 +13,8 @@ tables:
 * **lookup with failover configured against without**: the warm ``get_service`` of
   ``benchmarks.lookup`` (``measure``), answered locally, by a client of one region on a
   service without a rule, and by a client with regions on the same service and on a service
-  whose spec has a failover rule; interleaved round by round, each case first in turn.
+  whose spec has a failover rule, and one whose every lookup is answered by west (a
+  failed-over lookup); interleaved round by round, each case first in turn.
 * **before and after** (with ``--before PATH``, a checkout of the code before this change,
   with its own ``.venv``): the same warm lookups of a client without failover, each side in
   a process of its own run from its checkout, alternated run by run (``--before-runs``).
@@ -103,6 +104,7 @@ def hot_path(
             "one region, service without a rule": (plain, [("api",)] * calls),
             "with regions, service without a rule": (ruled, [("api",)] * calls),
             "with regions, service with a failover rule": (ruled, [("ruled",)] * calls),
+            "with regions, answered by west (failed over)": (ruled, [("away",)] * calls),
         }
         for client, args in cases.values():
             client.get_service(*args[0])
@@ -190,9 +192,12 @@ def main(argv: list[str] | None = None) -> None:
                     )
                 west.register(f"orders-{mode}", "p0", WEST, 8080, label="away")
             east.ensure_service("ruled", failover=rule)
+            east.ensure_service("away", failover=rule)  # nothing here: every lookup goes west
+            west.ensure_service("away")
             for i in range(20):
                 east.register("api", "p0", f"10.1.0.{i}", 80, label=f"a{i}")
                 east.register("ruled", "p0", f"10.1.1.{i}", 80, label=f"r{i}")
+                west.register("away", "p0", f"10.2.1.{i}", 80, label=f"w{i}")
             times = failover_runs(regions, east, args.runs, args.return_after)
             lookups = hot_path(east_zk.connect_string, regions, args.rounds, args.calls)
         link.close()

@@ -82,7 +82,8 @@ class Remote:
     def connected(self) -> bool:
         """Whether its session is connected now."""
         client = self.client
-        return client is not None and client.connection_state == "connected"
+        # the cache's own state: the facade's property also checks for a fork (a syscall)
+        return client is not None and client.session.cache.connection_state == "connected"
 
     @property
     def down(self) -> bool:

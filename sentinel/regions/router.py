@@ -73,6 +73,8 @@ class Router:
             self.remotes.open_all(others)  # nearest needs every region's distance
             names = self.remotes.nearest(rule.nearest, exclude=(self.local,))
         names += [n for n in rule.regions if n not in names and n != self.local]
+        if len(names) < 2:
+            return names
         by_name = self.remotes.by_name
         # A region known to be down (opened, and not connected now) goes last, in order.
         return sorted(names, key=lambda n: n in by_name and by_name[n].down)
