@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     report(
         "regions_lookup",
-        f"warm get_service answered locally: medians of {args.rounds} interleaved rounds of "
+        f"warm get_service (the last case answered by west): medians of {args.rounds} "
+        f"interleaved rounds of "
         f"{args.calls:,} calls",
         ("case", "p50 µs", "p99 µs", "calls/s"),
         [
