@@ -39,6 +39,7 @@ from sentinel.client import DEFAULT_NAMESPACE, Sentinel, default_client_id
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import EndpointFailed
 from sentinel.integrations.retry import resolve_avoiding
+from sentinel.regions.config import Regions
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import sanitize_name, validate_name, validate_namespace
 from sentinel.zk.tls import TlsConfig
@@ -71,7 +72,10 @@ class ClientConfig:
     secured namespace requires (see ``docs/auth.md``). ``session_timeout`` is also how long a
     crashed worker's ``/clients`` entries outlive it (PySpark ends workers without running exit
     handlers). ``tls`` holds the paths, on the executors, of the TLS files (a
-    :class:`~sentinel.zk.tls.TlsConfig`; None: plain TCP).
+    :class:`~sentinel.zk.tls.TlsConfig`; None: plain TCP). ``regions``: the executors' region
+    and the others (:class:`~sentinel.regions.config.Regions`, plain values too): an executor
+    resolves in its own region first and fails over under each service's rule, as any client
+    does (None: one region, whatever the executors' environment says).
     """
 
     hosts: str
@@ -82,6 +86,7 @@ class ClientConfig:
     connect_timeout: float = 10.0
     session_timeout: float = 10.0
     tls: TlsConfig | None = None
+    regions: Regions | None = None
 
     def __post_init__(self) -> None:
         validate_namespace(self.namespace)
@@ -134,6 +139,7 @@ def get_client(config: ClientConfig) -> Sentinel:
                     keys=config.key_file, client=config.client_id, signer=config.auth_signer
                 ),
                 tls=config.tls,
+                regions=config.regions if config.regions is not None else False,
             ).start()
             _clients[config] = client
             log.info("worker %d connected to %s as %s", os.getpid(), config.hosts, client.client_id)
