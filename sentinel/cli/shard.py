@@ -442,8 +442,39 @@ def _serve(args: argparse.Namespace) -> int:
         args,
         {
             "placed": lambda d: f"placed {d['key']} -> {d['partition']}",
-            "alert": lambda d: f"ALERT {d['service']} partition {d['partition']}: {d['problem']}",
+            "alert": lambda d: (
+                f"ALERT {d.get('service', d.get('region'))} partition "
+                f"{d['partition']}: {d['problem']}"
+            ),
         },
     )
     client_id = sanitize_name(f"shard-manager-{args.policy}-{socket.gethostname()}-{os.getpid()}")
-    return run_daemon(args, client_id, lambda sentinel: ShardManager(sentinel, args.policy, report))
+    copies = _placement_copies(args, report)
+    return run_daemon(
+        args, client_id, lambda sentinel: ShardManager(sentinel, args.policy, report, copies)
+    )
+
+
+def _placement_copies(args: argparse.Namespace, report: Any) -> Any:
+    """With regions configured, the copies of the daemon's placements to the regions other
+    than the one it runs in (None without)."""
+    regions = getattr(args, "regions_config", None)
+    others = regions.others if regions is not None else ()
+    if not others:
+        return None
+    from kazoo.client import KazooClient
+
+    from sentinel.connection import client_arguments
+    from sentinel.shards.replication import PlacementCopies
+
+    def connect_to(region: Any) -> Any:
+        return lambda: KazooClient(
+            hosts=f"{region.hosts}{region.namespace}",
+            timeout=max(args.timeout, 2.0),
+            # retried for as long as the region is down, at most 5 s apart: it catches up soon
+            # after it comes back
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 5.0},
+            **client_arguments(region.identity, region.tls),
+        )
+
+    return PlacementCopies(args.policy, {r.name: connect_to(r) for r in others}, report)
