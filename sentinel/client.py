@@ -42,6 +42,7 @@ from sentinel.freshness import STALE
 from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
+from sentinel.regions.config import Regions
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
@@ -208,13 +209,21 @@ class Sentinel(OldMethodNames):
         :class:`~sentinel.errors.AgentNotTrusted` when the socket or its listener belongs to
         a user other than root, this process's own and ``$SENTINEL_AGENT_USER``: nothing is
         sent to such a listener, the identity included.
+    regions : Regions or bool or None, default ``$SENTINEL_REGIONS`` (unset: one region)
+        This client's region and the others its services may fail over to
+        (:class:`~sentinel.regions.config.Regions`; True: from the environment, False: none
+        whatever it says). When it holds the local region's entry, that entry supplies
+        ``hosts``, ``namespace``, ``tls`` and ``identity`` not given here (before their
+        environment defaults). A configuration that cannot be used raises
+        :class:`~sentinel.errors.RegionConfigError` naming the field. Nothing connects to
+        another region until a service needs it (``docs/regions.md``).
     """
 
     def __init__(
         self,
         hosts: str | None = None,
         client_id: str | None = None,
-        namespace: str = DEFAULT_NAMESPACE,
+        namespace: str | None = None,
         *,
         connect_timeout: float = 10.0,
         session_timeout: float = 10.0,
@@ -228,6 +237,7 @@ class Sentinel(OldMethodNames):
         drain_wait: float | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
+        regions: Regions | bool | None = None,
         **ungrouped: Any,
     ) -> None:
         # Every setting is checked here, once, so a wrong one fails where it is given: the
@@ -260,7 +270,15 @@ class Sentinel(OldMethodNames):
         if ungrouped:
             cache, auth = settings_given_ungrouped(ungrouped, cache, auth)
         self.cache_config = cache
-        self.namespace = validate_namespace(namespace)
+        #: This client's region and the others it may fail over to (None: one region).
+        self.regions = Regions.resolve(regions)
+        home = None if self.regions is None else self.regions.local_region()
+        if home is not None:  # given arguments win over the region's entry, which wins over $...
+            hosts = home.hosts if hosts is None else hosts
+            namespace = home.namespace if namespace is None else namespace
+            tls = home.tls if tls is None else tls
+            identity = home.identity if identity is None else identity
+        self.namespace = validate_namespace(DEFAULT_NAMESPACE if namespace is None else namespace)
         self.hosts = resolve_hosts(hosts)
         client_id = validate_name("client", default_client_id() if client_id is None else client_id)
         self.auth_client = validate_name("auth client", auth.client or client_id)

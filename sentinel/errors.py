@@ -13,6 +13,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── InstanceNotRegistered            update_metrics for no live instance
     │   ├── CollectorConfigError
     │   ├── TlsConfigError
+    │   ├── RegionConfigError                regions=, $SENTINEL_REGIONS, --regions: .field
     │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
     │   └── SigningRequired (also AuthError)
     ├── DecodeError                          a znode that is not a record we understand
@@ -109,6 +110,16 @@ class InvalidConnectString(ValidationError):
     def __init__(self, message: str, *, part: str | None = None) -> None:
         super().__init__(message)
         self.part = part
+
+
+class RegionConfigError(ValidationError):
+    """A regions configuration (``Sentinel(regions=...)``, ``$SENTINEL_REGION(S)``,
+    ``--region(s)``) that cannot be used; ``field`` names the part that is wrong, as a dotted
+    path (``regions.west.hosts``, ``local``)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 class ValueTooLarge(ValidationError):

@@ -112,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sentinel.zk.errors import translate
 
     try:
+        from sentinel.cli.regions import apply as apply_regions
+
+        apply_regions(args)
         code = handler(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below
         return code

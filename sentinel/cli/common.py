@@ -101,6 +101,7 @@ def run_daemon(
         session_timeout=args.session_timeout,
         announce=False,
         tls=tls_config(args),
+        identity=getattr(args, "region_identity", None),
     ) as sentinel:
         sentinel.ensure_namespace()  # a role daemon may create it, as a publisher does
         daemon = start(sentinel)
@@ -136,7 +137,7 @@ def tls_config(args: argparse.Namespace) -> tls.TlsConfig | None:
     environment variable), or None for plain TCP."""
     files = {"ca": args.zk_tls_ca, "certfile": args.zk_tls_cert, "keyfile": args.zk_tls_key}
     if not args.zk_tls and all(value is None for value in files.values()):
-        return None
+        return getattr(args, "region_tls", None)  # the --region's, when it has TLS
     return tls.TlsConfig.from_env(**files)
 
 
@@ -160,6 +161,7 @@ def connect(
     """
     hosts = resolve_hosts(args.zk)
     namespace = validate_namespace(args.namespace)
+    identity = identity or getattr(args, "region_identity", None)
     zk = KazooClient(
         hosts=f"{hosts}{namespace if chroot else ''}",
         timeout=max(args.timeout, 2.0),
@@ -197,7 +199,9 @@ def client(args: argparse.Namespace) -> Sentinel:
         connect_timeout=args.timeout,
         announce=False,
         tls=tls_config(args),
+        identity=getattr(args, "region_identity", None),
         cache=CacheConfig(curator_base_paths=curator_paths),
+        regions=getattr(args, "regions_config", None) or False,
     ).start()
 
 

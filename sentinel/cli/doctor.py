@@ -613,7 +613,7 @@ def _doctor(args: argparse.Namespace) -> int:
     states: dict[str, dict[str, MapState | None]] = {}
     for target in chosen:
         try:
-            found, maps = _check(target.args)
+            found, maps = _check(target.args, target.region)
         except ZooKeeperUnavailable as exc:
             if len(chosen) == 1:
                 raise  # one ensemble: exit 3, as ever
@@ -634,7 +634,9 @@ def _doctor(args: argparse.Namespace) -> int:
 _UNREACHABLE_FIX = "start its ensemble or check --regions; the other regions were checked"
 
 
-def _check(args: argparse.Namespace) -> tuple[list[Finding], dict[str, MapState | None] | None]:
+def _check(
+    args: argparse.Namespace, region: str | None
+) -> tuple[list[Finding], dict[str, MapState | None] | None]:
     """Every check of one ensemble's namespace, and what it holds of each shard policy (None
     for a policy it cannot read; None for all when the namespace lacks sections)."""
     hosts = resolve_hosts(args.zk)
@@ -651,7 +653,8 @@ def _check(args: argparse.Namespace) -> tuple[list[Finding], dict[str, MapState 
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(args, zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
-                found, maps = _shard_maps(zk)
+            if zk.exists(SHARD_INFO):
+                found, maps = _shard_maps(zk, region)
                 findings += found
     except NamespaceNotFound as exc:
         findings += [
@@ -661,13 +664,16 @@ def _check(args: argparse.Namespace) -> tuple[list[Finding], dict[str, MapState 
     return findings, maps
 
 
-_REPAIR = (
-    "sentinel shard export - --policy {policy} --region GOOD | sentinel shard import - "
-    "--policy {policy} --region {region} (an import adds and moves keys, never removes them)"
-)
+def _repair(policy: str, region: str | None) -> str:
+    """How to repair a region's replica of ``policy`` (without regions: from a backup)."""
+    if region is None:
+        return f"restore /shard_info/{policy} from a good copy (sentinel import of a backup)"
+    return f"sentinel shard sync --policy {policy} --from GOOD --region {region}"
 
 
-def _shard_maps(zk: KazooClient) -> tuple[list[Finding], dict[str, MapState | None]]:
+def _shard_maps(
+    zk: KazooClient, region: str | None
+) -> tuple[list[Finding], dict[str, MapState | None]]:
     """Each shard policy read whole: one that cannot be read, or whose buckets do not add up
     to the digest its writers keep (written behind their back), is an error."""
     findings: list[Finding] = []
@@ -682,7 +688,7 @@ def _shard_maps(zk: KazooClient) -> tuple[list[Finding], dict[str, MapState | No
                     "error",
                     "shard map",
                     f"{policy}: unreadable ({exc}); clients skip what does not decode",
-                    _REPAIR.format(policy=policy, region="HERE"),
+                    _repair(policy, region),
                 )
             )
             continue
@@ -712,10 +718,7 @@ def _shard_maps(zk: KazooClient) -> tuple[list[Finding], dict[str, MapState | No
                 "error",
                 "shard map",
                 f"{policy}: {problem}",
-                "find who wrote /shard_info/"
-                + policy
-                + "; "
-                + _REPAIR.format(policy=policy, region="HERE"),
+                "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
             )
         )
     if states and not findings:
@@ -748,8 +751,7 @@ def _agreement(states: dict[str, dict[str, MapState | None]], regions: list[str]
                     "error",
                     "shard maps agree",
                     f"{policy} is missing in {', '.join(missing)}",
-                    f"sentinel shard create-policy {policy} ... --region REGION (as in the "
-                    "others), then " + _REPAIR.format(policy=policy, region="REGION"),
+                    _repair(policy, "REGION") + " (creates it as in GOOD)",
                 )
             )
         if len(groups) > 1:
@@ -770,7 +772,7 @@ def _agreement(states: dict[str, dict[str, MapState | None]], regions: list[str]
                     f"{policy} differs across regions ({'; '.join(parts)}): a region that "
                     "missed changes (unreachable when they were written) lags",
                     "run the changes it missed again (they are idempotent), or "
-                    + _REPAIR.format(policy=policy, region="LAGGING"),
+                    + _repair(policy, "LAGGING"),
                 )
             )
         elif groups and not missing and sum(map(len, groups.values())) == len(regions):

@@ -20,11 +20,9 @@ from typing import Any
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
+from sentinel.cli.regions import ALL
 from sentinel.errors import RegionsFailed, SentinelError
 from sentinel.zk.errors import translate
-
-#: ``--region all``: every configured region (a region cannot be called so).
-ALL = "all"
 
 
 @dataclass(frozen=True)
@@ -45,11 +43,6 @@ class Outcome:
     error: SentinelError | None = None
 
 
-def every_region_asked(args: argparse.Namespace) -> bool:
-    """Whether the command line asked for every region (``--region all``)."""
-    return getattr(args, "region", None) == ALL
-
-
 def targets(args: argparse.Namespace, *, replicated: bool = False) -> list[Target]:
     """The regions a command runs in: every configured region when ``replicated`` (a write of
     what every region holds) or ``--region all``, unless ``--region NAME`` names one; else the
@@ -60,10 +53,10 @@ def targets(args: argparse.Namespace, *, replicated: bool = False) -> list[Targe
     named = getattr(args, "region", None)
     if named not in (None, ALL) or not (replicated or named == ALL) or not regions.regions:
         return [Target(regions.local, args)]
-    return [Target(region.name, _pointed_at(args, region)) for region in regions.regions.values()]
+    return [Target(region.name, pointed_at(args, region)) for region in regions.regions.values()]
 
 
-def _pointed_at(args: argparse.Namespace, region: Any) -> argparse.Namespace:
+def pointed_at(args: argparse.Namespace, region: Any) -> argparse.Namespace:
     """A copy of ``args`` that connects to ``region`` (its TLS and identity, not the ones
     given for the local ensemble)."""
     pointed = copy.copy(args)

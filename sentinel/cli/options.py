@@ -154,9 +154,25 @@ def add_verbose_option(parser: argparse.ArgumentParser, *, top: bool = False) ->
     )
 
 
+class GivenNamespace(argparse.Action):
+    """``--namespace``: stored, and marked given (``namespace_given``) so that a
+    ``--region``'s namespace fills only a namespace nobody gave."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.namespace_given = True
+
+
 def add_zk_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """``--zk``, the ``--zk-tls`` options and ``--namespace``, accepted before and after the
-    subcommand.
+    """``--zk``, the ``--zk-tls`` options, ``--namespace``, ``--region`` and ``--regions``,
+    accepted before and after the subcommand (:func:`sentinel.cli.regions.apply` fills the
+    connection settings a region supplies).
 
     The top-level parser (``top``) holds the defaults; each subcommand's copy has
     ``default=SUPPRESS``, because argparse copies a subparser's defaults over the values the
@@ -191,8 +207,23 @@ def add_zk_options(parser: argparse.ArgumentParser, *, top: bool = False) -> Non
         )
     parser.add_argument(
         "--namespace",
-        help=f"namespace root (default {DEFAULT_NAMESPACE})",
+        action=GivenNamespace,
+        help=f"namespace root (default {DEFAULT_NAMESPACE}, or the --region's)",
         **({"default": DEFAULT_NAMESPACE} if top else default),
+    )
+    parser.add_argument(
+        "--region",
+        metavar="NAME",
+        help="the region to act in: its ensemble, namespace, TLS and identity from --regions "
+        "unless given (default $SENTINEL_REGION)",
+        **default,
+    )
+    parser.add_argument(
+        "--regions",
+        metavar="JSON|FILE",
+        help="the regions: a JSON document or its file (default $SENTINEL_REGIONS; "
+        "docs/regions.md)",
+        **default,
     )
 
 

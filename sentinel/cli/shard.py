@@ -30,7 +30,7 @@ from sentinel.cli.common import (
     read_input,
     run_daemon,
 )
-from sentinel.cli.fanout import each_region, raise_failures, targets
+from sentinel.cli.fanout import Target, each_region, pointed_at, raise_failures, targets
 from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -178,12 +178,13 @@ def _replicated(
     write: Callable[[argparse.Namespace], dict[str, Any]],
     show: Callable[[dict[str, Any]], None],
     code: Callable[[dict[str, Any]], int] = lambda _: EXIT_OK,
+    chosen: list[Target] | None = None,
 ) -> int:
-    """Run a change of the shard maps in every region (``fanout.targets``; one ensemble when
-    no regions are configured): one line per region (``--json``: ``{"regions": {NAME: result
-    or {"error", "exit_code"}}}``); RegionsFailed when a region was not written, after the
-    others were."""
-    chosen = targets(args, replicated=True)
+    """Run a change of the shard maps in every region (``chosen``, default
+    ``fanout.targets``; one ensemble when no regions are configured): one line per region
+    (``--json``: ``{"regions": {NAME: result or {"error", "exit_code"}}}``); RegionsFailed when
+    a region was not written, after the others were."""
+    chosen = chosen if chosen is not None else targets(args, replicated=True)
     if chosen[0].region is None:  # one ensemble: as before regions
         document = write(args)
         if args.json:
@@ -392,6 +393,39 @@ def _import(args: argparse.Namespace) -> int:
             f"{d['keys']} keys ({d['unchanged']} already as in {args.file})"
         ),
     )
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from sentinel.shards.replication import copy_map, read_source
+
+    regions = getattr(args, "regions_config", None)
+    if regions is None or not regions.regions:
+        raise ValidationError(
+            "shard sync copies one region's map to the others: give the regions (--regions "
+            "or $SENTINEL_REGIONS)"
+        )
+    chosen = [t for t in targets(args, replicated=True) if t.region != args.from_region]
+    if not chosen:
+        raise ValidationError(f"nothing to copy {args.from_region}'s map to")
+    with connect(pointed_at(args, regions.region(args.from_region))) as zk:
+        source = read_source(zk, args.policy)  # checked whole before any region is written
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        with connect(args, create=True) as target:
+            copied = copy_map(source, target, args.policy, dry_run=args.dry_run)
+        return {"policy": args.policy, "from": args.from_region, **copied, "dry_run": args.dry_run}
+
+    def show(document: dict[str, Any]) -> None:
+        if not (document["buckets"] or document["digest"]):
+            print(f"{args.policy} already as in {args.from_region}")
+            return
+        digest = " and its digest" if document["digest"] else ""
+        print(
+            f"{'would copy' if args.dry_run else 'copied'} {document['buckets']} bucket(s){digest}"
+            f" of {args.policy} from {args.from_region}"
+        )
+
+    return _replicated(args, write, show, chosen=chosen)
 
 
 def _write_batches(zk: KazooClient, policy: str, batches: list[dict[str, str]]) -> None:

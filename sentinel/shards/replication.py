@@ -1,4 +1,6 @@
-"""The placement daemon's keys copied to the other regions' replicas of the map.
+"""Keeping the regions' replicas of a shard map equal: the placement daemon's keys copied to
+the other regions (:class:`PlacementCopies`), and one region's map copied over another's
+(:func:`copy_map`, ``sentinel shard sync``).
 
 Shard maps are the same in every region (docs/decisions/shard-maps-replicated-per-region.md).
 The shard manager's leader places a requested key in its own region; :class:`PlacementCopies`
@@ -20,15 +22,28 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from sentinel.errors import SentinelError
+from sentinel.errors import (
+    DecodeError,
+    RegistryConflict,
+    SentinelError,
+    ShardPolicyConflict,
+    ShardPolicyNotFound,
+)
 from sentinel.events import Reporter
+from sentinel.registry.reads import pipelined_reads
+from sentinel.registry.records import MAX_VALUE_BYTES
+from sentinel.shards.digest import MapDigest, digest_path
 from sentinel.shards.placement import place_key
-from sentinel.shards.store import read_directory_spec
+from sentinel.shards.spec import ShardPolicySpec, bucket_path, decode_bucket, encode_bucket
+from sentinel.shards.store import create_policy, read_directory_spec, read_map_state, read_spec
+from sentinel.zk.ephemeral import first_failure
 
 log = logging.getLogger(__name__)
 
@@ -114,3 +129,132 @@ class PlacementCopies:
             zk.stop()
             zk.close()
         self._clients.clear()
+
+
+@dataclass(frozen=True)
+class SourceMap:
+    """A region's map read whole and checked, to be copied (:func:`read_source`)."""
+
+    spec: ShardPolicySpec
+    buckets: Mapping[int, Mapping[str, str]]
+
+    @property
+    def digest(self) -> MapDigest:
+        """The digest of its keys."""
+        return MapDigest.of(pair for keys in self.buckets.values() for pair in keys.items())
+
+
+def read_source(zk: KazooClient, policy: str) -> SourceMap:
+    """Read a region's map to copy it (``sentinel shard sync --from``), trusting it only whole:
+    a spec, bucket or digest that does not decode, or buckets that do not add up to the digest,
+    raise DecodeError, so a region that lies is never copied."""
+    try:
+        state = read_map_state(zk, policy)
+        if state.stored_error is not None:
+            raise DecodeError(digest_path(policy), state.stored_error)
+        if state.stored is not None and state.stored != state.content:
+            raise DecodeError(digest_path(policy), "its buckets do not add up to it")
+        buckets = _buckets(zk, state.spec) if state.spec.kind == "directory" else {}
+    except DecodeError as exc:
+        raise DecodeError(exc.path, f"{exc.reason}; this map will not be copied") from None
+    return SourceMap(state.spec, buckets)
+
+
+def copy_map(
+    source: SourceMap, target: KazooClient, policy: str, *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Make ``target``'s replica of a policy equal to ``source`` (:func:`read_source`; ``sentinel
+    shard sync``): the repair of a region that missed changes, was written behind the manager's
+    back or holds a bucket or digest that does not decode. Returns ``{"buckets": N, "digest":
+    bool}``: the buckets that differed and whether the digest did (written unless
+    ``dry_run``).
+
+    The target's policy is created when it has none; a target whose spec differs (another
+    kind, partitions, bucket count) is refused (ShardPolicyConflict): its keys would not be
+    comparable bucket by bucket. Differing buckets are written whole, compare-and-set on the
+    versions read, several per transaction, each transaction also setting the digest to what
+    the target holds once it commits; a target changed meanwhile is RegistryConflict (run it
+    again).
+    """
+    spec = source.spec
+    try:
+        held = read_spec(target, policy)
+    except ShardPolicyNotFound:
+        if not dry_run:
+            create_policy(target, spec)
+        held = spec
+    if held != spec:
+        raise ShardPolicyConflict(
+            f"shard policy {policy!r} has another spec in the target ({held}) than in the "
+            f"source ({spec}): re-create it there before copying"
+        )
+    if spec.kind != "directory":
+        return {"buckets": 0, "digest": False}  # the spec is the whole map
+    current: dict[int, tuple[dict[str, str] | None, int]] = {}
+    reads = pipelined_reads(target, range(spec.buckets), lambda i: bucket_path(policy, i))
+    for index, result in reads:
+        try:
+            data, stat = result.get()
+        except NoNodeError:
+            current[index] = None, -1
+            continue
+        try:
+            current[index] = decode_bucket(bucket_path(policy, index), data), stat.version
+        except DecodeError:
+            current[index] = None, stat.version  # overwritten whole below
+    differing = [i for i in range(spec.buckets) if current[i][0] != source.buckets[i]]
+    path = digest_path(policy)
+    try:
+        data, digest_stat = target.get(path)
+        digest_differs = MapDigest.from_bytes(path, data)[0] != source.digest
+    except NoNodeError:
+        digest_stat, digest_differs = None, True
+    except DecodeError:
+        digest_differs = True
+    report = {"buckets": len(differing), "digest": digest_differs}
+    if dry_run or not (differing or digest_differs):
+        return report
+    held_maps = {i: current[i][0] or {} for i in range(spec.buckets)}
+    batches: list[list[int]] = [[]]
+    size = 0
+    for index in differing:
+        value = len(encode_bucket(bucket_path(policy, index), source.buckets[index]))
+        if size + value > MAX_VALUE_BYTES and batches[-1]:
+            batches.append([])
+            size = 0
+        batches[-1].append(index)
+        size += value
+    for batch in batches:
+        transaction = target.transaction()
+        for index in batch:
+            bucket = bucket_path(policy, index)
+            value = encode_bucket(bucket, source.buckets[index])
+            if current[index][1] < 0:
+                transaction.create(bucket, value)
+            else:
+                transaction.set_data(bucket, value, version=current[index][1])
+            held_maps[index] = dict(source.buckets[index])
+        digest = MapDigest.of(pair for keys in held_maps.values() for pair in keys.items())
+        if digest_stat is None:
+            transaction.create(path, digest.to_bytes(path))
+        else:
+            transaction.set_data(path, digest.to_bytes(path), version=digest_stat.version)
+        failure = first_failure(transaction.commit())
+        if isinstance(failure, BadVersionError | NoNodeError | NodeExistsError):
+            raise RegistryConflict(
+                f"shard policy {policy!r} changed in the target during the copy; run it again"
+            )
+        if failure is not None:
+            raise failure
+        digest_stat = target.exists(path)
+    return report
+
+
+def _buckets(zk: KazooClient, spec: ShardPolicySpec) -> dict[int, dict[str, str]]:
+    """Every bucket of a directory policy, decoded (DecodeError if one does not decode)."""
+    return {
+        index: decode_bucket(bucket_path(spec.policy, index), result.get()[0])
+        for index, result in pipelined_reads(
+            zk, range(spec.buckets), lambda i: bucket_path(spec.policy, i)
+        )
+    }

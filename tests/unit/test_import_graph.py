@@ -270,7 +270,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("cache", ("sentinel.cache",)),
-    ("session", ("sentinel.session",)),
+    ("session", ("sentinel.session", "sentinel.regions")),
     ("facade", ("sentinel", "sentinel.client", "sentinel.aio")),
     (
         "roles",

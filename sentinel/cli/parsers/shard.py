@@ -152,6 +152,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     exp.add_argument("file", metavar="FILE", help="output file (.json for JSON); - for stdout")
     exp.add_argument("--format", choices=("csv", "json"))
+    sync = action(
+        "sync",
+        "shard:_sync",
+        "copy one region's map over the other regions' (repairs a lagging or tampered one)",
+        (
+            "sentinel shard sync --policy tenants --from east --dry-run",
+            "sentinel shard sync --policy tenants --from east --region west",
+        ),
+        dry_run=True,
+    )
+    sync.add_argument(
+        "--from",
+        dest="from_region",
+        required=True,
+        metavar="REGION",
+        help="the region whose map is copied (refused unless its buckets add up to its digest); "
+        "to every other region, or the one --region names",
+    )
     serve = action(
         "serve",
         "shard:_serve",

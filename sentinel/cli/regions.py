@@ -1,0 +1,64 @@
+"""``--region`` and ``--regions``: the connection settings a region supplies to a command.
+
+Run once, after parsing and before the command (:func:`apply`), so that every command (each
+reads ``args.zk`` and ``args.namespace``) acts in the region named, through the one parser of
+:mod:`sentinel.regions.config`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from sentinel.errors import RegionConfigError
+from sentinel.regions.config import REGION_ENV, REGIONS_ENV, Regions
+
+#: ``--region all``: every configured region, for the commands that act in several
+#: (``doctor``, the shard manager's writes: :mod:`sentinel.cli.fanout`); the others act in the
+#: local region. No region may be called so.
+ALL = "all"
+
+
+def apply(args: argparse.Namespace) -> None:
+    """Set ``args.regions_config`` (:class:`~sentinel.regions.config.Regions` or None) from
+    ``--regions``/``--region`` (defaults ``$SENTINEL_REGIONS``/``$SENTINEL_REGION``), and fill
+    ``--zk``, ``--namespace``, TLS (``args.region_tls``) and the identity
+    (``args.region_identity``) from the region's entry where not given.
+
+    Raises RegionConfigError (a usage error) for a configuration that cannot be used, or a
+    ``--region`` the configuration does not hold (``--region all``: see :data:`ALL`).
+    """
+    text = getattr(args, "regions", None) or os.environ.get(REGIONS_ENV) or None
+    asked = getattr(args, "region", None)
+    every = asked == ALL
+    local = (None if every else asked) or os.environ.get(REGION_ENV) or None
+    source = "--regions" if getattr(args, "regions", None) else f"${REGIONS_ENV}"
+    regions = None
+    if text is not None:
+        regions = Regions.from_text(text, local, source=source)
+    elif local is not None:
+        regions = Regions(local)
+    if every and (regions is None or not regions.regions):
+        raise RegionConfigError(
+            "--region all needs the regions (--regions or $SENTINEL_REGIONS)", field="--region"
+        )
+    if regions is not None and ALL in regions.regions:
+        raise RegionConfigError(
+            f"a region cannot be called {ALL!r}: --region {ALL} means every region",
+            field=f"regions.{ALL}",
+        )
+    args.regions_config = regions
+    args.region_tls = None
+    args.region_identity = None
+    home = None
+    if regions is not None and asked and not every:
+        home = regions.region(regions.local)  # named on the command line: it must exist
+    elif regions is not None:
+        home = regions.local_region()
+    if home is not None:
+        if getattr(args, "zk", None) is None:
+            args.zk = home.hosts
+        if not getattr(args, "namespace_given", False):
+            args.namespace = home.namespace
+        args.region_tls = home.tls
+        args.region_identity = home.identity
