@@ -16,10 +16,13 @@ from kazoo.client import KazooClient
 
 from sentinel.client import Sentinel
 from sentinel.shards.digest import digest_path
+from sentinel.shards.placement import request_placement
 from sentinel.shards.spec import bucket_of, bucket_path
 from sentinel.shards.store import read_map_state
+from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import sentinel_in_process
+from tests.integration.daemons import Daemon
 
 pytestmark = pytest.mark.integration
 
@@ -276,3 +279,27 @@ def test_one_ensembles_doctor_reports_a_shard_map_that_lies_or_was_rewritten(
     assert result.returncode == 1, result.stderr
     (lie,) = problems(result, "shard map")
     assert lie["severity"] == "error" and says in lie["detail"] and lie["region"] is None
+
+
+def test_the_daemon_copies_its_placements_and_a_region_down_catches_up(
+    sentinel, kazoo, south, zookeeper, namespace, regions_file
+):
+    create_tenants(sentinel)
+    daemon = Daemon(
+        zookeeper, namespace, "shard", "serve", "--policy", "tenants", "--regions", regions_file
+    )
+    try:
+        assert wait_until(lambda: daemon.saw("leader"), timeout=20), daemon.events
+        south.members[0].stop()
+        try:
+            assert request_placement(kazoo["east"], "tenants", "fresh") is True
+            assert wait_until(lambda: daemon.saw("replicated", region="west", key="fresh"), 20)
+            assert wait_until(lambda: daemon.saw("behind", region="south"), 20), daemon.events
+        finally:
+            south.members[0].restart()
+        assert wait_until(lambda: daemon.saw("caught up", region="south"), 30), daemon.events
+        assert daemon.saw("replicated", region="south", key="fresh")
+        result = sentinel("doctor", "--region", "all", "--json")
+        assert problems(result, "shard maps agree") == problems(result, "shard map") == []
+    finally:
+        daemon.stop()

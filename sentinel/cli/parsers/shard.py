@@ -20,7 +20,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Supervised changes to /shard_info. Writes take --dry-run; reads take "
         "--json. Exit 1 when a key or policy is not found, 2 on bad input (unknown kind, "
         "malformed CSV line, partition outside the policy's declared set). A shard policy "
-        "(--policy NAME) maps the keys of the services that use it to their partitions.",
+        "(--policy NAME) maps the keys of the services that use it to their partitions. With "
+        "regions configured (--regions), changes are written to every region, one line each, "
+        "unless --region names one; exit 3 when a region was unreachable (the others were "
+        "written: run the command again once it is back).",
         (
             "sentinel shard create-policy tenants --kind directory --partitions p1,p2",
             "sentinel shard assign acme p1 --policy tenants",
