@@ -38,6 +38,11 @@ def apply(args: argparse.Namespace) -> None:
         regions = Regions.from_text(text, local, source=source)
     elif local is not None:
         regions = Regions(local)
+    if every and not getattr(args, "all_regions", False):
+        raise RegionConfigError(
+            "only doctor and the shard manager's changes act in every region: name one",
+            field="--region",
+        )
     if every and (regions is None or not regions.regions):
         raise RegionConfigError(
             "--region all needs the regions (--regions or $SENTINEL_REGIONS)", field="--region"

@@ -303,3 +303,10 @@ def test_the_daemon_copies_its_placements_and_a_region_down_catches_up(
         assert problems(result, "shard maps agree") == problems(result, "shard map") == []
     finally:
         daemon.stop()
+
+
+def test_region_all_is_refused_where_a_command_acts_in_one_region(sentinel):
+    result = sentinel("ls", "--region", "all")
+    assert result.returncode == 2 and "name one" in result.stderr, result.stderr
+    result = sentinel("shard", "show", "acme", "--policy", "tenants", "--region", "all")
+    assert result.returncode == 2 and "name one" in result.stderr, result.stderr

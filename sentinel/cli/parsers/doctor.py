@@ -35,6 +35,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         ),
     )
     add_curator_option(doctor)
+    doctor.set_defaults(all_regions=True)  # --region all: every region
     doctor.add_argument(
         "--stale-after",
         type=seconds_or_zero,

@@ -52,8 +52,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                 help="the shard policy's name, as created by create-policy (`sentinel ls` shows "
                 "each service's)",
             )
-        if dry_run:
+        if dry_run:  # a change: written to every region, as --region all says
             parser.add_argument("--dry-run", action="store_true", help="change nothing")
+            parser.set_defaults(all_regions=True)
         return parser
 
     create = action(
