@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import TextIO
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
@@ -58,6 +59,7 @@ from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
 from sentinel.shards.store import MapState, iter_assignments, read_map_state
 from sentinel.testing.zookeeper import four_letter_word
+from sentinel.zk.errors import translate
 
 
 @dataclass(frozen=True)
@@ -614,10 +616,20 @@ def _doctor(args: argparse.Namespace) -> int:
     for target in chosen:
         try:
             found, maps = _check(target.args, target.region)
-        except ZooKeeperUnavailable as exc:
+        except (SentinelError, KazooException, KazooTimeoutError) as exc:
             if len(chosen) == 1:
-                raise  # one ensemble: exit 3, as ever
-            found, maps = [Finding("error", "zookeeper", str(exc), _UNREACHABLE_FIX)], None
+                raise  # one ensemble: its exit code, as ever (3 when unreachable)
+            error = translate(exc, "sentinel doctor")  # one region's failure: a finding
+            unreachable = isinstance(error, ZooKeeperUnavailable)
+            found = [
+                Finding(
+                    "error",
+                    "zookeeper" if unreachable else "region",
+                    str(error),
+                    _UNREACHABLE_FIX if unreachable else "",
+                )
+            ]
+            maps = None
         findings += [replace(f, region=target.region) for f in found]
         if maps is not None:
             states[str(target.region)] = maps
@@ -789,7 +801,9 @@ def print_findings(findings: list[Finding], stream: TextIO, *, regions: bool = F
     """The findings as a table (with a REGION column when ``regions``) and a count of problems
     and warnings; ERROR lines red and WARN lines yellow when ``stream`` is a terminal and
     ``NO_COLOR`` is not set."""
-    rows = [(f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings]
+    rows: list[tuple[str, ...]] = [
+        (f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings
+    ]
     headers: tuple[str, ...] = ("STATUS", "CHECK", "FINDING", "FIX")
     if regions:
         rows = [(f.region or "(all)", *row) for f, row in zip(findings, rows, strict=True)]

@@ -3,7 +3,8 @@
 Each region is reached with its own connection settings (its entry in the regions
 configuration: ensemble, namespace, TLS, identity), one region after the other; a region that
 fails (unreachable, refused) is reported and the others still run. Which regions a command
-runs in (:func:`targets`): with no regions configured, the one ensemble given, as before;
+runs in (:func:`targets`): with no regions configured (or only this client's region named,
+without entries), the one ensemble given, as before;
 ``--region NAME``, that region alone; otherwise every configured region for a command that
 writes what is global (the shard maps, docs/decisions/shard-maps-replicated-per-region.md), or
 with ``--region all``.
@@ -48,10 +49,10 @@ def targets(args: argparse.Namespace, *, replicated: bool = False) -> list[Targe
     what every region holds) or ``--region all``, unless ``--region NAME`` names one; else the
     region the arguments already point at."""
     regions = getattr(args, "regions_config", None)
-    if regions is None:
+    if regions is None or not regions.regions:  # no regions, or only this one's name
         return [Target(None, args)]
     named = getattr(args, "region", None)
-    if named not in (None, ALL) or not (replicated or named == ALL) or not regions.regions:
+    if named not in (None, ALL) or not (replicated or named == ALL):
         return [Target(regions.local, args)]
     return [Target(region.name, pointed_at(args, region)) for region in regions.regions.values()]
 

@@ -64,6 +64,7 @@ def place_key(zk: KazooClient, spec: ShardPolicySpec, key: str, partition: str) 
     """
     path = bucket_path(spec.policy, bucket_of(key, spec.buckets))
     for _ in range(CAS_ATTEMPTS):
+        digest = DigestWriter(zk, spec.policy)  # read along with the bucket
         data, stat = zk.get(path)
         keys = decode_bucket(path, data)
         if key in keys:
@@ -71,7 +72,7 @@ def place_key(zk: KazooClient, spec: ShardPolicySpec, key: str, partition: str) 
         after = {**keys, key: spec.check_partition(partition)}
         transaction = zk.transaction()
         transaction.set_data(path, encode_bucket(path, after), version=stat.version)
-        DigestWriter(zk, spec.policy).add(transaction, keys, after)
+        digest.add(transaction, keys, after)
         failure = first_failure(transaction.commit())
         if failure is None:
             return partition

@@ -215,24 +215,23 @@ def copy_map(
     if dry_run or not (differing or digest_differs):
         return report
     held_maps = {i: current[i][0] or {} for i in range(spec.buckets)}
+    encoded = {i: encode_bucket(bucket_path(policy, i), source.buckets[i]) for i in differing}
     batches: list[list[int]] = [[]]
     size = 0
     for index in differing:
-        value = len(encode_bucket(bucket_path(policy, index), source.buckets[index]))
-        if size + value > MAX_VALUE_BYTES and batches[-1]:
+        if size + len(encoded[index]) > MAX_VALUE_BYTES and batches[-1]:
             batches.append([])
             size = 0
         batches[-1].append(index)
-        size += value
+        size += len(encoded[index])
     for batch in batches:
         transaction = target.transaction()
         for index in batch:
             bucket = bucket_path(policy, index)
-            value = encode_bucket(bucket, source.buckets[index])
             if current[index][1] < 0:
-                transaction.create(bucket, value)
+                transaction.create(bucket, encoded[index])
             else:
-                transaction.set_data(bucket, value, version=current[index][1])
+                transaction.set_data(bucket, encoded[index], version=current[index][1])
             held_maps[index] = dict(source.buckets[index])
         digest = MapDigest.of(pair for keys in held_maps.values() for pair in keys.items())
         if digest_stat is None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
 
 from sentinel.errors import (
     DecodeError,
@@ -113,36 +114,48 @@ def update_keys(zk: KazooClient, policy: str, changes: Mapping[Key, str | None])
 
 class DigestWriter:
     """A directory's digest (:mod:`sentinel.shards.digest`) as one writer moves it along its
-    transactions, read when it is made (``current`` None: the policy
-    keeps none, being older than digests, or holds one that does not decode, which doctor
-    reports; the writer then leaves it as it is)."""
+    transactions. Its read is sent when the writer is made and awaited at the first
+    :meth:`add`, so that it travels with the writer's own bucket reads rather than costing a
+    round trip of its own. A policy without one (older than digests), or holding one that does
+    not decode (doctor reports it), is written without: the writer leaves it as it is."""
 
     def __init__(self, zk: KazooClient, policy: str) -> None:
         self.path = digest_path(policy)
-        self.current: tuple[MapDigest, int] | None = None
-        try:
-            data, stat = zk.get(self.path)
-            self.current = MapDigest.from_bytes(self.path, data)[0], stat.version
-        except NoNodeError:
-            pass
-        except DecodeError as exc:
-            log.warning("not updating the digest of shard policy %r: %s", policy, exc)
+        self._policy = policy
+        self._read: IAsyncResult | None = zk.get_async(self.path)
+        self._current: tuple[MapDigest, int] | None = None
+
+    @property
+    def current(self) -> tuple[MapDigest, int] | None:
+        """The digest and its version as this writer last wrote or read it (None: none)."""
+        if self._read is not None:
+            read, self._read = self._read, None
+            try:
+                data, stat = read.get()
+                self._current = MapDigest.from_bytes(self.path, data)[0], stat.version
+            except NoNodeError:
+                pass
+            except DecodeError as exc:
+                log.warning("not updating the digest of shard policy %r: %s", self._policy, exc)
+        return self._current
 
     def add(
         self, transaction: TransactionRequest, before: Mapping[str, str], after: Mapping[str, str]
     ) -> MapDigest | None:
         """Add the digest's compare-and-set to ``transaction``; returns the digest it writes."""
-        if self.current is None:
+        current = self.current
+        if current is None:
             return None
-        digest, version = self.current
+        digest, version = current
         moved = digest.changed(before, after)
         transaction.set_data(self.path, moved.to_bytes(self.path), version=version)
         return moved
 
     def committed(self, moved: MapDigest | None) -> None:
         """The transaction that wrote ``moved`` committed: the next one starts from it."""
-        if moved is not None and self.current is not None:
-            self.current = moved, self.current[1] + 1
+        current = self.current
+        if moved is not None and current is not None:
+            self._current = moved, current[1] + 1
 
 
 def _write_buckets(
