@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import os
@@ -42,9 +43,11 @@ from sentinel.freshness import STALE
 from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
-from sentinel.regions.config import Regions
+from sentinel.regions.config import Region, Regions
+from sentinel.regions.router import Answer, Router
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
+from sentinel.registry.failover import Failover
 from sentinel.registry.layout import (
     DEFAULT_NAMESPACE,
     SERVICES,
@@ -110,6 +113,12 @@ class Explanation:
     #: Why protection from mass loss, configured for this client, does not apply to the
     #: service (its spec does not mark departures); None when it applies or is not configured.
     unprotected: str | None = None
+    #: The region whose instances these are (None: a client of one region), and why it is
+    #: that region: the local one answers whenever it has an eligible instance.
+    region: str | None = None
+    region_reason: str = ""
+    #: When another region answered: the local region's own explanation (why it could not).
+    home: Explanation | None = None
 
     @property
     def verdicts(self) -> dict[str, str]:
@@ -347,6 +356,34 @@ class Sentinel(OldMethodNames):
             self.namespace, lambda: session.zk, session.require_writable, session.on_listener_thread
         )
         self._lookup_failures: dict[tuple[str, str], int] = {}
+        remote_cache = dataclasses.replace(cache, snapshot_path=None)  # the file is the local's
+
+        def remote(region: Region) -> Sentinel:
+            return Sentinel(
+                region.hosts,
+                client_id,
+                region.namespace,
+                connect_timeout=connect_timeout,
+                session_timeout=session_timeout,
+                tls=region.tls,
+                identity=region.identity,
+                app=app,
+                announce=announce,
+                auth=auth,
+                cache=remote_cache,
+                feedback=self.feedback,
+                prometheus_registry=None,
+                agent=False,
+                regions=False,
+            )
+
+        #: The other regions' sessions (opened lazily) and the failover lookups that go to
+        #: them (:class:`~sentinel.regions.router.Router`); None without other regions.
+        self.regions_router = (
+            None
+            if self.regions is None or not self.regions.others
+            else Router(self.regions, remote, connect_timeout)
+        )
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
@@ -436,6 +473,8 @@ class Sentinel(OldMethodNames):
         called from a listener (the cache's worker stops once the listener returns), and
         more than once: a closed client's close() does nothing.
         """
+        if self.regions_router is not None:
+            self.regions_router.close()
         if self.session.close() and self._exports is not None:
             self._exports.discard(self)
 
@@ -460,6 +499,7 @@ class Sentinel(OldMethodNames):
         defaults: Mapping[str, Any] | None = None,
         curator: CuratorSource | None = None,
         mark_departures: bool = False,
+        failover: Failover | None = None,
     ) -> ServiceSpec:
         """Create the spec of ``service`` unless it exists; return the stored spec.
 
@@ -479,6 +519,11 @@ class Sentinel(OldMethodNames):
         ``CacheConfig(mass_loss_protection=...)`` tell it from a session's expiry and protect
         the service; without it, no client protects the service (``docs/health.md``).
 
+        ``failover`` is where its lookups go when this region has no eligible instance for a
+        key's partition (:class:`~sentinel.registry.failover.Failover`: other regions in
+        order, or the nearest N by measured round-trip time, and how soon lookups return);
+        kept in the spec, so every client of the service agrees (``docs/regions.md``).
+
         Raises :class:`~sentinel.errors.ShardPolicyNotFound` if ``shard_policy`` names no
         policy (create it first: ``shard_maps.ensure``), and
         :class:`~sentinel.errors.ServiceConflict` if the service exists with other settings;
@@ -492,6 +537,7 @@ class Sentinel(OldMethodNames):
             defaults=defaults,
             curator=curator,
             mark_departures=mark_departures,
+            failover=failover,
         )
         if spec.shard_policy is not None:
             # A service partitioned by a policy that does not exist would fail every keyed
@@ -618,6 +664,7 @@ class Sentinel(OldMethodNames):
         key: object = None,
         policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
         balancer: Balancer | str | None = None,
+        failover: Failover | None = None,
     ) -> Endpoint:
         """Resolve ``service`` (and ``key``, for a sharded service) to one endpoint.
 
@@ -627,6 +674,12 @@ class Sentinel(OldMethodNames):
         ``balancer`` picks one (default: round robin per service). Each is an instance or the
         name it is registered under (``policy="min_lag"``, ``balancer="power_of_two"``, the
         names the CLI takes; built once, with no arguments). Unsharded services ignore ``key``.
+
+        When nothing in the partition is eligible here, the service's failover rule (its
+        spec's, or ``failover`` for this call: :data:`~sentinel.registry.failover.LOCAL_ONLY`
+        keeps the call local) sends the lookup to another region of ``regions=``; lookups
+        return home once this region has been eligible for the rule's ``return_after``
+        (``docs/regions.md``).
 
         Raises :class:`~sentinel.errors.ServiceNotFound`,
         :class:`~sentinel.errors.PartitionNotFound` (the key maps nowhere),
@@ -638,7 +691,7 @@ class Sentinel(OldMethodNames):
         try:
             if snapshot is None:
                 snapshot = self._load(service)
-            candidates = self._eligible(snapshot, service, key, policy)
+            candidates = self._eligible(snapshot, service, key, policy, failover)
             if balancer is None:
                 balancer = snapshot.balancer
             elif not isinstance(balancer, Balancer):  # the one check an instance pays
@@ -654,11 +707,13 @@ class Sentinel(OldMethodNames):
         service: str,
         key: object = None,
         policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
+        failover: Failover | None = None,
     ) -> tuple[Endpoint, ...]:
-        """Every eligible endpoint, for callers that pool connections; errors as get_service."""
+        """Every eligible endpoint, for callers that pool connections; errors and
+        ``failover`` as get_service (the endpoints of the region that answers)."""
         try:
             snapshot = self._snapshots.get(service) or self._load(service)
-            candidates = self._eligible(snapshot, service, key, policy)
+            candidates = self._eligible(snapshot, service, key, policy, failover)
         except SentinelError as exc:
             self._count_failure(service, exc)
             raise
@@ -692,7 +747,12 @@ class Sentinel(OldMethodNames):
         return {name: now - s.built_at for name, s in dict(self._snapshots).items()}
 
     def _eligible(
-        self, snapshot: ServiceSnapshot, service: str, key: object, policy: object
+        self,
+        snapshot: ServiceSnapshot,
+        service: str,
+        key: object,
+        policy: object,
+        failover: Failover | None = None,
     ) -> Endpoints:
         """The hot path: partition, then policy; no lock and no I/O on a warm cache."""
         # _partition() inlined: the extra call was a measurable share of a warm lookup
@@ -717,8 +777,46 @@ class Sentinel(OldMethodNames):
             if candidates:
                 candidates = policy(candidates)  # type: ignore[operator, assignment]
         if not candidates:
-            raise self._nothing_eligible(service, key, partition, policy)
+            return self._elsewhere(snapshot, service, key, partition, policy, failover)
         return candidates
+
+    def _elsewhere(
+        self,
+        snapshot: ServiceSnapshot,
+        service: str,
+        key: object,
+        partition: str | None,
+        policy: object,
+        failover: Failover | None,
+    ) -> Endpoints:
+        """Nothing eligible here: another region's endpoints under the failover rule, else
+        NoInstanceAvailable saying what each region said."""
+        rule = snapshot.spec.failover if failover is None else failover
+        router = self.regions_router
+        if rule is None or rule.local_only:
+            raise self._nothing_eligible(service, key, partition, policy)
+        if router is None:
+            raise self._nothing_eligible(
+                service,
+                key,
+                partition,
+                policy,
+                "; it may fail over, but this client has no other region (Sentinel(regions=...), "
+                "$SENTINEL_REGIONS)",
+            )
+        answer = router.resolve(
+            service, key, partition, policy, rule, self.session.cache.return_home
+        )
+        if isinstance(answer, Answer):
+            return answer.candidates  # type: ignore[no-any-return]
+        raise self._nothing_eligible(
+            service,
+            key,
+            partition,
+            policy,
+            f" in region {router.local!r}; failover ({rule.describe()}): "
+            + ("; ".join(answer) or "no region to try"),
+        )
 
     def cached_instances(self, service: str) -> tuple[Endpoint, ...]:
         """Every cached instance of ``service``, any partition or status, by partition and
@@ -743,11 +841,15 @@ class Sentinel(OldMethodNames):
         self.session.require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
         try:
-            return self._snapshots.get(service) or self.session.cache.load(
+            snapshot = self._snapshots.get(service) or self.session.cache.load(
                 validate_name("service", service)
             )
         except ServiceNotFound as exc:
             raise self._not_found(exc) from None
+        rule = snapshot.spec.failover
+        if rule is not None and rule.warm and self.regions_router is not None:
+            self.regions_router.warm(service, rule)
+        return snapshot
 
     def partition_of(self, service: str, key: object) -> str | None:
         """The partition ``key`` maps to for ``service``; None when it is not sharded.
@@ -766,12 +868,49 @@ class Sentinel(OldMethodNames):
         partition = shard_map.lookup(key) if shard_map is not None else None
         return partition or self.session.cache.read_through(service, shard_policy, key)
 
-    def explain(self, service: str, key: object = None, policy: object = None) -> Explanation:
+    def explain(
+        self,
+        service: str,
+        key: object = None,
+        policy: object = None,
+        failover: Failover | None = None,
+    ) -> Explanation:
         """What ``get_service`` would consider for this call, step by step.
 
         For operators (``sentinel resolve``) and debugging; it does the same work as a lookup
-        plus a pass per policy, so keep it off the request path.
+        plus a pass per policy, so keep it off the request path. With regions, it says which
+        region answers and why (``region``, ``region_reason``): when another region does, the
+        explanation is that region's, and ``home`` is this region's.
         """
+        local = self._explain_here(service, key, policy)
+        if self.regions is None:
+            return local
+        snapshot = self._snapshots.get(service) or self._load(service)
+        rule = snapshot.spec.failover if failover is None else failover
+        here = self.regions.local
+        if local.eligible:
+            return dataclasses.replace(
+                local, region=here, region_reason="the local region has eligible instances"
+            )
+        router = self.regions_router
+        if rule is None or rule.local_only or router is None:
+            why = "no other region to try" if rule and not rule.local_only else "local only"
+            return dataclasses.replace(
+                local, region=here, region_reason=f"nothing eligible locally; failover: {why}"
+            )
+        answer = router.explain(service, key, policy, rule)
+        if isinstance(answer, list):
+            return dataclasses.replace(
+                local,
+                region=here,
+                region_reason="nothing eligible locally, nor in another region: "
+                + "; ".join(answer),
+            )
+        remote, name, why = answer
+        return dataclasses.replace(remote, region=name, region_reason=why, home=local)
+
+    def _explain_here(self, service: str, key: object, policy: object) -> Explanation:
+        """:meth:`explain` in this client's own region."""
         policy = None if policy is None else as_policy(policy)
         snapshot = self._snapshots.get(service) or self._load(service)
         shard_policy = snapshot.spec.shard_policy
@@ -779,6 +918,16 @@ class Sentinel(OldMethodNames):
         instances = snapshot.partitions.get(partition, ())
         eligible = snapshot.up.get(partition, ())
         steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
+        if partition in snapshot.held:
+            left = self.session.cache.return_home.holding(service, partition) or 0.0
+            steps.append(
+                ExplainStep(
+                    "return home",
+                    tuple(e for e in instances if e.status == "up"),
+                    f"held back: lookups fail over until the local region has been eligible "
+                    f"for its return_after ({left:.1f}s more)",
+                )
+            )
         verdict = self.feedback.verdict(eligible)
         if verdict.ejected or verdict.spared:
             steps.append(
@@ -809,7 +958,7 @@ class Sentinel(OldMethodNames):
         )
 
     def _nothing_eligible(
-        self, service: str, key: object, partition: str | None, policy: object
+        self, service: str, key: object, partition: str | None, policy: object, elsewhere: str = ""
     ) -> NoInstanceAvailable:
         where = f"service {service!r}" + (
             "" if partition is None else f", key {key!r}, partition {partition!r}"
@@ -838,7 +987,11 @@ class Sentinel(OldMethodNames):
             )
         )
         return NoInstanceAvailable(
-            f"{where} {reason}", service=service, key=key, partition=partition, policy=policy
+            f"{where} {reason}{elsewhere}",
+            service=service,
+            key=key,
+            partition=partition,
+            policy=policy,
         )
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:

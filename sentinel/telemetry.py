@@ -302,6 +302,17 @@ class FeedbackCounters(Protocol):
     def panic_episodes(self) -> Mapping[str, int]: ...
 
 
+class RegionCounters(Protocol):
+    """What :class:`ClientCollector` reads of a client's other regions
+    (:class:`~sentinel.regions.router.Router`)."""
+
+    local: str
+    failovers: Mapping[tuple[str, str], int]
+    answered: Mapping[tuple[str, str], int]
+
+    def states(self) -> Mapping[str, tuple[float, float]]: ...
+
+
 class ExportedClient(Protocol):
     """What :class:`ClientCollector` reads from a client at scrape time; a
     :class:`~sentinel.Sentinel` is one. A protocol rather than the client class, so that this
@@ -323,6 +334,8 @@ class ExportedClient(Protocol):
     def ejections(self) -> Mapping[str, tuple[int, int]]: ...
     @property
     def feedback(self) -> FeedbackCounters: ...
+    @property
+    def regions_router(self) -> RegionCounters | None: ...
 
 
 class ClientCollector(Collector):
@@ -395,6 +408,29 @@ class ClientCollector(Collector):
                 "a mass loss), under protection from mass loss, by service.",
                 labels=["client", "service"],
             ),
+            "region_rtt": GaugeMetricFamily(
+                "sentinel_region_rtt_seconds",
+                "Round-trip time the client measures to another region's ensemble (median of "
+                "its last requests; +Inf while it does not answer), for regions it has opened.",
+                labels=["client", "region"],
+            ),
+            "region_staleness": GaugeMetricFamily(
+                "sentinel_region_staleness_seconds",
+                "Seconds since the client's connection to a region was lost (0 while "
+                "connected): its own region's and each other region it has opened.",
+                labels=["client", "region"],
+            ),
+            "failovers": CounterMetricFamily(
+                "sentinel_region_failovers",
+                "Failover episodes begun: a service's partition with no eligible instance in "
+                "the local region, answered by another, by service and answering region.",
+                labels=["client", "service", "region"],
+            ),
+            "region_lookups": CounterMetricFamily(
+                "sentinel_region_lookups",
+                "Lookups answered by another region than the client's own, by service and region.",
+                labels=["client", "service", "region"],
+            ),
         }
         stats_families = {
             field: CounterMetricFamily(f"sentinel_cache_{field}", help_text, labels=["client"])
@@ -451,6 +487,16 @@ class ClientCollector(Collector):
                 counts[1] += panicking
             for service, episodes in dict(client.feedback.panic_episodes).items():
                 feedback.setdefault((cid, service), [0, 0, 0])[2] += episodes
+            router = getattr(client, "regions_router", None)  # a stand-in may have none
+            if router is not None:
+                families["region_staleness"].add_metric([cid, router.local], client.staleness)
+                for region, (rtt, staleness) in sorted(router.states().items()):
+                    families["region_rtt"].add_metric([cid, region], rtt)
+                    families["region_staleness"].add_metric([cid, region], staleness)
+                for (service, region), count in sorted(dict(router.failovers).items()):
+                    families["failovers"].add_metric([cid, service, region], count)
+                for (service, region), count in sorted(dict(router.answered).items()):
+                    families["region_lookups"].add_metric([cid, service, region], count)
         for lookup, count in sorted(lookups.items()):
             families["lookups"].add_metric(list(lookup), count)
         for series, age in sorted(ages.items()):

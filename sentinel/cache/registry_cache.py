@@ -35,6 +35,7 @@ from sentinel.cache.followers import OneShotFollower, PersistentFollower
 from sentinel.cache.listeners import Listener, Listeners
 from sentinel.cache.protection import MassLossProtection, Protection, Timers
 from sentinel.cache.read_through import ReadThrough
+from sentinel.cache.return_home import ReturnHome
 from sentinel.cache.source import Follower
 from sentinel.cache.stats import CacheStats
 from sentinel.cache.views import ServiceSnapshot, endpoint_events
@@ -134,6 +135,10 @@ class RegistryCache:
         self.on_swap: SwapHook | None = None
         # Protection from mass loss (None: off); its hold ends are queued on the worker.
         self._hold_timers = Timers(self._wake_protection)
+        #: The partitions served from another region and their hold-downs (a failover's
+        #: return home, :mod:`sentinel.cache.return_home`); its ends are queued on the worker.
+        self._return_timers = Timers(self._wake_protection)
+        self.return_home = ReturnHome(self._return_timers.wake)
         self.protection = (
             None
             if protection is None
@@ -156,6 +161,7 @@ class RegistryCache:
         waiting for a load dropped meanwhile hears so at once rather than at its timeout."""
         self._zk.remove_listener(self._on_state)
         self._hold_timers.close()
+        self._return_timers.close()
         stopped = self.worker.stop(self._dropped, timeout)
         if stopped:
             waiting, self._loads_waiting = self._loads_waiting, []
@@ -426,6 +432,7 @@ class RegistryCache:
             snapshot, names = self._instances_read_again(service, old, snapshot), None
         if self.protection is not None:
             snapshot = self.protection.apply(service, old, snapshot, lost)
+        snapshot = self.return_home.apply(service, snapshot)
         self.snapshots[service] = snapshot
         if bool(snapshot.protected) != bool(old.protected):
             # Operators see it (sentinel ls, doctor): one write when an episode begins and
@@ -483,6 +490,7 @@ class RegistryCache:
         old = self.snapshots.pop(service, None)
         if self.protection is not None:
             self.protection.forget(service)
+        self.return_home.forget(service)
         if self._curator is not None:
             self._curator.detach(service)
         if old is None:
@@ -494,7 +502,8 @@ class RegistryCache:
             self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
 
     def _wake_protection(self, service: str) -> None:
-        """A hold or a window ended (a timer's thread): re-apply the protection on the worker."""
+        """A hold or a window ended (a timer's thread): re-apply the protection and the return
+        home's hold-down on the worker."""
         self.worker.merge(Task(self._reapply_protection, (service,)))
 
     def _reapply_protection(self, service: str) -> None:

@@ -43,6 +43,10 @@ class ServiceSnapshot:
     still serves after a mass loss (:mod:`sentinel.cache.protection`), each marked with
     ``unlisted_since``: in ``partitions`` and ``up`` beside the listed ones (so a lookup pays
     nothing for them), never in ``endpoints``, which is the registry's list.
+    ``held`` names the partitions whose ``up`` tuple is empty though instances there are up:
+    a client that failed over to another region holds them back until they have been up for
+    the service's ``return_after`` (:mod:`sentinel.cache.return_home`), so a lookup pays
+    nothing for the hold either.
     """
 
     spec: ServiceSpec
@@ -56,6 +60,7 @@ class ServiceSnapshot:
     built_at: float
     auth: Credential | None = None
     protected: Mapping[str, Endpoint] = field(default_factory=lambda: _NO_CHANGES)
+    held: frozenset[str | None] = frozenset()
 
     @classmethod
     def build(
@@ -68,9 +73,11 @@ class ServiceSnapshot:
         lookups: LookupCounts,
         auth: Credential | None = None,
         protected: Mapping[str, Endpoint] = _NO_CHANGES,
+        held: frozenset[str | None] = frozenset(),
     ) -> ServiceSnapshot:
         """Attach metrics and auth and index by partition, once per change, not per lookup;
-        a protected instance the registry lists again is the listed one from then on."""
+        a protected instance the registry lists again is the listed one from then on; a
+        ``held`` partition's ``up`` tuple is empty."""
         endpoints = {name: _attach(e, metrics.get(name), auth) for name, e in endpoints.items()}
         if protected:
             protected = {
@@ -87,8 +94,11 @@ class ServiceSnapshot:
             endpoints=endpoints,
             metrics=dict(metrics),
             partitions=_with_all(partitions),
-            up=_with_all(
-                {p: tuple(e for e in g if e.status == "up") for p, g in partitions.items()}
+            up=_held(
+                _with_all(
+                    {p: tuple(e for e in g if e.status == "up") for p, g in partitions.items()}
+                ),
+                held,
             ),
             invalid=invalid,
             balancer=balancer,
@@ -96,6 +106,7 @@ class ServiceSnapshot:
             lookups=lookups,
             built_at=time.time(),
             protected=protected or _NO_CHANGES,
+            held=held,
         )
 
     @classmethod
@@ -122,6 +133,7 @@ class ServiceSnapshot:
             "auth": self.auth,
             "lookups": self.lookups,
             "protected": self.protected,
+            "held": self.held,
         }
         return ServiceSnapshot.build(**(fields | changes))
 
@@ -138,8 +150,8 @@ class ServiceSnapshot:
         the tuples of untouched partitions (a policy's or balancer's memo of them stays valid);
         a touched partition's tuples are spliced at the changed labels. Only the copies of the
         name maps and of the key None's tuple (every instance) grow with the service, at C
-        speed. While instances are protected (a mass loss, seconds at most) a change rebuilds
-        the whole snapshot instead.
+        speed. While instances are protected (a mass loss, seconds at most) or partitions held
+        (a return home, ``return_after`` at most) a change rebuilds the whole snapshot instead.
         """
         all_metrics = self.metrics
         metrics = {n: r for n, r in metrics.items() if r != all_metrics.get(n)}
@@ -162,7 +174,7 @@ class ServiceSnapshot:
                 return self
             return replace(self, metrics=all_metrics, invalid=invalid, built_at=time.time())
         all_endpoints = dict(self.endpoints)
-        if self.protected:
+        if self.protected or self.held:
             for name, (_, new) in touched.items():
                 if new is None:
                     del all_endpoints[name]
@@ -205,6 +217,14 @@ def _with_all(
     if len(order) > 1:
         everything = tuple(itertools.chain.from_iterable(by_partition[p] for p in order))
     return {None: everything} | {p: by_partition[p] for p in order}
+
+
+def _held(
+    up: dict[str | None, tuple[Endpoint, ...]], held: frozenset[str | None]
+) -> dict[str | None, tuple[Endpoint, ...]]:
+    """``up`` with the ``held`` partitions' tuples empty (the key None is the whole service's:
+    held when an unsharded service is)."""
+    return up if not held else {p: () if p in held else t for p, t in up.items()}
 
 
 def _up(by_partition: Mapping[str, list[Endpoint]]) -> dict[str, list[Endpoint]]:

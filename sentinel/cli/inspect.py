@@ -24,6 +24,7 @@ from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound,
 from sentinel.health.sources import health_of
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
+from sentinel.registry.failover import Failover
 from sentinel.registry.reads import list_services, read_clients_of, read_metrics, read_service
 from sentinel.registry.records import InstanceRecord, MetricsRecord
 
@@ -253,13 +254,14 @@ def _resolve(args: argparse.Namespace) -> int:
     if args.balancer is not None:
         name, arguments = parse_plugin(args.balancer)
         balancer = load_balancer(name, **arguments)
+    failover = None if args.failover is None else Failover.parse(args.failover)
     with client(args) as sentinel:
-        explanation = sentinel.explain(args.service, args.key, policy)
+        explanation = sentinel.explain(args.service, args.key, policy, failover)
         picks: list[Endpoint] = []
         error = None
         try:
             picks = [
-                sentinel.get_service(args.service, args.key, policy, balancer)
+                sentinel.get_service(args.service, args.key, policy, balancer, failover)
                 for _ in range(args.count)
             ]
         except NoInstanceAvailable as exc:
@@ -286,6 +288,8 @@ def _resolve(args: argparse.Namespace) -> int:
                 ],
                 "picks": [e.to_dict() for e in picks],
                 "error": error,
+                "region": explanation.region,
+                "region_reason": explanation.region_reason,
             }
         )
         return EXIT_OK if picks else EXIT_NOT_FOUND
@@ -298,6 +302,8 @@ def _resolve(args: argparse.Namespace) -> int:
         )
     )
     print(f"service {args.service}{where}")
+    if explanation.region is not None:
+        print(f"region {explanation.region}: {explanation.region_reason}")
     print_table(
         [
             (

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from sentinel.errors import DecodeError, PersistentInstance, ValidationError, ValueTooLarge
+from sentinel.registry.failover import Failover
 from sentinel.registry.layout import (
     parse_instance_name,
     validate_base_path,
@@ -347,6 +348,8 @@ class ServiceSpec:
     (:func:`~sentinel.registry.layout.departure_path`), so that caches protecting from mass
     loss tell a deregistration from a session's expiry (:mod:`sentinel.cache.protection`);
     off, a deregistration is one plain delete and no cache protects the service.
+    ``failover``: where its lookups go when the local region has no eligible instance
+    (:class:`~sentinel.registry.failover.Failover`); None: the local region only.
     """
 
     service: str
@@ -355,9 +358,12 @@ class ServiceSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict, hash=False)
     curator: CuratorSource | None = None
     mark_departures: bool = False
+    failover: Failover | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
+        if self.failover is not None and not isinstance(self.failover, Failover):
+            raise ValidationError("failover must be a Failover")
         _scheme(self.scheme)
         if self.shard_policy is not None:
             validate_name("shard policy", self.shard_policy)
@@ -368,8 +374,8 @@ class ServiceSpec:
         object.__setattr__(self, "defaults", _properties(self.defaults))
 
     def to_bytes(self, path: str) -> bytes:
-        """The node's value (``curator`` and ``mark_departures`` only when set: a spec
-        without them is written as before)."""
+        """The node's value (``curator``, ``mark_departures`` and ``failover`` only when set:
+        a spec without them is written as before)."""
         document: dict[str, Any] = {
             "scheme": self.scheme,
             "shard_policy": self.shard_policy,
@@ -379,6 +385,8 @@ class ServiceSpec:
             document["curator"] = self.curator.to_document()
         if self.mark_departures:
             document["mark_departures"] = True
+        if self.failover is not None:
+            document["failover"] = self.failover.to_document()
         return encode(path, document)
 
     @classmethod
@@ -393,6 +401,7 @@ class ServiceSpec:
                 defaults=_or_empty(document.get("defaults")),
                 curator=CuratorSource.from_document(document.get("curator")),
                 mark_departures=document.get("mark_departures", False),
+                failover=Failover.from_document(document.get("failover")),
             )
 
 

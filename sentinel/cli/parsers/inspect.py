@@ -53,6 +53,8 @@ def register(commands: argparse._SubParsersAction) -> None:
             "--policy min_lag:cutoff=5",
             "sentinel resolve api --balancer weighted_random -n 10 --json",
             "sentinel resolve orders --curator-path /services   # a Spring Boot service",
+            "sentinel resolve orders-db acme --region east --regions regions.json "
+            "--failover nearest:1",
         ),
     )
     resolve.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
@@ -78,4 +80,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         ),
     )
     resolve.add_argument("-n", "--count", type=count, default=1, help="calls to make (default 1)")
+    resolve.add_argument(
+        "--failover",
+        metavar="RULE",
+        help="override the service's failover rule for these calls: local, REGION,REGION... "
+        "or nearest:N (options after ';': service=NAME, warm, return_after=SECONDS); "
+        "needs --regions",
+    )
     add_curator_option(resolve)

@@ -1,0 +1,224 @@
+"""The sessions a client holds to other regions: one per region, opened lazily, with the
+round-trip time measured on each.
+
+A :class:`Remote` is one other region as this client sees it: the client made for it (by a
+factory the facade gives, so that nothing here imports the facade), whether it has connected,
+and the round-trip times measured to its ensemble. Nothing is opened before a service needs
+the region (its first failover there, or a warm service's load): a client whose services
+never leave the local region never connects anywhere else.
+
+Opening never blocks a lookup longer than the region's first connection deadline: the first
+lookup that needs a region waits for its connection up to ``connect_timeout``; while the
+region has not answered by then, lookups skip it at once and a background thread keeps
+trying (a new client each attempt, every :data:`RETRY_SECONDS`), so a region cut off at
+start-up costs one wait, not one per lookup.
+
+Round-trip time (docs/decisions/nearest-region-by-measured-round-trip.md): the time of one
+ZooKeeper request (``exists`` of the namespace root) on the region's own session, so it is
+what a lookup there would pay, through whatever the path is (a relay, TLS); the median of the
+last :data:`SAMPLES`, measured when the session opens and every :data:`RTT_INTERVAL` seconds
+after, on one thread per client. A region that does not answer within
+:data:`RTT_TIMEOUT`, or whose session is not connected, measures infinite.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from sentinel.errors import SentinelError
+from sentinel.regions.config import Region
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two attempts to open a region's session that did not answer.
+RETRY_SECONDS = 1.0
+#: Seconds between two measurements of a region's round-trip time.
+RTT_INTERVAL = 5.0
+#: A measurement waits this long at most; then the region measures infinite.
+RTT_TIMEOUT = 2.0
+#: Measurements kept per region; the round-trip time is their median.
+SAMPLES = 5
+
+
+class RemoteClient(Protocol):
+    """What this module uses of a client of another region (a :class:`~sentinel.Sentinel`)."""
+
+    session: Any
+
+    def start(self) -> Any: ...
+    def close(self) -> None: ...
+    def eligible_instances(self, service: str, key: object = None, policy: Any = None) -> Any: ...
+    def explain(self, service: str, key: object = None, policy: Any = None) -> Any: ...
+    def prefetch(self, service: str) -> None: ...
+    @property
+    def connection_state(self) -> str: ...
+    @property
+    def staleness(self) -> float: ...
+
+
+class Remote:
+    """One other region: its client once connected, and its round-trip times."""
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        #: The region's client, set once it has connected (None before).
+        self.client: RemoteClient | None = None
+        self.ready = threading.Event()
+        self.deadline: float | None = None  # the first connection's, monotonic; None: unopened
+        self._samples: deque[float] = deque(maxlen=SAMPLES)
+        self.rtt = math.inf  # seconds, the median of the samples
+
+    @property
+    def connected(self) -> bool:
+        """Whether its session is connected now."""
+        client = self.client
+        return client is not None and client.connection_state == "connected"
+
+    @property
+    def down(self) -> bool:
+        """Whether the region is known not to answer now: its session was opened and is not
+        connected (lost, or never connected within its first deadline)."""
+        if self.deadline is None:
+            return False  # not opened yet: nothing known
+        if self.client is None:
+            return time.monotonic() >= self.deadline
+        return not self.connected
+
+    def record(self, seconds: float) -> None:
+        """Add a measurement (math.inf: no answer)."""
+        if math.isinf(seconds):
+            self._samples.clear()
+            self.rtt = math.inf
+            return
+        self._samples.append(seconds)
+        self.rtt = statistics.median(self._samples)
+
+
+class Remotes:
+    """The other regions of one client, opened lazily, their round-trip times measured.
+
+    ``connect(region)`` makes a client of ``region`` (not started); ``connect_timeout`` bounds
+    the first wait for a region's session.
+    """
+
+    def __init__(
+        self,
+        regions: Iterable[Region],
+        connect: Callable[[Region], RemoteClient],
+        connect_timeout: float,
+    ) -> None:
+        self.by_name: Mapping[str, Remote] = {r.name: Remote(r) for r in regions}
+        self._connect = connect
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._prober: threading.Thread | None = None
+
+    def open(self, name: str, wait: bool = True) -> RemoteClient | None:
+        """The client of region ``name``, opening its session on first use; None when it has
+        not connected (within its first deadline, when ``wait``) or is not configured."""
+        remote = self.by_name.get(name)
+        if remote is None or self._closed.is_set():
+            return None
+        if remote.ready.is_set():
+            return remote.client
+        with self._lock:
+            if remote.deadline is None:
+                remote.deadline = time.monotonic() + self._connect_timeout
+                threading.Thread(
+                    target=self._open, args=(remote,), name=f"sentinel-region-{name}", daemon=True
+                ).start()
+                if self._prober is None:
+                    self._prober = threading.Thread(
+                        target=self._probe, name="sentinel-region-rtt", daemon=True
+                    )
+                    self._prober.start()
+        if wait:
+            remote.ready.wait(max(remote.deadline - time.monotonic(), 0.0))
+        return remote.client if remote.ready.is_set() else None
+
+    def open_all(self, names: Iterable[str]) -> None:
+        """Open every region of ``names`` at once and wait for them (each within its first
+        deadline), so that each has a round-trip time: what ``nearest`` needs."""
+        names = [n for n in names if n in self.by_name]
+        for name in names:
+            self.open(name, wait=False)
+        for name in names:
+            self.open(name, wait=True)
+
+    def _open(self, remote: Remote) -> None:
+        """Connect ``remote`` (a thread per region, until it has connected or we close)."""
+        failures = 0
+        while not self._closed.is_set():
+            client = self._connect(remote.region)
+            try:
+                client.start()
+            except SentinelError as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning(
+                        "region %r (%s) did not answer: %s; lookups skip it while it does not, "
+                        "retrying every %gs",
+                        remote.region.name,
+                        remote.region.hosts,
+                        exc,
+                        RETRY_SECONDS,
+                    )
+                client.close()
+                self._closed.wait(RETRY_SECONDS)
+                continue
+            with self._lock:
+                if self._closed.is_set():
+                    client.close()
+                    return
+                remote.client = client
+            remote.record(self._measure(client))
+            remote.ready.set()
+            log.info("region %r connected (%s)", remote.region.name, remote.region.hosts)
+            return
+
+    @staticmethod
+    def _measure(client: RemoteClient) -> float:
+        """One round trip to the client's ensemble, in seconds (math.inf: no answer)."""
+        if client.connection_state != "connected":
+            return math.inf
+        zk = client.session.zk
+        started = time.perf_counter()
+        try:
+            zk.exists_async("/").get(timeout=RTT_TIMEOUT)
+        except Exception:  # a timeout, a lost connection: no answer is the measurement
+            return math.inf
+        return time.perf_counter() - started
+
+    def _probe(self) -> None:
+        """Measure every connected region's round trip, every RTT_INTERVAL seconds."""
+        while not self._closed.wait(RTT_INTERVAL):
+            for remote in list(self.by_name.values()):
+                if remote.client is not None:
+                    remote.record(self._measure(remote.client))
+
+    def nearest(self, count: int, exclude: Iterable[str] = ()) -> list[str]:
+        """The ``count`` regions of least round-trip time (connected ones only)."""
+        skip = set(exclude)
+        measured = [
+            r
+            for r in self.by_name.values()
+            if r.region.name not in skip and r.connected and not math.isinf(r.rtt)
+        ]
+        measured.sort(key=lambda r: r.rtt)
+        return [r.region.name for r in measured[:count]]
+
+    def close(self) -> None:
+        """Close every region's session; nothing opens after this."""
+        with self._lock:
+            self._closed.set()
+            clients = [r.client for r in self.by_name.values() if r.client is not None]
+        for client in clients:
+            client.close()
