@@ -650,11 +650,11 @@ def _check(
     args: argparse.Namespace, region: str | None
 ) -> tuple[list[Finding], dict[str, MapState | None] | None]:
     """Every check of one ensemble's namespace, and what it holds of each shard policy (None
-    for a policy it cannot read; None for all when the namespace lacks sections)."""
+    for a policy it cannot read)."""
     hosts = resolve_hosts(args.zk)
     identities = acl.load_identities(args.identities) if args.identities else None
     findings: list[Finding] = []
-    maps = None
+    maps: dict[str, MapState | None] | None = None
     try:
         with connect(args) as zk:
             if identities is not None:
@@ -665,6 +665,7 @@ def _check(
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(args, zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
+            maps = {}  # a namespace without /shard_info holds no policy
             if zk.exists(SHARD_INFO):
                 found, maps = _shard_maps(zk, region)
                 findings += found
@@ -673,6 +674,7 @@ def _check(
             _server(hosts),
             Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
         ]
+        maps = {}  # nor does a namespace that does not exist
     return findings, maps
 
 

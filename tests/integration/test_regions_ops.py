@@ -148,6 +148,11 @@ def test_one_region_down_the_others_are_written_exit_3_and_a_rerun_converges(
         assert "south" in result.stderr and "written in east, west" in result.stderr
         for region in ("east", "west"):
             assert read_map_state(kazoo[region], "tenants").content.keys == 1
+        result = sentinel("shard", "remove", "ghost", "--policy", "tenants", "--json")
+        assert result.returncode == 3  # unreachable outranks "not assigned" (1) elsewhere
+        outcome = json.loads(result.stdout)["regions"]
+        assert outcome["south"]["exit_code"] == 3 and "south" not in outcome["east"]
+        assert outcome["east"]["removed_from"] is None
         # doctor checks the regions it reaches and names the one it cannot
         result = sentinel("doctor", "--region", "all", "--json")
         assert result.returncode == 1
@@ -310,3 +315,20 @@ def test_region_all_is_refused_where_a_command_acts_in_one_region(sentinel):
     assert result.returncode == 2 and "name one" in result.stderr, result.stderr
     result = sentinel("shard", "show", "acme", "--policy", "tenants", "--region", "all")
     assert result.returncode == 2 and "name one" in result.stderr, result.stderr
+
+
+def test_a_policy_missing_in_a_region_is_reported_and_sync_creates_it(sentinel, kazoo):
+    result = sentinel(
+        "shard", "create-policy", "tenants", "--kind", "directory", "--region", "east"
+    )
+    assert result.stdout.splitlines() == ["east: created directory policy tenants"]
+    assert sentinel("shard", "assign", "acme", "p9", "--policy", "tenants", "--region", "east")
+    result = sentinel("doctor", "--region", "all", "--json")
+    (missing,) = problems(result, "shard maps agree")
+    assert "tenants is missing in west, south" in missing["detail"]
+    dry = sentinel("shard", "sync", "--policy", "tenants", "--from", "east", "--dry-run")
+    assert dry.returncode == 0 and kazoo["west"].exists("/shard_info/tenants") is None
+    assert sentinel("shard", "sync", "--policy", "tenants", "--from", "east").returncode == 0
+    result = sentinel("doctor", "--region", "all", "--json")
+    assert problems(result, "shard maps agree") == problems(result, "shard map") == []
+    assert read_map_state(kazoo["south"], "tenants").content.keys == 1
