@@ -45,6 +45,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ShardPolicyNotFound
     ├── ShardPolicyExists
     │   └── ShardPolicyConflict              shard_maps.ensure: another spec is stored
+    ├── RegionsFailed                        a write to every region: .failures .written
     ├── AuthError                            credentials (/auth)
     │   ├── KeyFileError
     │   ├── ClientKeyNotFound
@@ -379,6 +380,25 @@ class ShardPolicyExists(SentinelError):
 
 class ShardPolicyConflict(ShardPolicyExists):
     """``shard_maps.ensure``: the policy exists with another spec (kind, partitions...)."""
+
+
+class RegionsFailed(SentinelError):
+    """A change written region by region (the shard manager's) failed in some regions.
+
+    ``failures`` maps each region that was not written to its error; ``written`` names the
+    ones that were (each region's change is its own transactions: a region is written whole
+    or not at all). Writes are idempotent: run the same change again to converge.
+    """
+
+    def __init__(self, failures: dict[str, SentinelError], written: tuple[str, ...]) -> None:
+        named = "; ".join(f"{region}: {error}" for region, error in failures.items())
+        done = f"written in {', '.join(written)}" if written else "written in no region"
+        super().__init__(
+            f"not written in {len(failures)} region(s) ({named}); {done}; run the same "
+            "command again to converge"
+        )
+        self.failures = failures
+        self.written = written
 
 
 # --- credentials ------------------------------------------------------------------------------

@@ -9,11 +9,12 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TextIO
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
@@ -28,14 +29,23 @@ from sentinel.cli.common import (
     print_json,
 )
 from sentinel.cli.curator import CuratorService, curator_services, instances_of
+from sentinel.cli.fanout import targets
 from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
 from sentinel.cli.output import format_table, protecting_clients, protection_note
 from sentinel.devserver import resolve_hosts
-from sentinel.errors import DecodeError, NamespaceNotFound
-from sentinel.registry.layout import AUTH, AUTH_KEYS, CLIENTS, METRICS, SECTIONS, SERVICES
+from sentinel.errors import DecodeError, NamespaceNotFound, SentinelError, ZooKeeperUnavailable
+from sentinel.registry.layout import (
+    AUTH,
+    AUTH_KEYS,
+    CLIENTS,
+    METRICS,
+    SECTIONS,
+    SERVICES,
+    SHARD_INFO,
+)
 from sentinel.registry.reads import (
     all_children,
     list_services,
@@ -45,19 +55,23 @@ from sentinel.registry.reads import (
     read_service,
 )
 from sentinel.registry.records import ServiceSpec
+from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
-from sentinel.shards.store import iter_assignments
+from sentinel.shards.store import MapState, iter_assignments, read_map_state
 from sentinel.testing.zookeeper import four_letter_word
+from sentinel.zk.errors import translate
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One result of one check: ``ok``, ``warn`` or ``error``, and how to fix it."""
+    """One result of one check: ``ok``, ``warn`` or ``error``, and how to fix it; ``region``
+    names the region it was found in (None: no regions configured, or across regions)."""
 
     severity: str
     check: str
     detail: str
     fix: str = ""
+    region: str | None = None
 
 
 def _server(hosts: str) -> Finding:
@@ -596,9 +610,51 @@ def _curator_trust(found: CuratorService) -> list[Finding]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    chosen = targets(args)
+    findings: list[Finding] = []
+    states: dict[str, dict[str, MapState | None]] = {}
+    for target in chosen:
+        try:
+            found, maps = _check(target.args, target.region)
+        except (SentinelError, KazooException, KazooTimeoutError) as exc:
+            if len(chosen) == 1:
+                raise  # one ensemble: its exit code, as ever (3 when unreachable)
+            error = translate(exc, "sentinel doctor")  # one region's failure: a finding
+            unreachable = isinstance(error, ZooKeeperUnavailable)
+            found = [
+                Finding(
+                    "error",
+                    "zookeeper" if unreachable else "region",
+                    str(error),
+                    _UNREACHABLE_FIX if unreachable else "",
+                )
+            ]
+            maps = None
+        findings += [replace(f, region=target.region) for f in found]
+        if maps is not None:
+            states[str(target.region)] = maps
+    if len(chosen) > 1:
+        findings += _agreement(states, [str(t.region) for t in chosen])
+    findings += _curator(args)
+    if args.json:
+        print_json([asdict(f) for f in findings])
+    else:
+        print_findings(findings, sys.stdout, regions=len(chosen) > 1)
+    return EXIT_NOT_FOUND if any(f.severity == "error" for f in findings) else EXIT_OK
+
+
+_UNREACHABLE_FIX = "start its ensemble or check --regions; the other regions were checked"
+
+
+def _check(
+    args: argparse.Namespace, region: str | None
+) -> tuple[list[Finding], dict[str, MapState | None] | None]:
+    """Every check of one ensemble's namespace, and what it holds of each shard policy (None
+    for a policy it cannot read)."""
     hosts = resolve_hosts(args.zk)
     identities = acl.load_identities(args.identities) if args.identities else None
     findings: list[Finding] = []
+    maps: dict[str, MapState | None] | None = None
     try:
         with connect(args) as zk:
             if identities is not None:
@@ -609,29 +665,152 @@ def _doctor(args: argparse.Namespace) -> int:
             if all(zk.exists(section) for section in SECTIONS):
                 findings += _services(args, zk, args.namespace, args.stale_after)
                 findings += _orphaned_auth(zk, args.namespace)
+            maps = {}  # a namespace without /shard_info holds no policy
+            if zk.exists(SHARD_INFO):
+                found, maps = _shard_maps(zk, region)
+                findings += found
     except NamespaceNotFound as exc:
         findings += [
             _server(hosts),
             Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
         ]
-    findings += _curator(args)
-    if args.json:
-        print_json([asdict(f) for f in findings])
-    else:
-        print_findings(findings, sys.stdout)
-    return EXIT_NOT_FOUND if any(f.severity == "error" for f in findings) else EXIT_OK
+        maps = {}  # nor does a namespace that does not exist
+    return findings, maps
+
+
+def _repair(policy: str, region: str | None) -> str:
+    """How to repair a region's replica of ``policy`` (without regions: from a backup)."""
+    if region is None:
+        return f"restore /shard_info/{policy} from a good copy (sentinel import of a backup)"
+    return f"sentinel shard sync --policy {policy} --from GOOD --region {region}"
+
+
+def _shard_maps(
+    zk: KazooClient, region: str | None
+) -> tuple[list[Finding], dict[str, MapState | None]]:
+    """Each shard policy read whole: one that cannot be read, or whose buckets do not add up
+    to the digest its writers keep (written behind their back), is an error."""
+    findings: list[Finding] = []
+    states: dict[str, MapState | None] = {}
+    for policy in sorted(zk.get_children(SHARD_INFO)):
+        try:
+            state = read_map_state(zk, policy)
+        except SentinelError as exc:  # a registry that lies: reported, never trusted
+            states[policy] = None
+            findings.append(
+                Finding(
+                    "error",
+                    "shard map",
+                    f"{policy}: unreadable ({exc}); clients skip what does not decode",
+                    _repair(policy, region),
+                )
+            )
+            continue
+        states[policy] = state
+        content, stored = state.content, state.stored
+        if state.stored_error is not None:
+            problem = f"its digest does not decode ({state.stored_error})"
+        elif content is not None and stored is not None and content != stored:
+            problem = (
+                f"its buckets hold {content.keys} key(s) that do not add up to the digest its "
+                f"writers keep ({stored.keys} key(s)): written behind the shard manager's back"
+            )
+        elif content is not None and stored is None:
+            findings.append(
+                Finding(
+                    "warn",
+                    "shard map",
+                    f"{policy}: no digest (created by a version before digests): a change "
+                    "written behind the shard manager's back would go unseen",
+                )
+            )
+            continue
+        else:
+            continue
+        findings.append(
+            Finding(
+                "error",
+                "shard map",
+                f"{policy}: {problem}",
+                "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
+            )
+        )
+    if states and not findings:
+        findings.append(
+            Finding(
+                "ok",
+                "shard map",
+                f"{len(states)} polic{'y' if len(states) == 1 else 'ies'}, each as its writers "
+                "left it",
+            )
+        )
+    return findings, states
+
+
+def _agreement(states: dict[str, dict[str, MapState | None]], regions: list[str]) -> list[Finding]:
+    """The shard maps across regions: every region holds every policy, and the same map
+    (spec and keys); the regions that differ are named with when each was last written."""
+    findings = []
+    checked = [r for r in regions if r in states]
+    for policy in sorted({p for held in states.values() for p in held}):
+        missing = [r for r in checked if policy not in states[r]]
+        groups: dict[tuple[ShardPolicySpec, MapDigest | None], list[str]] = {}
+        for region in checked:
+            state = states[region].get(policy)
+            if state is not None:
+                groups.setdefault((state.spec, state.content), []).append(region)
+        if missing:
+            findings.append(
+                Finding(
+                    "error",
+                    "shard maps agree",
+                    f"{policy} is missing in {', '.join(missing)}",
+                    _repair(policy, "REGION") + " (creates it as in GOOD)",
+                )
+            )
+        if len(groups) > 1:
+            parts = []
+            for (_, content), members in groups.items():
+                state = states[members[0]][policy]
+                written = (
+                    f"digest written {time.time() - state.stored_at:.0f}s ago"
+                    if state is not None and state.stored_at is not None
+                    else "no digest"
+                )
+                keys = f"{content.keys} key(s)" if content is not None else "its spec"
+                parts.append(f"{', '.join(members)}: {keys}, {written}")
+            findings.append(
+                Finding(
+                    "error",
+                    "shard maps agree",
+                    f"{policy} differs across regions ({'; '.join(parts)}): a region that "
+                    "missed changes (unreachable when they were written) lags",
+                    "run the changes it missed again (they are idempotent), or "
+                    + _repair(policy, "LAGGING"),
+                )
+            )
+        elif groups and not missing and sum(map(len, groups.values())) == len(regions):
+            findings.append(
+                Finding("ok", "shard maps agree", f"{policy}: the same in all {len(regions)}")
+            )
+    return findings
 
 
 _COLOURS = {"error": "31", "warn": "33"}  # red, yellow
 
 
-def print_findings(findings: list[Finding], stream: TextIO) -> None:
-    """The findings as a table and a count of problems and warnings; ERROR lines red and WARN
-    lines yellow when ``stream`` is a terminal and ``NO_COLOR`` is not set."""
-    table = format_table(
-        [(f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings],
-        ("STATUS", "CHECK", "FINDING", "FIX"),
-    ).splitlines()
+def print_findings(findings: list[Finding], stream: TextIO, *, regions: bool = False) -> None:
+    """The findings as a table (with a REGION column when ``regions``) and a count of problems
+    and warnings; ERROR lines red and WARN lines yellow when ``stream`` is a terminal and
+    ``NO_COLOR`` is not set."""
+    rows: list[tuple[str, ...]] = [
+        (f.severity.upper(), f.check, f.detail, f.fix or "-") for f in findings
+    ]
+    headers: tuple[str, ...] = ("STATUS", "CHECK", "FINDING", "FIX")
+    if regions:
+        rows = [(f.region or "(all)", *row) for f, row in zip(findings, rows, strict=True)]
+        headers = ("REGION", *headers)
+    table = format_table(rows, headers).splitlines()
     if colour_enabled(stream):  # painted after aligning: escape codes have no width
         table[1:] = [
             paint(line, _COLOURS.get(f.severity))

@@ -21,6 +21,7 @@ from sentinel.devserver import validate_hosts
 from sentinel.errors import (
     DevServerNotRunning,
     LauncherError,
+    RegionsFailed,
     SentinelError,
     ValidationError,
     ZooKeeperUnavailable,
@@ -37,6 +38,8 @@ EXIT_LAUNCH_FAILED = 4
 
 def exit_code(exc: SentinelError) -> int:
     """The exit code for an error that ended a command (the table in ``docs/cli.md``)."""
+    if isinstance(exc, RegionsFailed):  # the worst region's: unreachable (3) before the rest
+        return max(map(exit_code, exc.failures.values()), default=EXIT_NOT_FOUND)
     # No ZooKeeper given (no --zk, no $SENTINEL_ZK, no `sentinel zk start` server) is a
     # usage error: nothing failed to start, an option is missing.
     if isinstance(exc, ValidationError | DevServerNotRunning):

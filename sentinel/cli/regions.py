@@ -10,7 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 
+from sentinel.errors import RegionConfigError
 from sentinel.regions.config import REGION_ENV, REGIONS_ENV, Regions
+
+#: ``--region all``: every configured region, for the commands that act in several
+#: (``doctor``, the shard manager's writes: :mod:`sentinel.cli.fanout`); the others act in the
+#: local region. No region may be called so.
+ALL = "all"
 
 
 def apply(args: argparse.Namespace) -> None:
@@ -20,21 +26,37 @@ def apply(args: argparse.Namespace) -> None:
     (``args.region_identity``) from the region's entry where not given.
 
     Raises RegionConfigError (a usage error) for a configuration that cannot be used, or a
-    ``--region`` the configuration does not hold.
+    ``--region`` the configuration does not hold (``--region all``: see :data:`ALL`).
     """
     text = getattr(args, "regions", None) or os.environ.get(REGIONS_ENV) or None
-    local = getattr(args, "region", None) or os.environ.get(REGION_ENV) or None
+    asked = getattr(args, "region", None)
+    every = asked == ALL
+    local = (None if every else asked) or os.environ.get(REGION_ENV) or None
     source = "--regions" if getattr(args, "regions", None) else f"${REGIONS_ENV}"
     regions = None
     if text is not None:
         regions = Regions.from_text(text, local, source=source)
     elif local is not None:
         regions = Regions(local)
+    if every and not getattr(args, "all_regions", False):
+        raise RegionConfigError(
+            "only doctor and the shard manager's changes act in every region: name one",
+            field="--region",
+        )
+    if every and (regions is None or not regions.regions):
+        raise RegionConfigError(
+            "--region all needs the regions (--regions or $SENTINEL_REGIONS)", field="--region"
+        )
+    if regions is not None and ALL in regions.regions:
+        raise RegionConfigError(
+            f"a region cannot be called {ALL!r}: --region {ALL} means every region",
+            field=f"regions.{ALL}",
+        )
     args.regions_config = regions
     args.region_tls = None
     args.region_identity = None
     home = None
-    if regions is not None and getattr(args, "region", None):
+    if regions is not None and asked and not every:
         home = regions.region(regions.local)  # named on the command line: it must exist
     elif regions is not None:
         home = regions.local_region()

@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,11 @@ from sentinel.cli.common import (
     read_input,
     run_daemon,
 )
+from sentinel.cli.fanout import Target, each_region, pointed_at, raise_failures, targets
 from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
+    exit_code,
 )
 from sentinel.errors import SentinelError, ValidationError
 from sentinel.registry.reads import read_service, services_sharded_by
@@ -84,21 +87,26 @@ def _create(args: argparse.Namespace) -> int:
         key_type=args.key_type,
         buckets=args.buckets,
     )
-    if not args.dry_run:
-        with connect(args, create=True) as zk:
-            create_policy(zk, spec)
-    document = {
-        "policy": spec.policy,
-        "kind": spec.kind,
-        "partitions": spec.partitions,
-        "boundaries": [list(b) for b in spec.boundaries],
-        "dry_run": args.dry_run,
-    }
-    if args.json:
-        print_json(document)
-    else:
-        print(f"{'would create' if args.dry_run else 'created'} {spec.kind} policy {spec.policy}")
-    return EXIT_OK
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        if not args.dry_run:
+            with connect(args, create=True) as zk:
+                create_policy(zk, spec)
+        return {
+            "policy": spec.policy,
+            "kind": spec.kind,
+            "partitions": spec.partitions,
+            "boundaries": [list(b) for b in spec.boundaries],
+            "dry_run": args.dry_run,
+        }
+
+    return _replicated(
+        args,
+        write,
+        lambda d: print(
+            f"{'would create' if d['dry_run'] else 'created'} {d['kind']} policy {d['policy']}"
+        ),
+    )
 
 
 def _boundary(text: str) -> tuple[str, str]:
@@ -110,52 +118,101 @@ def _boundary(text: str) -> tuple[str, str]:
 
 def _assign(args: argparse.Namespace) -> int:
     key = validate_key(args.key)
-    with connect(args) as zk:
-        spec = read_spec(zk, args.policy)
-        spec.check_partition(args.partition)
-        old = _partition_of(zk, spec, key)
-        users = _users(zk, args.policy) if args.command_name == "move" else {}
-        if not args.dry_run:
-            update_keys(zk, args.policy, {key: args.partition})
-    document = {
-        "key": key,
-        "policy": args.policy,
-        "from": old,
-        "to": args.partition,
-        "dry_run": args.dry_run,
-    }
-    if args.command_name == "move":
-        document["before"] = _instances_in(users, old)
-        document["after"] = _instances_in(users, args.partition)
-    if args.json:
-        print_json(document)
-        return EXIT_OK
-    verb = "would move" if args.dry_run else "moved" if old else "assigned"
-    print(f"{verb} {key}: {old or '(unassigned)'} -> {args.partition} (policy {args.policy})")
-    if args.command_name == "move":
-        print(f"  served before by: {', '.join(document['before']) or 'no live instance'}")
-        print(f"  served after by:  {', '.join(document['after']) or 'NO LIVE INSTANCE'}")
-    return EXIT_OK
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        with connect(args) as zk:
+            spec = read_spec(zk, args.policy)
+            spec.check_partition(args.partition)
+            old = _partition_of(zk, spec, key)
+            users = _users(zk, args.policy) if args.command_name == "move" else {}
+            if not args.dry_run:
+                update_keys(zk, args.policy, {key: args.partition})
+        document: dict[str, Any] = {
+            "key": key,
+            "policy": args.policy,
+            "from": old,
+            "to": args.partition,
+            "dry_run": args.dry_run,
+        }
+        if args.command_name == "move":
+            document["before"] = _instances_in(users, old)
+            document["after"] = _instances_in(users, args.partition)
+        return document
+
+    def show(document: dict[str, Any]) -> None:
+        old = document["from"]
+        verb = "would move" if args.dry_run else "moved" if old else "assigned"
+        print(f"{verb} {key}: {old or '(unassigned)'} -> {args.partition} (policy {args.policy})")
+        if args.command_name == "move":
+            print(f"  served before by: {', '.join(document['before']) or 'no live instance'}")
+            print(f"  served after by:  {', '.join(document['after']) or 'NO LIVE INSTANCE'}")
+
+    return _replicated(args, write, show)
 
 
 def _remove(args: argparse.Namespace) -> int:
     key = validate_key(args.key)
-    with connect(args) as zk:
-        spec = read_spec(zk, args.policy)
-        old = _partition_of(zk, spec, key)
-        if old is not None and not args.dry_run:
-            update_keys(zk, args.policy, {key: None})
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        with connect(args) as zk:
+            spec = read_spec(zk, args.policy)
+            old = _partition_of(zk, spec, key)
+            if old is not None and not args.dry_run:
+                update_keys(zk, args.policy, {key: None})
+        return {"key": key, "policy": args.policy, "removed_from": old, "dry_run": args.dry_run}
+
+    return _replicated(
+        args,
+        write,
+        lambda d: print(
+            f"{key} was not assigned"
+            if d["removed_from"] is None
+            else f"{'would remove' if args.dry_run else 'removed'} {key} (was {d['removed_from']})"
+        ),
+        lambda d: EXIT_OK if d["removed_from"] is not None else EXIT_NOT_FOUND,
+    )
+
+
+def _replicated(
+    args: argparse.Namespace,
+    write: Callable[[argparse.Namespace], dict[str, Any]],
+    show: Callable[[dict[str, Any]], None],
+    code: Callable[[dict[str, Any]], int] = lambda _: EXIT_OK,
+    chosen: list[Target] | None = None,
+) -> int:
+    """Run a change of the shard maps in every region (``chosen``, default
+    ``fanout.targets``; one ensemble when no regions are configured): one line per region
+    (``--json``: ``{"regions": {NAME: result or {"error", "exit_code"}}}``); RegionsFailed when
+    a region was not written, after the others were."""
+    chosen = chosen if chosen is not None else targets(args, replicated=True)
+    if chosen[0].region is None:  # one ensemble: as before regions
+        document = write(args)
+        if args.json:
+            print_json(document)
+        else:
+            show(document)
+        return code(document)
+    outcomes = each_region(chosen, write, f"sentinel shard {args.command_name}")
     if args.json:
         print_json(
-            {"key": key, "policy": args.policy, "removed_from": old, "dry_run": args.dry_run}
+            {
+                "regions": {
+                    o.region: o.result
+                    if o.error is None
+                    else {"error": str(o.error), "exit_code": exit_code(o.error)}
+                    for o in outcomes
+                }
+            }
         )
     else:
-        print(
-            f"{key} was not assigned"
-            if old is None
-            else f"{'would remove' if args.dry_run else 'removed'} {key} (was {old})"
-        )
-    return EXIT_OK if old is not None else EXIT_NOT_FOUND
+        for outcome in outcomes:
+            print(f"{outcome.region}: ", end="")
+            if outcome.error is None:
+                show(outcome.result)
+            else:
+                print(f"NOT WRITTEN: {outcome.error}")
+    raise_failures(outcomes)
+    return max(code(o.result) for o in outcomes)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -297,41 +354,78 @@ def _check_buckets(spec: ShardPolicySpec, current: dict[str, str], changes: dict
 
 
 def _import(args: argparse.Namespace) -> int:
-    mapping = read_mapping(args.file)
-    with connect(args) as zk:
-        spec = read_spec(zk, args.policy)
-        if spec.kind != "directory":
-            raise ValidationError(
-                f"policy {args.policy!r} is a {spec.kind} policy: keys cannot be imported into it"
-            )
-        for key, partition in mapping.items():  # everything checked before the first write
-            try:
-                spec.check_partition(partition)
-            except ValidationError as exc:
-                raise ValidationError(f"{args.file}: key {key!r}: {exc}") from None
-        current = dict(iter_assignments(zk, args.policy))
-        changes = {k: p for k, p in mapping.items() if current.get(k) != p}
-        _check_buckets(spec, current, changes)
-        items = list(changes.items())
-        size = max(args.batch, 1)
-        batches = [dict(items[start : start + size]) for start in range(0, len(items), size)]
-        if not args.dry_run:
-            _write_batches(zk, args.policy, batches)
-    summary = {
-        "policy": args.policy,
-        "keys": len(mapping),
-        "changed": len(changes),
-        "unchanged": len(mapping) - len(changes),
-        "dry_run": args.dry_run,
-    }
-    if args.json:
-        print_json(summary)
-    else:
-        print(
-            f"{'would change' if args.dry_run else 'changed'} {len(changes)} of "
-            f"{len(mapping)} keys ({summary['unchanged']} already as in {args.file})"
+    mapping = read_mapping(args.file)  # read once, whatever the number of regions
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        with connect(args) as zk:
+            spec = read_spec(zk, args.policy)
+            if spec.kind != "directory":
+                raise ValidationError(
+                    f"policy {args.policy!r} is a {spec.kind} policy: keys cannot be imported "
+                    "into it"
+                )
+            for key, partition in mapping.items():  # everything checked before the first write
+                try:
+                    spec.check_partition(partition)
+                except ValidationError as exc:
+                    raise ValidationError(f"{args.file}: key {key!r}: {exc}") from None
+            current = dict(iter_assignments(zk, args.policy))
+            changes = {k: p for k, p in mapping.items() if current.get(k) != p}
+            _check_buckets(spec, current, changes)
+            items = list(changes.items())
+            size = max(args.batch, 1)
+            batches = [dict(items[start : start + size]) for start in range(0, len(items), size)]
+            if not args.dry_run:
+                _write_batches(zk, args.policy, batches)
+        return {
+            "policy": args.policy,
+            "keys": len(mapping),
+            "changed": len(changes),
+            "unchanged": len(mapping) - len(changes),
+            "dry_run": args.dry_run,
+        }
+
+    return _replicated(
+        args,
+        write,
+        lambda d: print(
+            f"{'would change' if args.dry_run else 'changed'} {d['changed']} of "
+            f"{d['keys']} keys ({d['unchanged']} already as in {args.file})"
+        ),
+    )
+
+
+def _sync(args: argparse.Namespace) -> int:
+    from sentinel.shards.replication import copy_map, read_source
+
+    regions = getattr(args, "regions_config", None)
+    if regions is None or not regions.regions:
+        raise ValidationError(
+            "shard sync copies one region's map to the others: give the regions (--regions "
+            "or $SENTINEL_REGIONS)"
         )
-    return EXIT_OK
+    chosen = [t for t in targets(args, replicated=True) if t.region != args.from_region]
+    if not chosen:
+        raise ValidationError(f"nothing to copy {args.from_region}'s map to")
+    with connect(pointed_at(args, regions.region(args.from_region))) as zk:
+        source = read_source(zk, args.policy)  # checked whole before any region is written
+
+    def write(args: argparse.Namespace) -> dict[str, Any]:
+        with connect(args, create=True) as target:
+            copied = copy_map(source, target, args.policy, dry_run=args.dry_run)
+        return {"policy": args.policy, "from": args.from_region, **copied, "dry_run": args.dry_run}
+
+    def show(document: dict[str, Any]) -> None:
+        if not (document["buckets"] or document["digest"]):
+            print(f"{args.policy} already as in {args.from_region}")
+            return
+        digest = " and its digest" if document["digest"] else ""
+        print(
+            f"{'would copy' if args.dry_run else 'copied'} {document['buckets']} bucket(s){digest}"
+            f" of {args.policy} from {args.from_region}"
+        )
+
+    return _replicated(args, write, show, chosen=chosen)
 
 
 def _write_batches(zk: KazooClient, policy: str, batches: list[dict[str, str]]) -> None:
@@ -382,8 +476,39 @@ def _serve(args: argparse.Namespace) -> int:
         args,
         {
             "placed": lambda d: f"placed {d['key']} -> {d['partition']}",
-            "alert": lambda d: f"ALERT {d['service']} partition {d['partition']}: {d['problem']}",
+            "alert": lambda d: (
+                f"ALERT {d.get('service', d.get('region'))} partition "
+                f"{d['partition']}: {d['problem']}"
+            ),
         },
     )
     client_id = sanitize_name(f"shard-manager-{args.policy}-{socket.gethostname()}-{os.getpid()}")
-    return run_daemon(args, client_id, lambda sentinel: ShardManager(sentinel, args.policy, report))
+    copies = _placement_copies(args, report)
+    return run_daemon(
+        args, client_id, lambda sentinel: ShardManager(sentinel, args.policy, report, copies)
+    )
+
+
+def _placement_copies(args: argparse.Namespace, report: Any) -> Any:
+    """With regions configured, the copies of the daemon's placements to the regions other
+    than the one it runs in (None without)."""
+    regions = getattr(args, "regions_config", None)
+    others = regions.others if regions is not None else ()
+    if not others:
+        return None
+    from kazoo.client import KazooClient
+
+    from sentinel.connection import client_arguments
+    from sentinel.shards.replication import PlacementCopies
+
+    def connect_to(region: Any) -> Any:
+        return lambda: KazooClient(
+            hosts=f"{region.hosts}{region.namespace}",
+            timeout=max(args.timeout, 2.0),
+            # retried for as long as the region is down, at most 5 s apart: it catches up soon
+            # after it comes back
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 5.0},
+            **client_arguments(region.identity, region.tls),
+        )
+
+    return PlacementCopies(args.policy, {r.name: connect_to(r) for r in others}, report)

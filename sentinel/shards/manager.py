@@ -31,6 +31,7 @@ from sentinel.registry.layout import SHARD_MANAGER_SERVICE_PREFIX
 from sentinel.registry.reads import services_sharded_by
 from sentinel.registry.records import decode
 from sentinel.shards.placement import place_key, requests_path
+from sentinel.shards.replication import PlacementCopies
 from sentinel.shards.store import iter_assignments, read_spec
 from sentinel.topology import Topology, TopologyEvent
 
@@ -44,10 +45,19 @@ def manager_service(policy: str) -> str:
 
 class ShardManager:
     """One replica of the shard manager of ``policy``; ``report(kind, details)`` hears of
-    ``leader``, ``follower``, ``placed`` and ``alert``."""
+    ``leader``, ``follower``, ``placed`` and ``alert``. With ``copies``, each placement is also
+    copied to the other regions (:class:`~sentinel.shards.replication.PlacementCopies`, which
+    reports ``replicated``, ``behind`` and ``caught up``)."""
 
-    def __init__(self, sentinel: Sentinel, policy: str, report: Reporter) -> None:
+    def __init__(
+        self,
+        sentinel: Sentinel,
+        policy: str,
+        report: Reporter,
+        copies: PlacementCopies | None = None,
+    ) -> None:
         self._sentinel = sentinel
+        self._copies = copies
         self._zk = sentinel.session.zk
         self.policy = policy
         self._report = report
@@ -112,11 +122,15 @@ class ShardManager:
             try:
                 self._watch_users()
                 self._place_pending()
+                if self._copies is not None:
+                    self._copies.flush()
             except SentinelError as exc:
                 log.warning("placement round failed: %s", exc)
             except Exception as exc:  # ZooKeeper trouble: the loop retries within a second
                 log.warning("placement round interrupted: %s", exc)
         self._sentinel.deregister(self.registration)
+        if self._copies is not None:
+            self._copies.close()
 
     def _place_pending(self) -> None:
         try:
@@ -142,6 +156,8 @@ class ShardManager:
                 continue
             choice = min(self._spec.partitions, key=lambda p: (counts[p], p))
             placed = place_key(self._zk, self._spec, key, choice)
+            if self._copies is not None:
+                self._copies.add(key, placed)  # what this region holds, placed now or before
             if placed == choice:
                 counts[choice] += 1
                 telemetry.SHARD_PLACEMENTS.labels(self.policy).inc()

@@ -24,7 +24,8 @@ from sentinel.shards.spec import (
     policy_path,
     validate_key,
 )
-from sentinel.shards.store import CAS_ATTEMPTS, read_directory_spec, read_key
+from sentinel.shards.store import CAS_ATTEMPTS, DigestWriter, read_directory_spec, read_key
+from sentinel.zk.ephemeral import first_failure
 
 REQUESTS = "requests"
 
@@ -57,19 +58,24 @@ def request_placement(zk: KazooClient, policy: str, key: Key) -> bool:
 def place_key(zk: KazooClient, spec: ShardPolicySpec, key: str, partition: str) -> str:
     """Assign ``key`` to ``partition`` unless it already has one; return the one it has.
 
-    The check and the write are one compare-and-set on the key's bucket, so two managers
-    racing (a leader that has not noticed it was replaced) still place a key only once.
+    The check and the write are one compare-and-set on the key's bucket (and on the policy's
+    digest, moved in the same transaction), so two managers racing (a leader that has not
+    noticed it was replaced) still place a key only once.
     """
     path = bucket_path(spec.policy, bucket_of(key, spec.buckets))
     for _ in range(CAS_ATTEMPTS):
+        digest = DigestWriter(zk, spec.policy)  # read along with the bucket
         data, stat = zk.get(path)
         keys = decode_bucket(path, data)
         if key in keys:
             return keys[key]
-        keys[key] = spec.check_partition(partition)
-        try:
-            zk.set(path, encode_bucket(path, keys), version=stat.version)
+        after = {**keys, key: spec.check_partition(partition)}
+        transaction = zk.transaction()
+        transaction.set_data(path, encode_bucket(path, after), version=stat.version)
+        digest.add(transaction, keys, after)
+        failure = first_failure(transaction.commit())
+        if failure is None:
             return partition
-        except BadVersionError:
-            continue
+        if not isinstance(failure, BadVersionError):
+            raise failure
     raise RegistryConflict(f"bucket {path} kept changing while placing {key!r}")

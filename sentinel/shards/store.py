@@ -1,4 +1,5 @@
-"""Shard policies in ZooKeeper: read a spec, create a policy, and write keys to its buckets.
+"""Shard policies in ZooKeeper: read a spec, create a policy, write keys to its buckets, and
+read what an ensemble holds of a policy (:func:`read_map_state`).
 
 A directory's buckets are written with versioned compare-and-set, several per transaction: a
 bucket another writer changed meanwhile is re-read and written again, so that concurrent
@@ -7,12 +8,16 @@ writers never lose each other's keys.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.interfaces import IAsyncResult
 
 from sentinel.errors import (
+    DecodeError,
     RegistryConflict,
     ShardPolicyExists,
     ShardPolicyNotFound,
@@ -21,6 +26,7 @@ from sentinel.errors import (
 from sentinel.registry.layout import SHARD_INFO, validate_name
 from sentinel.registry.reads import pipelined_reads
 from sentinel.registry.records import MAX_VALUE_BYTES
+from sentinel.shards.digest import MapDigest, digest_path
 from sentinel.shards.spec import (
     Key,
     ShardPolicySpec,
@@ -32,6 +38,8 @@ from sentinel.shards.spec import (
     validate_key,
 )
 from sentinel.zk.ephemeral import first_failure
+
+log = logging.getLogger(__name__)
 
 # A bucket that loses this many races in a row is contended: say so rather than spin.
 CAS_ATTEMPTS = 10
@@ -50,7 +58,8 @@ def read_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
 
 
 def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
-    """Create the policy node and, for a directory, all its buckets, in one transaction."""
+    """Create the policy node and, for a directory, all its buckets and its (empty) digest, in
+    one transaction."""
     path = policy_path(spec.policy)
     zk.ensure_path(SHARD_INFO)  # a namespace no client has started in yet lacks it
     transaction = zk.transaction()
@@ -59,6 +68,7 @@ def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
         for index in range(spec.buckets):
             bucket = bucket_path(spec.policy, index)
             transaction.create(bucket, encode_bucket(bucket, {}))
+        transaction.create(digest_path(spec.policy), MapDigest().to_bytes(digest_path(spec.policy)))
     failure = first_failure(transaction.commit())
     if isinstance(failure, NodeExistsError):
         raise ShardPolicyExists(f"shard policy {spec.policy!r} already exists")
@@ -102,16 +112,64 @@ def update_keys(zk: KazooClient, policy: str, changes: Mapping[Key, str | None])
     raise RegistryConflict(f"buckets {sorted(pending)} of {policy!r} kept changing")
 
 
+class DigestWriter:
+    """A directory's digest (:mod:`sentinel.shards.digest`) as one writer moves it along its
+    transactions. Its read is sent when the writer is made and awaited at the first
+    :meth:`add`, so that it travels with the writer's own bucket reads rather than costing a
+    round trip of its own. A policy without one (older than digests), or holding one that does
+    not decode (doctor reports it), is written without: the writer leaves it as it is."""
+
+    def __init__(self, zk: KazooClient, policy: str) -> None:
+        self.path = digest_path(policy)
+        self._policy = policy
+        self._read: IAsyncResult | None = zk.get_async(self.path)
+        self._current: tuple[MapDigest, int] | None = None
+
+    @property
+    def current(self) -> tuple[MapDigest, int] | None:
+        """The digest and its version as this writer last wrote or read it (None: none)."""
+        if self._read is not None:
+            read, self._read = self._read, None
+            try:
+                data, stat = read.get()
+                self._current = MapDigest.from_bytes(self.path, data)[0], stat.version
+            except NoNodeError:
+                pass
+            except DecodeError as exc:
+                log.warning("not updating the digest of shard policy %r: %s", self._policy, exc)
+        return self._current
+
+    def add(
+        self, transaction: TransactionRequest, before: Mapping[str, str], after: Mapping[str, str]
+    ) -> MapDigest | None:
+        """Add the digest's compare-and-set to ``transaction``; returns the digest it writes."""
+        current = self.current
+        if current is None:
+            return None
+        digest, version = current
+        moved = digest.changed(before, after)
+        transaction.set_data(self.path, moved.to_bytes(self.path), version=version)
+        return moved
+
+    def committed(self, moved: MapDigest | None) -> None:
+        """The transaction that wrote ``moved`` committed: the next one starts from it."""
+        current = self.current
+        if moved is not None and current is not None:
+            self._current = moved, current[1] + 1
+
+
 def _write_buckets(
     zk: KazooClient, spec: ShardPolicySpec, by_bucket: Mapping[int, Mapping[str, str | None]]
 ) -> set[int]:
     """One compare-and-set pass; returns the buckets that lost a race and need another."""
-    batches: list[list[tuple[int, str, bytes, int]]] = [[]]
+    digest = DigestWriter(zk, spec.policy)
+    batches: list[list[tuple[int, str, dict[str, str], dict[str, str], bytes, int]]] = [[]]
     size = 0
     for index, result in pipelined_reads(zk, by_bucket, lambda i: bucket_path(spec.policy, i)):
         path = bucket_path(spec.policy, index)
         data, stat = result.get()
-        keys = decode_bucket(path, data)
+        before = decode_bucket(path, data)
+        keys = dict(before)
         for key, partition in by_bucket[index].items():
             if partition is None:
                 keys.pop(key, None)
@@ -121,18 +179,25 @@ def _write_buckets(
         if size + len(value) > _TRANSACTION_BYTES and batches[-1]:
             batches.append([])
             size = 0
-        batches[-1].append((index, path, value, stat.version))
+        batches[-1].append((index, path, before, keys, value, stat.version))
         size += len(value)
     conflicted: set[int] = set()
     for batch in batches:
         transaction = zk.transaction()
-        for _, path, value, version in batch:
+        before_all: dict[str, str] = {}
+        after_all: dict[str, str] = {}
+        for _, path, before, after, value, version in batch:
             transaction.set_data(path, value, version=version)
+            before_all.update(before)  # a key lives in one bucket: no overlap
+            after_all.update(after)
+        moved = digest.add(transaction, before_all, after_all)
         failure = first_failure(transaction.commit())
         if isinstance(failure, BadVersionError | NoNodeError):
             conflicted.update(index for index, *_ in batch)
         elif failure is not None:
             raise failure
+        else:
+            digest.committed(moved)
     return conflicted
 
 
@@ -152,3 +217,43 @@ def iter_assignments(zk: KazooClient, policy: str) -> Iterable[tuple[str, str]]:
     spec = read_directory_spec(zk, policy)
     for index, result in pipelined_reads(zk, range(spec.buckets), lambda i: bucket_path(policy, i)):
         yield from decode_bucket(bucket_path(policy, index), result.get()[0]).items()
+
+
+@dataclass(frozen=True)
+class MapState:
+    """What one ensemble holds of a policy, for comparing it with its digest and with the
+    other regions' replicas (``sentinel doctor``).
+
+    ``content``: the digest of the keys the buckets hold (None for a range or hash policy,
+    whose spec is its whole map). ``stored``: the digest node's, and ``stored_at`` when it was
+    written; None when the policy has none (created before digests), ``stored_error`` saying
+    why when it does not decode.
+    """
+
+    spec: ShardPolicySpec
+    content: MapDigest | None = None
+    stored: MapDigest | None = None
+    stored_at: float | None = None
+    stored_error: str | None = None
+
+
+def read_map_state(zk: KazooClient, policy: str) -> MapState:
+    """Read a policy's spec, every bucket and its digest. Raises ShardPolicyNotFound, or
+    DecodeError when the spec or a bucket cannot be read (a bucket missing included): a
+    registry that lies is reported, never trusted."""
+    spec = read_spec(zk, policy)
+    if spec.kind != "directory":
+        return MapState(spec)
+    try:
+        content = MapDigest.of(iter_assignments(zk, policy))
+    except NoNodeError:
+        raise DecodeError(policy_path(policy), "a bucket is missing") from None
+    path = digest_path(policy)
+    try:
+        data, _ = zk.get(path)
+        stored, at = MapDigest.from_bytes(path, data)
+    except NoNodeError:
+        return MapState(spec, content)
+    except DecodeError as exc:
+        return MapState(spec, content, stored_error=str(exc))
+    return MapState(spec, content, stored, at)

@@ -20,7 +20,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "Supervised changes to /shard_info. Writes take --dry-run; reads take "
         "--json. Exit 1 when a key or policy is not found, 2 on bad input (unknown kind, "
         "malformed CSV line, partition outside the policy's declared set). A shard policy "
-        "(--policy NAME) maps the keys of the services that use it to their partitions.",
+        "(--policy NAME) maps the keys of the services that use it to their partitions. With "
+        "regions configured (--regions), changes are written to every region, one line each, "
+        "unless --region names one; exit 3 when a region was unreachable (the others were "
+        "written: run the command again once it is back).",
         (
             "sentinel shard create-policy tenants --kind directory --partitions p1,p2",
             "sentinel shard assign acme p1 --policy tenants",
@@ -49,8 +52,9 @@ def register(commands: argparse._SubParsersAction) -> None:
                 help="the shard policy's name, as created by create-policy (`sentinel ls` shows "
                 "each service's)",
             )
-        if dry_run:
+        if dry_run:  # a change: written to every region, as --region all says
             parser.add_argument("--dry-run", action="store_true", help="change nothing")
+            parser.set_defaults(all_regions=True)
         return parser
 
     create = action(
@@ -152,6 +156,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     exp.add_argument("file", metavar="FILE", help="output file (.json for JSON); - for stdout")
     exp.add_argument("--format", choices=("csv", "json"))
+    sync = action(
+        "sync",
+        "shard:_sync",
+        "copy one region's map over the other regions' (repairs a lagging or tampered one)",
+        (
+            "sentinel shard sync --policy tenants --from east --dry-run",
+            "sentinel shard sync --policy tenants --from east --region west",
+        ),
+        dry_run=True,
+    )
+    sync.add_argument(
+        "--from",
+        dest="from_region",
+        required=True,
+        metavar="REGION",
+        help="the region whose map is copied (refused unless its buckets add up to its digest); "
+        "to every other region, or the one --region names",
+    )
     serve = action(
         "serve",
         "shard:_serve",
