@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import logging
 import os
 import socket
@@ -178,6 +179,7 @@ class Sentinel(OldMethodNames):
     identity : str or None, default ``$SENTINEL_ZK_IDENTITY``
         ``"user:password"``, the ZooKeeper digest identity of a secured namespace
         (``sentinel init --secure``); nodes this client creates are writable by it alone.
+        ``""`` (:data:`sentinel.auth.acl.ANONYMOUS`): anonymous even when the variable is set.
 
     client_id : str, default ``<hostname>-<pid>``
         This process's name in ``/clients`` and in logs; unique per process.
@@ -358,7 +360,7 @@ class Sentinel(OldMethodNames):
         self._lookup_failures: dict[tuple[str, str], int] = {}
         remote_cache = dataclasses.replace(cache, snapshot_path=None)  # the file is the local's
 
-        def remote(region: Region) -> Sentinel:
+        def remote(regions: Regions, region: Region) -> Sentinel:
             return Sentinel(
                 region.hosts,
                 client_id,
@@ -366,7 +368,7 @@ class Sentinel(OldMethodNames):
                 connect_timeout=connect_timeout,
                 session_timeout=session_timeout,
                 tls=region.tls,
-                identity=region.identity,
+                identity=regions.identity_of(region),
                 app=app,
                 announce=announce,
                 auth=auth,
@@ -382,7 +384,7 @@ class Sentinel(OldMethodNames):
         self.regions_router = (
             None
             if self.regions is None or not self.regions.others
-            else Router(self.regions, remote, connect_timeout)
+            else Router(self.regions, functools.partial(remote, self.regions), connect_timeout)
         )
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)

@@ -9,7 +9,6 @@ or the digest identity cannot be honoured by one of them and forgotten by anothe
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -35,7 +34,7 @@ def client_arguments(identity: str | None = None, tls: TlsConfig | None = None) 
     records never carry the identity's password (:mod:`sentinel.zk.redaction`).
     """
     install_kazoo_redaction()
-    identity = identity or os.environ.get(acl.IDENTITY_ENV) or None
+    identity = acl.effective_identity(identity)
     return {
         "handler": PollHandler(),
         "logger": QuietRetries(KAZOO_LOGGER),

@@ -218,7 +218,7 @@ class Session:
                 self.namespace,
                 self.client_id,
                 auth_client,
-                identity=self._identity or os.environ.get(acl.IDENTITY_ENV) or None,
+                identity=acl.effective_identity(self._identity),
                 timeout=self.connect_timeout,
             )
         self.cache = RegistryCache(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -54,6 +55,19 @@ from sentinel.registry.records import decode, encode
 from sentinel.zk.errors import translate
 
 IDENTITY_ENV = "SENTINEL_ZK_IDENTITY"
+#: An identity that says "none": anonymous even where ``$SENTINEL_ZK_IDENTITY`` is set (a
+#: session to another region's ensemble, which must never be sent this region's password).
+ANONYMOUS = ""
+
+
+def effective_identity(identity: str | None) -> str | None:
+    """The identity a session uses: ``identity``; None: ``$SENTINEL_ZK_IDENTITY`` (else
+    anonymous); :data:`ANONYMOUS`: anonymous (None)."""
+    if identity is None:
+        return os.environ.get(IDENTITY_ENV) or None
+    return identity or None
+
+
 # "sasl:user:password" authenticates with SASL DIGEST-MD5 instead of the digest scheme.
 SASL_PREFIX = "sasl:"
 SECTION_OWNERS = {

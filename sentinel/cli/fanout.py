@@ -54,17 +54,20 @@ def targets(args: argparse.Namespace, *, replicated: bool = False) -> list[Targe
     named = getattr(args, "region", None)
     if named not in (None, ALL) or not (replicated or named == ALL):
         return [Target(regions.local, args)]
-    return [Target(region.name, pointed_at(args, region)) for region in regions.regions.values()]
+    return [
+        Target(region.name, pointed_at(args, region, regions.identity_of(region)))
+        for region in regions.regions.values()
+    ]
 
 
-def pointed_at(args: argparse.Namespace, region: Any) -> argparse.Namespace:
-    """A copy of ``args`` that connects to ``region`` (its TLS and identity, not the ones
-    given for the local ensemble)."""
+def pointed_at(args: argparse.Namespace, region: Any, identity: str | None) -> argparse.Namespace:
+    """A copy of ``args`` that connects to ``region`` as ``identity`` (its TLS and identity,
+    not the ones given for the local ensemble: ``Regions.identity_of``)."""
     pointed = copy.copy(args)
     pointed.zk = region.hosts
     pointed.namespace = region.namespace
     pointed.region_tls = region.tls
-    pointed.region_identity = region.identity
+    pointed.region_identity = identity
     pointed.zk_tls, pointed.zk_tls_ca, pointed.zk_tls_cert, pointed.zk_tls_key = (
         False,
         None,

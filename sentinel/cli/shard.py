@@ -407,7 +407,8 @@ def _sync(args: argparse.Namespace) -> int:
     chosen = [t for t in targets(args, replicated=True) if t.region != args.from_region]
     if not chosen:
         raise ValidationError(f"nothing to copy {args.from_region}'s map to")
-    with connect(pointed_at(args, regions.region(args.from_region))) as zk:
+    source_region = regions.region(args.from_region)
+    with connect(pointed_at(args, source_region, regions.identity_of(source_region))) as zk:
         source = read_source(zk, args.policy)  # checked whole before any region is written
 
     def write(args: argparse.Namespace) -> dict[str, Any]:
@@ -508,7 +509,7 @@ def _placement_copies(args: argparse.Namespace, report: Any) -> Any:
             # retried for as long as the region is down, at most 5 s apart: it catches up soon
             # after it comes back
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 5.0},
-            **client_arguments(region.identity, region.tls),
+            **client_arguments(regions.identity_of(region), region.tls),
         )
 
     return PlacementCopies(args.policy, {r.name: connect_to(r) for r in others}, report)

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from sentinel.auth.acl import ANONYMOUS
 from sentinel.devserver import validate_hosts
 from sentinel.errors import RegionConfigError, ValidationError
 from sentinel.registry.layout import DEFAULT_NAMESPACE, validate_name, validate_namespace
@@ -217,6 +218,15 @@ class Regions:
         """The local region's entry, None when the configuration has none (the client's own
         connection settings then say where the local ensemble is)."""
         return self.regions.get(self.local)
+
+    def identity_of(self, region: Region) -> str | None:
+        """The identity a session to ``region`` uses: the region's own; else, for the local
+        region, the client's default (``$SENTINEL_ZK_IDENTITY``), and for another region none
+        (:data:`~sentinel.auth.acl.ANONYMOUS`): one region's password never reaches another
+        region's ensemble unless that region's entry names it (``identity_env``)."""
+        if region.identity is not None or region.name == self.local:
+            return region.identity
+        return ANONYMOUS
 
     def region(self, name: str) -> Region:
         """The region called ``name``; RegionConfigError when there is none."""

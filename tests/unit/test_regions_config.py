@@ -9,8 +9,11 @@ import pickle
 import pytest
 
 from sentinel import Sentinel
+from sentinel.auth.acl import ANONYMOUS
 from sentinel.cli import build_parser
+from sentinel.cli.fanout import targets
 from sentinel.cli.regions import apply
+from sentinel.connection import client_arguments
 from sentinel.errors import RegionConfigError, ValidationError
 from sentinel.regions import Region, Regions
 from sentinel.zk.tls import TlsConfig
@@ -170,3 +173,22 @@ def test_in_code_values_are_checked_and_the_password_never_shows():
     with pytest.raises(RegionConfigError, match="regions"):
         Sentinel("127.0.0.1:2181", regions="east", prometheus_registry=None)  # type: ignore[arg-type]
     assert "s3cret" not in repr(IN_CODE) + repr(IN_CODE.others) + str(IN_CODE.region("west"))
+
+
+def test_another_regions_session_never_gets_this_regions_password(monkeypatch):
+    """$SENTINEL_ZK_IDENTITY is the local ensemble's password: a session to another region
+    whose entry names no identity is anonymous there, never sent it."""
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", "local:pw")
+    regions = Regions("east", [Region("east", "h:1"), IN_CODE.region("west")])
+    for_west = client_arguments(regions.identity_of(regions.region("west")))
+    assert for_west["auth_data"] == [("digest", "svc:s3cret")]  # its own, named by its entry
+    bare = Regions("east", [Region("east", "h:1"), Region("north", "h:3")])
+    assert "auth_data" not in client_arguments(bare.identity_of(bare.region("north")))
+    assert client_arguments(bare.identity_of(bare.region("east")))["auth_data"] == [
+        ("digest", "local:pw")
+    ]
+    args = build_parser().parse_args(["doctor", "--region", "all"])
+    args.regions_config = bare
+    by_region = {t.region: t.args.region_identity for t in targets(args)}
+    assert by_region["north"] == ANONYMOUS
+    assert "auth_data" not in client_arguments(by_region["north"])
