@@ -37,8 +37,10 @@ the cache's own watcher gets it: ``CuratorBench.java propagation ... trace``) an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,7 +54,7 @@ from kazoo.protocol.serialization import Create, Delete, Transaction
 from benchmarks.common import percentiles, report
 from benchmarks.compare import PACE, curator, curator_classpath
 from benchmarks.floor import _HEADER, _INT, _REPLY, _WATCH_XID, RawSession, _string
-from benchmarks.propagation import prepare, warm_up
+from benchmarks.propagation import WARM_UP, prepare, warm_up
 from sentinel import Sentinel
 from sentinel.cache.followers import PersistentFollower
 from sentinel.cache.registry_cache import RegistryCache
@@ -197,47 +199,87 @@ def _raw_events(process: subprocess.Popen) -> dict[tuple[str, str], int]:
     return seen
 
 
-def sentinel_side(zk: LocalZooKeeper, count: int, pace: float) -> list[dict]:
+class _FollowerTrace:
+    """The follower's stages of each event, noted by wrappers installed once per process around
+    the methods an event passes through (each round's follower is traced in turn)."""
+
+    current: _FollowerTrace | None = None
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        # node path -> per event of the node (its creation, then its deletion): stage -> ns
+        self.stages: dict[str, list[dict[str, int]]] = {}
+        self.woke = 0
+        self.applying = ""
+
+    @classmethod
+    def of(cls, client: Any) -> _FollowerTrace:
+        """Trace ``client``'s follower from now on."""
+        if cls.current is None:
+            _wrap(HookedConnection, "_read_socket", before=cls._read_socket)
+            _wrap(PersistentWatches, "_dispatch", before=cls._dispatched)
+            _wrap(CacheWorker, "merge", after=cls._merged)
+            _wrap(PersistentFollower, "_apply_event", before=cls._applying)
+            _wrap(RegistryCache, "swap", before=lambda *_: cls._note(None, "swap"))
+        cls.current = trace = cls(client)
+        return trace
+
+    @classmethod
+    def _note(cls, path: str | None, stage: str) -> None:
+        trace = cls.current
+        if trace is not None:
+            events = trace.stages.get(trace.applying if path is None else path)
+            if events:
+                events[-1].setdefault(stage, _now())
+
+    @classmethod
+    def _read_socket(cls, connection: HookedConnection, *_: Any) -> None:
+        trace = cls.current
+        if trace is not None and connection.client is trace.client:
+            trace.woke = _now()
+
+    @classmethod
+    def _dispatched(cls, watches: PersistentWatches, watch: Any) -> None:
+        trace = cls.current
+        if trace is not None and watches._client is trace.client:
+            parsed = _now()
+            events = trace.stages.setdefault(trace.client.unchroot(watch.path), [])
+            events.append({"woke": trace.woke, "parsed": parsed})
+
+    @classmethod
+    def _merged(cls, worker: CacheWorker, task: Any) -> None:
+        if task.run.__name__ == "_apply_event":
+            cls._note(task.args[0], "queued")
+
+    @classmethod
+    def _applying(cls, follower: PersistentFollower, path: str) -> None:
+        if cls.current is not None:
+            cls.current.applying = path
+        cls._note(path, "worker")
+
+
+def _threads_cpu() -> dict[str, float]:
+    """Milliseconds of CPU each thread of this process has used (Linux's /proc)."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    used = {}
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(FileNotFoundError):  # ended meanwhile
+            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[tid] = (int(fields[11]) + int(fields[12])) * tick_ms  # utime + stime
+    return used
+
+
+def sentinel_side(
+    zk: LocalZooKeeper, count: int, pace: float, cpu: list[dict] | None = None
+) -> list[dict]:
     """Every change's stages, in ns on CLOCK_MONOTONIC, Sentinel's writer to Sentinel's cache
-    (the service prepared by ``benchmarks.propagation.prepare``)."""
+    (the service prepared by ``benchmarks.propagation.prepare``); ``cpu`` gets the CPU the
+    follower's process used meanwhile, in all and on its busiest thread (is any thread busy
+    while an event is on its way, keeping the interpreter from the thread that handles it?)."""
+    cpu = [] if cpu is None else cpu
     host, port = "127.0.0.1", zk.members[0].client_port
-    # node path -> per event of the node (its creation, then its deletion): stage -> ns
-    follower_stages: dict[str, list[dict[str, int]]] = {}
-    woke = [0]
     with Sentinel(zk.connect_string, "bench-reader") as reader:
-        zk_client = reader.session.zk
-
-        def note(path: str, stage: str) -> None:
-            if path in follower_stages:
-                follower_stages[path][-1].setdefault(stage, _now())
-
-        def read_socket(conn: HookedConnection, *_: Any) -> None:
-            if conn.client is zk_client:
-                woke[0] = _now()
-
-        def dispatched(watches: PersistentWatches, watch: Any) -> None:
-            if watches._client is zk_client:
-                parsed = _now()
-                events = follower_stages.setdefault(zk_client.unchroot(watch.path), [])
-                events.append({"woke": woke[0], "parsed": parsed})
-
-        _wrap(HookedConnection, "_read_socket", before=read_socket)
-        _wrap(PersistentWatches, "_dispatch", before=dispatched)
-        _wrap(
-            CacheWorker,
-            "merge",
-            after=lambda worker, task: (
-                task.run.__name__ == "_apply_event" and note(task.args[0], "queued")
-            ),
-        )
-        _wrap(PersistentFollower, "_apply_event", before=lambda _, path: note(path, "worker"))
-        current_path: list[str] = [""]
-        _wrap(
-            PersistentFollower,
-            "_apply_event",
-            before=lambda _, path: current_path.__setitem__(0, path),
-        )
-        _wrap(RegistryCache, "swap", before=lambda *_: note(current_path[0], "swap"))
+        trace = _FollowerTrace.of(reader.session.zk)
         heard: dict[tuple[str, str], int] = {}
 
         def listener(event: object) -> None:
@@ -252,6 +294,7 @@ def sentinel_side(zk: LocalZooKeeper, count: int, pace: float) -> list[dict]:
         reader.listen("db", listener)
         service_path = f"{reader.session.namespace}/services/db"
         raw = _raw_watcher(host, port, service_path)
+        cpu_before = _threads_cpu()
         run = subprocess.run(
             [
                 sys.executable,
@@ -272,13 +315,16 @@ def sentinel_side(zk: LocalZooKeeper, count: int, pace: float) -> list[dict]:
         while len(heard) < 2 * count and time.monotonic() < deadline:
             time.sleep(0.05)
         raw_seen = _raw_events(raw)
+        cpu_after = _threads_cpu()
+    busy = {tid: cpu_after[tid] - cpu_before.get(tid, 0) for tid in cpu_after}
+    cpu.append({"total_ms": sum(busy.values()), "busiest_thread_ms": max(busy.values(), default=0)})
     changes = []
     for line in run.stdout.splitlines():
         write = json.loads(line)
         key = (write["op"], write["label"])
         node = f"/services/db/p0:{write['label']}"
         stages = {s: write[s] for s in ("call", "sent", "reply", "returned") if s in write}
-        events = follower_stages.get(node, [])
+        events = trace.stages.get(node, [])
         episode = 0 if write["op"] == "register" else 1
         if len(events) > episode:
             stages.update(events[episode])
@@ -365,6 +411,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     ours: list[dict] = []
     theirs: list[dict] = []
+    cpu: list[dict] = []
     with (
         tempfile.TemporaryDirectory() as build,
         LocalZooKeeper() as zk,
@@ -376,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
         for number in range(args.rounds):
             print(f"  round {number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             prepare(setup, args.changes)
-            ours += sentinel_side(zk, args.changes, args.pace)
+            ours += sentinel_side(zk, args.changes, args.pace, cpu)
             if java is not None:
                 theirs += curator_side(java, zk, args.changes, args.pace)
     rows, figures = [], {}
@@ -396,8 +443,14 @@ def main(argv: list[str] | None = None) -> None:
         f"changes of each kind, {args.pace * 1000:g} ms apart; ms)",
         ["side", "change", "stage", "after the call p50", "p99", "step p50", "n"],
         rows,
-        {"figures": figures, "sentinel": ours, "curator": theirs},
+        {"figures": figures, "sentinel": ours, "curator": theirs, "follower_cpu": cpu},
     )
+    for number, used in enumerate(cpu, 1):
+        print(
+            f"round {number}: the follower's process used {used['total_ms']:.0f} ms of CPU "
+            f"for {2 * args.changes} changes and {2 * WARM_UP} warm-up ones, its busiest "
+            f"thread {used['busiest_thread_ms']:.0f} ms"
+        )
 
 
 if __name__ == "__main__":
