@@ -62,7 +62,7 @@ from sentinel.cache.worker import CacheWorker
 from sentinel.events import InstancesChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.kazoo_internals import HookedConnection
-from sentinel.zk.watches import PersistentWatches
+from sentinel.zk.watches import PersistentWatches, WatcherType
 
 _ADD_WATCH, _PERSISTENT_RECURSIVE = 106, 1
 _PING, _PING_XID = 11, -2
@@ -84,6 +84,8 @@ SENTINEL_STAGES = {
     "swap": "worker",
     "listener": "swap",
 }
+# The deregistrations made with the writer's own watch on the node removed first (--unwatch).
+UNWATCHED = "deregister, writer's watch removed first"
 CURATOR_STAGES = {"call": None, "raw watcher": "call", "watcher": "call", "listener": "watcher"}
 
 
@@ -132,10 +134,16 @@ def watcher(host: str, port: int, path: str) -> None:
         print(json.dumps({"t": at, "kind": kind, "path": where}))
 
 
-def writer(hosts: str, count: int, pace: float) -> None:
+def writer(hosts: str, count: int, pace: float, unwatch: bool = False) -> None:
     """Sentinel's writer process: ``count`` registrations then as many deregistrations, each
     with its stages (``call``, ``sent``, ``reply``, ``returned``), printed at the end (one
-    JSON line each, as ``benchmarks.propagation``'s writer: nothing printed while measuring)."""
+    JSON line each, as ``benchmarks.propagation``'s writer: nothing printed while measuring).
+
+    ``unwatch``: every other deregistration is preceded, before its call, by the removal of
+    the data watch this writer holds on its own node (``EphemeralNodes.follow``'s, which hears
+    an operator's drain), sent without waiting, so the server has dropped it when the delete
+    arrives: whether a deletion that also fires a watch of the deleting session's reaches the
+    other sessions later."""
     current: dict[str, int] = {}
 
     def sent(conn: HookedConnection, request: Any, *_: Any) -> None:
@@ -161,16 +169,21 @@ def writer(hosts: str, count: int, pace: float) -> None:
             time.sleep(pace)
             return result
 
-        registrations = [
+        registered = []
+        for i in range(count):
+            label = f"new-{i}"
+            register = functools.partial(client.register, "db", "p0", "10.0.0.1", 6000 + i)
+            registered.append(timed("register", label, functools.partial(register, label=label)))
+        for i, registration in enumerate(registered):
+            unwatched = unwatch and i % 2 == 1
+            if unwatched:
+                client.session.watches.remove_watches(
+                    registration.path, WatcherType.DATA, wait=False
+                )
             timed(
-                "register",
-                f"new-{i}",
-                lambda i=i: client.register("db", "p0", "10.0.0.1", 6000 + i, label=f"new-{i}"),
+                "deregister", registration.label, functools.partial(client.deregister, registration)
             )
-            for i in range(count)
-        ]
-        for i, registration in enumerate(registrations):
-            timed("deregister", f"new-{i}", lambda r=registration: client.deregister(r))
+            written[-1]["unwatched"] = unwatched
     for line in written:
         print(json.dumps(line))
 
@@ -270,12 +283,17 @@ def _threads_cpu() -> dict[str, float]:
 
 
 def sentinel_side(
-    zk: LocalZooKeeper, count: int, pace: float, cpu: list[dict] | None = None
+    zk: LocalZooKeeper,
+    count: int,
+    pace: float,
+    cpu: list[dict] | None = None,
+    unwatch: bool = False,
 ) -> list[dict]:
     """Every change's stages, in ns on CLOCK_MONOTONIC, Sentinel's writer to Sentinel's cache
     (the service prepared by ``benchmarks.propagation.prepare``); ``cpu`` gets the CPU the
     follower's process used meanwhile, in all and on its busiest thread (is any thread busy
-    while an event is on its way, keeping the interpreter from the thread that handles it?)."""
+    while an event is on its way, keeping the interpreter from the thread that handles it?);
+    ``unwatch``: see :func:`writer` (those deregistrations are the kind ``UNWATCHED``)."""
     cpu = [] if cpu is None else cpu
     host, port = "127.0.0.1", zk.members[0].client_port
     with Sentinel(zk.connect_string, "bench-reader") as reader:
@@ -306,6 +324,7 @@ def sentinel_side(
                 str(count),
                 "--pace",
                 str(pace),
+                *(["--unwatch"] if unwatch else []),
             ],
             capture_output=True,
             text=True,
@@ -332,7 +351,8 @@ def sentinel_side(
             stages["raw watcher"] = raw_seen[key]
         if key in heard:
             stages["listener"] = heard[key]
-        changes.append({"op": write["op"], "stages": stages})
+        op = UNWATCHED if write.get("unwatched") else write["op"]
+        changes.append({"op": op, "stages": stages})
     return changes
 
 
@@ -398,13 +418,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--pace", type=float, default=PACE)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    parser.add_argument(
+        "--unwatch",
+        action="store_true",
+        help="every other deregistration with the writer's own watch on its node removed "
+        "first (a row of its own)",
+    )
     parser.add_argument("--writer", metavar="HOSTS", help=argparse.SUPPRESS)
     parser.add_argument(
         "--watch", nargs=3, metavar=("HOST", "PORT", "PATH"), help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if args.writer:
-        writer(args.writer, args.changes, args.pace)
+        writer(args.writer, args.changes, args.pace, args.unwatch)
         return
     if args.watch:
         watcher(args.watch[0], int(args.watch[1]), args.watch[2])
@@ -423,11 +449,11 @@ def main(argv: list[str] | None = None) -> None:
         for number in range(args.rounds):
             print(f"  round {number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             prepare(setup, args.changes)
-            ours += sentinel_side(zk, args.changes, args.pace, cpu)
+            ours += sentinel_side(zk, args.changes, args.pace, cpu, args.unwatch)
             if java is not None:
                 theirs += curator_side(java, zk, args.changes, args.pace)
     rows, figures = [], {}
-    for op in ("deregister", "register"):
+    for op in ("deregister", UNWATCHED, "register"):
         for side, order, changes in (
             ("Sentinel", SENTINEL_STAGES, ours),
             ("Curator", CURATOR_STAGES, theirs),
