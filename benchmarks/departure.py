@@ -120,12 +120,15 @@ def watcher(host: str, port: int, path: str) -> None:
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     session._sock.settimeout(0.2)
-    deadline = time.monotonic() + 120
+    deadline = pinged = time.monotonic()
+    deadline += 120
     while not done.is_set() and time.monotonic() < deadline:
+        if time.monotonic() - pinged > 1:  # the session lives on what this client sends
+            session._send(_HEADER.pack(_PING_XID, _PING))
+            pinged = time.monotonic()
         try:
             reply = session._receive()
-        except TimeoutError:  # idle: keep the session (the pace leaves it quiet for long)
-            session._send(_HEADER.pack(_PING_XID, _PING))
+        except TimeoutError:
             continue
         at = _now()
         if _REPLY.unpack_from(reply)[0] == _WATCH_XID:
@@ -141,7 +144,7 @@ def writer(hosts: str, count: int, pace: float, unwatch: bool = False) -> None:
 
     ``unwatch``: every other deregistration is preceded, before its call, by the removal of
     the data watch this writer holds on its own node (``EphemeralNodes.follow``'s, which hears
-    an operator's drain), sent without waiting, so the server has dropped it when the delete
+    an operator's drain), its reply awaited, so the server has dropped it when the delete
     arrives: whether a deletion that also fires a watch of the deleting session's reaches the
     other sessions later."""
     current: dict[str, int] = {}
@@ -177,9 +180,7 @@ def writer(hosts: str, count: int, pace: float, unwatch: bool = False) -> None:
         for i, registration in enumerate(registered):
             unwatched = unwatch and i % 2 == 1
             if unwatched:
-                client.session.watches.remove_watches(
-                    registration.path, WatcherType.DATA, wait=False
-                )
+                client.session.watches.remove_watches(registration.path, WatcherType.DATA)
             timed(
                 "deregister", registration.label, functools.partial(client.deregister, registration)
             )
