@@ -2,7 +2,8 @@
 // Compiled at run time against Debian's jars (libcurator-discovery-java); prints one JSON object.
 //
 //   java CuratorBench CONNECT_STRING SCENARIO [ARGS...]
-//   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS | rtt CALLS | coldstart INSTANCES ROUNDS
+//   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS [trace] | rtt CALLS
+//              | coldstart INSTANCES ROUNDS
 //
 // Lookup timing is symmetric with benchmarks/lookup.py: each call is timed between two clock
 // reads and the median of an empty clock pair (two reads, nothing between: timerOverhead) is
@@ -30,6 +31,8 @@ import org.apache.curator.x.discovery.ServiceInstance;
 import org.apache.curator.x.discovery.ServiceProvider;
 import org.apache.curator.x.discovery.details.ServiceCacheListener;
 import org.apache.curator.x.discovery.strategies.RoundRobinStrategy;
+import org.apache.zookeeper.AddWatchMode;
+import org.apache.zookeeper.Watcher;
 
 public final class CuratorBench {
     private static final String BASE = "/curator-bench";
@@ -41,7 +44,8 @@ public final class CuratorBench {
         switch (scenario) {
             case "lookup": json = lookup(connect, Integer.parseInt(args[2])); break;
             case "propagation":
-                json = propagation(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]));
+                json = propagation(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]),
+                    args.length > 4 && args[4].equals("trace"));
                 break;
             case "rtt": json = rtt(connect, Integer.parseInt(args[2])); break;
             case "coldstart":
@@ -131,7 +135,8 @@ public final class CuratorBench {
      * ZooKeeper session, in this JVM): milliseconds from just before the write to the
      * cacheChanged() call that first shows it.
      */
-    private static String propagation(String connect, int count, int intervalMs) throws Exception {
+    private static String propagation(String connect, int count, int intervalMs, boolean trace)
+            throws Exception {
         CuratorFramework readerClient = client(connect);
         ServiceDiscovery<Void> reader = discovery(readerClient);
         ServiceCache<Void> cache = reader.serviceCacheBuilder().name("prop").build();
@@ -151,6 +156,20 @@ public final class CuratorBench {
             @Override public void stateChanged(CuratorFramework c, ConnectionState s) { }
         });
         cache.start();
+        // trace (benchmarks.departure): when the reader's ZooKeeper client hands each event to
+        // a watcher on its event thread, where the cache's own watcher gets it too
+        Map<String, Long> created = new ConcurrentHashMap<>();
+        Map<String, Long> deleted = new ConcurrentHashMap<>();
+        if (trace) {
+            readerClient.getZookeeperClient().getZooKeeper().addWatch(BASE + "/prop", event -> {
+                long now = System.nanoTime();
+                String path = event.getPath();
+                if (path == null) return;
+                String id = path.substring(path.lastIndexOf('/') + 1);
+                if (event.getType() == Watcher.Event.EventType.NodeCreated) created.putIfAbsent(id, now);
+                if (event.getType() == Watcher.Event.EventType.NodeDeleted) deleted.putIfAbsent(id, now);
+            }, AddWatchMode.PERSISTENT_RECURSIVE);
+        }
         CuratorFramework writerClient = client(connect);
         ServiceDiscovery<Void> writer = discovery(writerClient);
         for (int i = 0; i < 20; i++) {  // warm-up, not measured: class loading and the JIT
@@ -199,7 +218,19 @@ public final class CuratorBench {
         for (int i = 0; i < count; i++) out.append(i > 0 ? ", " : "").append(registerStart[i]);
         out.append("], \"deregister_start_ns\": [");
         for (int i = 0; i < count; i++) out.append(i > 0 ? ", " : "").append(deregisterStart[i]);
-        out.append("]}");
+        out.append("]");
+        if (trace) {
+            out.append(", \"register_event_ns\": [");
+            for (int i = 0; i < count; i++) {
+                out.append(i > 0 ? ", " : "").append(created.getOrDefault("new-" + i, 0L));
+            }
+            out.append("], \"deregister_event_ns\": [");
+            for (int i = 0; i < count; i++) {
+                out.append(i > 0 ? ", " : "").append(deleted.getOrDefault("new-" + i, 0L));
+            }
+            out.append("]");
+        }
+        out.append("}");
         cache.close();
         writer.close();
         reader.close();

@@ -32,7 +32,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionDropped, ConnectionLoss
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Auth, Watch
-from kazoo.protocol.states import KeeperState
+from kazoo.protocol.states import EVENT_TYPE_MAP, KeeperState
 from kazoo.version import __version__ as KAZOO_VERSION
 
 log = logging.getLogger(__name__)
@@ -379,8 +379,18 @@ class HookedConnection(ConnectionHandler):
         return codes
 
     def _read_watch_event(self, buffer: bytes, offset: int) -> None:
-        self._extension._dispatch(Watch.deserialize(buffer, offset)[0])
-        super()._read_watch_event(buffer, offset)
+        watch = Watch.deserialize(buffer, offset)[0]
+        self._extension._dispatch(watch)
+        # kazoo's own handling parses the event again to serve its one-shot watchers: skipped
+        # when it holds none for the path (it would pop nothing and call nobody), so the
+        # cache's worker, woken by the dispatch, waits less for this thread to let go.
+        client = self.client
+        if (
+            watch.type not in EVENT_TYPE_MAP
+            or watch.path in client._data_watchers
+            or watch.path in client._child_watchers
+        ):
+            super()._read_watch_event(buffer, offset)
 
     def _read_response(self, header: Any, buffer: bytes, offset: int) -> Any:
         if self.client._pending:

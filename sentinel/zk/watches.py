@@ -138,6 +138,25 @@ class _Then:
         self._then()
 
 
+class _Waiting:
+    """The block of :meth:`PersistentWatches.waiting_for_connection`: a plain object, not a
+    generator, as the cache's worker enters two per change it applies."""
+
+    __slots__ = ("_local", "_previous", "_wait")
+
+    def __init__(self, local: threading.local, wait: bool) -> None:
+        self._local = local
+        self._wait = wait
+        self._previous = True
+
+    def __enter__(self) -> None:
+        self._previous = getattr(self._local, "wait", True)
+        self._local.wait = self._wait
+
+    def __exit__(self, *_: object) -> None:
+        self._local.wait = self._previous
+
+
 class PersistentWatches:
     """The extension installed on one :class:`~kazoo.client.KazooClient` (see :func:`install`).
 
@@ -504,19 +523,13 @@ class PersistentWatches:
             self._told.set()
         return bool(self._supported)
 
-    @contextlib.contextmanager
-    def waiting_for_connection(self, wait: bool) -> Iterator[None]:
+    def waiting_for_connection(self, wait: bool) -> contextlib.AbstractContextManager[None]:
         """Whether requests the calling thread makes inside the block wait for a connection
         while there is none (kazoo's way, and the default) or fail at once with
         :class:`~kazoo.exceptions.ConnectionLoss`, as do those of them still queued when the
         connection drops. A thread whose queue of work also carries the news of the
         connection itself (the cache's worker) must not wait: that news would wait with it."""
-        previous = getattr(self._local, "wait", True)
-        self._local.wait = wait
-        try:
-            yield
-        finally:
-            self._local.wait = previous
+        return _Waiting(self._local, wait)
 
     def _waits(self) -> bool:
         """Whether the calling thread's requests wait for a connection (the hooks ask)."""

@@ -21,7 +21,8 @@ from kazoo.exceptions import (
     NoWatcherError,
     UnimplementedError,
 )
-from kazoo.protocol.serialization import GetData, Ping, SetData
+from kazoo.protocol.connection import ConnectionHandler
+from kazoo.protocol.serialization import GetData, Ping, SetData, Watch
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -450,6 +451,42 @@ def reading(watched, raw_zk, fail_first: bool = False) -> tuple[Watched, Reading
         "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
     )
     return ours, watcher
+
+
+def test_kazoo_handles_only_the_events_its_own_one_shot_watchers_wait_for(
+    watched, raw_zk, monkeypatch
+):
+    # kazoo's own handling parses each event a second time, on the connection thread, while
+    # the cache's worker waits for that thread: it is left out when kazoo holds no one-shot
+    # watcher of the event's path, and still serves one that does, once.
+    ours = watched()
+    handed_to_kazoo: list[str] = []
+    stock = ConnectionHandler._read_watch_event
+
+    def spy(connection, buffer, offset):
+        if connection.client is ours.client:
+            handed_to_kazoo.append(Watch.deserialize(buffer, offset)[0].path)
+        return stock(connection, buffer, offset)
+
+    monkeypatch.setattr(ConnectionHandler, "_read_watch_event", spy)
+    raw_zk.ensure_path("/svc")
+    events, one_shot = Events(), Events()
+    ours.watches.add_watch("/svc", events, AddWatchMode.PERSISTENT_RECURSIVE)
+    assert ours.client.exists("/svc/b", watch=one_shot) is None
+    raw_zk.create("/svc/a", b"1")
+    raw_zk.delete("/svc/a")
+    raw_zk.create("/svc/b", b"1")
+    raw_zk.set("/svc/b", b"2")
+    assert events.wait_for(EventType.CHANGED, {"/svc/b"})
+    assert one_shot.wait_for(EventType.CREATED, {"/svc/b"})
+    assert [(e.type, e.path) for e in events.seen] == [
+        (EventType.CREATED, "/svc/a"),
+        (EventType.DELETED, "/svc/a"),
+        (EventType.CREATED, "/svc/b"),
+        (EventType.CHANGED, "/svc/b"),
+    ]
+    assert [(e.type, e.path) for e in one_shot.seen] == [(EventType.CREATED, "/svc/b")]
+    assert handed_to_kazoo == [f"{raw_zk.chroot}/svc/b"]  # the one-shot watch's event alone
 
 
 def test_a_watcher_on_the_connection_thread_sends_the_changed_nodes_read_at_once(watched, raw_zk):
