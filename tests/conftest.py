@@ -6,8 +6,10 @@ import contextlib
 import dataclasses
 import functools
 import io
+import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import uuid
@@ -309,4 +311,53 @@ def curator_java(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     )
     if java is None:
         pytest.skip(f"Java Curator cannot run here ({why_not})")
-    return java
+    # Short-lived JVMs, as the suite's ZooKeeper servers: the client compiler alone.
+    return [java[0], CLIENT_COMPILER_ONLY, "-XX:+UseSerialGC", *java[1:]]
+
+
+class CuratorPeer:
+    """One Java Curator process and session serving the interop tests' commands
+    (``CuratorRegistry.java``'s ``serve`` mode): ``ask("registry", base)``, ``ask("discover",
+    base, service)``... each answered by its JSON. Started again if it has exited."""
+
+    def __init__(self, java: list[str], hosts: str) -> None:
+        self.java, self.hosts = java, hosts
+        self.process: subprocess.Popen | None = None
+
+    def ask(self, *words: str, timeout: float = 60) -> dict[str, Any]:
+        """Send one command, return its answer; a command the peer failed raises."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [*self.java, self.hosts, "serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(" ".join(words) + "\n")
+        process.stdin.flush()
+        if not select.select([process.stdout], [], [], timeout)[0]:
+            self.close(kill=True)  # its answer would be read as the next command's
+            raise TimeoutError(f"the Curator peer did not answer {words} in {timeout} s")
+        answer = json.loads(process.stdout.readline() or "null")
+        if not isinstance(answer, dict) or "failed" in answer:
+            raise RuntimeError(f"the Curator peer answered {words} with {answer}")
+        return answer
+
+    def close(self, kill: bool = False) -> None:
+        """End the process (its registrations go with its session)."""
+        if self.process is not None:
+            if kill:
+                self.process.kill()
+            self.process.communicate(timeout=60)  # closes stdin: the peer closes and exits
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def curator_peer(curator_java: list[str], zookeeper: LocalZooKeeper) -> Iterator[CuratorPeer]:
+    """A Java Curator peer on the session's server, shared by the tests of one worker; each
+    test registers under base paths of its own and closes them."""
+    peer = CuratorPeer(curator_java, zookeeper.connect_string)
+    yield peer
+    peer.close()
