@@ -279,9 +279,12 @@ def cli_in_process(
 def spark() -> Iterator[object]:
     """One local SparkSession for every Spark test (starting one takes seconds).
 
-    Two cores, no UI; the workers run this interpreter, so they import this checkout.
+    Two cores, no UI; the workers run this interpreter, so they import this checkout. The
+    driver's JVM is tuned as the test clusters' are (the client compiler, one GC thread).
     """
     from pyspark.sql import SparkSession
+
+    from sentinel.testing.spark import JVM_OPTIONS as SPARK_JVM_OPTIONS
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYSPARK_PYTHON", sys.executable)
@@ -291,6 +294,7 @@ def spark() -> Iterator[object]:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.python.worker.reuse", "true")
+            .config("spark.driver.extraJavaOptions", " ".join(SPARK_JVM_OPTIONS))
             .getOrCreate()
         )
         session.sparkContext.setLogLevel("ERROR")
