@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
+import hashlib
 import io
 import json
 import logging
@@ -305,16 +307,32 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def curator_java(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The command that runs tests/peers/CuratorRegistry.java, compiled once against Debian's
-    libcurator-discovery-java (real Java Curator, for the interop tests)."""
+    libcurator-discovery-java (real Java Curator, for the interop tests).
+
+    Once for the run: the xdist workers share the directory above their own temporary ones,
+    and the first to get there compiles (javac takes about 4 s of a core) into a directory
+    named by the sources' digest, under a lock; the others use its classes."""
     from benchmarks.common import compile_peer
     from benchmarks.compare import INSTALL, JARS
 
-    peer = Path(__file__).resolve().parent / "peers" / "CuratorRegistry.java"
-    java, why_not = compile_peer(
-        tmp_path_factory.mktemp("curator"), peer, JARS, "CuratorRegistry", INSTALL
-    )
-    if java is None:
-        pytest.skip(f"Java Curator cannot run here ({why_not})")
+    peers = Path(__file__).resolve().parent / "peers"
+    digest = hashlib.sha256()
+    for source in sorted(peers.rglob("*.java")):
+        digest.update(source.relative_to(peers).as_posix().encode() + b"\0" + source.read_bytes())
+    build = tmp_path_factory.getbasetemp().parent / f"curator-{digest.hexdigest()[:16]}"
+    with open(f"{build}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        compiled = build / "command.json"  # written once the classes are all there
+        if compiled.exists():
+            java = json.loads(compiled.read_text())
+        else:
+            build.mkdir(exist_ok=True)
+            java, why_not = compile_peer(
+                build, peers / "CuratorRegistry.java", JARS, "CuratorRegistry", INSTALL
+            )
+            if java is None:  # not kept: the next run tries again
+                pytest.skip(f"Java Curator cannot run here ({why_not})")
+            compiled.write_text(json.dumps(java))
     # Short-lived JVMs, as the suite's ZooKeeper servers: the client compiler alone.
     return [java[0], CLIENT_COMPILER_ONLY, "-XX:+UseSerialGC", *java[1:]]
 
