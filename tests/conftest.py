@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.nodeid import NodeId
 from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
 
@@ -114,12 +115,15 @@ FIRST = "tests/kazoo_suite/"
 SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups = {}
     for item in items:
         groups[item] = _worker_group(item)
         if groups[item] is not None:
             item.add_marker(pytest.mark.xdist_group(groups[item]))
+            if getattr(config.option, "loadgroup", False):
+                _name_group(item, groups[item])
     items.sort(
         key=lambda item: (
             not item.nodeid.startswith(FIRST),
@@ -127,6 +131,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "/unit/" in item.nodeid,
         )
     )
+
+
+def _name_group(item: pytest.Item, group: str) -> None:
+    """On an xdist worker: the group as xdist's scheduler reads it, a suffix of the node id.
+
+    pytest-xdist (3.8) adds it by setting ``item._nodeid``, which pytest 9.2 no longer reads
+    (a node's id is ``item._id``), so that ``--dist loadgroup`` grouped nothing: each worker
+    that ran one test of a module started that module's server, and the Spark tests started a
+    SparkSession on several workers. Where xdist's own renaming works, it finds this done."""
+    if "@" not in item.nodeid:
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
 
 
 def _worker_group(item: pytest.Item) -> str | None:

@@ -46,8 +46,16 @@ import pytest
 
 DURATION = re.compile(r"\s*([\d.]+)s (?:call|setup|teardown)\s+(\S+)")
 GROUPS_FILE = "SENTINEL_SCHEDULE_GROUPS"
+GROUP_SUFFIX = re.compile(r"@(spark|[\w/.-]+\.py)$")  # the groups tests/conftest.py names
 CPU_DIR = "SENTINEL_SCHEDULE_CPU"
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _collected_id(nodeid: str) -> str:
+    """A test's id as collected: under ``--dist loadgroup`` a worker reports a grouped test
+    with its group (``...::test@spark``, ``...::test[x]@tests/integration/test_tls.py``); a
+    parameter may hold ``@`` too."""
+    return GROUP_SUFFIX.sub("", nodeid)
 
 
 def durations(log: str) -> dict[str, float]:
@@ -57,7 +65,7 @@ def durations(log: str) -> dict[str, float]:
         for line in lines:
             match = DURATION.match(line)
             if match:
-                found[match.group(2)] += float(match.group(1))
+                found[_collected_id(match.group(2))] += float(match.group(1))
     return found
 
 
@@ -116,7 +124,7 @@ def cpu_log(directory: str) -> dict[str, tuple[float, float]]:
             with open(os.path.join(directory, name)) as lines:
                 for line in lines:
                     test, wall, cpu = json.loads(line)
-                    found[test] = (wall, cpu)
+                    found[_collected_id(test)] = (wall, cpu)
     return found
 
 
