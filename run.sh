@@ -149,11 +149,11 @@ case "$command" in
         [ "$docs_status" = 0 ] || die "the docs build failed"
         status=0
         # On several workers (pytest-xdist; tests/conftest.py groups what must share one, and
-        # orders the work, longest first: --no-loadscope-reorder keeps that order). Six on two
+        # orders the work, longest first: --no-loadscope-reorder keeps that order). Five on two
         # cores: the tests wait more than they compute (docs/testing.md, "Suite time");
         # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
         SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
-            -n "${SENTINEL_TEST_WORKERS:-6}" --dist loadgroup --no-loadscope-reorder "$@" \
+            -n "${SENTINEL_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder "$@" \
             || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
