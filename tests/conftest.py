@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _pytest.nodeid import NodeId
 from hypothesis import HealthCheck, settings
 from kazoo.client import KazooClient
 
@@ -139,9 +138,13 @@ def _name_group(item: pytest.Item, group: str) -> None:
     pytest-xdist (3.8) adds it by setting ``item._nodeid``, which pytest 9.2 no longer reads
     (a node's id is ``item._id``), so that ``--dist loadgroup`` grouped nothing: each worker
     that ran one test of a module started that module's server, and the Spark tests started a
-    SparkSession on several workers. Where xdist's own renaming works, it finds this done."""
-    if "@" not in item.nodeid:
-        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # type: ignore[attr-defined]
+    SparkSession on several workers. Before pytest 9.2 (no ``_id``) xdist's own renaming works;
+    where a fixed xdist has renamed it already, the id holds the group."""
+    if "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _worker_group(item: pytest.Item) -> str | None:
