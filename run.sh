@@ -121,25 +121,39 @@ case "$command" in
         # missing or stale), and its output is shown once it has ended.
         site=$(mktemp -d)
         docs_log=$(mktemp)
+        # Compiled modules, pytest's rewritten test modules among them, written once and read by
+        # every process of the run (the workers, and each `sentinel` or `python` the tests
+        # start: PYTHONDONTWRITEBYTECODE would have each compile what it imports again), in a
+        # directory of the run's own rather than beside the sources.
+        PYTHONPYCACHEPREFIX=$(mktemp -d)
+        export PYTHONPYCACHEPREFIX
+        unset PYTHONDONTWRITEBYTECODE
         NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" >"$docs_log" 2>&1 &
         docs=$!
+        # The workers collect side by side: one collection first fills the cache they read.
+        .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 &
+        collected=$!
         # (|| true: the build has usually ended, and a failed kill must not become the exit status)
-        trap 'kill "$docs" 2>/dev/null || true; rm -rf "$site" "$docs_log"' EXIT
+        trap 'kill "$docs" "$collected" 2>/dev/null || true
+              rm -rf "$site" "$docs_log" "$PYTHONPYCACHEPREFIX"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
         # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
         .venv/bin/python -m tests.kazoo_suite.harness --prepare \
             || echo "run.sh: .venv-kazoo was not built; kazoo's suite's test will say why" >&2
+        # (its errors, if any, are the suite's to report)
+        wait "$collected" || true
         docs_status=0
         wait "$docs" || docs_status=$?
         cat "$docs_log" >&2
         [ "$docs_status" = 0 ] || die "the docs build failed"
         status=0
         # On several workers (pytest-xdist; tests/conftest.py groups what must share one, and
-        # orders the work, longest first: --no-loadscope-reorder keeps that order):
+        # orders the work, longest first: --no-loadscope-reorder keeps that order). Five on two
+        # cores: the tests wait more than they compute (docs/testing.md, "Suite time");
         # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
         SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
-            -n "${SENTINEL_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder "$@" \
+            -n "${SENTINEL_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder "$@" \
             || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"

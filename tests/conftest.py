@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import functools
+import hashlib
 import io
+import json
 import logging
 import os
+import select
 import subprocess
 import sys
 import uuid
@@ -110,12 +114,15 @@ FIRST = "tests/kazoo_suite/"
 SHARED_SCOPES = frozenset({"module", "class", "package"})
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups = {}
     for item in items:
         groups[item] = _worker_group(item)
         if groups[item] is not None:
             item.add_marker(pytest.mark.xdist_group(groups[item]))
+            if getattr(config.option, "loadgroup", False):
+                _name_group(item, groups[item])
     items.sort(
         key=lambda item: (
             not item.nodeid.startswith(FIRST),
@@ -123,6 +130,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "/unit/" in item.nodeid,
         )
     )
+
+
+def _name_group(item: pytest.Item, group: str) -> None:
+    """On an xdist worker: the group as xdist's scheduler reads it, a suffix of the node id.
+
+    pytest-xdist (3.8) adds it by setting ``item._nodeid``, which pytest 9.2 no longer reads
+    (a node's id is ``item._id``), so that ``--dist loadgroup`` grouped nothing: each worker
+    that ran one test of a module started that module's server, and the Spark tests started a
+    SparkSession on several workers. Before pytest 9.2 (no ``_id``) xdist's own renaming works;
+    where a fixed xdist has renamed it already, the id holds the group."""
+    if "@" in item.nodeid or not hasattr(item, "_id"):
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
 def _worker_group(item: pytest.Item) -> str | None:
@@ -277,9 +299,12 @@ def cli_in_process(
 def spark() -> Iterator[object]:
     """One local SparkSession for every Spark test (starting one takes seconds).
 
-    Two cores, no UI; the workers run this interpreter, so they import this checkout.
+    Two cores, no UI; the workers run this interpreter, so they import this checkout. The
+    driver's JVM is tuned as the test clusters' are (the client compiler, one GC thread).
     """
     from pyspark.sql import SparkSession
+
+    from sentinel.testing.spark import JVM_OPTIONS as SPARK_JVM_OPTIONS
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("PYSPARK_PYTHON", sys.executable)
@@ -289,6 +314,7 @@ def spark() -> Iterator[object]:
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.python.worker.reuse", "true")
+            .config("spark.driver.extraJavaOptions", " ".join(SPARK_JVM_OPTIONS))
             .getOrCreate()
         )
         session.sparkContext.setLogLevel("ERROR")
@@ -299,14 +325,79 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def curator_java(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The command that runs tests/peers/CuratorRegistry.java, compiled once against Debian's
-    libcurator-discovery-java (real Java Curator, for the interop tests)."""
+    libcurator-discovery-java (real Java Curator, for the interop tests).
+
+    Once for the run: the xdist workers share the directory above their own temporary ones,
+    and the first to get there compiles (javac takes about 4 s of a core) into a directory
+    named by the sources' digest, under a lock; the others use its classes."""
     from benchmarks.common import compile_peer
     from benchmarks.compare import INSTALL, JARS
 
-    peer = Path(__file__).resolve().parent / "peers" / "CuratorRegistry.java"
-    java, why_not = compile_peer(
-        tmp_path_factory.mktemp("curator"), peer, JARS, "CuratorRegistry", INSTALL
-    )
-    if java is None:
-        pytest.skip(f"Java Curator cannot run here ({why_not})")
-    return java
+    peers = Path(__file__).resolve().parent / "peers"
+    digest = hashlib.sha256()
+    for source in sorted(peers.rglob("*.java")):
+        digest.update(source.relative_to(peers).as_posix().encode() + b"\0" + source.read_bytes())
+    build = tmp_path_factory.getbasetemp().parent / f"curator-{digest.hexdigest()[:16]}"
+    with open(f"{build}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        compiled = build / "command.json"  # written once the classes are all there
+        if compiled.exists():
+            java = json.loads(compiled.read_text())
+        else:
+            build.mkdir(exist_ok=True)
+            java, why_not = compile_peer(
+                build, peers / "CuratorRegistry.java", JARS, "CuratorRegistry", INSTALL
+            )
+            if java is None:  # not kept: the next run tries again
+                pytest.skip(f"Java Curator cannot run here ({why_not})")
+            compiled.write_text(json.dumps(java))
+    # Short-lived JVMs, as the suite's ZooKeeper servers: the client compiler alone.
+    return [java[0], CLIENT_COMPILER_ONLY, "-XX:+UseSerialGC", *java[1:]]
+
+
+class CuratorPeer:
+    """One Java Curator process and session serving the interop tests' commands
+    (``CuratorRegistry.java``'s ``serve`` mode): ``ask("registry", base)``, ``ask("discover",
+    base, service)``... each answered by its JSON. Started again if it has exited."""
+
+    def __init__(self, java: list[str], hosts: str) -> None:
+        self.java, self.hosts = java, hosts
+        self.process: subprocess.Popen | None = None
+
+    def ask(self, *words: str, timeout: float = 60) -> dict[str, Any]:
+        """Send one command, return its answer; a command the peer failed raises."""
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [*self.java, self.hosts, "serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(" ".join(words) + "\n")
+        process.stdin.flush()
+        if not select.select([process.stdout], [], [], timeout)[0]:
+            self.close(kill=True)  # its answer would be read as the next command's
+            raise TimeoutError(f"the Curator peer did not answer {words} in {timeout} s")
+        answer = json.loads(process.stdout.readline() or "null")
+        if not isinstance(answer, dict) or "failed" in answer:
+            raise RuntimeError(f"the Curator peer answered {words} with {answer}")
+        return answer
+
+    def close(self, kill: bool = False) -> None:
+        """End the process (its registrations go with its session)."""
+        if self.process is not None:
+            if kill:
+                self.process.kill()
+            self.process.communicate(timeout=60)  # closes stdin: the peer closes and exits
+            self.process = None
+
+
+@pytest.fixture(scope="session")
+def curator_peer(curator_java: list[str], zookeeper: LocalZooKeeper) -> Iterator[CuratorPeer]:
+    """A Java Curator peer on the session's server, shared by the tests of one worker; each
+    test registers under base paths of its own and closes them."""
+    peer = CuratorPeer(curator_java, zookeeper.connect_string)
+    yield peer
+    peer.close()

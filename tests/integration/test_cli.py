@@ -15,6 +15,7 @@ from sentinel.cli import build_parser
 from sentinel.errors import PostgresNotInstalled
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.postgres import find_bindir
+from sentinel.testing.spark import JVM_OPTIONS as SPARK_JVM_OPTIONS
 from tests.parser_tree import summaries
 
 pytestmark = pytest.mark.integration
@@ -122,11 +123,14 @@ def test_dev_server_port_is_chosen_with_port(cli_env):
 
 def test_demo_runs_every_check(zookeeper):
     """On real PostgreSQL when it is installed, as users get it; else on SQLite. Two partitions
-    (one for the lagging replica, one for the killed one): six servers, not nine."""
+    (one for the lagging replica, one for the killed one): six servers, not nine. Its Spark
+    driver's JVM is tuned as the suite's Spark JVMs are (the client compiler, one GC thread:
+    about half the CPU of a session's start), through the environment the JVM reads."""
     result = run(
         "demo",
         *("--zk", zookeeper.connect_string, "--namespace", "/cli-demo"),
         *("--partitions", "2", "--tenants", "8"),
+        env={**os.environ, "JAVA_TOOL_OPTIONS": " ".join(SPARK_JVM_OPTIONS)},
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -49,21 +49,23 @@ def root_zk(zookeeper) -> Iterator[KazooClient]:
     zk.close()
 
 
+# Three database replicas, each with a Spring Cloud payload whose metadata names its shard: a
+# and b in p1, c in p2 (CuratorRegistry.java's "instances").
+JAVA_DATABASES = (
+    "instances",
+    SERVICE,
+    "a=10.0.1.1:5432:p1",
+    "b=10.0.1.2:5432:p1",
+    "c=10.0.1.3:5432:p2",
+)
+
+
 @pytest.fixture
 def java_databases(curator_java, zookeeper, base) -> Iterator[subprocess.Popen]:
-    """Three database replicas registered by Java Curator, each with a Spring Cloud payload
-    whose metadata names its shard: a and b in p1, c in p2."""
+    """The three replicas registered by a Java Curator process of the test's own (to kill)."""
+    command, *arguments = JAVA_DATABASES
     peer = subprocess.Popen(
-        [
-            *curator_java,
-            zookeeper.connect_string,
-            base,
-            "instances",
-            SERVICE,
-            "a=10.0.1.1:5432:p1",
-            "b=10.0.1.2:5432:p1",
-            "c=10.0.1.3:5432:p2",
-        ],
+        [*curator_java, zookeeper.connect_string, base, command, *arguments],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -77,6 +79,15 @@ def java_databases(curator_java, zookeeper, base) -> Iterator[subprocess.Popen]:
         else:
             peer.stdout.close()
             peer.stdin.close()
+
+
+@pytest.fixture
+def java_databases_on_peer(curator_peer, base) -> Iterator[None]:
+    """The three replicas registered by the worker's Curator peer, closed after the test."""
+    command, *arguments = JAVA_DATABASES
+    assert curator_peer.ask(command, base, *arguments) == {"registered": 3}
+    yield
+    curator_peer.ask("close", base)
 
 
 def admin_of(make_client, base: str, partition_from: str | None = BY_SHARD, **spec):
@@ -155,7 +166,7 @@ def test_java_databases_route_tenants_by_shard_and_least_lag_with_credentials(
 
 
 def test_metrics_are_refused_for_an_instance_the_registry_does_not_hold(
-    java_databases, make_client, base, raw_zk
+    java_databases_on_peer, make_client, base, raw_zk
 ):
     admin = admin_of(make_client, base)
     admin.update_metrics(SERVICE, "p2", "c", {"replication_lag": 1.0})

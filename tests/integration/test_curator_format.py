@@ -39,19 +39,20 @@ def start_peer(java: list[str], hosts: str) -> tuple[str, subprocess.Popen]:
 
 
 @pytest.fixture
-def java_registry(curator_java, zookeeper) -> Iterator[tuple[dict, KazooClient]]:
-    """The Java peer's registry under /jvm-<n>, live while the test runs; what Curator's
-    ServiceProvider returned, and a plain kazoo client to read it with."""
-    base, peer = start_peer(curator_java, zookeeper.connect_string)
+def java_registry(curator_peer, zookeeper) -> Iterator[tuple[dict, KazooClient]]:
+    """A Java registry under /jvm-<n> of the test's own, written by the worker's Curator peer
+    and live while the test runs (closed after it); what Curator's ServiceProvider returned,
+    and a plain kazoo client to read it with."""
+    base = f"/jvm-{uuid.uuid4().hex[:8]}"
+    provider = curator_peer.ask("registry", base)
     zk = KazooClient(zookeeper.connect_string)
     try:
-        provider = json.loads(peer.stdout.readline())
         zk.start(timeout=10)
         yield {"base": base, **provider}, zk
     finally:
         zk.stop()
         zk.close()
-        peer.communicate("\n", timeout=60)
+        curator_peer.ask("close", base)
 
 
 def test_python_reads_what_curators_service_provider_returns(java_registry):
@@ -271,16 +272,10 @@ def test_sentinel_resolve_follows_a_curator_path(java_registry, cli):
     assert refused.returncode == 2 and "curator_base_paths" in refused.stderr
 
 
-def discover(java: list[str], hosts: str, base: str, service: str) -> dict:
-    """What Java Curator's ServiceProvider sees of ``service`` under ``base``, now."""
-    run = subprocess.run(
-        [*java, hosts, base, "discover", service],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(run.stdout.strip().splitlines()[-1])
+def discover(peer, base: str, service: str) -> dict:
+    """What Java Curator's ServiceProvider sees of ``service`` under ``base``, now (a provider
+    started for the question, on the peer's session)."""
+    return peer.ask("discover", base, service)
 
 
 PYTHON_PUBLISHER = textwrap.dedent(
@@ -295,7 +290,7 @@ PYTHON_PUBLISHER = textwrap.dedent(
 )
 
 
-def test_java_curator_sees_what_a_python_publisher_registers(curator_java, zookeeper):
+def test_java_curator_sees_what_a_python_publisher_registers(curator_peer, zookeeper):
     base = f"/py-{uuid.uuid4().hex[:8]}"
     hosts = zookeeper.connect_string
     with CuratorPublisher(hosts, base) as publisher:
@@ -309,29 +304,22 @@ def test_java_curator_sees_what_a_python_publisher_registers(curator_java, zooke
         )
         secure = publisher.register("payments", "10.7.0.3", ssl_port=8443, instance_id="api-2")
         publisher.register("payments", "10.7.0.4", 8080, instance_id="off", enabled=False)
-        seen = discover(curator_java, hosts, base, "payments")
+        seen = discover(curator_peer, base, "payments")
         # Curator's provider leaves the disabled one out, as Sentinel's lookups do (Debian's
         # Curator 5.4 reads `enabled` though it does not write it).
         assert seen["ids"] == ["api-1", "api-2"]
         assert seen["uris"] == ["http://10.7.0.2:8080/v2"]
         assert seen["zones"]["api-1"] == "eu-1" and seen["one"] in seen["ids"]
         assert publisher.deregister(secure) is True
-        assert discover(curator_java, hosts, base, "payments")["ids"] == ["api-1"]
-    assert discover(curator_java, hosts, base, "payments")["ids"] == []  # closed: all gone
+        assert discover(curator_peer, base, "payments")["ids"] == ["api-1"]
+    assert discover(curator_peer, base, "payments")["ids"] == []  # closed: all gone
 
 
-def spring(java: list[str], hosts: str, base: str, *args: str) -> subprocess.Popen:
-    """The Java peer typed to Spring Cloud's ZookeeperInstance (a stand-in with its name and
-    fields, tests/peers/org/...), as a Spring Boot service's DiscoveryClient is."""
-    return subprocess.Popen(
-        [*java, hosts, base, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-
-
-def spring_discover(java: list[str], hosts: str, base: str, service: str) -> dict:
-    peer = spring(java, hosts, base, "spring-discover", service)
-    out, _ = peer.communicate(timeout=60)
-    return json.loads(out)
+def spring_discover(peer, base: str, service: str) -> dict:
+    """What a ServiceDiscovery typed to Spring Cloud's ZookeeperInstance (a stand-in with its
+    name and fields, tests/peers/org/...) reads, as a Spring Boot service's DiscoveryClient
+    does."""
+    return peer.ask("spring-discover", base, service)
 
 
 def publishing_example(hosts: str, base: str) -> str:
@@ -346,7 +334,7 @@ def publishing_example(hosts: str, base: str) -> str:
     return code
 
 
-def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_java, zookeeper):
+def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_peer, zookeeper):
     """Issue 39: a Python instance published as docs/interop.md showed (a plain mapping
     payload) made a Java reader typed to Spring's ZookeeperInstance throw ClassCastException
     for the whole query. The docs' example now publishes Spring's payload; into a base path
@@ -354,12 +342,12 @@ def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_
     refuses any other class, naming it; Curator typed to the class reads every instance."""
     base = f"/spring-{uuid.uuid4().hex[:8]}"
     hosts = zookeeper.connect_string
-    java = spring(curator_java, hosts, base, "spring-instances", "orders", "boot-1=10.8.0.1:8080")
+    registered = curator_peer.ask("spring-instances", base, "orders", "boot-1=10.8.0.1:8080")
     example = subprocess.Popen([sys.executable, "-c", publishing_example(hosts, base)])
     zk = KazooClient(hosts)
     zk.start(timeout=10)
     try:
-        assert json.loads(java.stdout.readline()) == {"registered": 1}
+        assert registered == {"registered": 1}
         assert wait_until(lambda: zk.exists(f"{base}/payments/payments-1"), timeout=30)
         # Another replica, as the example's identity: the service node is that identity's.
         with CuratorPublisher(hosts, base, identity="payments:s3cret") as publisher:
@@ -376,11 +364,11 @@ def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_
                 assert SPRING_PAYLOAD_CLASS in str(refused.value)
                 assert "SpringPayload" in str(refused.value)
             assert zk.exists(f"{base}/payments/x") is None
-            assert spring_discover(curator_java, hosts, base, "payments") == {
+            assert spring_discover(curator_peer, base, "payments") == {
                 "ids": ["payments-1", "py-2"],
                 "metadata": {"payments-1": {"zone": "eu-1"}, "py-2": {}},
             }
-            assert spring_discover(curator_java, hosts, base, "orders") == {
+            assert spring_discover(curator_peer, base, "orders") == {
                 "ids": ["boot-1", "py-3"],
                 "metadata": {"boot-1": {"zone": "eu-1"}, "py-3": {}},
             }
@@ -392,7 +380,7 @@ def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_
         node = {"name": "orders", "id": "map", "address": "10.8.0.6", "port": 1}
         node["payload"] = {"@class": "java.util.LinkedHashMap", "zone": "eu-1"}
         zk.create(f"{base}/orders/map", json.dumps(node).encode())
-        broken = spring_discover(curator_java, hosts, base, "orders")
+        broken = spring_discover(curator_peer, base, "orders")
         assert broken == {"error": "java.lang.ClassCastException"}
     finally:
         if example.poll() is None:
@@ -400,10 +388,10 @@ def test_a_spring_reader_reads_every_instance_a_python_publisher_writes(curator_
             example.wait()
         zk.stop()
         zk.close()
-        java.communicate("\n", timeout=60)
+        curator_peer.ask("close", base)
 
 
-def test_a_killed_python_publisher_leaves_java_within_its_session(curator_java, zookeeper):
+def test_a_killed_python_publisher_leaves_java_within_its_session(curator_peer, zookeeper):
     base = f"/py-{uuid.uuid4().hex[:8]}"
     hosts = zookeeper.connect_string
     process = subprocess.Popen(
@@ -411,12 +399,10 @@ def test_a_killed_python_publisher_leaves_java_within_its_session(curator_java, 
     )
     try:
         assert process.stdout.readline().strip() == "registered"
-        assert discover(curator_java, hosts, base, "payments")["ids"] == ["doomed"]
+        assert discover(curator_peer, base, "payments")["ids"] == ["doomed"]
         process.kill()
         process.wait()
-        assert wait_until(
-            lambda: discover(curator_java, hosts, base, "payments")["ids"] == [], timeout=30
-        )
+        assert wait_until(lambda: discover(curator_peer, base, "payments")["ids"] == [], timeout=30)
     finally:
         if process.poll() is None:
             process.kill()

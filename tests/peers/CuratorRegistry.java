@@ -5,6 +5,15 @@
 //   java CuratorRegistry CONNECT_STRING BASE_PATH
 //   java CuratorRegistry CONNECT_STRING BASE_PATH discover SERVICE
 //   java CuratorRegistry CONNECT_STRING BASE_PATH instances SERVICE ID=ADDRESS:PORT:SHARD...
+//   java CuratorRegistry CONNECT_STRING serve
+//
+// serve: one JVM and one Curator session for many tests (a JVM start costs a CI core about a
+// second and a half). Each line on stdin is a command, answered by one JSON line: "registry
+// BASE", "instances BASE SERVICE SPEC...", "spring-instances BASE SERVICE SPEC..." (what the
+// modes of those names register, live until "close BASE"), "close BASE", "discover BASE
+// SERVICE", "spring-discover BASE SERVICE"; a command that throws answers {"failed": "..."}.
+// It exits when stdin closes. What each command registers or reads is what the one-shot mode
+// of its name does, on this peer's session instead of a session of its own.
 //
 // discover: what Curator's ServiceProvider sees of SERVICE (instances written by Python), as
 // {"ids": [...], "uris": [...], "one": ID or null, "payloads": {ID: payload}}, then exit.
@@ -49,6 +58,10 @@ public final class CuratorRegistry {
             args[0], 4000, 10000, new ExponentialBackoffRetry(100, 3));
         client.start();
         client.blockUntilConnected();
+        if (args[1].equals("serve")) {
+            serve(client);
+            return;
+        }
         String base = args[1];
         if (args.length > 3 && args[2].equals("discover")) {
             System.out.println(discover(client, base, args[3]));
@@ -61,14 +74,108 @@ public final class CuratorRegistry {
             return;
         }
         if (args.length > 3 && args[2].equals("spring-instances")) {
-            springInstances(client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
+            Registered registered = springInstances(
+                client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
+            liveUntilALine(client, registered);
             return;
         }
         if (args.length > 3 && args[2].equals("instances")) {
-            instances(client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
+            Registered registered = instances(
+                client, base, args[3], java.util.Arrays.copyOfRange(args, 4, args.length));
+            liveUntilALine(client, registered);
             return;
         }
+        liveUntilALine(client, registry(client, base));
+    }
 
+    // What a command registered: its answer, and the discoveries whose close() takes it away.
+    private static final class Registered {
+        final String answer;
+        final ServiceDiscovery<?>[] discoveries;
+
+        Registered(String answer, ServiceDiscovery<?>... discoveries) {
+            this.answer = answer;
+            this.discoveries = discoveries;
+        }
+
+        void close() throws Exception {
+            for (int i = discoveries.length - 1; i >= 0; i--) {
+                discoveries[i].close();
+            }
+        }
+    }
+
+    // The one-shot modes: print the answer, live until a line on stdin (or a kill), then close.
+    private static void liveUntilALine(CuratorFramework client, Registered registered)
+            throws Exception {
+        System.out.println(registered.answer);
+        System.out.flush();
+        new BufferedReader(new InputStreamReader(System.in)).readLine();
+        registered.close();
+        client.close();
+    }
+
+    private static void serve(CuratorFramework client) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        Map<String, Registered> live = new LinkedHashMap<>();
+        for (String line = in.readLine(); line != null; line = in.readLine()) {
+            String[] words = line.trim().split(" ");
+            String answer;
+            try {
+                answer = command(client, live, words);
+            } catch (Exception e) {
+                answer = "{\"failed\": \"" + (e.getClass().getName() + ": " + e.getMessage())
+                    .replace("\\", "\\\\").replace("\"", "\\\"") + "\"}";
+            }
+            System.out.println(answer);
+            System.out.flush();
+        }
+        for (Registered registered : live.values()) {
+            registered.close();
+        }
+        client.close();
+    }
+
+    private static String command(CuratorFramework client, Map<String, Registered> live,
+            String[] words) throws Exception {
+        String[] specs = java.util.Arrays.copyOfRange(words, Math.min(3, words.length), words.length);
+        Registered registered;
+        switch (words[0]) {
+            case "registry":
+                registered = registry(client, words[1]);
+                break;
+            case "instances":
+                registered = instances(client, words[1], words[2], specs);
+                break;
+            case "spring-instances":
+                registered = springInstances(client, words[1], words[2], specs);
+                break;
+            case "close":
+                Registered closing = live.remove(words[1]);
+                if (closing == null) {
+                    throw new IllegalArgumentException("nothing registered under " + words[1]);
+                }
+                closing.close();
+                return "{\"closed\": \"" + words[1] + "\"}";
+            case "discover":
+                return discover(client, words[1], words[2]);
+            case "spring-discover":
+                return springDiscover(client, words[1], words[2]);
+            default:
+                throw new IllegalArgumentException("unknown command " + words[0]);
+        }
+        if (live.containsKey(words[1])) {
+            registered.close();
+            throw new IllegalArgumentException(words[1] + " is registered already");
+        }
+        live.put(words[1], registered);
+        return registered.answer;
+    }
+
+    // Under BASE: "orders" with an instance of each shape; under BASE-compat the plain one in
+    // the compatible serialization mode. The answer: what Curator's ServiceProvider returns.
+    @SuppressWarnings({"rawtypes", "unchecked"})
+    private static Registered registry(CuratorFramework client, String base) throws Exception {
         ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
             .client(client).basePath(base).build();
         discovery.start();
@@ -120,19 +227,14 @@ public final class CuratorRegistry {
                 .append(uris.stream().map(s -> '"' + s + '"').collect(Collectors.joining(", ")))
                 .append("]}");
         }
-        System.out.println(out.append("}"));
-        System.out.flush();
-        new BufferedReader(new InputStreamReader(System.in)).readLine();
-        compat.close();
-        discovery.close();
-        client.close();
+        return new Registered(out.append("}").toString(), discovery, compat);
     }
 
     // instances SERVICE ID=ADDRESS:PORT:SHARD...: one instance each, its payload shaped as
-    // Spring Cloud Zookeeper's ZookeeperInstance with metadata {"shard": SHARD}; prints
-    // {"registered": N}, then lives until a line on stdin (or is killed).
+    // Spring Cloud Zookeeper's ZookeeperInstance with metadata {"shard": SHARD}; answers
+    // {"registered": N}.
     @SuppressWarnings({"rawtypes", "unchecked"})
-    private static void instances(CuratorFramework client, String base, String service,
+    private static Registered instances(CuratorFramework client, String base, String service,
             String[] specs) throws Exception {
         ServiceDiscovery<Map> discovery = ServiceDiscoveryBuilder.builder(Map.class)
             .client(client).basePath(base).build();
@@ -149,15 +251,11 @@ public final class CuratorRegistry {
             discovery.registerService(ServiceInstance.<Map>builder().name(service).id(idRest[0])
                 .address(parts[0]).port(Integer.parseInt(parts[1])).payload(payload).build());
         }
-        System.out.println("{\"registered\": " + specs.length + "}");
-        System.out.flush();
-        new BufferedReader(new InputStreamReader(System.in)).readLine();
-        discovery.close();
-        client.close();
+        return new Registered("{\"registered\": " + specs.length + "}", discovery);
     }
 
-    private static void springInstances(CuratorFramework client, String base, String service,
-            String[] specs) throws Exception {
+    private static Registered springInstances(CuratorFramework client, String base,
+            String service, String[] specs) throws Exception {
         ServiceDiscovery<ZookeeperInstance> discovery = ServiceDiscoveryBuilder
             .builder(ZookeeperInstance.class).client(client).basePath(base).build();
         discovery.start();
@@ -171,11 +269,7 @@ public final class CuratorRegistry {
                 .payload(new ZookeeperInstance(service + "-" + idRest[0], service, metadata))
                 .build());
         }
-        System.out.println("{\"registered\": " + specs.length + "}");
-        System.out.flush();
-        new BufferedReader(new InputStreamReader(System.in)).readLine();
-        discovery.close();
-        client.close();
+        return new Registered("{\"registered\": " + specs.length + "}", discovery);
     }
 
     private static String springDiscover(CuratorFramework client, String base, String service)
