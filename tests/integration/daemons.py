@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Callable
+from typing import Any
 
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import SENTINEL
@@ -23,7 +23,7 @@ class Daemon:
         *args: str,
         identity: str | None = None,
         program: list[str] | None = None,
-        preexec_fn: Callable[[], None] | None = None,
+        user: dict[str, Any] | None = None,
     ):
         self.process = subprocess.Popen(
             [
@@ -41,7 +41,7 @@ class Daemon:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **({"SENTINEL_ZK_IDENTITY": identity} if identity else {})},
-            preexec_fn=preexec_fn,  # to run as another user
+            **(user or {}),  # subprocess's user=, group=...: to run as another user
         )
         self.events: list[dict] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -471,7 +471,8 @@ def test_another_users_process_is_refused_at_the_socket(make_client, socket_path
     def as_nobody() -> str:
         result = subprocess.run(
             ["/usr/bin/python3", "-c", probe, socket_path, namespace],
-            preexec_fn=lambda: (os.setgid(65534), os.setuid(65534)),
+            user=65534,
+            group=65534,
             capture_output=True,
             text=True,
             timeout=30,

@@ -19,8 +19,9 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -152,16 +153,18 @@ SITE = next((Path(sys.prefix) / "lib").glob("python3.*/site-packages"))
 OTHER_PYTHON = ["/usr/bin/python3", "-Sc", f"import site; site.addsitedir({str(SITE)!r})\n"]
 
 
-def as_user(uid: int, gid: int, groups: tuple[int, ...] = ()) -> Callable[[], None]:
-    def switch() -> None:
-        os.setgroups(list(groups))
-        os.setgid(gid)
-        os.setuid(uid)
+def as_user(uid: int, gid: int, groups: tuple[int, ...] = ()) -> dict[str, Any]:
+    """``subprocess`` arguments that run a child as ``uid``/``gid`` with only ``groups``.
 
-    return switch
+    The switch is made by ``subprocess`` itself between fork and exec, not by a
+    ``preexec_fn``: Python code run in a child forked from a threaded process may call into a
+    library's state left by another thread (a collected gRPC object's finalizer aborted such a
+    child once in CI).
+    """
+    return {"user": uid, "group": gid, "extra_groups": list(groups)}
 
 
-def run_client(args: dict, *, user: Callable[[], None] | None = None, env=None) -> dict:
+def run_client(args: dict, *, user: dict[str, Any] | None = None, env=None) -> dict:
     """One lookup by a client in a process of its own (as another user, with ``user``)."""
     python = (
         [sys.executable, "-c", CLIENT]
@@ -170,7 +173,7 @@ def run_client(args: dict, *, user: Callable[[], None] | None = None, env=None) 
     )
     done = subprocess.run(
         [*python, json.dumps(args)],
-        preexec_fn=user,
+        **(user or {}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -410,7 +413,7 @@ def test_a_squatters_socket_gets_nothing_from_a_process(secured, zookeeper):
     path = os.path.join(directory, "agent.sock")
     squatter = subprocess.Popen(
         ["/usr/bin/python3", "-c", SQUATTER, path],
-        preexec_fn=as_user(65534, 65534),
+        **as_user(65534, 65534),
         stdout=subprocess.PIPE,
         text=True,
         cwd="/",
@@ -533,11 +536,11 @@ def test_agent_status_shows_another_user_only_what_its_identity_may_read(secured
         with pytest.raises(AccessDenied):  # the restriction holds for a process of no identity
             anonymous.get_service("private")
 
-        def status(identity: str | None, user: Callable[[], None] | None) -> list[tuple]:
+        def status(identity: str | None, user: dict[str, Any] | None) -> list[tuple]:
             options = ["--json", "--socket", socket_path, "--namespace", secured.namespace]
             done = subprocess.run(
                 [*OTHER_PYTHON[:2], OTHER_PYTHON[2] + STATUS, "agent", "status", *options],
-                preexec_fn=user,
+                **(user or {}),
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -660,7 +663,7 @@ def _start_agent(zookeeper, namespace: str, args: list[str], uid: int, gid: int)
         *OTHER_PYTHON[:2],
         OTHER_PYTHON[2] + "import sys; from sentinel.cli import main; sys.exit(main())",
     ]
-    daemon = Daemon(zookeeper, namespace, *args, program=program, preexec_fn=as_user(uid, gid))
+    daemon = Daemon(zookeeper, namespace, *args, program=program, user=as_user(uid, gid))
     if not wait_until(lambda: daemon.saw("serving"), 30):
         pytest.fail(f"the agent did not start: {daemon.stop()}")
     return daemon
