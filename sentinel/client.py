@@ -384,7 +384,12 @@ class Sentinel(OldMethodNames):
         self.regions_router = (
             None
             if self.regions is None or not self.regions.others
-            else Router(self.regions, functools.partial(remote, self.regions), connect_timeout)
+            else Router(
+                self.regions,
+                functools.partial(remote, self.regions),
+                connect_timeout,
+                session.on_listener_thread,
+            )
         )
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)

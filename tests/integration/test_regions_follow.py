@@ -1,0 +1,218 @@
+"""What follows a failover across regions: PostgreSQL pools, and listeners that look up.
+
+Two regions of one single-server ensemble each, started once for the module: east (this
+client's) and west, reached through the project's relay so that a test can stall it. Real
+PostgreSQL servers stand for a replica in each region (a primary and its streaming replica,
+told apart by ``inet_server_port()``); both are registered under the same instance name
+(``p1:r1``), as two regions that name their replicas alike would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.errors import NoInstanceAvailable
+from sentinel.events import InstancesChanged
+from sentinel.integrations.postgres import ReplicaPools
+from sentinel.regions import Failover, Region, Regions
+from sentinel.testing.helpers import TcpProxy, wait_until
+from sentinel.testing.postgres import LocalPostgres, PostgresNotInstalled
+from sentinel.testing.zookeeper import LocalZooKeeper
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NAMESPACE = "/regions-follow"
+RETURN_AFTER = 1.0
+DB = "orders-db"
+RULE = Failover(regions=("west",), return_after=RETURN_AFTER)
+
+
+@dataclass
+class World:
+    east: LocalZooKeeper
+    west: LocalZooKeeper
+    link: TcpProxy
+    publishers: dict[str, Sentinel]
+    regions: Regions
+
+    def client(self, client_id: str, **options: object) -> Sentinel:
+        options = {"session_timeout": 4.0, "connect_timeout": 5.0} | options
+        return Sentinel(
+            namespace=NAMESPACE,
+            client_id=client_id,
+            regions=self.regions,
+            prometheus_registry=None,
+            **options,  # type: ignore[arg-type]
+        ).start()
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with LocalZooKeeper() as east, LocalZooKeeper() as west:
+        link = TcpProxy("127.0.0.1", int(west.connect_string.split(":")[1]))
+        regions = Regions(
+            "east",
+            [
+                Region("east", east.connect_string, namespace=NAMESPACE),
+                Region("west", link.address, namespace=NAMESPACE),
+            ],
+        )
+        publishers = {
+            name: Sentinel(
+                zk.connect_string,
+                f"publisher-{name}",
+                NAMESPACE,
+                prometheus_registry=None,
+                regions=False,
+                session_timeout=30.0,
+            ).start()
+            for name, zk in (("east", east), ("west", west))
+        }
+        try:
+            yield World(east, west, link, publishers, regions)
+        finally:
+            for publisher in publishers.values():
+                publisher.close()
+            link.close()
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
+    """(east's server, west's server): a primary and its replica."""
+    try:
+        primary = LocalPostgres()
+    except PostgresNotInstalled as exc:
+        pytest.skip(f"PostgreSQL is not installed here and could not be: {exc}")
+    with primary:
+        yield primary, primary.add_replica()
+
+
+def answers(client: Sentinel) -> tuple:
+    """The eligible instances of the database, in whichever region answers; () for none."""
+    try:
+        return client.eligible_instances(DB)
+    except NoInstanceAvailable:
+        return ()
+
+
+def served_by(pools: ReplicaPools) -> int:
+    with pools.connection() as conn:
+        return conn.execute("SELECT inet_server_port()").fetchone()[0]
+
+
+def test_pools_follow_a_failover_out_and_back_home(world, servers):
+    east_db, west_db = servers
+    for publisher in world.publishers.values():
+        publisher.ensure_service(DB, scheme="postgresql", failover=RULE)
+
+    def register(region: str, server: LocalPostgres) -> object:
+        return world.publishers[region].register(
+            DB, "p1", server.host, server.port, scheme="postgresql", label="r1"
+        )
+
+    def deregister(region: str, registration: object) -> None:
+        assert world.publishers[region].deregister(registration)  # type: ignore[arg-type]
+
+    west_r1 = register("west", west_db)
+    login = {"user": "postgres", "password": east_db.password, "dbname": "postgres"}
+    with (
+        world.client("pools-app") as client,
+        ReplicaPools(client, DB, kwargs=login, min_size=1, max_size=2, timeout=10) as pools,
+    ):
+        # No local replica: the connection is west's replica's, from a pool of its own.
+        assert served_by(pools) == west_db.port
+        west_pool = pools.pool(client.get_service(DB))  # the pool that connection came from
+        assert not west_pool.closed
+
+        # West's replica leaves: its pool is closed, as a local one's would be.
+        deregister("west", west_r1)
+        assert wait_until(lambda: west_pool.closed, 10), "the departed remote pool stayed open"
+        with pytest.raises(NoInstanceAvailable, match="west"):
+            served_by(pools)
+
+        # It comes back; then the local replica appears, under the same name (p1:r1).
+        west_r1 = register("west", west_db)
+        assert wait_until(lambda: answers(client), 10)
+        assert served_by(pools) == west_db.port
+        west_pool = pools.pool(client.get_service(DB))
+        register("east", east_db)
+        assert wait_until(lambda: client.cached_instances(DB), 10), "east's replica never seen"
+        seen_at = time.monotonic()
+        # Held for return_after: checkouts stay in west meanwhile (the lower bound, exactly).
+        while time.monotonic() < seen_at + RETURN_AFTER * 0.8:
+            assert served_by(pools) == west_db.port
+        # Then home: new checkouts take the local replica, on a pool of its own (not west's,
+        # whose instance has the same name).
+        assert wait_until(lambda: served_by(pools) == east_db.port, RETURN_AFTER + 5)
+        east_pool = pools.pool(client.get_service(DB))
+        assert east_pool is not west_pool
+        assert "(region west)" in repr(pools) and "(region east)" in repr(pools), repr(pools)
+        # West's replica leaves now: its pool closes, the local one stays.
+        deregister("west", west_r1)
+        assert wait_until(lambda: west_pool.closed, 10), "the departed remote pool stayed open"
+        assert not east_pool.closed
+        assert served_by(pools) == east_db.port
+
+
+def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world):
+    world.publishers["east"].ensure_service("ticks")
+    for publisher in world.publishers.values():
+        publisher.ensure_service("jobs", failover=Failover(regions=("west",)))
+    world.publishers["west"].register("jobs", "default", "10.0.2.1", 7000, label="w1")
+    heard: list[str] = []
+    answers: list[object] = []
+    delivered = threading.Condition()
+
+    connect_timeout = 6.0
+    with world.client("listener-app", connect_timeout=connect_timeout) as client:
+        client.prefetch("ticks")
+
+        def on_tick(event: object) -> None:
+            if not isinstance(event, InstancesChanged) or not event.added:
+                return
+            started = time.monotonic()
+            try:
+                answer: object = client.get_service("jobs")
+            except NoInstanceAvailable as exc:
+                answer = exc
+            with delivered:
+                heard.extend(e.label for e in event.added)
+                answers.append((answer, time.monotonic() - started))
+                delivered.notify_all()
+
+        client.listen("ticks", on_tick)
+        world.link.pause()  # west answers nothing: its session cannot open meanwhile
+        try:
+            cut_at = time.monotonic()
+            for n in range(3):
+                world.publishers["east"].register("ticks", "default", "10.0.1.1", 9000 + n)
+                label = f"10.0.1.1_{9000 + n}"
+                with delivered:
+                    assert delivered.wait_for(lambda label=label: label in heard, connect_timeout)
+            # Every event was delivered, and well before the session could have opened.
+            assert time.monotonic() - cut_at < connect_timeout
+            for answer, took in answers:
+                assert isinstance(answer, NoInstanceAvailable), answer
+                assert "west: being opened in the background" in str(answer)
+                assert took < 1.0, took
+        finally:
+            world.link.resume()
+        # Once west answers, the listener's retry finds it open.
+        world.publishers["east"].register("ticks", "default", "10.0.1.1", 9100)
+        with delivered:
+            assert delivered.wait_for(lambda: "10.0.1.1_9100" in heard, 20)
+        answer, _ = answers[-1]
+        if isinstance(answer, NoInstanceAvailable):  # west's session may still be opening
+            assert wait_until(
+                lambda: client.regions_router.remotes.by_name["west"].ready.is_set(), 20
+            )
+            answer = client.get_service("jobs")
+        assert answer.port == 7000  # type: ignore[attr-defined]
+        # Off a listener's thread nothing changed: a lookup waits for a region (now open).
+        assert client.get_service("jobs").port == 7000
