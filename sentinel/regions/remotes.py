@@ -50,19 +50,10 @@ SAMPLES = 5
 OPENING_SAMPLES = 3
 
 
-class RemoteSession(Protocol):
-    """What this module uses of a remote client's session."""
-
-    zk: Any
-    cache: Any
-
-    def on_listener_thread(self) -> bool: ...
-
-
 class RemoteClient(Protocol):
     """What this module uses of a client of another region (a :class:`~sentinel.Sentinel`)."""
 
-    session: RemoteSession
+    session: Any  # its zk, its cache's state, on_listener_thread()
 
     def start(self) -> Any: ...
     def close(self) -> None: ...

@@ -63,15 +63,10 @@ def world() -> Iterator[World]:
                 Region("west", link.address, namespace=NAMESPACE),
             ],
         )
+        # each region's own publisher, on its ensemble directly (never through the relay)
+        publisher = dict(namespace=NAMESPACE, prometheus_registry=None, regions=False)
         publishers = {
-            name: Sentinel(
-                zk.connect_string,
-                f"publisher-{name}",
-                NAMESPACE,
-                prometheus_registry=None,
-                regions=False,
-                session_timeout=30.0,
-            ).start()
+            name: Sentinel(zk.connect_string, f"publisher-{name}", **publisher).start()  # type: ignore[arg-type]
             for name, zk in (("east", east), ("west", west))
         }
         try:
