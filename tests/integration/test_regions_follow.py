@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from sentinel import Sentinel
+from sentinel import AuthConfig, Sentinel
+from sentinel.auth.keys import ClientKeyring
 from sentinel.errors import NoInstanceAvailable
 from sentinel.events import InstancesChanged
 from sentinel.integrations.postgres import ReplicaPools
@@ -88,10 +89,10 @@ def servers() -> Iterator[tuple[LocalPostgres, LocalPostgres]]:
         yield primary, primary.add_replica()
 
 
-def answers(client: Sentinel) -> tuple:
-    """The eligible instances of the database, in whichever region answers; () for none."""
+def answers(client: Sentinel, service: str = DB) -> tuple:
+    """The eligible instances of ``service``, in whichever region answers; () for none."""
     try:
-        return client.eligible_instances(DB)
+        return client.eligible_instances(service)
     except NoInstanceAvailable:
         return ()
 
@@ -152,6 +153,61 @@ def test_pools_follow_a_failover_out_and_back_home(world, servers):
         assert wait_until(lambda: west_pool.closed, 10), "the departed remote pool stayed open"
         assert not east_pool.closed
         assert served_by(pools) == east_db.port
+
+
+def test_a_rotation_in_one_region_drains_that_regions_pools_only(world, servers):
+    """Each pool remembers its region: west's rotation (its credential v2) closes the pool of
+    west's replica, opened with west's v1, and not east's, opened with east's own v1."""
+    east_db, west_db = servers
+    service = "ledger-db"
+    for publisher in world.publishers.values():
+        publisher.ensure_service(service, scheme="postgresql", failover=RULE)
+    world.publishers["west"].register(
+        service, "p1", west_db.host, west_db.port, scheme="postgresql", label="r1"
+    )
+    login = {"user": "postgres", "password": east_db.password, "dbname": "postgres"}
+    keys = AuthConfig(keys=ClientKeyring.generate())
+    with (
+        world.client("rotating-app", auth=keys) as client,
+        ReplicaPools(client, service, kwargs=login, min_size=1, max_size=2, timeout=10) as pools,
+    ):
+        assert client.get_service(service).port == west_db.port  # west opened: its key there
+        for publisher in world.publishers.values():
+            publisher.credentials.publish(service, "rotating-app", login)
+        assert wait_until(lambda: client.get_service(service).auth is not None, 15)
+        with pools.connection() as conn:
+            assert conn.info.port == west_db.port
+        west_pool = pools.pool(client.get_service(service))
+        registered_at = time.monotonic()
+        world.publishers["east"].register(
+            service, "p1", east_db.host, east_db.port, scheme="postgresql", label="r1"
+        )
+        assert wait_until(
+            lambda: [e.port for e in answers(client, service)] == [east_db.port], RETURN_AFTER + 5
+        )
+        assert time.monotonic() >= registered_at + RETURN_AFTER
+        east_endpoint = client.get_service(service)
+        assert east_endpoint.auth is not None, "east's credential never reached the client"
+        east_pool = pools.pool(east_endpoint)
+        with pools.connection() as conn:
+            assert conn.info.port == east_db.port
+
+        class Backend:  # west's credential store: the same login under a new version
+            def create(self, service: str, client: str, version: int) -> dict[str, str]:
+                return login
+
+            def revoke(self, service: str, client: str, version: int) -> None:
+                pass
+
+        result = world.publishers["west"].credentials.rotate(
+            service, "rotating-app", Backend(), timeout=20
+        )
+        assert result.versions["rotating-app"] == 2
+        # The client confirmed v2 only after its listeners returned: the pool is closed now.
+        assert west_pool.closed, "west's pool of the old credential stayed open"
+        assert not east_pool.closed, "west's rotation closed east's pool"
+        with pools.connection() as conn:
+            assert conn.info.port == east_db.port
 
 
 def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world):
