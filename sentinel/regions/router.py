@@ -40,6 +40,9 @@ from sentinel.registry.failover import Failover
 
 log = logging.getLogger(__name__)
 
+#: What a lookup on a listener's thread says of a region it did not wait for.
+OPENING = "{}: being opened in the background (a listener's thread does not wait for it); retry"
+
 #: ``callback(region, event)``: a change in another region (:meth:`Router.listen`).
 RegionListener = Callable[[str, ChangeEvent], None]
 
@@ -161,19 +164,23 @@ class Router:
         """The regions of ``rule`` in order, with their clients; those that cannot be reached
         are skipped, each said in ``tried``."""
         wait = not self._on_listener_thread()
-        for name in self.order(rule):
+        order = self.order(rule)
+        for name in order:
             client = self.remotes.open(name, wait=wait)
             if client is not None:
                 yield name, client
             elif name not in self.remotes.by_name:
                 tried.append(f"{name}: not configured")
             elif not wait and self.remotes.opening(name):
-                tried.append(
-                    f"{name}: being opened in the background (a listener's thread does not "
-                    "wait for it); retry"
-                )
+                tried.append(OPENING.format(name))
             else:
                 tried.append(f"{name}: no connection")
+        if rule.nearest and not wait:  # not ranked yet: those still opening were not tried
+            tried.extend(
+                OPENING.format(name)
+                for name in self.remotes.by_name
+                if name not in order and self.remotes.opening(name)
+            )
 
     def _on_listener_thread(self) -> bool:
         """Whether the caller runs listeners: the local cache's worker, or a region's."""

@@ -210,17 +210,26 @@ def test_a_rotation_in_one_region_drains_that_regions_pools_only(world, servers)
             assert conn.info.port == east_db.port
 
 
-def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world):
+@pytest.mark.parametrize(
+    ("jobs", "rule", "base"),
+    [
+        ("jobs", Failover(regions=("west",)), 9000),
+        # nearest: ranking needs west's distance, which a listener's thread does not wait for
+        ("jobs-near", Failover(nearest=1), 9200),
+    ],
+    ids=["listed", "nearest"],
+)
+def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world, jobs, rule, base):
     world.publishers["east"].ensure_service("ticks")
     for publisher in world.publishers.values():
-        publisher.ensure_service("jobs", failover=Failover(regions=("west",)))
-    world.publishers["west"].register("jobs", "default", "10.0.2.1", 7000, label="w1")
+        publisher.ensure_service(jobs, failover=rule)
+    world.publishers["west"].register(jobs, "default", "10.0.2.1", 7000, label="w1")
     heard: list[str] = []
-    answers: list[object] = []
+    replies: list[object] = []
     delivered = threading.Condition()
 
     connect_timeout = 6.0
-    with world.client("listener-app", connect_timeout=connect_timeout) as client:
+    with world.client(f"listener-{jobs}", connect_timeout=connect_timeout) as client:
         client.prefetch("ticks")
 
         def on_tick(event: object) -> None:
@@ -228,12 +237,12 @@ def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world):
                 return
             started = time.monotonic()
             try:
-                answer: object = client.get_service("jobs")
+                answer: object = client.get_service(jobs)
             except NoInstanceAvailable as exc:
                 answer = exc
             with delivered:
                 heard.extend(e.label for e in event.added)
-                answers.append((answer, time.monotonic() - started))
+                replies.append((answer, time.monotonic() - started))
                 delivered.notify_all()
 
         client.listen("ticks", on_tick)
@@ -241,28 +250,28 @@ def test_a_cold_failover_on_a_listener_thread_does_not_hold_the_worker(world):
         try:
             cut_at = time.monotonic()
             for n in range(3):
-                world.publishers["east"].register("ticks", "default", "10.0.1.1", 9000 + n)
-                label = f"10.0.1.1_{9000 + n}"
+                world.publishers["east"].register("ticks", "default", "10.0.1.1", base + n)
+                label = f"10.0.1.1_{base + n}"
                 with delivered:
                     assert delivered.wait_for(lambda label=label: label in heard, connect_timeout)
             # Every event was delivered, and well before the session could have opened.
             assert time.monotonic() - cut_at < connect_timeout
-            for answer, took in answers:
+            for answer, took in replies:
                 assert isinstance(answer, NoInstanceAvailable), answer
                 assert "west: being opened in the background" in str(answer)
                 assert took < 1.0, took
         finally:
             world.link.resume()
         # Once west answers, the listener's retry finds it open.
-        world.publishers["east"].register("ticks", "default", "10.0.1.1", 9100)
+        world.publishers["east"].register("ticks", "default", "10.0.1.1", base + 100)
         with delivered:
-            assert delivered.wait_for(lambda: "10.0.1.1_9100" in heard, 20)
-        answer, _ = answers[-1]
+            assert delivered.wait_for(lambda: f"10.0.1.1_{base + 100}" in heard, 20)
+        answer, _ = replies[-1]
         if isinstance(answer, NoInstanceAvailable):  # west's session may still be opening
             assert wait_until(
                 lambda: client.regions_router.remotes.by_name["west"].ready.is_set(), 20
             )
-            answer = client.get_service("jobs")
+            answer = client.get_service(jobs)
         assert answer.port == 7000  # type: ignore[attr-defined]
         # Off a listener's thread nothing changed: a lookup waits for a region (now open).
-        assert client.get_service("jobs").port == 7000
+        assert client.get_service(jobs).port == 7000
