@@ -90,7 +90,8 @@ class Router:
         if rule.nearest:
             others = [n for n in self.remotes.by_name if n != self.local]
             # nearest needs every region's distance; a listener's thread ranks those it has
-            self.remotes.open_all(others, wait=not self._on_listener_thread())
+            if not all(self.remotes.by_name[n].ready.is_set() for n in others):
+                self.remotes.open_all(others, wait=not self._on_listener_thread())
             names = self.remotes.nearest(rule.nearest, exclude=(self.local,))
         names += [n for n in rule.regions if n not in names and n != self.local]
         if len(names) < 2:
@@ -163,19 +164,24 @@ class Router:
     def _reachable(self, rule: Failover, tried: list[str]) -> Iterator[tuple[str, RemoteClient]]:
         """The regions of ``rule`` in order, with their clients; those that cannot be reached
         are skipped, each said in ``tried``."""
-        wait = not self._on_listener_thread()
+        waits: bool | None = None  # whether this thread may wait: asked once a region is not open
         order = self.order(rule)
         for name in order:
-            client = self.remotes.open(name, wait=wait)
+            client = self.remotes.open(name, wait=False)
+            if client is None and name in self.remotes.by_name:
+                if waits is None:
+                    waits = not self._on_listener_thread()
+                if waits:
+                    client = self.remotes.open(name)
             if client is not None:
                 yield name, client
             elif name not in self.remotes.by_name:
                 tried.append(f"{name}: not configured")
-            elif not wait and self.remotes.opening(name):
+            elif not waits and self.remotes.opening(name):
                 tried.append(OPENING.format(name))
             else:
                 tried.append(f"{name}: no connection")
-        if rule.nearest and not wait:  # not ranked yet: those still opening were not tried
+        if rule.nearest:  # not ranked: those still opening (nobody waited for them) not tried
             tried.extend(
                 OPENING.format(name)
                 for name in self.remotes.by_name
