@@ -74,11 +74,13 @@ class Router:
         #: This client's region.
         self.local = regions.local
         self._on_local_listener_thread = on_listener_thread
-        #: The other regions' sessions and round-trip times.
-        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened)
-        self._listeners: tuple[tuple[str, RegionListener], ...] = ()  # replaced, never mutated
+        # Both replaced under the lock, never mutated: events read them without it.
+        self._listeners: tuple[tuple[str, RegionListener], ...] = ()
+        self._changing = threading.Lock()
         # service -> the other names (rules' ``service``) its lookups asked for elsewhere
         self._targets: dict[str, frozenset[str]] = {}
+        #: The other regions' sessions and round-trip times.
+        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened)
         #: Failover episodes begun, by (service, region that answered first).
         self.failovers: dict[tuple[str, str], int] = {}
         #: Lookups answered by another region, by (service, region).
@@ -120,10 +122,11 @@ class Router:
         """
         target = rule.service or service
         if target != service and target not in self._targets.get(service, ()):
-            self._targets = {
-                **self._targets,
-                service: self._targets.get(service, frozenset()) | {target},
-            }
+            with self._changing:  # once per (service, target): two lookups must not lose one
+                self._targets = {
+                    **self._targets,
+                    service: self._targets.get(service, frozenset()) | {target},
+                }
         found = self._first(rule, lambda client: client.eligible_instances(target, key, policy))
         if isinstance(found, list):
             return found
@@ -244,10 +247,12 @@ class Router:
         callbacks run on that region's cache worker, in order, and must not block.
         """
         entry = (service, callback)
-        self._listeners = (*self._listeners, entry)
+        with self._changing:
+            self._listeners = (*self._listeners, entry)
 
         def remove() -> None:
-            self._listeners = tuple(e for e in self._listeners if e is not entry)
+            with self._changing:
+                self._listeners = tuple(e for e in self._listeners if e is not entry)
 
         return remove
 

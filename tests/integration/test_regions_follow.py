@@ -210,6 +210,34 @@ def test_a_rotation_in_one_region_drains_that_regions_pools_only(world, servers)
             assert conn.info.port == east_db.port
 
 
+def test_the_router_tells_a_listener_of_the_rules_target_in_another_region(world):
+    """A rule naming another service there (a read-only twin): its changes in the other region
+    reach the router's listener of the local name, tagged with the region; the local
+    region's own changes do not come this way (Sentinel.listen has them)."""
+    for publisher in world.publishers.values():
+        publisher.ensure_service("stock", failover=Failover(regions=("west",), service="stock-ro"))
+    world.publishers["west"].ensure_service("stock-ro")
+    twin = world.publishers["west"].register("stock-ro", "default", "10.0.2.1", 7100)
+    heard: list[tuple[str, object]] = []
+    with world.client("twin-app") as client:
+        client.regions_router.listen("stock", lambda region, event: heard.append((region, event)))
+        assert client.get_service("stock").port == 7100  # west's twin answers
+        east = world.publishers["east"].register("stock", "default", "10.0.1.1", 7200)
+        assert wait_until(lambda: client.cached_instances("stock"), 10)
+        assert world.publishers["west"].deregister(twin)
+
+        def twin_left() -> bool:
+            return any(
+                isinstance(e, InstancesChanged) and [r.port for r in e.removed] == [7100]
+                for _, e in heard
+            )
+
+        assert wait_until(twin_left, 10), heard
+        assert {region for region, _ in heard} == {"west"}
+        assert {e.service for _, e in heard} == {"stock-ro"}  # type: ignore[attr-defined]
+        world.publishers["east"].deregister(east)
+
+
 @pytest.mark.parametrize(
     ("jobs", "rule", "base"),
     [
