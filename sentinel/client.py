@@ -384,7 +384,12 @@ class Sentinel(OldMethodNames):
         self.regions_router = (
             None
             if self.regions is None or not self.regions.others
-            else Router(self.regions, functools.partial(remote, self.regions), connect_timeout)
+            else Router(
+                self.regions,
+                functools.partial(remote, self.regions),
+                connect_timeout,
+                session.on_listener_thread,
+            )
         )
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
@@ -1027,13 +1032,17 @@ class Sentinel(OldMethodNames):
         shard keys moved, the spec changed, and the connection's state. Callbacks run on the
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
+        Only this client's region is heard: the changes in the regions its lookups failed over
+        to come through ``regions_router.listen`` (``docs/regions.md``).
 
         Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
         the event loop): in a namespace that does not exist, the load that follows
         (:meth:`prefetch`, :meth:`get_service`) raises
         :class:`~sentinel.errors.NamespaceNotFound`.
 
-        A callback may call this client back: a first lookup loads its service on the spot,
+        A callback may call this client back: a first lookup loads its service on the spot
+        (one that needs a region not opened yet raises NoInstanceAvailable at once, the
+        region opening in the background, rather than holding this thread),
         :meth:`close` ends the session, and ``credentials.rotate``, which would wait for this
         very thread, raises :class:`~sentinel.errors.CalledFromListener`.
         """

@@ -19,6 +19,11 @@ Pools follow the cache through ``client.listen``: the pool of an instance that l
 closed, and on :class:`~sentinel.events.AuthChanged` the pools of the old credential are
 closed (their idle connections at once, the ones in use when returned) before the client
 confirms the new version, so that none is handed out once the manager revokes the old one.
+With regions (``docs/regions.md``), a lookup that fails over opens a pool on another region's
+instance; the pools follow that region's changes too (``client.regions_router.listen``), so
+the instance leaving there, or a rotation of that region's credential, closes its pool as a
+local one's. Pools are kept per instance address (its URI), so an instance of the same name
+in two regions never shares a pool, and per region's credential version.
 Requires the ``postgres`` extra (``psycopg[binary]``, ``psycopg-pool``).
 """
 
@@ -137,18 +142,28 @@ class _PoolSet(Generic[Pool]):
         self.retries = retries
         self._connect_kwargs: dict[str, Any] = dict(pool_kwargs.pop("kwargs", None) or {})
         self._pool_kwargs = {"check": self.pool_class.check_connection, **pool_kwargs}
-        self._lock = threading.Lock()  # events arrive on the cache's thread, requests elsewhere
-        # instance name -> (credential version, pool)
-        self._pools: dict[str, tuple[int | None, Pool]] = {}
+        self._lock = threading.Lock()  # events arrive on the caches' threads, requests elsewhere
+        # instance URI -> (credential version, pool, region): by address, not by name, since
+        # two regions may each have an instance of one name
+        self._pools: dict[str, tuple[int | None, Pool, str | None]] = {}
         self._closed = False
         self._bind()
-        self._unlisten = client.listen(service, self._on_event)
+        self._router = client.regions_router
+        self._local = None if self._router is None else self._router.local
+        unlisten = [client.listen(service, self._on_event)]
+        if self._router is not None:
+            unlisten.append(self._router.listen(service, self._on_event_in))
+        self._unlisten = unlisten
 
     def _bind(self) -> None:
         """Set up what :meth:`_drain` needs before the first event can arrive."""
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.service!r}, pools={sorted(self._pools)})"
+        pools = sorted(
+            uri if region is None else f"{uri} (region {region})"
+            for uri, (_, _, region) in dict(self._pools).items()
+        )
+        return f"{type(self).__name__}({self.service!r}, pools={pools})"
 
     def _drain(self, pool: Pool) -> None:
         """Close ``pool`` without waiting: idle connections now, the others when returned."""
@@ -159,13 +174,15 @@ class _PoolSet(Generic[Pool]):
         version = _version(endpoint)
         # Read without the lock first (one dict read is atomic; the lock orders writes): a
         # pool drained meanwhile raises PoolClosed at checkout, which takes the next one.
-        held = self._pools.get(endpoint.name)
+        held = self._pools.get(endpoint.uri)
         if held is not None and held[0] == version:
             return held[1], False
+        # Which region's credential this is, for that region's AuthChanged: once per pool.
+        region = self._local if self._router is None else self._router.region_of(endpoint)
         with self._lock:
             if self._closed:
                 raise ClientClosed(f"the pools of {self.service} are closed")
-            held = self._pools.get(endpoint.name)
+            held = self._pools.get(endpoint.uri)
             if held is not None and held[0] == version:
                 return held[1], False
             pool = self.pool_class(
@@ -174,44 +191,56 @@ class _PoolSet(Generic[Pool]):
                 name=f"{self.service}/{endpoint.name}",
                 **self._pool_kwargs,
             )
-            self._pools[endpoint.name] = (version, pool)
+            self._pools[endpoint.uri] = (version, pool, region)
         if held is not None:
             self._drain(held[1])
-        log.debug("%s: pool opened for %s (credential v%s)", self.service, endpoint.name, version)
+        log.debug(
+            "%s: pool opened for %s in region %s (credential v%s)",
+            self.service,
+            endpoint.name,
+            region,
+            version,
+        )
         return pool, True
 
-    def _discard(self, name: str, pool: Pool) -> None:
+    def _discard(self, endpoint: Endpoint, pool: Pool) -> None:
         """Forget and drain ``pool`` after a failure: its threads would keep reconnecting."""
         with self._lock:
-            held = self._pools.get(name)
+            held = self._pools.get(endpoint.uri)
             if held is not None and held[1] is pool:
-                del self._pools[name]
+                del self._pools[endpoint.uri]
         self._drain(pool)
 
-    def _take(self, keep: Callable[[str, int | None], bool]) -> list[Pool]:
-        """Remove the pools that ``keep(name, version)`` rejects; return them."""
+    def _take(self, keep: Callable[[str, int | None, str | None], bool]) -> list[Pool]:
+        """Remove the pools that ``keep(uri, version, region)`` rejects; return them."""
         with self._lock:
-            gone = [name for name, (version, _) in self._pools.items() if not keep(name, version)]
-            return [self._pools.pop(name)[1] for name in gone]
+            gone = [uri for uri, (v, _, region) in self._pools.items() if not keep(uri, v, region)]
+            return [self._pools.pop(uri)[1] for uri in gone]
 
     def _on_event(self, event: ChangeEvent) -> None:
-        # On the cache's worker thread: nothing here waits for a server or a thread.
+        self._on_event_in(self._local, event)
+
+    def _on_event_in(self, region: str | None, event: ChangeEvent) -> None:
+        """A change in ``region`` (this client's own: ``_local``). On that region's cache
+        worker thread: nothing here waits for a server or a thread."""
         if isinstance(event, InstancesChanged) and event.removed:
-            left = {endpoint.name for endpoint in event.removed}
-            stale = self._take(lambda name, _version: name not in left)
+            # by address, whatever region's pool it is: the server has left the registry
+            left = {endpoint.uri for endpoint in event.removed}
+            stale = self._take(lambda uri, _version, _region: uri not in left)
         elif isinstance(event, AuthChanged):
-            current = event.new_version
-            stale = self._take(lambda _name, version: version == current)
+            current = event.new_version  # a version of this region's credential only
+            stale = self._take(lambda _uri, version, at: at != region or version == current)
         else:
             return
         for pool in stale:
             self._drain(pool)
 
     def _close_all(self) -> list[Pool]:
-        self._unlisten()
+        for unlisten in self._unlisten:
+            unlisten()
         with self._lock:
             self._closed = True
-            pools = [pool for _, pool in self._pools.values()]
+            pools = [pool for _, pool, _ in self._pools.values()]
             self._pools.clear()
         return pools
 
@@ -278,7 +307,7 @@ class ReplicaPools(_PoolSet[ConnectionPool[Any]]):
             except PoolClosed:
                 continue  # drained by a concurrent event: the next pool() makes a new one
             except psycopg.OperationalError:
-                self._discard(endpoint.name, pool)
+                self._discard(endpoint, pool)
                 raise
 
     def pool(self, endpoint: Endpoint) -> ConnectionPool[Any]:
@@ -343,7 +372,7 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
             except PoolClosed:
                 continue
             except psycopg.OperationalError:
-                self._discard(endpoint.name, pool)
+                self._discard(endpoint, pool)
                 raise
 
     def _drain(self, pool: AsyncConnectionPool[Any]) -> None:

@@ -53,13 +53,15 @@ OPENING_SAMPLES = 3
 class RemoteClient(Protocol):
     """What this module uses of a client of another region (a :class:`~sentinel.Sentinel`)."""
 
-    session: Any
+    session: Any  # its zk, its cache's state, on_listener_thread()
 
     def start(self) -> Any: ...
     def close(self) -> None: ...
     def eligible_instances(self, service: str, key: object = None, policy: Any = None) -> Any: ...
     def explain(self, service: str, key: object = None, policy: Any = None) -> Any: ...
     def prefetch(self, service: str) -> None: ...
+    def listen(self, service: str | None, callback: Any) -> Any: ...
+    def cached_instances(self, service: str) -> Any: ...
     @property
     def connection_state(self) -> str: ...
     @property
@@ -109,7 +111,8 @@ class Remotes:
     """The other regions of one client, opened lazily, their round-trip times measured.
 
     ``connect(region)`` makes a client of ``region`` (not started); ``connect_timeout`` bounds
-    the first wait for a region's session.
+    the first wait for a region's session; ``on_open(name, client)`` is called once per region,
+    when its client has connected and before any lookup can use it.
     """
 
     def __init__(
@@ -117,9 +120,11 @@ class Remotes:
         regions: Iterable[Region],
         connect: Callable[[Region], RemoteClient],
         connect_timeout: float,
+        on_open: Callable[[str, RemoteClient], None] = lambda name, client: None,
     ) -> None:
         self.by_name: Mapping[str, Remote] = {r.name: Remote(r) for r in regions}
         self._connect = connect
+        self._on_open = on_open
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -157,14 +162,24 @@ class Remotes:
             )
             self._prober.start()
 
-    def open_all(self, names: Iterable[str]) -> None:
-        """Open every region of ``names`` at once and wait for them (each within its first
-        deadline), so that each has a round-trip time: what ``nearest`` needs."""
+    def open_all(self, names: Iterable[str], wait: bool = True) -> None:
+        """Open every region of ``names`` at once and, when ``wait``, wait for them (each
+        within its first deadline), so that each has a round-trip time: what ``nearest``
+        needs."""
         names = [n for n in names if n in self.by_name]
         for name in names:
             self.open(name, wait=False)
-        for name in names:
-            self.open(name, wait=True)
+        if wait:
+            for name in names:
+                self.open(name, wait=True)
+
+    def opening(self, name: str) -> bool:
+        """Whether region ``name``'s session is being opened and still within its first
+        deadline (a lookup that waited would get it, or give up at that deadline)."""
+        remote = self.by_name.get(name)
+        if remote is None or remote.deadline is None or remote.ready.is_set():
+            return False
+        return time.monotonic() < remote.deadline
 
     def _open(self, remote: Remote) -> None:
         """Connect ``remote`` (a thread per region, until it has connected or we close)."""
@@ -194,6 +209,7 @@ class Remotes:
                     client.close()
                     return
                 remote.client = client
+            self._on_open(remote.region.name, client)
             for _ in range(OPENING_SAMPLES):  # one sample on a busy host can mislead a rank
                 remote.record(self._measure(client))
             remote.ready.set()

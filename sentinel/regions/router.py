@@ -15,6 +15,11 @@ home only once the local region has been eligible for the rule's ``return_after`
 
 Lookups that fail over read the other region's immutable snapshots without a lock, as local
 ones do; the first one to a region (cold) waits for its session and its load.
+
+What a client opened in another region changes like anything else: :meth:`Router.listen`
+hears the changes of a service in every region this client has opened (now or later), each
+event with the name of its region, so that what holds resources on an instance there (the
+PostgreSQL pools) lets go of it when it leaves, as for a local instance.
 """
 
 from __future__ import annotations
@@ -28,11 +33,18 @@ from typing import Any
 
 from sentinel.cache.return_home import ReturnHome
 from sentinel.errors import SentinelError
+from sentinel.events import ChangeEvent
 from sentinel.regions.config import Region, Regions
 from sentinel.regions.remotes import RemoteClient, Remotes
 from sentinel.registry.failover import Failover
 
 log = logging.getLogger(__name__)
+
+#: What a lookup on a listener's thread says of a region it did not wait for.
+OPENING = "{}: being opened in the background (a listener's thread does not wait for it); retry"
+
+#: ``callback(region, event)``: a change in another region (:meth:`Router.listen`).
+RegionListener = Callable[[str, ChangeEvent], None]
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,9 @@ class Router:
     """The other regions of one client and the failover lookups that go to them.
 
     ``connect(region)`` makes (does not start) a client of ``region``; ``connect_timeout``
-    bounds the first wait for a region's session.
+    bounds the first wait for a region's session. ``on_listener_thread()`` says whether the
+    caller is the local cache's worker (a listener runs there): a lookup there never waits for
+    a region's session (see :meth:`resolve`).
     """
 
     def __init__(
@@ -55,11 +69,18 @@ class Router:
         regions: Regions,
         connect: Callable[[Region], RemoteClient],
         connect_timeout: float,
+        on_listener_thread: Callable[[], bool] = lambda: False,
     ) -> None:
         #: This client's region.
         self.local = regions.local
+        self._on_local_listener_thread = on_listener_thread
+        # Both replaced under the lock, never mutated: events read them without it.
+        self._listeners: tuple[tuple[str, RegionListener], ...] = ()
+        self._changing = threading.Lock()
+        # service -> the other names (rules' ``service``) its lookups asked for elsewhere
+        self._targets: dict[str, frozenset[str]] = {}
         #: The other regions' sessions and round-trip times.
-        self.remotes = Remotes(regions.others, connect, connect_timeout)
+        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened)
         #: Failover episodes begun, by (service, region that answered first).
         self.failovers: dict[tuple[str, str], int] = {}
         #: Lookups answered by another region, by (service, region).
@@ -70,7 +91,9 @@ class Router:
         names: list[str] = []
         if rule.nearest:
             others = [n for n in self.remotes.by_name if n != self.local]
-            self.remotes.open_all(others)  # nearest needs every region's distance
+            # nearest needs every region's distance; a listener's thread ranks those it has
+            if not all(self.remotes.by_name[n].ready.is_set() for n in others):
+                self.remotes.open_all(others, wait=not self._on_listener_thread())
             names = self.remotes.nearest(rule.nearest, exclude=(self.local,))
         names += [n for n in rule.regions if n not in names and n != self.local]
         if len(names) < 2:
@@ -89,8 +112,21 @@ class Router:
         home: ReturnHome,
     ) -> Answer | list[str]:
         """The first other region's answer under ``rule``, or why each region could not
-        answer (one line per region tried)."""
+        answer (one line per region tried).
+
+        A region not opened yet (a cold rule's first failover) is waited for up to
+        ``connect_timeout``, except on a listener's thread (the cache worker of this client
+        or of one of its regions): waiting there would hold every other event back, so the
+        region is opened in the background and said to be (``west: being opened in the
+        background ...; retry``): the caller's NoInstanceAvailable, retried, finds it open.
+        """
         target = rule.service or service
+        if target != service and target not in self._targets.get(service, ()):
+            with self._changing:  # once per (service, target): two lookups must not lose one
+                self._targets = {
+                    **self._targets,
+                    service: self._targets.get(service, frozenset()) | {target},
+                }
         found = self._first(rule, lambda client: client.eligible_instances(target, key, policy))
         if isinstance(found, list):
             return found
@@ -131,14 +167,38 @@ class Router:
     def _reachable(self, rule: Failover, tried: list[str]) -> Iterator[tuple[str, RemoteClient]]:
         """The regions of ``rule`` in order, with their clients; those that cannot be reached
         are skipped, each said in ``tried``."""
-        for name in self.order(rule):
-            client = self.remotes.open(name)
+        waits: bool | None = None  # whether this thread may wait: asked once a region is not open
+        order = self.order(rule)
+        for name in order:
+            client = self.remotes.open(name, wait=False)
+            if client is None and name in self.remotes.by_name:
+                if waits is None:
+                    waits = not self._on_listener_thread()
+                if waits:
+                    client = self.remotes.open(name)
             if client is not None:
                 yield name, client
-            elif name in self.remotes.by_name:
-                tried.append(f"{name}: no connection")
-            else:
+            elif name not in self.remotes.by_name:
                 tried.append(f"{name}: not configured")
+            elif not waits and self.remotes.opening(name):
+                tried.append(OPENING.format(name))
+            else:
+                tried.append(f"{name}: no connection")
+        if rule.nearest:  # not ranked: those still opening (nobody waited for them) not tried
+            tried.extend(
+                OPENING.format(name)
+                for name in self.remotes.by_name
+                if name not in order and self.remotes.opening(name)
+            )
+
+    def _on_listener_thread(self) -> bool:
+        """Whether the caller runs listeners: the local cache's worker, or a region's."""
+        if self._on_local_listener_thread():
+            return True
+        return any(
+            r.client is not None and r.client.session.on_listener_thread()
+            for r in self.remotes.by_name.values()
+        )
 
     def _why(self, rule: Failover, name: str, tried: list[str]) -> str:
         remote = self.remotes.by_name[name]
@@ -179,6 +239,47 @@ class Router:
                     log.info("warm failover of %r: region %r: %s", service, name, exc)
 
         threading.Thread(target=follow, name="sentinel-region-warm", daemon=True).start()
+
+    def listen(self, service: str, callback: RegionListener) -> Callable[[], None]:
+        """Call ``callback(region, event)`` on every change of ``service`` (or of the service
+        its failover rule names there) in each other region this client opens, from the
+        moment it opens; returns the remover. As for :meth:`~sentinel.Sentinel.listen`,
+        callbacks run on that region's cache worker, in order, and must not block.
+        """
+        entry = (service, callback)
+        with self._changing:
+            self._listeners = (*self._listeners, entry)
+
+        def remove() -> None:
+            with self._changing:
+                self._listeners = tuple(e for e in self._listeners if e is not entry)
+
+        return remove
+
+    def _opened(self, region: str, client: RemoteClient) -> None:
+        """A region's client has connected: forward its events to :meth:`listen`'s callbacks."""
+
+        def forward(event: ChangeEvent) -> None:
+            name = getattr(event, "service", None)  # a ConnectionChanged is no service's
+            for service, callback in self._listeners:
+                if name == service or name in self._targets.get(service, ()):
+                    try:  # one failing callback must not cost the others their event
+                        callback(region, event)
+                    except Exception:
+                        log.exception("region listener %r failed on %r", callback, event)
+
+        client.listen(None, forward)
+
+    def region_of(self, endpoint: Any) -> str:
+        """The region ``endpoint`` is registered in as this client sees it: another region
+        whose cached instances of its service hold its URI, else this client's own."""
+        for name, remote in self.remotes.by_name.items():
+            client = remote.client
+            if client is not None and any(
+                e.uri == endpoint.uri for e in client.cached_instances(endpoint.service)
+            ):
+                return name
+        return self.local
 
     def states(self) -> dict[str, tuple[float, float]]:
         """``(round-trip time, staleness)`` in seconds of each region opened so far (math.inf:
