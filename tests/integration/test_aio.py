@@ -95,7 +95,11 @@ def test_events_arrive_in_order_and_closing_the_stream_removes_its_listener(zook
     added = [e.label for event in received for e in event.added]
     assert added == labels
     seen = [w for event in received for w in weights(event)]
-    assert seen == sorted(set(seen)) and seen[-1] == 6  # coalesced maybe, never out of order
+    # Coalesced maybe, never out of order. The last update may be folded into the removal
+    # right after it (the node is gone when the cache reads it): then the removal follows the
+    # last update seen, and nothing after it.
+    assert seen == sorted(set(seen)) and set(seen) <= set(range(2, 7))
+    assert [e.label for e in received[-1].removed] == [labels[0]]
     kinds = ["added" if e.added else "updated" if e.updated else "removed" for e in received]
     assert kinds == sorted(kinds, key=["added", "updated", "removed"].index)
     assert [e.label for e in received[-1].removed] == ["i0"]
