@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -41,7 +40,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from sentinel.auth.acl import IDENTITY_ENV, WORLD_READ_CREATE, owner_acl
+from sentinel.auth.acl import IDENTITY_ENV, WORLD_READ_CREATE, effective_identity, owner_acl
 from sentinel.connection import client_arguments, start_client
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import ClientClosed, PayloadClassMismatch, ValidationError
@@ -141,7 +140,7 @@ class CuratorPublisher:
         self._nodes = EphemeralNodes(self._zk)
         self._started = False
         # Without one, kazoo writes world:anyone nodes: anyone may rewrite or delete them.
-        identity = identity or os.environ.get(IDENTITY_ENV) or None
+        identity = effective_identity(identity)  # as its session (client_arguments) has it
         self._identified = identity is not None
         # A base path it creates stays open to the JVM's services beside its own (anyone may
         # add a service, nobody else change or delete what is there); a service node it

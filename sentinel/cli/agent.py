@@ -12,7 +12,7 @@ from typing import Any
 
 from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import field, socket_path
-from sentinel.auth.acl import IDENTITY_ENV
+from sentinel.auth.acl import effective_identity
 from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
 from sentinel.cli.options import EXIT_OK
 from sentinel.errors import AgentProtocolError, ValidationError
@@ -113,7 +113,7 @@ def _status(args: argparse.Namespace) -> int:
         f"sentinel-cli-{os.getpid()}",
         None,
         # Another user than root or the agent's sees what this identity may read.
-        identity=os.environ.get(IDENTITY_ENV) or None,
+        identity=effective_identity(None),
         timeout=args.timeout,
     )
     # The link logs its retries; the command's error says it once (-v shows them).

@@ -192,3 +192,16 @@ def test_another_regions_session_never_gets_this_regions_password(monkeypatch):
     by_region = {t.region: t.args.region_identity for t in targets(args)}
     assert by_region["north"] == ANONYMOUS
     assert "auth_data" not in client_arguments(by_region["north"])
+
+
+def test_a_curator_publishers_acls_follow_the_identity_its_session_uses(monkeypatch):
+    """The ACLs it writes and the identity its session sends are one decision: anonymous
+    (``ANONYMOUS``) is anonymous in both, even with $SENTINEL_ZK_IDENTITY set."""
+    from sentinel.curator import CuratorPublisher
+
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", "local:pw")
+    anonymous = CuratorPublisher("127.0.0.1:1", identity=ANONYMOUS)
+    assert not anonymous._identified and anonymous._base_acl is None
+    assert not anonymous._zk.auth_data
+    from_env = CuratorPublisher("127.0.0.1:1")
+    assert from_env._identified and from_env._zk.auth_data == {("digest", "local:pw")}
