@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import field, socket_path
@@ -18,11 +18,15 @@ from sentinel.cli.options import EXIT_OK
 from sentinel.errors import AgentProtocolError, ValidationError
 from sentinel.registry.layout import validate_namespace
 
+if TYPE_CHECKING:
+    from sentinel.regions.config import Region
+
 
 def _run(args: argparse.Namespace) -> int:
     if args.print_xds_bootstrap:
         return _print_xds_bootstrap(args)
     # The daemon's own modules: `sentinel agent status` needs none of them.
+    from sentinel.agent.regions import RegionServers
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
@@ -30,16 +34,39 @@ def _run(args: argparse.Namespace) -> int:
 
     xds_server = _xds_server_class(args.xds) if args.xds else None
     serve_metrics(args)
+    client_id = args.client_id or sanitize_name(f"agent-{socket.gethostname()}")
+    cache = CacheConfig(curator_base_paths=tuple(args.curator_path))
+    settings: dict[str, Any] = {
+        "connect_timeout": args.timeout,
+        "session_timeout": args.session_timeout,
+        "announce": False,  # each process is announced under its own id, for as long as it is
+        "cache": cache,
+        "agent": False,  # the agent is the session: never an agent's client itself
+        "regions": False,  # its other regions are served apart (sentinel.agent.regions)
+    }
+    configured = args.regions_config
+    regions = None
+    if configured is not None and configured.others:
+
+        def region_client(region: Region) -> Sentinel:
+            return Sentinel(
+                region.hosts,
+                client_id,
+                region.namespace,
+                tls=region.tls,
+                identity=configured.identity_of(region),
+                prometheus_registry=None,  # the agent's own gauges say each region's state
+                **settings,
+            )
+
+        regions = RegionServers(configured.local, configured.others, region_client)
     with Sentinel(
         args.zk,
-        args.client_id or sanitize_name(f"agent-{socket.gethostname()}"),
+        client_id,
         args.namespace,
-        connect_timeout=args.timeout,
-        session_timeout=args.session_timeout,
-        announce=False,  # each process is announced under its own id, for as long as it is
         tls=tls_config(args),
-        cache=CacheConfig(curator_base_paths=tuple(args.curator_path)),
-        agent=False,  # the agent is the session: never an agent's client itself
+        identity=getattr(args, "region_identity", None),
+        **settings,
     ) as sentinel:
         server = AgentServer(
             sentinel,
@@ -52,6 +79,7 @@ def _run(args: argparse.Namespace) -> int:
             hello_timeout=args.hello_timeout,
             heartbeat=args.heartbeat,
             deltas=not args.whole_state_frames,
+            regions=regions,
         )
         report = event_printer(
             args,
@@ -137,6 +165,20 @@ def _status(args: argparse.Namespace) -> int:
         [(p["pid"], p["client"], ", ".join(p["services"]) or "-") for p in status["processes"]],
         ("PID", "CLIENT", "SERVICES"),
     )
+    if status["regions"]:
+        print("other regions (a session each, opened when a process first needs it):")
+        print_table(
+            [
+                (
+                    r["region"],
+                    r["state"],
+                    "-" if r["staleness"] is None else f"{r['staleness']:.1f}s",
+                    "-" if r["processes"] is None else r["processes"],
+                )
+                for r in status["regions"]
+            ],
+            ("REGION", "SESSION", "STALE", "PROCESSES"),
+        )
     return EXIT_OK
 
 
@@ -158,4 +200,16 @@ def _checked_status(answer: dict[str, Any]) -> dict[str, Any]:
                 "services": services,
             }
         )
-    return {"state": state, "staleness": staleness, "processes": processes}
+    regions = []
+    for region in field(answer, "regions", list) if "regions" in answer else []:  # else: older
+        if not isinstance(region, dict):
+            raise AgentProtocolError("'status' lists a region that is not an object")
+        regions.append(
+            {
+                "region": field(region, "region", str),
+                "state": field(region, "state", str),
+                "staleness": field(region, "staleness", (int, float, type(None))),
+                "processes": field(region, "processes", (int, type(None))),
+            }
+        )
+    return {"state": state, "staleness": staleness, "processes": processes, "regions": regions}
