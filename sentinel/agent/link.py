@@ -149,6 +149,13 @@ class AgentLink:
         """Whether the link is connected to the agent now."""
         return self._connected.is_set()
 
+    @property
+    def agent_connected(self) -> bool:
+        """Whether the agent said its session is connected, last it said (its welcome, then
+        its ``connection`` frames): known once :meth:`wait_connected` returns, before the
+        cache hears it."""
+        return self._connected.is_set() and self._agent_state[0] == KazooState.CONNECTED
+
     def start(self) -> None:
         """Begin connecting, in the background."""
         if self._thread is None:
@@ -259,6 +266,7 @@ class AgentLink:
                 continue
             delay = _FIRST_RETRY
             self.welcome = welcome
+            self._agent_state = (_STATES.get(welcome.get("state"), KazooState.SUSPENDED), None)
             self.connections += 1
             self._connected.set()
             self._answered.set()

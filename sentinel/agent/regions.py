@@ -88,8 +88,12 @@ class RegionServers:
             server = self._servers.get(name)
             if server is None:
                 sentinel = self._connect(region)
-                sentinel.session.start_connecting()
-                server = self._servers[name] = serve(sentinel, name)
+                try:
+                    sentinel.session.start_connecting()
+                    server = self._servers[name] = serve(sentinel, name)
+                except BaseException:
+                    sentinel.close()
+                    raise
                 telemetry.AGENT_REGION_STALENESS.labels(name).set_function(
                     lambda: sentinel.staleness
                 )

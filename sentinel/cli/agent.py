@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     }
     configured = args.regions_config
     regions = None
-    if configured is not None and configured.others:
+    if configured is not None:  # its own region's name too: a hello may name it
 
         def region_client(region: Region) -> Sentinel:
             return Sentinel(

@@ -227,8 +227,9 @@ class Remotes:
         agent opens it on the first process's hello), waiting until the first ``deadline``
         (at least RETRY_SECONDS). ZooKeeperUnavailable otherwise: the region has not
         answered, as when a session of its own does not connect."""
-        if client.connection_state == "connected":
-            return
+        link = client.session.agent_link
+        if link is None:
+            return  # a session of its own: its start waited for it
         connected = threading.Event()
 
         def heard(event: object) -> None:
@@ -238,7 +239,7 @@ class Remotes:
         remove = client.listen(None, heard)
         try:
             wait = max(deadline - time.monotonic(), RETRY_SECONDS)
-            if client.connection_state != "connected" and not connected.wait(wait):
+            if not link.agent_connected and not connected.wait(wait):
                 raise ZooKeeperUnavailable(
                     f"the host agent's session to it is {client.connection_state}"
                 )

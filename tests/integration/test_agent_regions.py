@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +28,12 @@ from sentinel.agent.link import AgentLink
 from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
 from sentinel.cache.config import CacheConfig
-from sentinel.errors import NoInstanceAvailable, RegionNotServed, ZooKeeperUnavailable
+from sentinel.errors import (
+    AgentUnavailable,
+    NoInstanceAvailable,
+    RegionNotServed,
+    ZooKeeperUnavailable,
+)
 from sentinel.regions import Failover, Region, Regions
 from sentinel.telemetry import AGENT_DROPPED, AGENT_REGION_PROCESSES
 from sentinel.testing.helpers import TcpProxy, wait_until
@@ -438,3 +444,43 @@ def test_an_agent_restarted_with_regions_serves_its_processes_again(world, socke
             assert app.session_id is None
     finally:
         daemon.stop()
+
+
+def test_an_agent_before_regions_is_refused_not_taken_for_the_region(socket_path):
+    """An agent that ignores the hello's region (one from before regions) would serve its
+    own region's registry under the other's name: the link refuses its welcome, which does
+    not name the region, and sends it nothing more."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(8)
+    listener.settimeout(0.2)
+    hellos: list[dict] = []
+    stopped = threading.Event()
+
+    def old_agent() -> None:
+        while not stopped.is_set():
+            try:
+                sock, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with sock:
+                sock.settimeout(5)
+                hellos.append(protocol.receive(sock, protocol.MAX_REQUEST_BYTES, protocol.REQUESTS))
+                welcome = {"op": "welcome", "version": 2, "state": "connected", "since": None}
+                protocol.send(sock, {**welcome, "heartbeat": 5.0, "id": None})
+                assert protocol.receive(sock, protocol.MAX_REQUEST_BYTES, protocol.REQUESTS) is None
+
+    serving = threading.Thread(target=old_agent, daemon=True)
+    serving.start()
+    link = AgentLink(socket_path, NAMESPACE, "app-old", None, region="b", timeout=2.0)
+    try:
+        link.start()
+        with pytest.raises(AgentUnavailable, match="does not serve other regions"):
+            link.wait_connected(2.0)
+        assert hellos and hellos[0]["region"] == "b"
+        assert not link.connected
+    finally:
+        link.close()
+        stopped.set()
+        serving.join(5)
+        listener.close()
