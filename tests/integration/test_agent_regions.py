@@ -68,14 +68,15 @@ class World:
         )
 
     def process_regions(self) -> Regions:
-        """A process's configuration: it names the same regions (its hosts for them are never
-        used in agent mode: the agent's are), and one the agent does not serve."""
+        """A process's configuration: the same regions, where they are (in agent mode the
+        process never connects there: the agent does), and d, which the agent does not
+        serve (nothing listens at its address)."""
         return Regions(
             "home",
             [
                 Region("home", self.home.connect_string, namespace=NAMESPACE),
-                Region("b", "127.0.0.1:9", namespace=NAMESPACE),  # nothing listens there
-                Region("c", "127.0.0.1:9", namespace=NAMESPACE),
+                Region("b", self.link_b.address, namespace=NAMESPACE),
+                Region("c", self.c.connect_string, namespace=NAMESPACE),
                 Region("d", "127.0.0.1:9", namespace=NAMESPACE),
             ],
         )
