@@ -28,6 +28,7 @@ from sentinel.agent.link import AgentLink
 from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
 from sentinel.cache.config import CacheConfig
+from sentinel.cli import main as cli_main
 from sentinel.errors import (
     AgentUnavailable,
     NoInstanceAvailable,
@@ -202,7 +203,7 @@ def status(path: str) -> dict:
 
 
 def test_processes_fail_over_through_one_agent_session_per_region_opened_lazily(
-    world, agent, socket_path
+    world, agent, socket_path, capsys
 ):
     """Two processes failing over to b: the agent has exactly one session on b's server and
     none on c's until something needs c; neither process has a session on b (nor anywhere);
@@ -233,6 +234,15 @@ def test_processes_fail_over_through_one_agent_session_per_region_opened_lazily(
         listed = {r["region"]: r for r in status(socket_path)["regions"]}
         assert listed["b"]["state"] == "connected" and listed["b"]["processes"] == 2
         assert listed["c"]["state"] == "unopened"
+        command = ["agent", "status", "--socket", socket_path, "--namespace", NAMESPACE]
+        capsys.readouterr()
+        assert cli_main([*command, "--json"]) == 0
+        printed = {r["region"]: r for r in json.loads(capsys.readouterr().out)["regions"]}
+        assert printed["b"]["processes"] == 2 and printed["c"]["state"] == "unopened"
+        assert cli_main(command) == 0
+        rows = capsys.readouterr().out.splitlines()
+        assert any(row.split()[:2] == ["b", "connected"] and row.split()[-1] == "2" for row in rows)
+        assert any(row.split() == ["c", "unopened", "-", "0"] for row in rows)
 
         # b's instance gone: both processes hear it through the agent; back: both again.
         registration = world.publishers["b"].registrations[0]
