@@ -950,16 +950,15 @@ class AgentServer:
             raise ProtocolError(f"a hello naming region {name!r} on region {self.region!r}")
         server = None if self._regions is None else self._regions.server(name, self._region_server)
         if server is None:
-            configured = "none" if self._regions is None else ", ".join(self._regions.names)
+            configured = ", ".join(self._regions.names) if self._regions is not None else ""
             error = RegionNotServed(
                 f"the agent at {self.path} serves no region {name!r} (its other regions: "
                 f"{configured or 'none'}; --regions, $SENTINEL_REGIONS)"
             )
-            telemetry.AGENT_DROPPED.labels("region").inc()
             self._refusals.warning("agent: pid %d: %s", connection.pid, error)
             with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
                 connection.sock.send(protocol.encode(error_answer(None, error)))
-            self._drop(connection, None)
+            self._drop(connection, "region")
             return False
         with connection.due:
             if connection.closed:

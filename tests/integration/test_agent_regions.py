@@ -33,6 +33,7 @@ from sentinel.errors import (
     AgentUnavailable,
     NoInstanceAvailable,
     RegionNotServed,
+    ValidationError,
     ZooKeeperUnavailable,
 )
 from sentinel.regions import Failover, Region, Regions
@@ -318,6 +319,26 @@ def test_a_region_the_agent_does_not_serve_is_a_typed_answer_and_down(
     ]
     assert len(warnings) == 1 and "serves no region 'd'" in warnings[0].getMessage()
     assert region_server(agent, "d") is None
+
+
+def test_a_client_of_another_region_through_the_agent_writes_nothing(world, agent, socket_path):
+    """Registrations are regional: a client reading b through the agent refuses a write
+    (ValidationError), and opens no session of its own to b to make it."""
+    before = sessions(world.b)
+    with Sentinel(
+        world.home.connect_string,
+        "app-write",
+        NAMESPACE,
+        agent=socket_path,
+        agent_region="b",
+        prometheus_registry=None,
+        connect_timeout=5.0,
+    ) as b:
+        assert b.get_service("orders").host == HOSTS["b"]
+        with pytest.raises(ValidationError, match="writes nothing there"):
+            b.register("orders", "p1", "10.9.9.9", 8080)
+        assert b.session_id is None
+        assert sessions(world.b) == before | {sid(region_server(agent, "b").sentinel)}
 
 
 def _raw_hello(path: str, region: object) -> dict | None:
