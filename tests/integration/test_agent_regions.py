@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -129,10 +130,13 @@ def world() -> Iterator[World]:
 @pytest.fixture
 def socket_path() -> str:
     directory = tempfile.mkdtemp(prefix="agent-")
+    os.chmod(directory, 0o755)  # another user's process may reach the socket (its peer check)
     return os.path.join(directory, "agent.sock")
 
 
-def start_agent(world: World, path: str, regions: Regions | None = None) -> AgentServer:
+def start_agent(
+    world: World, path: str, regions: Regions | None = None, **options: object
+) -> AgentServer:
     """An agent in this process, configured as ``sentinel agent --regions`` configures one."""
     regions = regions or world.agent_regions()
 
@@ -160,7 +164,8 @@ def start_agent(world: World, path: str, regions: Regions | None = None) -> Agen
         cache=CacheConfig(),
     ).start()
     servers = RegionServers(regions.local, regions.others, region_client)
-    server = AgentServer(home, path, send_timeout=2.0, heartbeat=0.5, regions=servers)
+    options = {"send_timeout": 2.0, "heartbeat": 0.5} | options
+    server = AgentServer(home, path, regions=servers, **options)
     return server.start()
 
 
@@ -382,6 +387,53 @@ def test_five_thousand_region_names_and_garbage_open_nothing(world, agent, socke
     assert {name: sessions(zk) for name, zk in (("b", world.b), ("c", world.c))} == before
     with process(world, socket_path, "app-after") as app:
         assert app.get_service("orders").host == HOSTS["b"]
+
+
+def test_another_users_hello_naming_a_region_is_refused_at_the_socket(world, socket_path):
+    """The peer check comes before the hello: a process of a user the agent does not allow
+    naming region b is refused and opens nothing; allowed, the same hello is handed to b."""
+    probe = (
+        "import json, socket, struct, sys\n"
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); s.settimeout(10)\n"
+        "s.connect(sys.argv[1])\n"
+        "body = json.dumps({'op': 'hello', 'version': 2, 'namespace': sys.argv[2],\n"
+        "                   'client': 'nobody', 'auth_client': None, 'region': 'b'}).encode()\n"
+        "try:\n"
+        "    s.sendall(struct.pack('>I', len(body)) + body)\n"
+        "    print('answered' if s.recv(4) else 'closed')\n"
+        "except OSError:  # reset, or a broken pipe: closed either way\n"
+        "    print('closed')\n"
+    )
+
+    def as_nobody() -> str:
+        result = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, socket_path, NAMESPACE],
+            user=65534,
+            group=65534,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    server = start_agent(world, socket_path, allowed_uids=[65533])
+    try:
+        refused = AGENT_DROPPED.labels("refused")._value.get()
+        assert as_nobody() == "closed"
+        assert AGENT_DROPPED.labels("refused")._value.get() == refused + 1
+        assert region_server(server, "b") is None
+    finally:
+        stop_agent(server)
+    server = start_agent(world, socket_path, allowed_uids=[65534])
+    try:
+        assert as_nobody() == "answered"
+        assert region_server(server, "b") is not None
+    finally:
+        stop_agent(server)
 
 
 def test_a_region_that_does_not_answer_holds_up_nothing(world, socket_path):
