@@ -955,10 +955,13 @@ class AgentServer:
                 f"the agent at {self.path} serves no region {name!r} (its other regions: "
                 f"{configured or 'none'}; --regions, $SENTINEL_REGIONS)"
             )
+            # Counted before it is told: the process then leaves, and its end may be the
+            # loop's to see first (then this connection's drop below counts nothing).
+            telemetry.AGENT_DROPPED.labels("region").inc()
             self._refusals.warning("agent: pid %d: %s", connection.pid, error)
             with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
                 connection.sock.send(protocol.encode(error_answer(None, error)))
-            self._drop(connection, "region")
+            self._drop(connection, None)
             return False
         with connection.due:
             if connection.closed:

@@ -201,7 +201,7 @@ class Remotes:
                         "region %r (%s) did not answer: %s; lookups skip it while it does not, "
                         "retrying every %gs",
                         remote.region.name,
-                        remote.region.hosts,
+                        client.session.agent or remote.region.hosts,  # the agent: its socket
                         exc,
                         RETRY_SECONDS,
                     )
