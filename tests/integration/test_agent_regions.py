@@ -14,7 +14,6 @@ import logging
 import os
 import re
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -42,6 +41,7 @@ from sentinel.telemetry import AGENT_DROPPED, AGENT_REGION_PROCESSES
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 from tests.integration.daemons import Daemon
+from tests.integration.peers import run_as_nobody
 
 pytestmark = pytest.mark.integration
 
@@ -406,19 +406,7 @@ def test_another_users_hello_naming_a_region_is_refused_at_the_socket(world, soc
     )
 
     def as_nobody() -> str:
-        result = subprocess.run(
-            ["/usr/bin/python3", "-c", probe, socket_path, NAMESPACE],
-            user=65534,
-            group=65534,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin"},
-        )
-        assert result.returncode == 0, result.stderr
-        return result.stdout.strip()
+        return run_as_nobody(probe, socket_path, NAMESPACE)
 
     server = start_agent(world, socket_path, allowed_uids=[65533])
     try:
