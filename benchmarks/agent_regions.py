@@ -47,17 +47,6 @@ def sessions(zk: LocalZooKeeper) -> set[str]:
 def agent(regions: Regions, path: str) -> Iterator[AgentServer]:
     """An agent serving east, configured with west, as ``sentinel agent --regions`` is."""
 
-    def region_client(region: Region) -> Sentinel:
-        return Sentinel(
-            region.hosts,
-            "bench-agent",
-            region.namespace,
-            announce=False,
-            agent=False,
-            regions=False,
-            prometheus_registry=None,
-        )
-
     home = regions.regions[regions.local]
     with Sentinel(
         home.hosts,
@@ -68,7 +57,7 @@ def agent(regions: Regions, path: str) -> Iterator[AgentServer]:
         regions=False,
         prometheus_registry=None,
     ) as sentinel:
-        servers = RegionServers(regions.local, regions.others, region_client)
+        servers = RegionServers(regions, client_id="bench-agent")
         with AgentServer(sentinel, path, regions=servers) as server:
             yield server
 

@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from sentinel import telemetry
-from sentinel.regions.config import Region
-
-if TYPE_CHECKING:
-    from sentinel.client import Sentinel
+from sentinel.client import Sentinel
+from sentinel.regions.config import Regions
 
 log = logging.getLogger(__name__)
 
@@ -48,24 +46,21 @@ class RegionServer(Protocol):
 
 
 #: ``serve(sentinel, region)``: a started server of ``sentinel``'s session to ``region``.
-Serve = Callable[["Sentinel", str], RegionServer]
+Serve = Callable[[Sentinel, str], RegionServer]
 
 
 class RegionServers:
-    """The agent's other regions (``regions``, by name) and their servers, each made on first
-    need: ``connect(region)`` makes (does not start) the agent's client of a region.
-    ``local`` is the agent's own region's name (None: the agent was given no region name):
-    a hello naming it is served by the agent's own session."""
+    """The agent's other regions (:attr:`Regions.others <sentinel.regions.config.Regions>`)
+    and their servers, each made on first need, its client as the region's entry says
+    (hosts, namespace, TLS, identity), announcing nothing, with ``settings`` (the client id,
+    timeouts, cache: what the agent's own client has). A hello naming the agent's own region
+    (``regions.local``) is served by the agent's own session."""
 
-    def __init__(
-        self,
-        local: str | None,
-        regions: Iterable[Region],
-        connect: Callable[[Region], Sentinel],
-    ) -> None:
-        self.local = local
-        self._regions = {r.name: r for r in regions if r.name != local}
-        self._connect = connect
+    def __init__(self, regions: Regions, **settings: Any) -> None:
+        self.local = regions.local
+        self._configured = regions
+        self._regions = {r.name: r for r in regions.others}
+        self._settings = settings
         self._servers: dict[str, RegionServer] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -87,7 +82,17 @@ class RegionServers:
                 return None
             server = self._servers.get(name)
             if server is None:
-                sentinel = self._connect(region)
+                sentinel = Sentinel(
+                    region.hosts,
+                    namespace=region.namespace,
+                    tls=region.tls,
+                    identity=self._configured.identity_of(region),
+                    announce=False,  # each process is announced under its own id
+                    agent=False,
+                    regions=False,
+                    prometheus_registry=None,  # the agent's own gauges say each region's state
+                    **self._settings,
+                )
                 try:
                     sentinel.session.start_connecting()
                     server = self._servers[name] = serve(sentinel, name)

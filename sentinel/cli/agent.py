@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sentinel.agent.link import AgentLink
 from sentinel.agent.protocol import field, socket_path
@@ -17,9 +17,6 @@ from sentinel.cli.common import event_printer, print_json, print_table, serve_me
 from sentinel.cli.options import EXIT_OK
 from sentinel.errors import AgentProtocolError, ValidationError
 from sentinel.registry.layout import validate_namespace
-
-if TYPE_CHECKING:
-    from sentinel.regions.config import Region
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -35,37 +32,25 @@ def _run(args: argparse.Namespace) -> int:
     xds_server = _xds_server_class(args.xds) if args.xds else None
     serve_metrics(args)
     client_id = args.client_id or sanitize_name(f"agent-{socket.gethostname()}")
-    cache = CacheConfig(curator_base_paths=tuple(args.curator_path))
-    settings: dict[str, Any] = {
+    settings: dict[str, Any] = {  # the agent's client of each region, as of its own
         "connect_timeout": args.timeout,
         "session_timeout": args.session_timeout,
-        "announce": False,  # each process is announced under its own id, for as long as it is
-        "cache": cache,
-        "agent": False,  # the agent is the session: never an agent's client itself
-        "regions": False,  # its other regions are served apart (sentinel.agent.regions)
+        "cache": CacheConfig(curator_base_paths=tuple(args.curator_path)),
     }
     configured = args.regions_config
-    regions = None
-    if configured is not None:  # its own region's name too: a hello may name it
-
-        def region_client(region: Region) -> Sentinel:
-            return Sentinel(
-                region.hosts,
-                client_id,
-                region.namespace,
-                tls=region.tls,
-                identity=configured.identity_of(region),
-                prometheus_registry=None,  # the agent's own gauges say each region's state
-                **settings,
-            )
-
-        regions = RegionServers(configured.local, configured.others, region_client)
+    # Its own region's name too, without others: a hello may name it.
+    regions = (
+        None if configured is None else RegionServers(configured, client_id=client_id, **settings)
+    )
     with Sentinel(
         args.zk,
         client_id,
         args.namespace,
         tls=tls_config(args),
         identity=getattr(args, "region_identity", None),
+        announce=False,  # each process is announced under its own id, for as long as it is
+        agent=False,  # the agent is the session: never an agent's client itself
+        regions=False,  # its other regions are served apart (sentinel.agent.regions)
         **settings,
     ) as sentinel:
         server = AgentServer(

@@ -140,19 +140,6 @@ def start_agent(
     """An agent in this process, configured as ``sentinel agent --regions`` configures one."""
     regions = regions or world.agent_regions()
 
-    def region_client(region: Region) -> Sentinel:
-        return Sentinel(
-            region.hosts,
-            "host-agent",
-            region.namespace,
-            announce=False,
-            agent=False,
-            regions=False,
-            prometheus_registry=None,
-            session_timeout=4.0,
-            connect_timeout=5.0,
-        )
-
     home = Sentinel(
         world.home.connect_string,
         "host-agent",
@@ -163,7 +150,9 @@ def start_agent(
         prometheus_registry=None,
         cache=CacheConfig(),
     ).start()
-    servers = RegionServers(regions.local, regions.others, region_client)
+    servers = RegionServers(
+        regions, client_id="host-agent", session_timeout=4.0, connect_timeout=5.0
+    )
     options = {"send_timeout": 2.0, "heartbeat": 0.5} | options
     server = AgentServer(home, path, regions=servers, **options)
     return server.start()
