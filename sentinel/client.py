@@ -220,6 +220,14 @@ class Sentinel(OldMethodNames):
         :class:`~sentinel.errors.AgentNotTrusted` when the socket or its listener belongs to
         a user other than root, this process's own and ``$SENTINEL_AGENT_USER``: nothing is
         sent to such a listener, the identity included.
+    agent_region : str or None, default None (the agent's own region)
+        In agent mode, read the registry of the agent's other region of this name, from the
+        agent's session there (opened when a process first needs it); the agent's own
+        configuration says where that region is, so nothing but the name is sent. Such a
+        client only reads (a write raises ValidationError); :meth:`start` raises
+        :class:`~sentinel.errors.RegionNotServed` when the agent has no such region. A
+        client's failover to another region in agent mode goes this way by itself
+        (``docs/regions.md``): this is for a client that reads one other region.
     regions : Regions or bool or None, default ``$SENTINEL_REGIONS`` (unset: one region)
         This client's region and the others its services may fail over to
         (:class:`~sentinel.regions.config.Regions`; True: from the environment, False: none
@@ -249,6 +257,7 @@ class Sentinel(OldMethodNames):
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
         regions: Regions | bool | None = None,
+        agent_region: str | None = None,
         **ungrouped: Any,
     ) -> None:
         # Every setting is checked here, once, so a wrong one fails where it is given: the
@@ -276,6 +285,13 @@ class Sentinel(OldMethodNames):
             self.agent = agent_socket(agent)
         elif agent is True or (agent is None and os.environ.get(AGENT_ENV)):
             self.agent = agent_socket()
+        if agent_region is not None:
+            agent_region = validate_name("region", agent_region)
+            if self.agent is None:
+                raise ValidationError(
+                    "agent_region reads another region through the host "
+                    "agent: give agent= (or $SENTINEL_AGENT) too"
+                )
         cache = check.instance("cache", cache, CacheConfig) or CacheConfig()
         auth = check.instance("auth", auth, AuthConfig) or AuthConfig()
         if ungrouped:
@@ -346,6 +362,7 @@ class Sentinel(OldMethodNames):
             cache_config=cache,
             cache_options=cache_options,
             mirror=self._mirror,
+            agent_region=agent_region,
         )
         self.feedback = (
             feedback if isinstance(feedback, InstanceFeedback) else InstanceFeedback(feedback)
@@ -361,6 +378,8 @@ class Sentinel(OldMethodNames):
         remote_cache = dataclasses.replace(cache, snapshot_path=None)  # the file is the local's
 
         def remote(regions: Regions, region: Region) -> Sentinel:
+            # In agent mode, through the host agent, which holds one session per region for
+            # the host's processes (docs/decisions/agent-sessions-to-other-regions.md).
             return Sentinel(
                 region.hosts,
                 client_id,
@@ -375,8 +394,9 @@ class Sentinel(OldMethodNames):
                 cache=remote_cache,
                 feedback=self.feedback,
                 prometheus_registry=None,
-                agent=False,
+                agent=False if self.agent is None else self.agent,
                 regions=False,
+                agent_region=None if self.agent is None else region.name,
             )
 
         #: The other regions' sessions (opened lazily) and the failover lookups that go to

@@ -32,7 +32,8 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── TlsHandshakeFailed
     │   └── AgentUnavailable                 the host agent's socket did not answer
     │       ├── AgentNotTrusted              its listener is not the agent this process trusts
-    │       └── AgentServiceUnavailable      the agent cannot send one service (.service)
+    │       ├── AgentServiceUnavailable      the agent cannot send one service (.service)
+    │       └── RegionNotServed              the agent has no such region in its configuration
     ├── AgentProtocolError                   a frame on the agent's socket refused
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
@@ -305,6 +306,14 @@ class AgentServiceUnavailable(AgentUnavailable):
     def __init__(self, message: str, service: str | None = None) -> None:
         super().__init__(message)
         self.service = service
+
+
+class RegionNotServed(AgentUnavailable):
+    """The host agent does not serve the region a client asked it for by name (a client of
+    another region in agent mode): the agent's configuration (``--regions``,
+    ``$SENTINEL_REGIONS``) has no such region, or it has no regions at all. The agent's
+    answer, not a guess: the process treats the region as down, and never connects to it
+    itself (the agent's operator decides where the host connects)."""
 
 
 class AgentProtocolError(SentinelError):

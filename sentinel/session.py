@@ -43,6 +43,7 @@ from sentinel.errors import (
     DecodeError,
     SigningRequired,
     SnapshotRejected,
+    ValidationError,
     ZooKeeperUnavailable,
 )
 from sentinel.publisher import Publisher
@@ -142,6 +143,7 @@ class Session:
         cache_config: CacheConfig,
         cache_options: dict[str, Any],
         mirror: Mirror,
+        agent_region: str | None = None,
     ) -> None:
         self.hosts = hosts
         self.namespace = namespace
@@ -149,6 +151,9 @@ class Session:
         self.client_id = client_id
         self.connect_timeout = connect_timeout
         self.agent = agent
+        #: In agent mode, the other region this client reads through the agent (None: the
+        #: agent's own); such a client never opens a session of its own (it never writes).
+        self.agent_region = agent_region
         self.auth_client = auth_client
         self.tls = tls
         self.cache_config = cache_config
@@ -220,6 +225,7 @@ class Session:
                 auth_client,
                 identity=acl.effective_identity(self._identity),
                 timeout=self.connect_timeout,
+                region=self.agent_region,
             )
         self.cache = RegistryCache(
             self.zk,
@@ -351,7 +357,11 @@ class Session:
             raise
         self.cache.start()
         try:
-            if self._keyring is not None and not self._keys_published_per_agent():
+            if (
+                self._keyring is not None
+                and not self._keys_published_per_agent()
+                and self.agent_region is None  # another region's: never a session of its own
+            ):
                 self._open_write_session()
         except BaseException:
             link.close()
@@ -450,6 +460,11 @@ class Session:
         """Before a write: started (in agent mode with its own session, opened now if it is
         the first write), and the namespace's sections made (once per client)."""
         self.require_started()
+        if self.agent_region is not None:
+            raise ValidationError(
+                f"this client reads region {self.agent_region!r} through the host agent: it "
+                "writes nothing there (registrations are regional: write from that region)"
+            )
         if self.agent_link is not None and not self.zk.connected:
             self._open_write_session()
         if not self.namespace_ready:
@@ -529,6 +544,15 @@ class Session:
         threading.Thread(
             target=self._connect_later, args=(live,), name="sentinel-connect", daemon=True
         ).start()
+
+    def start_connecting(self) -> None:
+        """Start without waiting for a server: serve nothing, marked stale, and connect in
+        the background (the host agent's session to another region, opened when a process
+        first needs it: a region that does not answer never holds the agent up)."""
+        self.check_fork()
+        with self._lifecycle_lock:
+            if not self.started:
+                self._serve_restored({}, {}, time.time())
 
     def _connect_later(self, live: threading.Event) -> None:
         """While serving a snapshot: let kazoo keep connecting, then finish :meth:`start`."""

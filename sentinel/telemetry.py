@@ -165,6 +165,21 @@ AGENT_PROCESSES = Gauge(
     "Processes connected to this host agent.",
     registry=None,
 )
+AGENT_REGION_PROCESSES = Gauge(
+    "sentinel_agent_region_processes",
+    "Processes this host agent serves from its session to another region, by region (regions "
+    "its configuration holds, from the first process that needed each).",
+    ["region"],
+    registry=None,
+)
+AGENT_REGION_STALENESS = Gauge(
+    "sentinel_agent_region_staleness_seconds",
+    "Seconds since this host agent's session to another region was connected (0 while it is; "
+    "counted from its opening until it first connects), by region, from the first process "
+    "that needed the region.",
+    ["region"],
+    registry=None,
+)
 AGENT_SENT_BYTES = Counter(
     "sentinel_agent_sent_bytes_total",
     "Bytes this host agent sent to its processes.",
@@ -182,7 +197,8 @@ AGENT_DROPPED = Counter(
     "sentinel_agent_dropped_connections_total",
     "Connections this host agent dropped, by reason (refused: a peer not allowed; cap: over "
     "the connection caps, in all or of its uid; hello: no hello within the deadline; "
-    "protocol: a frame that is not a message; slow: a process that stopped reading; silent: a "
+    "protocol: a frame that is not a message; region: a hello naming a region the agent is not "
+    "configured with; slow: a process that stopped reading; silent: a "
     "process that sent nothing, not even a heartbeat; error: the agent's own failure, logged).",
     ["reason"],
     registry=None,
@@ -265,6 +281,8 @@ EVENT_METRICS = (
     SHARD_ALERTS,
     SHARD_LEADER,
     AGENT_PROCESSES,
+    AGENT_REGION_PROCESSES,
+    AGENT_REGION_STALENESS,
     AGENT_SENT_BYTES,
     AGENT_FRAMES,
     AGENT_DROPPED,

@@ -16,6 +16,14 @@ agent as a dead agent (stopped, or wedged while its socket stays open). A servic
 says it cannot send (:class:`~sentinel.errors.AgentServiceUnavailable`) marks the process
 stale (``suspended``, since the first such answer) until a frame of that service comes; the
 other services keep flowing.
+
+A link with a ``region`` reads another region through the agent (its hello names it): the
+agent's ``welcome`` must say that region back, else the link refuses the agent (one before
+regions would serve its own region's registry under the other's name); an agent that answers
+that it does not serve the region (:class:`~sentinel.errors.RegionNotServed`) ends
+:meth:`AgentLink.wait_connected` at once, the answer being final until the agent's
+configuration changes. Such a link logs its failures at INFO: its owner (the client's other
+regions, :mod:`sentinel.regions.remotes`) says once that the region is down, and why.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from sentinel.errors import (
     NamespaceNotFound,
     PartitionNotFound,
     ReadThroughThrottled,
+    RegionNotServed,
     SentinelError,
     ServiceNotFound,
     ZooKeeperUnavailable,
@@ -85,8 +94,11 @@ class AgentLink:
         identity: str | None = None,
         agent_user: str | int | None = None,
         timeout: float = 10.0,
+        region: str | None = None,
     ) -> None:
         self.path = path
+        #: The other region this link reads through the agent (None: the agent's own).
+        self.region = region
         # Who may listen on the socket (the hello below carries the process's identity).
         self._trusted = protocol.trusted_uids(agent_user)
         # The process's ZooKeeper identity: the agent serves it only what that identity may
@@ -100,6 +112,8 @@ class AgentLink:
             "identity": identity,
             "deltas": True,  # it applies a change's delta (sentinel.cache.agent)
         }
+        if region is not None:  # absent, not null: the hello of a home link is as it was
+            self._hello["region"] = region
         self._timeout = timeout
         self.on_frame: OnFrame = lambda message: None
         self.on_state: OnState = lambda state, since: None
@@ -108,6 +122,7 @@ class AgentLink:
         self._pending: dict[int, Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._connected = threading.Event()
+        self._answered = threading.Event()  # connected, or told the region is not served
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
         self._first_failure: AgentUnavailable | None = None
@@ -124,9 +139,22 @@ class AgentLink:
         self.welcome: dict[str, Any] = {}
 
     @property
+    def _failure_level(self) -> int:
+        """A home link warns of its first failure; a region's says it at INFO (see the
+        module)."""
+        return logging.INFO if self.region is not None else logging.WARNING
+
+    @property
     def connected(self) -> bool:
         """Whether the link is connected to the agent now."""
         return self._connected.is_set()
+
+    @property
+    def agent_connected(self) -> bool:
+        """Whether the agent said its session is connected, last it said (its welcome, then
+        its ``connection`` frames): known once :meth:`wait_connected` returns, before the
+        cache hears it."""
+        return self._connected.is_set() and self._agent_state[0] == KazooState.CONNECTED
 
     def start(self) -> None:
         """Begin connecting, in the background."""
@@ -135,8 +163,10 @@ class AgentLink:
             self._thread.start()
 
     def wait_connected(self, timeout: float) -> None:
-        """Wait for the first connection; :class:`AgentUnavailable` after ``timeout``."""
-        if not self._connected.wait(timeout):
+        """Wait for the first connection; :class:`AgentUnavailable` after ``timeout``
+        (:class:`~sentinel.errors.RegionNotServed` as soon as the agent says so)."""
+        self._answered.wait(timeout)
+        if not self._connected.is_set():
             reason = self._first_failure or AgentUnavailable(
                 f"no agent answered on {self.path} within {timeout:g}s"
             )
@@ -225,15 +255,21 @@ class AgentLink:
                     log.exception("connecting to the agent at %s failed", self.path)
                     failure = AgentUnavailable(f"connecting to the agent at {self.path} failed")
                 if self._first_failure is None:
+                    log.log(self._failure_level, "%s; retrying", failure)
+                refused = isinstance(failure, RegionNotServed)  # the agent's answer: final
+                if self._first_failure is None or refused:
                     self._first_failure = failure
-                    log.warning("%s; retrying", failure)
+                if refused:
+                    self._answered.set()
                 self._closed.wait(delay * (1 + random.random() / 2))
                 delay = min(delay * 2, _MAX_RETRY)
                 continue
             delay = _FIRST_RETRY
             self.welcome = welcome
+            self._agent_state = (_STATES.get(welcome.get("state"), KazooState.SUSPENDED), None)
             self.connections += 1
             self._connected.set()
+            self._answered.set()
             try:
                 self._state(welcome)
                 self._read()
@@ -280,9 +316,15 @@ class AgentLink:
                 f"the agent at {self.path} closed the connection: it does not serve this "
                 "namespace, or this user may not connect (see the agent's log)"
             )
-        if welcome["op"] == "error":  # refused, and told why (its caps)
+        if welcome["op"] == "error":  # refused, and told why (its caps, a region not served)
             sock.close()
             raise _error_of(welcome)
+        if self.region is not None and welcome.get("region") != self.region:
+            sock.close()
+            raise AgentUnavailable(
+                f"the agent at {self.path} does not serve other regions (its welcome does not "
+                f"name region {self.region!r}): upgrade it and configure the region there"
+            )
         heartbeat = welcome.get("heartbeat")
         if isinstance(heartbeat, int | float) and not isinstance(heartbeat, bool):
             self._heartbeat = min(max(float(heartbeat), _HEARTBEAT_RANGE[0]), _HEARTBEAT_RANGE[1])
@@ -486,6 +528,7 @@ _ERRORS: dict[str, type[SentinelError]] = {
         AccessDenied,
         AgentUnavailable,
         AgentServiceUnavailable,
+        RegionNotServed,
     )
 }
 _FIELDS = frozenset(
@@ -500,6 +543,7 @@ _FIELDS = frozenset(
         "retry_after",
         "namespace",
         "hosts",
+        "region",
     }
 )
 

@@ -57,13 +57,31 @@ cannot encode) is an ``error`` frame naming the service (``AgentServiceUnavailab
 dropped link; a connection the agent refuses (its caps) gets an ``error`` frame saying why
 before it is closed.
 
+A process may read another region through the agent: its hello names the region
+(``"region": "west"``, by name only: the agent connects where its own configuration says, and
+nowhere a process names), and the agent serves the connection from its session to that
+region, opened when the first process asks for it (:mod:`sentinel.agent.regions`); the
+``welcome`` says the region back (an agent that does not is one before regions, and the
+process does not take its home registry for another region's). A region the agent is not
+configured with is an ``error`` answer (``RegionNotServed``) and the connection's end. On such
+a connection ``ping`` times a round trip to the region's ensemble from this host: the agent
+answers once one request on its session there has come back::
+
+    -> {"op": "ping", "id": 3}
+    <- {"op": "ping", "id": 3}
+
 ``status`` (for ``sentinel agent status``) asks for the agent's session, its staleness and the
 other processes connected with the services each follows (all of them for root and the
 agent's own user; for another peer, only the services its identity may read)::
 
     -> {"op": "status", "id": 2}
     <- {"op": "status", "id": 2, "state": "connected", "staleness": 0.0,
-        "processes": [{"pid": 4242, "client": "billing-api", "services": ["orders-db"]}]}
+        "processes": [{"pid": 4242, "client": "billing-api", "services": ["orders-db"]}],
+        "regions": [{"region": "west", "state": "connected", "staleness": 0.0,
+                     "processes": 2}]}
+
+(``regions``: every other region the agent is configured with; ``state`` ``unopened`` until
+a process needs it, ``processes`` null for a peer that is not root or the agent's user).
 """
 
 from __future__ import annotations
@@ -99,7 +117,7 @@ USER_ENV = "SENTINEL_AGENT_USER"
 _LENGTH = struct.Struct(">I")
 _PEERCRED = struct.Struct("3i")  # SO_PEERCRED's struct ucred: pid, uid, gid
 
-REQUESTS = frozenset({"hello", "follow", "partition", "announce", "heartbeat", "status"})
+REQUESTS = frozenset({"hello", "follow", "partition", "announce", "heartbeat", "status", "ping"})
 REPLIES = frozenset(
     {
         "welcome",
@@ -114,6 +132,7 @@ REPLIES = frozenset(
         "status",
         "error",
         "heartbeat",
+        "ping",
     }
 )
 HEARTBEAT = {"op": "heartbeat"}

@@ -84,6 +84,7 @@ from sentinel.errors import (
     AgentUnavailable,
     DecodeError,
     NamespaceNotFound,
+    RegionNotServed,
     ResolutionError,
     SentinelError,
     ZooKeeperUnavailable,
@@ -105,6 +106,7 @@ from sentinel.zk.errors import translate
 from sentinel.zk.watches import WatcherType
 
 if TYPE_CHECKING:
+    from sentinel.agent.regions import RegionServer, RegionServers
     from sentinel.client import Sentinel
 
 log = logging.getLogger(__name__)
@@ -128,6 +130,9 @@ MAX_QUEUED_REQUESTS = 64
 # partition, announce) and building frames: a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
 FRAME_WORKERS = 2
+# A ping waits this long at most for its request on the session (a process's measurement
+# waits as long: sentinel.regions.remotes.RTT_TIMEOUT).
+PING_TIMEOUT = 2.0
 # Connections accepted in one turn of the loop before it serves the others again.
 _ACCEPTS_PER_TURN = 64
 # A full descriptor table or kernel memory on accept: accepting pauses this long (the
@@ -182,6 +187,8 @@ class _Connection:
     serving: bool = False  # a request worker has its requests
     flushing: bool = False  # a frame worker builds its frames
     greeted: bool = False  # its first frame (the hello) has come
+    # The server of the region its hello named, and that hello: the loop hands it over.
+    handed_to: tuple[RegionServer, dict[str, Any]] | None = None
     welcomed: bool = False  # its hello was accepted
     events: int = 0  # what the loop's selector waits for on its socket (0: not registered)
     accepted_at: float = field(default_factory=time.monotonic)
@@ -280,7 +287,10 @@ class AgentServer:
     after as long. ``max_frame_bytes``: the largest frame sent; a service whose state is
     larger is sent as an error naming it. ``deltas``: send a change as what changed (False:
     the service's whole state, as before deltas were built; for comparing the two,
-    ``benchmarks.agent``).
+    ``benchmarks.agent``). ``regions``: the agent's other regions
+    (:class:`~sentinel.agent.regions.RegionServers`): a hello naming one of them is handed to
+    that region's server, made on first need with this one's settings; ``region``: the
+    region such a server serves (it listens on no socket: it is handed its connections).
     """
 
     def __init__(
@@ -297,8 +307,26 @@ class AgentServer:
         heartbeat: float = 5.0,
         max_frame_bytes: int = protocol.MAX_REPLY_BYTES,
         deltas: bool = True,
+        regions: RegionServers | None = None,
+        region: str | None = None,
     ) -> None:
+        # A region's server is made with these (see _region_server): the same checks and caps.
+        self._settings: dict[str, Any] = {
+            "allowed_uids": tuple(allowed_uids),
+            "allowed_gids": tuple(allowed_gids),
+            "send_timeout": send_timeout,
+            "max_connections": max_connections,
+            "max_connections_per_uid": max_connections_per_uid,
+            "hello_timeout": hello_timeout,
+            "heartbeat": heartbeat,
+            "max_frame_bytes": max_frame_bytes,
+            "deltas": deltas,
+        }
+        allowed_uids = self._settings["allowed_uids"]
         self.sentinel = sentinel
+        #: The other region this server serves (None: the agent's own session).
+        self.region = region
+        self._regions = regions
         self.deltas = deltas
         self.path = path
         self._uids = frozenset({0, os.geteuid(), *allowed_uids})
@@ -347,8 +375,27 @@ class AgentServer:
     # --- life cycle -------------------------------------------------------------------------
 
     def start(self) -> AgentServer:
-        """Listen on the socket (a stale one left by a dead agent is replaced) and follow the
-        session's changes."""
+        """Listen on the socket (a stale one left by a dead agent is replaced; a region's
+        server listens on none) and follow the session's changes."""
+        for sock in (self._wake_r, self._wake_w):
+            sock.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        if self.region is None:
+            self._listen()
+        self._remove_listener = self.sentinel.listen(None, self._on_change)
+        self.sentinel.session.cache.on_swap = self._on_swap
+        self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
+        self._loop_thread.start()
+        log.info(
+            "agent serving %s%s from %s%s",
+            self.path,
+            "" if self.region is None else f" (region {self.region})",
+            self.sentinel.hosts,
+            self.sentinel.namespace,
+        )
+        return self
+
+    def _listen(self) -> None:
         prepare_socket_path(self.path)
         _raise_descriptor_limit(self._max_connections)
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -365,18 +412,7 @@ class AgentServer:
         listening.listen(1024)
         listening.setblocking(False)
         self._listening = listening
-        for sock in (self._wake_r, self._wake_w):
-            sock.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._selector.register(listening, selectors.EVENT_READ, listening)
-        self._remove_listener = self.sentinel.listen(None, self._on_change)
-        self.sentinel.session.cache.on_swap = self._on_swap
-        self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
-        self._loop_thread.start()
-        log.info(
-            "agent serving %s from %s%s", self.path, self.sentinel.hosts, self.sentinel.namespace
-        )
-        return self
 
     def run(self) -> None:
         """Serve until :meth:`stop`."""
@@ -415,6 +451,8 @@ class AgentServer:
             self._identities.clear()
         for session in sessions:
             session.close()
+        if self._regions is not None:
+            self._regions.close()
 
     def __enter__(self) -> AgentServer:
         return self.start()
@@ -511,11 +549,16 @@ class AgentServer:
         connection.events = wanted
 
     def _close(self, connection: _Connection) -> None:
-        """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it."""
+        """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it (or
+        hand it to the server of the region its hello named)."""
         if connection.events:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(connection.sock)
             connection.events = 0
+        if connection.handed_to is not None:
+            server, hello = connection.handed_to
+            server.adopt(connection, hello)
+            return
         with contextlib.suppress(OSError):
             connection.sock.shutdown(socket.SHUT_RDWR)
         connection.sock.close()
@@ -614,24 +657,60 @@ class AgentServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         connection = _Connection(sock, pid, uid, self._schedule_flush)
         with self._lock:
-            if len(self._connections) >= self._max_connections:
-                refusal = f"it serves {self._max_connections} connections already"
-            elif self._per_uid[uid] >= self._max_per_uid:
-                refusal = f"it serves {self._max_per_uid} connections of uid {uid} already"
-            else:
-                refusal = None
+            refusal = self._over_caps(uid)
+            if refusal is None:
                 self._connections.add(connection)
                 self._per_uid[uid] += 1
         if refusal is not None:
-            telemetry.AGENT_DROPPED.labels("cap").inc()
-            self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
-            error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
-            with contextlib.suppress(OSError):  # a new socket's buffer is empty: this fits
-                sock.send(protocol.encode(error_answer(None, error)))
-            sock.close()
+            self._refuse(sock, pid, uid, refusal)
             return
-        telemetry.AGENT_PROCESSES.set(len(self._connections))
+        self._count_processes()
         self._update(connection)
+
+    def _count_processes(self) -> None:
+        if self.region is None:
+            telemetry.AGENT_PROCESSES.set(len(self._connections))
+        else:
+            telemetry.AGENT_REGION_PROCESSES.labels(self.region).set(len(self._connections))
+
+    def adopt(self, handed: _Connection, hello: dict[str, Any]) -> None:
+        """From the agent's own server's loop: serve a connection it admitted (its peer
+        checked) whose hello named this server's region, from that hello on; over this
+        server's caps, it is refused as :meth:`_admit` refuses (told why)."""
+        connection = _Connection(handed.sock, handed.pid, handed.uid, self._schedule_flush)
+        connection.frames = handed.frames  # what followed the hello, read already
+        connection.requests.extend([hello, *handed.requests])
+        connection.greeted, connection.serving = True, True
+        connection.accepted_at = handed.accepted_at
+        with self._lock:
+            refusal = self._over_caps(connection.uid)
+            if refusal is None and not self._stopped.is_set():
+                self._connections.add(connection)
+                self._per_uid[connection.uid] += 1
+        if refusal is not None or self._stopped.is_set():
+            self._refuse(connection.sock, connection.pid, connection.uid, refusal or "stopping")
+            return
+        self._count_processes()
+        self._submit(self._requests, self._serve_next, connection)
+        self._call_loop(connection)  # this server's loop reads it from now on
+
+    def _over_caps(self, uid: int) -> str | None:
+        """Under the lock: why one more connection of ``uid`` is over the caps, else None."""
+        if len(self._connections) >= self._max_connections:
+            return f"it serves {self._max_connections} connections already"
+        if self._per_uid[uid] >= self._max_per_uid:
+            return f"it serves {self._max_per_uid} connections of uid {uid} already"
+        return None
+
+    def _refuse(self, sock: socket.socket, pid: int, uid: int, refusal: str) -> None:
+        """Tell a connection over the caps why (nothing was sent on it yet: a new socket's
+        buffer holds the frame) and close it; counted."""
+        telemetry.AGENT_DROPPED.labels("cap").inc()
+        self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
+        error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
+        with contextlib.suppress(OSError):
+            sock.send(protocol.encode(error_answer(None, error)))
+        sock.close()
 
     def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
         """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
@@ -678,7 +757,7 @@ class AgentServer:
                 else set()
             )
             self._unfollow_auth(connection.auth_client)
-        telemetry.AGENT_PROCESSES.set(len(self._connections))
+        self._count_processes()
         gone = {p: s for p, s in connection.announced.items() if p not in still}
         if gone:  # its /clients entries go with it, on a request worker
             self._submit(self._requests, self._forget, connection, gone)
@@ -815,6 +894,9 @@ class AgentServer:
         connection.version = checked(hello, "version", int)
         if connection.version not in protocol.VERSIONS:
             raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
+        region = self._served_region(connection, hello)
+        if region is False:
+            return  # handed to its region's server, or refused
         if checked(hello, "namespace", str) != self.sentinel.namespace:
             raise ProtocolError(
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
@@ -832,6 +914,8 @@ class AgentServer:
         auth_client = checked(hello, "auth_client", (str, type(None)))
         welcome = self._connection_message("welcome")
         welcome["heartbeat"] = self._heartbeat
+        if region is not None:  # said back: an agent before regions would not
+            welcome["region"] = region
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
             # What a process with a key ring checks at start, read here so that it opens no
@@ -839,22 +923,75 @@ class AgentServer:
             # while the agent's session is down: the process then checks on its own session.
             welcome["secured"] = welcome["keys"] = None
             try:
+                if self.sentinel.connection_state != "connected":  # a read would wait for it
+                    raise ZooKeeperUnavailable("the agent's session is not connected")
                 welcome["secured"] = acl.is_secured(self.sentinel.session.zk)
                 keys, _ = self.sentinel.session.zk.get(auth_keys_path(auth_client))
                 welcome["keys"] = keys.decode("utf-8", "replace")
             except NoNodeError:
                 pass
-            except KazooException:
+            except (KazooException, ZooKeeperUnavailable):
                 welcome["secured"] = None
         connection.reply(welcome)
+
+    def _served_region(self, connection: _Connection, hello: dict[str, Any]) -> str | bool | None:
+        """The region a hello names, when this server serves it (None: it names none);
+        False when it names another: then the connection is handed to that region's server
+        (its loop reads it from there), or refused with RegionNotServed when the agent's
+        configuration has no such region."""
+        if "region" not in hello:
+            return None
+        name = validate_name("region", checked(hello, "region", str))
+        if name == self.region or (
+            self.region is None and self._regions is not None and name == self._regions.local
+        ):
+            return name
+        if self.region is not None:  # a region's server is handed only its own hellos
+            raise ProtocolError(f"a hello naming region {name!r} on region {self.region!r}")
+        server = None if self._regions is None else self._regions.server(name, self._region_server)
+        if server is None:
+            configured = ", ".join(self._regions.names) if self._regions is not None else ""
+            error = RegionNotServed(
+                f"the agent at {self.path} serves no region {name!r} (its other regions: "
+                f"{configured or 'none'}; --regions, $SENTINEL_REGIONS)"
+            )
+            # Counted before it is told: the process then leaves, and its end may be the
+            # loop's to see first (then this connection's drop below counts nothing).
+            telemetry.AGENT_DROPPED.labels("region").inc()
+            self._refusals.warning("agent: pid %d: %s", connection.pid, error)
+            with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
+                connection.sock.send(protocol.encode(error_answer(None, error)))
+            self._drop(connection, None)
+            return False
+        with connection.due:
+            if connection.closed:
+                return False
+            connection.closed = True  # this server reads it no more
+            connection.handed_to = (server, hello)
+        with self._lock:
+            self._connections.discard(connection)
+            self._per_uid[connection.uid] -= 1
+            if not self._per_uid[connection.uid]:
+                del self._per_uid[connection.uid]
+        self._count_processes()
+        self._call_loop(connection)  # the loop forgets its socket and hands it over
+        return False
+
+    def _region_server(self, sentinel: Sentinel, region: str) -> AgentServer:
+        """A started server of ``sentinel``'s session to ``region``, with this server's
+        settings (peer checks, caps, timeouts), listening on no socket of its own."""
+        return AgentServer(sentinel, self.path, region=region, **self._settings).start()
 
     def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
         """One request. Every request names a service, and every one answered is answered
         only when the process's identity may read that service: checked here, once for every
         kind of request (:meth:`_require_readable`)."""
         op = message["op"]
-        if op == "status":  # the one request that names no service
+        if op == "status":  # the requests that name no service
             connection.reply(self._status(checked(message, "id", int), connection))
+            return
+        if op == "ping":
+            connection.reply(self._ping(checked(message, "id", int)))
             return
         service = validate_name("service", checked(message, "service", str))
         if op == "announce":  # no answer, nothing read: the process's own /clients entry
@@ -908,7 +1045,24 @@ class AgentServer:
             "state": self.sentinel.connection_state,
             "staleness": self.sentinel.staleness,
             "processes": processes,
+            "regions": [] if self._regions is None else self._regions.status(everything),
         }
+
+    def _ping(self, request: int) -> dict[str, Any]:
+        """``ping``: answered once one request on the session has come back (what a process
+        times as its round trip to this server's region), else an error saying why."""
+        state = self.sentinel.connection_state
+        try:
+            if state != "connected":  # a request would wait for the connection
+                raise ZooKeeperUnavailable(f"the agent's session is {state}")
+            self.sentinel.session.zk.exists_async("/").get(timeout=PING_TIMEOUT)
+        except ZooKeeperUnavailable as exc:
+            return error_answer(request, exc)
+        except Exception as exc:  # lost meanwhile, or no answer in time
+            return error_answer(
+                request, ZooKeeperUnavailable(f"no answer to a ping ({type(exc).__name__})")
+            )
+        return {"op": "ping", "id": request}
 
     def _announce(self, connection: _Connection, service: str, message: dict[str, Any]) -> None:
         """Keep the process's ``/clients`` record while it is connected: only its own (its

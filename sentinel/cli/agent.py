@@ -23,6 +23,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_xds_bootstrap:
         return _print_xds_bootstrap(args)
     # The daemon's own modules: `sentinel agent status` needs none of them.
+    from sentinel.agent.regions import RegionServers
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
@@ -30,16 +31,27 @@ def _run(args: argparse.Namespace) -> int:
 
     xds_server = _xds_server_class(args.xds) if args.xds else None
     serve_metrics(args)
+    client_id = args.client_id or sanitize_name(f"agent-{socket.gethostname()}")
+    settings: dict[str, Any] = {  # the agent's client of each region, as of its own
+        "connect_timeout": args.timeout,
+        "session_timeout": args.session_timeout,
+        "cache": CacheConfig(curator_base_paths=tuple(args.curator_path)),
+    }
+    configured = args.regions_config
+    # Its own region's name too, without others: a hello may name it.
+    regions = (
+        None if configured is None else RegionServers(configured, client_id=client_id, **settings)
+    )
     with Sentinel(
         args.zk,
-        args.client_id or sanitize_name(f"agent-{socket.gethostname()}"),
+        client_id,
         args.namespace,
-        connect_timeout=args.timeout,
-        session_timeout=args.session_timeout,
-        announce=False,  # each process is announced under its own id, for as long as it is
         tls=tls_config(args),
-        cache=CacheConfig(curator_base_paths=tuple(args.curator_path)),
+        identity=getattr(args, "region_identity", None),
+        announce=False,  # each process is announced under its own id, for as long as it is
         agent=False,  # the agent is the session: never an agent's client itself
+        regions=False,  # its other regions are served apart (sentinel.agent.regions)
+        **settings,
     ) as sentinel:
         server = AgentServer(
             sentinel,
@@ -52,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             hello_timeout=args.hello_timeout,
             heartbeat=args.heartbeat,
             deltas=not args.whole_state_frames,
+            regions=regions,
         )
         report = event_printer(
             args,
@@ -137,6 +150,20 @@ def _status(args: argparse.Namespace) -> int:
         [(p["pid"], p["client"], ", ".join(p["services"]) or "-") for p in status["processes"]],
         ("PID", "CLIENT", "SERVICES"),
     )
+    if status["regions"]:
+        print("other regions (a session each, opened when a process first needs it):")
+        print_table(
+            [
+                (
+                    r["region"],
+                    r["state"],
+                    "-" if r["staleness"] is None else f"{r['staleness']:.1f}s",
+                    "-" if r["processes"] is None else r["processes"],
+                )
+                for r in status["regions"]
+            ],
+            ("REGION", "SESSION", "STALE", "PROCESSES"),
+        )
     return EXIT_OK
 
 
@@ -158,4 +185,16 @@ def _checked_status(answer: dict[str, Any]) -> dict[str, Any]:
                 "services": services,
             }
         )
-    return {"state": state, "staleness": staleness, "processes": processes}
+    regions = []
+    for region in field(answer, "regions", list) if "regions" in answer else []:  # else: older
+        if not isinstance(region, dict):
+            raise AgentProtocolError("'status' lists a region that is not an object")
+        regions.append(
+            {
+                "region": field(region, "region", str),
+                "state": field(region, "state", str),
+                "staleness": field(region, "staleness", (int, float, type(None))),
+                "processes": field(region, "processes", (int, type(None))),
+            }
+        )
+    return {"state": state, "staleness": staleness, "processes": processes, "regions": regions}

@@ -19,7 +19,9 @@ what a lookup there would pay, through whatever the path is (a relay, TLS); the 
 last :data:`SAMPLES`: :data:`OPENING_SAMPLES` of them when the session opens (one sample on a
 busy host can misrank), then one every :data:`RTT_INTERVAL` seconds, on one thread per
 client. A region that does not answer within :data:`RTT_TIMEOUT`, or whose session is not
-connected, measures infinite.
+connected, measures infinite. In agent mode the client has no session of its own there: the
+time of a ``ping`` through the host agent, which answers once one request on its own session
+to the region has come back (docs/decisions/agent-sessions-to-other-regions.md).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from sentinel.errors import SentinelError
+from sentinel.errors import SentinelError, ZooKeeperUnavailable
+from sentinel.events import ConnectionChanged
 from sentinel.regions.config import Region
 
 log = logging.getLogger(__name__)
@@ -188,6 +191,7 @@ class Remotes:
             client = self._connect(remote.region)
             try:
                 client.start()
+                self._wait_connected(client, remote.deadline)  # type: ignore[arg-type]  # set
             except Exception as exc:  # this thread must not die: lookups skip the region
                 failures += 1
                 if not isinstance(exc, SentinelError):
@@ -197,7 +201,7 @@ class Remotes:
                         "region %r (%s) did not answer: %s; lookups skip it while it does not, "
                         "retrying every %gs",
                         remote.region.name,
-                        remote.region.hosts,
+                        client.session.agent or remote.region.hosts,  # the agent: its socket
                         exc,
                         RETRY_SECONDS,
                     )
@@ -217,14 +221,43 @@ class Remotes:
             return
 
     @staticmethod
+    def _wait_connected(client: RemoteClient, deadline: float) -> None:
+        """Return once ``client`` is connected: at once for a session of its own (its start
+        waited); through the host agent, once the agent's session to the region is (the
+        agent opens it on the first process's hello), waiting until the first ``deadline``
+        (at least RETRY_SECONDS). ZooKeeperUnavailable otherwise: the region has not
+        answered, as when a session of its own does not connect."""
+        link = client.session.agent_link
+        if link is None:
+            return  # a session of its own: its start waited for it
+        connected = threading.Event()
+
+        def heard(event: object) -> None:
+            if isinstance(event, ConnectionChanged) and event.state == "connected":
+                connected.set()
+
+        remove = client.listen(None, heard)
+        try:
+            wait = max(deadline - time.monotonic(), RETRY_SECONDS)
+            if not link.agent_connected and not connected.wait(wait):
+                raise ZooKeeperUnavailable(
+                    f"the host agent's session to it is {client.connection_state}"
+                )
+        finally:
+            remove()
+
+    @staticmethod
     def _measure(client: RemoteClient) -> float:
         """One round trip to the client's ensemble, in seconds (math.inf: no answer)."""
         if client.connection_state != "connected":
             return math.inf
-        zk = client.session.zk
+        session = client.session
         started = time.perf_counter()
         try:
-            zk.exists_async("/").get(timeout=RTT_TIMEOUT)
+            if session.agent_link is not None:  # through the agent's session to the region
+                session.agent_link.request({"op": "ping"}, timeout=RTT_TIMEOUT)
+            else:
+                session.zk.exists_async("/").get(timeout=RTT_TIMEOUT)
         except Exception:  # a timeout, a lost connection: no answer is the measurement
             return math.inf
         return time.perf_counter() - started

@@ -33,6 +33,7 @@ from sentinel.telemetry import AGENT_DROPPED
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import four_letter_word
 from tests.integration.daemons import Daemon
+from tests.integration.peers import run_as_nobody
 
 pytestmark = pytest.mark.integration
 
@@ -469,19 +470,7 @@ def test_another_users_process_is_refused_at_the_socket(make_client, socket_path
     )
 
     def as_nobody() -> str:
-        result = subprocess.run(
-            ["/usr/bin/python3", "-c", probe, socket_path, namespace],
-            user=65534,
-            group=65534,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            cwd="/",  # a directory that user may enter
-            env={"PATH": "/usr/bin:/bin"},  # nothing of this checkout's environment
-        )
-        assert result.returncode == 0, result.stderr
-        return result.stdout.strip()
+        return run_as_nobody(probe, socket_path, namespace)
 
     with AgentServer(session, socket_path) as server:
         assert Path(socket_path).stat().st_mode & 0o777 == 0o600

@@ -52,3 +52,33 @@ def test_a_lone_surrogate_is_escaped_rather_than_refused():
     value = {"b": "\ud800x"}  # JSON text may carry one; UTF-8 cannot
     data = utf8_json(value)
     assert data.isascii() and json.loads(data) == value
+
+
+STATUS = {"op": "status", "id": 1, "state": "connected", "staleness": 0.0, "processes": []}
+
+
+@pytest.mark.parametrize(
+    "regions",
+    [
+        "b",
+        ["b"],
+        [{"region": "b", "state": "connected", "staleness": "0", "processes": 1}],
+        [{"region": "b", "state": "connected", "staleness": 0.0, "processes": True}],
+        [{"region": 7, "state": "connected", "staleness": 0.0, "processes": 1}],
+    ],
+)
+def test_an_agents_status_with_regions_of_the_wrong_shape_is_refused(regions):
+    """``sentinel agent status`` reads the agent as untrusted: its regions' fields too."""
+    from sentinel.cli.agent import _checked_status
+
+    with pytest.raises(AgentProtocolError):
+        _checked_status({**STATUS, "regions": regions})
+
+
+def test_an_agents_status_without_regions_is_read_as_none():
+    """An agent from before regions sends no ``regions``: read as none, not an error."""
+    from sentinel.cli.agent import _checked_status
+
+    assert _checked_status(STATUS)["regions"] == []
+    region = {"region": "b", "state": "unopened", "staleness": None, "processes": None}
+    assert _checked_status({**STATUS, "regions": [region]})["regions"] == [region]

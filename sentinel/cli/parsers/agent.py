@@ -31,11 +31,15 @@ def register(commands: argparse._SubParsersAction) -> None:
         "the agent's user alone). Processes trust the agent when it runs as root, as their "
         "own user or as $SENTINEL_AGENT_USER. Needs no identity of its own: a process's "
         "/clients entries are written as the identity it gives. Never creates the namespace. "
+        "With --regions (or $SENTINEL_REGIONS), it also holds one session per other region "
+        "for the processes that fail over there, each opened when the first of them needs it "
+        "(a process names a region, never where it is). "
         "Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
         "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
         (
             "sentinel agent",
             "sentinel agent --socket /run/sentinel/agent.sock --allow-gid 1001 --metrics-port 9466",
+            "sentinel agent --region east --regions /etc/sentinel/regions.json  # and the others",
             "sentinel agent --xds unix:/run/sentinel/xds.sock   # gRPC clients too",
             "sentinel agent --xds unix:/run/sentinel/xds.sock --print-xds-bootstrap",
             "sentinel agent status          # what a running agent serves, and to whom",
@@ -51,8 +55,10 @@ def register(commands: argparse._SubParsersAction) -> None:
         "may be (seconds since the session was lost; 0 while connected), and each process "
         "connected to it (pid, client id) with the services it follows. Root and the agent's "
         "own user see every process; another user sees only the services its identity "
-        "($SENTINEL_ZK_IDENTITY) may read, and the processes following them. Exit 3 when no "
-        "agent answers on the socket.",
+        "($SENTINEL_ZK_IDENTITY) may read, and the processes following them. Then each other "
+        "region the agent is configured with: unopened until a process needs it, else its "
+        "session's state, staleness and processes (counted for root and the agent's user). "
+        "Exit 3 when no agent answers on the socket.",
         (
             "sentinel agent status",
             "sentinel agent status --socket /run/sentinel/agent.sock --json",

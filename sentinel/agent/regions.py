@@ -1,0 +1,144 @@
+"""The host agent's sessions to other regions: one per region, opened when a process first
+needs it, whatever the number of processes that do.
+
+A process in agent mode whose lookups fail over to another region connects to the agent's
+one socket, and its hello names the region (:mod:`sentinel.agent.protocol`). The agent's own
+server (:class:`~sentinel.agent.server.AgentServer`) has admitted the connection (the peer
+checks and caps of every connection) and hands it to the region's server, made here on the
+first hello that names the region: a server like the agent's own, on a session to that
+region, listening on no socket of its own. The region is the agent's configuration's
+(``--regions``, ``$SENTINEL_REGIONS``): a process names a region, never where it is, so it
+cannot make the agent connect anywhere its operator did not configure; a name the
+configuration does not hold is answered :class:`~sentinel.errors.RegionNotServed`, and opens
+nothing.
+
+A region's session starts without waiting (:meth:`~sentinel.session.Session.start_connecting`):
+a region whose ensemble does not answer holds up neither the agent's loop nor its other
+regions (each region's server has its own loop and workers); its processes are told its
+session is not connected, and they skip it, until it connects. See
+docs/decisions/agent-sessions-to-other-regions.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sentinel import telemetry
+from sentinel.client import Sentinel
+from sentinel.regions.config import Regions
+
+log = logging.getLogger(__name__)
+
+
+class RegionServer(Protocol):
+    """What this module uses of a region's server (an
+    :class:`~sentinel.agent.server.AgentServer`, which imports this module)."""
+
+    sentinel: Sentinel
+
+    @property
+    def processes(self) -> int: ...
+    def adopt(self, handed: Any, hello: dict[str, Any]) -> None: ...
+    def stop(self) -> None: ...
+
+
+#: ``serve(sentinel, region)``: a started server of ``sentinel``'s session to ``region``.
+Serve = Callable[[Sentinel, str], RegionServer]
+
+
+class RegionServers:
+    """The agent's other regions (:attr:`Regions.others <sentinel.regions.config.Regions>`)
+    and their servers, each made on first need, its client as the region's entry says
+    (hosts, namespace, TLS, identity), announcing nothing, with ``settings`` (the client id,
+    timeouts, cache: what the agent's own client has). A hello naming the agent's own region
+    (``regions.local``) is served by the agent's own session."""
+
+    def __init__(self, regions: Regions, **settings: Any) -> None:
+        self.local = regions.local
+        self._configured = regions
+        self._regions = {r.name: r for r in regions.others}
+        self._settings = settings
+        self._servers: dict[str, RegionServer] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def names(self) -> list[str]:
+        """The other regions configured, by name."""
+        return sorted(self._regions)
+
+    def server(self, name: str, serve: Serve) -> RegionServer | None:
+        """The server of region ``name``, made (its session started, not waited for) when
+        this is the first process that needs it; None when the agent has no such region (or
+        is stopping)."""
+        region = self._regions.get(name)
+        if region is None:
+            return None
+        with self._lock:  # one session per region, however many hellos name it at once
+            if self._closed:
+                return None
+            server = self._servers.get(name)
+            if server is None:
+                sentinel = Sentinel(
+                    region.hosts,
+                    namespace=region.namespace,
+                    tls=region.tls,
+                    identity=self._configured.identity_of(region),
+                    announce=False,  # each process is announced under its own id
+                    agent=False,
+                    regions=False,
+                    prometheus_registry=None,  # the agent's own gauges say each region's state
+                    **self._settings,
+                )
+                try:
+                    sentinel.session.start_connecting()
+                    server = self._servers[name] = serve(sentinel, name)
+                except BaseException:
+                    sentinel.close()
+                    raise
+                telemetry.AGENT_REGION_STALENESS.labels(name).set_function(
+                    lambda: sentinel.staleness
+                )
+                log.info("agent: opening region %r (%s) for its first process", name, region.hosts)
+        return server
+
+    def status(self, everything: bool) -> list[dict[str, Any]]:
+        """Each configured region's state (``unopened`` until a process needs it), its
+        staleness and (``everything``: for root and the agent's user) its processes."""
+        with self._lock:
+            servers = dict(self._servers)
+        states: list[dict[str, Any]] = []
+        for name in self.names:
+            server = servers.get(name)
+            if server is None:
+                states.append(
+                    {"region": name, "state": "unopened", "staleness": None, "processes": 0}
+                )
+                continue
+            states.append(
+                {
+                    "region": name,
+                    "state": server.sentinel.connection_state,
+                    "staleness": server.sentinel.staleness,
+                    "processes": server.processes,
+                }
+            )
+        if not everything:
+            for state in states:
+                state["processes"] = None
+        return states
+
+    def close(self) -> None:
+        """Stop every region's server (its processes keep serving what they had, marked
+        stale, and reconnect) and end its session; nothing opens after this."""
+        with self._lock:
+            self._closed = True
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            try:
+                server.stop()
+            finally:
+                server.sentinel.close()
