@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import fcntl
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -39,11 +37,10 @@ from pathlib import Path
 
 from sentinel.errors import ZooKeeperNotInstalled
 from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, find_installation
+from tests.kazoo_suite import environment
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-VENV = ROOT / ".venv-kazoo"
-REQUIREMENTS = HERE / "requirements.txt"
 STOCK = HERE / "stock.txt"
 SUITE = ("kazoo.tests",)
 MODES = ("stock", "transport", "ext")
@@ -82,21 +79,9 @@ def kazoo_version() -> str:
 
 
 def ensure_venv() -> Path:
-    """The suite's interpreter in ``.venv-kazoo``, built when missing or out of date (under a
-    file lock: one build at a time)."""
-    python = VENV / "bin" / "python"
-    wanted = f"kazoo=={kazoo_version()}"
-    stamp = hashlib.sha256(f"{wanted}\n{sys.version}\n{REQUIREMENTS.read_text()}".encode())
-    with open(f"{VENV}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = VENV / ".installed"
-        if python.exists() and installed.exists() and installed.read_text() == stamp.hexdigest():
-            return python
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, wanted, "-r", str(REQUIREMENTS)], check=True)
-        installed.write_text(stamp.hexdigest())
-    return python
+    """The suite's interpreter in ``.venv-kazoo`` with the kazoo this checkout installed
+    (:mod:`tests.kazoo_suite.environment`)."""
+    return environment.ensure(kazoo_version())
 
 
 def shards() -> list[tuple[str, ...]]:
