@@ -144,9 +144,17 @@ case "$command" in
         # The workers collect side by side: one collection first fills the cache they read.
         .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 &
         collected=$!
+        # The suite's ZooKeeper servers (hundreds, each living seconds) start from one archive
+        # of the classes a server loads (sentinel.testing.zookeeper.write_class_archive); a run
+        # without it is slower, not different.
+        archive_dir=$(mktemp -d)
+        export SENTINEL_ZK_CLASS_ARCHIVE="$archive_dir/zookeeper.jsa"
+        .venv/bin/python -c 'import sys; from sentinel.testing.zookeeper import write_class_archive
+write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
+        archived=$!
         # (|| true: the build has usually ended, and a failed kill must not become the exit status)
-        trap 'kill "$docs" "$collected" "$kazoo_base" 2>/dev/null || true
-              rm -rf "$site" "$docs_log" "$kazoo_log" "$PYTHONPYCACHEPREFIX"' EXIT
+        trap 'kill "$docs" "$collected" "$kazoo_base" "$archived" 2>/dev/null || true
+              rm -rf "$site" "$docs_log" "$kazoo_log" "$archive_dir" "$PYTHONPYCACHEPREFIX"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
         # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
@@ -155,6 +163,7 @@ case "$command" in
             || echo "run.sh: .venv-kazoo was not built; kazoo's suite's test will say why" >&2
         # (its errors, if any, are the suite's to report)
         wait "$collected" || true
+        wait "$archived" || echo "run.sh: no class-data archive for the test servers" >&2
         docs_status=0
         wait "$docs" || docs_status=$?
         cat "$docs_log" >&2

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sentinel.errors import ZooKeeperNotInstalled
-from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, find_installation
+from sentinel.testing.zookeeper import find_installation, short_lived_jvm_options
 from tests.kazoo_suite import environment
 
 HERE = Path(__file__).resolve().parent
@@ -176,8 +176,9 @@ def run(
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
     env.update(zookeeper_environment(ports), KZ_MODE=mode, KZ_OUTCOMES=str(found))
     # kazoo's ensemble JVMs (its harness takes no JVM options) run as the project's own test
-    # servers do (tests/conftest.py).
-    env.update(JAVA_TOOL_OPTIONS=CLIENT_COMPILER_ONLY)
+    # servers do (tests/conftest.py), and with their collector.
+    options = (*short_lived_jvm_options(), "-XX:+UseSerialGC")
+    env.update(JAVA_TOOL_OPTIONS=" ".join(options))
     env.update(PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}")
     command = [
         str(python), "-m", "pytest", "-c", os.devnull, "--rootdir", str(directory),
