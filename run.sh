@@ -84,8 +84,10 @@ ensure_venv() {
         echo "run.sh: installing the project with its '$extra' extra into .venv: $why ..." >&2
         # pip's own progress (each package as it is collected and downloaded), not its notices.
         local pip_status=0
+        # --no-compile: a test run compiles into a cache of its own (PYTHONPYCACHEPREFIX below),
+        # so bytecode written beside the installed files would never be read by one.
         PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
-            -e ".[$extra]" 2>&1 \
+            --no-compile -e ".[$extra]" 2>&1 \
             | grep --line-buffered -E '^ *(Collecting|Downloading|Successfully installed|ERROR)' >&2 \
             || pip_status=${PIPESTATUS[0]}
         [ "$pip_status" = 0 ] || die "pip could not install .[$extra] (exit $pip_status)"
@@ -113,6 +115,15 @@ case "$command" in
         ensure_chromium
         ensure_curator
         ensure_postgresql
+        if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
+            # The base of kazoo's suite's environment (.venv-kazoo: its interpreter and test
+            # requirements) needs nothing of the project: built beside the project's install,
+            # since both mostly wait on downloads. Its output is shown if it fails.
+            kazoo_log=$(mktemp)
+            python3 tests/kazoo_suite/environment.py >"$kazoo_log" 2>&1 &
+            kazoo_base=$!
+            trap 'kill "$kazoo_base" 2>/dev/null || true; rm -f "$kazoo_log"' EXIT
+        fi
         ensure_venv test "the test tools: pytest, ruff, mypy, mkdocs, gunicorn, Docker's client"
         [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/python -m pytest "$@"; exit 0; }
         # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors;
@@ -133,16 +144,26 @@ case "$command" in
         # The workers collect side by side: one collection first fills the cache they read.
         .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 &
         collected=$!
+        # The suite's ZooKeeper servers (hundreds, each living seconds) start from one archive
+        # of the classes a server loads (sentinel.testing.zookeeper.write_class_archive); a run
+        # without it is slower, not different.
+        archive_dir=$(mktemp -d)
+        export SENTINEL_ZK_CLASS_ARCHIVE="$archive_dir/zookeeper.jsa"
+        .venv/bin/python -c 'import sys; from sentinel.testing.zookeeper import write_class_archive
+write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
+        archived=$!
         # (|| true: the build has usually ended, and a failed kill must not become the exit status)
-        trap 'kill "$docs" "$collected" 2>/dev/null || true
-              rm -rf "$site" "$docs_log" "$PYTHONPYCACHEPREFIX"' EXIT
+        trap 'kill "$docs" "$collected" "$kazoo_base" "$archived" 2>/dev/null || true
+              rm -rf "$site" "$docs_log" "$kazoo_log" "$archive_dir" "$PYTHONPYCACHEPREFIX"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
         # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
+        wait "$kazoo_base" || cat "$kazoo_log" >&2
         .venv/bin/python -m tests.kazoo_suite.harness --prepare \
             || echo "run.sh: .venv-kazoo was not built; kazoo's suite's test will say why" >&2
         # (its errors, if any, are the suite's to report)
         wait "$collected" || true
+        wait "$archived" || echo "run.sh: no class-data archive for the test servers" >&2
         docs_status=0
         wait "$docs" || docs_status=$?
         cat "$docs_log" >&2

@@ -158,7 +158,10 @@ def _worker_group(item: pytest.Item) -> str | None:
 
 ZooKeeperServer.launch = _started_in_integration_tests(ZooKeeperServer.launch)  # type: ignore[method-assign]
 # The suite's ZooKeeper servers live seconds to minutes (as sentinel.testing.spark's JVMs do).
-zookeeper_launcher.JVM_OPTIONS = (*zookeeper_launcher.JVM_OPTIONS, CLIENT_COMPILER_ONLY)
+zookeeper_launcher.JVM_OPTIONS = (
+    *zookeeper_launcher.JVM_OPTIONS,
+    *zookeeper_launcher.short_lived_jvm_options(),
+)
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 
 

@@ -209,6 +209,12 @@ class ConvergenceFuzzer:
         kinds = [rng.choice(CHANGES) for _ in range(rng.randint(*self.settings.changes))]
         during = rng.randint(0, len(kinds))
         duration = self._fault_duration(fault)
+        if fault in ("cut", "pause"):
+            # The server times a session from its last request, and a ping can be a third of
+            # the session old: one request just before the fault leaves the whole session to
+            # the fault and the reconnection after it (a cut's back-off included), which must
+            # not end it on a loaded machine either.
+            self.reader.session.zk.exists("/")
         session = self.reader.session_id
         made: Counter[str] = Counter()
         started = time.monotonic()

@@ -104,6 +104,45 @@ JVM_OPTIONS = (
 # about halves the CPU a server takes (docs/testing.md, "Shards, order and workers"); added by
 # the test suite, not by default, so that benchmarks measure the JVM as deployed.
 CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
+#: The path of a class-data archive (:func:`write_class_archive`) that the test suite's
+#: servers start with (``./run.sh test`` writes one per run).
+CLASS_ARCHIVE_ENV = "SENTINEL_ZK_CLASS_ARCHIVE"
+
+
+def short_lived_jvm_options(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """JVM options for servers that live seconds to minutes (a test's): the client compiler
+    alone, and the class-data archive named by ``$SENTINEL_ZK_CLASS_ARCHIVE`` when it exists.
+    Not the default, so that benchmarks measure the JVM as deployed."""
+    archive = (os.environ if env is None else env).get(CLASS_ARCHIVE_ENV)
+    shared = (f"-XX:SharedArchiveFile={archive}",) if archive and os.path.isfile(archive) else ()
+    return (CLIENT_COMPILER_ONLY, *shared)
+
+
+def write_class_archive(path: str | os.PathLike[str], timeout: float = 60.0) -> bool:
+    """Write the classes a ZooKeeper server loads into an application class-data archive at
+    ``path`` (one server started, used and stopped with the JVM's ``-XX:ArchiveClassesAtExit``);
+    return whether the archive was written.
+
+    A server started with ``-XX:SharedArchiveFile=path`` and the same class path maps those
+    classes instead of reading and verifying them again: less CPU per start, which counts
+    where hundreds of short-lived servers start (a test suite's; docs/testing.md). A JVM
+    that cannot use the archive (another class path or JVM) starts as it would without it.
+    """
+    from kazoo.client import KazooClient
+
+    target = Path(path)
+    with LocalZooKeeper(jvm_options=(f"-XX:ArchiveClassesAtExit={target}",)) as zk:
+        client = KazooClient(zk.connect_string)
+        client.start(timeout)
+        try:  # the request paths' classes too, not only start-up's
+            client.create("/class-archive", b"x", ephemeral=True)
+            client.get_children("/", watch=lambda event: None)
+            client.set("/class-archive", b"y")
+            client.delete("/class-archive")
+        finally:
+            client.stop()
+            client.close()
+    return target.is_file()
 
 
 def four_letter_word(
@@ -491,6 +530,7 @@ class LocalZooKeeper:
     :attr:`tls_client_config` for clients); ``tls_client_auth`` is ``need``, ``want`` or
     ``none`` (ZooKeeper's ``ssl.clientAuth``); ``plaintext=False`` closes the plain port.
     ``sasl_users`` (user -> password) enables SASL DIGEST-MD5 logins for those users.
+    ``jvm_options`` are added to every member's JVM command line.
     """
 
     def __init__(
@@ -505,6 +545,7 @@ class LocalZooKeeper:
         plaintext: bool = True,
         tls_client_auth: str = "need",
         sasl_users: Mapping[str, str] | None = None,
+        jvm_options: tuple[str, ...] = (),
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one server")
@@ -525,6 +566,7 @@ class LocalZooKeeper:
         self.tls_client_auth = tls_client_auth
         self.pki: LocalPki | None = None
         self._sasl_users = _checked_sasl_users(sasl_users or {})
+        self._jvm_options = tuple(jvm_options)
         self.members: list[ZooKeeperServer] = []
 
     def __enter__(self) -> LocalZooKeeper:
@@ -615,7 +657,8 @@ class LocalZooKeeper:
         if self.tls and self.pki is None:
             self.pki = make_local_pki(self.directory / "tls")
         probe_tls = None if self.pki is None else self.pki.client_config()
-        sasl_config, jvm_options = self._sasl_setup()
+        sasl_config, sasl_options = self._sasl_setup()
+        jvm_options = (*self._jvm_options, *sasl_options)
         for attempt in (1, 2):
             self.members = []
             for i, (port, secure_port, config) in enumerate(self._member_configs(sasl_config)):

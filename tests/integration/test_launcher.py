@@ -2,10 +2,17 @@
 
 import pytest
 
+import sentinel.testing.zookeeper as zookeeper_launcher
 from sentinel import Sentinel
 from sentinel.errors import ConnectionInterrupted
 from sentinel.testing.helpers import wait_until
-from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
+from sentinel.testing.zookeeper import (
+    CLASS_ARCHIVE_ENV,
+    LocalZooKeeper,
+    four_letter_word,
+    short_lived_jvm_options,
+    write_class_archive,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +35,26 @@ def test_temporary_directory_is_removed_on_stop():
         directory = zk.directory
         assert directory.is_dir()
     assert not directory.exists()
+
+
+def test_a_server_starts_from_the_class_archive_a_first_server_wrote(tmp_path, monkeypatch):
+    # A JVM that dumps an archive must start from the JDK's own, not from the suite's archive.
+    monkeypatch.setattr(
+        zookeeper_launcher,
+        "JVM_OPTIONS",
+        tuple(o for o in zookeeper_launcher.JVM_OPTIONS if "SharedArchiveFile" not in o),
+    )
+    archive = tmp_path / "zookeeper.jsa"
+    assert write_class_archive(archive)
+    options = short_lived_jvm_options({CLASS_ARCHIVE_ENV: str(archive)})
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    # -Xshare:on: a JVM that cannot map the archive refuses to start rather than loading the
+    # classes again, so a server answering here is one that used it.
+    with LocalZooKeeper(jvm_options=(*options, "-Xshare:on")) as zk:
+        assert four_letter_word("127.0.0.1", zk.members[0].client_port, "ruok") == "imok"
+    assert short_lived_jvm_options({CLASS_ARCHIVE_ENV: str(tmp_path / "none.jsa")}) == (
+        short_lived_jvm_options({})
+    ), "an archive that is not there is not named"
 
 
 def test_paused_server_stops_answering_until_resumed(zookeeper):

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import fcntl
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -38,12 +36,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sentinel.errors import ZooKeeperNotInstalled
-from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, find_installation
+from sentinel.testing.zookeeper import find_installation, short_lived_jvm_options
+from tests.kazoo_suite import environment
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-VENV = ROOT / ".venv-kazoo"
-REQUIREMENTS = HERE / "requirements.txt"
 STOCK = HERE / "stock.txt"
 SUITE = ("kazoo.tests",)
 MODES = ("stock", "transport", "ext")
@@ -82,21 +79,9 @@ def kazoo_version() -> str:
 
 
 def ensure_venv() -> Path:
-    """The suite's interpreter in ``.venv-kazoo``, built when missing or out of date (under a
-    file lock: one build at a time)."""
-    python = VENV / "bin" / "python"
-    wanted = f"kazoo=={kazoo_version()}"
-    stamp = hashlib.sha256(f"{wanted}\n{sys.version}\n{REQUIREMENTS.read_text()}".encode())
-    with open(f"{VENV}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        installed = VENV / ".installed"
-        if python.exists() and installed.exists() and installed.read_text() == stamp.hexdigest():
-            return python
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        subprocess.run([*pip, wanted, "-r", str(REQUIREMENTS)], check=True)
-        installed.write_text(stamp.hexdigest())
-    return python
+    """The suite's interpreter in ``.venv-kazoo`` with the kazoo this checkout installed
+    (:mod:`tests.kazoo_suite.environment`)."""
+    return environment.ensure(kazoo_version())
 
 
 def shards() -> list[tuple[str, ...]]:
@@ -191,8 +176,9 @@ def run(
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
     env.update(zookeeper_environment(ports), KZ_MODE=mode, KZ_OUTCOMES=str(found))
     # kazoo's ensemble JVMs (its harness takes no JVM options) run as the project's own test
-    # servers do (tests/conftest.py).
-    env.update(JAVA_TOOL_OPTIONS=CLIENT_COMPILER_ONLY)
+    # servers do (tests/conftest.py), and with their collector.
+    options = (*short_lived_jvm_options(), "-XX:+UseSerialGC")
+    env.update(JAVA_TOOL_OPTIONS=" ".join(options))
     env.update(PYTHONPATH=f"{HERE}{os.pathsep}{ROOT}")
     command = [
         str(python), "-m", "pytest", "-c", os.devnull, "--rootdir", str(directory),

@@ -21,6 +21,7 @@ is lazy, and counting it would make every module of a package depend on all of i
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -146,25 +147,30 @@ def _within(module: str, packages: Iterable[str]) -> bool:
     return any(module == p or module.startswith(f"{p}.") for p in packages)
 
 
-KNOWN = modules(ROOT, PACKAGES)
-EDGES = graph(KNOWN)
-EVERY = graph(KNOWN, every=True)
+@functools.cache
+def project() -> tuple[dict[str, Path], dict[str, set[str]], dict[str, set[str]]]:
+    """The project's modules, their import-time imports and all their imports: read when a
+    test first asks, not while every worker collects the suite."""
+    known = modules(ROOT, PACKAGES)
+    return known, graph(known), graph(known, every=True)
 
 
 def test_the_import_graph_has_no_cycle_even_through_typing_only_or_function_level_imports():
+    known, edges, every = project()
     # The walk sees the deferred imports of the real source, not only of the made-up package.
-    assert any(EVERY[m] > EDGES[m] for m in KNOWN)
-    cycle = find_cycle(EVERY)
+    assert any(every[m] > edges[m] for m in known)
+    cycle = find_cycle(every)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
 def test_the_core_never_imports_a_plug_in_package_when_it_is_imported():
+    _, edges, _ = project()
     core = [
-        m for m in EDGES if _within(m, ("sentinel",)) and not _within(m, (*APPLICATIONS, *PLUGINS))
+        m for m in edges if _within(m, ("sentinel",)) and not _within(m, (*APPLICATIONS, *PLUGINS))
     ]
     assert "sentinel.client" in core and "sentinel.cache" in core
     for module in core:
-        via = reachable(EDGES, module)
+        via = reachable(edges, module)
         for plugin in (m for m in via if _within(m, PLUGINS)):
             chain = [plugin]
             while chain[-1] != module:
@@ -180,11 +186,12 @@ LAYERS = {
 
 
 def test_the_lowest_layers_import_nothing_above_them():
+    every = project()[2]
     for layer, allowed in LAYERS.items():
-        members = [m for m in EVERY if _within(m, (layer,))]
+        members = [m for m in every if _within(m, (layer,))]
         assert len(members) > 3, layer
         upward = {
-            m: sorted(t for t in EVERY[m] if _within(t, ("sentinel",)) and not _within(t, allowed))
+            m: sorted(t for t in every[m] if _within(t, ("sentinel",)) and not _within(t, allowed))
             for m in members
         }
         assert not any(upward.values()), {m: t for m, t in upward.items() if t}
@@ -348,19 +355,21 @@ def upward_imports(edges: dict[str, set[str]]) -> list[str]:
 
 
 def test_no_import_climbs_a_floor_unless_named():
-    assert not upward_imports(EVERY), "imports from a lower floor to a higher one:\n" + "\n".join(
-        upward_imports(EVERY)
+    every = project()[2]
+    assert not upward_imports(every), "imports from a lower floor to a higher one:\n" + "\n".join(
+        upward_imports(every)
     )
 
 
 def test_every_module_has_a_floor_and_every_named_exception_is_real():
-    for module in EVERY:
+    every = project()[2]
+    for module in every:
         floor_of(module)
     for module, (floor, _) in PLACED.items():
-        assert module in EVERY and floor in _floor_names(), module
+        assert module in every and floor in _floor_names(), module
         assert floor != floor_of(module.rpartition(".")[0]), f"{module} is where its package is"
     for (module, target), reason in UPWARD.items():
-        assert target in EVERY[module] and reason, (module, target)
+        assert target in every[module] and reason, (module, target)
 
 
 def test_the_floor_check_sees_an_upward_import():
