@@ -26,11 +26,13 @@ Sentinel's stages (each the first time it is passed for the change):
 10. ``queued``: the cache's task queued for its worker (``CacheWorker.merge``);
 11. ``blocked``: the connection thread, done with the event, in its next ``select`` (the worker
     woken by the task cannot hold the interpreter before);
-12. ``worker``: the worker started the task (``PersistentFollower._apply_event``);
-13. ``update``: the change handed to the cache (``RegistryCache.update``: the new snapshot is
+12. ``dequeued``: the worker back from its queue with the task (``CacheWorker._next_task``
+    returned: woken by the system and holding the interpreter);
+13. ``worker``: the worker started the task (``PersistentFollower._apply_event``);
+14. ``update``: the change handed to the cache (``RegistryCache.update``: the new snapshot is
     built from here);
-14. ``swap``: the new snapshot built and about to be stored (``RegistryCache.swap``);
-15. ``listener``: the observer's callback, its first statement.
+15. ``swap``: the new snapshot built and about to be stored (``RegistryCache.swap``);
+16. ``listener``: the observer's callback, its first statement.
 
 Curator's: ``call`` (``unregisterService`` entered), ``raw watcher``, ``watcher`` (the reader's
 ZooKeeper client hands the event to a watcher of the same subtree on its event thread, where
@@ -93,7 +95,8 @@ SENTINEL_STAGES = {
     "watcher": "parsed",
     "queued": "watcher",
     "blocked": "queued",
-    "worker": "queued",
+    "dequeued": "queued",
+    "worker": "dequeued",
     "update": "worker",
     "swap": "update",
     "listener": "swap",
@@ -237,7 +240,7 @@ class _FollowerTrace:
         self.client = client
         # node path -> per event of the node (its creation, then its deletion): stage -> ns
         self.stages: dict[str, list[dict[str, int]]] = {}
-        self.woke = self.read = 0
+        self.woke = self.read = self.dequeued = 0
         self.applying = ""
         self.queued = ""  # the node whose task was queued last, until the next select
         self.threads: dict[str, int] = {}  # "connection", "worker" -> native thread id
@@ -252,6 +255,7 @@ class _FollowerTrace:
             _wrap(PersistentFollower, "_on_event", before=cls._watcher)
             _wrap(CacheWorker, "merge", after=cls._merged)
             _wrap(PollHandler, "select", before=cls._select)
+            _wrap(CacheWorker, "_next_task", after=cls._dequeued)
             _wrap(PersistentFollower, "_apply_event", before=cls._applying)
             _wrap(RegistryCache, "update", before=lambda *_: cls._note(None, "update"))
             _wrap(RegistryCache, "swap", before=lambda *_: cls._note(None, "swap"))
@@ -311,10 +315,19 @@ class _FollowerTrace:
             trace.queued = ""
 
     @classmethod
-    def _applying(cls, follower: PersistentFollower, path: str) -> None:
+    def _dequeued(cls, worker: CacheWorker) -> None:
         if cls.current is not None:
-            cls.current.applying = path
-            cls.current.threads["worker"] = threading.get_native_id()
+            cls.current.dequeued = _now()
+
+    @classmethod
+    def _applying(cls, follower: PersistentFollower, path: str) -> None:
+        trace = cls.current
+        if trace is not None:
+            trace.applying = path
+            trace.threads["worker"] = threading.get_native_id()
+            events = trace.stages.get(path)
+            if events and trace.dequeued:
+                events[-1].setdefault("dequeued", trace.dequeued)
         cls._note(path, "worker")
 
 
