@@ -19,11 +19,20 @@ Sentinel's stages (each the first time it is passed for the change):
 4. ``returned``: ``deregister`` returned to the writer;
 5. ``raw watcher``: the event on the raw socket beside the follower;
 6. ``woke``: the follower's connection thread back from ``select`` for the event's bytes;
-7. ``parsed``: the event parsed and handed to the watchers (``PersistentWatches._dispatch``);
-8. ``queued``: the cache's task queued for its worker (``CacheWorker.merge``);
-9. ``worker``: the worker started the task (``PersistentFollower._apply_event``);
-10. ``swap``: the new snapshot built and about to be stored (``RegistryCache.swap``);
-11. ``listener``: the observer's callback, its first statement.
+7. ``read``: the event's frame read off the socket (kazoo's ``_read_header``: a ``select`` and a
+   ``recv`` for its length, the same for its body);
+8. ``parsed``: the event parsed and handed to the watchers (``PersistentWatches._dispatch``);
+9. ``watcher``: the cache's watcher called (``PersistentFollower._on_event``);
+10. ``queued``: the cache's task queued for its worker (``CacheWorker.merge``);
+11. ``blocked``: the connection thread, done with the event, in its next ``select`` (the worker
+    woken by the task cannot hold the interpreter before);
+12. ``dequeued``: the worker back from its queue with the task (``CacheWorker._next_task``
+    returned: woken by the system and holding the interpreter);
+13. ``worker``: the worker started the task (``PersistentFollower._apply_event``);
+14. ``update``: the change handed to the cache (``RegistryCache.update``: the new snapshot is
+    built from here);
+15. ``swap``: the new snapshot built and about to be stored (``RegistryCache.swap``);
+16. ``listener``: the observer's callback, its first statement.
 
 Curator's: ``call`` (``unregisterService`` entered), ``raw watcher``, ``watcher`` (the reader's
 ZooKeeper client hands the event to a watcher of the same subtree on its event thread, where
@@ -32,6 +41,8 @@ the cache's own watcher gets it: ``CuratorBench.java propagation ... trace``) an
 ``call`` over every change of the kind, and the p50 of its step from the stage it follows
 (``SENTINEL_STAGES``, ``CURATOR_STAGES``); every change's stages go into
 ``benchmarks/results/departure.json``. ``--rounds`` alternate the two sides on one ZooKeeper.
+Each round also gives the CPU the follower's connection thread and its cache's worker used
+(``/proc``'s ``schedstat``, nanoseconds), the wrappers' own cost included.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ from sentinel.cache.worker import CacheWorker
 from sentinel.events import InstancesChanged
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.kazoo_internals import HookedConnection
+from sentinel.zk.transport import PollHandler
 from sentinel.zk.watches import PersistentWatches, WatcherType
 
 _ADD_WATCH, _PERSISTENT_RECURSIVE = 106, 1
@@ -78,10 +90,15 @@ SENTINEL_STAGES = {
     "returned": "reply",
     "raw watcher": "sent",
     "woke": "sent",
-    "parsed": "woke",
-    "queued": "parsed",
-    "worker": "queued",
-    "swap": "worker",
+    "read": "woke",
+    "parsed": "read",
+    "watcher": "parsed",
+    "queued": "watcher",
+    "blocked": "queued",
+    "dequeued": "queued",
+    "worker": "dequeued",
+    "update": "worker",
+    "swap": "update",
     "listener": "swap",
 }
 # The deregistrations made with the writer's own watch on the node removed first (--unwatch).
@@ -223,17 +240,24 @@ class _FollowerTrace:
         self.client = client
         # node path -> per event of the node (its creation, then its deletion): stage -> ns
         self.stages: dict[str, list[dict[str, int]]] = {}
-        self.woke = 0
+        self.woke = self.read = self.dequeued = 0
         self.applying = ""
+        self.queued = ""  # the node whose task was queued last, until the next select
+        self.threads: dict[str, int] = {}  # "connection", "worker" -> native thread id
 
     @classmethod
     def of(cls, client: Any) -> _FollowerTrace:
         """Trace ``client``'s follower from now on."""
         if cls.current is None:
             _wrap(HookedConnection, "_read_socket", before=cls._read_socket)
+            _wrap(HookedConnection, "_read_header", after=cls._read_header)
             _wrap(PersistentWatches, "_dispatch", before=cls._dispatched)
+            _wrap(PersistentFollower, "_on_event", before=cls._watcher)
             _wrap(CacheWorker, "merge", after=cls._merged)
+            _wrap(PollHandler, "select", before=cls._select)
+            _wrap(CacheWorker, "_next_task", after=cls._dequeued)
             _wrap(PersistentFollower, "_apply_event", before=cls._applying)
+            _wrap(RegistryCache, "update", before=lambda *_: cls._note(None, "update"))
             _wrap(RegistryCache, "swap", before=lambda *_: cls._note(None, "swap"))
         cls.current = trace = cls(client)
         return trace
@@ -251,6 +275,14 @@ class _FollowerTrace:
         trace = cls.current
         if trace is not None and connection.client is trace.client:
             trace.woke = _now()
+            trace.read = 0
+            trace.threads["connection"] = threading.get_native_id()
+
+    @classmethod
+    def _read_header(cls, connection: HookedConnection, *_: Any) -> None:
+        trace = cls.current
+        if trace is not None and connection.client is trace.client:
+            trace.read = _now()
 
     @classmethod
     def _dispatched(cls, watches: PersistentWatches, watch: Any) -> None:
@@ -258,28 +290,55 @@ class _FollowerTrace:
         if trace is not None and watches._client is trace.client:
             parsed = _now()
             events = trace.stages.setdefault(trace.client.unchroot(watch.path), [])
-            events.append({"woke": trace.woke, "parsed": parsed})
+            events.append({"woke": trace.woke, "read": trace.read, "parsed": parsed})
+
+    @classmethod
+    def _watcher(cls, follower: PersistentFollower, root: str, event: Any) -> None:
+        cls._note(event.path, "watcher")
 
     @classmethod
     def _merged(cls, worker: CacheWorker, task: Any) -> None:
         if task.run.__name__ == "_apply_event":
             cls._note(task.args[0], "queued")
+            if cls.current is not None:
+                cls.current.queued = task.args[0]
+
+    @classmethod
+    def _select(cls, *_: Any) -> None:
+        trace = cls.current
+        if (
+            trace is not None
+            and trace.queued
+            and trace.threads.get("connection") == threading.get_native_id()
+        ):
+            cls._note(trace.queued, "blocked")
+            trace.queued = ""
+
+    @classmethod
+    def _dequeued(cls, worker: CacheWorker) -> None:
+        if cls.current is not None:
+            cls.current.dequeued = _now()
 
     @classmethod
     def _applying(cls, follower: PersistentFollower, path: str) -> None:
-        if cls.current is not None:
-            cls.current.applying = path
+        trace = cls.current
+        if trace is not None:
+            trace.applying = path
+            trace.threads["worker"] = threading.get_native_id()
+            events = trace.stages.get(path)
+            if events and trace.dequeued:
+                events[-1].setdefault("dequeued", trace.dequeued)
         cls._note(path, "worker")
 
 
-def _threads_cpu() -> dict[str, float]:
-    """Milliseconds of CPU each thread of this process has used (Linux's /proc)."""
-    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+def _threads_cpu() -> dict[int, float]:
+    """Milliseconds of CPU each thread of this process has used (Linux's /proc: the time on
+    a CPU its scheduler counted, in nanoseconds)."""
     used = {}
     for tid in os.listdir("/proc/self/task"):
         with contextlib.suppress(FileNotFoundError):  # ended meanwhile
-            fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
-            used[tid] = (int(fields[11]) + int(fields[12])) * tick_ms  # utime + stime
+            on_cpu = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]
+            used[int(tid)] = int(on_cpu) / 1e6
     return used
 
 
@@ -337,7 +396,13 @@ def sentinel_side(
         raw_seen = _raw_events(raw)
         cpu_after = _threads_cpu()
     busy = {tid: cpu_after[tid] - cpu_before.get(tid, 0) for tid in cpu_after}
-    cpu.append({"total_ms": sum(busy.values()), "busiest_thread_ms": max(busy.values(), default=0)})
+    cpu.append(
+        {
+            "total_ms": sum(busy.values()),
+            "busiest_thread_ms": max(busy.values(), default=0),
+            **{f"{name}_ms": busy.get(tid, 0) for name, tid in trace.threads.items()},
+        }
+    )
     changes = []
     for line in run.stdout.splitlines():
         write = json.loads(line)
@@ -475,8 +540,10 @@ def main(argv: list[str] | None = None) -> None:
     for number, used in enumerate(cpu, 1):
         print(
             f"round {number}: the follower's process used {used['total_ms']:.0f} ms of CPU "
-            f"for {2 * args.changes} changes and {2 * WARM_UP} warm-up ones, its busiest "
-            f"thread {used['busiest_thread_ms']:.0f} ms"
+            f"for {2 * args.changes} changes and {2 * WARM_UP} warm-up ones: its connection "
+            f"thread {used.get('connection_ms', 0):.1f} ms, the cache's worker "
+            f"{used.get('worker_ms', 0):.1f} ms, its busiest thread "
+            f"{used['busiest_thread_ms']:.1f} ms"
         )
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import socket
 import ssl
 from typing import Any
 
@@ -65,6 +66,10 @@ def poll_select(
             raise TypeError("timeout must be a float or None")
         if timeout < 0:
             raise ValueError("timeout must be non-negative")
+    if not xlist and not (rlist and wlist):  # every call kazoo's connection makes
+        ready = _one_way(rlist or wlist, bool(rlist), timeout)
+        if ready is not None:
+            return (ready, [], []) if rlist else ([], ready, [])
     given = [[(obj, _fileno(obj)) for obj in objects] for objects in (rlist, wlist, xlist)]
     masks: dict[int, int] = {}
     for entries, mask in zip(given, (select.POLLIN, select.POLLOUT, select.POLLPRI), strict=True):
@@ -81,6 +86,34 @@ def poll_select(
     writable = [obj for obj, fd in given[1] if ready.get(fd, 0) & _WRITABLE]
     exceptional = [obj for obj, fd in given[2] if ready.get(fd, 0) & select.POLLPRI]
     return readable, writable, exceptional
+
+
+def _one_way(objects: list[Any], read: bool, timeout: float | None) -> list[Any] | None:
+    """Those of ``objects`` ready to read (``read``) or to write, when all are plain sockets;
+    None when one is not (TLS may hold bytes above the kernel, an int or a closed socket has
+    its own answer): :func:`poll_select`'s general path answers then.
+
+    kazoo's connection asks ``select`` before every read and write of its socket and in its
+    loop, so this is on the way of every reply and watch event: a few system calls' worth of
+    Python where the general path builds and filters all three lists.
+    """
+    poller = select.poll()
+    mask, reported = (select.POLLIN, _READABLE) if read else (select.POLLOUT, _WRITABLE)
+    fds = []
+    for obj in objects:
+        if type(obj) is not socket.socket or (fd := obj.fileno()) < 0:
+            return None
+        poller.register(fd, mask)
+        fds.append(fd)
+    answered = set()
+    for fd, happened in poller.poll(None if timeout is None else timeout * 1000):
+        if happened & select.POLLNVAL:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        if happened & reported:
+            answered.add(fd)
+    if not answered:
+        return []
+    return [obj for obj, fd in zip(objects, fds, strict=True) if fd in answered]
 
 
 class PollHandler(SequentialThreadingHandler):

@@ -152,3 +152,15 @@ def test_urgent_data_is_exceptional_as_in_select():
             assert wait_until(lambda: select.select([], [], [peer], 0)[2], timeout=5) is not None
             ours, theirs = _both([], [], [peer], 1)
             assert ours == theirs == ([], [], [peer])
+
+
+def test_a_socket_whose_descriptor_was_closed_under_it_is_ebadf_as_in_select():
+    """A plain socket asked one way takes the short path (kazoo's every call): its errors are
+    still select's."""
+    a, b = socket.socketpair()
+    with b:
+        os.close(a.fileno())  # the object still names the number
+        for lists in (([a], [], []), ([], [a], [])):
+            ours, theirs = _both(*lists, 0)
+            assert ours == theirs == (OSError, errno.EBADF)
+        a.detach()
