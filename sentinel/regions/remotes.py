@@ -132,7 +132,8 @@ class Remotes:
 
     ``connect(region)`` makes a client of ``region`` (not started); ``connect_timeout`` bounds
     the first wait for a region's session; ``on_open(name, client)`` is called once per region,
-    when its client has connected and before any lookup can use it.
+    when its client has connected and before any lookup can use it; ``on_fork()`` in a forked
+    child, at the fork, after this object's own renewal (same rules: no I/O, no thread).
     """
 
     def __init__(
@@ -141,10 +142,12 @@ class Remotes:
         connect: Callable[[Region], RemoteClient],
         connect_timeout: float,
         on_open: Callable[[str, RemoteClient], None] = lambda name, client: None,
+        on_fork: Callable[[], None] = lambda: None,
     ) -> None:
         self.by_name: Mapping[str, Remote] = {r.name: Remote(r) for r in regions}
         self._connect = connect
         self._on_open = on_open
+        self._on_fork = on_fork
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -165,6 +168,7 @@ class Remotes:
             remote.ready = _copied(remote.ready)
             if not remote.ready.is_set():
                 remote.deadline = None
+        self._on_fork()
 
     def open(self, name: str, wait: bool = True) -> RemoteClient | None:
         """The client of region ``name``, opening its session on first use; None when it has

@@ -82,11 +82,15 @@ class Router:
         # service -> the rule its spec holds, of each service this client follows with one
         self._rules: dict[str, Failover] = {}
         #: The other regions' sessions and round-trip times.
-        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened)
+        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened, self._forked)
         #: Failover episodes begun, by (service, region that answered first).
         self.failovers: dict[tuple[str, str], int] = {}
         #: Lookups answered by another region, by (service, region).
         self.answered: dict[tuple[str, str], int] = {}
+
+    def _forked(self) -> None:
+        """In a forked child, at the fork: a new lock (a thread that is gone may hold it)."""
+        self._changing = threading.Lock()
 
     def order(self, rule: Failover) -> list[str]:
         """The regions a lookup under ``rule`` tries, in order."""

@@ -109,3 +109,34 @@ def test_a_region_being_opened_at_the_fork_is_opened_again_in_the_child(world): 
             assert _exit_code(pid) == 0
     finally:
         link.close()
+
+
+def test_a_lock_held_at_the_fork_does_not_hold_the_childs_regions(world):  # noqa: F811
+    world.publishers["east"].ensure_service("stock", failover=Failover(regions=("west",)))
+    world.publishers["west"].ensure_service("stock")
+    world.register("west", "stock")
+    with world.client() as client:
+        assert answer(client, "stock") == "west"
+        router = client.regions_router
+        remotes = router.remotes
+
+        def child(client, pipe) -> dict:
+            # each call takes one of the locks held in the parent at the fork: in a thread,
+            # so that a lock still held here shows as a call that never returns
+            calls = {
+                "router": lambda: router.listen("stock", lambda region, event: None)(),
+                "remotes": lambda: remotes.open("north", wait=False),
+            }
+            returned = {}
+            for name, call in calls.items():
+                thread = threading.Thread(target=call, daemon=True)
+                thread.start()
+                thread.join(10)
+                returned[name] = not thread.is_alive()
+            return returned
+
+        # held by this thread across the fork, as another thread's work in progress would be
+        with router._changing, remotes._lock:
+            pid, pipe = _fork(client, child)
+        assert _receive(pipe) == {"router": True, "remotes": True}
+        assert _exit_code(pid) == 0
