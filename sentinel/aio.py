@@ -238,7 +238,7 @@ class AsyncSentinel(OldMethodNames):
     Awaited, run on a worker thread: :meth:`start`, :meth:`close`, ``prefetch``,
     ``aget_service`` and ``aget_eligible_instances`` (the lookups, for a cold cache or an
     uncached key), ``explain``, ``read_service``, the
-    publisher's ``ensure_service``, ``register``, ``update_registration``,
+    publisher's ``ensure_service``, ``set_failover``, ``register``, ``update_registration``,
     :meth:`deregister` (its wait on the loop), ``update_metrics``, and every method of the role
     objects ``shard_maps`` (the shard manager's writes) and ``credentials`` (the
     authentication manager's).
@@ -333,6 +333,7 @@ class AsyncSentinel(OldMethodNames):
     explain = _off_loop(Sentinel.explain)
     read_service = _off_loop(Sentinel.read_service)
     ensure_service = _off_loop(Sentinel.ensure_service)
+    set_failover = _off_loop(Sentinel.set_failover)
     register = _off_loop(Sentinel.register)
     update_metrics = _off_loop(Sentinel.update_metrics)
     # The old names (one release): each warns; those the sync client shares, inherited.

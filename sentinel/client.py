@@ -39,6 +39,7 @@ from sentinel.errors import (
     SigningRequired,
     ValidationError,
 )
+from sentinel.events import ChangeEvent, ServiceSpecChanged
 from sentinel.feedback import Census, InstanceFeedback, OutlierDetection
 from sentinel.freshness import STALE
 from sentinel.health import HealthCheck
@@ -414,6 +415,8 @@ class Sentinel(OldMethodNames):
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
         )
+        if self.regions_router is not None:  # a spec's new rule: the regions it names follow
+            session.cache.listen(None, self._rule_changed)
 
     def _mirror(
         self, client_id: str, snapshots: dict[str, ServiceSnapshot], shard_maps: dict[str, Any]
@@ -426,6 +429,13 @@ class Sentinel(OldMethodNames):
         self.client_id = client_id
         self._shard_maps = shard_maps
         self._snapshots = snapshots
+
+    def _rule_changed(self, event: ChangeEvent) -> None:
+        """On the cache's worker: a service's spec changed its failover rule (or went)."""
+        if isinstance(event, ServiceSpecChanged) and self.regions_router is not None:
+            new = None if event.new is None else event.new.failover
+            if event.old is not None and event.old.failover != new:
+                self.regions_router.rule_changed(event.service, event.old.failover, new)
 
     def __repr__(self) -> str:
         return (
@@ -571,6 +581,25 @@ class Sentinel(OldMethodNames):
             # lookup; refusing it here names the mistake where it is made.
             shards.read_spec(self.session.zk, spec.shard_policy)
         return self.session.publisher.ensure_service(spec)
+
+    @translate_zk_errors
+    def set_failover(self, service: str, failover: Failover | None) -> ServiceSpec:
+        """Change where lookups of an existing ``service`` go when this region has no eligible
+        instance: its spec's ``failover`` field becomes ``failover`` (None removes it: the
+        local region only), every other field as stored; returns the stored spec.
+
+        The spec is rewritten with a compare-and-set on its version, so a concurrent change of
+        it is never lost (read again, up to a few times, then
+        :class:`~sentinel.errors.RegistryConflict`). Every running client of the service
+        follows the new rule without a restart (``docs/regions.md``, "Changing a rule"). Raises
+        :class:`~sentinel.errors.ServiceNotFound` for a service that does not exist and
+        :class:`~sentinel.errors.ValidationError` for a rule that is not a
+        :class:`~sentinel.registry.failover.Failover`; either way nothing is written.
+        ``ensure_service`` with the old rule refuses the service afterwards (ServiceConflict):
+        the stored spec is the one to agree with.
+        """
+        self.session.require_writable()
+        return self.session.publisher.set_failover(service, failover)[1]
 
     @translate_zk_errors
     def register(
@@ -873,9 +902,8 @@ class Sentinel(OldMethodNames):
             )
         except ServiceNotFound as exc:
             raise self._not_found(exc) from None
-        rule = snapshot.spec.failover
-        if rule is not None and rule.warm and self.regions_router is not None:
-            self.regions_router.warm(service, rule)
+        if self.regions_router is not None:
+            self.regions_router.follow(service, snapshot.spec.failover)
         return snapshot
 
     def partition_of(self, service: str, key: object) -> str | None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
 
 from sentinel import shards
 from sentinel import validation as check
@@ -23,24 +23,31 @@ from sentinel.auth.acl import ensure_clients_node
 from sentinel.errors import (
     AccessDenied,
     LabelTaken,
+    RegistryConflict,
     SentinelError,
     ServiceConflict,
+    ServiceNotFound,
     ShardPolicyNotFound,
     ValidationError,
 )
 from sentinel.health.checks import HealthCheck
 from sentinel.health.readiness import CHECKED_STATUSES, Readiness
+from sentinel.registry.failover import LOCAL_ONLY, Failover
 from sentinel.registry.layout import (
     departure_path,
     host_key,
     instance_name,
     instance_path,
     service_path,
+    validate_name,
 )
 from sentinel.registry.records import InstanceRecord, ServiceSpec
 from sentinel.zk.ephemeral import EphemeralNodes
 
 log = logging.getLogger(__name__)
+
+#: Attempts of :func:`write_failover`'s compare-and-set before it gives up (RegistryConflict).
+FAILOVER_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -83,8 +90,9 @@ class Publisher:
         self._lock = threading.Lock()
         self._readiness = Readiness(self._published_status, self._set_checked_status)
         # Each service's spec and the partitions its shard policy declares (None: any), read
-        # on the first registration and kept: specs and shard policies never change in place
-        # (ensure_* refuse other settings), so later registrations cost no extra read.
+        # on the first registration and kept: what a registration uses of a spec never changes
+        # in place (ensure_* refuse other settings; set_failover rewrites only ``failover``,
+        # which no registration reads), so later registrations cost no extra read.
         self._targets: dict[str, tuple[ServiceSpec, shards.ShardPolicySpec | None]] = {}
 
     @property
@@ -123,6 +131,10 @@ class Publisher:
                 f"mark_departures={spec.mark_departures!r}"
             )
         return stored
+
+    def set_failover(self, service: str, rule: Failover | None) -> tuple[ServiceSpec, ServiceSpec]:
+        """Rewrite the failover rule of an existing service (:func:`write_failover`)."""
+        return write_failover(self._zk, service, rule)
 
     def _make_clients_node(self, service: str) -> None:
         """``/clients/<service>``, where its clients add themselves. In a secured namespace
@@ -376,6 +388,51 @@ class Publisher:
         for path in self._nodes.leave({p: departure_path(p) for p in self._marked}, timeout):
             self._registrations.pop(path, None)
             self._marked.discard(path)
+
+
+def write_failover(
+    zk: KazooClient, service: str, rule: Failover | None
+) -> tuple[ServiceSpec, ServiceSpec]:
+    """Set the ``failover`` field of ``service``'s spec to ``rule`` (None: remove it, the
+    local region only), leaving every other field as stored; ``(before, after)`` specs.
+
+    The write is conditional on the version read, so a concurrent change of the spec (another
+    operator's rule, a curator source) is read again, never overwritten; after
+    :data:`FAILOVER_ATTEMPTS` lost races, RegistryConflict. Raises ValidationError for a rule
+    that is not a :class:`~sentinel.registry.failover.Failover` and ServiceNotFound for a
+    service without a spec, before anything is written; DecodeError for a stored spec that is
+    not one (nothing is written over it). A rule equal to the stored one writes nothing.
+    """
+    validate_name("service", service)
+    if rule is not None and not isinstance(rule, Failover):
+        raise ValidationError(f"failover must be a Failover or None, not {type(rule).__name__}")
+    path = service_path(service)
+    for _ in range(FAILOVER_ATTEMPTS):
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            raise ServiceNotFound(service) from None
+        before = ServiceSpec.from_bytes(service, path, data)
+        after = dataclasses.replace(before, failover=rule)
+        if after == before:
+            return before, after
+        try:
+            zk.set(path, after.to_bytes(path), version=stat.version)
+        except BadVersionError:
+            continue  # changed since it was read: read it again
+        except NoNodeError:
+            raise ServiceNotFound(service) from None
+        log.info(
+            "service %r: failover %s -> %s",
+            service,
+            (before.failover or LOCAL_ONLY).describe(),
+            (rule or LOCAL_ONLY).describe(),
+        )
+        return before, after
+    raise RegistryConflict(
+        f"{path} kept changing during {FAILOVER_ATTEMPTS} attempts to set its failover rule; "
+        "nothing was written: run it again"
+    )
 
 
 def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:

@@ -279,6 +279,11 @@ class AgentFollower:
         if not self._link.send({"op": "follow", "service": service, "id": request}):
             self._asked.pop(service, None)  # not connected: the re-sync follows it again
 
+    def forget(self, service: str) -> None:
+        """Stop applying ``service`` (the cache drops it): frames the agent still sends of it
+        are skipped (nothing held), at the cost of a socket read, not of ZooKeeper's."""
+        self._forget(service)
+
     def _forget(self, service: str) -> None:
         self._held.pop(service, None)
         self._asked.pop(service, None)

@@ -290,6 +290,10 @@ class _ZooKeeperFollower:
         if auth != current.auth:
             self._cache.swap(service, current.rebuilt(auth=auth))
 
+    def forget(self, service: str) -> None:
+        """Stop following ``service`` (the cache drops it): its watches go."""
+        self._unfollow_service(service)
+
     @_while_cached
     def _drop_service(self, current: ServiceSnapshot, service: str) -> None:
         self._unfollow_service(service)

@@ -432,6 +432,11 @@ class RegistryCache:
             snapshot, names = self._instances_read_again(service, old, snapshot), None
         if self.protection is not None:
             snapshot = self.protection.apply(service, old, snapshot, lost)
+        rule = snapshot.spec.failover
+        if rule != old.spec.failover:  # a held partition waits as the rule now says, or not
+            self.return_home.rule_changed(
+                service, None if rule is None or rule.local_only else rule.return_after
+            )
         snapshot = self.return_home.apply(service, snapshot)
         self.snapshots[service] = snapshot
         if bool(snapshot.protected) != bool(old.protected):
@@ -484,6 +489,17 @@ class RegistryCache:
         snapshot = current.updated(invalid, **{field: changes})
         if snapshot is not current:
             self.swap(service, snapshot, changes, lost)
+
+    def forget(self, service: str) -> None:
+        """Stop following ``service`` (its watches, or the agent's frames) and serving it, in
+        the background (on the worker): nothing needs it here any more. Its listeners hear it
+        gone as for a removed service; a later lookup loads it again."""
+        self.worker.put(Task(self._forget, (service,)))
+
+    def _forget(self, service: str) -> None:
+        if service in self.snapshots:
+            self._follower_now().forget(service)
+            self.drop(service)
 
     def drop(self, service: str) -> None:
         """Stop serving ``service``: its listeners hear that it and its instances are gone."""

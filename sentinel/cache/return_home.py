@@ -96,6 +96,17 @@ class ReturnHome:
         frozen = frozenset(held)
         return snapshot if frozen == snapshot.held else snapshot.rebuilt(held=frozen)
 
+    def rule_changed(self, service: str, return_after: float | None) -> None:
+        """The service's failover rule changed (on the worker, before :meth:`apply`): its
+        partitions away now wait the new rule's ``return_after``; None (a rule that names no
+        other region) ends every hold at once, since lookups held here could go nowhere else."""
+        with self._lock:
+            if return_after is None:
+                self._away.pop(service, None)
+                return
+            for entry in self._away.get(service, {}).values():
+                entry[0] = return_after
+
     def forget(self, service: str) -> None:
         """``service`` is no longer followed: nothing of it is away."""
         with self._lock:

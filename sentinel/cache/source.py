@@ -38,6 +38,11 @@ class Follower(Protocol):
         :class:`~sentinel.errors.ServiceNotFound`); its changes reach the cache from now on."""
         ...
 
+    def forget(self, service: str) -> None:
+        """Stop following ``service`` (the cache drops it next): no change of it is reported
+        any more, and none is paid for where that can be avoided."""
+        ...
+
     def resync(self) -> None:
         """After a reconnection: bring every followed service and shard policy up to date,
         handing only real changes to the cache."""

@@ -22,15 +22,21 @@ client. A region that does not answer within :data:`RTT_TIMEOUT`, or whose sessi
 connected, measures infinite. In agent mode the client has no session of its own there: the
 time of a ``ping`` through the host agent, which answers once one request on its own session
 to the region has come back (docs/decisions/agent-sessions-to-other-regions.md).
+
+In a forked child none of these threads exist: at the fork the child's regions forget the
+openings under way and the prober (:meth:`Remotes._forked`); the next use opens and measures
+again, and each region's client renews its own session on first use.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import statistics
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -51,6 +57,17 @@ RTT_TIMEOUT = 2.0
 SAMPLES = 5
 #: Measurements taken when a region's session opens, before it is ranked.
 OPENING_SAMPLES = 3
+
+# Every Remotes of this process, for the at-fork hook; weak, so a dropped client is not kept.
+_every: weakref.WeakSet[Remotes] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for remotes in list(_every):
+        remotes._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class RemoteClient(Protocol):
@@ -115,7 +132,8 @@ class Remotes:
 
     ``connect(region)`` makes a client of ``region`` (not started); ``connect_timeout`` bounds
     the first wait for a region's session; ``on_open(name, client)`` is called once per region,
-    when its client has connected and before any lookup can use it.
+    when its client has connected and before any lookup can use it; ``on_fork()`` in a forked
+    child, at the fork, after this object's own renewal (same rules: no I/O, no thread).
     """
 
     def __init__(
@@ -124,14 +142,33 @@ class Remotes:
         connect: Callable[[Region], RemoteClient],
         connect_timeout: float,
         on_open: Callable[[str, RemoteClient], None] = lambda name, client: None,
+        on_fork: Callable[[], None] = lambda: None,
     ) -> None:
         self.by_name: Mapping[str, Remote] = {r.name: Remote(r) for r in regions}
         self._connect = connect
         self._on_open = on_open
+        self._on_fork = on_fork
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._prober: threading.Thread | None = None
+        _every.add(self)
+
+    def _forked(self) -> None:
+        """In a forked child, at the fork (no I/O, no lock taken, no thread started): none of
+        the parent's threads exist here. The locks and events another thread may have held
+        are new; a region whose opening thread was running is unopened again (opened on next
+        use); the prober is started again by the next use of an opened region
+        (:meth:`open`). The regions' clients renew their own sessions on first use, as any
+        client in a forked child does (docs/decisions/fork-child-gets-its-own-session.md)."""
+        self._lock = threading.Lock()
+        self._closed = _copied(self._closed)
+        self._prober = None
+        for remote in self.by_name.values():
+            remote.ready = _copied(remote.ready)
+            if not remote.ready.is_set():
+                remote.deadline = None
+        self._on_fork()
 
     def open(self, name: str, wait: bool = True) -> RemoteClient | None:
         """The client of region ``name``, opening its session on first use; None when it has
@@ -140,6 +177,9 @@ class Remotes:
         if remote is None or self._closed.is_set():
             return None
         if remote.ready.is_set():  # no lock on a lookup's way, opened or not
+            if self._prober is None:  # a forked child's first use: measure here too
+                with self._lock:
+                    self._start_prober()
             return remote.client
         if remote.deadline is None:
             with self._lock:
@@ -159,7 +199,11 @@ class Remotes:
             name=f"sentinel-region-{remote.region.name}",
             daemon=True,
         ).start()
-        if self._prober is None:
+        self._start_prober()
+
+    def _start_prober(self) -> None:
+        """Start the round-trip prober unless it runs (holding the lock)."""
+        if self._prober is None and not self._closed.is_set():
             self._prober = threading.Thread(
                 target=self._probe, name="sentinel-region-rtt", daemon=True
             )
@@ -287,3 +331,11 @@ class Remotes:
             clients = [r.client for r in self.by_name.values() if r.client is not None]
         for client in clients:
             client.close()
+
+
+def _copied(event: threading.Event) -> threading.Event:
+    """A new event in the state of ``event`` (whose lock a thread that is gone may hold)."""
+    fresh = threading.Event()
+    if event.is_set():  # reads the flag without the lock
+        fresh.set()
+    return fresh

@@ -79,12 +79,18 @@ class Router:
         self._changing = threading.Lock()
         # service -> the other names (rules' ``service``) its lookups asked for elsewhere
         self._targets: dict[str, frozenset[str]] = {}
+        # service -> the rule its spec holds, of each service this client follows with one
+        self._rules: dict[str, Failover] = {}
         #: The other regions' sessions and round-trip times.
-        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened)
+        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened, self._forked)
         #: Failover episodes begun, by (service, region that answered first).
         self.failovers: dict[tuple[str, str], int] = {}
         #: Lookups answered by another region, by (service, region).
         self.answered: dict[tuple[str, str], int] = {}
+
+    def _forked(self) -> None:
+        """In a forked child, at the fork: a new lock (a thread that is gone may hold it)."""
+        self._changing = threading.Lock()
 
     def order(self, rule: Failover) -> list[str]:
         """The regions a lookup under ``rule`` tries, in order."""
@@ -227,6 +233,42 @@ class Router:
         name, explanation, tried = found
         return explanation, name, self._why(rule, name, tried)
 
+    def follow(self, service: str, rule: Failover | None) -> None:
+        """``service`` is followed here with ``rule`` in its spec (at its load): a warm rule's
+        regions follow it now."""
+        self.rule_changed(service, None, rule)
+
+    def rule_changed(self, service: str, old: Failover | None, new: Failover | None) -> None:
+        """The spec's rule of ``service`` went from ``old`` to ``new`` (None: no rule, or the
+        service gone), on the local cache's worker: nothing here waits.
+
+        A warm ``new`` rule's regions follow the service now (a thread, as at its load);
+        lookups read the new rule from the snapshot by themselves. A region ``old`` named
+        that no rule of a followed service names now (``nearest`` names every region) stops
+        following ``old``'s target there, so that what a client reads remotely stays what its
+        rules may need: its watches go and its listeners hear its instances leave.
+        """
+        with self._changing:
+            rules = dict(self._rules)
+            if new is None or new.local_only:
+                rules.pop(service, None)
+            else:
+                rules[service] = new
+            self._rules = rules
+        if new is not None and new.warm and not new.local_only:
+            self.warm(service, new)
+        if old is None or old.local_only:
+            return
+        target = old.service or service
+        for name, remote in self.remotes.by_name.items():
+            client = remote.client
+            if client is None or not _names(old, name):
+                continue
+            if any(_names(r, name) and (r.service or s) == target for s, r in rules.items()):
+                continue  # another service's rule (or this one's new one) still needs it there
+            log.info("service %r: region %r no longer in its failover rule", target, name)
+            client.session.cache.forget(target)
+
     def warm(self, service: str, rule: Failover) -> None:
         """Follow ``service`` in the regions of ``rule`` before it is needed (a thread: the
         load that asked for it does not wait)."""
@@ -297,3 +339,8 @@ class Router:
     def close(self) -> None:
         """Close every other region's session."""
         self.remotes.close()
+
+
+def _names(rule: Failover, region: str) -> bool:
+    """Whether a lookup under ``rule`` may go to ``region`` (any region may be nearest)."""
+    return bool(rule.nearest) or region in rule.regions

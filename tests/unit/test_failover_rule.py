@@ -115,3 +115,24 @@ def test_a_change_to_a_held_snapshot_rebuilds_it_whole():
     assert [e.label for e in changed.partitions["p2"]] == ["c"]
     home.forget("db")
     assert [e.label for e in home.apply("db", changed).up["p2"]] == ["c"]
+
+
+def test_a_new_rule_sets_the_holds_wait_and_a_local_only_rule_ends_them():
+    clock = Clock()
+    home = ReturnHome(lambda *_: None, clock)
+    home.away("db", "p2", 60.0)
+    held = home.apply("db", _snapshot("p1:a", "p2:b"))
+    assert held.held == {"p2"} and home.holding("db", "p2") == 60.0
+    home.rule_changed("db", 5.0)  # another rule naming regions: its return_after counts
+    assert home.holding("db", "p2") == 5.0
+    clock.now += 4.0
+    assert home.apply("db", held).held == {"p2"}
+    clock.now += 1.0
+    assert home.apply("db", held).held == frozenset()
+    home.away("db", "p2", 60.0)
+    held = home.apply("db", _snapshot("p1:a", "p2:b"))
+    assert held.held == {"p2"}
+    home.rule_changed("db", None)  # no other region: nothing to wait for
+    assert not home.is_away("db", "p2") and home.apply("db", held).held == frozenset()
+    home.rule_changed("other", 5.0)  # a service never away: nothing to change
+    assert not home.is_away("other", None)
