@@ -64,7 +64,7 @@ _every: weakref.WeakSet[Remotes] = weakref.WeakSet()
 
 def _after_fork_in_child() -> None:
     for remotes in list(_every):
-        remotes._forked()
+        Remotes._forked(remotes)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
