@@ -22,6 +22,7 @@ from sentinel.auth.writer import CredentialWriter
 from sentinel.errors import CalledFromListener, ClientClosed, SentinelError, ServiceNotFound
 from sentinel.events import InstancesChanged
 from sentinel.publisher import Registration
+from sentinel.registry.failover import Failover
 from sentinel.shards.writer import ShardMapWriter
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
@@ -194,6 +195,7 @@ CASES: dict[str, Case] = {
     # publishing
     "ensure_namespace": Case(lambda c, s: c.ensure_namespace()),
     "ensure_service": Case(lambda c, s: c.ensure_service("fresh")),
+    "set_failover": Case(lambda c, s: c.set_failover("other", Failover(regions=("west",)))),
     "register": Case(lambda c, s: c.register("own", "p1", "10.9.1.2", 5432, label="second")),
     "update_registration": Case(lambda c, s: c.update_registration(s.own, weight=2)),
     "deregister": Case(lambda c, s: c.deregister(s.own)),
