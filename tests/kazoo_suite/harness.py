@@ -63,6 +63,11 @@ SHARDS = (
         "test_sasl",
     ),
 )
+# kazoo's modules whose tests stop or lose members of its ensemble (``self.cluster[n]``): they
+# run on kazoo's three members, every other module on one, which serves kazoo's tests alike
+# (stock.txt holds for both) for less than half the CPU (docs/testing.md, "Set-up beside the
+# downloads").
+MEMBER_LOSS = frozenset({"kazoo.tests.test_client", "kazoo.tests.test_connection"})
 # The environment a run does not inherit: kazoo's tests read CI (one test runs only there, one
 # waits longer there), so a run here and in CI must not differ by it.
 NOT_INHERITED = ("CI", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
@@ -102,6 +107,12 @@ def shards() -> list[tuple[str, ...]]:
     return [*named, tuple(sorted((shipped | recorded) - taken))]
 
 
+def ensemble_size(modules: Sequence[str]) -> int:
+    """Members of the ensemble ``modules`` run on: kazoo's three where one of them stops or
+    loses members (:data:`MEMBER_LOSS`), else one."""
+    return 3 if MEMBER_LOSS.intersection(modules) else 1
+
+
 def port_range(shard: int, count: int) -> range:
     """The part of :data:`PORT_RANGE` that shard ``shard`` of ``count`` takes its ports from:
     shards run side by side never draw the same block."""
@@ -110,9 +121,9 @@ def port_range(shard: int, count: int) -> range:
     return range(first, first + width)
 
 
-def zookeeper_environment(ports: range = PORT_RANGE) -> dict[str, str]:
-    """kazoo's harness settings for the ZooKeeper the project's tests run, on free ports
-    drawn from ``ports``."""
+def zookeeper_environment(ports: range = PORT_RANGE, members: int = 3) -> dict[str, str]:
+    """kazoo's harness settings for the ZooKeeper the project's tests run, an ensemble of
+    ``members``, on free ports drawn from ``ports``."""
     installation = find_installation()
     if installation.kind != "java" or not installation.classpath or not installation.java:
         raise ZooKeeperNotInstalled(
@@ -132,6 +143,7 @@ def zookeeper_environment(ports: range = PORT_RANGE) -> dict[str, str]:
         "ZOOKEEPER_CLASSPATH": installation.classpath,
         "ZOOKEEPER_VERSION": version,
         "ZOOKEEPER_PORT_OFFSET": str(free_port_block(ports=ports)),
+        "ZOOKEEPER_CLUSTER_SIZE": str(members),
     }
 
 
@@ -162,9 +174,10 @@ def run(
     pytest_args: Sequence[str] = (),
     name: str | None = None,
     ports: range = PORT_RANGE,
+    members: int = 3,
 ) -> dict[str, str]:
-    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``, its ensemble on
-    a block of ``ports``; return each test's outcome by id
+    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``, its ensemble
+    of ``members`` on a block of ``ports``; return each test's outcome by id
     (``kazoo.tests.test_client::TestClient::test_create``: passed, skipped, failed, or error in
     its set-up or teardown), none if the run died before its end. The log is
     ``directory/<name>.log`` (``name`` defaults to the mode)."""
@@ -174,7 +187,7 @@ def run(
     name = name or mode
     found = directory / f"{name}.json"
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
-    env.update(zookeeper_environment(ports), KZ_MODE=mode, KZ_OUTCOMES=str(found))
+    env.update(zookeeper_environment(ports, members), KZ_MODE=mode, KZ_OUTCOMES=str(found))
     # kazoo's ensemble JVMs (its harness takes no JVM options) run as the project's own test
     # servers do (tests/conftest.py), and with their collector.
     options = (*short_lived_jvm_options(), "-XX:+UseSerialGC")
@@ -201,17 +214,18 @@ def run_with_retries(
     tests: Sequence[str] = SUITE,
     pytest_args: Sequence[str] = (),
     ports: range = PORT_RANGE,
+    members: int = 3,
 ) -> tuple[dict[str, str], dict[str, int]]:
     """:func:`run`, then the failed tests again, alone together (``RETRIES`` rounds at most,
     each with those still failing); returns the outcomes, a test that passed again counted as
     passed, and how many times each failed test was run again."""
-    found = run(mode, directory, tests, pytest_args, ports=ports)
+    found = run(mode, directory, tests, pytest_args, ports=ports, members=members)
     retried: dict[str, int] = {}
     for attempt in range(1, RETRIES + 1):
         failed = [test for test, outcome in found.items() if outcome in FAILED]
         if not failed:
             break
-        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}", ports)
+        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}", ports, members)
         for test in failed:
             retried[test] = attempt
             if again.get(test) == "passed":

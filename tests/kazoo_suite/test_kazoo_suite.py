@@ -6,6 +6,9 @@ workers run them side by side; each shard's ensemble takes its ports from a rang
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tests.kazoo_suite import harness
@@ -20,8 +23,11 @@ SHARDS = harness.shards()
 def test_kazoos_suite_ends_with_the_extension_as_it_does_stock(shard, tmp_path):
     modules = SHARDS[shard]
     ports = harness.port_range(shard, len(SHARDS))
-    found, retried = harness.run_with_retries("ext", tmp_path, modules, ports=ports)
-    print(f"kazoo {harness.kazoo_version()}, ext mode, {', '.join(modules)}:")
+    members = harness.ensemble_size(modules)
+    found, retried = harness.run_with_retries(
+        "ext", tmp_path, modules, ports=ports, members=members
+    )
+    print(f"kazoo {harness.kazoo_version()}, ext mode, {members} member(s), {', '.join(modules)}:")
     print(harness.summary(found))
     print("run again (times):", retried or "none")
     expected = harness.read_expected(modules=modules)
@@ -45,3 +51,17 @@ def test_shards_side_by_side_draw_their_ports_from_ranges_that_do_not_overlap():
     assert len(ports) == len(set(ports))
     assert set(ports) <= set(harness.PORT_RANGE)
     assert all(len(block) > 10 * harness.PORT_BLOCK for block in ranges)
+
+
+def test_only_the_member_loss_modules_need_kazoos_three_members():
+    """A kazoo release whose tests stop a member elsewhere fails here, not on one member."""
+    import kazoo.tests
+
+    package = Path(kazoo.tests.__file__).parent
+    touching = {
+        f"kazoo.tests.{path.stem}"
+        for path in package.glob("test_*.py")
+        if re.search(r"cluster\[\s*\d", path.read_text())
+    }
+    assert touching <= harness.MEMBER_LOSS, touching - harness.MEMBER_LOSS
+    assert [harness.ensemble_size(shard) for shard in SHARDS] == [3, 1]
