@@ -98,8 +98,15 @@ def test_metrics_reach_endpoints_with_their_age_and_outlive_instances(make_clien
     # Metrics outlive their instance: when it registers again they are attached as it appears.
     r9 = publisher.register("db", "p1", "10.0.0.9", 5432, label="r9")
     collector.update_metrics("db", "p1", "r9", {"replication_lag": 0})
+
+    def cached_metrics() -> dict | None:
+        return {e.label: dict(e.metrics) for e in client.cached_instances("db")}.get("r9")
+
+    # The cache must have held r9 with its metrics, or "gone" below holds at once (it never
+    # saw r9) and the registration after races the metrics' first read.
+    assert wait_until(lambda: cached_metrics() == {"replication_lag": 0}) is not None
     publisher.deregister(r9)
-    wait_until(lambda: "r9" not in {e.label for e in client.cached_instances("db")})
+    assert wait_until(lambda: cached_metrics() is None) is not None
     recorder = Recorder()
     client.listen("db", recorder)
     publisher.register("db", "p1", "10.0.0.9", 5432, label="r9")
