@@ -127,12 +127,11 @@ case "$command" in
         ensure_venv test "the test tools: pytest, ruff, mypy, mkdocs, gunicorn, Docker's client"
         [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/python -m pytest "$@"; exit 0; }
         # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors;
-        # tests/unit/test_docs_site.py reads this build rather than making its own, waiting for
-        # the status it writes when it ends. It runs beside the linters and the tests, and its
-        # output is shown, and its failure fails the run, once the tests have ended.
+        # tests/unit/test_docs_site.py reads this build rather than making its own. It runs
+        # beside the linters and the build of kazoo's suite's environment (.venv-kazoo, when
+        # missing or stale), and its output is shown once it has ended.
         site=$(mktemp -d)
         docs_log=$(mktemp)
-        docs_status=$(mktemp -u)
         # Compiled modules, pytest's rewritten test modules among them, written once and read by
         # every process of the run (the workers, and each `sentinel` or `python` the tests
         # start: PYTHONDONTWRITEBYTECODE would have each compile what it imports again), in a
@@ -140,18 +139,13 @@ case "$command" in
         PYTHONPYCACHEPREFIX=$(mktemp -d)
         export PYTHONPYCACHEPREFIX
         unset PYTHONDONTWRITEBYTECODE
-        (
-            built=0
-            NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" \
-                >"$docs_log" 2>&1 || built=$?
-            echo "$built" >"$docs_status"
-        ) &
+        NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --site-dir "$site" >"$docs_log" 2>&1 &
         docs=$!
         # The workers collect side by side: one collection first fills the cache they read.
         .venv/bin/python -m pytest --collect-only -q -p no:cacheprovider >/dev/null 2>&1 &
         collected=$!
-        # The suite's ZooKeeper servers (dozens, and kazoo's ensembles, each living seconds to
-        # minutes) start from one archive of the classes a server loads (sentinel.testing.zookeeper.write_class_archive); a run
+        # The suite's ZooKeeper servers (hundreds, each living seconds) start from one archive
+        # of the classes a server loads (sentinel.testing.zookeeper.write_class_archive); a run
         # without it is slower, not different.
         archive_dir=$(mktemp -d)
         export SENTINEL_ZK_CLASS_ARCHIVE="$archive_dir/zookeeper.jsa"
@@ -159,10 +153,8 @@ case "$command" in
 write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
         archived=$!
         # (|| true: the build has usually ended, and a failed kill must not become the exit status)
-        trap 'pkill -P "$docs" 2>/dev/null || true
-              kill "$docs" "$collected" "$kazoo_base" "$archived" 2>/dev/null || true
-              rm -rf "$site" "$docs_log" "$docs_status" "$kazoo_log" "$archive_dir" \
-                  "$PYTHONPYCACHEPREFIX"' EXIT
+        trap 'kill "$docs" "$collected" "$kazoo_base" "$archived" 2>/dev/null || true
+              rm -rf "$site" "$docs_log" "$kazoo_log" "$archive_dir" "$PYTHONPYCACHEPREFIX"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
         # kazoo's suite's test would build it too (under a lock); a failure here is its to report.
@@ -172,17 +164,18 @@ write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
         # (its errors, if any, are the suite's to report)
         wait "$collected" || true
         wait "$archived" || echo "run.sh: no class-data archive for the test servers" >&2
+        docs_status=0
+        wait "$docs" || docs_status=$?
+        cat "$docs_log" >&2
+        [ "$docs_status" = 0 ] || die "the docs build failed"
         status=0
         # On several workers (pytest-xdist; tests/conftest.py groups what must share one, and
         # orders the work, longest first: --no-loadscope-reorder keeps that order). Five on two
         # cores: the tests wait more than they compute (docs/testing.md, "Suite time");
         # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
-        SENTINEL_DOCS_SITE="$site" SENTINEL_DOCS_SITE_STATUS="$docs_status" .venv/bin/python -m pytest \
+        SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
             -n "${SENTINEL_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder "$@" \
             || status=$?
-        wait "$docs" || true
-        cat "$docs_log" >&2
-        [ "$(cat "$docs_status" 2>/dev/null)" = 0 ] || die "the docs build failed"
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
         exit "$status"

@@ -3,10 +3,8 @@ HTML is read. No raw reST (roles, double backquotes, ``::``) in the API referenc
 loads anything from another host, every table within its column at 1280 px, the diagrams drawn
 from their sources, and the plug-in folders anchored under their installed names.
 
-The build is the one ``./run.sh test`` makes beside the tests when it passes its directory in
-``$SENTINEL_DOCS_SITE`` (waited for: the build writes its exit status to
-``$SENTINEL_DOCS_SITE_STATUS`` when it ends); otherwise this module builds the site once (a few
-seconds).
+The build is the one ``./run.sh test`` makes before pytest when it passes its directory in
+``$SENTINEL_DOCS_SITE``; otherwise this module builds the site once (a few seconds).
 """
 
 from __future__ import annotations
@@ -22,8 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from sentinel.testing.helpers import wait_until
-
 ROOT = Path(__file__).resolve().parents[2]
 API_PAGES = ["api", "api/events-errors", "api/policies", "api/integrations", "api/testing"]
 # A role as written, or as Markdown renders it (the backquoted part becomes <code>).
@@ -33,12 +29,6 @@ ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj):(?:`|<cod
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     built = os.environ.get("SENTINEL_DOCS_SITE")
-    status = os.environ.get("SENTINEL_DOCS_SITE_STATUS")
-    if built and status:  # the run's own build, beside the tests
-        ended = wait_until(lambda: Path(status).is_file(), timeout=600, interval=0.2)
-        assert ended is not None, "the docs build beside the tests did not end in 600 s"
-        assert Path(status).read_text().strip() == "0", "the docs build failed (run.sh shows why)"
-        return Path(built)
     if built and (Path(built) / "api" / "index.html").is_file():
         return Path(built)
     if shutil.which("dot") is None:
