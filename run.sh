@@ -66,6 +66,19 @@ ensure_postgresql() {
         || echo "run.sh: PostgreSQL not installed; the demo uses SQLite, its tests skip" >&2
 }
 
+# pip install ARGS into .venv, showing pip's own progress (each package as it is collected and
+# downloaded), not its notices. --no-compile: a test run compiles into a cache of its own
+# (PYTHONPYCACHEPREFIX below), so bytecode written beside the installed files would never be
+# read by one.
+pip_install() {
+    local status=0
+    PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
+        --no-compile "$@" 2>&1 \
+        | grep --line-buffered -E '^ *(Collecting|Downloading|Successfully installed|ERROR)' >&2 \
+        || status=${PIPESTATUS[0]}
+    return "$status"
+}
+
 # Install the project with EXTRA into .venv unless it is there already: .venv/.installed holds
 # one line per extra, "EXTRA HASH" (the hash of pyproject.toml when it was installed).
 ensure_venv() {
@@ -82,15 +95,16 @@ ensure_venv() {
     fi
     if ! grep -qxF "$stamp" .venv/.installed 2>/dev/null; then
         echo "run.sh: installing the project with its '$extra' extra into .venv: $why ..." >&2
-        # pip's own progress (each package as it is collected and downloaded), not its notices.
-        local pip_status=0
-        # --no-compile: a test run compiles into a cache of its own (PYTHONPYCACHEPREFIX below),
-        # so bytecode written beside the installed files would never be read by one.
-        PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --disable-pip-version-check --progress-bar off \
-            --no-compile -e ".[$extra]" 2>&1 \
-            | grep --line-buffered -E '^ *(Collecting|Downloading|Successfully installed|ERROR)' >&2 \
-            || pip_status=${PIPESTATUS[0]}
-        [ "$pip_status" = 0 ] || die "pip could not install .[$extra] (exit $pip_status)"
+        # uv resolves and downloads side by side where pip takes one package after another
+        # (docs/testing.md, "The install by uv"). pyspark ships as sources only: pip keeps the
+        # wheel it builds from them under their address, where uv builds it again whenever the
+        # registry's answer carries no cache validator, so pip installs it first and uv keeps it
+        # (the requirement still decides: uv replaces a release it does not admit). Without uv,
+        # or if it fails, pip installs everything.
+        if ! { pip_install uv pyspark && .venv/bin/uv pip install --python .venv/bin/python -e ".[$extra]"; }; then
+            echo "run.sh: uv could not install .[$extra]; pip installs it ..." >&2
+            pip_install -e ".[$extra]" || die "pip could not install .[$extra] (exit $?)"
+        fi
         { grep -v "^$extra " .venv/.installed 2>/dev/null || true; echo "$stamp"; } > .venv/.installed.new
         mv .venv/.installed.new .venv/.installed
         echo "run.sh: installed .[$extra] into .venv ($(du -sh .venv | cut -f1))" >&2
