@@ -683,7 +683,8 @@ class Sentinel(OldMethodNames):
         """
         wait = check.number("wait", wait, least=0)  # refused before anything is removed
         removed = self._remove(registration)
-        time.sleep(wait)
+        if wait:  # (a sleep of 0 would still hand the interpreter to any other thread)
+            time.sleep(wait)
         return removed
 
     @translate_zk_errors
