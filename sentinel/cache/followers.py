@@ -495,21 +495,21 @@ class PersistentFollower(_ZooKeeperFollower):
             if task is not None:
                 self._in_order.add(task)
             return
-        task = Task(self._apply_event, (event.path,))
-        held = self._in_order.hold(task)
+        task = _Held(self._in_order, Task(self._apply_event, (event.path,)))
         waiting = event.path in self._latest
-        read = None if waiting else self._read_at_once(event, held)
+        read = None if waiting else self._read_at_once(event, task)
         kind = event.type
         if event.path in self._departing:
             self._departing.discard(event.path)
             if kind == EventType.DELETED:
                 kind = DEREGISTERED
         self._latest[event.path] = (kind, read)
-        if read is None:
-            held.release()  # else released with the reply (the read is sent after this call)
+        # Placed once nothing here can fail: a task placed and never released would hold
+        # back every later one. The read is sent, and released, after this call returns.
+        self._in_order.place(task, waits=read is not None)
 
-    def _read_at_once(self, event: WatchedEvent, held: _Held) -> Any:
-        """The read of a child node created or changed, sent now, ``held`` released when it
+    def _read_at_once(self, event: WatchedEvent, task: _Held) -> Any:
+        """The read of a child node created or changed, sent now, ``task`` released when it
         completes; None when the worker decides (not such an event, not on the connection
         thread, or a node the worker would not read: a service not held, a section past its
         bound, where a flood must cost no reads)."""
@@ -524,7 +524,7 @@ class PersistentFollower(_ZooKeeperFollower):
             return None
         if not self._reads.has_room(section, current, name):
             return None
-        return self._watches.read_now(event.path, held.release)
+        return self._watches.read_now(event.path, task.release)
 
     def _apply_event(self, path: str) -> None:
         """Apply the latest event of one node (see :meth:`_on_event`)."""
@@ -646,7 +646,7 @@ class PersistentFollower(_ZooKeeperFollower):
 
 
 class _Held:
-    """One event's task in :class:`_InOrder`, queued once released and every task before
+    """One event's task for :class:`_InOrder`, queued once released and every task before
     it has been."""
 
     __slots__ = ("_order", "released", "task")
@@ -657,8 +657,8 @@ class _Held:
         self.released = False
 
     def release(self) -> None:
-        """The task may run: its event needs no read, or the read's reply (or the
-        connection's loss, which fails it) is in."""
+        """The task may run: its read's reply (or the connection's loss, which fails it) is
+        in."""
         self._order.released(self)
 
 
@@ -680,22 +680,27 @@ class _InOrder:
 
     def add(self, task: Task) -> None:
         """Queue ``task`` now, or after the tasks still waiting for their reads."""
-        self.hold(task).release()
+        self.place(_Held(self, task), waits=False)
 
-    def hold(self, task: Task) -> _Held:
-        """Place ``task`` after every task before it; it waits until released."""
-        held = _Held(self, task)
+    def place(self, held: _Held, waits: bool) -> None:
+        """Place ``held`` after every task before it; with ``waits``, it waits for its
+        :meth:`_Held.release` too."""
         with self._lock:
+            held.released = held.released or not waits
             self._waiting.append(held)
-        return held
+            self._flush()
 
     def released(self, held: _Held) -> None:
-        """Queue ``held``'s task, and those after it, once nothing before them waits."""
+        """``held``'s read is done: queue its task, and those after it, once nothing before
+        them waits."""
         with self._lock:
             held.released = True
-            waiting = self._waiting
-            while waiting and waiting[0].released:
-                self._worker.merge(waiting.popleft().task)
+            self._flush()
+
+    def _flush(self) -> None:
+        waiting = self._waiting
+        while waiting and waiting[0].released:
+            self._worker.merge(waiting.popleft().task)
 
 
 class _Read:
