@@ -395,10 +395,26 @@ MUTATIONS = (
         ),
     ),
     Mutation(
+        # A task with no read queued at once, ahead of an earlier event's read: a replacement's
+        # deletion overtook the creation and the snapshot held neither (issue 38).
+        "deletion-overtakes-creation-read",
+        "sentinel/cache/followers.py",
+        "            held.released = held.released or not waits\n",
+        "            if not waits:\n"
+        "                self._worker.merge(held.task)\n"
+        "                return\n",
+        (
+            "tests/faults/test_event_order.py::"
+            "test_a_replacement_never_leaves_the_cache_empty[persistent]",
+            "tests/unit/test_cache_tasks.py::"
+            "test_a_deletion_waits_for_the_read_of_a_creation_before_it",
+        ),
+    ),
+    Mutation(
         # The follower ignoring the mark: every deletion counts as a loss.
         "follower-ignores-departure-marks",
         "sentinel/cache/followers.py",
-        "                if kind == EventType.DELETED:\n                    kind = DEREGISTERED\n",
+        "            if kind == EventType.DELETED:\n                kind = DEREGISTERED\n",
         "",
         (
             "tests/integration/test_mass_loss.py::"

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Concatenate, ParamSpec
 
@@ -32,7 +34,7 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.cache.reads import ServiceReads, Watch, section_of
 from sentinel.cache.source import FollowedCache
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
-from sentinel.cache.worker import Task
+from sentinel.cache.worker import CacheWorker, Task
 from sentinel.errors import DecodeError, ServiceNotFound
 from sentinel.registry.layout import (
     AUTH,
@@ -447,6 +449,7 @@ class PersistentFollower(_ZooKeeperFollower):
         # (the next event of the node, in the same notification batch, is its deletion);
         # bounded, since anyone who may write a service can create marks without deleting.
         self._departing: set[str] = set()
+        self._in_order = _InOrder(cache.worker)
         super().__init__(cache, zk, credentials, secured=secured)
 
     def resync(self) -> None:
@@ -471,11 +474,14 @@ class PersistentFollower(_ZooKeeperFollower):
         true last, with at most one read by the worker. An instance's or metrics node's
         creation or change has its read sent here, as the event arrives, and its task queued
         when the reply is in: the worker wakes once, to a reply in hand. A node with an event
-        already waiting (a burst) is read by the worker, once, as before.
+        already waiting (a burst) is read by the worker, once, as before. Tasks reach the
+        worker in the order of their events (:class:`_InOrder`): a deletion applied from its
+        event alone waits for an earlier creation's read, or a replacement (a new instance,
+        then the old one removed) would leave the snapshot with neither for a round trip.
         """
         if event.type == EventType.NONE:  # the session ended and took the watch with it
             self._followed.pop(root, None)
-            self._cache.worker.merge(Task(self._follow_all))
+            self._in_order.add(Task(self._follow_all))
             return
         self._cache.stats.watch_events += 1
         departed = departed_instance(event.path)
@@ -486,23 +492,24 @@ class PersistentFollower(_ZooKeeperFollower):
             return
         if event.type == EventType.CHILD:  # a reconnection's report: a parent's children
             task = self._task_for(event.type, event.path)
-        else:
-            task = Task(self._apply_event, (event.path,))
-            waiting = event.path in self._latest
-            read = None if waiting else self._read_at_once(event, task)
-            kind = event.type
-            if event.path in self._departing:
-                self._departing.discard(event.path)
-                if kind == EventType.DELETED:
-                    kind = DEREGISTERED
-            self._latest[event.path] = (kind, read)
-            if read is not None:
-                return  # queued with the reply
-        if task is not None:
-            self._cache.worker.merge(task)
+            if task is not None:
+                self._in_order.add(task)
+            return
+        task = _Held(self._in_order, Task(self._apply_event, (event.path,)))
+        waiting = event.path in self._latest
+        read = None if waiting else self._read_at_once(event, task)
+        kind = event.type
+        if event.path in self._departing:
+            self._departing.discard(event.path)
+            if kind == EventType.DELETED:
+                kind = DEREGISTERED
+        self._latest[event.path] = (kind, read)
+        # Placed once nothing here can fail: a task placed and never released would hold
+        # back every later one. The read is sent, and released, after this call returns.
+        self._in_order.place(task, waits=read is not None)
 
-    def _read_at_once(self, event: WatchedEvent, task: Task) -> Any:
-        """The read of a child node created or changed, sent now, ``task`` queued when it
+    def _read_at_once(self, event: WatchedEvent, task: _Held) -> Any:
+        """The read of a child node created or changed, sent now, ``task`` released when it
         completes; None when the worker decides (not such an event, not on the connection
         thread, or a node the worker would not read: a service not held, a section past its
         bound, where a flood must cost no reads)."""
@@ -517,7 +524,7 @@ class PersistentFollower(_ZooKeeperFollower):
             return None
         if not self._reads.has_room(section, current, name):
             return None
-        return self._watches.read_now(event.path, functools.partial(self._cache.worker.merge, task))
+        return self._watches.read_now(event.path, task.release)
 
     def _apply_event(self, path: str) -> None:
         """Apply the latest event of one node (see :meth:`_on_event`)."""
@@ -636,6 +643,64 @@ class PersistentFollower(_ZooKeeperFollower):
         below = f"{root}/"
         invalid = [path for path in snapshot.invalid if path.startswith(below)]
         return [root, *(below + child for child in list(held)), *invalid]
+
+
+class _Held:
+    """One event's task for :class:`_InOrder`, queued once released and every task before
+    it has been."""
+
+    __slots__ = ("_order", "released", "task")
+
+    def __init__(self, order: _InOrder, task: Task) -> None:
+        self._order = order
+        self.task = task
+        self.released = False
+
+    def release(self) -> None:
+        """The task may run: its read's reply (or the connection's loss, which fails it) is
+        in."""
+        self._order.released(self)
+
+
+class _InOrder:
+    """Hands the persistent follower's tasks to the worker in the order of their events.
+
+    A task whose event's read is on its way (sent at once from the connection thread) is
+    queued when the reply is in; the tasks of later events wait behind it, so the worker
+    applies changes in the order the server made them. Every read sent completes, with its
+    reply or with the connection's loss, so a task waits one round trip at most. Events and
+    replies arrive on one thread (the connection's, or kazoo's callback thread, where no read
+    is sent at once); the lock only guards against a session's end delivered elsewhere.
+    """
+
+    def __init__(self, worker: CacheWorker) -> None:
+        self._worker = worker
+        self._lock = threading.Lock()
+        self._waiting: deque[_Held] = deque()  # in the order of their events
+
+    def add(self, task: Task) -> None:
+        """Queue ``task`` now, or after the tasks still waiting for their reads."""
+        self.place(_Held(self, task), waits=False)
+
+    def place(self, held: _Held, waits: bool) -> None:
+        """Place ``held`` after every task before it; with ``waits``, it waits for its
+        :meth:`_Held.release` too."""
+        with self._lock:
+            held.released = held.released or not waits
+            self._waiting.append(held)
+            self._flush()
+
+    def released(self, held: _Held) -> None:
+        """``held``'s read is done: queue its task, and those after it, once nothing before
+        them waits."""
+        with self._lock:
+            held.released = True
+            self._flush()
+
+    def _flush(self) -> None:
+        waiting = self._waiting
+        while waiting and waiting[0].released:
+            self._worker.merge(waiting.popleft().task)
 
 
 class _Read:

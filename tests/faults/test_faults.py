@@ -34,6 +34,7 @@ def world(ensemble, namespace):
     ):
         writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
         reader.prefetch(SERVICE)
+        holds(reader, {"steady"})
         yield writer, reader
 
 
@@ -44,6 +45,16 @@ def relays(ensemble):
     yield proxies
     for proxy in proxies:
         proxy.close()
+
+
+def holds(reader: Sentinel, labels: set[str]) -> None:
+    """Wait until ``reader``'s cache holds ``labels``, before a prober asks it: its member may
+    not have applied the writer's registration yet when it first read the service (ZooKeeper
+    orders each client's view, not two clients' against each other), and a lookup then finds
+    no instance, rightly."""
+    assert wait_until(
+        lambda: {e.label for e in reader.cached_instances(SERVICE)} == labels, timeout=10
+    ), reader.cached_instances(SERVICE)
 
 
 def _launch_and_wait(members) -> None:
@@ -129,6 +140,7 @@ def test_a_client_cut_off_past_its_session_timeout(ensemble, namespace, relays, 
     ):
         old = writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="old")
         reader.prefetch(SERVICE)
+        holds(reader, {"old"})
         session = reader.session_id
         announced = f"{CLIENTS}/{SERVICE}/paused"
         # The writer may read from another member than the reader wrote to: wait until it
@@ -177,6 +189,7 @@ def test_a_flapping_connection_keeps_serving_and_resyncs_once_per_burst(
     ):
         writer.register(SERVICE, "p1", "127.0.0.1", 8000, label="steady")
         reader.prefetch(SERVICE)
+        holds(reader, {"steady"})
         session, resyncs = reader.session_id, reader.cache_stats.resyncs
         with Prober(reader, SERVICE) as prober:
             flaps = flap(relays, 3.0)  # ten flaps a second

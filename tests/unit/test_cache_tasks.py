@@ -243,3 +243,25 @@ def test_a_newcomer_to_a_section_at_its_bound_is_left_to_the_worker_unread(
     reads_now._on_event("/services/db", event(EventType.CHANGED, "/services/db/p1:a"))
     assert [path for path, _ in reads_now._watches.sent] == ["/services/db/p1:a"]
     assert reads_now._latest["/services/db/p1:b"] == (EventType.CREATED, None)
+
+
+def test_a_deletion_waits_for_the_read_of_a_creation_before_it(cache, reads_now):
+    # A replacement: the new instance's creation, then the old one's deletion. Applied as they
+    # arrive, the deletion (no read) would overtake the creation (its read on its way) and the
+    # cache would hold neither for a round trip.
+    new, old = "/services/db/p1:b", "/services/db/p1:a"
+    reads_now._on_event("/services/db", event(EventType.CREATED, new))
+    reads_now._on_event("/services/db", event(EventType.DELETED, old))
+    reads_now._on_event("/services/db", WatchedEvent(EventType.NONE, "EXPIRED_SESSION", None))
+    assert cache.worker._tasks.qsize() == 0  # all behind the read
+    [(_, then)] = reads_now._watches.sent
+    then()  # the reply (or the connection's loss) is in
+    queued = [cache.worker._tasks.get() for _ in range(3)]
+    assert queued == [
+        Task(reads_now._apply_event, (new,)),
+        Task(reads_now._apply_event, (old,)),
+        Task(reads_now._follow_all),
+    ]
+    gone = "/metrics/db/p1:a"
+    reads_now._on_event("/services/db", event(EventType.DELETED, gone))  # nothing waits now
+    assert cache.worker._tasks.get_nowait() == Task(reads_now._apply_event, (gone,))
