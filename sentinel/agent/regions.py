@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sentinel import telemetry
@@ -44,6 +44,11 @@ class RegionServer(Protocol):
     def adopt(self, handed: Any, hello: dict[str, Any]) -> None: ...
     def stop(self) -> None: ...
 
+
+#: What makes a client one of the agent's sessions, its own region's or another's: it
+#: announces nothing (each process is announced under its own id, for as long as it is), is
+#: never an agent's client itself, and fails over to no region (the agent serves each apart).
+AGENT_SESSION: Mapping[str, Any] = {"announce": False, "agent": False, "regions": False}
 
 #: ``serve(sentinel, region)``: a started server of ``sentinel``'s session to ``region``.
 Serve = Callable[[Sentinel, str], RegionServer]
@@ -87,10 +92,8 @@ class RegionServers:
                     namespace=region.namespace,
                     tls=region.tls,
                     identity=self._configured.identity_of(region),
-                    announce=False,  # each process is announced under its own id
-                    agent=False,
-                    regions=False,
                     prometheus_registry=None,  # the agent's own gauges say each region's state
+                    **AGENT_SESSION,
                     **self._settings,
                 )
                 try:

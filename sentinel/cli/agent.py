@@ -23,7 +23,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_xds_bootstrap:
         return _print_xds_bootstrap(args)
     # The daemon's own modules: `sentinel agent status` needs none of them.
-    from sentinel.agent.regions import RegionServers
+    from sentinel.agent.regions import AGENT_SESSION, RegionServers
     from sentinel.agent.server import AgentServer
     from sentinel.cache.config import CacheConfig
     from sentinel.client import Sentinel
@@ -48,9 +48,7 @@ def _run(args: argparse.Namespace) -> int:
         args.namespace,
         tls=tls_config(args),
         identity=getattr(args, "region_identity", None),
-        announce=False,  # each process is announced under its own id, for as long as it is
-        agent=False,  # the agent is the session: never an agent's client itself
-        regions=False,  # its other regions are served apart (sentinel.agent.regions)
+        **AGENT_SESSION,
         **settings,
     ) as sentinel:
         server = AgentServer(
