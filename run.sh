@@ -124,6 +124,9 @@ case "$command" in
         exec .venv/bin/sentinel demo "$@"
         ;;
     test)
+        # The machine's own speed changes from one quarter of an hour to the next, and the
+        # suite's time with it: read a run's time beside this line and the one after the suite.
+        [ -n "${RUN_SH_DRY_RUN:-}" ] || python3 -m tests.machine_speed "before the set-up" || true
         ensure_zookeeper
         ensure_graphviz
         ensure_chromium
@@ -192,6 +195,7 @@ write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
             || status=$?
         # pytest exits 5 when it collected nothing: a run that tested nothing has failed.
         [ "$status" = 5 ] && die "pytest collected no tests"
+        python3 -m tests.machine_speed "after the suite" || true
         exit "$status"
         ;;
     *)
