@@ -27,6 +27,7 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.cache.config import CacheConfig
 from sentinel.errors import PostgresNotInstalled
+from sentinel.testing import spark as spark_launcher
 from sentinel.testing import zookeeper as zookeeper_launcher
 from sentinel.testing.postgres import LocalPostgres
 from sentinel.testing.zookeeper import CLIENT_COMPILER_ONLY, LocalZooKeeper, ZooKeeperServer
@@ -163,6 +164,16 @@ zookeeper_launcher.JVM_OPTIONS = (
     *zookeeper_launcher.short_lived_jvm_options(),
 )
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
+# The suite's Spark JVMs (the test clusters' daemons, drivers and executors, the SparkSession's
+# driver, the demo's) skip the bytecode verifier for the class path's classes, Spark's thousands
+# among them, which each JVM would verify again at every start (docs/testing.md, "One Spark
+# cluster for both applications"). For the suite only: a cluster of sentinel.testing.spark may
+# run an application's own jars, which the verifier should see.
+spark_launcher.JVM_OPTIONS = (
+    *spark_launcher.JVM_OPTIONS,
+    "-XX:+UnlockDiagnosticVMOptions",
+    "-XX:-BytecodeVerificationRemote",
+)
 
 
 @pytest.fixture(scope="session")
@@ -303,7 +314,8 @@ def spark() -> Iterator[object]:
     """One local SparkSession for every Spark test (starting one takes seconds).
 
     Two cores, no UI; the workers run this interpreter, so they import this checkout. The
-    driver's JVM is tuned as the test clusters' are (the client compiler, one GC thread).
+    driver's JVM is tuned as the test clusters' are (the client compiler, one GC thread, no
+    bytecode verifier).
     """
     from pyspark.sql import SparkSession
 

@@ -1,14 +1,26 @@
 """``sentinel.integrations.spark`` on a real Spark standalone cluster (issue 19 item 6): a master
-and two
-workers, separate JVMs started by :mod:`sentinel.testing.spark`, each worker's executor with
-its own Python worker daemon. The ZooKeeper sessions a job opens are its executors' Python
-worker processes, one each, as ZooKeeper itself counts them."""
+and two workers, separate JVMs started by :mod:`sentinel.testing.spark`, each worker's executor
+with its own Python worker daemon. The ZooKeeper sessions a job opens are its executors' Python
+worker processes, one each, as ZooKeeper itself counts them.
+
+The module's applications (one driver process each) run on one cluster, started once for the
+module (issue 38 item 5): what differs between them is an application's setting, and starting
+a master and two workers costs about as much CPU as an application. Executors, their Python
+worker daemons and those daemons' workers belong to an application, so each test asserts that
+they all ended once its driver exited, while the cluster's workers live on. The master's and
+workers' own JVMs end when the cluster stops, after the module's last test: the fixture's
+teardown stops it and asserts that none of them, and no process left in their process groups,
+is still running. A failed assertion there is an error of the last test's teardown, which fails
+the run as a failed test does, whichever of the module's tests ran (a final test that stops the
+cluster would prove nothing when run alone, and would stop it under any test ordered after it).
+"""
 
 import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,9 +47,51 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None) -> dict:
-    """The job on a two-worker cluster: its reports, the /clients entries and the server's
-    connections while the driver holds its executors, and the processes it ran on."""
+def in_groups(groups: set[int]) -> list[int]:
+    """The running processes whose process group is one of ``groups``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) in groups:
+                members.append(int(entry.name))
+    return members
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalSparkCluster]:
+    """A master and two workers for the module's applications. Once stopped, none of their JVMs
+    runs, nor anything in their process groups (which a worker's executors join), or the
+    teardown fails."""
+    spark_cluster = LocalSparkCluster(workers=2).start()
+    daemons = {daemon.name: daemon.pid for daemon in spark_cluster.daemons}
+    try:
+        yield spark_cluster
+    finally:
+        spark_cluster.stop()
+    left = {name: pid for name, pid in daemons.items() if alive(pid)}
+    assert not left, f"stopping the cluster left its JVMs running: {left}"
+    grouped = wait_until(lambda: not in_groups(set(daemons.values())), 10)
+    assert grouped is not None, (
+        f"left in the cluster's process groups: {in_groups(set(daemons.values()))}"
+    )
+
+
+def run_job(
+    cluster: LocalSparkCluster,
+    directory: Path,
+    make_client,
+    zookeeper,
+    namespace,
+    raw_zk,
+    conf: dict | None = None,
+) -> dict:
+    """The job as an application of the module's cluster: its reports, the /clients entries
+    and the server's connections while the driver holds its executors, and the processes it ran
+    on, each of which has ended once the driver exited (the cluster's workers have not)."""
     publisher = make_client("publisher")
     tenants = {f"t{i:02d}": f"p{i % 2 + 1}" for i in range(TASKS)}
     publisher.shard_maps.create("tenants", "directory", partitions=["p1", "p2"])
@@ -47,11 +101,8 @@ def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None)
         publisher.register(SERVICE, partition, "127.0.0.1", 7000 + port, label="a")
     config = {"hosts": zookeeper.connect_string, "namespace": namespace, "client_id": "etl"}
 
-    with (
-        LocalSparkCluster(workers=2) as cluster,
-        (cluster.directory / "driver.log").open("w") as driver_log,
-    ):
-        out = cluster.directory / "reports.json"
+    with (directory / "driver.log").open("w") as driver_log:
+        out = directory / "reports.json"
         conf = {
             **cluster.driver_conf,
             "spark.python.worker.reuse": "true",
@@ -71,7 +122,7 @@ def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None)
         try:
             finished = wait_until(lambda: out.exists() or driver.poll() is not None, 180)
             assert finished is not None, "the driver neither reported nor exited in 180 s"
-            assert out.exists(), (cluster.directory / "driver.log").read_text()[-3000:]
+            assert out.exists(), (directory / "driver.log").read_text()[-3000:]
             reports = json.loads(out.read_text())
             # Read while the driver holds its executors, whose workers hold their sessions.
             entries = {
@@ -83,7 +134,15 @@ def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None)
         finally:
             driver.stdin.close()
             driver.wait(60)
-        workers = cluster.worker_pids
+    # The application ended with its driver: the master had its workers end its executors,
+    # each executor its Python worker daemon, each daemon its Python workers.
+    ran = [*executor_hosts, *{r["daemon"] for r in reports}, *{r["pid"] for r in reports}]
+    ended = wait_until(lambda: not any(alive(pid) for pid in ran), 30)
+    assert ended is not None, (
+        f"still running after the driver exited: {[p for p in ran if alive(p)]}"
+    )
+    workers = cluster.worker_pids
+    assert all(alive(pid) for pid in workers)  # the cluster outlives its applications
     return {
         "reports": reports,
         "entries": entries,
@@ -93,8 +152,10 @@ def run_job(make_client, zookeeper, namespace, raw_zk, conf: dict | None = None)
     }
 
 
-def test_sessions_are_the_executors_python_workers(make_client, zookeeper, namespace, raw_zk):
-    job = run_job(make_client, zookeeper, namespace, raw_zk)
+def test_sessions_are_the_executors_python_workers(
+    cluster, make_client, zookeeper, namespace, raw_zk, tmp_path
+):
+    job = run_job(cluster, tmp_path, make_client, zookeeper, namespace, raw_zk)
     reports, entries, connections = job["reports"], job["entries"], job["connections"]
     executor_hosts, workers = job["executor_hosts"], job["workers"]
 
@@ -121,13 +182,10 @@ def test_sessions_are_the_executors_python_workers(make_client, zookeeper, names
     assert {owner for _, owner in etl.values()} == opened
     listed = {int(sid, 16) for sid in re.findall(r"sid=0x([0-9a-f]+)", connections)}
     assert opened <= listed
-    # Stopping the cluster ended every JVM it started, the executors' and their workers' too.
-    started = [*workers, *executor_hosts, *daemons, *sessions]
-    assert wait_until(lambda: not any(alive(pid) for pid in started), 10) is not None
 
 
 def test_with_the_hosts_agent_the_executors_python_workers_open_no_session(
-    make_client, zookeeper, namespace, raw_zk, tmp_path
+    cluster, make_client, zookeeper, namespace, raw_zk, tmp_path
 ):
     """``SENTINEL_AGENT`` in the executors' environment: every Python worker takes the
     registry from the host's agent, and ZooKeeper sees one session for the host."""
@@ -137,6 +195,8 @@ def test_with_the_hosts_agent_the_executors_python_workers_open_no_session(
     host_agent = make_client("host-agent", announce=False, agent=False)
     with AgentServer(host_agent, socket_path):
         job = run_job(
+            cluster,
+            tmp_path,
             make_client,
             zookeeper,
             namespace,
