@@ -19,8 +19,9 @@ Example::
 Every daemon listens on free ports of 127.0.0.1 and logs to a file under the cluster's
 temporary directory (``master.log``, ``worker-1.log``...; executors' output is under
 ``work/``), which :meth:`LocalSparkCluster.stop` removes. Each daemon runs in a process group of
-its own, so that stopping a worker also ends the executors and Python daemons it started, even
-when the worker had to be killed.
+its own, so that stopping a worker also ends the executors it started, even when the worker had
+to be killed. PySpark's Python worker daemon moves to a process group of its own, out of that
+reach: it exits when its executor's connection to it closes.
 """
 
 from __future__ import annotations
@@ -133,12 +134,13 @@ class SparkDaemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (a worker's shutdown hook ends its executors), SIGKILL after ``timeout``;
-        then SIGKILL whatever is left of the process group, and reap the JVM."""
+        then SIGKILL whatever is left of the process group (its executors; not their Python
+        worker daemons, which leave the group and end with their executor), and reap the JVM."""
         if self._process.returncode is not None:
             return
         # The JVM stays unreaped until the sweep: an unreaped process keeps its pid, hence the
         # group's id, from being reused, so the sweep can only reach what this daemon started
-        # (its executors and their Python workers), even after the JVM itself died.
+        # (its executors), even after the JVM itself died.
         if not self._exited():
             os.kill(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
