@@ -21,7 +21,7 @@ temporary directory (``master.log``, ``worker-1.log``...; executors' output is u
 ``work/``), which :meth:`LocalSparkCluster.stop` removes. Each daemon runs in a process group of
 its own, so that stopping a worker also ends the executors it started, even when the worker had
 to be killed. PySpark's Python worker daemon moves to a process group of its own, out of that
-reach: it exits when its executor's connection to it closes.
+reach: it exits when its standard input, its executor's pipe, closes.
 """
 
 from __future__ import annotations
