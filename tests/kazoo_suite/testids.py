@@ -1,0 +1,121 @@
+"""kazoo's test ids and what each test does with kazoo's ensemble, by the standard library alone
+(the harness and ``kzplugin``, in ``.venv-kazoo``, both use it).
+
+An id is the one ``--pyargs`` takes (``kazoo.tests.test_client::TestClient::test_create``); an
+entry of a shard is an id or a part of one (``kazoo.tests.test_client::TestReconfig``, a
+module) and selects every test under it. What a test does with the ensemble is read from
+kazoo's source, because kazoo's test modules import what only ``.venv-kazoo`` has."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+# What a test's code does with kazoo's ensemble (:func:`ensemble_uses`).
+MEMBER = "member"  # names one of its members: self.cluster[n]
+RECONFIG = "reconfig"  # changes its membership: client.reconfig(...)
+
+
+def within(test: str, entries: Iterable[str]) -> bool:
+    """Whether ``test`` is one of ``entries`` or under one (its module or its class)."""
+    return any(test == entry or test.startswith(f"{entry}::") for entry in entries)
+
+
+def ensemble_uses(package: Path, tests: Iterable[str]) -> dict[str, set[str]]:
+    """For each of ``tests`` (ids of kazoo's tests in ``package``, ``kazoo/tests``), what the
+    code it runs does with the ensemble (:data:`MEMBER`, :data:`RECONFIG`): the test itself,
+    its class's ``setUp`` and ``tearDown``, and every method (``self.name``, looked up from the
+    test's class through its bases in the package) or module function they name, in turn."""
+    modules = {
+        f"kazoo.tests.{path.stem}": _Module(f"kazoo.tests.{path.stem}", ast.parse(path.read_text()))
+        for path in sorted(package.glob("*.py"))
+    }
+    return {test: _uses(modules, test) for test in tests}
+
+
+class _Module:
+    """A test module's functions, classes and the package's names it imports."""
+
+    def __init__(self, name: str, tree: ast.Module) -> None:
+        self.name = name
+        self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        self.imported: dict[str, str] = {}  # local name -> "module" or "module::Class"
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kazoo.tests"):
+                for alias in node.names:
+                    self.imported[alias.asname or alias.name] = (
+                        f"{node.module}.{alias.name}"
+                        if node.module == "kazoo.tests"
+                        else f"{node.module}::{alias.name}"
+                    )
+
+
+def _class(modules: dict[str, _Module], module: _Module, base: ast.expr) -> tuple | None:
+    """``(module, ClassDef)`` of a base class named in ``module``, if the package defines it."""
+    if isinstance(base, ast.Name):
+        if base.id in module.classes:
+            return module, module.classes[base.id]
+        target = module.imported.get(base.id, "")
+    elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
+        target = f"{module.imported.get(base.value.id, '')}::{base.attr}"
+    else:
+        return None
+    name, _, cls = target.partition("::")
+    if name in modules and cls in modules[name].classes:
+        return modules[name], modules[name].classes[cls]
+    return None
+
+
+def _method(modules: dict[str, _Module], module: _Module, cls: ast.ClassDef, name: str):
+    """``(module, FunctionDef)`` of method ``name`` as ``cls`` finds it (itself, then its bases
+    in order), or None if the package does not define it."""
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return module, node
+    for base in cls.bases:
+        found = _class(modules, module, base)
+        method = found and _method(modules, *found, name)
+        if method:
+            return method
+    return None
+
+
+def _uses(modules: dict[str, _Module], test: str) -> set[str]:
+    name, *rest = test.split("[")[0].split("::")
+    module = modules[name]
+    if len(rest) == 1:
+        cls, todo = None, [(module, module.functions[rest[0]])]
+    else:
+        cls = (module, module.classes[rest[0]])
+        todo = [_method(modules, *cls, method) for method in (rest[1], "setUp", "tearDown")]
+    uses: set[str] = set()
+    seen: set[int] = set()
+    while todo:
+        found = todo.pop()
+        if not found or id(found[1]) in seen:
+            continue
+        home, function = found
+        seen.add(id(function))
+        for node in ast.walk(function):
+            if isinstance(node, ast.Subscript) and _named(node.value, "cluster"):
+                uses.add(MEMBER)
+            elif isinstance(node, ast.Call) and _named(node.func, "reconfig"):
+                uses.add(RECONFIG)
+            elif isinstance(node, ast.Attribute) and _is_self(node.value) and cls:
+                todo.append(_method(modules, *cls, node.attr))
+            elif isinstance(node, ast.Name) and node.id in home.functions:
+                todo.append((home, home.functions[node.id]))
+    return uses
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _named(node: ast.expr, name: str) -> bool:
+    """``name`` or ``something.name``."""
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
