@@ -79,3 +79,63 @@ def test_only_the_member_loss_tests_need_kazoos_three_members():
     )
     sizes = [harness.ensemble_size(shard) for shard in SHARDS]
     assert sizes == [3] + [1] * (len(SHARDS) - 1), sizes
+
+
+def test_the_member_scan_follows_helpers_set_ups_base_classes_and_imported_functions(tmp_path):
+    """What the guard above reads: a member named in a helper, a base class's ``setUp``, a
+    function of another module, is the test's."""
+    (tmp_path / "test_a.py").write_text(
+        "from kazoo.testing import KazooTestCase\n"
+        "class Base(KazooTestCase):\n"
+        "    def _kill(self):\n"
+        "        victim = self.cluster[2]\n"
+        "        victim.stop()\n"
+        "class TestA(Base):\n"
+        "    def test_kills(self):\n"
+        "        self._kill()\n"
+        "    def test_reads(self):\n"
+        "        self.client.get('/')\n"
+        "def helper(client):\n"
+        "    client.reconfig(joining=None, leaving='1', new_members=None)\n"
+        "def test_function():\n"
+        "    helper(None)\n"
+    )
+    (tmp_path / "test_b.py").write_text(
+        "from kazoo.tests import test_a\n"
+        "from kazoo.tests.test_a import Base, helper\n"
+        "class TestB(test_a.TestA):\n"
+        "    pass\n"
+        "class TestC(Base):\n"
+        "    def setUp(self):\n"
+        "        self._kill()\n"
+        "    def test_plain(self):\n"
+        "        pass\n"
+        "def test_imported():\n"
+        "    helper(None)\n"
+        "def test_attribute():\n"
+        "    test_a.helper(None)\n"
+    )
+    uses = testids.ensemble_uses(
+        tmp_path,
+        [
+            "kazoo.tests.test_a::TestA::test_kills",
+            "kazoo.tests.test_a::TestA::test_reads",
+            "kazoo.tests.test_a::test_function",
+            "kazoo.tests.test_b::TestB::test_kills",
+            "kazoo.tests.test_b::TestB::test_reads",
+            "kazoo.tests.test_b::TestC::test_plain",
+            "kazoo.tests.test_b::test_imported",
+            "kazoo.tests.test_b::test_attribute",
+        ],
+    )
+    member, reconfig = {testids.MEMBER}, {testids.RECONFIG}
+    assert uses == {
+        "kazoo.tests.test_a::TestA::test_kills": member,
+        "kazoo.tests.test_a::TestA::test_reads": set(),
+        "kazoo.tests.test_a::test_function": reconfig,
+        "kazoo.tests.test_b::TestB::test_kills": member,
+        "kazoo.tests.test_b::TestB::test_reads": set(),
+        "kazoo.tests.test_b::TestC::test_plain": member,
+        "kazoo.tests.test_b::test_imported": reconfig,
+        "kazoo.tests.test_b::test_attribute": reconfig,
+    }

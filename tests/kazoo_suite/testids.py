@@ -26,7 +26,8 @@ def ensemble_uses(package: Path, tests: Iterable[str]) -> dict[str, set[str]]:
     """For each of ``tests`` (ids of kazoo's tests in ``package``, ``kazoo/tests``), what the
     code it runs does with the ensemble (:data:`MEMBER`, :data:`RECONFIG`): the test itself,
     its class's ``setUp`` and ``tearDown``, and every method (``self.name``, looked up from the
-    test's class through its bases in the package) or module function they name, in turn."""
+    test's class through its bases in the package) or function of the package's modules
+    (``helper``, ``util.helper``) they name, in turn."""
     modules = {
         f"kazoo.tests.{path.stem}": _Module(f"kazoo.tests.{path.stem}", ast.parse(path.read_text()))
         for path in sorted(package.glob("*.py"))
@@ -105,9 +106,26 @@ def _uses(modules: dict[str, _Module], test: str) -> set[str]:
                 uses.add(RECONFIG)
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and cls:
                 todo.append(_method(modules, *cls, node.attr))
-            elif isinstance(node, ast.Name) and node.id in home.functions:
-                todo.append((home, home.functions[node.id]))
+            elif isinstance(node, ast.Name | ast.Attribute):
+                todo.append(_function(modules, home, node))
     return uses
+
+
+def _function(modules: dict[str, _Module], module: _Module, node: ast.expr):
+    """``(module, FunctionDef)`` of a module function of the package that ``node`` names in
+    ``module`` (``helper``, an imported ``helper`` or ``util.helper``), or None."""
+    if isinstance(node, ast.Name):
+        if node.id in module.functions:
+            return module, module.functions[node.id]
+        target = module.imported.get(node.id, "")
+    elif isinstance(node.value, ast.Name):
+        target = f"{module.imported.get(node.value.id, '')}::{node.attr}"
+    else:
+        return None
+    name, _, function = target.partition("::")
+    if name in modules and function in modules[name].functions:
+        return modules[name], modules[name].functions[function]
+    return None
 
 
 def _is_self(node: ast.expr) -> bool:
