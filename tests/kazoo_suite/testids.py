@@ -36,13 +36,16 @@ def ensemble_uses(package: Path, tests: Iterable[str]) -> dict[str, set[str]]:
 
 
 class _Module:
-    """A test module's functions, classes and the package's names it imports."""
+    """A test module's functions and classes, and the package's names it imports."""
 
     def __init__(self, name: str, tree: ast.Module) -> None:
         self.name = name
-        self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.imported: dict[str, str] = {}  # local name -> "module" or "module::Class"
+        self.definitions = {
+            node.name: node
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef)
+        }
+        self.imported: dict[str, str] = {}  # local name -> "module" or "module::name"
         for node in tree.body:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kazoo.tests"):
                 for alias in node.names:
@@ -53,22 +56,6 @@ class _Module:
                     )
 
 
-def _class(modules: dict[str, _Module], module: _Module, base: ast.expr) -> tuple | None:
-    """``(module, ClassDef)`` of a base class named in ``module``, if the package defines it."""
-    if isinstance(base, ast.Name):
-        if base.id in module.classes:
-            return module, module.classes[base.id]
-        target = module.imported.get(base.id, "")
-    elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name):
-        target = f"{module.imported.get(base.value.id, '')}::{base.attr}"
-    else:
-        return None
-    name, _, cls = target.partition("::")
-    if name in modules and cls in modules[name].classes:
-        return modules[name], modules[name].classes[cls]
-    return None
-
-
 def _method(modules: dict[str, _Module], module: _Module, cls: ast.ClassDef, name: str):
     """``(module, FunctionDef)`` of method ``name`` as ``cls`` finds it (itself, then its bases
     in order), or None if the package does not define it."""
@@ -76,7 +63,7 @@ def _method(modules: dict[str, _Module], module: _Module, cls: ast.ClassDef, nam
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return module, node
     for base in cls.bases:
-        found = _class(modules, module, base)
+        found = _defined(modules, module, base, ast.ClassDef)
         method = found and _method(modules, *found, name)
         if method:
             return method
@@ -87,9 +74,9 @@ def _uses(modules: dict[str, _Module], test: str) -> set[str]:
     name, *rest = test.split("[")[0].split("::")
     module = modules[name]
     if len(rest) == 1:
-        cls, todo = None, [(module, module.functions[rest[0]])]
+        cls, todo = None, [(module, module.definitions[rest[0]])]
     else:
-        cls = (module, module.classes[rest[0]])
+        cls = (module, module.definitions[rest[0]])
         todo = [_method(modules, *cls, method) for method in (rest[1], "setUp", "tearDown")]
     uses: set[str] = set()
     seen: set[int] = set()
@@ -107,25 +94,22 @@ def _uses(modules: dict[str, _Module], test: str) -> set[str]:
             elif isinstance(node, ast.Attribute) and _is_self(node.value) and cls:
                 todo.append(_method(modules, *cls, node.attr))
             elif isinstance(node, ast.Name | ast.Attribute):
-                todo.append(_function(modules, home, node))
+                todo.append(_defined(modules, home, node, ast.FunctionDef))
     return uses
 
 
-def _function(modules: dict[str, _Module], module: _Module, node: ast.expr):
-    """``(module, FunctionDef)`` of a module function of the package that ``node`` names in
-    ``module`` (``helper``, an imported ``helper`` or ``util.helper``), or None."""
+def _defined(modules: dict[str, _Module], module: _Module, node: ast.expr, kind: type):
+    """``(module, definition)`` of the class or function (``kind``) of the package that ``node``
+    names in ``module`` (``name``, an imported ``name`` or ``util.name``), or None."""
     if isinstance(node, ast.Name):
-        if node.id in module.functions:
-            return module, module.functions[node.id]
-        target = module.imported.get(node.id, "")
-    elif isinstance(node.value, ast.Name):
+        target = module.imported.get(node.id, f"{module.name}::{node.id}")
+    elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         target = f"{module.imported.get(node.value.id, '')}::{node.attr}"
     else:
         return None
-    name, _, function = target.partition("::")
-    if name in modules and function in modules[name].functions:
-        return modules[name], modules[name].functions[function]
-    return None
+    name, _, defined = target.partition("::")
+    found = modules[name].definitions.get(defined) if name in modules else None
+    return (modules[name], found) if isinstance(found, kind) else None
 
 
 def _is_self(node: ast.expr) -> bool:
