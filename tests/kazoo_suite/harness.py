@@ -4,14 +4,16 @@ kazoo ships its tests in its wheel (``kazoo.tests``, harness in ``kazoo.testing`
 version Sentinel installs is the version whose suite runs: in a virtual environment of its own
 (``.venv-kazoo``, built on first use and again when the kazoo version or ``requirements.txt``
 changes), because kazoo's harness needs a pyOpenSSL that still has ``X509Extension`` and so a
-cryptography older than ``sentinel.auth`` accepts. Each run starts kazoo's 3-member ensemble from
-the ZooKeeper Sentinel's tests use (:func:`sentinel.testing.zookeeper.find_installation`), on a
-block of free ports, with the ``kzplugin`` plug-in choosing the mode (stock, transport, ext).
+cryptography older than ``sentinel.auth`` accepts. Each run starts kazoo's ensemble (its three
+members, or one) from the ZooKeeper Sentinel's tests use
+(:func:`sentinel.testing.zookeeper.find_installation`), on a block of free ports, with the
+``kzplugin`` plug-in choosing the mode (stock, transport, ext).
 
 ``tests/kazoo_suite/test_kazoo_suite.py`` runs the ext mode in ``./run.sh test``, in the shards
 of :func:`shards` (one test each, so that xdist workers run them side by side, each with its own
-ensemble on ports of its own :func:`port_range`), and compares each test's outcome with the stock
-run recorded in ``stock.txt``. By hand::
+ensemble on ports of its own :func:`port_range`: three members for the tests of
+:data:`MEMBER_LOSS`, one for every other), and compares each test's outcome with the stock run
+recorded in ``stock.txt``. By hand (on three members)::
 
     .venv/bin/python -m tests.kazoo_suite.harness                  # stock, then ext, and the diff
     .venv/bin/python -m tests.kazoo_suite.harness --mode ext kazoo.tests.test_client -k queuing
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from sentinel.errors import ZooKeeperNotInstalled
 from sentinel.testing.zookeeper import find_installation, short_lived_jvm_options
-from tests.kazoo_suite import environment
+from tests.kazoo_suite import environment, testids
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -49,25 +51,41 @@ RUN_TIMEOUT = 1500  # s, the whole run (about 3.5 min on a quiet 2-core machine)
 PORT_BLOCK = 30  # kazoo's harness numbers its 3 members' ports from one offset, 10 apart
 # Below the kernel's ephemeral range (32768 up), where the project's own servers get theirs.
 PORT_RANGE = range(20000, 32000)
-# kazoo's test modules that each shard of ./run.sh test runs, the longest (by --durations=0)
-# spread so that the shards take about as long; the last shard is every other module.
-# test_connection and test_sasl restart the ensemble with other settings: both in one shard.
+# kazoo's tests that need its three members (entries as testids.within reads them): they stop
+# members so that the rest keep or lose the quorum, or change the membership (testids, MEMBER
+# and RECONFIG). They are a shard of their own on three members; every other test runs on one,
+# which serves it alike (stock.txt holds for both) for about half the CPU (docs/testing.md,
+# "kazoo's three members only where a test stops one").
+MEMBER_LOSS = (
+    "kazoo.tests.test_client::TestClient::test_update_host_list",
+    "kazoo.tests.test_client::TestReconfig",
+    "kazoo.tests.test_connection::TestReadOnlyMode",
+)
+# kazoo's tests that name a member and end on one as on three: the client of
+# test_create_makepath_incompatible_acls only connects to the first member, and the
+# request-queuing tests stop and restart the one member their client knows, the client's view
+# the same whether the other two keep the session meanwhile or the member's own log does.
+ONE_MEMBER_ENOUGH = (
+    "kazoo.tests.test_client::TestClient::test_create_makepath_incompatible_acls",
+    "kazoo.tests.test_client::TestClient::test_request_queuing_session_expired",
+    "kazoo.tests.test_client::TestClient::test_request_queuing_session_recovered",
+)
+# What each shard of ./run.sh test runs: kazoo's modules or tests, a shard leaving out what another
+# names under its own (MEMBER_LOSS out of test_client and test_connection), the longest (by
+# --durations=0) spread so that the shards take about as long; the last shard is every other
+# module. test_connection and test_sasl restart the ensemble with other settings: one shard.
 SHARDS = (
+    MEMBER_LOSS,
     (
-        "test_client",
-        "test_connection",
-        "test_partitioner",
-        "test_interrupt",
-        "test_selectors_select",
-        "test_counter",
-        "test_sasl",
+        "kazoo.tests.test_client",
+        "kazoo.tests.test_connection",
+        "kazoo.tests.test_partitioner",
+        "kazoo.tests.test_interrupt",
+        "kazoo.tests.test_selectors_select",
+        "kazoo.tests.test_counter",
+        "kazoo.tests.test_sasl",
     ),
 )
-# kazoo's modules whose tests stop or lose members of its ensemble (``self.cluster[n]``): they
-# run on kazoo's three members, every other module on one, which serves kazoo's tests alike
-# (stock.txt holds for both) for less than half the CPU (docs/testing.md, "Set-up beside the
-# downloads").
-MEMBER_LOSS = frozenset({"kazoo.tests.test_client", "kazoo.tests.test_connection"})
 # The environment a run does not inherit: kazoo's tests read CI (one test runs only there, one
 # waits longer there), so a run here and in CI must not differ by it.
 NOT_INHERITED = ("CI", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
@@ -90,27 +108,43 @@ def ensure_venv() -> Path:
 
 
 def shards() -> list[tuple[str, ...]]:
-    """kazoo's test modules (``kazoo.tests.test_client`` ...) in ``len(SHARDS) + 1`` shards:
-    those :data:`SHARDS` names, then every other module the installed kazoo ships or
-    ``stock.txt`` records, so that every module is in exactly one shard whatever a kazoo release
-    adds, and one it no longer ships fails its shard rather than going unnoticed."""
+    """kazoo's tests (modules such as ``kazoo.tests.test_client``, classes or tests) in
+    ``len(SHARDS) + 1`` shards: those :data:`SHARDS` names, then every other module the
+    installed kazoo ships or ``stock.txt`` records, so that every test is in exactly one shard
+    (:func:`selects`) whatever a kazoo release adds, and a module it no longer ships fails its
+    shard rather than going unnoticed."""
     import kazoo.tests  # the release .venv-kazoo installs: harness.ensure_venv pins it to ours
 
-    named = [tuple(f"kazoo.tests.{module}" for module in shard) for shard in SHARDS]
-    taken = {module for shard in named for module in shard}
+    taken = {entry for shard in SHARDS for entry in shard if "::" not in entry}
     shipped = {
         f"kazoo.tests.{module.name}"
         for module in pkgutil.iter_modules(kazoo.tests.__path__)
         if module.name.startswith("test_")
     }
     recorded = {test.split("::")[0] for test in read_expected()}
-    return [*named, tuple(sorted((shipped | recorded) - taken))]
+    return [*SHARDS, tuple(sorted((shipped | recorded) - taken))]
 
 
-def ensemble_size(modules: Sequence[str]) -> int:
-    """Members of the ensemble ``modules`` run on: kazoo's three where one of them stops or
-    loses members (:data:`MEMBER_LOSS`), else one."""
-    return 3 if MEMBER_LOSS.intersection(modules) else 1
+def left_out(shard: Sequence[str]) -> tuple[str, ...]:
+    """What ``shard`` leaves out: the entries another of :data:`SHARDS` names under its own."""
+    return tuple(
+        entry
+        for other in SHARDS
+        if tuple(other) != tuple(shard)
+        for entry in other
+        if testids.within(entry, shard)
+    )
+
+
+def selects(shard: Sequence[str], test: str) -> bool:
+    """Whether ``shard`` runs kazoo's test ``test``: under one of its entries and not left out."""
+    return testids.within(test, shard) and not testids.within(test, left_out(shard))
+
+
+def ensemble_size(shard: Sequence[str]) -> int:
+    """Members of the ensemble ``shard`` runs on: kazoo's three for the tests that need them
+    (:data:`MEMBER_LOSS`), else one."""
+    return 3 if set(MEMBER_LOSS).intersection(shard) else 1
 
 
 def port_range(shard: int, count: int) -> range:
@@ -175,9 +209,11 @@ def run(
     name: str | None = None,
     ports: range = PORT_RANGE,
     members: int = 3,
+    leave_out: Sequence[str] = (),
 ) -> dict[str, str]:
-    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) in ``mode``, its ensemble
-    of ``members`` on a block of ``ports``; return each test's outcome by id
+    """Run kazoo's ``tests`` (modules or test ids under ``--pyargs``) but those under
+    ``leave_out`` in ``mode``, its ensemble of ``members`` on a block of ``ports``; return each
+    test's outcome by id
     (``kazoo.tests.test_client::TestClient::test_create``: passed, skipped, failed, or error in
     its set-up or teardown), none if the run died before its end. The log is
     ``directory/<name>.log`` (``name`` defaults to the mode)."""
@@ -188,6 +224,7 @@ def run(
     found = directory / f"{name}.json"
     env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
     env.update(zookeeper_environment(ports, members), KZ_MODE=mode, KZ_OUTCOMES=str(found))
+    env.update(KZ_LEAVE_OUT=" ".join(leave_out))
     # kazoo's ensemble JVMs (its harness takes no JVM options) run as the project's own test
     # servers do (tests/conftest.py), and with their collector.
     options = (*short_lived_jvm_options(), "-XX:+UseSerialGC")
@@ -215,17 +252,22 @@ def run_with_retries(
     pytest_args: Sequence[str] = (),
     ports: range = PORT_RANGE,
     members: int = 3,
+    leave_out: Sequence[str] = (),
 ) -> tuple[dict[str, str], dict[str, int]]:
     """:func:`run`, then the failed tests again, alone together (``RETRIES`` rounds at most,
     each with those still failing); returns the outcomes, a test that passed again counted as
     passed, and how many times each failed test was run again."""
-    found = run(mode, directory, tests, pytest_args, ports=ports, members=members)
+    found = run(
+        mode, directory, tests, pytest_args, ports=ports, members=members, leave_out=leave_out
+    )
     retried: dict[str, int] = {}
     for attempt in range(1, RETRIES + 1):
         failed = [test for test, outcome in found.items() if outcome in FAILED]
         if not failed:
             break
-        again = run(mode, directory, failed, pytest_args, f"{mode}-{attempt}", ports, members)
+        again = run(
+            mode, directory, failed, pytest_args, f"{mode}-{attempt}", ports, members, leave_out
+        )
         for test in failed:
             retried[test] = attempt
             if again.get(test) == "passed":
@@ -233,14 +275,14 @@ def run_with_retries(
     return found, retried
 
 
-def read_expected(path: Path = STOCK, modules: Sequence[str] | None = None) -> dict[str, str]:
-    """The recorded stock outcomes: ``outcome test-id`` a line, ``#`` comments; only those of
-    ``modules`` when given."""
+def read_expected(path: Path = STOCK, shard: Sequence[str] | None = None) -> dict[str, str]:
+    """The recorded stock outcomes: ``outcome test-id`` a line, ``#`` comments; only those
+    ``shard`` runs (:func:`selects`) when given."""
     expected = {}
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             outcome, test = line.split(maxsplit=1)
-            if modules is None or test.split("::")[0] in modules:
+            if shard is None or selects(shard, test):
                 expected[test] = outcome
     return expected
 

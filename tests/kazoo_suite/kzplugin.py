@@ -13,7 +13,9 @@ name). Before every test an autouse fixture asserts that a new client has what t
 and the terminal summary counts the clients built and the requests the extension sent before
 kazoo's on new connections (its probe and SetWatches2 packets). With ``KZ_OUTCOMES`` set, each
 test's outcome is written there as JSON, keyed by the id ``--pyargs`` takes
-(``kazoo.tests.test_client::TestClient::test_create``). The ``sentinel`` package is
+(``kazoo.tests.test_client::TestClient::test_create``); ``KZ_LEAVE_OUT`` names entries
+(``kazoo.tests.test_client::TestReconfig``, :func:`tests.kazoo_suite.testids.within`) whose
+tests are deselected. The ``sentinel`` package is
 imported from the checkout (``PYTHONPATH``); ``sentinel.zk`` needs kazoo and the standard library
 only, so the harness's own cryptography (older, for pyOpenSSL) is never in its way.
 """
@@ -26,6 +28,8 @@ import kazoo.client
 import kazoo.handlers.threading as kazoo_threading
 import pytest
 from kazoo.protocol.connection import ConnectionHandler
+
+from tests.kazoo_suite import testids
 
 MODES = ("stock", "transport", "ext")
 MODE = os.environ.get("KZ_MODE", "ext")
@@ -86,6 +90,21 @@ def _assert_mode():
     yield
 
 
+def _test_id(item):
+    """The id ``--pyargs`` takes to run the test again alone."""
+    return "::".join([item.module.__name__, *([item.cls.__name__] if item.cls else []), item.name])
+
+
+def pytest_collection_modifyitems(config, items):
+    leave_out = os.environ.get("KZ_LEAVE_OUT", "").split()
+    kept, left = [], []
+    for item in items:
+        (left if testids.within(_test_id(item), leave_out) else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 OUTCOMES = {}  # test id -> passed, skipped, failed (its call) or error (its set-up or teardown)
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 
@@ -93,8 +112,7 @@ _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
-    # The id is also what --pyargs takes to run the test again alone.
-    test = "::".join([item.module.__name__, *([item.cls.__name__] if item.cls else []), item.name])
+    test = _test_id(item)
     if report.skipped:
         outcome = "skipped"
     elif report.failed:
