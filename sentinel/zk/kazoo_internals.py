@@ -92,6 +92,7 @@ NEEDS: tuple[Need, ...] = (
     Need("ConnectionHandler", "_read_response", ("self", "header", "buffer", "offset")),
     Need("ConnectionHandler", "_read_header", ("self", "timeout")),
     Need("ConnectionHandler", "_submit", ("self", "request", "timeout", "xid")),
+    Need("ConnectionHandler", "stop", ("self", "timeout")),
     Need("module", "CLOSE_RESPONSE"),
     Need("module", "WATCH_XID"),
     # read or written
@@ -317,6 +318,18 @@ class HookedConnection(ConnectionHandler):
             return False
         self._at_once.append((request, async_object))
         return True
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """kazoo's wait for this connection's thread to end, called once the client is
+        stopping. An attempt still connecting is cut first: its handshake read waits out the
+        session timeout on a server that accepts and never answers (a frozen one), and kazoo's
+        ``stop()`` waits for that read, so a ``start()`` given 1 s took 10. A connected session
+        is left to close as kazoo closes it (the server then ends it at once)."""
+        sock = self._socket
+        if sock is not None and self.client._stopped.is_set() and not self.client.connected:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        return super().stop(timeout)
 
     def _send_request(self, read_timeout: float, connect_timeout: float) -> None:
         with self._send_lock:
