@@ -29,6 +29,7 @@ from sentinel.cache.config import CacheConfig
 from sentinel.cache.protection import eligible_verdict, unprotected_note
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
+from sentinel.eligibility import none_up, status_verdict
 from sentinel.errors import (
     DecodeError,
     InstanceNotRegistered,
@@ -86,12 +87,15 @@ class ExplainStep:
     """One filter of a resolution and the endpoints it excluded.
 
     ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
-    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``.
+    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``;
+    ``reasons`` gives one endpoint (by name) a verdict of its own: the status step says each
+    one's status, and the readiness check that set it (:mod:`sentinel.eligibility`).
     """
 
     name: str
     excluded: tuple[Endpoint, ...]
     verdict: str = ""
+    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.verdict:
@@ -124,13 +128,14 @@ class Explanation:
 
     @property
     def verdicts(self) -> dict[str, str]:
-        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, or
+        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, its status
+        (``"status down: failing its readiness check ..."``, :mod:`sentinel.eligibility`), or
         ``"excluded by <filter>"``; an instance the registry no longer lists, served under
         protection from mass loss, says so (``"eligible, protected: ..."``)."""
         verdicts = {e.name: eligible_verdict(e) for e in self.instances}
         for step in self.steps:  # each step sees only what the ones before kept
             for endpoint in step.excluded:
-                verdicts[endpoint.name] = step.verdict
+                verdicts[endpoint.name] = step.reasons.get(endpoint.name, step.verdict)
         return verdicts
 
 
@@ -973,7 +978,8 @@ class Sentinel(OldMethodNames):
         partition = None if shard_policy is None else self._partition(shard_policy, service, key)
         instances = snapshot.partitions.get(partition, ())
         eligible = snapshot.up.get(partition, ())
-        steps = [ExplainStep("status up", tuple(e for e in instances if e.status != "up"))]
+        down = tuple(e for e in instances if e.status != "up")
+        steps = [ExplainStep("status up", down, reasons={e.name: status_verdict(e) for e in down})]
         if partition in snapshot.held:
             left = self.session.cache.return_home.holding(service, partition) or 0.0
             steps.append(
@@ -1020,7 +1026,8 @@ class Sentinel(OldMethodNames):
             "" if partition is None else f", key {key!r}, partition {partition!r}"
         )
         snapshot = self._snapshots.get(service)
-        live = len(snapshot.partitions.get(partition, ())) if snapshot else 0
+        instances = snapshot.partitions.get(partition, ()) if snapshot else ()
+        live = len(instances)
         up = snapshot.up.get(partition, ()) if snapshot else ()
         ejected = len(self.feedback.verdict(up).ejected) if up else 0
         # The cost of the freshness default, said where it bites: a stopped collector shows
@@ -1033,6 +1040,8 @@ class Sentinel(OldMethodNames):
         reason = (
             "has no live instance"
             if live == 0
+            else f"has {live} instance(s) but none is eligible: none is up ({none_up(instances)})"
+            if not up
             else f"has {live} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"
             + (f" ({ejected} ejected for reported failures)" if ejected else "")

@@ -168,7 +168,9 @@ class Publisher:
         check.instance("health", health, HealthCheck)  # before anything is written
         if health is not None:
             status = "starting" if instance.status == "up" else instance.status
-            instance = dataclasses.replace(instance, status=status, health=health.source)
+            instance = dataclasses.replace(
+                instance, status=status, health=health.source, check_name=health.name
+            )
         with self._lock:
             registration = self._publish(instance, inherit_scheme)
             if health is None:
@@ -219,9 +221,10 @@ class Publisher:
         mine = self._registrations.get(path)
         return None if mine is None else mine.instance.status
 
-    def _set_checked_status(self, path: str, status: str) -> None:
-        """A readiness check's status write: only over a status a check owns, and only while
-        the registration lives (a deregistration holds the lock while it removes)."""
+    def _set_checked_status(self, path: str, status: str, result: str | None) -> None:
+        """A readiness check's status write, with its last ``result``: only over a status a
+        check owns, and only while the registration lives (a deregistration holds the lock
+        while it removes)."""
         with self._lock:
             # The kept bytes first: a drain the ephemeral worker adopts after this read makes
             # the put skip (the worker takes no lock of ours, so it can come between any two
@@ -233,7 +236,7 @@ class Publisher:
                 return
             if mine.instance.status not in CHECKED_STATUSES:
                 return  # draining: an operator's or the application's, never a check's
-            instance = dataclasses.replace(mine.instance, status=status)
+            instance = dataclasses.replace(mine.instance, status=status, check_result=result)
             take_over = self._same_endpoint(instance, path)
             if self._nodes.put(path, instance.to_bytes(path), may_take_over=take_over, expect=kept):
                 self._registrations[path] = Registration(instance, path)

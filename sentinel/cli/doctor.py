@@ -9,6 +9,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Mapping
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
 from typing import TextIO
 
@@ -29,14 +30,16 @@ from sentinel.cli.common import (
     print_json,
 )
 from sentinel.cli.curator import CuratorService, curator_services, instances_of
-from sentinel.cli.fanout import targets
+from sentinel.cli.fanout import pointed_at, targets
 from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
 from sentinel.cli.output import format_table, protecting_clients, protection_note
 from sentinel.devserver import resolve_hosts
+from sentinel.eligibility import failing_checks, none_up
 from sentinel.errors import DecodeError, NamespaceNotFound, SentinelError, ZooKeeperUnavailable
+from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
     AUTH,
     AUTH_KEYS,
@@ -54,7 +57,7 @@ from sentinel.registry.reads import (
     read_metrics,
     read_service,
 )
-from sentinel.registry.records import ServiceSpec
+from sentinel.registry.records import InstanceRecord, ServiceSpec
 from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
 from sentinel.shards.store import MapState, iter_assignments, read_map_state
@@ -357,7 +360,24 @@ def _daemon_service(path: str) -> bool:
 
 
 def _services(
-    args: argparse.Namespace, zk: KazooClient, namespace: str, stale_after: float
+    args: argparse.Namespace,
+    zk: KazooClient,
+    namespace: str,
+    stale_after: float,
+    region: str | None = None,
+) -> list[Finding]:
+    with ExitStack() as stack:
+        return _service_findings(
+            args, zk, namespace, stale_after, _OtherRegions(args, region, stack)
+        )
+
+
+def _service_findings(
+    args: argparse.Namespace,
+    zk: KazooClient,
+    namespace: str,
+    stale_after: float,
+    elsewhere: _OtherRegions,
 ) -> list[Finding]:
     findings: list[Finding] = []
     now = time.time()
@@ -380,7 +400,6 @@ def _services(
         findings.extend(_persistent_instances(zk, listing.persistent_nodes))
         found = instances_of(args, listing)  # a Curator registry's, when the spec says so
         bad += found.skipped
-        live = {i.partition for i in found.instances if i.status == "up"}
         metrics, skipped = read_metrics(zk, service)
         bad += skipped
         names = found.names
@@ -414,8 +433,11 @@ def _services(
                         f"check the metric collector publishing {service}",
                     )
                 )
-        findings.extend(_partitions(zk, listing.spec, live, namespace))
-        protecting = protecting_clients(read_clients_of(zk, service))
+        clients = read_clients_of(zk, service)
+        findings.extend(
+            _partitions(zk, listing.spec, found.instances, namespace, len(clients), elsewhere)
+        )
+        protecting = protecting_clients(clients)
         if protecting:
             findings.append(
                 Finding(
@@ -479,21 +501,19 @@ def _flooded(zk: KazooClient, service: str, namespace: str) -> list[Finding]:
 
 
 def _partitions(
-    zk: KazooClient, spec: ServiceSpec, live: set[str], namespace: str
+    zk: KazooClient,
+    spec: ServiceSpec,
+    instances: tuple[InstanceRecord | Endpoint, ...],
+    namespace: str,
+    followers: int,
+    elsewhere: _OtherRegions,
 ) -> list[Finding]:
+    """The service, or each partition of it in use, that has no instance up: why (its
+    instances' statuses and checks, :mod:`sentinel.eligibility`), and whether another region
+    serves it under its failover rule."""
+    live = {i.partition for i in instances if i.status == "up"}
     if spec.shard_policy is None:
-        if live:
-            return []
-        # A daemon's service waits for its daemon (init --secure creates the default ones).
-        daemon = spec.service.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
-        return [
-            Finding(
-                "warn" if daemon else "error",
-                "no live instance",
-                f"{spec.service} has no instance up",
-                f"start an instance that registers {spec.service}",
-            )
-        ]
+        return [] if live else [_unserved(spec, None, instances, followers, elsewhere)]
     try:
         data, _ = zk.get(policy_path(spec.shard_policy))
         policy = ShardPolicySpec.from_bytes(spec.shard_policy, policy_path(spec.shard_policy), data)
@@ -514,15 +534,136 @@ def _partitions(
     else:  # any partition may be used: the ones the keys map to
         used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
     return [
-        Finding(
-            "error",
-            "no live instance",
-            f"{spec.service} partition {p} (shard policy {spec.shard_policy}) has no instance up",
-            f"start an instance that registers {spec.service} in partition {p}, or move "
-            f"its keys to a live partition",
-        )
+        _unserved(spec, p, tuple(i for i in instances if i.partition == p), followers, elsewhere)
         for p in sorted(used - live)
     ]
+
+
+def _unserved(
+    spec: ServiceSpec,
+    partition: str | None,
+    instances: tuple[InstanceRecord | Endpoint, ...],
+    followers: int,
+    elsewhere: _OtherRegions,
+) -> Finding:
+    """A service (``partition`` None) or a partition with no instance up: served from another
+    region by its failover rule (not an error; a warning when instances here are down), empty
+    and followed by nobody (retirable), or broken (an error, with the fix that fits)."""
+    service = spec.service
+    what = (
+        service
+        if partition is None
+        else (f"{service} partition {partition} (shard policy {spec.shard_policy})")
+    )
+    state = (
+        f"has {len(instances)} instance(s), none up: {none_up(instances)}"
+        if instances
+        else "has no instance up"
+    )
+    serving = elsewhere.serving(spec, partition)
+    if serving is not None:
+        return Finding(
+            "warn" if instances else "ok",
+            "no live instance",
+            f"{what} {state} in {elsewhere.here}: served from {serving}",
+            _fix(service, partition, instances) if instances else "",
+        )
+    # A daemon's service waits for its daemon (init --secure creates the default ones).
+    daemon = service.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
+    if not instances and not followers and partition is None and not daemon:
+        return Finding(
+            "warn",
+            "empty service",
+            f"{service} has no instance and no client follows it",
+            f"sentinel service retire {service} (when nothing will register it again), or "
+            f"start an instance that registers {service}",
+        )
+    followed = f"; {followers} client(s) follow it" if followers and not instances else ""
+    return Finding(
+        "warn" if daemon else "error",
+        "no live instance",
+        f"{what} {state}{followed}",
+        _fix(service, partition, instances),
+    )
+
+
+def _fix(
+    service: str, partition: str | None, instances: tuple[InstanceRecord | Endpoint, ...]
+) -> str:
+    """What brings a service (or a partition) with nothing up back: its failing readiness
+    checks fixed, its drained instances undrained, or an instance started."""
+    where = "" if partition is None else f" in partition {partition}"
+    start = f"start an instance that registers {service}{where}"
+    checks = failing_checks(instances)
+    if checks:
+        return (
+            f"make {', '.join(checks)} pass on them (`sentinel ls {service}` shows each "
+            f"instance's last result), or {start}"
+        )
+    if instances and all(i.status == "draining" for i in instances):
+        return f"sentinel undrain {service} PARTITION:LABEL (they are drained), or {start}"
+    return start + ("" if partition is None else ", or move its keys to a live partition")
+
+
+class _OtherRegions:
+    """The regions a failover rule may send the lookups of the region doctor checks to
+    (``here``), read when a service there has nothing up: each region's ensemble connected to
+    once, on first need, each service read once."""
+
+    def __init__(self, args: argparse.Namespace, here: str | None, stack: ExitStack) -> None:
+        self.here = here
+        self._args = args
+        self._regions = getattr(args, "regions_config", None)
+        self._stack = stack
+        self._zk: dict[str, KazooClient | None] = {}
+        self._up: dict[tuple[str, str], set[str] | None] = {}
+
+    def serving(self, spec: ServiceSpec, partition: str | None) -> str | None:
+        """``west (failover rule west,north)``: the first region the service's rule sends
+        lookups to that has an instance up (in ``partition``), or None."""
+        rule, regions = spec.failover, self._regions
+        if rule is None or rule.local_only or regions is None or self.here is None:
+            return None
+        # Which of the others is nearest is the client's measure: any of them may be.
+        nearest = [n for n in regions.regions if n not in rule.regions] if rule.nearest else []
+        for name in (*nearest, *rule.regions):
+            if name == self.here or name not in regions.regions:
+                continue
+            up = self._partitions_up(name, rule.service or spec.service)
+            if up and (partition is None or partition in up):
+                return f"{name} (failover rule {rule.describe()})"
+        return None
+
+    def _partitions_up(self, region: str, service: str) -> set[str] | None:
+        """The partitions of ``service`` with an instance up in ``region`` (None: the region
+        cannot be read, or has no such service)."""
+        if (region, service) not in self._up:
+            zk = self._connected(region)
+            try:
+                listing = None if zk is None else read_service(zk, service)
+            except (SentinelError, KazooException, KazooTimeoutError):
+                listing = None
+            self._up[region, service] = (
+                None
+                if listing is None
+                else {
+                    i.partition
+                    for i in instances_of(self._args, listing).instances
+                    if i.status == "up"
+                }
+            )
+        return self._up[region, service]
+
+    def _connected(self, region: str) -> KazooClient | None:
+        if region not in self._zk:
+            assert self._regions is not None  # serving() asks only with regions
+            entry = self._regions.regions[region]
+            args = pointed_at(self._args, entry, self._regions.identity_of(entry))
+            try:
+                self._zk[region] = self._stack.enter_context(connect(args))
+            except (SentinelError, KazooException, KazooTimeoutError):
+                self._zk[region] = None  # unreachable: it serves nothing doctor can see
+        return self._zk[region]
 
 
 def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
@@ -663,7 +804,7 @@ def _check(
             findings += _sections(zk, args.namespace)
             findings += _acls(zk, args.namespace, identities)
             if all(zk.exists(section) for section in SECTIONS):
-                findings += _services(args, zk, args.namespace, args.stale_after)
+                findings += _services(args, zk, args.namespace, args.stale_after, region)
                 findings += _orphaned_auth(zk, args.namespace)
             maps = {}  # a namespace without /shard_info holds no policy
             if zk.exists(SHARD_INFO):

@@ -46,6 +46,8 @@ MAX_URL = 2048
 # many bytes is a failure, not a reason to read on.
 MAX_STATUS_LINE = 1024
 KINDS = ("http", "tcp", "call")
+# A check's name is shown in tables and published with its instance: a long URL is cut.
+NAME_LENGTH = 120
 
 
 class Schedule(TypedDict, total=False):
@@ -129,6 +131,20 @@ class HealthCheck:
     def source(self) -> str:
         """What ``sentinel ls`` shows as the instance's health source: ``check:http`` etc."""
         return f"check:{self.kind}"
+
+    @property
+    def name(self) -> str:
+        """What the check is called where a failing instance is described (``sentinel
+        doctor``, ``resolve``, the errors), published with the status it sets: ``GET /ready``
+        (a URL's query left out), ``tcp 10.0.0.5:6432`` or ``tcp port`` (the instance's own),
+        ``call ready``."""
+        if self.kind == "http" and self.url is not None:
+            return f"GET {re.split(r'[?#]', self.url, maxsplit=1)[0]}"[:NAME_LENGTH]
+        if self.kind == "tcp":
+            return f"tcp {self.host or ''}:{self.port}" if self.port else "tcp port"
+        if self.kind == "call":
+            return f"call {getattr(self.function, '__qualname__', 'function')}"[:NAME_LENGTH]
+        return self.source
 
     def probe(self, host: str, port: int, timeout: float | None = None) -> Callable[[], None]:
         """One run of this check against the instance at ``host:port``: a callable that

@@ -22,9 +22,10 @@ import threading
 from collections.abc import Callable
 
 from sentinel import telemetry
-from sentinel.health.checks import HealthCheck
+from sentinel.health.checks import CheckFailed, HealthCheck
 from sentinel.health.damping import DOWN, Damper
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
+from sentinel.registry.records import MAX_CHECK_TEXT
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class _Followed:
         self.check = check
         self.damper = Damper(check.failures_before_down, check.successes_before_up)
         self.passing: bool | None = None  # the last result, to log changes only
+        self.result: str | None = None  # published_result() of the last result
         self.scheduled: ScheduledCheck | None = None
 
 
@@ -50,14 +52,15 @@ class Readiness:
     """Makes registrations' published status follow their checks.
 
     ``published(path)`` is the status a registration is published with now (None once it is
-    deregistered); ``publish(path, status)`` writes a new one unless the published one is not
-    a check's to replace (it re-checks that itself, holding the publisher's lock).
+    deregistered); ``publish(path, status, result)`` writes a new one, with the check's last
+    result (:func:`published_result`), unless the published one is not a check's to replace
+    (it re-checks that itself, holding the publisher's lock).
     """
 
     def __init__(
         self,
         published: Callable[[str], str | None],
-        publish: Callable[[str, str], object],
+        publish: Callable[[str, str, str | None], object],
     ) -> None:
         self._published = published
         self._publish = publish
@@ -127,6 +130,7 @@ class Readiness:
             elif followed.passing is not None:
                 log.info("%s: readiness check passes again", followed.path)
             followed.passing = passed
+        followed.result = published_result(followed.check, passed, detail)
         before = followed.damper.state
         changed = followed.damper.observe(passed)
         if changed is not None:
@@ -162,7 +166,7 @@ class Readiness:
                 if state is None:
                     continue
                 try:
-                    self._publish(followed.path, state)
+                    self._publish(followed.path, state, followed.result)
                 except Exception as exc:
                     if not failed and delay is None:
                         log.warning(
@@ -179,3 +183,18 @@ class Readiness:
                 delay = min((delay or _RETRY_AFTER_FAILURE / 2) * 2, _RETRY_MAX_DELAY)
             else:
                 delay = None
+
+
+def published_result(check: HealthCheck, passed: bool, detail: str) -> str:
+    """A result as it is published with the status it sets, for every reader of the namespace
+    to see: ``passing``, or why it failed in Sentinel's own words (an HTTP status, a refused
+    connection, a timeout). An application's exception (a ``call`` check's) is named by its
+    type only: its message may say anything, a password included."""
+    if passed:
+        return "passing"
+    kind, sep, text = detail.partition(": ")
+    if sep and kind == CheckFailed.__name__:
+        detail = text
+    elif sep and check.kind == "call" and kind.isidentifier():
+        detail = f"raised {kind}"
+    return detail[:MAX_CHECK_TEXT]

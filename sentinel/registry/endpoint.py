@@ -32,7 +32,8 @@ class Endpoint:
     metrics, measured at ``metrics_at`` (None when none were published). ``auth`` is the
     client's decrypted credential for the service (None until the authentication manager has
     published one). ``health`` is the source of a readiness check that sets ``status``
-    (``check:http``...; None: the session alone). ``joined`` is the zxid that created the
+    (``check:http``...; None: the session alone), ``check_name`` and ``check_result`` that
+    check's name and its result when it last set the status. ``joined`` is the zxid that created the
     instance's node: instances that joined earlier have smaller ones, which gives clusters a
     stable order (see topology).
     ``unlisted_since`` is None for every instance the registry lists; an instance it no
@@ -57,6 +58,8 @@ class Endpoint:
     metrics_at: float | None = None
     auth: Mapping[str, Any] | None = None
     health: str | None = None
+    check_name: str | None = None
+    check_result: str | None = None
     unlisted_since: float | None = None
 
     @property

@@ -35,6 +35,9 @@ STATUSES = frozenset({"up", "down", "starting", "draining"})
 # An instance's health source: any short one is accepted, not only the ones this version
 # knows, so that instances a newer publisher checks some other way stay visible to older readers.
 MAX_HEALTH_SOURCE = 32
+# A readiness check's name and last result, as published with the status it set: what
+# `doctor`, `resolve` and the errors show of a failing instance; longer text is cut there.
+MAX_CHECK_TEXT = 240
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
 
@@ -423,6 +426,10 @@ class InstanceRecord:
     # What decides the status besides the session, when not only that: a readiness check's
     # source (``check:http``, ``check:tcp``, ``check:call``, see sentinel.health).
     health: str | None = None
+    # That check's name (``GET /ready``) and its result when the status was last written
+    # (``passing``, or why it failed): published with the status, never more often.
+    check_name: str | None = None
+    check_result: str | None = None
 
     def __post_init__(self) -> None:
         validate_name("service", self.service)
@@ -455,6 +462,8 @@ class InstanceRecord:
                     f"'check:http': printable ASCII, no spaces, {MAX_HEALTH_SOURCE} characters "
                     "at most)"
                 )
+        for name in ("check_name", "check_result"):
+            _check_text(name, getattr(self, name))
 
     def to_bytes(self, path: str) -> bytes:
         """The node's value (``health`` only when there is one: the node of an instance
@@ -473,6 +482,11 @@ class InstanceRecord:
                 "properties": self.properties,
                 "registered_at": self.registered_at,
                 **({"health": self.health} if self.health is not None else {}),
+                **{
+                    name: getattr(self, name)
+                    for name in ("check_name", "check_result")
+                    if getattr(self, name) is not None
+                },
             },
         )
 
@@ -503,7 +517,19 @@ class InstanceRecord:
                 properties=_or_empty(document.get("properties")),
                 registered_at=float(registered_at),
                 health=document.get("health"),
+                check_name=document.get("check_name"),
+                check_result=document.get("check_result"),
             )
+
+
+def _check_text(what: str, value: object) -> None:
+    """A check's name or result: None, or printable text of MAX_CHECK_TEXT characters at most."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.isprintable() or len(value) > MAX_CHECK_TEXT:
+        raise ValidationError(
+            f"{what} must be printable text of {MAX_CHECK_TEXT} characters at most"
+        )
 
 
 MAX_METRICS = 256

@@ -247,6 +247,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.memo",
             "sentinel.rendezvous",
             "sentinel.freshness",
+            "sentinel.eligibility",
             "sentinel.private_files",
             "sentinel.telemetry",
             "sentinel.deprecation",
