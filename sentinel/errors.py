@@ -43,6 +43,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── RegistryConflict                     writes
     │   └── LabelTaken
     ├── ServiceConflict
+    ├── ServiceInUse                         retire: instances or followers remain (.service)
     ├── ShardPolicyNotFound
     ├── ShardPolicyExists
     │   └── ShardPolicyConflict              shard_maps.ensure: another spec is stored
@@ -377,6 +378,22 @@ class LabelTaken(RegistryConflict):
 
 class ServiceConflict(SentinelError):
     """A service spec already exists with different settings than the ones asked for."""
+
+
+class ServiceInUse(SentinelError):
+    """A service that is not retired because instances are registered or clients follow it
+    (``instances`` and ``followers`` count them); nothing was removed. ``sentinel service
+    retire --force`` removes it all the same."""
+
+    def __init__(self, service: str, instances: int, followers: int) -> None:
+        super().__init__(
+            f"service {service!r} is in use: {instances} instance(s) registered and "
+            f"{followers} client(s) following it; nothing was removed (stop them first, or "
+            "--force: a publisher still running registers it again)"
+        )
+        self.service = service
+        self.instances = instances
+        self.followers = followers
 
 
 class ShardPolicyNotFound(SentinelError):

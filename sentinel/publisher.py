@@ -122,14 +122,7 @@ class Publisher:
         data, _ = self._zk.get(path)
         stored = ServiceSpec.from_bytes(spec.service, path, data)
         if strict and stored != spec:
-            raise ServiceConflict(
-                f"service {spec.service!r} exists with scheme={stored.scheme!r}, "
-                f"shard_policy={stored.shard_policy!r}, defaults={dict(stored.defaults)!r}, "
-                f"curator={stored.curator!r}, mark_departures={stored.mark_departures!r}; "
-                f"asked for scheme={spec.scheme!r}, shard_policy={spec.shard_policy!r}, "
-                f"defaults={dict(spec.defaults)!r}, curator={spec.curator!r}, "
-                f"mark_departures={spec.mark_departures!r}"
-            )
+            raise ServiceConflict(_conflict(stored, spec))
         return stored
 
     def set_failover(self, service: str, rule: Failover | None) -> tuple[ServiceSpec, ServiceSpec]:
@@ -436,6 +429,33 @@ def write_failover(
         f"{path} kept changing during {FAILOVER_ATTEMPTS} attempts to set its failover rule; "
         "nothing was written: run it again"
     )
+
+
+def _conflict(stored: ServiceSpec, asked: ServiceSpec) -> str:
+    """What ServiceConflict says: each field that differs, as stored and as asked for, and
+    for the failover rule (changed in place, never by ensure_service) how to change it."""
+    differing = [
+        f.name
+        for f in dataclasses.fields(ServiceSpec)
+        if getattr(stored, f.name) != getattr(asked, f.name)
+    ]
+
+    def shown(spec: ServiceSpec) -> str:
+        return ", ".join(f"{name}={_field_text(name, getattr(spec, name))}" for name in differing)
+
+    text = f"service {stored.service!r} exists with {shown(stored)}; asked for {shown(asked)}"
+    if "failover" in differing:
+        text += (
+            f" (a rule is changed in place: Sentinel.set_failover({stored.service!r}, ...) or "
+            f"`sentinel failover {stored.service} RULE`)"
+        )
+    return text
+
+
+def _field_text(name: str, value: object) -> str:
+    if name == "failover":
+        return (value or LOCAL_ONLY).describe()  # type: ignore[attr-defined]
+    return repr(dict(value) if isinstance(value, Mapping) else value)
 
 
 def _value_of(conformed: InstanceRecord, given: InstanceRecord, data: bytes, path: str) -> bytes:

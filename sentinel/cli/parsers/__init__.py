@@ -17,6 +17,7 @@ from sentinel.cli.parsers import (
     inspect,
     publish,
     rotation,
+    service,
     shard,
     watch,
 )
@@ -28,6 +29,7 @@ COMMAND_GROUPS = (
     publish,
     rotation,
     failover,
+    service,
     watch,
     deps,
     doctor,
