@@ -20,13 +20,14 @@ from sentinel.cli.options import (
     EXIT_OK,
 )
 from sentinel.cli.output import protecting_clients, protection_note
+from sentinel.eligibility import status_verdict
 from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
 from sentinel.health.sources import health_of
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.reads import list_services, read_clients_of, read_metrics, read_service
-from sentinel.registry.records import InstanceRecord, MetricsRecord
+from sentinel.registry.records import CHECK_PASSING, InstanceRecord, MetricsRecord
 
 
 def age(seconds: float | None) -> str:
@@ -53,10 +54,19 @@ def _instance_document(
     return {
         **shown,
         "health": {"source": source, "state": state},
+        "verdict": "up" if record.status == "up" else status_verdict(record),
         "properties": dict(record.properties),
         "metrics": dict(values),
         "metrics_measured_at": metrics.measured_at if metrics else None,
     }
+
+
+def _health_cell(document: dict[str, Any]) -> str:
+    """``check:http down (GET http://10.0.0.5:8080/ready: status 503)``: the source, the
+    state, and the result a failing check published with it."""
+    health, result = document["health"], document["check_result"]
+    failing = result is not None and result != CHECK_PASSING and health["state"] != "up"
+    return f"{health['source']} {health['state']}" + (f" ({result})" if failing else "")
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -101,7 +111,7 @@ def _ls(args: argparse.Namespace) -> int:
                 d["zone"],
                 d["weight"],
                 d["status"],
-                f"{d['health']['source']} {d['health']['state']}",
+                _health_cell(d),
                 age(now - d["registered_at"]),
                 metrics_text(d["metrics"]) or "-",
                 age(None if d["metrics_measured_at"] is None else now - d["metrics_measured_at"]),
@@ -135,7 +145,7 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
             listing = read_service(zk, service)
         except SentinelError as exc:  # one unreadable service must not hide the others
             documents.append({"service": service, "error": str(exc)})
-            rows.append((service, "-", "-", "-", "-", f"unreadable: {exc}"))
+            rows.append((service, "-", "-", "-", "-", f"unreadable: {exc}", "-"))
             continue
         source, instances, _ = instances_of(args, listing)
         if source != "namespace":
@@ -147,6 +157,7 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
                 "service": service,
                 "scheme": listing.spec.scheme,
                 "shard_policy": listing.spec.shard_policy,
+                "failover": _failover(listing.spec.failover),
                 "source": source,
                 "instances": len(instances),
                 "up": up,
@@ -161,6 +172,7 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
                 len(instances),
                 up,
                 " ".join(f"{p}:{n}" for p, n in sorted(per_partition.items())) or "-",
+                _failover(listing.spec.failover) or "-",
             )
         )
     curator_rows = []
@@ -183,13 +195,20 @@ def _ls_services(args: argparse.Namespace, zk: Any) -> int:
     if args.json:
         print_json(documents)
         return EXIT_OK
-    print_table(rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS"))
+    print_table(
+        rows, ("SERVICE", "SCHEME", "SHARD POLICY", "INSTANCES", "UP", "PARTITIONS", "FAILOVER")
+    )
     for note in registries:
         print(f"({note})")
     if curator_rows:
         print()
         print_table(curator_rows, ("SERVICE", "SOURCE", "INSTANCES", "UP", "SKIPPED"))
     return EXIT_OK
+
+
+def _failover(rule: Failover | None) -> str | None:
+    """A service's failover rule as ``ls`` shows it (None: this region's instances only)."""
+    return None if rule is None or rule.local_only else rule.describe()
 
 
 def _ls_curator_service(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from sentinel import telemetry
 from sentinel.health.checks import CheckFailed, HealthCheck
 from sentinel.health.damping import DOWN, Damper
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
-from sentinel.registry.records import MAX_CHECK_TEXT
+from sentinel.registry.records import CHECK_PASSING, MAX_CHECK_TEXT
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +191,7 @@ def published_result(check: HealthCheck, passed: bool, detail: str) -> str:
     connection, a timeout). An application's exception (a ``call`` check's) is named by its
     type only: its message may say anything, a password included."""
     if passed:
-        return "passing"
+        return CHECK_PASSING
     kind, sep, text = detail.partition(": ")
     if sep and kind == CheckFailed.__name__:
         detail = text

@@ -38,6 +38,8 @@ MAX_HEALTH_SOURCE = 32
 # A readiness check's name and last result, as published with the status it set: what
 # `doctor`, `resolve` and the errors show of a failing instance; longer text is cut there.
 MAX_CHECK_TEXT = 240
+#: The result a passing check publishes (a failing one publishes why it failed).
+CHECK_PASSING = "passing"
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{0,31}\Z")
 
