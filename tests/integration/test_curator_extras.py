@@ -334,6 +334,7 @@ def test_ls_doctor_and_prune_count_a_jvm_service_by_its_registry(
                 "service": SERVICE,
                 "scheme": "http",
                 "shard_policy": None,
+                "failover": None,
                 "source": f"curator:{base}",
                 "instances": 2,
                 "up": 2,
