@@ -136,12 +136,13 @@ class HealthCheck:
     def name(self) -> str:
         """What the check is called where a failing instance is described (``sentinel
         doctor``, ``resolve``, the errors), published with the status it sets: ``GET /ready``
-        (a URL's query left out), ``tcp 10.0.0.5:6432`` or ``tcp port`` (the instance's own),
+        (a URL's query left out), ``tcp db.local:6432``, ``tcp :6432`` or ``tcp connect`` (to the
+        instance's own port),
         ``call ready``."""
         if self.kind == "http" and self.url is not None:
             return f"GET {re.split(r'[?#]', self.url, maxsplit=1)[0]}"[:NAME_LENGTH]
         if self.kind == "tcp":
-            return f"tcp {self.host or ''}:{self.port}" if self.port else "tcp port"
+            return f"tcp {self.host or ''}:{self.port}" if self.port else "tcp connect"
         if self.kind == "call":
             return f"call {getattr(self.function, '__qualname__', 'function')}"[:NAME_LENGTH]
         return self.source

@@ -18,6 +18,7 @@ memory: no read.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable
 
@@ -188,13 +189,19 @@ class Readiness:
 def published_result(check: HealthCheck, passed: bool, detail: str) -> str:
     """A result as it is published with the status it sets, for every reader of the namespace
     to see: ``passing``, or why it failed in Sentinel's own words (an HTTP status, a refused
-    connection, a timeout). An application's exception (a ``call`` check's) is named by its
-    type only: its message may say anything, a password included."""
+    connection, a timeout), a URL's query left out as in the check's name. An application's
+    exception (a ``call`` check's) is named by its type only: its message may say anything, a
+    password included."""
     if passed:
         return CHECK_PASSING
     kind, sep, text = detail.partition(": ")
     if sep and kind == CheckFailed.__name__:
-        detail = text
+        detail = _QUERY.sub("", text)
     elif sep and check.kind == "call" and kind.isidentifier():
         detail = f"raised {kind}"
     return detail[:MAX_CHECK_TEXT]
+
+
+# A URL's query or fragment in a result: up to the ": " that ends the URL in CheckFailed's
+# words (a URL holds no spaces: HealthCheck refuses them).
+_QUERY = re.compile(r"[?#]\S*?(?=: |\s|$)")

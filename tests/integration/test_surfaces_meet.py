@@ -161,6 +161,40 @@ def test_checks_failing_on_every_instance_are_named_by_the_error_resolve_ls_and_
         assert finding["fix"].startswith("make GET /ready pass on them")
 
 
+def test_what_a_check_publishes_holds_no_query_and_no_application_message(make_client, raw_zk):
+    def leaky() -> bool:
+        raise RuntimeError("cannot log in as app with password=hunter2")
+
+    client = make_client("publisher")
+    fast = {"interval": 0.1, "timeout": 0.1, "failures_before_down": 1}
+    with failing_server() as port:
+        called = client.register(
+            "web", "main", "127.0.0.1", port, label="c", health=HealthCheck.call(leaky, **fast)
+        )
+        asked = client.register(
+            "web",
+            "main",
+            "127.0.0.1",
+            port,
+            label="h",
+            health=HealthCheck.http("/ready?token=s3cret", **fast),
+        )
+        nodes = {r.path: r for r in (called, asked)}
+        assert wait_until(
+            lambda: all(json.loads(raw_zk.get(p)[0])["status"] == "down" for p in nodes), 10
+        )
+        published = {p: json.loads(raw_zk.get(p)[0]) for p in nodes}
+    assert (published[called.path]["check_name"], published[called.path]["check_result"]) == (
+        "call test_what_a_check_publishes_holds_no_query_and_no_application_message.<locals>.leaky",
+        "raised RuntimeError",
+    )
+    assert published[asked.path]["check_name"] == "GET /ready"
+    assert published[asked.path]["check_result"] == (
+        f"GET http://127.0.0.1:{port}/ready: status 503"
+    )
+    assert not [p for p in nodes if b"hunter2" in raw_zk.get(p)[0] or b"s3cret" in raw_zk.get(p)[0]]
+
+
 def test_a_differing_failover_rule_is_named_with_the_way_to_change_it(make_client, raw_zk):
     client = make_client("publisher")
     client.ensure_service("orders", failover=Failover(regions=("west",)))
