@@ -1040,7 +1040,7 @@ class Sentinel(OldMethodNames):
         reason = (
             "has no live instance"
             if live == 0
-            else f"has {live} instance(s) but none is eligible: none is up ({none_up(instances)})"
+            else f"has {live} instance(s) but none is eligible: none is up; {none_up(instances)}"
             if not up
             else f"has {live} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"

@@ -136,8 +136,9 @@ def test_checks_failing_on_every_instance_are_named_by_the_error_resolve_ls_and_
         )
         with pytest.raises(NoInstanceAvailable) as raised:
             reader.get_service("web")
-        assert "2 status down: failing its readiness check GET /ready" in str(raised.value)
-        assert f"GET http://127.0.0.1:{port}/ready: status 503" in str(raised.value)
+        message = str(raised.value)
+        assert "none is up; 2 status down: failing its readiness check GET /ready" in message
+        assert f"GET http://127.0.0.1:{port}/ready: status 503" in message
         verdicts = reader.explain("web").verdicts
         assert verdicts["main:a"].startswith("status down: failing its readiness check GET /ready")
 
