@@ -29,7 +29,7 @@ from sentinel.cache.config import CacheConfig
 from sentinel.cache.protection import eligible_verdict, unprotected_note
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
-from sentinel.eligibility import none_up, status_verdict
+from sentinel.eligibility import nothing_up, status_verdict
 from sentinel.errors import (
     DecodeError,
     InstanceNotRegistered,
@@ -1027,7 +1027,6 @@ class Sentinel(OldMethodNames):
         )
         snapshot = self._snapshots.get(service)
         instances = snapshot.partitions.get(partition, ()) if snapshot else ()
-        live = len(instances)
         up = snapshot.up.get(partition, ()) if snapshot else ()
         ejected = len(self.feedback.verdict(up).ejected) if up else 0
         # The cost of the freshness default, said where it bites: a stopped collector shows
@@ -1038,11 +1037,9 @@ class Sentinel(OldMethodNames):
             if callable(distrusted) and up:
                 stale.update(e.name for e in distrusted(up))
         reason = (
-            "has no live instance"
-            if live == 0
-            else f"has {live} instance(s) but none is eligible: none is up; {none_up(instances)}"
+            nothing_up(instances)
             if not up
-            else f"has {live} instance(s) but none is eligible under "
+            else f"has {len(instances)} instance(s) but none is eligible under "
             f"{'status up' if policy is None else repr(policy)}"
             + (f" ({ejected} ejected for reported failures)" if ejected else "")
             + (

@@ -11,7 +11,7 @@ is told from stopped, starting or drained.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 #: How many distinct reasons :func:`none_up` lists before it counts the rest.
@@ -42,6 +42,19 @@ def status_verdict(instance: Described) -> str:
         return f"status starting: its readiness check {name} has no result yet"
     result = instance.check_result or "no result published"
     return f"status down: failing its readiness check {name} ({result})"
+
+
+#: A partition (or an unsharded service) that no instance is registered in.
+NO_LIVE_INSTANCE = "has no live instance"
+
+
+def nothing_up(instances: Sequence[Described]) -> str:
+    """What a partition none of whose ``instances`` is up has: ``has no live instance``, or
+    ``has 2 instance(s) but none is eligible: none is up; 2 status down: ...``."""
+    if not instances:
+        return NO_LIVE_INSTANCE
+    count = len(instances)
+    return f"has {count} instance(s) but none is eligible: none is up; {none_up(instances)}"
 
 
 def none_up(instances: Iterable[Described]) -> str:

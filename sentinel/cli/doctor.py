@@ -37,7 +37,7 @@ from sentinel.cli.options import (
 )
 from sentinel.cli.output import format_table, protecting_clients, protection_note
 from sentinel.devserver import resolve_hosts
-from sentinel.eligibility import failing_checks, none_up
+from sentinel.eligibility import failing_checks, nothing_up
 from sentinel.errors import DecodeError, NamespaceNotFound, SentinelError, ZooKeeperUnavailable
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
@@ -555,11 +555,7 @@ def _unserved(
         if partition is None
         else (f"{service} partition {partition} (shard policy {spec.shard_policy})")
     )
-    state = (
-        f"has {len(instances)} instance(s), none up: {none_up(instances)}"
-        if instances
-        else "has no instance up"
-    )
+    state = nothing_up(instances)
     serving = elsewhere.serving(spec, partition)
     if serving is not None:
         return Finding(

@@ -157,7 +157,7 @@ def test_checks_failing_on_every_instance_are_named_by_the_error_resolve_ls_and_
         doctor = cli_in_process("doctor", "--json")
         (finding,) = by_service(doctor, "web")
         assert finding["severity"] == "error" and finding["check"] == "no live instance"
-        assert "has 2 instance(s), none up" in finding["detail"]
+        assert "has 2 instance(s) but none is eligible: none is up" in finding["detail"]
         assert "failing its readiness check GET /ready" in finding["detail"]
         assert finding["fix"].startswith("make GET /ready pass on them")
 
