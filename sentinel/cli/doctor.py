@@ -566,7 +566,9 @@ def _unserved(
         )
     # A daemon's service waits for its daemon (init --secure creates the default ones).
     daemon = service.startswith(tuple(DAEMON_SERVICE_PREFIXES.values()))
-    if not instances and not followers and partition is None and not daemon:
+    rule = spec.failover
+    fails_over = rule is not None and not rule.local_only
+    if not instances and not followers and partition is None and not daemon and not fails_over:
         return Finding(
             "warn",
             "empty service",
@@ -575,6 +577,12 @@ def _unserved(
             f"start an instance that registers {service}",
         )
     followed = f"; {followers} client(s) follow it" if followers and not instances else ""
+    if rule is not None and not rule.local_only:
+        followed += (
+            f"; its failover rule ({rule.describe()}) finds no other region serving it"
+            if elsewhere.here is not None
+            else f"; it fails over ({rule.describe()}): --regions checks the other regions"
+        )
     return Finding(
         "warn" if daemon else "error",
         "no live instance",

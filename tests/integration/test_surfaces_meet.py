@@ -96,6 +96,24 @@ def test_doctor_in_every_region_names_the_region_that_serves_a_failed_over_servi
             assert [d["failover"] for d in json.loads(listed.stdout)] == ["west"]
 
 
+def test_a_failed_over_service_no_region_serves_is_an_error_not_an_empty_service(
+    zookeeper, west, namespace, regions_file
+):
+    with Sentinel(zookeeper.connect_string, "east-pub", namespace, regions=False) as east_pub:
+        east_pub.ensure_service("lonely", failover=Failover(regions=("west",)))
+        result = sentinel_in_process(
+            "doctor", "--json", "--regions", regions_file, "--region", "all", "--timeout", "5"
+        )
+    (finding,) = by_service(result, "lonely")
+    assert (finding["severity"], finding["check"], finding["region"]) == (
+        "error",
+        "no live instance",
+        "east",
+    )
+    assert "its failover rule (west) finds no other region serving it" in finding["detail"]
+    assert result.returncode == 1
+
+
 class _Failing(ThreadingHTTPServer):
     daemon_threads = True
 
