@@ -46,6 +46,7 @@ from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
 from sentinel.regions.config import Region, Regions
+from sentinel.regions.identity import identity_for
 from sentinel.regions.router import Answer, Router
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
@@ -181,6 +182,9 @@ class Sentinel(OldMethodNames):
         ``"user:password"``, the ZooKeeper digest identity of a secured namespace
         (``sentinel init --secure``); nodes this client creates are writable by it alone.
         ``""`` (:data:`sentinel.auth.acl.ANONYMOUS`): anonymous even when the variable is set.
+        The default goes to this client's own region only: a client reading another region
+        (``agent_region``) presents that region's entry's identity, else none
+        (:func:`~sentinel.regions.identity.identity_for`, ``docs/regions.md``).
 
     client_id : str, default ``<hostname>-<pid>``
         This process's name in ``/clients`` and in logs; unique per process.
@@ -300,12 +304,18 @@ class Sentinel(OldMethodNames):
         self.cache_config = cache
         #: This client's region and the others it may fail over to (None: one region).
         self.regions = Regions.resolve(regions)
-        home = None if self.regions is None else self.regions.local_region()
-        if home is not None:  # given arguments win over the region's entry, which wins over $...
-            hosts = home.hosts if hosts is None else hosts
-            namespace = home.namespace if namespace is None else namespace
-            tls = home.tls if tls is None else tls
-            identity = home.identity if identity is None else identity
+        # The region this client reads: the agent's other region it names, else its own.
+        reads = agent_region or (None if self.regions is None else self.regions.local)
+        entry = None if self.regions is None else self.regions.regions.get(reads or "")
+        if entry is not None:  # given arguments win over the region's entry, which wins over $...
+            hosts = entry.hosts if hosts is None else hosts
+            namespace = entry.namespace if namespace is None else namespace
+            tls = entry.tls if tls is None else tls
+        identity = identity_for(
+            reads,
+            entry.identity if identity is None and entry is not None else identity,
+            None if self.regions is None else self.regions.home,
+        )
         self.namespace = validate_namespace(DEFAULT_NAMESPACE if namespace is None else namespace)
         self.hosts = resolve_hosts(hosts)
         client_id = validate_name("client", default_client_id() if client_id is None else client_id)

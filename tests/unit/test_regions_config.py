@@ -194,6 +194,35 @@ def test_another_regions_session_never_gets_this_regions_password(monkeypatch):
     assert "auth_data" not in client_arguments(by_region["north"])
 
 
+def test_a_command_acting_in_another_region_keeps_its_home_and_its_password_home(monkeypatch):
+    """``--region north`` from east: the command connects to north anonymously (north names
+    no identity), and its home, whose password $SENTINEL_ZK_IDENTITY is, stays east, the
+    document's ``local`` (or $SENTINEL_REGION's): a failover or a copy from east still
+    presents it there (issue 50, item 4)."""
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", "local:pw")
+    monkeypatch.delenv("SENTINEL_REGION", raising=False)
+    document = json.dumps(
+        {"local": "east", "regions": {"east": {"hosts": "h:1"}, "north": {"hosts": "h:3"}}}
+    )
+    args = build_parser().parse_args(["ls", "--region", "north", "--regions", document])
+    apply(args)
+    regions = args.regions_config
+    assert (regions.local, regions.home, args.zk) == ("north", "east", "h:3")
+    assert args.region_identity == ANONYMOUS
+    assert regions.identity_of(regions.region("east")) is None  # the default: east's own
+    assert regions.identity_of(regions.region("north")) == ANONYMOUS
+    assert pickle.loads(pickle.dumps(regions)) == regions != regions.acting_in("east")
+    assert "home='east'" in repr(regions)
+    # Without a home named anywhere, the region acted in is all there is to go by.
+    shared = json.dumps({"regions": {"east": {"hosts": "h:1"}, "north": {"hosts": "h:3"}}})
+    args = build_parser().parse_args(["ls", "--region", "north", "--regions", shared])
+    apply(args)
+    assert args.regions_config.home == "north" and args.region_identity is None
+    monkeypatch.setenv("SENTINEL_REGION", "east")
+    apply(args)
+    assert args.regions_config.home == "east" and args.region_identity == ANONYMOUS
+
+
 def test_a_curator_publishers_acls_follow_the_identity_its_session_uses(monkeypatch):
     """The ACLs it writes and the identity its session sends are one decision: anonymous
     (``ANONYMOUS``) is anonymous in both, even with $SENTINEL_ZK_IDENTITY set."""
