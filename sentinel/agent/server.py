@@ -11,8 +11,11 @@ Who may connect: every connection's peer credentials are checked (``SO_PEERCRED`
 connected): root, the agent's own user, and the users and groups allowed. The socket file is
 made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
 the check. The socket's directory must be writable by root or the agent's user alone. A
-refused peer, a frame that is not a message, or a process that claims another process's
-identity is logged, counted and dropped; the others are served.
+refused peer, a frame that is not a message, or a process that claims the client id of
+another process of its user is logged, counted and dropped; the others are served. A client
+id is its user's: another user's process that says the same one is no conflict (so that the
+default id, ``<hostname>-<pid>``, claimed by another user locks nobody out), and the
+``/clients`` entries under an id are kept for the first process that announced them.
 
 Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
 writes them on a session of that identity, so a rotation trusts them as it would the
@@ -347,8 +350,14 @@ class AgentServer:
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
-        # client id -> the pid whose connections use it, and how many are connected
-        self._clients: dict[str, tuple[int, int]] = {}
+        # (peer uid, client id) -> the pid whose connections use it, and how many are
+        # connected: an id is its user's, so that one user cannot take another's (the default
+        # id, <hostname>-<pid>, is easily guessed) and lock its processes out.
+        self._clients: dict[tuple[int, str], tuple[int, int]] = {}
+        # client id -> the (uid, pid) whose /clients entries the agent keeps under it: the
+        # first connected process to announce one; a process of another user or pid that
+        # shares the id is served but its entries are not kept (they would overwrite these).
+        self._entries: dict[str, tuple[int, int]] = {}
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
@@ -741,11 +750,14 @@ class AgentServer:
         self._call_loop(connection)
         with self._lock:
             if connection.client is not None:
-                pid, count = self._clients[connection.client]
+                claim = (connection.uid, connection.client)
+                pid, count = self._clients[claim]
                 if count > 1:
-                    self._clients[connection.client] = (pid, count - 1)
+                    self._clients[claim] = (pid, count - 1)
                 else:
-                    del self._clients[connection.client]
+                    del self._clients[claim]
+                    if self._entries.get(connection.client) == (connection.uid, pid):
+                        del self._entries[connection.client]
             if connection in self._connections:
                 self._connections.discard(connection)
                 self._per_uid[connection.uid] -= 1
@@ -902,10 +914,11 @@ class AgentServer:
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
         client = validate_name("client id", checked(hello, "client", str))
+        claim = (connection.uid, client)
         with self._lock:
-            holder, count = self._clients.get(client, (connection.pid, 0))
+            holder, count = self._clients.get(claim, (connection.pid, 0))
             if holder == connection.pid and not connection.closed:
-                self._clients[client] = (holder, count + 1)
+                self._clients[claim] = (holder, count + 1)
                 connection.client = client
         if holder != connection.pid:  # its /clients entries are that process's
             raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
@@ -1089,6 +1102,21 @@ class AgentServer:
                     f"a /clients record of credential v{record.auth_version}, above the newest "
                     f"issued for {connection.auth_client!r} (v{newest})"
                 )
+        with self._lock:
+            if connection.closed:
+                return  # its drop has run, or runs next: nothing of it is kept
+            owner = self._entries.setdefault(connection.client, (connection.uid, connection.pid))
+        if owner != (connection.uid, connection.pid):
+            self._refusals.warning(
+                "agent: pid %d (uid %d): client id %r has its /clients entries kept for pid %d "
+                "(uid %d); this process is served, its entries are not kept",
+                connection.pid,
+                connection.uid,
+                connection.client,
+                owner[1],
+                owner[0],
+            )
+            return
         session = None
         if connection.identity is not None:
             session = self._identity_session(connection, entry=path)
