@@ -228,7 +228,9 @@ class Sentinel(OldMethodNames):
     agent_region : str or None, default None (the agent's own region)
         In agent mode, read the registry of the agent's other region of this name, from the
         agent's session there (opened when a process first needs it); the agent's own
-        configuration says where that region is, so nothing but the name is sent. Such a
+        configuration says where that region is, so nothing but the name is sent, with that
+        region's identity (``identity=``, else its entry's in ``regions``), never this
+        region's default (``docs/regions.md``, "Identities"). Such a
         client only reads (a write raises ValidationError); :meth:`start` raises
         :class:`~sentinel.errors.RegionNotServed` when the agent has no such region. A
         client's failover to another region in agent mode goes this way by itself
@@ -305,8 +307,10 @@ class Sentinel(OldMethodNames):
         #: This client's region and the others it may fail over to (None: one region).
         self.regions = Regions.resolve(regions)
         # The region this client reads: the agent's other region it names, else its own.
-        reads = agent_region or (None if self.regions is None else self.regions.local)
-        entry = None if self.regions is None else self.regions.regions.get(reads or "")
+        reads = agent_region
+        if reads is None and self.regions is not None:
+            reads = self.regions.local
+        entry = None if self.regions is None or reads is None else self.regions.regions.get(reads)
         if entry is not None:  # given arguments win over the region's entry, which wins over $...
             hosts = entry.hosts if hosts is None else hosts
             namespace = entry.namespace if namespace is None else namespace
