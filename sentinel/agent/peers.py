@@ -89,9 +89,9 @@ class Shares:
 def loopback_tcp_uid(peer: str, server_port: int) -> int | None:
     """The uid owning the client's end of a loopback TCP connection to ``server_port``,
     from gRPC's name of the peer (``ipv4:127.0.0.1:PORT``, ``ipv6:[::1]:PORT``): its line in
-    ``/proc/net/tcp`` (or ``tcp6``), found by both ports, as ``SO_PEERCRED`` names a Unix
-    socket's peer. None when it cannot be told (a Unix socket's peer, which gRPC does not
-    name; a connection closed meanwhile)."""
+    ``/proc/net/tcp`` (or ``tcp6``, where an IPv4 client on a dual-stack socket is), found by
+    both ports, as ``SO_PEERCRED`` names a Unix socket's peer. None when it cannot be told
+    (a Unix socket's peer, which gRPC does not name; a connection closed meanwhile)."""
     family, _, address = peer.partition(":")
     host, _, port = address.rpartition(":")
     if family not in ("ipv4", "ipv6") or not port.isdigit():
@@ -102,22 +102,39 @@ def loopback_tcp_uid(peer: str, server_port: int) -> int | None:
         )
     except OSError:
         return None
+    tables = [("/proc/net/tcp6", packed if family == "ipv6" else _V4_MAPPED + packed)]
+    if family == "ipv4":
+        tables.insert(0, ("/proc/net/tcp", packed))
+    for table, local in tables:
+        uid = _owner(table, f"{_proc_address(local)}:{int(port):04X}", f":{server_port:04X}")
+        if uid is not None:
+            return uid
+    return None
+
+
+_V4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96, an IPv4 address on an IPv6 socket
+
+
+def _proc_address(packed: bytes) -> str:
     # The kernel prints each 32-bit word of the address as a number in its own byte order.
     words = (packed[i : i + 4] for i in range(0, len(packed), 4))
-    local = "".join(f"{int.from_bytes(w, sys.byteorder):08X}" for w in words)
-    wanted = f"{local}:{int(port):04X}"
-    table = "/proc/net/tcp" if family == "ipv4" else "/proc/net/tcp6"
+    return "".join(f"{int.from_bytes(w, sys.byteorder):08X}" for w in words)
+
+
+def _owner(table: str, local: str, remote_port: str) -> int | None:
+    """The uid of the established socket of ``table`` at ``local`` whose remote address ends
+    with ``remote_port``."""
     try:
         with open(table, encoding="ascii") as lines:
             for line in lines:
-                if wanted not in line:
+                if local not in line:
                     continue
                 # sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
                 fields = line.split(None, 8)
                 if (
                     len(fields) > 7
-                    and fields[1] == wanted
-                    and fields[2].endswith(f":{server_port:04X}")
+                    and fields[1] == local
+                    and fields[2].endswith(remote_port)
                     and fields[3] == _ESTABLISHED
                 ):
                     return int(fields[7])

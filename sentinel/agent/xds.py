@@ -203,6 +203,11 @@ class XdsServer:
         """The xDS streams served now."""
         return len(self._streams)
 
+    @property
+    def services(self) -> int:
+        """The services the xDS streams follow now (each held in the server's tables)."""
+        return len(self._services)
+
     # --- life cycle -------------------------------------------------------------------------
 
     def start(self) -> XdsServer:
