@@ -38,6 +38,7 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
+from sentinel.agent import xds
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
@@ -797,3 +798,28 @@ def test_one_user_cannot_hold_every_stream_another_users_client_is_served(host):
         finally:
             for probe in held:
                 probe.close()
+
+
+def test_one_peers_streams_follow_a_bounded_number_of_services(host, monkeypatch):
+    """Each stream may follow 64 names of a type; one peer's streams together follow at most
+    MAX_SERVICES_PER_PEER services (made 100 here): the stream that would take it past them
+    is ended and told why, and the ones that ended free their services."""
+    monkeypatch.setattr(xds, "MAX_SERVICES_PER_PEER", 100)
+    directory = tempfile.mkdtemp(prefix="xds-peer-")
+    with XdsServer(host.agent, f"{directory}/xds.sock") as server:
+        probes = [
+            Probe(server.address, ENDPOINTS, [f"p{i}-{j}" for j in range(40)], True)
+            for i in range(3)
+        ]
+        try:
+            assert wait_until(lambda: sum(p.ended() for p in probes) == 1)
+            (ended,) = [p for p in probes if p.ended()]
+            assert ended.error is not None
+            assert ended.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "follow at most 100 services" in ended.error.details()
+            assert wait_until(lambda: server.services == 80), server.services
+        finally:
+            for probe in probes:
+                probe.close()
+        assert wait_until(lambda: server.services == 0), server.services
+    os.rmdir(directory)
