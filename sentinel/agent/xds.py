@@ -7,11 +7,18 @@ a bootstrap naming the agent (:func:`~sentinel.agent.xds_bootstrap.bootstrap`) r
 ``xds:///<service>`` from the agent's one ZooKeeper session, with no Sentinel code in it.
 What a service is in xDS terms is :mod:`sentinel.agent.xds_resources`.
 
-A service is followed when a client first asks for one of its resources: loaded on a worker
+A service is followed while some stream asks for one of its resources (State of the World: a
+request replaces what its stream asked for of that type; a service no stream asks for is
+forgotten, never retried): loaded on a worker, a few at a time in the order asked
 (:meth:`Sentinel.prefetch <sentinel.Sentinel.prefetch>`, which may wait on ZooKeeper), never
 on the server's event loop, and served only when everyone may read its node (an xDS client
-has no identity to read as). Its changes come from the agent's cache as listener events, on
-the cache's worker, which only hands the service's name to the event loop
+has no identity to read as). What a change of a stream's names costs is those names, whatever
+the others follow; each peer (a uid, on loopback TCP) holds a share of the streams and of the
+services followed (:mod:`sentinel.agent.peers`), a message that is not a request ends its
+stream as malformed, and what clients send reaches the log quoted and throttled.
+
+A followed service's changes come from the agent's cache as listener events, on the cache's
+worker, which only hands the service's name to the event loop
 (:meth:`asyncio.loop.call_soon_threadsafe`): nothing there waits, and no stream is written
 from any thread but the loop's. The loop rebuilds the service's resources once per change
 and marks each stream following it; a stream sends the latest state of what it follows when
