@@ -9,9 +9,10 @@ where gRPC names only the peer's address: :func:`loopback_tcp_uid` finds its use
 from __future__ import annotations
 
 import collections
+import ipaddress
 import logging
 import socket
-import sys
+import struct
 import time
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,6 @@ log = logging.getLogger(__name__)
 LOG_EVERY = 10.0
 # The characters of a peer's text quoted in a log line (before escaping).
 QUOTED_CHARS = 200
-_ESTABLISHED = "01"  # the state column of /proc/net/tcp (include/net/tcp_states.h)
 
 
 class Throttled:
@@ -86,58 +86,72 @@ class Shares:
             del self._per_peer[peer]
 
 
-def loopback_tcp_uid(peer: str, server_port: int) -> int | None:
-    """The uid owning the client's end of a loopback TCP connection to ``server_port``,
-    from gRPC's name of the peer (``ipv4:127.0.0.1:PORT``, ``ipv6:[::1]:PORT``): its line in
-    ``/proc/net/tcp`` (or ``tcp6``, where an IPv4 client on a dual-stack socket is), found by
-    both ports, as ``SO_PEERCRED`` names a Unix socket's peer. None when it cannot be told
-    (a Unix socket's peer, which gRPC does not name; a connection closed meanwhile)."""
-    family, _, address = peer.partition(":")
-    host, _, port = address.rpartition(":")
-    if family not in ("ipv4", "ipv6") or not port.isdigit():
-        return None
+def loopback_tcp_uid(peer: str, server: str) -> int | None:
+    """The uid owning the client's end of a loopback TCP connection to ``server`` (its
+    ``HOST:PORT``), from gRPC's name of the peer (``ipv4:127.0.0.1:PORT``,
+    ``ipv6:[::1]:PORT``), as ``SO_PEERCRED`` names a Unix socket's peer: the kernel's socket
+    diagnostics (``NETLINK_SOCK_DIAG``) look up the client's socket by the connection's
+    addresses and ports, one hash lookup whatever the host's sockets (``/proc/net/tcp``
+    would list them all at every lookup). None when it cannot be told: a Unix
+    socket's peer, which gRPC does not name; a connection closed meanwhile."""
     try:
-        packed = socket.inet_pton(
-            socket.AF_INET if family == "ipv4" else socket.AF_INET6, host.strip("[]")
+        client_name, client_port = _endpoint(peer.partition(":")[2])
+        server_name, server_port = _endpoint(server)
+        client_host = ipaddress.ip_address(client_name)
+        if isinstance(client_host, ipaddress.IPv6Address) and client_host.ipv4_mapped:
+            client_host = client_host.ipv4_mapped  # an IPv4 client, on a dual-stack socket
+        server_host = ipaddress.ip_address(
+            server_name
+            if server_name != "localhost"  # bound on both: the client's family's loopback
+            else "127.0.0.1"
+            if client_host.version == 4
+            else "::1"
         )
-    except OSError:
+    except ValueError:
         return None
-    tables = [("/proc/net/tcp6", packed if family == "ipv6" else _V4_MAPPED + packed)]
-    if family == "ipv4":
-        tables.insert(0, ("/proc/net/tcp", packed))
-    for table, local in tables:
-        uid = _owner(table, f"{_proc_address(local)}:{int(port):04X}", f":{server_port:04X}")
-        if uid is not None:
-            return uid
-    return None
-
-
-_V4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:0:0/96, an IPv4 address on an IPv6 socket
-
-
-def _proc_address(packed: bytes) -> str:
-    # The kernel prints each 32-bit word of the address as a number in its own byte order.
-    words = (packed[i : i + 4] for i in range(0, len(packed), 4))
-    return "".join(f"{int.from_bytes(w, sys.byteorder):08X}" for w in words)
-
-
-def _owner(table: str, local: str, remote_port: str) -> int | None:
-    """The uid of the established socket of ``table`` at ``local`` whose remote address ends
-    with ``remote_port``."""
+    family = socket.AF_INET if client_host.version == 4 else socket.AF_INET6
+    socket_id = (
+        struct.pack(">HH", client_port, server_port)
+        + client_host.packed.ljust(16, b"\0")
+        + server_host.packed.ljust(16, b"\0")
+        + struct.pack("=III", 0, _NO_COOKIE, _NO_COOKIE)  # any interface; no cookie to check
+    )
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, _ANY_STATE) + socket_id
+    header = _NLMSG.pack(_NLMSG.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
     try:
-        with open(table, encoding="ascii") as lines:
-            for line in lines:
-                if local not in line:
-                    continue
-                # sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
-                fields = line.split(None, 8)
-                if (
-                    len(fields) > 7
-                    and fields[1] == local
-                    and fields[2].endswith(remote_port)
-                    and fields[3] == _ESTABLISHED
-                ):
-                    return int(fields[7])
-    except OSError:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)  # answered as it is asked: the kernel looks up one socket
+            diag.sendto(header + request, (0, 0))
+            answer = diag.recv(4096)
+    except OSError:  # no socket diagnostics here (a sandbox): not told
         return None
-    return None
+    if len(answer) < _NLMSG.size + _UID_OFFSET + 4:
+        return None  # NLMSG_ERROR: no such connection (closed meanwhile)
+    _, kind, _, _, _ = _NLMSG.unpack_from(answer)
+    _, state = struct.unpack_from("=BB", answer, _NLMSG.size)
+    # The kernel falls back to a listening socket on the port: only the connection will do.
+    if kind != _SOCK_DIAG_BY_FAMILY or state != _TCP_ESTABLISHED:
+        return None
+    (uid,) = struct.unpack_from("=I", answer, _NLMSG.size + _UID_OFFSET)
+    return int(uid)
+
+
+# <linux/netlink.h>, <linux/sock_diag.h>, <linux/inet_diag.h>
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_NLMSG = struct.Struct("=IHHII")  # length, type, flags, sequence, port
+_NO_COOKIE = 0xFFFFFFFF
+_ANY_STATE = 0xFFFFFFFF
+_TCP_ESTABLISHED = 1  # <net/tcp_states.h>
+# In struct inet_diag_msg: family, state, timer, retransmits (a byte each), the socket's id
+# (48 bytes), expires, read queue, write queue (4 bytes each), then the uid.
+_UID_OFFSET = 4 + 48 + 12
+
+
+def _endpoint(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port; ValueError if not one."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(address)
+    return host.strip("[]"), int(port)

@@ -190,7 +190,6 @@ class XdsServer:
         self._failure: BaseException | None = None
         self._remove_listener: Any = None
         self._loads = ThreadPoolExecutor(_LOAD_WORKERS, "sentinel-xds-load")
-        self._peer_lookups = ThreadPoolExecutor(1, "sentinel-xds-peer")  # reads /proc/net/tcp
         self._closing = False
         # What clients do is logged at most once in a while (their text quoted), never as
         # much as they please: their refusals, dropped streams, and services hidden from them.
@@ -248,7 +247,6 @@ class XdsServer:
                 loop.call_soon_threadsafe(stopping.set)
         if self._thread is not None:
             self._thread.join()
-        self._peer_lookups.shutdown(wait=True)
         if self._path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path)
@@ -474,7 +472,7 @@ class XdsServer:
         """One ADS stream, within its peer's share of the streams: read its requests on a
         task, and write the latest state of what it follows whenever that changed and the
         client has read the last response."""
-        stream = _Stream(peer=await self._peer_of(context))
+        stream = _Stream(peer=self._peer_of(context))
         refusal = self._shares.take(stream.peer)
         if refusal is not None:
             telemetry.AGENT_XDS_DROPPED.labels("cap").inc()
@@ -532,13 +530,10 @@ class XdsServer:
                 self._unfollow(stream, service)
             telemetry.AGENT_XDS_STREAMS.dec()
 
-    async def _peer_of(self, context: grpc.aio.ServicerContext) -> int | None:
-        """The uid of the stream's client, on loopback TCP (on a worker: it reads a table of
-        every socket of the host); None on a Unix socket, whose peer gRPC does not name."""
-        if self._path is not None:
-            return None
-        lookup = functools.partial(loopback_tcp_uid, context.peer(), self._port)
-        return await asyncio.get_running_loop().run_in_executor(self._peer_lookups, lookup)
+    def _peer_of(self, context: grpc.aio.ServicerContext) -> int | None:
+        """The uid of the stream's client on loopback TCP (one lookup in the kernel, never
+        waiting); None on a Unix socket, whose peer gRPC does not name."""
+        return None if self._path is not None else loopback_tcp_uid(context.peer(), self.address)
 
     async def _read_requests(
         self, stream: _Stream, requests: AsyncIterator[discovery_pb2.DiscoveryRequest | _Malformed]

@@ -39,6 +39,7 @@ from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
 from sentinel.agent import xds
+from sentinel.agent.peers import loopback_tcp_uid
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
@@ -50,7 +51,7 @@ from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.conftest import sentinel_in_process
 from tests.integration.daemons import Daemon
-from tests.integration.peers import run_as_nobody
+from tests.integration.peers import NOBODY, run_as_nobody
 
 pytestmark = pytest.mark.integration
 
@@ -774,7 +775,7 @@ while True:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
 def test_one_user_cannot_hold_every_stream_another_users_client_is_served(host):
-    """On a loopback port the agent knows each stream's user (``/proc/net/tcp``): one user
+    """On a loopback port the agent knows each stream's user (its socket's owner): one user
     opening every stream the agent serves (16 here) gets its share (8), the rest refused and
     told why, and a client of another user (uid 65534) is served. Before, the one user held
     all 16 and the other was refused."""
@@ -823,3 +824,39 @@ def test_one_peers_streams_follow_a_bounded_number_of_services(host, monkeypatch
                 probe.close()
         assert wait_until(lambda: server.services == 0), server.services
     os.rmdir(directory)
+
+
+HOLD_A_CONNECTION = """
+import socket, sys
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+sock.sendall(b"x")
+print("closed" if not sock.recv(1) else "answered")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_a_loopback_peers_uid_is_found_by_its_ports():
+    """What the shares above rest on: the uid of another user's process (65534) at the other
+    end of a loopback connection, as gRPC names that end; nothing for a name that is no
+    connection's."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    printed: list[str] = []
+    client = threading.Thread(
+        target=lambda: printed.append(run_as_nobody(HOLD_A_CONNECTION, str(port)))
+    )
+    client.start()
+    try:
+        listening.settimeout(10)
+        connection, (host, client_port) = listening.accept()
+        with connection:
+            assert connection.recv(1) == b"x"  # connected: its socket exists
+            server = f"127.0.0.1:{port}"
+            assert loopback_tcp_uid(f"ipv4:{host}:{client_port}", server) == NOBODY
+            assert loopback_tcp_uid(f"ipv4:{host}:{client_port}", f"localhost:{port}") == NOBODY
+            assert loopback_tcp_uid(f"ipv4:{host}:{port}", server) is None  # no such socket
+            assert loopback_tcp_uid("unix:", server) is None
+    finally:
+        client.join()
+        listening.close()
+    assert printed == ["closed"]
