@@ -192,9 +192,12 @@ class XdsServer:
         self._loads = ThreadPoolExecutor(_LOAD_WORKERS, "sentinel-xds-load")
         self._closing = False
         # What clients do is logged at most once in a while (their text quoted), never as
-        # much as they please: their refusals, dropped streams, and services hidden from them.
+        # much as they please: their refusals, the streams dropped (by reason), and the
+        # services hidden from them.
         self._nacks = Throttled(log)
-        self._drops = Throttled(log)
+        self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
+            lambda: Throttled(log)
+        )
         self._hidden = Throttled(log)
 
     @property
@@ -476,7 +479,9 @@ class XdsServer:
         refusal = self._shares.take(stream.peer)
         if refusal is not None:
             telemetry.AGENT_XDS_DROPPED.labels("cap").inc()
-            self._drops.warning("xDS: refused a stream of %s: %s", _who(stream.peer), refusal)
+            self._drops["cap"].warning(
+                "xDS: refused a stream of %s: %s", _who(stream.peer), refusal
+            )
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED, f"the agent refused this stream: {refusal}"
             )
@@ -501,7 +506,7 @@ class XdsServer:
                         await asyncio.wait_for(context.write(response), self._send_timeout)
                     except TimeoutError:
                         telemetry.AGENT_XDS_DROPPED.labels("slow").inc()
-                        self._drops.warning(
+                        self._drops["slow"].warning(
                             "xDS: a client (%s) left a response unread: its stream ends",
                             _who(stream.peer),
                         )
@@ -513,7 +518,9 @@ class XdsServer:
                     telemetry.AGENT_XDS_RESPONSES.labels(_SHORT[type_url]).inc()
         except _Refused as refused:
             telemetry.AGENT_XDS_DROPPED.labels(refused.reason).inc()
-            self._drops.warning("xDS: a stream of %s ended: %s", _who(stream.peer), refused)
+            self._drops[refused.reason].warning(
+                "xDS: a stream of %s ended: %s", _who(stream.peer), refused
+            )
             await context.abort(refused.code, str(refused))
         except grpc.aio.AbortError:
             raise  # the stream ended above, on purpose
@@ -636,12 +643,6 @@ def _handlers(server: XdsServer) -> grpc.GenericRpcHandler:
     """The ADS service, State of the World only (Delta is refused as unimplemented), whose
     requests are parsed here (:func:`_parse_request`), not by gRPC."""
 
-    async def state_of_the_world(
-        requests: AsyncIterator[discovery_pb2.DiscoveryRequest | _Malformed],
-        context: grpc.aio.ServicerContext,
-    ) -> None:
-        await server.serve_stream(requests, context)
-
     async def delta(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the agent serves State of the World")
 
@@ -650,7 +651,7 @@ def _handlers(server: XdsServer) -> grpc.GenericRpcHandler:
         _SERVICE,
         {
             "StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(
-                state_of_the_world, _parse_request, serialize
+                server.serve_stream, _parse_request, serialize
             ),
             "DeltaAggregatedResources": grpc.stream_stream_rpc_method_handler(delta),
         },
