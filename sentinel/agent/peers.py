@@ -54,8 +54,9 @@ def quoted(text: str) -> str:
 
 class Shares:
     """Slots (connections, streams) held at once, at most ``total`` in all and ``per_peer``
-    per peer uid; a peer that cannot be told apart (None) is one peer of its own. Not
-    thread-safe: its owner's lock or loop guards it."""
+    per peer uid; peers that cannot be told apart (None: a Unix socket's, to gRPC) have only
+    the total, since one share among them all would only lower it. Not thread-safe: its
+    owner's lock or loop guards it."""
 
     def __init__(self, total: int, per_peer: int, what: str) -> None:
         self.total = total
@@ -71,9 +72,8 @@ class Shares:
         """Take a slot for ``peer``; why it may not hold one more (nothing taken), else None."""
         if self._held >= self.total:
             return f"it serves {self.total} {self._what} already"
-        if self._per_peer[peer] >= self.per_peer:
-            whose = "of peers it cannot tell apart" if peer is None else f"of uid {peer}"
-            return f"it serves {self.per_peer} {self._what} {whose} already"
+        if peer is not None and self._per_peer[peer] >= self.per_peer:
+            return f"it serves {self.per_peer} {self._what} of uid {peer} already"
         self._held += 1
         self._per_peer[peer] += 1
         return None

@@ -144,9 +144,9 @@ class XdsServer:
     0666, else 0600; gRPC does not name a Unix socket's peers, see ``docs/grpc.md``).
     ``send_timeout``: seconds a client may leave a response unread before its stream is
     ended. ``max_streams``/``max_streams_per_uid``: streams served at once, in all and from
-    one peer uid (on loopback TCP, its socket's owner; on a Unix socket every client is one
-    peer); more are refused with ``RESOURCE_EXHAUSTED``. ``handshake_timeout``: seconds a
-    connection has to start HTTP/2.
+    one peer uid (on loopback TCP, its socket's owner; gRPC does not name a Unix socket's
+    peers, which have the total only); more are refused with ``RESOURCE_EXHAUSTED``.
+    ``handshake_timeout``: seconds a connection has to start HTTP/2.
     ``max_connection_age``: seconds after which a client's connection is closed (it
     reconnects and is sent the current state; ``send_timeout`` seconds of grace): what ends
     a connection whose client stopped reading.
