@@ -15,8 +15,6 @@ import socket
 import struct
 import time
 
-log = logging.getLogger(__name__)
-
 # A condition logged at most once in this many seconds (with how many were not), so that a
 # flood of refused connections cannot flood the log.
 LOG_EVERY = 10.0
@@ -25,10 +23,10 @@ QUOTED_CHARS = 200
 
 
 class Throttled:
-    """A warning logged at most once every :data:`LOG_EVERY` seconds, with the count of
-    those not logged since."""
+    """A warning logged on ``logger`` at most once every :data:`LOG_EVERY` seconds, with the
+    count of those not logged since. Threads may share it: a race logs a line more at worst."""
 
-    def __init__(self, logger: logging.Logger = log) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
         self._log = logger
         self._last = -LOG_EVERY
         self._skipped = 0
@@ -59,21 +57,18 @@ class Shares:
     owner's lock or loop guards it."""
 
     def __init__(self, total: int, per_peer: int, what: str) -> None:
-        self.total = total
-        self.per_peer = per_peer
+        self._total = total
+        self._per_peer_cap = per_peer
         self._what = what
         self._held = 0
         self._per_peer: collections.Counter[int | None] = collections.Counter()
 
-    def __len__(self) -> int:
-        return self._held
-
     def take(self, peer: int | None) -> str | None:
         """Take a slot for ``peer``; why it may not hold one more (nothing taken), else None."""
-        if self._held >= self.total:
-            return f"it serves {self.total} {self._what} already"
-        if peer is not None and self._per_peer[peer] >= self.per_peer:
-            return f"it serves {self.per_peer} {self._what} of uid {peer} already"
+        if self._held >= self._total:
+            return f"it serves {self._total} {self._what} already"
+        if peer is not None and self._per_peer[peer] >= self._per_peer_cap:
+            return f"it serves {self._per_peer_cap} {self._what} of uid {peer} already"
         self._held += 1
         self._per_peer[peer] += 1
         return None
