@@ -366,11 +366,13 @@ class XdsServer:
             service = resources.service_of(name)
             if service is not None:
                 self._unfollow(stream, service)
-        added = {resources.service_of(name) for name in names - old} - {None}
-        new_to_peer = sum(
-            1
-            for service in added
-            if (state := self._services.get(service)) is None or not state.peers[stream.peer]
+        added = {s for name in names - old if (s := resources.service_of(name)) is not None}
+        new_to_peer = len(
+            [
+                service
+                for service in added
+                if (state := self._services.get(service)) is None or not state.peers[stream.peer]
+            ]
         )
         if self._peer_services[stream.peer] + new_to_peer > MAX_SERVICES_PER_PEER:
             raise _Refused(
