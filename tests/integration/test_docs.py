@@ -1,15 +1,91 @@
-"""The README's examples run as written."""
+"""The README's examples and every Python example of docs/*.md run as written.
 
+A page's examples run in the test process, in the page's order and in one namespace (as a reader
+who typed the page into one interpreter would), against a ZooKeeper server of this module's
+whose connect string is ``$SENTINEL_ZK``: ``Sentinel(client_id=...)`` finds it as it finds the
+reader's, and an example that starts a ``LocalZooKeeper`` of its own uses that one. Each page
+starts on an empty server. An example that cannot run as shown says so on its first line, where
+the reader sees it (``# Not run as shown (<why>): the example below runs as written.``), and the
+example it points to shares one of its calls; docs/testing.md ("The docs' examples") has the
+convention and the counts.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import io
 import re
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
+
+from sentinel import Sentinel
+from sentinel.testing.zookeeper import LocalZooKeeper
 
 pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = README.parent / "docs"
+FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+MARKER = re.compile(
+    r"# Not run as shown \((?P<reason>[^)]+)\): the example (?P<twin>above|below) runs as written\."
+)
+# Pages whose examples a test of their own runs, with what they need and what they print.
+RUN_BY_THEIR_OWN_TEST = {
+    "getting-started.md": "tests/integration/test_getting_started.py",
+}
+# The reader's environment that would point an example elsewhere than this module's server.
+ENVIRONMENT = ("SENTINEL_ZK_IDENTITY", "SENTINEL_REGIONS", "SENTINEL_REGION", "SENTINEL_AGENT")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One ```python block of a page: where it is, its code, and its marker if it has one."""
+
+    page: str
+    line: int
+    code: str
+
+    @property
+    def marker(self) -> re.Match[str] | None:
+        return MARKER.fullmatch(self.code.split("\n", 1)[0])
+
+    @property
+    def where(self) -> str:
+        return f"docs/{self.page}:{self.line}"
+
+    def calls(self) -> set[str]:
+        """The names it calls (``f(...)``, ``x.f(...)``), the built-ins left out."""
+        called = set()
+        for node in ast.walk(ast.parse(self.code, self.where)):
+            if isinstance(node, ast.Call):
+                if isinstance(node.func, ast.Name):
+                    called.add(node.func.id)
+                elif isinstance(node.func, ast.Attribute):
+                    called.add(node.func.attr)
+        return called - set(dir(builtins))
+
+
+def examples(page: str) -> list[Example]:
+    text = (DOCS / page).read_text()
+    return [
+        Example(page, text.count("\n", 0, match.start()) + 2, match.group(1))
+        for match in FENCE.finditer(text)
+    ]
+
+
+PAGES = sorted(p.name for p in DOCS.glob("*.md") if examples(p.name))
+ALL = [example for page in PAGES for example in examples(page)]
+MARKED = [e for e in ALL if e.marker]
+RUN_HERE = [e for e in ALL if not e.marker and e.page not in RUN_BY_THEIR_OWN_TEST]
 
 
 def quick_start() -> str:
@@ -58,3 +134,95 @@ def test_the_jvm_registry_example_runs_and_prints_what_it_says():
     blocks = [b for b in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S) if "MinLag" in b]
     assert len(blocks) == 1, "docs/interop.md has one example with MinLag"
     assert run_python(blocks[0]).strip() == "postgresql://10.0.1.2:5432"
+
+
+def test_every_example_is_python_that_parses():
+    for example in ALL:
+        example.calls()  # a SyntaxError names the page and line
+
+
+@pytest.mark.parametrize("example", MARKED, ids=lambda e: e.where)
+def test_an_example_not_run_says_why_and_a_twin_runs(example):
+    """The twin is the nearest example on that side that is not marked, and it calls at least
+    one thing the marked one calls: it shows the same API, runnable."""
+    assert len(example.marker["reason"].split()) >= 2, f"{example.where}: say why"
+    page = examples(example.page)
+    index = page.index(example)
+    side = page[:index][::-1] if example.marker["twin"] == "above" else page[index + 1 :]
+    twin = next((e for e in side if not e.marker), None)
+    assert twin is not None, f"{example.where}: no example {example.marker['twin']} runs"
+    shared = example.calls() & twin.calls()
+    assert shared, f"{example.where}: its twin at {twin.where} calls none of what it calls"
+
+
+@pytest.fixture(scope="module")
+def docs_zookeeper() -> Iterator[LocalZooKeeper]:
+    """The reader's ZooKeeper: a server of this module's, emptied before each page."""
+    with LocalZooKeeper() as zk:
+        yield zk
+
+
+@pytest.fixture
+def reader(docs_zookeeper, tmp_path, monkeypatch, request):
+    """The environment of a reader whose ZooKeeper is ``$SENTINEL_ZK``, in an empty working
+    directory, on an empty server; yields the function that runs a page's examples."""
+    zk = KazooClient(docs_zookeeper.connect_string)
+    zk.start(timeout=10)
+    try:
+        for child in zk.get_children("/"):
+            if child != "zookeeper":
+                zk.delete(f"/{child}", recursive=True)
+    finally:
+        zk.stop()
+        zk.close()
+    monkeypatch.setenv("SENTINEL_ZK", docs_zookeeper.connect_string)
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    def run(page: str) -> None:
+        started = time.monotonic()
+        ran = [e for e in RUN_HERE if e.page == page]
+        run_page(ran)
+        row = (page, len(ran), f"{time.monotonic() - started:.1f}")
+        request.node.user_properties.append(
+            ("summary_row", ("docs examples run", ("page", "examples", "seconds"), row))
+        )
+
+    return run
+
+
+def run_page(page: list[Example]) -> None:
+    """Each example in turn, in one namespace; a failure names the example and what it printed."""
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    try:
+        for example in page:
+            tree = ast.parse(example.code, example.where)
+            ast.increment_lineno(tree, example.line - 1)  # a traceback names the page's line
+            printed = io.StringIO()
+            try:
+                with contextlib.redirect_stdout(printed):
+                    exec(compile(tree, f"docs/{example.page}", "exec"), namespace)
+            except BaseException as exc:
+                raise AssertionError(
+                    f"{example.where} failed: {exc!r}; it printed {printed.getvalue()!r}"
+                ) from exc
+    finally:  # what the page left open, as a reader's interpreter would at exit
+        for value in namespace.values():
+            if isinstance(value, Sentinel):
+                value.close()
+            elif isinstance(value, LocalZooKeeper):
+                value.stop()
+
+
+SPARK_PAGES = {"spark.md"}  # on the suite's SparkSession (getOrCreate returns it)
+
+
+@pytest.mark.parametrize("page", sorted({e.page for e in RUN_HERE} - SPARK_PAGES))
+def test_the_examples_of_a_page_run_as_written(reader, page):
+    reader(page)
+
+
+@pytest.mark.parametrize("page", sorted(SPARK_PAGES))
+def test_the_spark_examples_run_as_written(reader, spark, page):
+    reader(page)
