@@ -16,6 +16,7 @@ import ast
 import builtins
 import contextlib
 import io
+import logging
 import re
 import subprocess
 import sys
@@ -38,9 +39,26 @@ FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 MARKER = re.compile(
     r"# Not run as shown \((?P<reason>[^)]+)\): the example (?P<twin>above|below) runs as written\."
 )
-# Pages whose examples a test of their own runs, with what they need and what they print.
+# Examples a test of their own runs, with what they need (a PostgreSQL server, the host agent's
+# bootstrap, the names their page says are given, a dev server) and comparing what they print:
+# (page, text of the example, or None for all the page's) -> that test, by node id.
 RUN_BY_THEIR_OWN_TEST = {
-    "getting-started.md": "tests/integration/test_getting_started.py",
+    ("getting-started.md", None): "tests/integration/test_getting_started.py"
+    "::test_the_first_hour_runs_as_written",
+    ("grpc.md", 'grpc.insecure_channel("xds:///orders")'): "tests/integration/test_agent_xds.py"
+    "::test_the_python_client_example_of_docs_grpc_runs",
+    ("grpc.md", "LoopbackGRPCServer"): "tests/integration/test_integration_grpc.py"
+    "::test_the_documented_examples_run_and_print_what_they_say",
+    ("integrations.md", '(client, "orders-db"'): "tests/integration/test_integration_postgres.py"
+    "::test_the_documented_examples_run",
+    ("integrations.md", "LoopbackHTTPServer"): "tests/integration/test_integration_httpx.py"
+    "::test_the_documented_examples_run_and_print_what_they_say",
+    ("integrations.md", "AsyncSentinel(hosts"): "tests/integration/test_aio.py"
+    "::test_the_documented_example_runs_and_prints_what_it_says",
+    ("interop.md", "MinLag"): "tests/integration/test_docs.py"
+    "::test_the_jvm_registry_example_runs_and_prints_what_it_says",
+    ("resolution.md", "def application("): "tests/integration/test_fork.py"
+    "::test_gunicorn_preload_workers_each_get_a_session_and_see_fresh_registrations",
 }
 # The reader's environment that would point an example elsewhere than this module's server.
 ENVIRONMENT = ("SENTINEL_ZK_IDENTITY", "SENTINEL_REGIONS", "SENTINEL_REGION", "SENTINEL_AGENT")
@@ -61,6 +79,14 @@ class Example:
     @property
     def where(self) -> str:
         return f"docs/{self.page}:{self.line}"
+
+    @property
+    def run_by(self) -> str | None:
+        """The test of its own that runs it, if one does."""
+        for (page, text), test in RUN_BY_THEIR_OWN_TEST.items():
+            if page == self.page and (text is None or text in self.code):
+                return test
+        return None
 
     def calls(self) -> set[str]:
         """The names it calls (``f(...)``, ``x.f(...)``), the built-ins left out."""
@@ -85,7 +111,8 @@ def examples(page: str) -> list[Example]:
 PAGES = sorted(p.name for p in DOCS.glob("*.md") if examples(p.name))
 ALL = [example for page in PAGES for example in examples(page)]
 MARKED = [e for e in ALL if e.marker]
-RUN_HERE = [e for e in ALL if not e.marker and e.page not in RUN_BY_THEIR_OWN_TEST]
+RUN_ELSEWHERE = [e for e in ALL if not e.marker and e.run_by]
+RUN_HERE = [e for e in ALL if not e.marker and not e.run_by]
 
 
 def quick_start() -> str:
@@ -143,19 +170,29 @@ def test_every_example_is_python_that_parses():
 
 @pytest.mark.parametrize("example", MARKED, ids=lambda e: e.where)
 def test_an_example_not_run_says_why_and_a_twin_runs(example):
-    """The twin is the nearest example on that side that is not marked, and it calls at least
-    one thing the marked one calls: it shows the same API, runnable."""
+    """The twin is an example on that side that is not marked and calls at least one thing the
+    marked one calls (not counting the built-ins): it shows the same API, runnable."""
     assert len(example.marker["reason"].split()) >= 2, f"{example.where}: say why"
     page = examples(example.page)
     index = page.index(example)
-    side = page[:index][::-1] if example.marker["twin"] == "above" else page[index + 1 :]
-    twin = next((e for e in side if not e.marker), None)
-    assert twin is not None, f"{example.where}: no example {example.marker['twin']} runs"
-    shared = example.calls() & twin.calls()
-    assert shared, f"{example.where}: its twin at {twin.where} calls none of what it calls"
+    side = page[:index] if example.marker["twin"] == "above" else page[index + 1 :]
+    twins = [e for e in side if not e.marker and e.calls() & example.calls()]
+    assert twins, f"{example.where}: no example {example.marker['twin']} runs what it shows"
 
 
-@pytest.fixture(scope="module")
+@pytest.mark.parametrize("key", RUN_BY_THEIR_OWN_TEST, ids=str)
+def test_an_example_run_by_its_own_test_is_there_and_so_is_the_test(key):
+    page, text = key
+    path, name = RUN_BY_THEIR_OWN_TEST[key].split("::")
+    assert [e for e in examples(page) if text is None or text in e.code], (page, text)
+    source = (README.parent / path).read_text()
+    assert f"def {name}(" in source and page in source, f"{path} does not run docs/{page}"
+
+
+# Session-scoped rather than module-scoped, so that pytest-xdist spreads the pages over its
+# workers (a module-scoped fixture groups a module on one: tests/conftest.py) and each worker
+# that runs one starts its own server (half a second).
+@pytest.fixture(scope="session")
 def docs_zookeeper() -> Iterator[LocalZooKeeper]:
     """The reader's ZooKeeper: a server of this module's, emptied before each page."""
     with LocalZooKeeper() as zk:
@@ -192,9 +229,23 @@ def reader(docs_zookeeper, tmp_path, monkeypatch, request):
     return run
 
 
+class Errors(logging.Handler):
+    """The errors logged while a page runs: a listener's exception is logged, not raised."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(f"{record.name}: {record.getMessage()}")
+
+
 def run_page(page: list[Example]) -> None:
-    """Each example in turn, in one namespace; a failure names the example and what it printed."""
+    """Each example in turn, in one namespace; a failure names the example and what it printed,
+    and so does an error logged meanwhile."""
     namespace: dict[str, object] = {"__name__": "__main__"}
+    errors = Errors()
+    logging.getLogger().addHandler(errors)
     try:
         for example in page:
             tree = ast.parse(example.code, example.where)
@@ -207,7 +258,9 @@ def run_page(page: list[Example]) -> None:
                 raise AssertionError(
                     f"{example.where} failed: {exc!r}; it printed {printed.getvalue()!r}"
                 ) from exc
+            assert errors.records == [], f"{example.where} logged errors: {errors.records}"
     finally:  # what the page left open, as a reader's interpreter would at exit
+        logging.getLogger().removeHandler(errors)
         for value in namespace.values():
             if isinstance(value, Sentinel):
                 value.close()
