@@ -35,7 +35,8 @@ pytestmark = pytest.mark.integration
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 DOCS = README.parent / "docs"
-FENCE = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# A ```python block, and the ```text block right after it if there is one: what it prints.
+FENCE = re.compile(r"^```python\n(.*?)^```\n(?:\s*^```text\n(.*?)^```$)?", re.S | re.M)
 MARKER = re.compile(
     r"# Not run as shown \((?P<reason>[^)]+)\): the example (?P<twin>above|below) runs as written\."
 )
@@ -71,6 +72,7 @@ class Example:
     page: str
     line: int
     code: str
+    printed: str | None = None
 
     @property
     def marker(self) -> re.Match[str] | None:
@@ -103,7 +105,7 @@ class Example:
 def examples(page: str) -> list[Example]:
     text = (DOCS / page).read_text()
     return [
-        Example(page, text.count("\n", 0, match.start()) + 2, match.group(1))
+        Example(page, text.count("\n", 0, match.start()) + 2, *match.groups())
         for match in FENCE.finditer(text)
     ]
 
@@ -259,6 +261,8 @@ def run_page(page: list[Example]) -> None:
                     f"{example.where} failed: {exc!r}; it printed {printed.getvalue()!r}"
                 ) from exc
             assert errors.records == [], f"{example.where} logged errors: {errors.records}"
+            if example.printed is not None:
+                assert printed.getvalue() == example.printed, f"{example.where} printed otherwise"
     finally:  # what the page left open, as a reader's interpreter would at exit
         logging.getLogger().removeHandler(errors)
         for value in namespace.values():
