@@ -4,10 +4,13 @@ A page's examples run in the test process, in the page's order and in one namesp
 who typed the page into one interpreter would), against a ZooKeeper server of this module's
 whose connect string is ``$SENTINEL_ZK``: ``Sentinel(client_id=...)`` finds it as it finds the
 reader's, and an example that starts a ``LocalZooKeeper`` of its own uses that one. Each page
-starts on an empty server. An example that cannot run as shown says so on its first line, where
-the reader sees it (``# Not run as shown (<why>): the example below runs as written.``), and the
-example it points to shares one of its calls; docs/testing.md ("The docs' examples") has the
-convention and the counts.
+starts on an empty server. An example fails if it raises, if an error is logged while it runs,
+or if it prints other than the ```text block right after it, when there is one. Examples that
+need more (a PostgreSQL server, the agent's bootstrap) are run by a test of their own, listed
+below. An example that cannot run as shown says so on its first line, where the reader sees it
+(``# Not run as shown (<why>): the example below runs as written.``), and an example it points
+to runs and shares one of its calls; docs/testing.md ("The docs' examples") has the convention
+and the counts.
 """
 
 from __future__ import annotations
@@ -283,3 +286,14 @@ def test_the_examples_of_a_page_run_as_written(reader, page):
 @pytest.mark.parametrize("page", sorted(SPARK_PAGES))
 def test_the_spark_examples_run_as_written(reader, spark, page):
     reader(page)
+
+
+def test_docs_testing_md_gives_the_counts_as_they_are():
+    """The counts docs/testing.md gives ("The docs' examples") are the pages' own."""
+    stated = re.search(
+        r"\*\*(\d+) Python examples: (\d+) run here, (\d+) by tests of their own, (\d+) marked\*\*",
+        (DOCS / "testing.md").read_text(),
+    )
+    assert stated, "docs/testing.md does not count the docs' examples"
+    counts = (len(ALL), len(RUN_HERE), len(RUN_ELSEWHERE), len(MARKED))
+    assert tuple(map(int, stated.groups())) == counts
