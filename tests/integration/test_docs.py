@@ -33,6 +33,7 @@ from kazoo.client import KazooClient
 
 from sentinel import Sentinel
 from sentinel.testing.zookeeper import LocalZooKeeper
+from tests.conftest import SUMMARY_ROW
 
 pytestmark = pytest.mark.integration
 
@@ -75,7 +76,8 @@ class Example:
     page: str
     line: int
     code: str
-    printed: str | None = None
+    #: The ```text block right after it: what the page says it prints.
+    output: str | None = None
 
     @property
     def marker(self) -> re.Match[str] | None:
@@ -207,7 +209,8 @@ def docs_zookeeper() -> Iterator[LocalZooKeeper]:
 @pytest.fixture
 def reader(docs_zookeeper, tmp_path, monkeypatch, request):
     """The environment of a reader whose ZooKeeper is ``$SENTINEL_ZK``, in an empty working
-    directory, on an empty server; yields the function that runs a page's examples."""
+    directory, on an empty server: the function that runs a page's examples, each page's
+    seconds added to the table printed after the run."""
     zk = KazooClient(docs_zookeeper.connect_string)
     zk.start(timeout=10)
     try:
@@ -228,7 +231,7 @@ def reader(docs_zookeeper, tmp_path, monkeypatch, request):
         run_page(ran)
         row = (page, len(ran), f"{time.monotonic() - started:.1f}")
         request.node.user_properties.append(
-            ("summary_row", ("docs examples run", ("page", "examples", "seconds"), row))
+            (SUMMARY_ROW, ("docs examples run", ("page", "examples", "seconds"), row))
         )
 
     return run
@@ -264,8 +267,8 @@ def run_page(page: list[Example]) -> None:
                     f"{example.where} failed: {exc!r}; it printed {printed.getvalue()!r}"
                 ) from exc
             assert errors.records == [], f"{example.where} logged errors: {errors.records}"
-            if example.printed is not None:
-                assert printed.getvalue() == example.printed, f"{example.where} printed otherwise"
+            if example.output is not None:
+                assert printed.getvalue() == example.output, f"{example.where} printed otherwise"
     finally:  # what the page left open, as a reader's interpreter would at exit
         logging.getLogger().removeHandler(errors)
         for value in namespace.values():
