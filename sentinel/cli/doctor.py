@@ -36,7 +36,13 @@ from sentinel.cli.options import (
 )
 from sentinel.cli.output import format_table, protecting_clients, protection_note
 from sentinel.devserver import resolve_hosts
-from sentinel.errors import DecodeError, NamespaceNotFound, SentinelError, ZooKeeperUnavailable
+from sentinel.errors import (
+    DecodeError,
+    NamespaceNotFound,
+    SentinelError,
+    ShardMapInvalid,
+    ZooKeeperUnavailable,
+)
 from sentinel.registry.layout import (
     AUTH,
     AUTH_KEYS,
@@ -512,7 +518,10 @@ def _partitions(
     if declared is not None:
         used = set(declared)
     else:  # any partition may be used: the ones the keys map to
-        used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
+        try:
+            used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
+        except DecodeError:
+            return []  # a map that lies tells no partitions: the shard map check reports it
     return [
         Finding(
             "error",
@@ -695,6 +704,18 @@ def _shard_maps(
     for policy in sorted(zk.get_children(SHARD_INFO)):
         try:
             state = read_map_state(zk, policy)
+        except ShardMapInvalid as exc:  # decodes, but contradicts its policy: a lie
+            states[policy] = None
+            findings.append(
+                Finding(
+                    "error",
+                    "shard map",
+                    f"{policy}: {exc.path}: {exc.reason}; clients skip that bucket, and "
+                    "`sentinel shard sync` will not copy this map",
+                    "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
+                )
+            )
+            continue
         except SentinelError as exc:  # a registry that lies: reported, never trusted
             states[policy] = None
             findings.append(
@@ -707,15 +728,17 @@ def _shard_maps(
             )
             continue
         states[policy] = state
-        content, stored = state.content, state.stored
-        if state.stored_error is not None:
-            problem = f"its digest does not decode ({state.stored_error})"
-        elif content is not None and stored is not None and content != stored:
-            problem = (
-                f"its buckets hold {content.keys} key(s) that do not add up to the digest its "
-                f"writers keep ({stored.keys} key(s)): written behind the shard manager's back"
+        problem = state.digest_problem
+        if problem is not None:
+            findings.append(
+                Finding(
+                    "error",
+                    "shard map",
+                    f"{policy}: {problem}",
+                    "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
+                )
             )
-        elif content is not None and stored is None:
+        elif state.content is not None and state.stored is None:
             findings.append(
                 Finding(
                     "warn",
@@ -724,17 +747,6 @@ def _shard_maps(
                     "written behind the shard manager's back would go unseen",
                 )
             )
-            continue
-        else:
-            continue
-        findings.append(
-            Finding(
-                "error",
-                "shard map",
-                f"{policy}: {problem}",
-                "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
-            )
-        )
     if states and not findings:
         findings.append(
             Finding(
