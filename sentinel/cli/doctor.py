@@ -21,6 +21,7 @@ from kazoo.security import Permissions
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
+from sentinel.auth.manager import enrolled_owners
 from sentinel.cache import reads as cache_reads
 from sentinel.cli.common import (
     colour_enabled,
@@ -34,7 +35,8 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
-from sentinel.cli.output import format_table, protecting_clients, protection_note
+from sentinel.cli.output import format_table, protection_note
+from sentinel.cli.protection import ignored_note, protection_claims
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     DecodeError,
@@ -56,7 +58,6 @@ from sentinel.registry.reads import (
     all_children,
     list_services,
     pipelined,
-    read_clients_of,
     read_metrics,
     read_service,
 )
@@ -368,6 +369,7 @@ def _services(
     findings: list[Finding] = []
     now = time.time()
     bad = 0
+    owners = enrolled_owners(zk)  # read once: whose /clients entries are whose
     for service in list_services(zk):
         findings.extend(_flooded(zk, service, namespace))
         try:
@@ -421,15 +423,25 @@ def _services(
                     )
                 )
         findings.extend(_partitions(zk, listing.spec, live, namespace))
-        protecting = protecting_clients(read_clients_of(zk, service))
-        if protecting:
+        claims = protection_claims(zk, listing.spec, owners)
+        if claims.clients:
             findings.append(
                 Finding(
                     "warn",
                     "protection",
-                    protection_note(service, protecting, now),
+                    protection_note(service, claims.clients, now),
                     "find why those sessions expired together (the ensemble's log, a pause, "
                     "the network); the instances come back as their processes register again",
+                )
+            )
+        if claims.ignored:
+            findings.append(
+                Finding(
+                    "warn",
+                    "clients",
+                    ignored_note(service, claims.ignored),
+                    f"sentinel init --secure --namespace {namespace} removes persistent "
+                    f"entries; `sentinel auth status {service}` lists the processes that count",
                 )
             )
     if bad:
