@@ -17,7 +17,8 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
     │   └── SigningRequired (also AuthError)
     ├── DecodeError                          a znode that is not a record we understand
-    │   └── PersistentInstance               a planted instance a secured namespace skips
+    │   ├── PersistentInstance               a planted instance a secured namespace skips
+    │   └── ShardMapInvalid                  a bucket that contradicts its policy: .key .bucket
     ├── ResolutionError                      lookup: .service .key .partition .policy
     │   ├── ServiceNotFound
     │   ├── PartitionNotFound                permanent for that key (.shard_policy)
@@ -150,6 +151,32 @@ class PersistentInstance(DecodeError):
     ones: a publisher's instance lives with its session, so a persistent one was planted (and
     may be pinned by a child nobody else may delete). Skipped and counted as any
     undecodable node; ``sentinel doctor`` names it."""
+
+
+class ShardMapInvalid(DecodeError):
+    """A directory bucket that decodes but contradicts its policy: a key stored in another
+    bucket than its own (``crc32(key) % buckets``), a partition the policy does not declare,
+    or a bucket number the policy does not have. Any writer of ``/shard_info`` can plant one,
+    and fix the digest to add up. Readers skip the bucket (counted) and keep what they held;
+    ``sentinel shard sync`` refuses to copy the map; ``sentinel doctor`` names it. ``policy``,
+    ``bucket`` (its number), ``key`` and ``partition`` say what is wrong (``key`` and
+    ``partition`` None when the bucket number alone is)."""
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        *,
+        policy: str,
+        bucket: int,
+        key: str | None = None,
+        partition: str | None = None,
+    ) -> None:
+        super().__init__(path, reason)
+        self.policy = policy
+        self.bucket = bucket
+        self.key = key
+        self.partition = partition
 
 
 class PayloadClassMismatch(ValidationError):

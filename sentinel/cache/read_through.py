@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 
@@ -10,11 +11,13 @@ from kazoo.client import KazooClient
 
 from sentinel.cache.ratelimit import TokenBucket
 from sentinel.cache.stats import CacheStats
-from sentinel.errors import PartitionNotFound, ReadThroughThrottled
+from sentinel.errors import DecodeError, PartitionNotFound, ReadThroughThrottled
 from sentinel.shards.maps import DirectoryMap, ShardMap
 from sentinel.shards.spec import validate_key
 from sentinel.shards.store import read_key
 from sentinel.zk.errors import translate
+
+log = logging.getLogger(__name__)
 
 
 class ReadThrough:
@@ -66,6 +69,10 @@ class ReadThrough:
                 self._stats.read_throughs += 1
                 try:
                     partition = read_key(self._zk, shard_map.spec, text)
+                except DecodeError as exc:  # the key's bucket is not valid: nothing in it is
+                    self._stats.decode_errors += 1
+                    log.warning("skipping %s", exc)
+                    partition = None
                 except Exception as exc:
                     raise translate(exc, "a shard key read") from exc
                 if partition is not None:
