@@ -75,6 +75,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sentinel.suggestions import did_you_mean
+
 
 def _restore(cls: type[SentinelError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
     error = cls.__new__(cls, *args)
@@ -203,7 +205,7 @@ class ServiceNotFound(ResolutionError):
     def __init__(
         self, service: str, reason: str = NOT_REGISTERED, suggestions: tuple[str, ...] = ()
     ) -> None:
-        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        hint = f"; {did_you_mean(suggestions)}" if suggestions else ""
         super().__init__(f"service {service!r} {reason}{hint}", service=service)
         self.reason = reason
         self.suggestions = tuple(suggestions)
