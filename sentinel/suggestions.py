@@ -24,6 +24,14 @@ def close_matches(name: str, known: Iterable[str], n: int = 3) -> tuple[str, ...
     return tuple(other for other in similar if typos(name, other) == fewest)[:n]
 
 
+def likely_typos(name: str, known: Iterable[str]) -> tuple[str, ...]:
+    """Those of :func:`close_matches` so near ``name`` that it is more likely a typo of one of
+    them than a name of its own: a typing mistake per four characters at most (``/sentinal``
+    for ``/sentinel``, not ``/orders-new`` for ``/orders``). Before a hint that would create
+    ``name``, these are what to suggest instead."""
+    return tuple(m for m in close_matches(name, known) if typos(name, m) <= len(name) // 4)
+
+
 def typos(a: str, b: str) -> int:
     """The typing mistakes between ``a`` and ``b``: letters left out, added, replaced, or two
     neighbours swapped, each one mistake (the optimal string alignment distance)."""

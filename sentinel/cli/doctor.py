@@ -672,10 +672,17 @@ def _check(
     except NamespaceNotFound as exc:
         findings += [
             _server(hosts),
-            Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
+            Finding("error", "namespace", str(exc), _missing_namespace_fix(exc)),
         ]
         maps = {}  # nor does a namespace that does not exist
     return findings, maps
+
+
+def _missing_namespace_fix(exc: NamespaceNotFound) -> str:
+    """The namespace meant when the one asked for looks like its typo, never creating that."""
+    if exc.suggestions:
+        return f"sentinel doctor --namespace {exc.suggestions[0]}"
+    return f"sentinel init --namespace {exc.namespace}"
 
 
 def _repair(policy: str, region: str | None) -> str:

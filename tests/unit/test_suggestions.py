@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sentinel.suggestions import close_matches, did_you_mean, typos
+from sentinel.errors import NamespaceNotFound
+from sentinel.suggestions import close_matches, did_you_mean, likely_typos, typos
 
 
 @pytest.mark.parametrize(
@@ -30,3 +31,27 @@ def test_close_matches_keeps_only_the_closest_and_never_the_name_itself():
     assert close_matches("zzzz", ["east", "west"]) == ()
     assert close_matches("east", []) == ()
     assert did_you_mean(("a", "b")) == "did you mean 'a' or 'b'?" and did_you_mean(()) == ""
+
+
+def test_a_likely_typo_is_a_mistake_per_four_characters_at_most():
+    assert likely_typos("sentinal", ["sentinel", "kafka"]) == ("sentinel",)
+    assert likely_typos("orders-new", ["orders"]) == ()  # a name of its own
+    assert likely_typos("b", ["a"]) == ()
+
+
+def test_a_missing_namespace_suggests_the_one_meant_or_else_creating_it():
+    """Creating it is suggested only when no namespace beside it looks like what was meant;
+    when none could be listed, after the advice to check the name."""
+    typo = NamespaceNotFound("/sentinal", "zk:2181", ["/sentinel", "/kafka", "/other/sentinel"])
+    assert typo.suggestions == ("/sentinel",)
+    assert str(typo) == (
+        "namespace /sentinal does not exist on ZooKeeper zk:2181 (reading never creates it); "
+        "did you mean '/sentinel'?"
+    )
+    create = "create it with `sentinel init --zk zk:2181 --namespace /staging`"
+    own = NamespaceNotFound("/staging", "zk:2181", ["/sentinel"])
+    assert own.suggestions == () and str(own).endswith(f"creates it): {create}")
+    unlisted = NamespaceNotFound("/staging", "zk:2181")
+    assert "check the name" in str(unlisted) and str(unlisted).endswith(create)
+    nested = NamespaceNotFound("/team/sentinal", "zk:2181", ["/team/sentinel", "/sentinel"])
+    assert nested.suggestions == ("/team/sentinel",)
