@@ -57,7 +57,8 @@ from sentinel.registry.reads import (
 from sentinel.registry.records import ServiceSpec
 from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
-from sentinel.shards.store import MapState, iter_assignments, read_map_state
+from sentinel.shards.store import MapState, existing_policies, iter_assignments, read_map_state
+from sentinel.suggestions import did_you_mean, likely_typos
 from sentinel.testing.zookeeper import four_letter_word
 from sentinel.zk.errors import translate
 
@@ -498,14 +499,12 @@ def _partitions(
         data, _ = zk.get(policy_path(spec.shard_policy))
         policy = ShardPolicySpec.from_bytes(spec.shard_policy, policy_path(spec.shard_policy), data)
     except NoNodeError:
-        return [
-            Finding(
-                "error",
-                "shard policy",
-                f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist",
-                f"create it (Sentinel.shard_maps.create) in {namespace}",
-            )
-        ]
+        meant = likely_typos(spec.shard_policy, existing_policies(zk))
+        missing = f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist"
+        if meant:  # the spec's name is the typo: creating a policy of that name keeps it
+            return [Finding("error", "shard policy", f"{missing}; {did_you_mean(meant)}")]
+        fix = f"create it (Sentinel.shard_maps.create) in {namespace}"
+        return [Finding("error", "shard policy", missing, fix)]
     except DecodeError as exc:
         return [Finding("error", "schema", str(exc), f"recreate shard policy {spec.shard_policy}")]
     declared = policy.declared
