@@ -67,21 +67,28 @@ class _Reachability:
     timeout; but nothing is listening there, so waiting only delays the error. A server that
     accepts and is slow to answer, or whose name lookup failed for a reason that may pass (no
     DNS server answered), is never counted: the caller waits for it as before. Names are
-    resolved as kazoo resolves them (``getaddrinfo`` of each host, TCP), once, here.
+    resolved as kazoo resolves them (``getaddrinfo`` of each host, TCP), once, on a thread of
+    their own, so that a slow resolver holds up nothing (the caller's timeout still holds).
     """
 
     def __init__(self, zk: KazooClient, wake: Callable[[], None]) -> None:
-        """Resolve ``zk``'s hosts, and call ``wake`` (on kazoo's connection thread) after
-        each refusal, until :meth:`close`."""
+        """Resolve ``zk``'s hosts, and call ``wake`` (on another thread) once they are and
+        after each refusal, until :meth:`close`."""
         self._handler = zk.handler if isinstance(zk.handler, PollHandler) else None
         if self._handler is not None:
             self._handler.refused = frozenset()
             self._handler.on_refused = wake
+        self._order = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in zk.hosts]
         self._addresses: dict[str, frozenset[tuple[str, int]]] = {}
         self._unresolved: dict[str, str] = {}
         self._transient = False  # a name lookup failed for a reason that may pass
-        self._order = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in zk.hosts]
-        for where, (host, port) in zip(self._order, zk.hosts, strict=True):
+        self._resolved = threading.Event()  # the three above are written before it is set
+        threading.Thread(
+            target=self._resolve, args=(list(zk.hosts), wake), name="sentinel-resolve", daemon=True
+        ).start()
+
+    def _resolve(self, hosts: list[tuple[str, int]], wake: Callable[[], None]) -> None:
+        for where, (host, port) in zip(self._order, hosts, strict=True):
             try:
                 found = socket.getaddrinfo(host, port, 0, 0, socket.IPPROTO_TCP)
             except socket.gaierror as exc:
@@ -91,10 +98,12 @@ class _Reachability:
                     self._transient = True
                 continue
             self._addresses[where] = frozenset((a[4][0], a[4][1]) for a in found)
+        self._resolved.set()
+        wake()
 
     def reasons(self) -> dict[str, str] | None:
         """Why no server can be reached, by ``host:port``; None while one still may be."""
-        if self._transient or self._handler is None:
+        if not self._resolved.is_set() or self._transient or self._handler is None:
             return None
         refused = self._handler.refused
         if any(not addresses <= refused for addresses in self._addresses.values()):
@@ -105,7 +114,7 @@ class _Reachability:
         }
 
     def close(self) -> None:
-        """Stop waking the caller."""
+        """Stop waking the caller on a refusal."""
         if self._handler is not None:
             self._handler.on_refused = None
 

@@ -108,6 +108,17 @@ def test_a_server_that_accepts_and_never_answers_keeps_the_timeout_too(silent_po
         raises_within_its_timeout(f"127.0.0.1:{port},127.0.0.1:{silent_port.getsockname()[1]}")
 
 
+def test_a_name_lookup_that_may_pass_is_waited_for(monkeypatch):
+    """No DNS server answered (EAI_AGAIN): the name may resolve at kazoo's next attempt, so
+    the start waits its timeout rather than say the name does not resolve."""
+
+    def no_answer(*args: object, **kwargs: object) -> object:
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_answer)
+    raises_within_its_timeout("zk1.example.test:2181")
+
+
 def test_a_server_that_is_starting_is_waited_for_not_reported_refused(zookeeper):
     """A server that accepts connections and closes them (a starting ZooKeeper, a relay whose
     link is down) may serve at the next attempt: the start waits for it, its timeout."""
