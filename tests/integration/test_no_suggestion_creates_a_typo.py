@@ -1,5 +1,6 @@
-"""A shard policy that does not exist, named by a typo: every error points at the policy that
-exists ("did you mean 'tenants'?") and none suggests creating the typo (issue 51).
+"""A name that does not exist but is a typo of one that does (a shard policy, a client with
+keys): every error points at the one that exists ("did you mean 'tenants'?") and none
+suggests creating the typo (issue 51).
 
 The namespace of the test holds ``tenants``; ``orders`` is sharded by ``tenents`` (its spec
 written while such a policy existed, which was deleted since, as a spec naming a policy
@@ -12,7 +13,9 @@ import json
 
 import pytest
 
-from sentinel.errors import PartitionNotFound
+from sentinel.auth.config import AuthConfig
+from sentinel.auth.keys import ClientKeyring
+from sentinel.errors import ClientKeyNotFound, PartitionNotFound
 
 pytestmark = pytest.mark.integration
 
@@ -53,3 +56,17 @@ def test_the_cli_and_doctor_name_the_policy_meant(typo, cli_in_process):
         "orders is sharded by 'tenents', which does not exist; did you mean 'tenants'?"
     )
     assert finding["fix"] == ""  # not "create it": that would keep the typo
+
+
+def test_a_credential_for_a_misspelt_client_names_the_client_meant(make_client):
+    """Publishing a credential for ``keyed-ap`` when ``keyed-app`` has keys: "did you mean",
+    not "run sentinel auth keygen --publish" (which would give the typo keys of its own); a
+    client of its own name that has none still gets that advice."""
+    make_client("keyed-app", auth=AuthConfig(keys=ClientKeyring.generate()))
+    manager = make_client("manager")
+    with pytest.raises(ClientKeyNotFound) as typo:
+        manager.credentials.publish("orders", "keyed-ap", {"user": "u", "password": "p"})
+    assert str(typo.value).endswith("; did you mean 'keyed-app'?")
+    assert "keygen" not in str(typo.value)
+    with pytest.raises(ClientKeyNotFound, match="keygen --publish"):
+        manager.credentials.publish("orders", "reporting", {"user": "u", "password": "p"})
