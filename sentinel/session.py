@@ -387,13 +387,15 @@ class Session:
         When that cannot be done (the region's ensemble not reachable from this host, the
         client not enrolled there...), a warning says why and what follows; the region is
         still read."""
+        keyring = self._keyring
+        assert keyring is not None  # the caller's condition
         try:
             self._start_zk()
-        except SentinelError as exc:
-            self._keys_not_published(exc)
+        except (SentinelError, KazooException) as exc:
+            self._keys_not_published(translate(exc, "connecting"))
             return
         try:
-            publish_public_keys(self.zk, self.auth_client, self._keyring)  # type: ignore[arg-type]
+            publish_public_keys(self.zk, self.auth_client, keyring)
         except (SentinelError, KazooException) as exc:
             self._keys_not_published(translate(exc, "publishing public keys"))
         else:
