@@ -64,7 +64,8 @@ from sentinel.registry.reads import (
 from sentinel.registry.records import ServiceSpec
 from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
-from sentinel.shards.store import MapState, iter_assignments, read_map_state
+from sentinel.shards.store import MapState, existing_policies, iter_assignments, read_map_state
+from sentinel.suggestions import did_you_mean, likely_typos
 from sentinel.testing.zookeeper import four_letter_word
 from sentinel.zk.errors import translate
 
@@ -516,14 +517,12 @@ def _partitions(
         data, _ = zk.get(policy_path(spec.shard_policy))
         policy = ShardPolicySpec.from_bytes(spec.shard_policy, policy_path(spec.shard_policy), data)
     except NoNodeError:
-        return [
-            Finding(
-                "error",
-                "shard policy",
-                f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist",
-                f"create it (Sentinel.shard_maps.create) in {namespace}",
-            )
-        ]
+        meant = likely_typos(spec.shard_policy, existing_policies(zk))
+        missing = f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist"
+        if meant:  # the spec's name is the typo: creating a policy of that name keeps it
+            return [Finding("error", "shard policy", f"{missing}; {did_you_mean(meant)}")]
+        fix = f"create it (Sentinel.shard_maps.create) in {namespace}"
+        return [Finding("error", "shard policy", missing, fix)]
     except DecodeError as exc:
         return [Finding("error", "schema", str(exc), f"recreate shard policy {spec.shard_policy}")]
     declared = policy.declared
@@ -693,10 +692,17 @@ def _check(
     except NamespaceNotFound as exc:
         findings += [
             _server(hosts),
-            Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
+            Finding("error", "namespace", str(exc), _missing_namespace_fix(exc)),
         ]
         maps = {}  # nor does a namespace that does not exist
     return findings, maps
+
+
+def _missing_namespace_fix(exc: NamespaceNotFound) -> str:
+    """The namespace meant when the one asked for looks like its typo, never creating that."""
+    if exc.suggestions:
+        return f"sentinel doctor --namespace {exc.suggestions[0]}"
+    return f"sentinel init --namespace {exc.namespace}"
 
 
 def _repair(policy: str, region: str | None) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 
 from sentinel.errors import (
@@ -37,6 +37,7 @@ from sentinel.shards.spec import (
     policy_path,
     validate_key,
 )
+from sentinel.suggestions import close_matches, did_you_mean
 from sentinel.zk.ephemeral import first_failure
 
 log = logging.getLogger(__name__)
@@ -48,13 +49,25 @@ _TRANSACTION_BYTES = MAX_VALUE_BYTES
 
 
 def read_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
-    """Read a policy's spec; ShardPolicyNotFound if it does not exist."""
+    """Read a policy's spec; ShardPolicyNotFound if it does not exist, naming the policies
+    closest to it when there are."""
     path = policy_path(validate_name("shard policy", policy))
     try:
         data, _ = zk.get(path)
     except NoNodeError:
-        raise ShardPolicyNotFound(f"shard policy {policy!r} does not exist") from None
+        hint = did_you_mean(close_matches(policy, existing_policies(zk)))
+        message = f"shard policy {policy!r} does not exist" + (f"; {hint}" if hint else "")
+        raise ShardPolicyNotFound(message) from None
     return ShardPolicySpec.from_bytes(policy, path, data)
+
+
+def existing_policies(zk: KazooClient) -> list[str]:
+    """The names of the shard policies there are (for an error's suggestions); none when they
+    cannot be listed."""
+    try:
+        return zk.get_children(SHARD_INFO)
+    except KazooException:
+        return []
 
 
 def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
