@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import logging
 import os
@@ -47,6 +46,7 @@ from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
 from sentinel.regions.config import Region, Regions
+from sentinel.regions.identity import identity_for
 from sentinel.regions.router import Answer, Router
 from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
@@ -73,6 +73,7 @@ from sentinel.registry.records import (
 from sentinel.session import Session, signer_missing
 from sentinel.shards.writer import ShardMapWriter
 from sentinel.strategies import Balancer, SelectionPolicy
+from sentinel.suggestions import close_matches
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
@@ -186,6 +187,9 @@ class Sentinel(OldMethodNames):
         ``"user:password"``, the ZooKeeper digest identity of a secured namespace
         (``sentinel init --secure``); nodes this client creates are writable by it alone.
         ``""`` (:data:`sentinel.auth.acl.ANONYMOUS`): anonymous even when the variable is set.
+        The default goes to this client's own region only: a client reading another region
+        (``agent_region``) presents that region's entry's identity, else none
+        (:func:`~sentinel.regions.identity.identity_for`, ``docs/regions.md``).
 
     client_id : str, default ``<hostname>-<pid>``
         This process's name in ``/clients`` and in logs; unique per process.
@@ -229,7 +233,9 @@ class Sentinel(OldMethodNames):
     agent_region : str or None, default None (the agent's own region)
         In agent mode, read the registry of the agent's other region of this name, from the
         agent's session there (opened when a process first needs it); the agent's own
-        configuration says where that region is, so nothing but the name is sent. Such a
+        configuration says where that region is, so nothing but the name is sent, with that
+        region's identity (``identity=``, else its entry's in ``regions``), never this
+        region's default (``docs/regions.md``, "Identities"). Such a
         client only reads (a write raises ValidationError); :meth:`start` raises
         :class:`~sentinel.errors.RegionNotServed` when the agent has no such region. A
         client's failover to another region in agent mode goes this way by itself
@@ -305,12 +311,20 @@ class Sentinel(OldMethodNames):
         self.cache_config = cache
         #: This client's region and the others it may fail over to (None: one region).
         self.regions = Regions.resolve(regions)
-        home = None if self.regions is None else self.regions.local_region()
-        if home is not None:  # given arguments win over the region's entry, which wins over $...
-            hosts = home.hosts if hosts is None else hosts
-            namespace = home.namespace if namespace is None else namespace
-            tls = home.tls if tls is None else tls
-            identity = home.identity if identity is None else identity
+        # The region this client reads: the agent's other region it names, else its own.
+        reads = agent_region
+        if reads is None and self.regions is not None:
+            reads = self.regions.local
+        entry = None if self.regions is None or reads is None else self.regions.regions.get(reads)
+        if entry is not None:  # given arguments win over the region's entry, which wins over $...
+            hosts = entry.hosts if hosts is None else hosts
+            namespace = entry.namespace if namespace is None else namespace
+            tls = entry.tls if tls is None else tls
+        identity = identity_for(
+            reads,
+            entry.identity if identity is None and entry is not None else identity,
+            None if self.regions is None else self.regions.home,
+        )
         self.namespace = validate_namespace(DEFAULT_NAMESPACE if namespace is None else namespace)
         self.hosts = resolve_hosts(hosts)
         client_id = validate_name("client", default_client_id() if client_id is None else client_id)
@@ -505,8 +519,8 @@ class Sentinel(OldMethodNames):
         except KazooException:
             return error
         names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
-        close = difflib.get_close_matches(service, sorted(names), n=3)
-        return ServiceNotFound(service, suggestions=tuple(close)) if close else error
+        close = close_matches(service, names)
+        return ServiceNotFound(service, suggestions=close) if close else error
 
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
@@ -599,10 +613,14 @@ class Sentinel(OldMethodNames):
         follows the new rule without a restart (``docs/regions.md``, "Changing a rule"). Raises
         :class:`~sentinel.errors.ServiceNotFound` for a service that does not exist and
         :class:`~sentinel.errors.ValidationError` for a rule that is not a
-        :class:`~sentinel.registry.failover.Failover`; either way nothing is written.
+        :class:`~sentinel.registry.failover.Failover`, or
+        :class:`~sentinel.errors.RegionConfigError` for one naming a region this client's
+        ``regions`` do not hold; either way nothing is written.
         ``ensure_service`` with the old rule refuses the service afterwards (ServiceConflict):
         the stored spec is the one to agree with.
         """
+        if self.regions is not None and isinstance(failover, Failover):
+            self.regions.check_failover(failover)
         self.session.require_writable()
         return self.session.publisher.set_failover(service, failover)[1]
 

@@ -235,9 +235,11 @@ AGENT_XDS_RESPONSES = Counter(
 )
 AGENT_XDS_DROPPED = Counter(
     "sentinel_agent_xds_dropped_streams_total",
-    "xDS streams this host agent ended, by reason (slow: a client that left a response "
-    "unread for the send timeout; names: a request naming more resources than a stream may "
-    "follow; error: the agent's own failure, logged).",
+    "xDS streams this host agent ended or refused, by reason (slow: a client that left a "
+    "response unread for the send timeout; names: a request naming more resources than a "
+    "stream, or services than its user's streams, may follow; cap: a stream over the streams "
+    "served, in all or of its user; malformed: a message that is not a request; error: the "
+    "agent's own failure, logged).",
     ["reason"],
     registry=None,
 )

@@ -11,8 +11,11 @@ Who may connect: every connection's peer credentials are checked (``SO_PEERCRED`
 connected): root, the agent's own user, and the users and groups allowed. The socket file is
 made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
 the check. The socket's directory must be writable by root or the agent's user alone. A
-refused peer, a frame that is not a message, or a process that claims another process's
-identity is logged, counted and dropped; the others are served.
+refused peer, a frame that is not a message, or a process that claims the client id of
+another process of its user is logged, counted and dropped; the others are served. A client
+id is its user's: another user's process that says the same one is no conflict (so that the
+default id, ``<hostname>-<pid>``, claimed by another user locks nobody out), and the
+``/clients`` entries under an id are kept for the first process that announced them.
 
 Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
 writes them on a session of that identity, so a rotation trusts them as it would the
@@ -70,6 +73,7 @@ from sentinel import telemetry
 from sentinel.agent import changes, protocol
 from sentinel.agent.changes import Pending
 from sentinel.agent.link import error_answer
+from sentinel.agent.peers import Shares, Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
@@ -144,9 +148,6 @@ _RECEIVE_BYTES = 256 * 1024
 # rather than in dozens of the default's. Memory only while frames wait unread, and a
 # connection's frames wait in the agent's own buffer anyway until written.
 _SEND_BUFFER = 1 << 20
-# A condition logged at most once in this many seconds (with how many were not), so that a
-# flood of refused connections cannot flood the log.
-_LOG_EVERY = 10.0
 
 
 @dataclass(eq=False)
@@ -239,24 +240,6 @@ class _Connection:
         self.kick(self)
 
 
-class _Throttled:
-    """A warning logged at most once every :data:`_LOG_EVERY` seconds, with the count of
-    those not logged since."""
-
-    def __init__(self) -> None:
-        self._last = -_LOG_EVERY
-        self._skipped = 0
-
-    def warning(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last < _LOG_EVERY:
-            self._skipped += 1
-            return
-        skipped, self._skipped, self._last = self._skipped, 0, now
-        suffix = f" ({skipped} more like it not logged)" if skipped else ""
-        log.warning(message + suffix, *args)
-
-
 @dataclass(eq=False)
 class _IdentitySession:
     """A session acting as one process identity, for one peer user: it keeps the
@@ -334,21 +317,26 @@ class AgentServer:
         self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
         self._max_connections = max_connections
-        self._max_per_uid = max_connections_per_uid
         self._hello_timeout = hello_timeout
         self._heartbeat = heartbeat
         self._max_frame_bytes = max_frame_bytes
         self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
         self._connections: set[_Connection] = set()
-        self._per_uid: collections.Counter[int] = collections.Counter()
+        self._shares = Shares(max_connections, max_connections_per_uid, "connections")
         self._lock = threading.Lock()  # the sets above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
-        # client id -> the pid whose connections use it, and how many are connected
-        self._clients: dict[str, tuple[int, int]] = {}
+        # (peer uid, client id) -> the pid whose connections use it, and how many are
+        # connected: an id is its user's, so that one user cannot take another's (the default
+        # id, <hostname>-<pid>, is easily guessed) and lock its processes out.
+        self._clients: dict[tuple[int, str], tuple[int, int]] = {}
+        # client id -> the (uid, pid) whose /clients entries the agent keeps under it: the
+        # first connected process to announce one; a process of another user or pid that
+        # shares the id is served but its entries are not kept (they would overwrite these).
+        self._entries: dict[str, tuple[int, int]] = {}
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
@@ -369,8 +357,8 @@ class AgentServer:
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
         self._requests = ThreadPoolExecutor(REQUEST_WORKERS, "sentinel-agent-request")
         self._frames = ThreadPoolExecutor(FRAME_WORKERS, "sentinel-agent-frames")
-        self._refusals = _Throttled()
-        self._accept_errors = _Throttled()
+        self._refusals = Throttled(log)
+        self._accept_errors = Throttled(log)
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -657,10 +645,9 @@ class AgentServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         connection = _Connection(sock, pid, uid, self._schedule_flush)
         with self._lock:
-            refusal = self._over_caps(uid)
+            refusal = self._shares.take(uid)
             if refusal is None:
                 self._connections.add(connection)
-                self._per_uid[uid] += 1
         if refusal is not None:
             self._refuse(sock, pid, uid, refusal)
             return
@@ -683,24 +670,15 @@ class AgentServer:
         connection.greeted, connection.serving = True, True
         connection.accepted_at = handed.accepted_at
         with self._lock:
-            refusal = self._over_caps(connection.uid)
-            if refusal is None and not self._stopped.is_set():
+            refusal = "stopping" if self._stopped.is_set() else self._shares.take(connection.uid)
+            if refusal is None:
                 self._connections.add(connection)
-                self._per_uid[connection.uid] += 1
-        if refusal is not None or self._stopped.is_set():
-            self._refuse(connection.sock, connection.pid, connection.uid, refusal or "stopping")
+        if refusal is not None:
+            self._refuse(connection.sock, connection.pid, connection.uid, refusal)
             return
         self._count_processes()
         self._submit(self._requests, self._serve_next, connection)
         self._call_loop(connection)  # this server's loop reads it from now on
-
-    def _over_caps(self, uid: int) -> str | None:
-        """Under the lock: why one more connection of ``uid`` is over the caps, else None."""
-        if len(self._connections) >= self._max_connections:
-            return f"it serves {self._max_connections} connections already"
-        if self._per_uid[uid] >= self._max_per_uid:
-            return f"it serves {self._max_per_uid} connections of uid {uid} already"
-        return None
 
     def _refuse(self, sock: socket.socket, pid: int, uid: int, refusal: str) -> None:
         """Tell a connection over the caps why (nothing was sent on it yet: a new socket's
@@ -741,16 +719,17 @@ class AgentServer:
         self._call_loop(connection)
         with self._lock:
             if connection.client is not None:
-                pid, count = self._clients[connection.client]
+                claim = (connection.uid, connection.client)
+                pid, count = self._clients[claim]
                 if count > 1:
-                    self._clients[connection.client] = (pid, count - 1)
+                    self._clients[claim] = (pid, count - 1)
                 else:
-                    del self._clients[connection.client]
+                    del self._clients[claim]
+                    if self._entries.get(connection.client) == (connection.uid, pid):
+                        del self._entries[connection.client]
             if connection in self._connections:
                 self._connections.discard(connection)
-                self._per_uid[connection.uid] -= 1
-                if not self._per_uid[connection.uid]:
-                    del self._per_uid[connection.uid]
+                self._shares.release(connection.uid)
             still = (
                 {path for other in self._connections for path in other.announced}
                 if connection.announced
@@ -902,10 +881,11 @@ class AgentServer:
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
         client = validate_name("client id", checked(hello, "client", str))
+        claim = (connection.uid, client)
         with self._lock:
-            holder, count = self._clients.get(client, (connection.pid, 0))
+            holder, count = self._clients.get(claim, (connection.pid, 0))
             if holder == connection.pid and not connection.closed:
-                self._clients[client] = (holder, count + 1)
+                self._clients[claim] = (holder, count + 1)
                 connection.client = client
         if holder != connection.pid:  # its /clients entries are that process's
             raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
@@ -970,9 +950,7 @@ class AgentServer:
             connection.handed_to = (server, hello)
         with self._lock:
             self._connections.discard(connection)
-            self._per_uid[connection.uid] -= 1
-            if not self._per_uid[connection.uid]:
-                del self._per_uid[connection.uid]
+            self._shares.release(connection.uid)
         self._count_processes()
         self._call_loop(connection)  # the loop forgets its socket and hands it over
         return False
@@ -1089,6 +1067,21 @@ class AgentServer:
                     f"a /clients record of credential v{record.auth_version}, above the newest "
                     f"issued for {connection.auth_client!r} (v{newest})"
                 )
+        with self._lock:
+            if connection.closed:
+                return  # its drop has run, or runs next: nothing of it is kept
+            owner = self._entries.setdefault(connection.client, (connection.uid, connection.pid))
+        if owner != (connection.uid, connection.pid):
+            self._refusals.warning(
+                "agent: pid %d (uid %d): client id %r has its /clients entries kept for pid %d "
+                "(uid %d); this process is served, its entries are not kept",
+                connection.pid,
+                connection.uid,
+                connection.client,
+                owner[1],
+                owner[0],
+            )
+            return
         session = None
         if connection.identity is not None:
             session = self._identity_session(connection, entry=path)

@@ -7,11 +7,18 @@ a bootstrap naming the agent (:func:`~sentinel.agent.xds_bootstrap.bootstrap`) r
 ``xds:///<service>`` from the agent's one ZooKeeper session, with no Sentinel code in it.
 What a service is in xDS terms is :mod:`sentinel.agent.xds_resources`.
 
-A service is followed when a client first asks for one of its resources: loaded on a worker
+A service is followed while some stream asks for one of its resources (State of the World: a
+request replaces what its stream asked for of that type; a service no stream asks for is
+forgotten, never retried): loaded on a worker, a few at a time in the order asked
 (:meth:`Sentinel.prefetch <sentinel.Sentinel.prefetch>`, which may wait on ZooKeeper), never
 on the server's event loop, and served only when everyone may read its node (an xDS client
-has no identity to read as). Its changes come from the agent's cache as listener events, on
-the cache's worker, which only hands the service's name to the event loop
+has no identity to read as). What a change of a stream's names costs is those names, whatever
+the others follow; each peer (a uid, on loopback TCP) holds a share of the streams and of the
+services followed (:mod:`sentinel.agent.peers`), a message that is not a request ends its
+stream as malformed, and what clients send reaches the log quoted and throttled.
+
+A followed service's changes come from the agent's cache as listener events, on the cache's
+worker, which only hands the service's name to the event loop
 (:meth:`asyncio.loop.call_soon_threadsafe`): nothing there waits, and no stream is written
 from any thread but the loop's. The loop rebuilds the service's resources once per change
 and marks each stream following it; a stream sends the latest state of what it follows when
@@ -31,22 +38,27 @@ such.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from envoy.service.discovery.v3 import discovery_pb2
+from google.protobuf.message import DecodeError
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import xds_resources as resources
+from sentinel.agent.peers import Shares, Throttled, loopback_tcp_uid, quoted
 from sentinel.agent.server import prepare_socket_path
 from sentinel.agent.xds_bootstrap import parse_address
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
@@ -61,11 +73,14 @@ log = logging.getLogger(__name__)
 
 #: Names a stream may follow of one resource type: a process's services (and partitions).
 MAX_NAMES = 64
-#: Services being loaded at once for xDS clients; more names wait for the next retry.
-MAX_LOADING = 64
-#: Seconds between retries of services that could not be loaded (ZooKeeper unreachable).
+#: Services the streams of one peer (a uid; on a Unix socket, every client: gRPC does not
+#: name them) follow at once: a host's processes of one user, with room to spare.
+MAX_SERVICES_PER_PEER = 1024
+#: Seconds between retries of services that could not be loaded (ZooKeeper unreachable),
+#: or that did not exist (created since?).
 RETRY_SECONDS = 2.0
-_LOAD_WORKERS = 4
+_LOAD_WORKERS = 4  # and services being loaded at once: the others wait in line, droppable
+_SERVICE = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 _MAX_REQUEST_BYTES = 64 * 1024  # MAX_NAMES names of 2 * 129 characters, and the node
 _SHORT = {LISTENER: "listener", CLUSTER: "cluster", ENDPOINTS: "endpoints"}
 
@@ -78,13 +93,18 @@ class _Service:
     absent: bool = False  # it does not exist, or not everyone may read it
     loading: bool = False
     streams: set[_Stream] = field(default_factory=set)  # the streams following it
+    # peer -> how many of the streams following it are that peer's
+    peers: collections.Counter[int | None] = field(default_factory=collections.Counter)
 
 
 @dataclass(eq=False)
 class _Stream:
     """One client's ADS stream: what it follows, and what it was last sent (the loop's)."""
 
+    peer: int | None = None  # its client's uid; None: not told (a Unix socket's client)
     subscribed: dict[str, frozenset[str]] = field(default_factory=dict)  # type -> names
+    # service -> how many of the names it follows (of every type) are that service's
+    services: collections.Counter[str] = field(default_factory=collections.Counter)
     sent: dict[str, dict[str, Any]] = field(default_factory=dict)  # type -> name -> resource
     dirty: set[str] = field(default_factory=set)  # types whose state may have changed
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -100,15 +120,33 @@ class _Refused(Exception):
         self.reason = reason
 
 
+class _Malformed:
+    """What a stream sent that is not a DiscoveryRequest (its bytes do not parse)."""
+
+
+_MALFORMED = _Malformed()
+
+
+def _parse_request(data: bytes) -> discovery_pb2.DiscoveryRequest | _Malformed:
+    """A request as its client sent it: the stream's to refuse when it does not parse
+    (gRPC's own parse would log a traceback for each such message, as the agent's error)."""
+    try:
+        return discovery_pb2.DiscoveryRequest.FromString(data)
+    except DecodeError:
+        return _MALFORMED
+
+
 class XdsServer:
     """Serves the agent's cache (``sentinel``'s) as xDS on ``address`` (``--xds``'s forms,
     :func:`~sentinel.agent.xds_bootstrap.parse_address`).
 
     ``shared``: users other than root and the agent's may connect (a Unix socket is then made
-    0666, else 0600; gRPC's server cannot tell its peers apart, see ``docs/grpc.md``).
+    0666, else 0600; gRPC does not name a Unix socket's peers, see ``docs/grpc.md``).
     ``send_timeout``: seconds a client may leave a response unread before its stream is
-    ended. ``max_streams``: streams served at once (more are refused with
-    ``RESOURCE_EXHAUSTED``). ``handshake_timeout``: seconds a connection has to start HTTP/2.
+    ended. ``max_streams``/``max_streams_per_uid``: streams served at once, in all and from
+    one peer uid (on loopback TCP, its socket's owner; gRPC does not name a Unix socket's
+    peers, which have the total only); more are refused with ``RESOURCE_EXHAUSTED``.
+    ``handshake_timeout``: seconds a connection has to start HTTP/2.
     ``max_connection_age``: seconds after which a client's connection is closed (it
     reconnects and is sent the current state; ``send_timeout`` seconds of grace): what ends
     a connection whose client stopped reading.
@@ -122,6 +160,7 @@ class XdsServer:
         shared: bool = False,
         send_timeout: float = 30.0,
         max_streams: int = 4096,
+        max_streams_per_uid: int = 1024,
         handshake_timeout: float = 10.0,
         max_connection_age: float = 600.0,
     ) -> None:
@@ -132,8 +171,15 @@ class XdsServer:
         self._max_streams = max_streams
         self._handshake_timeout = handshake_timeout
         self._max_connection_age = max_connection_age
-        self._services: dict[str, _Service] = {}
+        self._services: dict[str, _Service] = {}  # the services some stream follows
         self._streams: set[_Stream] = set()
+        self._shares = Shares(max_streams, max_streams_per_uid, "xDS streams")
+        self._peer_services: collections.Counter[int | None] = collections.Counter()
+        # Services to load, in the order first asked for (a service no stream follows any
+        # more leaves the line); loads under way; the services to load again at the retry.
+        self._waiting: OrderedDict[str, None] = OrderedDict()
+        self._loading = 0
+        self._retrying: set[str] = set()
         self._changed: set[str] = set()
         self._version = 0
         self._port = 0
@@ -145,6 +191,14 @@ class XdsServer:
         self._remove_listener: Any = None
         self._loads = ThreadPoolExecutor(_LOAD_WORKERS, "sentinel-xds-load")
         self._closing = False
+        # What clients do is logged at most once in a while (their text quoted), never as
+        # much as they please: their refusals, the streams dropped (by reason), and the
+        # services hidden from them.
+        self._nacks = Throttled(log)
+        self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
+            lambda: Throttled(log)
+        )
+        self._hidden = Throttled(log)
 
     @property
     def address(self) -> str:
@@ -157,6 +211,11 @@ class XdsServer:
     def streams(self) -> int:
         """The xDS streams served now."""
         return len(self._streams)
+
+    @property
+    def services(self) -> int:
+        """The services the xDS streams follow now (each held in the server's tables)."""
+        return len(self._services)
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -228,7 +287,7 @@ class XdsServer:
             ],
             maximum_concurrent_rpcs=self._max_streams,
         )
-        ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(_Servicer(self), server)
+        server.add_generic_rpc_handlers((_handlers(self),))
         old_umask = os.umask(0o177)  # the socket file: 0600 until opened below
         try:
             self._port = server.add_insecure_port(self._bind)
@@ -271,12 +330,16 @@ class XdsServer:
             self._publish(service, self.sentinel.session.cache.snapshots.get(service))
 
     def _publish(self, service: str, snapshot: Any) -> None:
-        """Make ``snapshot`` (None: the service is gone) the service's state and mark every
-        stream following it."""
-        state = self._services.setdefault(service, _Service())
-        state.loading = False
-        state.absent = snapshot is None
+        """Make ``snapshot`` (None: the service is gone) the state of a service some stream
+        follows, and mark every stream following it."""
+        state = self._services.get(service)
+        if state is None:
+            return  # no stream follows it any more
         if snapshot is None:
+            self._retrying.add(service)  # created since? asked again at the retry
+            if state.absent:
+                return  # as it was: nothing to send
+            state.absent = True
             state.resources = None  # never served again, even while it is looked for anew
         else:
             try:
@@ -285,29 +348,86 @@ class XdsServer:
                 telemetry.AGENT_XDS_DROPPED.labels("error").inc()
                 log.exception("xDS: the resources of %s could not be built", service)
                 return
+            state.absent = False
         self._version += 1
         for stream in state.streams:
             stream.dirty.update(resources.TYPES)
             stream.wake.set()
 
-    def _follow(self, stream: _Stream, name: str) -> None:
-        service = resources.service_of(name)
-        if service is None:
-            return
-        state = self._services.setdefault(service, _Service())
-        state.streams.add(stream)
-        if state.resources is None and not state.absent:
-            self._load(service, state)
+    def _subscribe(self, stream: _Stream, type_url: str, names: frozenset[str]) -> None:
+        """State of the World: ``names`` REPLACE what ``stream`` followed of ``type_url``.
+        The names it no longer asks for are unfollowed (a service no stream follows is
+        forgotten), then the new ones followed, within its peer's share of services (else
+        :class:`_Refused`, the stream's services counted so far freed as it ends). The work
+        is the names that changed, whatever the other streams follow."""
+        old = stream.subscribed.get(type_url, frozenset())
+        stream.subscribed[type_url] = names
+        for name in old - names:
+            service = resources.service_of(name)
+            if service is not None:
+                self._unfollow(stream, service)
+        added = {s for name in names - old if (s := resources.service_of(name)) is not None}
+        new_to_peer = len(
+            [
+                service
+                for service in added
+                if (state := self._services.get(service)) is None or not state.peers[stream.peer]
+            ]
+        )
+        if self._peer_services[stream.peer] + new_to_peer > MAX_SERVICES_PER_PEER:
+            raise _Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "names",
+                f"the streams of {_who(stream.peer)} follow at most {MAX_SERVICES_PER_PEER} "
+                "services at once",
+            )
+        for name in names - old:
+            service = resources.service_of(name)
+            if service is not None:
+                self._follow(stream, service)
+        self._start_loads()
 
-    def _load(self, service: str, state: _Service) -> None:
-        if self._closing or state.loading:
-            return
-        if sum(s.loading for s in self._services.values()) >= MAX_LOADING:
-            return
-        state.loading = True
+    def _follow(self, stream: _Stream, service: str) -> None:
+        stream.services[service] += 1
+        if stream.services[service] > 1:
+            return  # followed already, through another of its names
+        state = self._services.get(service)
+        if state is None:
+            state = self._services[service] = _Service()
+            self._waiting[service] = None
+        state.streams.add(stream)
+        state.peers[stream.peer] += 1
+        if state.peers[stream.peer] == 1:
+            self._peer_services[stream.peer] += 1
+
+    def _unfollow(self, stream: _Stream, service: str) -> None:
+        stream.services[service] -= 1
+        if stream.services[service]:
+            return  # still followed through another of its names
+        del stream.services[service]
+        state = self._services[service]
+        state.streams.discard(stream)
+        state.peers[stream.peer] -= 1
+        if not state.peers[stream.peer]:
+            del state.peers[stream.peer]
+            self._peer_services[stream.peer] -= 1
+            if not self._peer_services[stream.peer]:
+                del self._peer_services[stream.peer]
+        if not state.streams:  # forgotten: a load under way is ignored when it ends
+            del self._services[service]
+            self._waiting.pop(service, None)
+            self._retrying.discard(service)
+
+    def _start_loads(self) -> None:
+        """Load the services waiting, first asked first, a few at a time (each on a worker)."""
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._loads, self._read, service)
-        future.add_done_callback(lambda done: self._loaded(service, done))
+        while self._waiting and self._loading < _LOAD_WORKERS and not self._closing:
+            service, _ = self._waiting.popitem(last=False)
+            state = self._services[service]
+            state.loading = True
+            self._loading += 1
+            future = loop.run_in_executor(self._loads, self._read, service)
+            future.add_done_callback(functools.partial(self._loaded, service, state))
 
     def _read(self, service: str) -> Any:
         """On a load worker: the service's snapshot, loaded into the agent's cache; None when
@@ -320,47 +440,53 @@ class XdsServer:
         except (AccessDenied, NoAuthError):  # not even the agent may read it
             entries = []
         if not any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
-            log.warning("xDS: %s is not served: not everyone may read it", service)
+            self._hidden.warning("xDS: %s is not served: not everyone may read it", service)
             return None
         return self.sentinel.session.cache.snapshots.get(service)
 
-    def _loaded(self, service: str, done: asyncio.Future[Any]) -> None:
-        state = self._services.get(service)
-        if state is None:
-            return
+    def _loaded(self, service: str, state: _Service, done: asyncio.Future[Any]) -> None:
+        self._loading -= 1
         state.loading = False
-        if done.cancelled():
-            return
-        failure = done.exception()
-        if failure is not None:  # retried; meanwhile nothing is answered for it
-            if not isinstance(failure, SentinelError | KazooException):
-                log.error("xDS: loading %s failed", service, exc_info=failure)
-            return
-        self._publish(service, done.result())
+        if self._services.get(service) is state and not done.cancelled():
+            failure = done.exception()
+            if failure is None:
+                self._publish(service, done.result())
+            else:  # retried; meanwhile nothing is answered for it
+                self._retrying.add(service)
+                if not isinstance(failure, SentinelError | KazooException):
+                    log.error("xDS: loading %s failed", service, exc_info=failure)
+        self._start_loads()
 
     async def _retry(self) -> None:
-        """Load again what could not be loaded; forget what no stream follows any more."""
+        """Load again what could not be loaded, or did not exist, and is still followed."""
         while True:
             await asyncio.sleep(RETRY_SECONDS)
-            for service, state in list(self._services.items()):
-                if not state.streams and state.resources is None:
-                    del self._services[service]
-                elif state.resources is None and not state.absent:
-                    self._load(service, state)
-                elif state.absent and state.streams:  # created since? asked again
-                    state.absent = False
-                    self._load(service, state)
+            for service in self._retrying:
+                if not self._services[service].loading:
+                    self._waiting.setdefault(service)
+            self._retrying.clear()
+            self._start_loads()
 
     # --- streams ------------------------------------------------------------------------------
 
     async def serve_stream(
         self,
-        requests: AsyncIterator[discovery_pb2.DiscoveryRequest],
+        requests: AsyncIterator[discovery_pb2.DiscoveryRequest | _Malformed],
         context: grpc.aio.ServicerContext,
     ) -> None:
-        """One ADS stream: read its requests on a task, and write the latest state of what
-        it follows whenever that changed and the client has read the last response."""
-        stream = _Stream()
+        """One ADS stream, within its peer's share of the streams: read its requests on a
+        task, and write the latest state of what it follows whenever that changed and the
+        client has read the last response."""
+        stream = _Stream(peer=self._peer_of(context))
+        refusal = self._shares.take(stream.peer)
+        if refusal is not None:
+            telemetry.AGENT_XDS_DROPPED.labels("cap").inc()
+            self._drops["cap"].warning(
+                "xDS: refused a stream of %s: %s", _who(stream.peer), refusal
+            )
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"the agent refused this stream: {refusal}"
+            )
         self._streams.add(stream)
         telemetry.AGENT_XDS_STREAMS.inc()
         reader = asyncio.ensure_future(self._read_requests(stream, requests))
@@ -382,7 +508,10 @@ class XdsServer:
                         await asyncio.wait_for(context.write(response), self._send_timeout)
                     except TimeoutError:
                         telemetry.AGENT_XDS_DROPPED.labels("slow").inc()
-                        log.info("xDS: a client left a response unread: its stream ends")
+                        self._drops["slow"].warning(
+                            "xDS: a client (%s) left a response unread: its stream ends",
+                            _who(stream.peer),
+                        )
                         # No status can follow a message still unsent: the stream is given
                         # up as cancelled (its state here freed, its slot among the streams
                         # too), and its connection closed at its age (max_connection_age).
@@ -391,6 +520,9 @@ class XdsServer:
                     telemetry.AGENT_XDS_RESPONSES.labels(_SHORT[type_url]).inc()
         except _Refused as refused:
             telemetry.AGENT_XDS_DROPPED.labels(refused.reason).inc()
+            self._drops[refused.reason].warning(
+                "xDS: a stream of %s ended: %s", _who(stream.peer), refused
+            )
             await context.abort(refused.code, str(refused))
         except grpc.aio.AbortError:
             raise  # the stream ended above, on purpose
@@ -401,24 +533,38 @@ class XdsServer:
         finally:
             reader.cancel()
             self._streams.discard(stream)
-            for state in self._services.values():
-                state.streams.discard(stream)
+            self._shares.release(stream.peer)
+            for service in list(stream.services):
+                stream.services[service] = 1  # however many of its names: unfollowed once
+                self._unfollow(stream, service)
             telemetry.AGENT_XDS_STREAMS.dec()
 
+    def _peer_of(self, context: grpc.aio.ServicerContext) -> int | None:
+        """The uid of the stream's client on loopback TCP (one lookup in the kernel, never
+        waiting); None on a Unix socket, whose peer gRPC does not name."""
+        return None if self._path is not None else loopback_tcp_uid(context.peer(), self.address)
+
     async def _read_requests(
-        self, stream: _Stream, requests: AsyncIterator[discovery_pb2.DiscoveryRequest]
+        self, stream: _Stream, requests: AsyncIterator[discovery_pb2.DiscoveryRequest | _Malformed]
     ) -> None:
         async for request in requests:
+            if isinstance(request, _Malformed):
+                raise _Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "malformed",
+                    "a message on this stream is not a DiscoveryRequest",
+                )
             type_url = request.type_url
             if type_url not in _SHORT:
                 continue  # routes come inline in the listener; anything else is not served
             if request.HasField("error_detail"):
                 telemetry.AGENT_XDS_NACKS.inc()
-                log.warning(
-                    "xDS: a client refused the %s response %s: %s",
+                self._nacks.warning(
+                    "xDS: a client (%s) refused the %s response %s: %s",
+                    _who(stream.peer),
                     _SHORT[type_url],
-                    request.response_nonce,
-                    request.error_detail.message[:500],
+                    quoted(request.response_nonce),
+                    quoted(request.error_detail.message),
                 )
             names = frozenset(request.resource_names)
             if len(names) > MAX_NAMES:
@@ -429,12 +575,10 @@ class XdsServer:
                 )
             if names == stream.subscribed.get(type_url):
                 continue  # an acknowledgement, or a refusal: nothing new to send
-            stream.subscribed[type_url] = names
+            self._subscribe(stream, type_url, names)
             sent = stream.sent.pop(type_url, {})
             if type_url == ENDPOINTS:  # a change of other names is answered in full
                 stream.sent[type_url] = {n: r for n, r in sent.items() if n in names}
-            for name in names:
-                self._follow(stream, name)
             stream.dirty.add(type_url)
             stream.wake.set()
 
@@ -493,22 +637,24 @@ class XdsServer:
         )
 
 
-class _Servicer(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
-    """The ADS service, State of the World only (Delta is answered UNIMPLEMENTED)."""
+def _who(peer: int | None) -> str:
+    return "a client of unknown uid" if peer is None else f"uid {peer}"
 
-    def __init__(self, server: XdsServer) -> None:
-        self._server = server
 
-    async def StreamAggregatedResources(  # the protocol's name
-        self,
-        request_iterator: AsyncIterator[discovery_pb2.DiscoveryRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> None:
-        """One client's stream (:meth:`XdsServer.serve_stream`)."""
-        await self._server.serve_stream(request_iterator, context)
+def _handlers(server: XdsServer) -> grpc.GenericRpcHandler:
+    """The ADS service, State of the World only (Delta is refused as unimplemented), whose
+    requests are parsed here (:func:`_parse_request`), not by gRPC."""
 
-    async def DeltaAggregatedResources(  # the protocol's name
-        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> None:
-        """Not served: refused at once (gRPC's base class would log an error per call)."""
+    async def delta(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the agent serves State of the World")
+
+    serialize = discovery_pb2.DiscoveryResponse.SerializeToString
+    return grpc.method_handlers_generic_handler(
+        _SERVICE,
+        {
+            "StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(
+                server.serve_stream, _parse_request, serialize
+            ),
+            "DeltaAggregatedResources": grpc.stream_stream_rpc_method_handler(delta),
+        },
+    )

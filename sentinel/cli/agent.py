@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace) -> int:
                     shared=bool(args.allow_uid or args.allow_gid),
                     send_timeout=args.send_timeout,
                     max_streams=args.max_connections,
+                    max_streams_per_uid=args.max_connections_per_uid,
                     handshake_timeout=args.hello_timeout,
                 )
                 running.enter_context(xds)

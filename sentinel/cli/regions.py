@@ -12,6 +12,7 @@ import os
 
 from sentinel.errors import RegionConfigError
 from sentinel.regions.config import REGION_ENV, REGIONS_ENV, Regions
+from sentinel.regions.identity import identity_for
 
 #: ``--region all``: every configured region, for the commands that act in several
 #: (``doctor``, the shard manager's writes: :mod:`sentinel.cli.fanout`); the others act in the
@@ -25,19 +26,27 @@ def apply(args: argparse.Namespace) -> None:
     ``--zk``, ``--namespace``, TLS (``args.region_tls``) and the identity
     (``args.region_identity``) from the region's entry where not given.
 
+    ``--region`` names the region the command acts in, not the one it is run from: the home
+    region, whose password ``$SENTINEL_ZK_IDENTITY`` is, stays ``$SENTINEL_REGION``'s (else
+    the document's ``local``; ``--region`` only when neither names one), and the identity
+    is the one rule's (:func:`~sentinel.regions.identity.identity_for`).
+
     Raises RegionConfigError (a usage error) for a configuration that cannot be used, or a
     ``--region`` the configuration does not hold (``--region all``: see :data:`ALL`).
     """
     text = getattr(args, "regions", None) or os.environ.get(REGIONS_ENV) or None
     asked = getattr(args, "region", None)
     every = asked == ALL
-    local = (None if every else asked) or os.environ.get(REGION_ENV) or None
+    named = None if every else asked
+    declared = os.environ.get(REGION_ENV) or None  # the home region
     source = "--regions" if getattr(args, "regions", None) else f"${REGIONS_ENV}"
     regions = None
     if text is not None:
-        regions = Regions.from_text(text, local, source=source)
-    elif local is not None:
-        regions = Regions(local)
+        regions = Regions.from_text(text, declared, source=source, default_local=named)
+    elif (home := declared or named) is not None:
+        regions = Regions(home)
+    if regions is not None and named is not None:
+        regions = regions.acting_in(named)
     if every and not getattr(args, "all_regions", False):
         raise RegionConfigError(
             "only doctor and the shard manager's changes act in every region: name one",
@@ -55,15 +64,16 @@ def apply(args: argparse.Namespace) -> None:
     args.regions_config = regions
     args.region_tls = None
     args.region_identity = None
-    home = None
-    if regions is not None and asked and not every:
-        home = regions.region(regions.local)  # named on the command line: it must exist
-    elif regions is not None:
-        home = regions.local_region()
-    if home is not None:
+    if regions is None:
+        return
+    # Named on the command line, the region must exist (region() raises).
+    entry = regions.region(regions.local) if named is not None else regions.local_region()
+    args.region_identity = identity_for(
+        regions.local, None if entry is None else entry.identity, regions.home
+    )
+    if entry is not None:
         if getattr(args, "zk", None) is None:
-            args.zk = home.hosts
+            args.zk = entry.hosts
         if not getattr(args, "namespace_given", False):
-            args.namespace = home.namespace
-        args.region_tls = home.tls
-        args.region_identity = home.identity
+            args.namespace = entry.namespace
+        args.region_tls = entry.tls

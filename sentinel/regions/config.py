@@ -41,10 +41,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from sentinel.auth.acl import ANONYMOUS
 from sentinel.devserver import validate_hosts
 from sentinel.errors import RegionConfigError, ValidationError
+from sentinel.regions.identity import identity_for
+from sentinel.registry.failover import Failover
 from sentinel.registry.layout import DEFAULT_NAMESPACE, validate_name, validate_namespace
+from sentinel.suggestions import close_matches, did_you_mean
 from sentinel.zk.tls import TlsConfig
 
 #: This client's region (overrides the document's ``local``).
@@ -150,6 +152,13 @@ class Region:
         )
 
 
+def _unknown(name: str, known: Iterable[str]) -> str:
+    """Why region ``name`` is refused: the regions configured, and the one meant if close."""
+    names = sorted(known)
+    hint = did_you_mean(close_matches(name, names))
+    return f"no region {name!r}; configured: {names}" + (f"; {hint}" if hint else "")
+
+
 def _tls(document: object, where: str) -> TlsConfig | None:
     if document is None or document is False:
         return None
@@ -174,14 +183,26 @@ class Regions:
     ``regions`` may hold the local region's own entry (so one document serves every region):
     a client given no connect string of its own connects to it (see
     :meth:`local_region`). :attr:`others` are the regions a service may fail over to.
+    ``home``: the region this process is in, whose default identity
+    (``$SENTINEL_ZK_IDENTITY``) it holds (default ``local``); it differs from ``local`` only
+    for a command acting in another region (``--region``, :meth:`acting_in`).
     """
 
     local: str
     regions: Mapping[str, Region] = field(default_factory=dict)
+    home: str = ""
 
-    def __init__(self, local: str, regions: Iterable[Region] | Mapping[str, Region] = ()) -> None:
+    def __init__(
+        self,
+        local: str,
+        regions: Iterable[Region] | Mapping[str, Region] = (),
+        home: str | None = None,
+    ) -> None:
         with _field("local"):
             validate_name("region", local)
+        if home is not None:
+            with _field("home"):
+                validate_name("region", home)
         if isinstance(regions, Mapping):
             regions = regions.values()
         by_name: dict[str, Region] = {}
@@ -197,17 +218,29 @@ class Regions:
             raise RegionConfigError(
                 f"{len(by_name)} regions; at most {MAX_REGIONS}", field="regions"
             )
+        if by_name and local not in by_name:
+            # A misspelt local region would make the client's own region one it fails over
+            # to, and connect it wherever its default connect string points.
+            raise RegionConfigError(_unknown(local, by_name), field="local")
         object.__setattr__(self, "local", local)
         object.__setattr__(self, "regions", MappingProxyType(by_name))
+        object.__setattr__(self, "home", local if home is None else home)
 
     def __repr__(self) -> str:
-        return f"Regions(local={self.local!r}, regions={sorted(self.regions)!r})"
+        home = "" if self.home == self.local else f", home={self.home!r}"
+        return f"Regions(local={self.local!r}, regions={sorted(self.regions)!r}{home})"
 
     def __hash__(self) -> int:
-        return hash((self.local, tuple(self.regions.values())))
+        return hash((self.local, tuple(self.regions.values()), self.home))
 
     def __reduce__(self) -> tuple[Any, ...]:  # plain values travel (Spark closures)
-        return Regions, (self.local, tuple(self.regions.values()))
+        return Regions, (self.local, tuple(self.regions.values()), self.home)
+
+    def acting_in(self, name: str) -> Regions:
+        """These regions as a command acting in region ``name`` sees them (``--region``): it
+        connects there and fails over from there, and its home, whose default identity it
+        holds, stays this one's (:meth:`identity_of`)."""
+        return Regions(name, self.regions, home=self.home)
 
     @property
     def others(self) -> tuple[Region, ...]:
@@ -220,22 +253,27 @@ class Regions:
         return self.regions.get(self.local)
 
     def identity_of(self, region: Region) -> str | None:
-        """The identity a session to ``region`` uses: the region's own; else, for the local
-        region, the client's default (``$SENTINEL_ZK_IDENTITY``), and for another region none
-        (:data:`~sentinel.auth.acl.ANONYMOUS`): one region's password never reaches another
-        region's ensemble unless that region's entry names it (``identity_env``)."""
-        if region.identity is not None or region.name == self.local:
-            return region.identity
-        return ANONYMOUS
+        """The identity a session to ``region`` uses, by the one rule
+        (:func:`~sentinel.regions.identity.identity_for`): the region's own; else, for the
+        home region, the default (``$SENTINEL_ZK_IDENTITY``), and for another region none:
+        one region's password never reaches another region's ensemble unless that region's
+        entry names it (``identity_env``)."""
+        return identity_for(region.name, region.identity, self.home)
 
     def region(self, name: str) -> Region:
         """The region called ``name``; RegionConfigError when there is none."""
         try:
             return self.regions[name]
         except KeyError:
-            raise RegionConfigError(
-                f"no region {name!r}; configured: {sorted(self.regions)}", field="regions"
-            ) from None
+            raise RegionConfigError(_unknown(name, self.regions), field="regions") from None
+
+    def check_failover(self, rule: Failover) -> None:
+        """RegionConfigError (field ``failover``) when ``rule`` names a region this
+        configuration does not hold: its clients would skip it (``not configured``). A
+        configuration that holds no region knows none to check against."""
+        for name in rule.regions if self.regions else ():
+            if name not in self.regions:
+                raise RegionConfigError(_unknown(name, self.regions), field="failover")
 
     @classmethod
     def parse(
@@ -243,9 +281,11 @@ class Regions:
         document: object,
         local: str | None = None,
         env: Mapping[str, str] | None = None,
+        default_local: str | None = None,
     ) -> Regions:
         """The one parser: a decoded regions document (see the module), with ``local``
-        (when given) overriding the document's. Raises RegionConfigError naming the field."""
+        (when given) overriding the document's, and ``default_local`` naming it when neither
+        does. Raises RegionConfigError naming the field."""
         if not isinstance(document, dict):
             raise RegionConfigError(
                 f"must be a JSON object, not {type(document).__name__}", field="regions document"
@@ -256,7 +296,7 @@ class Regions:
                 f"unknown field(s) {unknown}; a document has 'local' and 'regions'",
                 field="regions document",
             )
-        local = local if local is not None else document.get("local")
+        local = local if local is not None else document.get("local", default_local)
         if local is None:
             raise RegionConfigError(
                 f"this client's region is not named: set ${REGION_ENV}, --region or 'local'",
@@ -282,6 +322,7 @@ class Regions:
         local: str | None = None,
         env: Mapping[str, str] | None = None,
         source: str = "regions",
+        default_local: str | None = None,
     ) -> Regions:
         """Parse ``text``: a JSON document when it starts with ``{``, else the path of a file
         holding one (at most :data:`MAX_DOCUMENT_BYTES`). ``source`` says where the text came
@@ -306,7 +347,7 @@ class Regions:
             document = json.loads(raw)
         except (ValueError, RecursionError) as exc:
             raise RegionConfigError(f"not JSON ({exc})", field=source) from None
-        return cls.parse(document, local, env)
+        return cls.parse(document, local, env, default_local)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Regions | None:

@@ -220,12 +220,16 @@ class TcpProxy:
     :meth:`resume` (a stalled link, or a frozen client as the server sees it), or the bytes of
     one direction only, whose held chunks :meth:`let_through` relays one by one. Connect
     clients to :attr:`address`. With ``delay``, each chunk waits that many seconds before it
-    is relayed: a slow link.
+    is relayed: a slow link. With ``record``, every byte relayed toward the server is kept
+    (:meth:`recorded`): what whoever runs or listens to that server would see.
     """
 
-    def __init__(self, target_host: str, target_port: int, delay: float = 0.0) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, delay: float = 0.0, record: bool = False
+    ) -> None:
         self._target = (target_host, target_port)
         self.delay = delay
+        self._recording: bytearray | None = bytearray() if record else None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._connections: set[socket.socket] = set()
@@ -267,18 +271,29 @@ class TcpProxy:
                     upstream.close()
                     continue
                 self._connections.update((downstream, upstream))
-            for source, sink, valve in (
-                (downstream, upstream, self._valves[True]),
-                (upstream, downstream, self._valves[False]),
+            for source, sink, valve, recording in (
+                (downstream, upstream, self._valves[True], self._recording),
+                (upstream, downstream, self._valves[False], None),
             ):
-                threading.Thread(target=self._pump, args=(source, sink, valve), daemon=True).start()
+                threading.Thread(
+                    target=self._pump, args=(source, sink, valve, recording), daemon=True
+                ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, valve: _Valve) -> None:
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        valve: _Valve,
+        recording: bytearray | None,
+    ) -> None:
         try:
             while data := source.recv(65536):
                 if self.delay:
                     time.sleep(self.delay)  # the slow link being simulated, not a wait
                 valve.wait()
+                if recording is not None:
+                    with self._lock:
+                        recording += data
                 sink.sendall(data)
         except OSError:
             pass
@@ -289,6 +304,12 @@ class TcpProxy:
                 sock.close()
             with self._lock:
                 self._connections.difference_update((source, sink))
+
+    def recorded(self) -> bytes:
+        """Every byte relayed toward the server so far, every connection's (``record=True``)."""
+        assert self._recording is not None, "a TcpProxy records only with record=True"
+        with self._lock:
+            return bytes(self._recording)
 
     def cut(self) -> None:
         """Drop every connection and refuse new ones."""

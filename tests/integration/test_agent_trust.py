@@ -35,9 +35,10 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import confirmation_owners, live_processes
+from sentinel.client import default_client_id
 from sentinel.errors import AccessDenied, AgentNotTrusted, RotationFailed, SentinelError
 from sentinel.events import AuthChanged
-from sentinel.registry.layout import client_path, instance_path
+from sentinel.registry.layout import client_path, instance_path, sanitize_name
 from sentinel.registry.records import ClientRecord, InstanceRecord, ServiceSpec
 from sentinel.shards.spec import policy_path
 from sentinel.telemetry import AGENT_IDENTITIES_REFUSED
@@ -641,6 +642,108 @@ def test_junk_identities_from_one_peer_lock_no_identity_out(
         finally:
             for sock in junk:
                 sock.close()
+
+
+# A local peer of another user that says hello under many client ids (version 1: no heartbeat
+# keeps them), and holds them; then, told a client id, a service and a record on stdin,
+# announces that record on the connection of that id and says whether it was answered after.
+CLAIMER = r"""
+import json, resource, socket, struct, sys
+path, namespace, ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+def send(sock, message):
+    frame = json.dumps(message).encode()
+    sock.sendall(struct.pack(">I", len(frame)) + frame)
+
+def receive(sock):
+    def exactly(count):
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+    head = exactly(4)
+    body = head and exactly(struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+held = {}
+for client in ids:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(path)
+    send(sock, {"op": "hello", "version": 1, "namespace": namespace, "client": client,
+                "auth_client": None, "identity": None})
+    held[client] = sock
+print(sum((receive(sock) or {}).get("op") == "welcome" for sock in held.values()), flush=True)
+order = json.loads(sys.stdin.readline())
+sock = held[order["client"]]
+send(sock, {"op": "announce", "service": order["service"], "record": order["record"]})
+send(sock, {"op": "follow", "id": 1, "service": order["service"]})
+while True:
+    message = receive(sock)
+    if message is None or message.get("id") == 1:
+        print("dropped" if message is None else "answered", flush=True)
+        break
+sys.stdin.read()  # holds every id until the test ends it
+"""
+
+
+@needs_root
+def test_another_users_claims_of_client_ids_lock_none_of_roots_processes_out(
+    make_client, namespace, socket_path
+):
+    """Issue 50, item 2: uid 65534, allowed on the socket, says hello as 1,000 client ids of
+    the default form, ``<hostname>-<pid>`` for the pids around this process's, and holds
+    them (version 1: no heartbeat asked). A client id is its user's: this process (root), with
+    the default id, is still served at once, and its ``/clients`` entry is its own; the other
+    user's announce of the same id afterwards changes nothing of it (the agent serves that
+    process, and keeps its entries only where no other process's are kept under the id)."""
+    admin = make_client("admin", announce=False, agent=False)
+    admin.ensure_service(SERVICE)
+    admin.register(SERVICE, "p1", "10.0.0.5", 5432, label="a")
+    mine = default_client_id()
+    ids = [
+        sanitize_name(f"{socket.gethostname()}-{pid}")
+        for pid in range(max(2, os.getpid() - 500), os.getpid() + 500)
+    ]
+    assert mine in ids
+    session = make_client("host-agent", announce=False, agent=False)
+    with AgentServer(session, socket_path, allowed_uids=[65534]):
+        claimer = subprocess.Popen(
+            ["/usr/bin/python3", "-c", CLAIMER, socket_path, namespace, json.dumps(ids)],
+            **as_user(65534, 65534),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
+        try:
+            assert claimer.stdout.readline().strip() == str(len(ids))  # every one welcomed
+            victim = make_client(None, agent=socket_path, connect_timeout=5.0)
+            assert victim.get_service(SERVICE).host == "10.0.0.5"
+            zk = admin.session.zk
+            entry = client_path(SERVICE, mine)
+
+            def kept_for() -> int | None:
+                data = zk.exists(entry) and zk.get(entry)[0]
+                return data and ClientRecord.from_bytes(SERVICE, mine, entry, data).pid
+
+            assert wait_until(lambda: kept_for() == os.getpid()) is not None
+            forged = ClientRecord(SERVICE, mine, pid=claimer.pid).to_bytes(entry).decode()
+            order = {"client": mine, "service": SERVICE, "record": forged}
+            claimer.stdin.write(json.dumps(order) + "\n")
+            claimer.stdin.flush()
+            assert claimer.stdout.readline().strip() == "answered"  # served, its entry not kept
+            assert kept_for() == os.getpid()
+        finally:
+            claimer.kill()
+            claimer.wait(10)
+            claimer.stdin.close()
+            claimer.stdout.close()
 
 
 # --- the documented examples --------------------------------------------------------------------

@@ -10,8 +10,10 @@ and reads its bootstrap once, while a channel lives); each test has its own serv
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
+import queue
 import re
 import resource
 import socket
@@ -36,17 +38,20 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
+from sentinel.agent import xds
+from sentinel.agent.peers import loopback_tcp_uid
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
 from sentinel.agent.xds_resources import ENDPOINTS, LISTENER, PARTITION_HEADER
 from sentinel.errors import SentinelError
 from sentinel.registry.layout import service_path
-from sentinel.telemetry import AGENT_XDS_DROPPED
+from sentinel.telemetry import AGENT_XDS_DROPPED, AGENT_XDS_NACKS
 from sentinel.testing.grpcserver import WHO, LoopbackGRPCServer
 from sentinel.testing.helpers import expire_session, wait_until
 from tests.conftest import sentinel_in_process
 from tests.integration.daemons import Daemon
+from tests.integration.peers import NOBODY, run_as_nobody
 
 pytestmark = pytest.mark.integration
 
@@ -74,13 +79,18 @@ class Host:
 
 class Probe:
     """A raw ADS stream to the agent, as a control plane's test client: it asks once for
-    ``names`` of ``type_url`` and records every response (no gRPC xDS client in between)."""
+    ``names`` of ``type_url`` and records every response (no gRPC xDS client in between).
+    ``own_connection``: on a connection of its own (gRPC otherwise shares one among the
+    process's channels to an address, and queues its streams past 8 on it)."""
 
-    def __init__(self, address: str, type_url: str, names: list[str]) -> None:
+    def __init__(
+        self, address: str, type_url: str, names: list[str], own_connection: bool = False
+    ) -> None:
         self.responses: list[discovery_pb2.DiscoveryResponse] = []
         self.error: grpc.RpcError | None = None
         self._done = threading.Event()
-        self._channel = grpc.insecure_channel(address)
+        options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
+        self._channel = grpc.insecure_channel(address, options)
         stub = ads_pb2_grpc.AggregatedDiscoveryServiceStub(self._channel)
 
         def requests() -> Iterator[discovery_pb2.DiscoveryRequest]:
@@ -505,6 +515,32 @@ def _literal(name: str, value: str) -> bytes:
     return bytes([0, len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
 
 
+def raw_ads_stream(names: list[str], initial_window: int | None = None) -> bytes:
+    """The bytes that open an HTTP/2 connection, and on it an ADS stream asking for the
+    endpoints of ``names`` (``initial_window``: the client's stream window, if not HTTP/2's
+    default)."""
+    request = discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=names)
+    message = request.SerializeToString()
+    headers = b"".join(
+        _literal(name, value)
+        for name, value in (
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", ADS_METHOD),
+            (":authority", "localhost"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        )
+    )
+    settings = b"" if initial_window is None else struct.pack(">HI", 0x4, initial_window)
+    return (
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+        + _frame(0x4, 0, 0, settings)  # SETTINGS (0x4: SETTINGS_INITIAL_WINDOW_SIZE)
+        + _frame(0x1, 0x4, 1, headers)  # HEADERS, END_HEADERS
+        + _frame(0x0, 0, 1, b"\0" + struct.pack(">I", len(message)) + message)
+    )
+
+
 class StalledClient:
     """An ADS client that opens its stream, asks for ``names`` and never lets the agent send
     it a byte of an answer: raw HTTP/2 with a stream window of 0, never raised (the settings
@@ -513,29 +549,7 @@ class StalledClient:
     def __init__(self, path: str, names: list[str]) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)
-        request = discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=names)
-        message = request.SerializeToString()
-        headers = b"".join(
-            _literal(name, value)
-            for name, value in (
-                (":method", "POST"),
-                (":scheme", "http"),
-                (
-                    ":path",
-                    "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
-                    "StreamAggregatedResources",
-                ),
-                (":authority", "localhost"),
-                ("content-type", "application/grpc"),
-                ("te", "trailers"),
-            )
-        )
-        self.sock.sendall(
-            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-            + _frame(0x4, 0, 0, struct.pack(">HI", 0x4, 0))  # SETTINGS_INITIAL_WINDOW_SIZE 0
-            + _frame(0x1, 0x4, 1, headers)  # HEADERS, END_HEADERS
-            + _frame(0x0, 0, 1, b"\0" + struct.pack(">I", len(message)) + message)
-        )
+        self.sock.sendall(raw_ads_stream(names, initial_window=0))
         self._reader = threading.Thread(target=self._acknowledge, daemon=True)
         self._reader.start()
 
@@ -596,3 +610,262 @@ def test_delta_xds_is_refused_as_unimplemented(host):
                 )
             )
     assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+ADS_METHOD = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
+
+class Feed:
+    """A raw ADS stream the test writes request by request (a DiscoveryRequest, or any bytes
+    as the message), recording every response and how the stream ended."""
+
+    def __init__(self, address: str) -> None:
+        self.responses: list[discovery_pb2.DiscoveryResponse] = []
+        self.error: grpc.RpcError | None = None
+        self._queue: queue.Queue[discovery_pb2.DiscoveryRequest | bytes | None] = queue.Queue()
+        self._channel = grpc.insecure_channel(address)
+        call = self._channel.stream_stream(
+            ADS_METHOD,
+            request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
+            response_deserializer=discovery_pb2.DiscoveryResponse.FromString,
+        )
+        self._call = call(iter(self._queue.get, None))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def send(self, message: discovery_pb2.DiscoveryRequest | bytes) -> None:
+        self._queue.put(message)
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self.responses.append(response)
+        except grpc.RpcError as exc:
+            self.error = exc
+
+    def ended(self) -> bool:
+        return not self._reader.is_alive()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._call.cancel()
+        self._reader.join()
+        self._channel.close()
+
+
+def seconds_to_first_call(service: str) -> float:
+    """Seconds until a new gRPC client (a channel to ``xds:///service``, its own xDS
+    stream) makes its first call to an instance of ``service``."""
+    started = time.monotonic()
+    with grpc.insecure_channel(f"xds:///{service}") as channel:
+        assert calls(channel, 1) == {"a": 1}
+    return time.monotonic() - started
+
+
+def loop_cpu_seconds(server: XdsServer) -> float:
+    """The CPU time the xDS server's event loop thread has used (``/proc``'s clock ticks)."""
+    assert server._thread is not None
+    fields = Path(f"/proc/self/task/{server._thread.native_id}/stat").read_text().split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_stream_asking_for_ever_new_names_leaves_a_new_client_served_within_a_second(host):
+    """300 requests of 64 names never asked before, on one stream: State of the World, each
+    replaces the stream's names, so the agent follows the last 64 only (the others are
+    forgotten, and so never retried) and a new client is served within a second. Before,
+    every name stayed followed and re-read every 2 s, and each new one summed over them all:
+    a new client was not served within 20 s."""
+    before, after = host.service(), host.service()
+    with servers("a") as running:
+        for service in (before, after):
+            host.publisher.register(service, "default", "127.0.0.1", running["a"].port, label="a")
+        alone = seconds_to_first_call(before)
+        cpu = loop_cpu_seconds(host.xds)
+        flood = Feed(host.xds.address)
+        try:
+            for i in range(300):
+                names = [f"fresh-{i}-{j}" for j in range(MAX_NAMES)]
+                flood.send(discovery_pb2.DiscoveryRequest(type_url=LISTENER, resource_names=names))
+            served = seconds_to_first_call(after)
+            print(
+                f"a new client's first call {served * 1000:.0f} ms after 300 requests of "
+                f"{MAX_NAMES} new names ({alone * 1000:.0f} ms before them)"
+            )
+            assert served < 1.0
+            # The last request's names are followed, and those alone.
+            assert wait_until(lambda: "fresh-299-0" in host.xds._services, 10)
+            print(f"the xDS loop's CPU over it: {loop_cpu_seconds(host.xds) - cpu:.2f} s")
+            assert host.xds.services <= MAX_NAMES + 1, host.xds.services
+            assert flood.error is None
+        finally:
+            flood.close()
+        assert wait_until(lambda: host.xds.services == 0), host.xds.services
+
+
+def test_nacks_and_garbage_leave_a_bounded_log_that_no_client_can_forge(host, caplog):
+    """5,000 refusals (NACKs) whose reason holds a newline and a forged log line, then 300
+    streams each sending a message that is not a request: each NACK counted, each garbage
+    stream dropped as malformed (never the agent's error, never a traceback), and the log
+    holds a few lines, the client's text in them escaped. Before: a line per NACK, the
+    forged one a line of its own, and a traceback per garbage stream."""
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    nacks = AGENT_XDS_NACKS._value.get()
+    malformed = AGENT_XDS_DROPPED.labels("malformed")._value.get()
+    errors = AGENT_XDS_DROPPED.labels("error")._value.get()
+    forged = "not for me\nCRITICAL sentinel.agent: forged by a client"
+    directory = tempfile.mkdtemp(prefix="xds-log-")
+    caplog.set_level(logging.INFO)
+    with XdsServer(host.agent, f"{directory}/xds.sock") as server:
+        caplog.clear()
+        feed = Feed(server.address)
+        try:
+            ask = discovery_pb2.DiscoveryRequest(type_url=ENDPOINTS, resource_names=[service])
+            feed.send(ask)
+            assert wait_until(lambda: feed.responses)
+            nack = discovery_pb2.DiscoveryRequest()
+            nack.CopyFrom(ask)
+            nack.response_nonce = feed.responses[0].nonce
+            nack.error_detail.code = 3
+            nack.error_detail.message = forged
+            for _ in range(5000):
+                feed.send(nack)
+            assert wait_until(lambda: AGENT_XDS_NACKS._value.get() == nacks + 5000, 10)
+            assert not feed.ended()  # a refusal is the client's right: the stream goes on
+        finally:
+            feed.close()
+        with grpc.insecure_channel(server.address) as channel:
+            garbage = channel.stream_stream(ADS_METHOD)  # bytes as they are
+            for _ in range(300):
+                with pytest.raises(grpc.RpcError) as dropped:
+                    list(garbage(iter([b"\xff" * 16]), timeout=5))
+                assert dropped.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    os.rmdir(directory)
+    assert AGENT_XDS_DROPPED.labels("malformed")._value.get() == malformed + 300
+    assert AGENT_XDS_DROPPED.labels("error")._value.get() == errors
+    records = [r for r in caplog.records if r.name.startswith(("sentinel.agent", "grpc"))]
+    lines = [line for line in caplog.text.splitlines() if line.strip()]
+    print(f"log after 5,000 NACKs and 300 garbage streams: {len(records)} records:")
+    print("\n".join(lines))
+    assert not [r for r in records if r.exc_info or r.levelno >= logging.ERROR]
+    # One line per record (none holds a line of its own), and a few of them.
+    assert len(lines) == len(caplog.records)
+    assert len(records) <= 6
+    nacked = [r.getMessage() for r in records if "refused the endpoints" in r.getMessage()]
+    assert 1 <= len(nacked) <= 2 and repr(forged) in nacked[0]
+
+
+# Another user's ADS client, in the system's Python (which has no grpcio): it sends the
+# bytes of raw_ads_stream, acknowledges the agent's settings, and says whether its stream was
+# answered (a DATA frame: a response) or ended first (HEADERS ending it: a refusal).
+RAW_ADS_CLIENT = """
+import socket, sys
+host, port, opening = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+sock = socket.create_connection((host, port), timeout=10)
+sock.sendall(opening)
+buffer = b""
+while True:
+    chunk = sock.recv(65536)
+    if not chunk:
+        print("closed"); break
+    buffer += chunk
+    while len(buffer) >= 9 and len(buffer) >= 9 + int.from_bytes(buffer[:3], "big"):
+        size, kind, flags = int.from_bytes(buffer[:3], "big"), buffer[3], buffer[4]
+        stream = int.from_bytes(buffer[5:9], "big") & 0x7FFFFFFF
+        buffer = buffer[9 + size:]
+        if kind == 0x4 and not flags & 0x1:
+            sock.sendall(bytes([0, 0, 0, 0x4, 0x1, 0, 0, 0, 0]))
+        elif stream == 1 and kind == 0x0:
+            print("served"); sys.exit()
+        elif stream == 1 and kind == 0x1 and flags & 0x1:
+            print("refused"); sys.exit()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_one_user_cannot_hold_every_stream_another_users_client_is_served(host):
+    """On a loopback port the agent knows each stream's user (its socket's owner): one user
+    opening every stream the agent serves (16 here) gets its share (8), the rest refused and
+    told why, and a client of another user (uid 65534) is served. Before, the one user held
+    all 16 and the other was refused."""
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    refused = AGENT_XDS_DROPPED.labels("cap")._value.get()
+    with XdsServer(host.agent, "127.0.0.1:0", max_streams=16, max_streams_per_uid=8) as server:
+        held = [Probe(server.address, ENDPOINTS, [service], True) for _ in range(16)]
+        try:
+            assert wait_until(lambda: sum(bool(p.responses) + p.ended() for p in held) == 16)
+            ended = [p for p in held if p.ended()]
+            assert len(ended) == 8 and server.streams == 8
+            for probe in ended:
+                assert probe.error is not None
+                assert probe.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert "8 xDS streams of uid 0" in probe.error.details()
+            assert AGENT_XDS_DROPPED.labels("cap")._value.get() == refused + 8
+            host_, _, port = server.address.rpartition(":")
+            other = run_as_nobody(RAW_ADS_CLIENT, host_, port, raw_ads_stream([service]).hex())
+            assert other == "served", other
+        finally:
+            for probe in held:
+                probe.close()
+
+
+def test_one_peers_streams_follow_a_bounded_number_of_services(host, monkeypatch):
+    """Each stream may follow 64 names of a type; one peer's streams together follow at most
+    MAX_SERVICES_PER_PEER services (made 100 here): the stream that would take it past them
+    is ended and told why, and the ones that ended free their services."""
+    monkeypatch.setattr(xds, "MAX_SERVICES_PER_PEER", 100)
+    directory = tempfile.mkdtemp(prefix="xds-peer-")
+    with XdsServer(host.agent, f"{directory}/xds.sock") as server:
+        probes = [
+            Probe(server.address, ENDPOINTS, [f"p{i}-{j}" for j in range(40)], True)
+            for i in range(3)
+        ]
+        try:
+            assert wait_until(lambda: sum(p.ended() for p in probes) == 1)
+            (ended,) = [p for p in probes if p.ended()]
+            assert ended.error is not None
+            assert ended.error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "follow at most 100 services" in ended.error.details()
+            assert wait_until(lambda: server.services == 80), server.services
+        finally:
+            for probe in probes:
+                probe.close()
+        assert wait_until(lambda: server.services == 0), server.services
+    os.rmdir(directory)
+
+
+HOLD_A_CONNECTION = """
+import socket, sys
+sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+sock.sendall(b"x")
+print("closed" if not sock.recv(1) else "answered")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process as another user")
+def test_a_loopback_peers_uid_is_found_by_its_ports():
+    """What the shares above rest on: the uid of another user's process (65534) at the other
+    end of a loopback connection, as gRPC names that end; nothing for a name that is no
+    connection's."""
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    printed: list[str] = []
+    client = threading.Thread(
+        target=lambda: printed.append(run_as_nobody(HOLD_A_CONNECTION, str(port)))
+    )
+    client.start()
+    try:
+        listening.settimeout(10)
+        connection, (host, client_port) = listening.accept()
+        with connection:
+            assert connection.recv(1) == b"x"  # connected: its socket exists
+            server = f"127.0.0.1:{port}"
+            assert loopback_tcp_uid(f"ipv4:{host}:{client_port}", server) == NOBODY
+            assert loopback_tcp_uid(f"ipv4:{host}:{client_port}", f"localhost:{port}") == NOBODY
+            assert loopback_tcp_uid(f"ipv4:{host}:{port}", server) is None  # no such socket
+            assert loopback_tcp_uid("unix:", server) is None
+    finally:
+        client.join()
+        listening.close()
+    assert printed == ["closed"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import pytest
 
@@ -143,6 +144,25 @@ def test_bad_input_is_a_typed_error_naming_the_field(document, field):
     assert isinstance(caught.value, ValidationError)
 
 
+def test_a_local_region_the_configuration_does_not_hold_is_refused_with_the_one_meant(tmp_path):
+    """``"local": "esat"`` beside ``east`` and ``west``: the client would take its own region
+    for one to fail over to. Refused where the file is loaded, naming the regions and the
+    closest one (two letters swapped: ``east``, not ``west``); in code and through
+    ``$SENTINEL_REGION`` too. A configuration of no region names none to check against."""
+    path = tmp_path / "regions.json"
+    path.write_text(json.dumps({**DOCUMENT, "local": "esat"}))
+    message = "local: no region 'esat'; configured: ['east', 'west']; did you mean 'east'?"
+    with pytest.raises(RegionConfigError) as caught:
+        Regions.from_text(str(path), env=ENV)
+    assert (str(caught.value), caught.value.field) == (message, "local")
+    overridden = {"SENTINEL_REGIONS": json.dumps(DOCUMENT), "SENTINEL_REGION": "esat", **ENV}
+    with pytest.raises(RegionConfigError, match=re.escape(message)):
+        Regions.from_env(overridden)
+    with pytest.raises(RegionConfigError, match=r"configured: \['east', 'west'\]$"):
+        Regions("north", IN_CODE.regions)  # nothing close: the names alone
+    assert Regions("esat").regions == {}
+
+
 def test_bad_text_is_refused_before_it_is_parsed(tmp_path):
     big = tmp_path / "big.json"
     big.write_bytes(b"{" + b" " * 70_000 + b"}")
@@ -192,6 +212,35 @@ def test_another_regions_session_never_gets_this_regions_password(monkeypatch):
     by_region = {t.region: t.args.region_identity for t in targets(args)}
     assert by_region["north"] == ANONYMOUS
     assert "auth_data" not in client_arguments(by_region["north"])
+
+
+def test_a_command_acting_in_another_region_keeps_its_home_and_its_password_home(monkeypatch):
+    """``--region north`` from east: the command connects to north anonymously (north names
+    no identity), and its home, whose password $SENTINEL_ZK_IDENTITY is, stays east, the
+    document's ``local`` (or $SENTINEL_REGION's): a failover or a copy from east still
+    presents it there (issue 50, item 4)."""
+    monkeypatch.setenv("SENTINEL_ZK_IDENTITY", "local:pw")
+    monkeypatch.delenv("SENTINEL_REGION", raising=False)
+    document = json.dumps(
+        {"local": "east", "regions": {"east": {"hosts": "h:1"}, "north": {"hosts": "h:3"}}}
+    )
+    args = build_parser().parse_args(["ls", "--region", "north", "--regions", document])
+    apply(args)
+    regions = args.regions_config
+    assert (regions.local, regions.home, args.zk) == ("north", "east", "h:3")
+    assert args.region_identity == ANONYMOUS
+    assert regions.identity_of(regions.region("east")) is None  # the default: east's own
+    assert regions.identity_of(regions.region("north")) == ANONYMOUS
+    assert pickle.loads(pickle.dumps(regions)) == regions != regions.acting_in("east")
+    assert "home='east'" in repr(regions)
+    # Without a home named anywhere, the region acted in is all there is to go by.
+    shared = json.dumps({"regions": {"east": {"hosts": "h:1"}, "north": {"hosts": "h:3"}}})
+    args = build_parser().parse_args(["ls", "--region", "north", "--regions", shared])
+    apply(args)
+    assert args.regions_config.home == "north" and args.region_identity is None
+    monkeypatch.setenv("SENTINEL_REGION", "east")
+    apply(args)
+    assert args.regions_config.home == "east" and args.region_identity == ANONYMOUS
 
 
 def test_a_curator_publishers_acls_follow_the_identity_its_session_uses(monkeypatch):

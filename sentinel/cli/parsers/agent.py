@@ -105,7 +105,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--max-connections-per-uid",
         type=count,
         default=1024,
-        help="connections served at once from one user (default 1024)",
+        help="connections (and xDS streams) served at once from one user (default 1024)",
     )
     agent.add_argument(
         "--hello-timeout",
