@@ -43,6 +43,8 @@ INSTANCE_FIELDS = {
     "SENTINEL_JOINED",
     "SENTINEL_METRICS_AT",
     "SENTINEL_HEALTH",
+    "SENTINEL_CHECK_NAME",
+    "SENTINEL_CHECK_RESULT",
     "SENTINEL_UNLISTED_SINCE",
 }
 # Python may set LC_CTYPE itself when it coerces a C locale (PEP 538).
