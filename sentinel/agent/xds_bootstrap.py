@@ -38,7 +38,10 @@ def bootstrap(address: str, node: str) -> dict[str, Any]:
     """The gRPC xDS bootstrap of a process on this host: its xDS server is the agent at
     ``address`` (``--xds``'s), plain text (a Unix socket or loopback), protocol v3; ``node``
     names the process to the agent (which serves every node alike). Write it to a file named
-    by ``GRPC_XDS_BOOTSTRAP``, or put it in ``GRPC_XDS_BOOTSTRAP_CONFIG``."""
+    by ``GRPC_XDS_BOOTSTRAP``, or put it in ``GRPC_XDS_BOOTSTRAP_CONFIG``.
+
+    ``node.locality`` is empty but present: gRPC's Node client (``@grpc/grpc-js-xds``)
+    refuses a bootstrap without it, and the C core, Java and Go accept it."""
     target, path = parse_address(address)
     return {
         "xds_servers": [
@@ -48,7 +51,7 @@ def bootstrap(address: str, node: str) -> dict[str, Any]:
                 "server_features": ["xds_v3"],
             }
         ],
-        "node": {"id": node},
+        "node": {"id": node, "locality": {}},
     }
 
 
