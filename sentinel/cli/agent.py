@@ -102,7 +102,7 @@ def _xds_server_class(address: str) -> Any:
     except ImportError as exc:
         raise ValidationError(
             f"--xds needs the xds extra ({exc.name} is missing): "
-            "pip install 'sentinel-discovery[xds]'"
+            "pip install -e '.[xds]' in a checkout"
         ) from None
     return XdsServer
 

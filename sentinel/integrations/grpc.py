@@ -1,7 +1,7 @@
 """A ``grpc.Channel`` that resolves every call through a Sentinel client, for gRPC Python
 without the host agent's xDS.
 
-Install with the ``grpc`` extra (``pip install 'sentinel-discovery[grpc]'``)::
+Install with the ``grpc`` extra (from a checkout: ``pip install -e '.[grpc]'``)::
 
     with SentinelChannel(sentinel, "billing") as channel:
         stub = billing_pb2_grpc.InvoicesStub(channel)  # any generated stub takes it

@@ -1,6 +1,6 @@
 """httpx transports that resolve ``http://<service>.sentinel/...`` through a Sentinel client.
 
-Install with the ``http`` extra (``pip install 'sentinel-discovery[http]'``)::
+Install with the ``http`` extra (from a checkout: ``pip install -e '.[http]'``)::
 
     transport = SentinelTransport(sentinel, balancer=PowerOfTwoChoices(feedback=sentinel.feedback))
     with httpx.Client(transport=transport) as http:
