@@ -48,7 +48,7 @@ from kazoo.security import Permissions
 from sentinel import telemetry
 from sentinel.agent import xds_resources as resources
 from sentinel.agent.server import prepare_socket_path
-from sentinel.agent.xds_bootstrap import parse_address
+from sentinel.agent.xds_bootstrap import check_free, parse_address
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
 from sentinel.errors import AccessDenied, SentinelError, ServiceNotFound
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
@@ -165,6 +165,7 @@ class XdsServer:
         cache's changes; raises what stopped it from listening."""
         if self._path is not None:
             prepare_socket_path(self._path)
+        check_free(self._bind)
         self._thread = threading.Thread(target=self._run, name="sentinel-xds", daemon=True)
         self._thread.start()
         self._ready.wait()

@@ -6,11 +6,13 @@ No gRPC here: ``sentinel agent --print-xds-bootstrap`` runs without the ``xds`` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import json
 from typing import Any
 
-from sentinel.errors import ValidationError
+from sentinel.devserver import bind_error
+from sentinel.errors import AddressInUse, SentinelError, ValidationError
 
 
 def parse_address(address: str) -> tuple[str, str | None]:
@@ -32,6 +34,27 @@ def parse_address(address: str) -> tuple[str, str | None]:
             "(127.0.0.1:PORT, [::1]:PORT, localhost:PORT): the agent serves its own host only"
         )
     return address, None
+
+
+def check_free(address: str) -> None:
+    """Refuse a loopback ``HOST:PORT`` of ``--xds`` that cannot be listened on, before
+    anything starts: :class:`AddressInUse` when another process listens there, else
+    :class:`SentinelError` with the system's reason (gRPC's own bind failure names no cause).
+    A Unix socket is checked where it is prepared, and port 0 is any free one."""
+    bind, path = parse_address(address)
+    host, _, port = bind.rpartition(":")
+    if path is not None or int(port) == 0:
+        return
+    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
+    failure = bind_error(int(port), host)
+    if failure is None:
+        return
+    if failure.errno == errno.EADDRINUSE:
+        raise AddressInUse(
+            f"xDS: {address} is taken by another process: stop it, or give --xds another "
+            "address (a Unix socket, unix:PATH, cannot be taken by another user)"
+        )
+    raise SentinelError(f"xDS: cannot listen on {address}: {failure.strerror}")
 
 
 def bootstrap(address: str, node: str) -> dict[str, Any]:
