@@ -459,7 +459,12 @@ class XdsServer:
                         yield self._response(stream, type_url, [resource])
             elif stream.sent.get(type_url) != current:
                 stream.sent[type_url] = current
-                yield self._response(stream, type_url, list(current.values()))
+                response = self._response(stream, type_url, list(current.values()))
+                # A name left out does not exist: said outright, a client need not wait out
+                # its resource timer to believe it (docs/grpc.md, "A name with no service").
+                missing = sorted(stream.subscribed[type_url] - current.keys())
+                response.resource_errors.extend(map(resources.not_found, missing))
+                yield response
 
     def _current(self, stream: _Stream, type_url: str) -> dict[str, Any] | None:
         """The latest resources of ``type_url`` that ``stream`` follows, by name; None while
