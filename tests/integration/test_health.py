@@ -475,3 +475,25 @@ def test_a_session_expiry_restores_the_checked_status_and_the_check_goes_on(make
     assert _status(raw_zk, registration) == "down"
     healthy.set()
     assert _wait_status(raw_zk, registration, "up", 0.1 * 2 + MARGIN) is not None
+
+
+def test_status_follows_an_instances_grpc_health_service(make_client, raw_zk):
+    """``HealthCheck.grpc``: a real grpcio server's standard health service, flipped between
+    SERVING and NOT_SERVING, takes the instance down and back up."""
+    from sentinel.testing.grpcserver import SERVICE, LoopbackGRPCServer
+
+    client = make_client()
+    check = HealthCheck.grpc(
+        SERVICE, interval=0.2, timeout=0.2, failures_before_down=2, successes_before_up=1
+    )
+    with LoopbackGRPCServer("a") as server:
+        registration = client.register(
+            "rpc", "p1", "127.0.0.1", server.port, label="a", health=check
+        )
+        assert json.loads(raw_zk.get(registration.path)[0])["health"] == "check:grpc"
+        assert _wait_status(raw_zk, registration, "up", check.timeout + MARGIN) is not None
+        server.set_serving(False)
+        assert _wait_status(raw_zk, registration, "down", 0.2 * 2 + MARGIN) is not None
+        assert wait_until(lambda: _unavailable(client, "rpc"), MARGIN)
+        server.set_serving(True)
+        assert _wait_status(raw_zk, registration, "up", 0.2 + MARGIN) is not None
