@@ -172,6 +172,26 @@ def test_failures_fed_back_eject_the_failing_instance(make_client, servers):
         assert not client.feedback.is_down(endpoint_of(client, "api", "c"))
 
 
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNIMPLEMENTED]
+)
+def test_a_server_error_status_ejects_the_instance_by_default(make_client, servers, code):
+    """The statuses Envoy maps to a 5xx count as the instance's failures (FAILURE_CODES)."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    register(publisher, "api", [servers[n] for n in "abc"])
+    servers["b"].fail_with = code
+    failed = collections.Counter()
+    with SentinelChannel(client, "api") as channel:
+        call = channel.unary_unary(WHO)
+        for _ in range(30):
+            try:
+                call(b"")
+            except grpc.RpcError as exc:
+                failed[exc.code()] += 1
+    assert failed == {code: client.feedback.detection.consecutive_failures}
+    assert client.feedback.is_down(endpoint_of(client, "api", "b"))
+
+
 def test_retries_make_an_unavailable_unary_call_again_elsewhere(make_client, servers):
     publisher, client = make_client("publisher"), make_client("reader")
     register(publisher, "api", [servers["a"], servers["b"]])
