@@ -106,6 +106,17 @@ def test_calls_are_spread_as_the_weights_say(make_client, servers):
     assert chi2 < -2 * math.log(FALSE_ALARM), (counts, chi2)
 
 
+def test_without_a_balancer_the_channel_takes_each_instance_in_turn_whatever_its_weight(
+    make_client, servers
+):
+    """What docs/grpc.md says: the default balancer is round robin, which ignores weights."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    for name, weight in {"a": 1, "b": 2, "c": 3}.items():
+        register(publisher, "api", [servers[name]], weight=weight)
+    with SentinelChannel(client, "api") as channel:
+        assert who(channel, 30) == dict.fromkeys("abc", 10)
+
+
 def test_a_drained_instance_gets_no_call_and_a_new_one_gets_calls_within_a_second(
     make_client, servers, cli_in_process
 ):
