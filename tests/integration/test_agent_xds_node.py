@@ -3,8 +3,8 @@
 ``xds:///<service>`` with the bootstrap ``sentinel agent --print-xds-bootstrap`` prints, against
 real grpcio servers: weights, a drain, a tenant's partition, an agent restarted.
 
-One agent (the ``host`` fixture of ``test_agent_xds.py``'s kind, here its own) and one Node
-process serve the module; the process reads a JSON request a line and answers which instance
+One agent (``test_agent_xds.py``'s ``host`` fixture, started again for this module) and one
+Node process serve the module; the process reads a JSON request a line and answers which instance
 took each call (``tests/peers/node/xds_client.js``). ``./run.sh test`` installs the packages
 when npm is there (``npm ci`` in ``tests/peers/node``); without node or them, the tests skip
 saying so.
@@ -28,19 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from sentinel import Sentinel
-from sentinel.agent.xds import XdsServer
 from tests.conftest import sentinel_in_process
-from tests.integration.test_agent_xds import (
-    BOOTSTRAP_ENV,
-    FALSE_ALARM,
-    Host,
-    chi_square,
-    servers,
-)
+from tests.integration import test_agent_xds
+from tests.integration.test_agent_xds import BOOTSTRAP_ENV, FALSE_ALARM, chi_square, servers
 
-pytestmark = pytest.mark.integration
-
+host = test_agent_xds.host  # the module's agent and publisher, as for the grpcio client
 PEER = Path(__file__).resolve().parents[1] / "peers" / "node"
 ANSWER_SECONDS = 60  # a request of a few hundred calls, or one waiting out a reconnection
 
@@ -130,30 +122,15 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def host(zookeeper) -> Iterator[Host]:
-    namespace = f"/test-{uuid.uuid4().hex[:12]}"
-    publisher = Sentinel(zookeeper.connect_string, "publisher", namespace).start()
-    publisher.ensure_namespace()
-    agent = Sentinel(
-        zookeeper.connect_string, "host-agent", namespace, announce=False, agent=False
-    ).start()
-    directory = tempfile.mkdtemp(prefix="xds-node-")
-    xds = XdsServer(agent, f"unix:{directory}/xds.sock", send_timeout=2.0).start()
-    try:
-        yield Host(zookeeper.connect_string, namespace, agent, xds, publisher)
-    finally:
-        xds.stop()
-        agent.close()
-        publisher.close()
-        os.rmdir(directory)
+MISSING = _missing()
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(MISSING is not None, reason=str(MISSING)),  # before the agent starts
+]
 
 
 @pytest.fixture(scope="module")
 def node(host) -> Iterator[NodeClient]:
-    reason = _missing()
-    if reason is not None:
-        pytest.skip(reason)
     # The bootstrap as a user copies it: the command's own output.
     printed = sentinel_in_process("agent", "--xds", host.xds.address, "--print-xds-bootstrap")
     assert printed.returncode == 0, printed.stderr
