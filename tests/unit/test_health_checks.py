@@ -299,6 +299,10 @@ def test_the_collector_health_source_is_configured_like_the_publisher_check() ->
     assert parse_config(_collection({"type": "health", "tcp": True})).services[0].source.check == (
         HealthCheck.tcp()
     )
+    config = parse_config(_collection({"type": "health", "grpc": "orders.Orders"}))
+    assert config.services[0].source.check == HealthCheck.grpc("orders.Orders")
+    config = parse_config(_collection({"type": "health", "grpc": True}))
+    assert config.services[0].source.check == HealthCheck.grpc()
 
 
 @pytest.mark.parametrize(
@@ -309,6 +313,9 @@ def test_the_collector_health_source_is_configured_like_the_publisher_check() ->
         ({"type": "health", "http": "ftp://x/r"}, "source.http: url 'ftp://x/r'"),
         ({"type": "health", "tcp": "5432"}, "source.tcp: port must be an integer"),
         ({"type": "health", "tcp": False}, "source.tcp: false checks nothing"),
+        ({"type": "health", "tcp": True, "grpc": True}, "give exactly one of http"),
+        ({"type": "health", "grpc": False}, "source.grpc: a gRPC health service name"),
+        ({"type": "health", "grpc": 5}, "source.grpc: a gRPC health service name"),
         ({"type": "health", "http": "/r", "successes_before_up": 0}, "successes_before_up"),
         ({"type": "health", "http": "/r", "interval": "1s"}, "unknown field(s) 'interval'"),
     ],
