@@ -2,7 +2,7 @@
 // the Sentinel agent, for tests/integration/test_agent_xds_node.py. Its bootstrap comes from
 // GRPC_XDS_BOOTSTRAP_CONFIG, as the agent prints it. It reads one JSON request a line on stdin
 // and answers each with one JSON line on stdout:
-//   {"op": "calls", "target": "xds:///svc", "n": 20, "partition": "p1" | null}
+//   {"op": "calls", "target": "xds:///svc", "n": 20, "partition": "p1" | null, "deadline": 5}
 //     -> {"counts": {"a": 12, "b": 8}}            which instance answered each call, in turn
 //     -> {"error": {"code": 14, "name": "UNAVAILABLE", "details": "..."}}   the first failure
 //   {"op": "close", "target": "xds:///svc"}       -> {"closed": true}
@@ -28,7 +28,7 @@ function client(target) {
   return clients.get(target);
 }
 
-function call(target, partition) {
+function call(target, partition, seconds) {
   const metadata = new grpc.Metadata();
   if (partition !== null && partition !== undefined) {
     metadata.set(PARTITION_HEADER, partition);
@@ -40,7 +40,7 @@ function call(target, partition) {
       identity,
       Buffer.alloc(0),
       metadata,
-      { deadline: Date.now() + 5000 },
+      { deadline: Date.now() + seconds * 1000 },
       (error, answer) => (error ? reject(error) : resolve(answer.toString())),
     );
   });
@@ -55,7 +55,7 @@ async function answer(request) {
   const counts = {};
   try {
     for (let i = 0; i < request.n; i++) {
-      const who = await call(request.target, request.partition);
+      const who = await call(request.target, request.partition, request.deadline ?? 5);
       counts[who] = (counts[who] || 0) + 1;
     }
   } catch (error) {
