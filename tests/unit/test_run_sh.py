@@ -139,3 +139,12 @@ def test_run_sh_test_installs_the_node_grpc_client_when_npm_is_there():
         assert "npm not found; the Node xDS client's test skips" in said
     else:
         assert "would install tests/peers/node's Node packages (npm ci)" in said
+
+
+def test_the_test_extra_holds_every_other_but_the_benchmarks():
+    """What README.md says of ``./run.sh test``'s .venv: every extra's imports are there."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for extra in set(extras) - {"test", "benchmarks"}:
+        assert requirements(extra) <= requirements("test"), extra
