@@ -497,3 +497,34 @@ def test_status_follows_an_instances_grpc_health_service(make_client, raw_zk):
         assert wait_until(lambda: _unavailable(client, "rpc"), MARGIN)
         server.set_serving(True)
         assert _wait_status(raw_zk, registration, "up", 0.2 + MARGIN) is not None
+
+
+def test_the_cli_publisher_follows_a_grpc_health_service(zookeeper, namespace, raw_zk):
+    from sentinel.testing.grpcserver import SERVICE, LoopbackGRPCServer
+
+    with LoopbackGRPCServer("a") as server:
+        process = subprocess.Popen(
+            [
+                *(SENTINEL, "register", "rpc", "p1", "127.0.0.1", str(server.port), "--label"),
+                *("a", "--check-grpc", SERVICE, "--check-interval", "0.2", "--check-timeout"),
+                *("0.2", "--zk", zookeeper.connect_string, "--namespace", namespace, "--json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            registered = process.stdout.readline()
+            assert registered, process.stderr.read()
+            assert json.loads(registered)["health"] == "check:grpc"
+            path = "/services/rpc/p1:a"
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "up", 5)
+            server.set_serving(False)
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "down", 5)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(10) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()
