@@ -37,6 +37,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │       ├── AgentServiceUnavailable      the agent cannot send one service (.service)
     │       └── RegionNotServed              the agent has no such region in its configuration
     ├── AgentProtocolError                   a frame on the agent's socket refused
+    ├── AddressInUse                         where the agent was to listen, another does
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
@@ -362,6 +363,11 @@ class RegionNotServed(AgentUnavailable):
 class AgentProtocolError(SentinelError):
     """A frame on the agent's socket that its reader cannot accept: too long, not JSON, or
     not a known message; the connection that sent it is dropped."""
+
+
+class AddressInUse(SentinelError):
+    """Where the agent was to listen (its Unix socket, its xDS socket or loopback port),
+    another process already listens: nothing was started, and nothing there replaced."""
 
 
 class TlsConfigError(ValidationError):
