@@ -44,6 +44,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import pytest
@@ -64,10 +65,10 @@ from sentinel.registry.layout import service_path
 from sentinel.registry.records import CuratorSource, InstanceRecord
 from sentinel.testing.grpcserver import LoopbackGRPCServer
 from sentinel.testing.helpers import wait_until
-from sentinel.testing.httpserver import LoopbackHTTPServer
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import sentinel_in_process
 from tests.integration.test_agent_xds import BOOTSTRAP_ENV, calls
+from tests.integration.test_health import readiness_server
 
 pytestmark = pytest.mark.integration
 
@@ -91,7 +92,7 @@ class Scenario:
     regions_file: str
     agent_socket: str
     publishers: dict[str, Sentinel]
-    readiness: dict[str, LoopbackHTTPServer]
+    readiness: dict[str, Any]  # test_health's readiness servers: /ready answers .code
     servers: dict[str, LoopbackGRPCServer]
     library: Sentinel  # the region's application, a client of its own
     agent_fed: Sentinel  # another, fed by the agent
@@ -185,7 +186,7 @@ class Scenario:
         }
 
     def _east_unready(self) -> None:
-        self.readiness["east"].status = 503
+        self.readiness["east"].code = 503
         assert wait_until(
             lambda: set(self._statuses("api", "east").values()) == {"down"}, SEEN_WITHIN
         ), self._statuses("api", "east")
@@ -201,7 +202,7 @@ class Scenario:
         """East's endpoint answers 200 again; once both applications are back home, the
         credential of ``app`` rotates while both resolve ``api`` without a pause, and
         every failure of theirs is kept (``notes``)."""
-        self.readiness["east"].status = 200
+        self.readiness["east"].code = 200
         for app in (self.library, self.agent_fed):
             assert wait_until(
                 lambda app=app: app.get_service("api").label.startswith("east-"),
@@ -296,10 +297,7 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
     names = ("east-a", "east-b", "west-a", "east-p1", "east-p2", "ledger-1")
     with contextlib.ExitStack() as stack:
         servers = {name: stack.enter_context(LoopbackGRPCServer(name)) for name in names}
-        readiness = {
-            region: stack.enter_context(LoopbackHTTPServer(f"ready-{region}"))
-            for region in ("east", "west")
-        }
+        readiness = {region: stack.enter_context(readiness_server()) for region in ("east", "west")}
         publishers = {}
         for region, zk in (("east", east), ("west", west)):
             publisher = Sentinel(
@@ -316,7 +314,9 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
             publisher.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"])
             publisher.shard_maps.assign("tenants", "acme", "p1")
             publisher.ensure_service("api", failover=RULE)
-            check = HealthCheck.http(f"http://127.0.0.1:{readiness[region].port}/ready", **CHECK)
+            check = HealthCheck.http(
+                f"http://127.0.0.1:{readiness[region].server_port}/ready", **CHECK
+            )
             for name in names:
                 if name.startswith(f"{region}-") and not name.startswith(f"{region}-p"):
                     publisher.register(
@@ -575,11 +575,11 @@ def test_scenario_2_east_unready_library(scenario):
     assert explanation.home is not None and explanation.home.eligible == ()
     east = explanation.home.verdicts
     assert set(east) == {"default:east-a", "default:east-b"}
-    # Why east's are not eligible: their check, and what it last answered.
-    for name, verdict in east.items():
-        assert names_the_failing_check(verdict), (name, verdict)
     local = unavailable(app, "api", failover=LOCAL_ONLY)
     assert names_the_failing_check(local), local
+    # Why each of east's is not eligible: its check, and what it last answered.
+    for name, verdict in east.items():
+        assert names_the_failing_check(verdict), (name, verdict)
 
 
 def test_scenario_2_east_unready_agent(scenario):
@@ -632,18 +632,21 @@ def test_scenario_3_west_empty_library(scenario):
     app = scenario.library
     error = unavailable(app, "api")
     assert "east" in error and "west" in error, error
-    assert names_the_failing_check(error), error
     explanation = app.explain("api")
     assert explanation.region == "east" and "west" in explanation.region_reason
     assert explanation.eligible == ()
+    assert names_the_failing_check(error), error
+    # what west's client said of its own (absent) regions is not this client's case
+    assert "no other region" not in error, error
 
 
 def test_scenario_3_west_empty_agent(scenario):
     scenario.reach(3)
     error = unavailable(scenario.agent_fed, "api")
     assert "east" in error and "west" in error, error
-    assert names_the_failing_check(error), error
     assert regions_of(scenario.agent_status())["west"]["state"] == "connected"
+    assert names_the_failing_check(error), error
+    assert "no other region" not in error, error
 
 
 def test_scenario_3_west_empty_cli(scenario):
@@ -652,10 +655,11 @@ def test_scenario_3_west_empty_cli(scenario):
     assert code == 1 and document["picks"] == []
     assert "east" in document["error"] and "west" in document["error"], document
     assert "nothing eligible" in text and "west" in text
-    assert names_the_failing_check(document["error"]), document["error"]
     code, findings, table = doctor(scenario)
     assert code == 1
     assert [f for f in about(findings, "api") if f["severity"] == "error"], table
+    assert names_the_failing_check(document["error"]), document["error"]
+    assert names_the_failing_check(text), text
 
 
 def test_scenario_3_west_empty_grpc(scenario):
