@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 import tempfile
 import threading
 import uuid
@@ -106,15 +107,20 @@ class Scenario:
 
     # -- the surfaces, as a user reaches them
 
-    def cli(self, *args: str) -> object:
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
         """``sentinel ARGS --regions FILE`` (east local), run in this process."""
         return sentinel_in_process(*args, "--regions", self.regions_file, "--timeout", "5")
 
     def agent_status(self) -> dict:
         result = sentinel_in_process(
-            "agent", "status", "--socket", self.agent_socket, "--namespace", self.namespace,
+            "agent",
+            "status",
+            "--socket",
+            self.agent_socket,
+            "--namespace",
+            self.namespace,
             "--json",
-        )  # fmt: skip
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 
@@ -125,22 +131,22 @@ class Scenario:
         in a row, within :data:`SEEN_WITHIN`; or, when no call succeeds in that time, the
         last call's status (``UNAVAILABLE: ...``)."""
         seen: set[str] = set()
-        unchanged = [0]
-        failed = [""]
+        unchanged, failed = 0, ""
 
         def settled() -> bool:
+            nonlocal unchanged, failed
             try:
                 answered = set(calls(channel, 10, metadata))
             except grpc.RpcError as exc:
-                failed[0] = f"{exc.code().name}: {exc.details()}"
+                failed = f"{exc.code().name}: {exc.details()}"
                 return False
-            unchanged[0] = unchanged[0] + 1 if answered <= seen else 0
+            unchanged = unchanged + 1 if answered <= seen else 0
             seen.update(answered)
-            return unchanged[0] >= 3
+            return unchanged >= 3
 
         with grpc.insecure_channel(f"xds:///{service}") as channel:
             wait_until(settled, SEEN_WITHIN)
-        return seen or failed[0]
+        return seen or failed
 
     @staticmethod
     def refused(service: str) -> str | None:
@@ -164,7 +170,8 @@ class Scenario:
 
     def reach(self, step: int) -> None:
         """Make every change up to ``step`` that is not made yet, waiting for each to show
-        in the registry (not on any surface: that is what the tests assert)."""
+        in the registry (not on the surfaces: that is what the tests assert; step 4 waits for
+        both applications to be home before its rotation, which is about resolving locally)."""
         changes: dict[int, Callable[[], None]] = {
             2: self._east_unready,
             3: self._west_empties,
