@@ -358,9 +358,9 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
         stack.callback(agent.stop)
         xds = XdsServer(agent_home, f"unix:{sockets}/xds.sock", send_timeout=2.0).start()
         stack.callback(xds.stop)
-        old_bootstrap = os.environ.get(BOOTSTRAP_ENV)
-        os.environ[BOOTSTRAP_ENV] = bootstrap_json(xds.address, "scenario")
-        stack.callback(_restore_env, BOOTSTRAP_ENV, old_bootstrap)
+        # gRPC's xDS client reads its bootstrap when a process's first xds:/// channel opens.
+        environment = stack.enter_context(pytest.MonkeyPatch.context())
+        environment.setenv(BOOTSTRAP_ENV, bootstrap_json(xds.address, "scenario"))
 
         auth = AuthConfig(keys=str(ring), client=APP)
         library = Sentinel(
@@ -412,13 +412,6 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
                 ignore=(NoInstanceAvailable,),
             )
         yield world
-
-
-def _restore_env(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
 
 
 # -- what the surfaces are asked
