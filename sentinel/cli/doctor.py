@@ -691,12 +691,14 @@ class _OtherRegions:
 
 
 def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
+    # A credential is its auth client's, whose processes' entries are named by their client
+    # ids: the census `sentinel auth status` and rotations take says who is live.
+    from sentinel.auth.manager import ClientEntries, enrolled_owners
+
     findings = []
+    owners = enrolled_owners(zk)
     for service in sorted(set(zk.get_children(AUTH)) - {AUTH_KEYS.rsplit("/", 1)[1]}):
-        try:
-            users = set(zk.get_children(f"{CLIENTS}/{service}"))
-        except NoNodeError:
-            users = set()
+        users = ClientEntries(zk, service, owners=owners).read().processes
         for client in zk.get_children(f"{AUTH}/{service}"):
             if client not in users:
                 findings.append(

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.cli import build_parser
 from sentinel.testing.zookeeper import free_ports
 from tests.conftest import sentinel_in_process
@@ -260,6 +262,33 @@ def test_doctor_passes_a_healthy_namespace(cli, make_client):
     result = cli("doctor")
     assert result.returncode == 0, result.stdout
     assert "0 problem(s)" in result.stdout
+
+
+def test_doctor_calls_a_credential_orphaned_only_once_its_clients_processes_are_gone(
+    cli_in_process, make_client, tmp_path
+):
+    """Processes of one application share its auth client (``AuthConfig(client=...)``) under
+    client ids of their own: the credential is theirs while one lives (doctor used to call it
+    orphaned, matching the auth client against the processes' ids), and orphaned after."""
+    ring = tmp_path / "etl.keys"
+    ClientKeyring.generate().save(ring)
+    workers = [
+        make_client(f"etl-{n}", auth=AuthConfig(keys=str(ring), client="etl")) for n in (1, 2)
+    ]
+    manager = make_client("auth-manager", announce=False)
+    manager.register("db", "p1", "10.0.0.5", 5432)
+    for worker in workers:
+        worker.get_service("db")
+    manager.credentials.publish("db", "etl", {"user": "etl", "password": "not-secret"})
+
+    def orphaned() -> list[str]:
+        findings = json.loads(cli_in_process("doctor", "--json").stdout)
+        return [f["detail"] for f in findings if f["check"] == "orphaned auth"]
+
+    assert orphaned() == []
+    for worker in workers:
+        worker.close()
+    assert orphaned() == ["/auth/db/etl: no such client is connected"]
 
 
 def test_init_export_import_round_trip(cli, world, namespace, tmp_path):
