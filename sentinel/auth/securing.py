@@ -109,7 +109,7 @@ def secure_namespace(
     * each service gets its ``/clients/<service>`` node; clients' own entries keep their
       owners' ACLs, and what is no process's entry there (a persistent node, or one with
       children: a client's is ephemeral) is removed, or named when its ACL shuts the admin
-      out (rotations ignore it: :func:`~sentinel.auth.manager.live_processes`);
+      out (rotations ignore it: :func:`~sentinel.auth.entries.live_processes`);
     * the daemons' services keep (or get: ``grants``, (role, service) pairs) their grants
       (:func:`~sentinel.auth.grants.grant_daemon_services`).
     """

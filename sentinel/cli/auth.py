@@ -13,8 +13,9 @@ from kazoo.security import Id
 
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enroll
+from sentinel.auth.entries import ClientEntries, enrolled_owners
 from sentinel.auth.keys import ClientKeyring, ManagerKey
-from sentinel.auth.manager import ClientEntries, Rotation, enrolled_owners, live_versions
+from sentinel.auth.manager import Rotation, live_versions
 from sentinel.auth.store import publish_public_keys, read_public_keys
 from sentinel.cli.common import (
     client,

@@ -21,8 +21,8 @@ from kazoo.security import Permissions
 
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
+from sentinel.auth.entries import enrolled_owners
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
-from sentinel.auth.manager import enrolled_owners
 from sentinel.cache import reads as cache_reads
 from sentinel.cli.common import (
     colour_enabled,
@@ -693,7 +693,7 @@ class _OtherRegions:
 def _orphaned_auth(zk: KazooClient, namespace: str) -> list[Finding]:
     # A credential is its auth client's, whose processes' entries are named by their client
     # ids: the census `sentinel auth status` and rotations take says who is live.
-    from sentinel.auth.manager import ClientEntries, enrolled_owners
+    from sentinel.auth.entries import ClientEntries, enrolled_owners
 
     findings = []
     owners = enrolled_owners(zk)

@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from sentinel.auth.manager import enrolled_owners
+from sentinel.auth.entries import enrolled_owners
 from sentinel.cli.common import (
     client,
     connect,

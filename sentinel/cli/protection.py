@@ -7,7 +7,7 @@ may add an entry there (``init --secure`` grants CREATE to all), so a claim coun
 
 - its entry is attributable: in a secured namespace, ephemeral and written by the identity
   enrolled for the client it names, read as rotations and ``sentinel auth status`` read them
-  (:class:`~sentinel.auth.manager.ClientEntries`); in an open namespace anyone may write any
+  (:class:`~sentinel.auth.entries.ClientEntries`); in an open namespace anyone may write any
   entry, and an entry counts as its client's;
 - it is not marked ``left``;
 - the registry allows it: only services whose spec marks departures are ever protected
@@ -25,7 +25,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.security import Id
 
-from sentinel.auth.manager import ClientEntries
+from sentinel.auth.entries import ClientEntries
 from sentinel.registry.records import ServiceSpec
 
 # An entry of a process that left counts for nobody, and is no one's forgery either.
@@ -48,7 +48,7 @@ def protection_claims(
 ) -> ProtectionClaims:
     """The clients that serve instances of ``spec``'s service the registry no longer lists,
     as their attributable ``/clients`` entries say, and the entries not counted. ``owners``:
-    :func:`~sentinel.auth.manager.enrolled_owners` (None in an open namespace)."""
+    :func:`~sentinel.auth.entries.enrolled_owners` (None in an open namespace)."""
     census = ClientEntries(zk, spec.service, owners=owners).read()
     ignored = {why: n for why, n in census.ignored.items() if why != _LEFT}
     clients = []

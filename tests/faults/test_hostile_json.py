@@ -19,7 +19,7 @@ from kazoo.exceptions import KazooException
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
-from sentinel.auth.manager import live_processes
+from sentinel.auth.entries import live_processes
 from sentinel.errors import DecodeError
 from sentinel.registry.reads import read_clients, read_metrics, read_service
 from sentinel.shards.spec import bucket_of, bucket_path

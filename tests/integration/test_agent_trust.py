@@ -34,7 +34,7 @@ from sentinel.agent.server import MAX_IDENTITY_SESSIONS_PER_PEER, AgentServer
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
-from sentinel.auth.manager import confirmation_owners, live_processes
+from sentinel.auth.entries import confirmation_owners, live_processes
 from sentinel.client import default_client_id
 from sentinel.errors import AccessDenied, AgentNotTrusted, RotationFailed, SentinelError
 from sentinel.events import AuthChanged
