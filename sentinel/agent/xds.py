@@ -26,6 +26,13 @@ it may write (State of the World needs no backlog: a stream that reads slowly is
 newest state, never a queue of old ones), and one that leaves a response unread for
 ``send_timeout`` seconds is ended (its client reconnects and is sent the current state).
 
+Which region serves a cluster is what the library's lookups would say: the agent's region
+while it has an eligible instance there, else, under the service's failover rule, the first
+region of the rule with one, through the agent's own sessions to other regions (those of the
+agent server of the same session), home again after the rule's ``return_after``
+(:mod:`sentinel.agent.xds_failover`; deciding may wait for a region, and runs on a load
+worker).
+
 What a client keeps when something fails: a resource is only ever sent from a loaded
 snapshot, so the agent's session lost or the agent restarting never sends an empty or
 missing resource: the cache keeps serving the last state while its session is down, a
@@ -153,6 +160,11 @@ class XdsServer:
     ``max_connection_age``: seconds after which a client's connection is closed (it
     reconnects and is sent the current state; ``send_timeout`` seconds of grace): what ends
     a connection whose client stopped reading.
+
+    The other regions a cluster fails over to are those of the
+    :class:`~sentinel.agent.server.AgentServer` serving ``sentinel`` (its ``regions``), the
+    same sessions its processes fail over through; without one, every cluster is served from
+    ``sentinel``'s region only.
     """
 
     def __init__(
