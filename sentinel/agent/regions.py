@@ -57,15 +57,19 @@ AGENT_SESSION: Mapping[str, Any] = {"announce": False, "agent": False, "regions"
 Serve = Callable[[Sentinel, str], RegionServer]
 
 # The other regions of each agent, by its own session's client (the one its AgentServer
-# serves): what the agent's xDS server, given that client only, fails over to. Weak: a
-# client closed and dropped takes its entry with it.
-_BOUND: weakref.WeakKeyDictionary[Sentinel, RegionServers] = weakref.WeakKeyDictionary()
+# serves): what the agent's xDS server, given that client only, fails over to. Weak both
+# ways: the regions hold their agent server, which holds the client (a strong value would
+# keep its own key alive).
+_BOUND: weakref.WeakKeyDictionary[Sentinel, weakref.ref[RegionServers]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def regions_of(home: Sentinel) -> RegionServers | None:
     """The other regions of the agent whose own session's client is ``home``
     (:meth:`RegionServers.bind`), None when it has none."""
-    return _BOUND.get(home)
+    bound = _BOUND.get(home)
+    return None if bound is None else bound()
 
 
 class RegionServers:
@@ -100,7 +104,7 @@ class RegionServers:
         client), whose servers ``serve`` makes: a region another of the agent's servers needs
         first (xDS, :meth:`client`) is opened as a process's hello would open it."""
         self._serve = serve
-        _BOUND[home] = self
+        _BOUND[home] = weakref.ref(self)
 
     def client(self, region: Region) -> RegionClient:
         """The agent's session to ``region`` as a failover client of the agent's own
