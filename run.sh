@@ -59,6 +59,24 @@ ensure_curator() {
         || echo "run.sh: Curator not installed; the Curator interop tests skip" >&2
 }
 
+ensure_node_peer() {
+    # tests/integration/test_agent_xds_node.py calls through the agent from Node's gRPC
+    # (@grpc/grpc-js-xds): its packages, pinned by tests/peers/node/package-lock.json, go into
+    # tests/peers/node/node_modules (ignored by git), again whenever the lock file changes.
+    # Without npm that test skips, saying so.
+    local peer=tests/peers/node stamp
+    command -v npm >/dev/null || { echo "run.sh: npm not found; the Node xDS client's test skips" >&2; return 0; }
+    stamp=$(sha256sum "$peer/package-lock.json" | cut -d' ' -f1)
+    if [ -n "${RUN_SH_DRY_RUN:-}" ]; then echo "run.sh: would install $peer's Node packages (npm ci)" >&2; return 0; fi
+    [ "$(cat "$peer/node_modules/.sentinel-installed" 2>/dev/null)" = "$stamp" ] && return 0
+    echo "run.sh: installing the Node gRPC client's packages into $peer/node_modules (npm ci) ..." >&2
+    if npm ci --prefix "$peer" --ignore-scripts --no-audit --no-fund --loglevel=error >&2; then
+        echo "$stamp" > "$peer/node_modules/.sentinel-installed"
+    else
+        echo "run.sh: npm ci failed; the Node xDS client's test skips" >&2
+    fi
+}
+
 ensure_postgresql() {
     # The demo's databases, and the auth backend's, the collector's and the integration's
     # tests, are real PostgreSQL servers; without them the demo uses SQLite, the tests skip.
@@ -132,6 +150,7 @@ case "$command" in
         ensure_chromium
         ensure_curator
         ensure_postgresql
+        ensure_node_peer
         if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
             # The base of kazoo's suite's environment (.venv-kazoo: its interpreter and test
             # requirements) needs nothing of the project: built beside the project's install,

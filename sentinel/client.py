@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import logging
 import os
@@ -73,6 +72,7 @@ from sentinel.registry.records import (
 from sentinel.session import Session, signer_missing
 from sentinel.shards.writer import ShardMapWriter
 from sentinel.strategies import Balancer, SelectionPolicy
+from sentinel.suggestions import close_matches
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
@@ -514,8 +514,8 @@ class Sentinel(OldMethodNames):
         except KazooException:
             return error
         names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
-        close = difflib.get_close_matches(service, sorted(names), n=3)
-        return ServiceNotFound(service, suggestions=tuple(close)) if close else error
+        close = close_matches(service, names)
+        return ServiceNotFound(service, suggestions=close) if close else error
 
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
@@ -608,10 +608,14 @@ class Sentinel(OldMethodNames):
         follows the new rule without a restart (``docs/regions.md``, "Changing a rule"). Raises
         :class:`~sentinel.errors.ServiceNotFound` for a service that does not exist and
         :class:`~sentinel.errors.ValidationError` for a rule that is not a
-        :class:`~sentinel.registry.failover.Failover`; either way nothing is written.
+        :class:`~sentinel.registry.failover.Failover`, or
+        :class:`~sentinel.errors.RegionConfigError` for one naming a region this client's
+        ``regions`` do not hold; either way nothing is written.
         ``ensure_service`` with the old rule refuses the service afterwards (ServiceConflict):
         the stored spec is the one to agree with.
         """
+        if self.regions is not None and isinstance(failover, Failover):
+            self.regions.check_failover(failover)
         self.session.require_writable()
         return self.session.publisher.set_failover(service, failover)[1]
 

@@ -9,8 +9,10 @@ or the digest identity cannot be honoured by one of them and forgotten by anothe
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -18,7 +20,7 @@ from kazoo.exceptions import AuthFailedError, KazooException
 from kazoo.protocol.states import KeeperState
 
 from sentinel.auth import acl
-from sentinel.errors import TlsHandshakeFailed, ZooKeeperUnavailable
+from sentinel.errors import TlsHandshakeFailed, ZooKeeperUnavailable, ZooKeeperUnreachable
 from sentinel.zk.errors import translate
 from sentinel.zk.redaction import install_kazoo_redaction
 from sentinel.zk.tls import TlsConfig
@@ -56,13 +58,83 @@ def unavailable(hosts: str, timeout: float, handler: Any) -> ZooKeeperUnavailabl
     return ZooKeeperUnavailable(f"no ZooKeeper server at {hosts} answered within {timeout:g}s")
 
 
+class _Reachability:
+    """Whether any server of ``zk``'s connect string may still answer: false once each one's
+    name does not resolve, or each address it resolves to has refused a connection (the
+    handler's :attr:`~sentinel.zk.transport.PollHandler.refused`).
+
+    kazoo skips a name that does not resolve and retries a refusal, with back-off, until the
+    timeout; but nothing is listening there, so waiting only delays the error. A server that
+    accepts and is slow to answer, or whose name lookup failed for a reason that may pass (no
+    DNS server answered), is never counted: the caller waits for it as before. Names are
+    resolved as kazoo resolves them (``getaddrinfo`` of each host, TCP), once, on a thread of
+    their own, so that a slow resolver holds up nothing (the caller's timeout still holds).
+    """
+
+    def __init__(self, zk: KazooClient, wake: Callable[[], None]) -> None:
+        """Resolve ``zk``'s hosts, and call ``wake`` (on another thread) once they are and
+        after each refusal, until :meth:`close`."""
+        self._handler = zk.handler if isinstance(zk.handler, PollHandler) else None
+        if self._handler is not None:
+            self._handler.refused = frozenset()
+            self._handler.on_refused = wake
+        self._order = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in zk.hosts]
+        self._addresses: dict[str, frozenset[tuple[str, int]]] = {}
+        self._unresolved: dict[str, str] = {}
+        self._transient = False  # a name lookup failed for a reason that may pass
+        self._resolved = threading.Event()  # the three above are written before it is set
+        threading.Thread(
+            target=self._resolve, args=(list(zk.hosts), wake), name="sentinel-resolve", daemon=True
+        ).start()
+
+    def _resolve(self, hosts: list[tuple[str, int]], wake: Callable[[], None]) -> None:
+        for where, (host, port) in zip(self._order, hosts, strict=True):
+            try:
+                found = socket.getaddrinfo(host, port, 0, 0, socket.IPPROTO_TCP)
+            except socket.gaierror as exc:
+                if exc.errno in _NO_SUCH_NAME:
+                    self._unresolved[where] = "the name does not resolve"
+                else:
+                    self._transient = True
+                continue
+            self._addresses[where] = frozenset((a[4][0], a[4][1]) for a in found)
+        self._resolved.set()
+        wake()
+
+    def reasons(self) -> dict[str, str] | None:
+        """Why no server can be reached, by ``host:port``; None while one still may be."""
+        if not self._resolved.is_set() or self._transient or self._handler is None:
+            return None
+        refused = self._handler.refused
+        if any(not addresses <= refused for addresses in self._addresses.values()):
+            return None
+        return {
+            where: self._unresolved.get(where, "connection refused (nothing listens there)")
+            for where in self._order
+        }
+
+    def close(self) -> None:
+        """Stop waking the caller on a refusal."""
+        if self._handler is not None:
+            self._handler.on_refused = None
+
+
+# getaddrinfo's answers that say the name has no address (not that no DNS server answered).
+_NO_SUCH_NAME = frozenset(
+    code for code in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) if code is not None
+)
+
+
 def start_client(zk: KazooClient, hosts: str, timeout: float) -> None:
     """Start ``zk`` and return once its session is open and its identity accepted, within
     ``timeout`` seconds; ``hosts`` names the servers in the error.
 
-    Raises AuthenticationFailed as soon as the server refuses the SASL login, and
-    :func:`unavailable`'s error when no server answered in time; either way ``zk`` is stopped
-    and closed. What it does beyond kazoo's own ``start()``: kazoo reports the session
+    Raises AuthenticationFailed as soon as the server refuses the SASL login,
+    ZooKeeperUnreachable as soon as every server has refused the connection or has a name
+    that does not resolve (:class:`_Reachability`), and :func:`unavailable`'s error when no
+    server answered in time; whichever, ``zk`` is stopped and closed. A connect string
+    where one server refuses and another answers connects to the one that answers.
+    What it does beyond kazoo's own ``start()``: kazoo reports the session
     CONNECTED before it logs in, and a refused login clears the event that ``start()`` waits
     on and ends in the CLOSED state, so a refusal that came before ``start()`` began to wait,
     or between its wait and its check, was reported as a connection time-out (a wrong
@@ -78,12 +150,17 @@ def start_client(zk: KazooClient, hosts: str, timeout: float) -> None:
         changed.set()
 
     deadline = time.monotonic() + timeout
+    reachability = _Reachability(zk, changed.set)
+    unreachable = None
     zk.add_listener(heard)
     try:
         zk.start_async()
         while True:
             changed.clear()  # before the check: a change after it wakes the wait below
             if zk.connected or refused.is_set():
+                break
+            unreachable = reachability.reasons()
+            if unreachable is not None:
                 break
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not changed.wait(remaining):
@@ -102,10 +179,18 @@ def start_client(zk: KazooClient, hosts: str, timeout: float) -> None:
             raise  # as from kazoo's start() (the connection lost meanwhile)
     finally:
         zk.remove_listener(heard)
+        reachability.close()
     zk.stop()
     zk.close()
     if refused.is_set():
         raise translate(AuthFailedError(), "the login")
+    if unreachable is not None:
+        why = "; ".join(f"{where}: {why}" for where, why in unreachable.items())
+        if len(unreachable) == 1:
+            why = next(iter(unreachable.values()))
+        raise ZooKeeperUnreachable(
+            f"no ZooKeeper server at {hosts} can be reached: {why}", unreachable
+        )
     raise unavailable(hosts, timeout, zk.handler)
 
 

@@ -167,16 +167,19 @@ def recorded_port() -> int | None:
     return None
 
 
-def _port_taken(port: int) -> bool:
-    """Whether something listens on loopback ``port`` (a socket in TIME_WAIT does not count:
-    ZooKeeper binds with SO_REUSEADDR too)."""
-    with socket.socket() as probe:
+def bind_error(port: int, host: str = "127.0.0.1") -> OSError | None:
+    """Why ``host``'s ``port`` cannot be listened on (``EADDRINUSE``: something listens
+    there), or None; a socket in TIME_WAIT does not count: ZooKeeper and gRPC bind with
+    SO_REUSEADDR too. The development server's port, and the agent's xDS port
+    (:func:`sentinel.agent.xds_bootstrap.check_free`)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
 
 
 def start_dev_server(timeout: float = 60.0, port: int | None = None) -> tuple[DevServer, bool]:
@@ -205,7 +208,7 @@ def start_dev_server(timeout: float = 60.0, port: int | None = None) -> tuple[De
         return running, False
     chosen = port if port is not None else recorded_port()
     chosen = chosen or free_ports(1)[0]
-    if _port_taken(chosen):
+    if bind_error(chosen) is not None:
         raise ZooKeeperStartFailed(
             f"port {chosen} on 127.0.0.1 is taken by another process: stop that process, or "
             "start on another port with `sentinel zk start --port PORT` (0: any free port; "

@@ -17,7 +17,8 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
     │   └── SigningRequired (also AuthError)
     ├── DecodeError                          a znode that is not a record we understand
-    │   └── PersistentInstance               a planted instance a secured namespace skips
+    │   ├── PersistentInstance               a planted instance a secured namespace skips
+    │   └── ShardMapInvalid                  a bucket that contradicts its policy: .key .bucket
     ├── ResolutionError                      lookup: .service .key .partition .policy
     │   ├── ServiceNotFound
     │   ├── PartitionNotFound                permanent for that key (.shard_policy)
@@ -30,11 +31,13 @@ code written against plain Python conventions keeps working. Errors pickle with 
     ├── ZooKeeperUnavailable                 connection
     │   ├── ConnectionInterrupted
     │   ├── TlsHandshakeFailed
+    │   ├── ZooKeeperUnreachable             every server refused, or its name does not resolve
     │   └── AgentUnavailable                 the host agent's socket did not answer
     │       ├── AgentNotTrusted              its listener is not the agent this process trusts
     │       ├── AgentServiceUnavailable      the agent cannot send one service (.service)
     │       └── RegionNotServed              the agent has no such region in its configuration
     ├── AgentProtocolError                   a frame on the agent's socket refused
+    ├── AddressInUse                         where the agent was to listen, another does
     ├── NamespaceNotFound
     ├── RegistryError                        ZooKeeper refused an operation
     │   ├── AccessDenied
@@ -73,7 +76,10 @@ code written against plain Python conventions keeps working. Errors pickle with 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from sentinel.suggestions import did_you_mean, likely_typos
 
 
 def _restore(cls: type[SentinelError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
@@ -152,6 +158,32 @@ class PersistentInstance(DecodeError):
     undecodable node; ``sentinel doctor`` names it."""
 
 
+class ShardMapInvalid(DecodeError):
+    """A directory bucket that decodes but contradicts its policy: a key stored in another
+    bucket than its own (``crc32(key) % buckets``), a partition the policy does not declare,
+    or a bucket number the policy does not have. Any writer of ``/shard_info`` can plant one,
+    and fix the digest to add up. Readers skip the bucket (counted) and keep what they held;
+    ``sentinel shard sync`` refuses to copy the map; ``sentinel doctor`` names it. ``policy``,
+    ``bucket`` (its number), ``key`` and ``partition`` say what is wrong (``key`` and
+    ``partition`` None when the bucket number alone is)."""
+
+    def __init__(
+        self,
+        path: str,
+        reason: str,
+        *,
+        policy: str,
+        bucket: int,
+        key: str | None = None,
+        partition: str | None = None,
+    ) -> None:
+        super().__init__(path, reason)
+        self.policy = policy
+        self.bucket = bucket
+        self.key = key
+        self.partition = partition
+
+
 class PayloadClassMismatch(ValidationError):
     """A Curator payload of another class than the one the base path's instances carry:
     the JVM readers there are typed to that class, and Jackson would hand them a value they
@@ -203,7 +235,7 @@ class ServiceNotFound(ResolutionError):
     def __init__(
         self, service: str, reason: str = NOT_REGISTERED, suggestions: tuple[str, ...] = ()
     ) -> None:
-        hint = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        hint = f"; {did_you_mean(suggestions)}" if suggestions else ""
         super().__init__(f"service {service!r} {reason}{hint}", service=service)
         self.reason = reason
         self.suggestions = tuple(suggestions)
@@ -286,6 +318,17 @@ class TlsHandshakeFailed(ZooKeeperUnavailable):
     certificate; the message carries the TLS library's reason."""
 
 
+class ZooKeeperUnreachable(ZooKeeperUnavailable):
+    """No server of the connect string can be reached at all, said at once rather than after
+    the timeout: each refused the connection (nothing listens on its port) or its name does
+    not resolve. ``reasons`` says which, by ``host:port``. A server that is slow, or that
+    does not answer, is :class:`ZooKeeperUnavailable` after the timeout."""
+
+    def __init__(self, message: str, reasons: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.reasons = dict(reasons or {})
+
+
 class AgentUnavailable(ZooKeeperUnavailable):
     """The host agent (``sentinel agent``) did not answer on its socket: not running, the
     socket missing, or this process not allowed to connect; the message names the socket."""
@@ -321,6 +364,11 @@ class AgentProtocolError(SentinelError):
     not a known message; the connection that sent it is dropped."""
 
 
+class AddressInUse(SentinelError):
+    """Where the agent was to listen (its Unix socket, its xDS socket or loopback port),
+    another process already listens: nothing was started, and nothing there replaced."""
+
+
 class TlsConfigError(ValidationError):
     """A TLS setting is unusable: a CA, certificate or key file that cannot be read or loaded,
     or a certificate without its key; the message names the file, never its content."""
@@ -329,16 +377,32 @@ class TlsConfigError(ValidationError):
 class NamespaceNotFound(SentinelError):
     """The namespace root does not exist on this ensemble, and reading never creates it.
 
-    ``namespace`` and ``hosts`` say which namespace on which ensemble; the message gives the
-    ``sentinel init`` command that creates it (publishers and role daemons create it too, on
-    their first write).
+    ``namespace`` and ``hosts`` say which namespace on which ensemble. ``existing``, when the
+    caller could list them, are the Sentinel namespaces beside it: one it is likely a typo of
+    is suggested instead (``suggestions``, "did you mean '/sentinel'?"), and then nothing that
+    would create the typo; else the message gives the ``sentinel init`` command that creates
+    it (publishers and role daemons create it too, on their first write), after the advice
+    to check the name when no namespace could be listed.
     """
 
-    def __init__(self, namespace: str, hosts: str) -> None:
-        super().__init__(
-            f"namespace {namespace} does not exist on ZooKeeper {hosts} (reading never creates "
-            f"it): create it with `sentinel init --zk {hosts} --namespace {namespace}`"
+    def __init__(self, namespace: str, hosts: str, existing: Sequence[str] | None = None) -> None:
+        parent, _, name = namespace.rpartition("/")  # siblings: only their last names differ
+        beside = {e.rpartition("/")[2]: e for e in existing or () if e.rpartition("/")[0] == parent}
+        self.suggestions = tuple(beside[typo] for typo in likely_typos(name, beside))
+        where = (
+            f"namespace {namespace} does not exist on ZooKeeper {hosts} (reading never creates it)"
         )
+        create = f"`sentinel init --zk {hosts} --namespace {namespace}`"
+        if self.suggestions:
+            message = f"{where}; {did_you_mean(self.suggestions)}"
+        elif existing is None:
+            message = (
+                f"{where}: check the name (`sentinel ls --zk {hosts} --namespace {namespace}` "
+                f"names one it may be a typo of), or create it with {create}"
+            )
+        else:
+            message = f"{where}: create it with {create}"
+        super().__init__(message)
         self.namespace = namespace
         self.hosts = hosts
 

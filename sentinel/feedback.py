@@ -38,7 +38,7 @@ from sentinel.registry.endpoint import Endpoint
 
 log = logging.getLogger(__name__)
 
-_Key = tuple[str, str, str]
+_Key = tuple[str, str, str, str]
 
 # Decisions kept per published outlier dict, one per partition looked up (by the identity of the
 # snapshot's tuple of up instances). Past this many (more partitions looked up, or old snapshots'
@@ -56,7 +56,10 @@ _OLD_KEYWORDS = {
 
 
 def _key(endpoint: Endpoint) -> _Key:
-    return (endpoint.service, endpoint.partition, endpoint.label)
+    # The URI with the name: a client that fails over shares its feedback with its clients of
+    # the other regions, whose instances may bear the same (service, partition, label); what
+    # failed is the address called, so one region's failures never eject another's instance.
+    return (endpoint.service, endpoint.partition, endpoint.label, endpoint.uri)
 
 
 # Every record of this process, for the at-fork hook; weak, so a dropped one is not kept.
@@ -138,7 +141,7 @@ class Ejection(NamedTuple):
 
 
 class Outliers(dict[_Key, Ejection]):
-    """The instances ejected now, by ``(service, partition, label)``: published whole, never
+    """The instances ejected now, by ``(service, partition, label, uri)``: published whole, never
     changed once published; ``verdicts`` holds what it decided per partition."""
 
     __slots__ = ("generation", "verdicts")
@@ -328,9 +331,10 @@ class InstanceFeedback:
         instance.consecutive, instance.window_start, instance.ok, instance.failed = 0, now, 0, 0
         self._publish({**self.outliers, key: Ejection(now, now + duration)})
         log.info(
-            "ejected %s:%s of %s for %gs (ejection %d in a row) after reported failures",
+            "ejected %s:%s (%s) of %s for %gs (ejection %d in a row) after reported failures",
             key[1],
             key[2],
+            key[3],
             key[0],
             duration,
             instance.times,

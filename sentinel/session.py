@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException
 from kazoo.retry import KazooRetry
 
 from sentinel.agent.link import AgentLink
@@ -41,6 +42,7 @@ from sentinel.errors import (
     ClientClosed,
     ClientNotEnrolled,
     DecodeError,
+    SentinelError,
     SigningRequired,
     SnapshotRejected,
     ValidationError,
@@ -50,6 +52,7 @@ from sentinel.publisher import Publisher
 from sentinel.registry.layout import SECTIONS, auth_keys_path, sanitize_name
 from sentinel.zk import watches as zkwatches
 from sentinel.zk.ephemeral import EphemeralNodes
+from sentinel.zk.errors import translate
 from sentinel.zk.tls import TlsConfig
 from sentinel.zk.watches import PersistentWatches
 
@@ -357,12 +360,11 @@ class Session:
             raise
         self.cache.start()
         try:
-            if (
-                self._keyring is not None
-                and not self._keys_published_per_agent()
-                and self.agent_region is None  # another region's: never a session of its own
-            ):
-                self._open_write_session()
+            if self._keyring is not None and not self._keys_published_per_agent():
+                if self.agent_region is None:
+                    self._open_write_session()
+                else:
+                    self._publish_keys_in_region()
         except BaseException:
             link.close()
             self.cache.close(timeout=0)
@@ -375,6 +377,41 @@ class Session:
             self.namespace,
             self.agent,
             self.client_id,
+        )
+
+    def _publish_keys_in_region(self) -> None:
+        """Agent mode, a client of another region (it reads there through the agent and
+        writes nothing): publish its key ring's public keys in that region, so that the
+        region's manager can seal credentials to them, on a session of its own closed at once;
+        the agent's welcome said they are not there (at most once per ring and region, then).
+        When that cannot be done (the region's ensemble not reachable from this host, the
+        client not enrolled there...), a warning says why and what follows; the region is
+        still read."""
+        keyring = self._keyring
+        assert keyring is not None  # the caller's condition
+        try:
+            self._start_zk()
+        except (SentinelError, KazooException) as exc:
+            self._keys_not_published(translate(exc, "connecting"))
+            return
+        try:
+            publish_public_keys(self.zk, self.auth_client, keyring)
+        except (SentinelError, KazooException) as exc:
+            self._keys_not_published(translate(exc, "publishing public keys"))
+        else:
+            log.info("published %s's public keys in region %r", self.auth_client, self.agent_region)
+        finally:
+            self.zk.stop()
+            self.zk.close()
+
+    def _keys_not_published(self, exc: BaseException) -> None:
+        log.warning(
+            "client %r has no public keys in region %r and could not publish them (%s): "
+            "credentials there cannot be sealed to it until they are published (a client of "
+            "that region with this key ring publishes them as it starts)",
+            self.auth_client,
+            self.agent_region,
+            exc,
         )
 
     def _keys_published_per_agent(self) -> bool:

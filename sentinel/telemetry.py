@@ -258,7 +258,7 @@ AGENT_XDS_SKIPPED = Counter(
 HEALTH_CHANGES = Counter(
     "sentinel_health_status_changes_total",
     "Changes of an instance's status made by its readiness check in this process, by service, "
-    "health source (check:http, check:tcp, check:call) and the new status (up, down).",
+    "health source (check:http, check:tcp, check:grpc, check:call) and the new status (up, down).",
     ["service", "source", "status"],
     registry=None,
 )

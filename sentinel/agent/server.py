@@ -84,6 +84,7 @@ from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AccessDenied,
+    AddressInUse,
     AgentServiceUnavailable,
     AgentUnavailable,
     DecodeError,
@@ -1605,8 +1606,9 @@ class AgentServer:
 def prepare_socket_path(path: str) -> None:
     """Make ready to listen on the Unix socket ``path``: its directory made (0755) when
     missing and checked (:func:`_check_directory`), and a socket left there by a dead agent
-    removed. SentinelError when ``path`` is not a socket, or a live agent listens on it: never
-    replaced. The agent's socket and its xDS socket (:mod:`sentinel.agent.xds`) both."""
+    removed. SentinelError when ``path`` is not a socket, AddressInUse when a live agent
+    listens on it: never replaced. The agent's socket and its xDS socket
+    (:mod:`sentinel.agent.xds`) both."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
     _check_directory(directory)
@@ -1624,7 +1626,7 @@ def prepare_socket_path(path: str) -> None:
         return
     finally:
         probe.close()
-    raise SentinelError(f"an agent already serves {path}")
+    raise AddressInUse(f"an agent already serves {path}")
 
 
 def _check_directory(directory: str) -> None:

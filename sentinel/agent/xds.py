@@ -67,7 +67,7 @@ from sentinel import telemetry
 from sentinel.agent import xds_resources as resources
 from sentinel.agent.peers import Shares, Throttled, loopback_tcp_uid, quoted
 from sentinel.agent.server import prepare_socket_path
-from sentinel.agent.xds_bootstrap import parse_address
+from sentinel.agent.xds_bootstrap import check_free, parse_address
 from sentinel.agent.xds_failover import Elsewhere, Served
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
 from sentinel.errors import AccessDenied, SentinelError, ServiceNotFound
@@ -242,6 +242,7 @@ class XdsServer:
         cache's changes; raises what stopped it from listening."""
         if self._path is not None:
             prepare_socket_path(self._path)
+        check_free(self._bind)
         self._thread = threading.Thread(target=self._run, name="sentinel-xds", daemon=True)
         self._thread.start()
         self._ready.wait()
@@ -678,7 +679,12 @@ class XdsServer:
                         yield self._response(stream, type_url, [resource])
             elif stream.sent.get(type_url) != current:
                 stream.sent[type_url] = current
-                yield self._response(stream, type_url, list(current.values()))
+                response = self._response(stream, type_url, list(current.values()))
+                # A name left out does not exist: said outright, a client need not wait out
+                # its resource timer to believe it (docs/grpc.md, "A name with no service").
+                missing = sorted(stream.subscribed[type_url] - current.keys())
+                response.resource_errors.extend(map(resources.not_found, missing))
+                yield response
 
     def _current(self, stream: _Stream, type_url: str) -> dict[str, Any] | None:
         """The latest resources of ``type_url`` that ``stream`` follows, by name; None while

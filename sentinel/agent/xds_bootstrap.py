@@ -6,11 +6,13 @@ No gRPC here: ``sentinel agent --print-xds-bootstrap`` runs without the ``xds`` 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ipaddress
 import json
 from typing import Any
 
-from sentinel.errors import ValidationError
+from sentinel.devserver import bind_error
+from sentinel.errors import AddressInUse, SentinelError, ValidationError
 
 
 def parse_address(address: str) -> tuple[str, str | None]:
@@ -34,11 +36,35 @@ def parse_address(address: str) -> tuple[str, str | None]:
     return address, None
 
 
+def check_free(address: str) -> None:
+    """Refuse a loopback ``HOST:PORT`` of ``--xds`` that cannot be listened on, before
+    anything starts: :class:`AddressInUse` when another process listens there, else
+    :class:`SentinelError` with the system's reason (gRPC's own bind failure names no cause).
+    A Unix socket is checked where it is prepared, and port 0 is any free one."""
+    bind, path = parse_address(address)
+    host, _, port = bind.rpartition(":")
+    if path is not None or int(port) == 0:
+        return
+    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
+    failure = bind_error(int(port), host)
+    if failure is None:
+        return
+    if failure.errno == errno.EADDRINUSE:
+        raise AddressInUse(
+            f"xDS: {address} is taken by another process: stop it, or give --xds another "
+            "address (a Unix socket, unix:PATH, cannot be taken by another user)"
+        )
+    raise SentinelError(f"xDS: cannot listen on {address}: {failure.strerror}")
+
+
 def bootstrap(address: str, node: str) -> dict[str, Any]:
     """The gRPC xDS bootstrap of a process on this host: its xDS server is the agent at
     ``address`` (``--xds``'s), plain text (a Unix socket or loopback), protocol v3; ``node``
     names the process to the agent (which serves every node alike). Write it to a file named
-    by ``GRPC_XDS_BOOTSTRAP``, or put it in ``GRPC_XDS_BOOTSTRAP_CONFIG``."""
+    by ``GRPC_XDS_BOOTSTRAP``, or put it in ``GRPC_XDS_BOOTSTRAP_CONFIG``.
+
+    ``node.locality`` is empty but present: gRPC's Node client (``@grpc/grpc-js-xds``)
+    refuses a bootstrap without it, and the C core, Java and Go accept it."""
     target, path = parse_address(address)
     return {
         "xds_servers": [
@@ -48,7 +74,7 @@ def bootstrap(address: str, node: str) -> dict[str, Any]:
                 "server_features": ["xds_v3"],
             }
         ],
-        "node": {"id": node},
+        "node": {"id": node, "locality": {}},
     }
 
 

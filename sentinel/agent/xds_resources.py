@@ -41,8 +41,10 @@ from envoy.extensions.filters.http.router.v3 import router_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.service.discovery.v3 import discovery_pb2
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, wrappers_pb2
+from google.rpc import code_pb2, status_pb2
 
 from sentinel import telemetry
 from sentinel.cache.views import ServiceSnapshot
@@ -278,3 +280,19 @@ def _pack(message: object, bound: int | None = None, name: str = "") -> any_pb2.
         telemetry.AGENT_XDS_SKIPPED.labels("size").inc()
         return None
     return packed
+
+
+def not_found(name: str) -> discovery_pb2.ResourceError:
+    """The per-resource error (xRFC TP3) that tells a client ``name`` does not exist. A
+    listener or cluster left out of a State of the World response does not exist, but a
+    client never sent it waits out its resource timer (15 s) before it believes so; a client
+    that reads this error fails the name's calls at once (gRPC's C core, grpcio among its
+    wrappers, with ``GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING=true``)."""
+    return discovery_pb2.ResourceError(
+        resource_name=discovery_pb2.ResourceName(name=name),
+        error_detail=status_pb2.Status(
+            code=code_pb2.NOT_FOUND,
+            message=f"the agent serves no {name!r}: no such service (or partition), "
+            "or not everyone may read it",
+        ),
+    )

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
@@ -211,12 +211,15 @@ class Census:
 
     ``processes``: auth client -> {``/clients`` node name: applied version}. ``ignored``: why
     entries count for no client (``"persistent"``, ``"not an enrolled identity's"``, ...) ->
-    how many. ``unread``: entries left unread because the deadline passed.
+    how many. ``unread``: entries left unread because the deadline passed. ``records``: the
+    decoded entries that count, by node name (what ``sentinel ls`` and ``doctor`` show of
+    them).
     """
 
     processes: dict[str, dict[str, Any]]
     ignored: Mapping[str, int]
     unread: int = 0
+    records: Mapping[str, ClientRecord] = field(default_factory=dict)
 
 
 class ClientEntries:
@@ -248,6 +251,7 @@ class ClientEntries:
         self._admins = acl.admins(zk) if owners is not None else frozenset()
         # name -> (client, version) when it counts, (None, reason) when it does not.
         self._known: dict[str, tuple[str | None, Any]] = {}
+        self._records: dict[str, ClientRecord] = {}  # of the names that count and decode
         self._stale: set[str] = set()  # filled by watches (kazoo's thread), drained per pass
         # Without a watch nothing says what changed, so nothing is kept between passes.
         self._node_watch = self._wake if watch is not None else None
@@ -283,9 +287,11 @@ class ClientEntries:
                 ignored[outcome] = ignored.get(outcome, 0) + 1
             else:
                 processes.setdefault(client, {})[name] = outcome
+        counted = {name for names in processes.values() for name in names}
+        self._records = {n: r for n, r in self._records.items() if n in counted}
         if ignored:
             log.debug("%s: ignoring entries that count for no client: %s", self.parent, ignored)
-        return Census(processes, ignored, unread)
+        return Census(processes, ignored, unread, dict(self._records))
 
     def _classify(self, names: list[str], deadline: float | None) -> int:
         """Read ``names`` into ``_known``; how many were left unread at the deadline."""
@@ -308,11 +314,13 @@ class ClientEntries:
             except NoAuthError:  # its writer shut it to this session: it confirms nothing
                 self._known[name] = (None, "unreadable")
                 continue
+            record: ClientRecord | None
             try:
                 record = ClientRecord.from_bytes(self.service, name, self._path(name), data)
                 client, version = record.confirms_for, record.auth_version
                 gone = record.left is not None
             except DecodeError:
+                record = None
                 client, version = name, None  # counts as its name's, confirming nothing
                 gone = False
             if self._owners is not None and client not in matches[name]:
@@ -327,6 +335,10 @@ class ClientEntries:
                 self._known[name] = (None, "left")
             else:
                 self._known[name] = (client, version)
+                if record is None:
+                    self._records.pop(name, None)
+                else:
+                    self._records[name] = record
         return 0
 
     def _ephemeral(self, names: list[str], deadline: float | None) -> tuple[list[str], int]:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+)
 
 from sentinel.auth.envelope import envelope_version
 from sentinel.auth.keys import ClientKeyring, PublishedKeys
@@ -24,8 +30,9 @@ from sentinel.errors import (
     RegistryConflict,
     ValidationError,
 )
-from sentinel.registry.layout import auth_keys_path, auth_path
+from sentinel.registry.layout import AUTH_KEYS, auth_keys_path, auth_path
 from sentinel.registry.records import MAX_AUTH_VERSION, decode, encode, fields_of
+from sentinel.suggestions import did_you_mean, likely_typos
 
 MAX_LIVE_CREDENTIALS = 4
 _CAS_ATTEMPTS = 5
@@ -173,16 +180,30 @@ def _read_issued(zk: KazooClient, service: str) -> tuple[dict[str, Any], int]:
 def read_public_keys(zk: KazooClient, client: str) -> PublishedKeys:
     """The client's published public keys; ClientKeyNotFound if it has none."""
     path = auth_keys_path(client)
+    meant: tuple[str, ...] = ()
     try:
         data, _ = zk.get(path)
     except NoNodeError:
         data = b""
+        meant = likely_typos(client, _clients_with_keys(zk))
+    if meant:  # a typo of a client that has keys: publishing keys under it would keep it
+        raise ClientKeyNotFound(
+            f"client {client!r} has published no public key at {path}; {did_you_mean(meant)}"
+        )
     if not data:  # an enrolled slot stays empty until its client publishes
         raise ClientKeyNotFound(
             f"client {client!r} has published no public key at {path}: start it with a key "
             "ring (Sentinel(auth=AuthConfig(keys=...))) or run 'sentinel auth keygen --publish'"
         )
     return PublishedKeys.from_bytes(client, path, data)
+
+
+def _clients_with_keys(zk: KazooClient) -> list[str]:
+    """The clients with a key slot (for an error's suggestions); none when unreadable."""
+    try:
+        return zk.get_children(AUTH_KEYS)
+    except KazooException:
+        return []
 
 
 def publish_public_keys(zk: KazooClient, client: str, keyring: ClientKeyring) -> bool:

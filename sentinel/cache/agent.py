@@ -39,7 +39,7 @@ from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
 from sentinel.errors import AgentServiceUnavailable, DecodeError, SentinelError, ServiceNotFound
 from sentinel.shards.maps import DirectoryMap
-from sentinel.shards.spec import bucket_of, bucket_path, decode_bucket
+from sentinel.shards.spec import ShardPolicySpec, decode_bucket
 
 log = logging.getLogger(__name__)
 
@@ -301,12 +301,16 @@ class AgentFollower:
             invalid = frozenset(entry.get("invalid") or ())
             if not all(isinstance(path, str) for path in invalid):
                 raise TypeError("invalid nodes that are not paths")
-            for policy, policy_entry in (message.get("policies") or {}).items():
-                self._apply_policy(policy, policy_entry)
+            policies = message.get("policies") or {}
+            if not isinstance(policies, dict):
+                raise TypeError("policies that are not an object")
         except DecodeError:
             raise
         except Exception as exc:  # what the agent sent is data, not a crash
             raise DecodeError(f"agent:{service}", str(exc) or type(exc).__name__) from None
+        for policy, policy_entry in policies.items():
+            # A map that does not decode costs the map (the one held kept), not the service.
+            self._apply_policy(policy, policy_entry)
         if spec.shard_policy is not None:
             self._cache.add_policy_user(spec.shard_policy, service)
         auth = self._auth(service, message.get("auth"), current)
@@ -328,33 +332,47 @@ class AgentFollower:
             return None
         return open_credential(self._credentials, self._cache.stats, service, text.encode())
 
-    def _apply_policy(self, policy: str, entry: object) -> None:
-        """Serve a shard map the agent sent whole (None: the policy does not exist)."""
+    def _apply_policy(self, policy: object, entry: object) -> None:
+        """Serve a shard map the agent sent whole (None: the policy does not exist). One
+        that does not decode is counted and the map held kept; a bucket that is not valid is
+        counted and the one held kept in its place (same spec), as from ZooKeeper."""
         if not isinstance(policy, str):
-            raise TypeError("a policy name that is not a string")
+            self._skip_map(policy, "a policy name that is not a string")
+            return
         old = self._cache.shard_maps.get(policy)
-        new = None if entry is None else policy_map(policy, entry)  # type: ignore[arg-type]
+
+        def held(spec: ShardPolicySpec, index: int, exc: DecodeError) -> dict[str, str]:
+            self._skip_map(policy, exc)
+            if isinstance(old, DirectoryMap) and old.spec == spec and 0 <= index < spec.buckets:
+                return old.bucket(index)
+            return {}
+
+        try:
+            new = None if entry is None else policy_map(policy, entry, held)  # type: ignore[arg-type]
+        except Exception as exc:  # what the agent sent is data, not a crash
+            self._skip_map(policy, exc)
+            return
         self._buckets.pop(policy, None)
         changes = key_changes(directory_keys(old), directory_keys(new))
         self._cache.set_shard_map(policy, new, changes if policy in self._cache.shard_maps else {})
 
+    def _skip_map(self, policy: object, why: object) -> None:
+        self._cache.stats.decode_errors += 1
+        log.warning("skipping a shard map the agent sent (policy %r): %s", policy, why)
+
     def _apply_buckets(self, policy: str) -> None:
-        """Buckets of a directory map that changed: replaced one by one, their keys told."""
+        """Buckets of a directory map that changed: replaced one by one, their keys told; one
+        that is not valid is counted and skipped (the one held kept)."""
         buckets = self._buckets.pop(policy, {})
         shard_map = self._cache.shard_maps.get(policy)
         if not isinstance(shard_map, DirectoryMap):
             return
-        count = shard_map.spec.buckets
         for index_text, text in sorted(buckets.items()):
             try:
                 index = int(index_text)
-                path = bucket_path(policy, index)
-                keys = decode_bucket(path, str(text).encode())
-                if not 0 <= index < count or any(bucket_of(k, count) != index for k in keys):
-                    raise DecodeError(path, "keys in the wrong bucket")
+                keys = decode_bucket(shard_map.spec, index, str(text).encode())
             except (ValueError, SentinelError) as exc:
-                self._cache.stats.decode_errors += 1
-                log.warning("skipping a bucket the agent sent: %s", exc)
+                self._skip_map(policy, exc)
                 continue
             changes = shard_map.apply_bucket(index, keys)
             if changes:

@@ -333,7 +333,9 @@ class _ZooKeeperFollower:
         shard_map: ShardMap = old if keep else new_map(spec)  # type: ignore[assignment]
         changes: dict[str, tuple[Any, Any]] = {}
         if isinstance(shard_map, DirectoryMap):
-            for index, keys in self._reads.buckets(policy, spec.buckets):
+            for index, keys in self._reads.buckets(spec):
+                if keys is None:
+                    continue  # not valid (counted): the bucket as held before, if it was
                 bucket_changes = shard_map.apply_bucket(index, keys)
                 if keep:
                     changes.update(bucket_changes)
@@ -347,7 +349,10 @@ class _ZooKeeperFollower:
         shard_map = self._cache.shard_maps.get(policy)
         if not isinstance(shard_map, DirectoryMap) or index >= shard_map.spec.buckets:
             return
-        changes = shard_map.apply_bucket(index, {} if gone else self._reads.bucket(policy, index))
+        keys = {} if gone else self._reads.bucket(shard_map.spec, index)
+        if keys is None:
+            return  # not valid (counted): the bucket as held before
+        changes = shard_map.apply_bucket(index, keys)
         if changes:
             self._cache.emit_keys(policy, changes)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping
 
@@ -10,11 +11,14 @@ from kazoo.client import KazooClient
 
 from sentinel.cache.ratelimit import TokenBucket
 from sentinel.cache.stats import CacheStats
-from sentinel.errors import PartitionNotFound, ReadThroughThrottled
+from sentinel.errors import DecodeError, PartitionNotFound, ReadThroughThrottled
 from sentinel.shards.maps import DirectoryMap, ShardMap
 from sentinel.shards.spec import validate_key
 from sentinel.shards.store import read_key
+from sentinel.suggestions import did_you_mean, likely_typos
 from sentinel.zk.errors import translate
+
+log = logging.getLogger(__name__)
 
 
 class ReadThrough:
@@ -66,6 +70,10 @@ class ReadThrough:
                 self._stats.read_throughs += 1
                 try:
                     partition = read_key(self._zk, shard_map.spec, text)
+                except DecodeError as exc:  # the key's bucket is not valid: nothing in it is
+                    self._stats.decode_errors += 1
+                    log.warning("skipping %s", exc)
+                    partition = None
                 except Exception as exc:
                     raise translate(exc, "a shard key read") from exc
                 if partition is not None:
@@ -73,9 +81,12 @@ class ReadThrough:
                 with self._negative_lock:
                     self._negative[negative_key] = True
         if shard_map is None:
-            reason = (
-                f"shard policy {policy!r} does not exist; `sentinel shard create-policy "
-                f"{policy} ...` creates it"
+            # A typo of a policy this client follows is pointed at, never offered to create.
+            meant = likely_typos(policy, self._followed_policies())
+            reason = f"shard policy {policy!r} does not exist; " + (
+                did_you_mean(meant)
+                if meant
+                else f"`sentinel shard create-policy {policy} ...` creates it"
             )
         elif isinstance(shard_map, DirectoryMap):
             # The command that fixes it, with this key and policy filled in.
@@ -89,6 +100,10 @@ class ReadThrough:
                 f"or not a {shard_map.spec.key_type}"
             )
         raise PartitionNotFound(service, key, policy, reason)
+
+    def _followed_policies(self) -> list[str]:
+        """The shard policies this client holds a map of (no I/O: a lookup's error path)."""
+        return [name for name, held in list(self._shard_maps.items()) if held is not None]
 
     def _budget(self, service: str) -> TokenBucket:
         budget = self._budgets.get(service)

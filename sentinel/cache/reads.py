@@ -284,15 +284,18 @@ class ServiceReads:
             self.skip(exc)
             raise
 
-    def buckets(self, policy: str, count: int) -> Iterator[tuple[int, dict[str, str]]]:
-        """``(index, keys)`` of each of a directory policy's ``count`` buckets."""
-        for index, result in self._reads(range(count), lambda i: bucket_path(policy, i)):
-            yield index, self._bucket_keys(policy, index, result)
+    def buckets(self, spec: ShardPolicySpec) -> Iterator[tuple[int, dict[str, str] | None]]:
+        """``(index, keys)`` of each bucket of a directory policy; keys None for a bucket
+        that is not valid (:func:`~sentinel.shards.spec.decode_bucket`; counted): the caller
+        keeps what it held of it."""
+        policy = spec.policy
+        for index, result in self._reads(range(spec.buckets), lambda i: bucket_path(policy, i)):
+            yield index, self._bucket_keys(spec, index, result)
 
-    def bucket(self, policy: str, index: int) -> dict[str, str]:
-        """The keys of one bucket, read again after an event."""
-        result = self._zk.get_async(bucket_path(policy, index), watch=self._watch)
-        keys = self._bucket_keys(policy, index, result)
+    def bucket(self, spec: ShardPolicySpec, index: int) -> dict[str, str] | None:
+        """The keys of one bucket, read again after an event (None: not valid, counted)."""
+        result = self._zk.get_async(bucket_path(spec.policy, index), watch=self._watch)
+        keys = self._bucket_keys(spec, index, result)
         if result.successful():
             observe_propagation("shard_info", result.value[1])
         return keys
@@ -302,15 +305,15 @@ class ServiceReads:
         self._stats.decode_errors += 1
         log.warning("skipping %s", exc)
 
-    def _bucket_keys(self, policy: str, index: int, result: Any) -> dict[str, str]:
+    def _bucket_keys(self, spec: ShardPolicySpec, index: int, result: Any) -> dict[str, str] | None:
         try:
             data, _ = result.get()
-            return decode_bucket(bucket_path(policy, index), data)
+            return decode_bucket(spec, index, data)
         except NoNodeError:
             return {}
         except DecodeError as exc:
             self.skip(exc)
-            return {}
+            return None
 
 
 def open_credential(

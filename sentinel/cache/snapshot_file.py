@@ -46,7 +46,6 @@ from sentinel.registry.records import InstanceRecord, MetricsRecord, ServiceSpec
 from sentinel.shards.maps import DirectoryMap, ShardMap, new_map
 from sentinel.shards.spec import (
     ShardPolicySpec,
-    bucket_of,
     bucket_path,
     decode_bucket,
     encode_bucket,
@@ -270,20 +269,29 @@ def _envelope(snapshot: ServiceSnapshot) -> dict[str, Any] | None:
     return None if auth is None or auth.envelope is None else dict(auth.envelope)
 
 
-def policy_map(policy: str, entry: Mapping[str, Any]) -> ShardMap:
-    """A :func:`policy_entry` decoded by the registry's own codecs (raises on anything else,
-    a key in the wrong bucket included)."""
+def policy_map(
+    policy: str,
+    entry: Mapping[str, Any],
+    skip: Callable[[ShardPolicySpec, int, DecodeError], Mapping[str, str]] | None = None,
+) -> ShardMap:
+    """A :func:`policy_entry` decoded by the registry's own codecs, each bucket checked against
+    the spec (:func:`~sentinel.shards.spec.decode_bucket`). A spec that does not decode raises;
+    so does a bucket that is not valid, unless ``skip`` is given: ``skip(spec, index, error)`` then
+    returns the keys to hold in its place (the snapshot file is refused whole, the host agent's
+    frame keeps the process's previous bucket, or none for a bucket number the spec lacks)."""
     spec = ShardPolicySpec.from_bytes(policy, policy_path(policy), entry["spec"].encode())
     shard_map = new_map(spec)
     if isinstance(shard_map, DirectoryMap):
-        for index, text in entry.get("buckets", {}).items():
-            path = bucket_path(policy, int(index))
-            keys = decode_bucket(path, text.encode())
-            if int(index) >= spec.buckets or any(
-                bucket_of(k, spec.buckets) != int(index) for k in keys
-            ):
-                raise DecodeError(path, "keys in the wrong bucket")
-            shard_map.apply_bucket(int(index), keys)
+        for index_text, text in entry.get("buckets", {}).items():
+            index = int(index_text)
+            try:
+                keys: Mapping[str, str] = decode_bucket(spec, index, text.encode())
+            except DecodeError as exc:
+                if skip is None:
+                    raise
+                keys = skip(spec, index, exc)
+            if keys:  # a fresh map's buckets start empty (and a bad number has none)
+                shard_map.apply_bucket(index, keys)
     return shard_map
 
 

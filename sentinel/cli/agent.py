@@ -72,8 +72,10 @@ def _run(args: argparse.Namespace) -> int:
             },
         )
         with contextlib.ExitStack() as running:
+            # Both listen before either is announced: an xDS address that cannot be served
+            # is one error, never a `serving` line followed by an exit.
             running.enter_context(server)
-            report("serving", {"socket": server.path})
+            xds = None
             if xds_server is not None:
                 xds = xds_server(
                     sentinel,
@@ -85,6 +87,8 @@ def _run(args: argparse.Namespace) -> int:
                     handshake_timeout=args.hello_timeout,
                 )
                 running.enter_context(xds)
+            report("serving", {"socket": server.path})
+            if xds is not None:
                 report("serving_xds", {"address": xds.address})
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: server.stop())
@@ -93,17 +97,18 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _xds_server_class(address: str) -> Any:
-    """:class:`~sentinel.agent.xds.XdsServer`, or a usage error naming the extra it needs or
-    what is wrong with ``address``: before anything connects."""
-    from sentinel.agent.xds_bootstrap import parse_address
+    """:class:`~sentinel.agent.xds.XdsServer`, or an error naming the extra it needs, what
+    is wrong with ``address``, or that another process listens there: before anything
+    connects."""
+    from sentinel.agent.xds_bootstrap import check_free
 
-    parse_address(address)
+    check_free(address)
     try:
         from sentinel.agent.xds import XdsServer
     except ImportError as exc:
         raise ValidationError(
             f"--xds needs the xds extra ({exc.name} is missing): "
-            "pip install 'sentinel-discovery[xds]'"
+            "pip install -e '.[xds]' in a checkout"
         ) from None
     return XdsServer
 

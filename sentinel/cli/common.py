@@ -33,7 +33,7 @@ from sentinel.errors import (
     SentinelError,
     ValidationError,
 )
-from sentinel.registry.layout import validate_namespace
+from sentinel.registry.layout import SERVICES, validate_namespace
 from sentinel.zk import tls
 from sentinel.zk.errors import translate
 
@@ -173,8 +173,39 @@ def connect(
         elif create:
             zk.ensure_path("/")
         elif zk.exists("/") is None:
-            raise NamespaceNotFound(namespace, hosts)
+            existing = _namespaces_beside(
+                namespace, hosts, args.timeout, identity, tls_config(args)
+            )
+            raise NamespaceNotFound(namespace, hosts, existing)
         yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+#: At most this many nodes beside a missing namespace are looked at for the namespaces there.
+NAMESPACES_LOOKED_AT = 256
+
+
+def _namespaces_beside(
+    namespace: str, hosts: str, timeout: float, identity: str | None, zk_tls: tls.TlsConfig | None
+) -> tuple[str, ...] | None:
+    """The Sentinel namespaces (nodes holding ``/services``) beside the missing ``namespace``,
+    so that its error can point at the one meant rather than at creating a typo; None when
+    they cannot be listed. A session of its own, rooted at the ensemble's root: the command's
+    is rooted at the namespace, and sees nothing beside it."""
+    parent = namespace.rsplit("/", 1)[0]
+    zk = KazooClient(hosts=hosts, timeout=max(timeout, 2.0), **client_arguments(identity, zk_tls))
+    try:
+        start_client(zk, hosts, timeout)
+    except SentinelError:
+        return None
+    try:
+        children = sorted(zk.get_children(parent or "/"))[:NAMESPACES_LOOKED_AT]
+        held = {f"{parent}/{c}": zk.exists_async(f"{parent}/{c}{SERVICES}") for c in children}
+        return tuple(path for path, found in held.items() if found.get(timeout=timeout))
+    except (KazooException, KazooTimeoutError):
+        return None
     finally:
         zk.stop()
         zk.close()

@@ -21,6 +21,7 @@ from kazoo.security import Permissions
 from sentinel.auth import acl
 from sentinel.auth.enrolment import enrolled_owner
 from sentinel.auth.grants import DAEMON_SERVICE_PREFIXES
+from sentinel.auth.manager import enrolled_owners
 from sentinel.cache import reads as cache_reads
 from sentinel.cli.common import (
     colour_enabled,
@@ -34,9 +35,16 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
-from sentinel.cli.output import format_table, protecting_clients, protection_note
+from sentinel.cli.output import format_table, protection_note
+from sentinel.cli.protection import ignored_note, protection_claims
 from sentinel.devserver import resolve_hosts
-from sentinel.errors import DecodeError, NamespaceNotFound, SentinelError, ZooKeeperUnavailable
+from sentinel.errors import (
+    DecodeError,
+    NamespaceNotFound,
+    SentinelError,
+    ShardMapInvalid,
+    ZooKeeperUnavailable,
+)
 from sentinel.registry.layout import (
     AUTH,
     AUTH_KEYS,
@@ -50,14 +58,14 @@ from sentinel.registry.reads import (
     all_children,
     list_services,
     pipelined,
-    read_clients_of,
     read_metrics,
     read_service,
 )
 from sentinel.registry.records import ServiceSpec
 from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
-from sentinel.shards.store import MapState, iter_assignments, read_map_state
+from sentinel.shards.store import MapState, existing_policies, iter_assignments, read_map_state
+from sentinel.suggestions import did_you_mean, likely_typos
 from sentinel.testing.zookeeper import four_letter_word
 from sentinel.zk.errors import translate
 
@@ -362,6 +370,7 @@ def _services(
     findings: list[Finding] = []
     now = time.time()
     bad = 0
+    owners = enrolled_owners(zk)  # read once: whose /clients entries are whose
     for service in list_services(zk):
         findings.extend(_flooded(zk, service, namespace))
         try:
@@ -415,15 +424,25 @@ def _services(
                     )
                 )
         findings.extend(_partitions(zk, listing.spec, live, namespace))
-        protecting = protecting_clients(read_clients_of(zk, service))
-        if protecting:
+        claims = protection_claims(zk, listing.spec, owners)
+        if claims.clients:
             findings.append(
                 Finding(
                     "warn",
                     "protection",
-                    protection_note(service, protecting, now),
+                    protection_note(service, claims.clients, now),
                     "find why those sessions expired together (the ensemble's log, a pause, "
                     "the network); the instances come back as their processes register again",
+                )
+            )
+        if claims.ignored:
+            findings.append(
+                Finding(
+                    "warn",
+                    "clients",
+                    ignored_note(service, claims.ignored),
+                    f"sentinel init --secure --namespace {namespace} removes persistent "
+                    f"entries; `sentinel auth status {service}` lists the processes that count",
                 )
             )
     if bad:
@@ -498,21 +517,22 @@ def _partitions(
         data, _ = zk.get(policy_path(spec.shard_policy))
         policy = ShardPolicySpec.from_bytes(spec.shard_policy, policy_path(spec.shard_policy), data)
     except NoNodeError:
-        return [
-            Finding(
-                "error",
-                "shard policy",
-                f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist",
-                f"create it (Sentinel.shard_maps.create) in {namespace}",
-            )
-        ]
+        meant = likely_typos(spec.shard_policy, existing_policies(zk))
+        missing = f"{spec.service} is sharded by {spec.shard_policy!r}, which does not exist"
+        if meant:  # the spec's name is the typo: creating a policy of that name keeps it
+            return [Finding("error", "shard policy", f"{missing}; {did_you_mean(meant)}")]
+        fix = f"create it (Sentinel.shard_maps.create) in {namespace}"
+        return [Finding("error", "shard policy", missing, fix)]
     except DecodeError as exc:
         return [Finding("error", "schema", str(exc), f"recreate shard policy {spec.shard_policy}")]
     declared = policy.declared
     if declared is not None:
         used = set(declared)
     else:  # any partition may be used: the ones the keys map to
-        used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
+        try:
+            used = {p for _, p in iter_assignments(zk, spec.shard_policy)}
+        except DecodeError:
+            return []  # a map that lies tells no partitions: the shard map check reports it
     return [
         Finding(
             "error",
@@ -672,10 +692,17 @@ def _check(
     except NamespaceNotFound as exc:
         findings += [
             _server(hosts),
-            Finding("error", "namespace", str(exc), f"sentinel init --namespace {args.namespace}"),
+            Finding("error", "namespace", str(exc), _missing_namespace_fix(exc)),
         ]
         maps = {}  # nor does a namespace that does not exist
     return findings, maps
+
+
+def _missing_namespace_fix(exc: NamespaceNotFound) -> str:
+    """The namespace meant when the one asked for looks like its typo, never creating that."""
+    if exc.suggestions:
+        return f"sentinel doctor --namespace {exc.suggestions[0]}"
+    return f"sentinel init --namespace {exc.namespace}"
 
 
 def _repair(policy: str, region: str | None) -> str:
@@ -695,6 +722,18 @@ def _shard_maps(
     for policy in sorted(zk.get_children(SHARD_INFO)):
         try:
             state = read_map_state(zk, policy)
+        except ShardMapInvalid as exc:  # decodes, but contradicts its policy: a lie
+            states[policy] = None
+            findings.append(
+                Finding(
+                    "error",
+                    "shard map",
+                    f"{policy}: {exc.path}: {exc.reason}; clients skip that bucket, and "
+                    "`sentinel shard sync` will not copy this map",
+                    "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
+                )
+            )
+            continue
         except SentinelError as exc:  # a registry that lies: reported, never trusted
             states[policy] = None
             findings.append(
@@ -707,15 +746,17 @@ def _shard_maps(
             )
             continue
         states[policy] = state
-        content, stored = state.content, state.stored
-        if state.stored_error is not None:
-            problem = f"its digest does not decode ({state.stored_error})"
-        elif content is not None and stored is not None and content != stored:
-            problem = (
-                f"its buckets hold {content.keys} key(s) that do not add up to the digest its "
-                f"writers keep ({stored.keys} key(s)): written behind the shard manager's back"
+        problem = state.digest_problem
+        if problem is not None:
+            findings.append(
+                Finding(
+                    "error",
+                    "shard map",
+                    f"{policy}: {problem}",
+                    "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
+                )
             )
-        elif content is not None and stored is None:
+        elif state.content is not None and state.stored is None:
             findings.append(
                 Finding(
                     "warn",
@@ -724,17 +765,6 @@ def _shard_maps(
                     "written behind the shard manager's back would go unseen",
                 )
             )
-            continue
-        else:
-            continue
-        findings.append(
-            Finding(
-                "error",
-                "shard map",
-                f"{policy}: {problem}",
-                "find who wrote /shard_info/" + policy + "; " + _repair(policy, region),
-            )
-        )
     if states and not findings:
         findings.append(
             Finding(

@@ -1,8 +1,9 @@
 """``sentinel failover SERVICE RULE``: change a service's failover rule in one region.
 
 The write is :func:`sentinel.publisher.write_failover` (a compare-and-set of the spec's
-``failover`` field), the one the API's ``Sentinel.set_failover`` makes; the rule is parsed
-before anything is connected to, so a bad one writes nothing.
+``failover`` field), the one the API's ``Sentinel.set_failover`` makes; the rule is parsed,
+and checked against the regions configured (``--regions``), before anything is connected to,
+so a bad one writes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from sentinel.registry.layout import validate_name
 def _set_failover(args: argparse.Namespace) -> int:
     service = validate_name("service", args.service)
     parsed = Failover.parse(args.rule)
+    if args.regions_config is not None:
+        args.regions_config.check_failover(parsed)  # a region its clients do not know
     rule = None if parsed.local_only else parsed  # local: no rule, as a service created bare
     with connect(args) as zk:
         before, after = write_failover(zk, service, rule)

@@ -8,6 +8,7 @@ import json
 import time
 from typing import Any
 
+from sentinel.auth.manager import enrolled_owners
 from sentinel.cli.common import (
     client,
     connect,
@@ -19,13 +20,14 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
-from sentinel.cli.output import protecting_clients, protection_note
+from sentinel.cli.output import protection_note
+from sentinel.cli.protection import ignored_note, protection_claims
 from sentinel.errors import NoInstanceAvailable, SentinelError, ServiceNotFound, ValidationError
 from sentinel.health.sources import health_of
 from sentinel.plugins import load_balancer, load_policy
 from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.failover import Failover
-from sentinel.registry.reads import list_services, read_clients_of, read_metrics, read_service
+from sentinel.registry.reads import list_services, read_metrics, read_service
 from sentinel.registry.records import InstanceRecord, MetricsRecord
 
 
@@ -71,7 +73,7 @@ def _ls(args: argparse.Namespace) -> int:
             listing = None
         if listing is not None:
             metrics, _ = read_metrics(zk, args.service)
-            protecting = protecting_clients(read_clients_of(zk, args.service))
+            claims = protection_claims(zk, listing.spec, enrolled_owners(zk))
     if listing is None:
         return _ls_curator_service(args)
     source, instances, skipped = instances_of(args, listing)
@@ -86,7 +88,8 @@ def _ls(args: argparse.Namespace) -> int:
                 "source": source,
                 "instances": documents,
                 "skipped": skipped,
-                "protecting_clients": protecting,
+                "protecting_clients": claims.clients,
+                "ignored_clients": claims.ignored,
             }
         )
         return EXIT_OK
@@ -123,8 +126,10 @@ def _ls(args: argparse.Namespace) -> int:
     )
     if skipped:
         print(f"({skipped} undecodable instance node(s) skipped; see `sentinel doctor`)")
-    if protecting:
-        print(protection_note(args.service, protecting, now))
+    if claims.clients:
+        print(protection_note(args.service, claims.clients, now))
+    if claims.ignored:
+        print(f"({ignored_note(args.service, claims.ignored)})")
     return EXIT_OK
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from sentinel.devserver import validate_hosts
 from sentinel.errors import (
+    AddressInUse,
     DevServerNotRunning,
     LauncherError,
     RegionsFailed,
@@ -46,7 +47,7 @@ def exit_code(exc: SentinelError) -> int:
         return EXIT_USAGE
     if isinstance(exc, ZooKeeperUnavailable):
         return EXIT_UNREACHABLE
-    if isinstance(exc, LauncherError):
+    if isinstance(exc, LauncherError | AddressInUse):  # a server that could not start
         return EXIT_LAUNCH_FAILED
     return EXIT_NOT_FOUND  # not found, nothing eligible, or any other refusal
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from sentinel.registry.records import ClientRecord
 
 
 def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None = None) -> str:
@@ -20,16 +18,6 @@ def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in cells
     )
-
-
-def protecting_clients(clients: Mapping[str, ClientRecord]) -> list[dict[str, Any]]:
-    """The clients that serve instances of a service the registry no longer lists
-    (protection from mass loss), as their ``/clients`` entries say."""
-    return [
-        {"client": name, "instances": r.protecting, "since": r.protecting_since}
-        for name, r in sorted(clients.items())
-        if r.protecting and r.left is None
-    ]
 
 
 def protection_note(service: str, protecting: list[dict[str, Any]], now: float) -> str:

@@ -28,6 +28,8 @@ def health_check(args: argparse.Namespace) -> HealthCheck | None:
         return HealthCheck.http(args.check_http, **settings)
     if args.check_tcp is not None:
         return HealthCheck.tcp(args.check_tcp or None, **settings)
+    if args.check_grpc is not None:
+        return HealthCheck.grpc(args.check_grpc, **settings)
     return None
 
 

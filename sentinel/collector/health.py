@@ -6,6 +6,7 @@ Configuration::
     type = "health"
     http = "/ready"               # a path on each instance, or a full http(s):// URL; or
     # tcp = true                  # connect to the instance's port (or tcp = 6432: that port)
+    # grpc = "orders.Orders"      # its standard gRPC health service (grpc = true: the server)
     failures_before_down = 3      # default 3
     successes_before_up = 2       # default 2
 
@@ -67,11 +68,16 @@ class HealthSource:
 
     @classmethod
     def from_options(cls, options: Options) -> HealthSource:
-        """Read the ``[source]`` table: ``http`` or ``tcp`` and the two thresholds."""
+        """Read the ``[source]`` table: ``http``, ``tcp`` or ``grpc`` and the two
+        thresholds."""
         http = options.string("http", None)
         tcp = options.get("tcp", None)
-        if (http is None) == (tcp is None):
-            raise options.error("http", "give exactly one of http (a path or URL) and tcp")
+        grpc = options.get("grpc", None)
+        given = [k for k, v in (("http", http), ("tcp", tcp), ("grpc", grpc)) if v is not None]
+        if len(given) != 1:
+            raise options.error(
+                "http", "give exactly one of http (a path or URL), tcp and grpc (a service)"
+            )
         thresholds: Schedule = {
             "failures_before_down": options.number(
                 "failures_before_down", DEFAULT_FAILURES_BEFORE_DOWN, minimum=1
@@ -83,6 +89,8 @@ class HealthSource:
         try:
             if http is not None:
                 check = HealthCheck.http(http, **thresholds)
+            elif grpc is not None:
+                check = HealthCheck.grpc("" if grpc is True else grpc, **thresholds)
             elif tcp is True:
                 check = HealthCheck.tcp(**thresholds)
             elif tcp is False:
@@ -90,7 +98,7 @@ class HealthSource:
             else:
                 check = HealthCheck.tcp(tcp, **thresholds)
         except ValidationError as exc:
-            raise options.error("http" if http is not None else "tcp", str(exc)) from None
+            raise options.error(given[0], str(exc)) from None
         return cls(check)
 
     def collect(self, endpoint: Endpoint, timeout: float) -> Mapping[str, int]:

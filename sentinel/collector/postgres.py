@@ -16,7 +16,7 @@ caught-up replica whose last transaction is old is not lagging). A server that i
 recovery (a primary) reports 0. A replica that has received WAL but never replayed a
 transaction has no measurable lag: that collection fails rather than publish a guess.
 The password is read from the environment at each collection and never logged.
-Needs ``psycopg`` (``pip install 'sentinel-discovery[postgres]'``).
+Needs ``psycopg`` (from a checkout: ``pip install -e '.[postgres]'``).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class PostgresSource:
         except ImportError:
             raise options.error(
                 "type",
-                "the postgres source needs psycopg: pip install 'sentinel-discovery[postgres]'",
+                "the postgres source needs psycopg: pip install -e '.[postgres]' in a checkout",
             ) from None
         port = options.number("port", None, minimum=1)
         return cls(

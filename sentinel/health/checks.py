@@ -1,17 +1,22 @@
-"""A readiness check: what to probe (an HTTP URL, a TCP port or a callable) and how often.
+"""A readiness check: what to probe (an HTTP URL, a TCP port, gRPC's standard health service
+or a callable) and how often.
 
 :class:`HealthCheck` is a small immutable value, built by :meth:`HealthCheck.http`,
-:meth:`HealthCheck.tcp` or :meth:`HealthCheck.call`, and validated when built (a bad value is a
-:class:`~sentinel.errors.ValidationError`, before anything runs). :meth:`HealthCheck.probe`
-runs it once against an instance. The publisher (``Sentinel.register(..., health=...)``) and
-the metric collector (the ``health`` source) run the same checks; :mod:`sentinel.health.scheduler`
-decides when, and :mod:`sentinel.health.damping` what a run of results means.
+:meth:`HealthCheck.tcp`, :meth:`HealthCheck.grpc` or :meth:`HealthCheck.call`, and validated
+when built (a bad value is a :class:`~sentinel.errors.ValidationError`, before anything
+runs). :meth:`HealthCheck.probe` runs it once against an instance. The publisher
+(``Sentinel.register(..., health=...)``) and the metric collector (the ``health`` source) run
+the same checks; :mod:`sentinel.health.scheduler` decides when, and
+:mod:`sentinel.health.damping` what a run of results means.
 
 An HTTP check sends one ``GET`` and reads the status line only, at most
 :data:`MAX_STATUS_LINE` bytes, within the timeout (each read is given what is left of it): a
 server that never answers, drips bytes, answers garbage or a body of any size costs the check
 one socket for ``timeout`` seconds at most, and nothing of the body is read. 2xx passes,
-anything else (redirects included: a login page is not readiness) fails.
+anything else (redirects included: a login page is not readiness) fails. A gRPC check asks
+the instance's ``grpc.health.v1.Health/Check`` (``grpcio-health-checking``, the ``grpc``
+extra) over plain HTTP/2 on a channel of its own, closed after the run: ``SERVING`` passes,
+any other answer or status fails.
 """
 
 from __future__ import annotations
@@ -45,12 +50,16 @@ MAX_URL = 2048
 # An HTTP status line is ~20 bytes; the first line of anything that is not one within this
 # many bytes is a failure, not a reason to read on.
 MAX_STATUS_LINE = 1024
-KINDS = ("http", "tcp", "call")
+# A gRPC service's full name (``package.Service``) is far shorter; the name is in every
+# failure's log line.
+MAX_GRPC_SERVICE = 256
+KINDS = ("http", "tcp", "grpc", "call")
 
 
 class Schedule(TypedDict, total=False):
     """The settings every check takes, as keywords of :meth:`HealthCheck.http`,
-    :meth:`HealthCheck.tcp` and :meth:`HealthCheck.call` (defaults: :class:`HealthCheck`'s)."""
+    :meth:`HealthCheck.tcp`, :meth:`HealthCheck.grpc` and :meth:`HealthCheck.call` (defaults:
+    :class:`HealthCheck`'s)."""
 
     interval: float
     timeout: float
@@ -64,7 +73,8 @@ class CheckFailed(SentinelError):
 
 @dataclass(frozen=True)
 class HealthCheck:
-    """A readiness check and its schedule: build it with :meth:`http`, :meth:`tcp` or :meth:`call`.
+    """A readiness check and its schedule: build it with :meth:`http`, :meth:`tcp`,
+    :meth:`grpc` or :meth:`call`.
 
     ``interval`` seconds between the starts of two runs, each bounded by ``timeout`` seconds
     (at most the interval); the instance goes down after ``failures_before_down`` failures in a
@@ -77,6 +87,7 @@ class HealthCheck:
     host: str | None = None
     port: int | None = None
     function: Callable[[], bool | None] | None = None
+    service: str | None = None  # a gRPC check's health service name ("": the whole server)
     interval: float = DEFAULT_INTERVAL
     timeout: float = DEFAULT_TIMEOUT
     failures_before_down: int = DEFAULT_FAILURES_BEFORE_DOWN
@@ -93,8 +104,10 @@ class HealthCheck:
                 raise ValidationError(f"{name} must be {MAX_THRESHOLD} or less, got {value!r}")
         if self.kind == "http":
             _check_url(self.url)
-        if self.kind == "tcp" and self.port is not None:
+        if self.kind in ("tcp", "grpc") and self.port is not None:
             _check_port(self.port)
+        if self.kind == "grpc":
+            _check_grpc_service(self.service)
         if self.host is not None:
             validate_host(self.host)
         if self.kind == "call" and not callable(self.function):
@@ -117,6 +130,23 @@ class HealthCheck:
         """Passes when a TCP connection to ``host:port`` opens (default: the instance's own
         host and port); the connection is closed at once, nothing is sent."""
         return cls("tcp", host=host, port=port, **schedule)
+
+    @classmethod
+    def grpc(
+        cls,
+        service: str = "",
+        *,
+        port: int | None = None,
+        host: str | None = None,
+        **schedule: Unpack[Schedule],
+    ) -> HealthCheck:
+        """Passes when the instance's standard gRPC health service
+        (``grpc.health.v1.Health/Check``) answers ``SERVING`` for ``service`` (``""``: the
+        server as a whole, as gRPC defines it); any other answer (``NOT_SERVING``,
+        ``SERVICE_UNKNOWN``) or a call that fails (no server, no health service, the timeout)
+        fails it. Plain HTTP/2 to ``host:port`` (default: the instance's own). Needs the
+        ``grpc`` extra (``grpcio-health-checking``): a ValidationError here without it."""
+        return cls("grpc", service=service, host=host, port=port, **schedule)
 
     @classmethod
     def call(cls, function: Callable[[], bool | None], **schedule: Unpack[Schedule]) -> HealthCheck:
@@ -142,6 +172,11 @@ class HealthCheck:
         if self.kind == "tcp":
             target = (self.host or host, self.port or port)
             return lambda: _tcp(target, seconds)
+        if self.kind == "grpc":
+            assert self.service is not None
+            address = _authority(self.host or host, self.port or port)
+            service = self.service
+            return lambda: _grpc(address, service, seconds)
         function = self.function
         assert function is not None
 
@@ -156,6 +191,23 @@ class HealthCheck:
 def _check_port(port: object) -> None:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError(f"port must be an integer in 1-65535, got {port!r}")
+
+
+def _check_grpc_service(service: object) -> None:
+    if not isinstance(service, str):
+        raise ValidationError(f"a gRPC health service name is a string, not {service!r}")
+    if len(service) > MAX_GRPC_SERVICE or not service.isascii() or not service.isprintable():
+        raise ValidationError(
+            f"gRPC health service name {service[:64]!r} must be printable ASCII, at most "
+            f"{MAX_GRPC_SERVICE} characters"
+        )
+    try:
+        import grpc_health.v1.health_pb2  # noqa: F401 (the check's own dependency, asked once)
+    except ImportError as exc:
+        raise ValidationError(
+            f"a gRPC check needs the grpc extra ({exc.name} is missing): "
+            "pip install -e '.[grpc]' in a checkout"
+        ) from None
 
 
 def _check_url(url: object) -> None:
@@ -189,9 +241,14 @@ def _check_url(url: object) -> None:
 def _absolute(url: str, host: str, port: int) -> str:
     if not url.startswith("/"):
         return url
+    return f"http://{_authority(host, port)}{url}"
+
+
+def _authority(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address bracketed."""
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"http://{host}:{port}{url}"
+    return f"{host}:{port}"
 
 
 def _tcp(target: tuple[str, int], timeout: float) -> None:
@@ -199,6 +256,24 @@ def _tcp(target: tuple[str, int], timeout: float) -> None:
         socket.create_connection(target, timeout=timeout).close()
     except OSError as exc:
         raise CheckFailed(f"cannot connect to {target[0]}:{target[1]}: {exc}") from None
+
+
+def _grpc(address: str, service: str, timeout: float) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    what = f"grpc.health.v1 Check of {service!r} at {address}"
+    with grpc.insecure_channel(address) as channel:
+        try:
+            answer = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.RpcError as exc:
+            details = f": {exc.details()}" if exc.details() else ""
+            raise CheckFailed(f"{what}: {exc.code().name}{details}") from None
+    if answer.status != health_pb2.HealthCheckResponse.SERVING:
+        status = health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status)
+        raise CheckFailed(f"{what}: {status}")
 
 
 def _http(url: str, timeout: float) -> None:

@@ -1,8 +1,8 @@
 """Where an instance's health comes from, as operators see it (``sentinel ls``, ``watch``).
 
 Three sources, the first that applies: the publisher's readiness check (``check:http``,
-``check:tcp``, ``check:call``: the instance node says so, and its status is the check's
-state), the collector's active check (the metric ``health``, 1 or 0, see
+``check:tcp``, ``check:grpc``, ``check:call``: the instance node says so, and its status is
+the check's state), the collector's active check (the metric ``health``, 1 or 0, see
 :mod:`sentinel.collector.health`), or the registry alone (``registry``: the session is alive,
 and the status is whatever was published).
 """

@@ -1,7 +1,7 @@
 """A ``grpc.Channel`` that resolves every call through a Sentinel client, for gRPC Python
 without the host agent's xDS.
 
-Install with the ``grpc`` extra (``pip install 'sentinel-discovery[grpc]'``)::
+Install with the ``grpc`` extra (from a checkout: ``pip install -e '.[grpc]'``)::
 
     with SentinelChannel(sentinel, "billing") as channel:
         stub = billing_pb2_grpc.InvoicesStub(channel)  # any generated stub takes it
@@ -20,9 +20,11 @@ Each outcome is reported as the httpx transport reports it
 (:class:`sentinel.integrations.retry.Route`): an answer, whatever its status but those of
 ``failure_codes``, with the call's latency when it has one response (a stream's time is the
 caller's reading); a status of
-``failure_codes`` (``UNAVAILABLE``, the connection failures among them, and
-``DEADLINE_EXCEEDED`` by default) as a failure, so that an instance that keeps failing is
-ejected from lookups (``docs/health.md``). A call the caller cancelled is not reported.
+``failure_codes`` (by default :data:`FAILURE_CODES`, the statuses Envoy counts as 5xx:
+``UNAVAILABLE``, the connection failures among them, ``DEADLINE_EXCEEDED``, ``UNKNOWN``,
+``INTERNAL``, ``DATA_LOSS``, ``UNIMPLEMENTED``) as a failure, so that an instance that keeps
+failing is ejected from lookups, within the caps of ``docs/health.md``. A call the caller
+cancelled is not reported.
 
 A call with no eligible instance raises the :class:`~sentinel.errors.ResolutionError` that
 ``get_service`` raises (:class:`~sentinel.errors.NoInstanceAvailable`,
@@ -64,9 +66,21 @@ log = logging.getLogger(__name__)
 
 #: The call metadata that carries the shard key (gRPC metadata names are lower case).
 KEY_METADATA = "x-sentinel-key"
-#: The statuses reported as failures of the instance by default: it could not be reached or
-#: did not answer in time. Any other status is the server's answer.
-FAILURE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: The statuses reported as failures of the instance by default: those Envoy maps to a 5xx
+#: (and so counts in its outlier detection's ``consecutive_5xx``): it could not be reached,
+#: did not answer in time, or failed in itself. Any other status is the server's answer. The
+#: cap on ejection and the panic keep a service served when every instance fails alike
+#: (``docs/decisions/transports-count-server-errors.md``).
+FAILURE_CODES = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,  # 503
+        grpc.StatusCode.DEADLINE_EXCEEDED,  # 504
+        grpc.StatusCode.UNKNOWN,  # 500: a server's unhandled exception, in grpcio
+        grpc.StatusCode.INTERNAL,  # 500
+        grpc.StatusCode.DATA_LOSS,  # 500
+        grpc.StatusCode.UNIMPLEMENTED,  # 501
+    }
+)
 #: The multicallables kept per endpoint (one per method and (de)serializers); past this many
 #: they are made again, so that a caller making new serializers per call cannot grow them.
 MAX_METHODS = 1024

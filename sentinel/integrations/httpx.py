@@ -1,6 +1,6 @@
 """httpx transports that resolve ``http://<service>.sentinel/...`` through a Sentinel client.
 
-Install with the ``http`` extra (``pip install 'sentinel-discovery[http]'``)::
+Install with the ``http`` extra (from a checkout: ``pip install -e '.[http]'``)::
 
     transport = SentinelTransport(sentinel, balancer=PowerOfTwoChoices(feedback=sentinel.feedback))
     with httpx.Client(transport=transport) as http:
@@ -97,7 +97,7 @@ class _Router(Generic[_T]):
         policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | None = None,
         balancer: Balancer | None = None,
         retries: int = 2,
-        server_errors_fail: bool = False,
+        server_errors_fail: bool = True,
     ) -> None:
         if not suffix.startswith(".") or retries < 0:
             raise ValidationError("suffix must start with '.' and retries must be >= 0")
@@ -180,9 +180,11 @@ class SentinelTransport(_Router[httpx.BaseTransport], httpx.BaseTransport):
 
     ``client`` is a started :class:`~sentinel.Sentinel`; ``policy`` and ``balancer`` are
     passed to each ``get_service`` (None: the service's defaults). ``retries`` bounds the extra
-    attempts of an idempotent request after connect errors. ``server_errors_fail`` reports 5xx
-    responses as failures (they count towards marking the instance down); by default only
-    transport errors do, so that one bad request cannot mark every instance down.
+    attempts of an idempotent request after connect errors. ``server_errors_fail`` (True by
+    default) reports 5xx responses as failures, as Envoy's ``consecutive_5xx`` counts them:
+    an instance answering 5xx is ejected, and the cap on ejection and the panic keep a service
+    served when every instance answers 5xx (``docs/health.md``); False counts transport errors
+    only.
     ``transport`` (default ``httpx.HTTPTransport()``) sends every request and is closed with
     this one.
     """

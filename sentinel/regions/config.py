@@ -44,7 +44,9 @@ from typing import Any
 from sentinel.devserver import validate_hosts
 from sentinel.errors import RegionConfigError, ValidationError
 from sentinel.regions.identity import identity_for
+from sentinel.registry.failover import Failover
 from sentinel.registry.layout import DEFAULT_NAMESPACE, validate_name, validate_namespace
+from sentinel.suggestions import close_matches, did_you_mean
 from sentinel.zk.tls import TlsConfig
 
 #: This client's region (overrides the document's ``local``).
@@ -150,6 +152,13 @@ class Region:
         )
 
 
+def _unknown(name: str, known: Iterable[str]) -> str:
+    """Why region ``name`` is refused: the regions configured, and the one meant if close."""
+    names = sorted(known)
+    hint = did_you_mean(close_matches(name, names))
+    return f"no region {name!r}; configured: {names}" + (f"; {hint}" if hint else "")
+
+
 def _tls(document: object, where: str) -> TlsConfig | None:
     if document is None or document is False:
         return None
@@ -209,6 +218,10 @@ class Regions:
             raise RegionConfigError(
                 f"{len(by_name)} regions; at most {MAX_REGIONS}", field="regions"
             )
+        if by_name and local not in by_name:
+            # A misspelt local region would make the client's own region one it fails over
+            # to, and connect it wherever its default connect string points.
+            raise RegionConfigError(_unknown(local, by_name), field="local")
         object.__setattr__(self, "local", local)
         object.__setattr__(self, "regions", MappingProxyType(by_name))
         object.__setattr__(self, "home", local if home is None else home)
@@ -252,9 +265,15 @@ class Regions:
         try:
             return self.regions[name]
         except KeyError:
-            raise RegionConfigError(
-                f"no region {name!r}; configured: {sorted(self.regions)}", field="regions"
-            ) from None
+            raise RegionConfigError(_unknown(name, self.regions), field="regions") from None
+
+    def check_failover(self, rule: Failover) -> None:
+        """RegionConfigError (field ``failover``) when ``rule`` names a region this
+        configuration does not hold: its clients would skip it (``not configured``). A
+        configuration that holds no region knows none to check against."""
+        for name in rule.regions if self.regions else ():
+            if name not in self.regions:
+                raise RegionConfigError(_unknown(name, self.regions), field="failover")
 
     @classmethod
     def parse(

@@ -421,7 +421,8 @@ class InstanceRecord:
     properties: Mapping[str, Any] = field(default_factory=dict, hash=False)
     registered_at: float = field(default_factory=time.time, compare=False)
     # What decides the status besides the session, when not only that: a readiness check's
-    # source (``check:http``, ``check:tcp``, ``check:call``, see sentinel.health).
+    # source (``check:http``, ``check:tcp``, ``check:grpc``, ``check:call``, see
+    # sentinel.health).
     health: str | None = None
 
     def __post_init__(self) -> None:

@@ -62,11 +62,12 @@ def place_key(zk: KazooClient, spec: ShardPolicySpec, key: str, partition: str) 
     digest, moved in the same transaction), so two managers racing (a leader that has not
     noticed it was replaced) still place a key only once.
     """
-    path = bucket_path(spec.policy, bucket_of(key, spec.buckets))
+    index = bucket_of(key, spec.buckets)
+    path = bucket_path(spec.policy, index)
     for _ in range(CAS_ATTEMPTS):
         digest = DigestWriter(zk, spec.policy)  # read along with the bucket
         data, stat = zk.get(path)
-        keys = decode_bucket(path, data)
+        keys = decode_bucket(spec, index, data)
         if key in keys:
             return keys[key]
         after = {**keys, key: spec.check_partition(partition)}

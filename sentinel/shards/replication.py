@@ -33,6 +33,7 @@ from sentinel.errors import (
     DecodeError,
     RegistryConflict,
     SentinelError,
+    ShardMapInvalid,
     ShardPolicyConflict,
     ShardPolicyNotFound,
 )
@@ -147,17 +148,30 @@ class SourceMap:
 def read_source(zk: KazooClient, policy: str) -> SourceMap:
     """Read a region's map to copy it (``sentinel shard sync --from``), trusting it only whole:
     a spec, bucket or digest that does not decode, or buckets that do not add up to the digest,
-    raise DecodeError, so a region that lies is never copied."""
+    raise DecodeError, and a bucket that contradicts the spec (a key in another bucket than its
+    own, a partition not declared) ShardMapInvalid, whatever the digest says: a region that
+    lies is never copied."""
     try:
         state = read_map_state(zk, policy)
-        if state.stored_error is not None:
-            raise DecodeError(digest_path(policy), state.stored_error)
-        if state.stored is not None and state.stored != state.content:
-            raise DecodeError(digest_path(policy), "its buckets do not add up to it")
+        problem = state.digest_problem
+        if problem is not None:
+            raise DecodeError(digest_path(policy), problem)
         buckets = _buckets(zk, state.spec) if state.spec.kind == "directory" else {}
+    except ShardMapInvalid as exc:
+        raise ShardMapInvalid(
+            exc.path,
+            f"{exc.reason}; {_NOT_COPIED}",
+            policy=exc.policy,
+            bucket=exc.bucket,
+            key=exc.key,
+            partition=exc.partition,
+        ) from None
     except DecodeError as exc:
-        raise DecodeError(exc.path, f"{exc.reason}; this map will not be copied") from None
+        raise DecodeError(exc.path, f"{exc.reason}; {_NOT_COPIED}") from None
     return SourceMap(state.spec, buckets)
+
+
+_NOT_COPIED = "this map will not be copied"
 
 
 def copy_map(
@@ -199,7 +213,7 @@ def copy_map(
             current[index] = None, -1
             continue
         try:
-            current[index] = decode_bucket(bucket_path(policy, index), data), stat.version
+            current[index] = decode_bucket(spec, index, data), stat.version
         except DecodeError:
             current[index] = None, stat.version  # overwritten whole below
     differing = [i for i in range(spec.buckets) if current[i][0] != source.buckets[i]]
@@ -252,7 +266,7 @@ def copy_map(
 def _buckets(zk: KazooClient, spec: ShardPolicySpec) -> dict[int, dict[str, str]]:
     """Every bucket of a directory policy, decoded (DecodeError if one does not decode)."""
     return {
-        index: decode_bucket(bucket_path(spec.policy, index), result.get()[0])
+        index: decode_bucket(spec, index, result.get()[0])
         for index, result in pipelined_reads(
             zk, range(spec.buckets), lambda i: bucket_path(spec.policy, i)
         )

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sentinel.errors import DecodeError, ValidationError, ValueTooLarge
+from sentinel.errors import DecodeError, ShardMapInvalid, ValidationError, ValueTooLarge
 from sentinel.registry.layout import SHARD_INFO, validate_name
 from sentinel.registry.records import decode, encode, fields_of
 
@@ -189,11 +189,29 @@ def encode_bucket(path: str, keys: Mapping[str, str]) -> bytes:
         raise ValueTooLarge(f"{exc}; create the policy with more buckets") from None
 
 
-def decode_bucket(path: str, data: bytes | None) -> dict[str, str]:
-    """A directory bucket's key → partition map; one invalid entry makes the node invalid."""
+def decode_bucket(spec: ShardPolicySpec, index: int, data: bytes | None) -> dict[str, str]:
+    """Bucket ``index`` of a directory policy as its key → partition map: the one check of a
+    bucket every reader makes (the cache, the host agent's processes, the snapshot file, the
+    writers, ``sentinel shard sync`` and ``sentinel doctor``).
+
+    One invalid entry makes the node invalid: :class:`DecodeError` for one that does not
+    decode, :class:`ShardMapInvalid` for one that decodes but contradicts ``spec`` (a bucket
+    number it does not have, a key whose own bucket is another, a partition it does not
+    declare), naming the key, the bucket and the partition. Such a bucket would send a key to
+    a partition no writer put it in, whatever the digest says (whoever writes the buckets can
+    write the digest to match)."""
+    path = bucket_path(spec.policy, index)
+    if not 0 <= index < spec.buckets:
+        raise ShardMapInvalid(
+            path,
+            f"policy {spec.policy!r} has {spec.buckets} bucket(s), not a bucket {index}",
+            policy=spec.policy,
+            bucket=index,
+        )
     grouped = decode(path, data).get("partitions")
     if not isinstance(grouped, dict):
         raise DecodeError(path, "'partitions' must be an object")
+    declared = spec.declared
     keys: dict[str, str] = {}
     try:
         for partition, members in grouped.items():
@@ -203,6 +221,28 @@ def decode_bucket(path: str, data: bytes | None) -> dict[str, str]:
             partition = sys.intern(partition)  # a million keys share a few partition names
             for key in members:
                 keys[validate_key(key)] = partition
+            if members and declared is not None and partition not in declared:
+                raise ShardMapInvalid(
+                    path,
+                    f"key {validate_key(members[0])!r} is assigned to partition {partition!r}, "
+                    f"which policy {spec.policy!r} does not declare ({', '.join(declared)})",
+                    policy=spec.policy,
+                    bucket=index,
+                    key=validate_key(members[0]),
+                    partition=partition,
+                )
     except ValidationError as exc:
         raise DecodeError(path, str(exc)) from None
+    crc32, count = zlib.crc32, spec.buckets  # bucket_of, inlined: a cold load runs it per key
+    stray = next((key for key in keys if crc32(key.encode("utf-8")) % count != index), None)
+    if stray is not None:
+        raise ShardMapInvalid(
+            path,
+            f"key {stray!r} (partition {keys[stray]!r}) belongs in bucket "
+            f"{bucket_of(stray, count)}, not {index}",
+            policy=spec.policy,
+            bucket=index,
+            key=stray,
+            partition=keys[stray],
+        )
     return keys

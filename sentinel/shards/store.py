@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.interfaces import IAsyncResult
 
 from sentinel.errors import (
@@ -37,6 +37,7 @@ from sentinel.shards.spec import (
     policy_path,
     validate_key,
 )
+from sentinel.suggestions import close_matches, did_you_mean
 from sentinel.zk.ephemeral import first_failure
 
 log = logging.getLogger(__name__)
@@ -48,13 +49,25 @@ _TRANSACTION_BYTES = MAX_VALUE_BYTES
 
 
 def read_spec(zk: KazooClient, policy: str) -> ShardPolicySpec:
-    """Read a policy's spec; ShardPolicyNotFound if it does not exist."""
+    """Read a policy's spec; ShardPolicyNotFound if it does not exist, naming the policies
+    closest to it when there are."""
     path = policy_path(validate_name("shard policy", policy))
     try:
         data, _ = zk.get(path)
     except NoNodeError:
-        raise ShardPolicyNotFound(f"shard policy {policy!r} does not exist") from None
+        hint = did_you_mean(close_matches(policy, existing_policies(zk)))
+        message = f"shard policy {policy!r} does not exist" + (f"; {hint}" if hint else "")
+        raise ShardPolicyNotFound(message) from None
     return ShardPolicySpec.from_bytes(policy, path, data)
+
+
+def existing_policies(zk: KazooClient) -> list[str]:
+    """The names of the shard policies there are (for an error's suggestions); none when they
+    cannot be listed."""
+    try:
+        return zk.get_children(SHARD_INFO)
+    except KazooException:
+        return []
 
 
 def create_policy(zk: KazooClient, spec: ShardPolicySpec) -> None:
@@ -168,7 +181,7 @@ def _write_buckets(
     for index, result in pipelined_reads(zk, by_bucket, lambda i: bucket_path(spec.policy, i)):
         path = bucket_path(spec.policy, index)
         data, stat = result.get()
-        before = decode_bucket(path, data)
+        before = decode_bucket(spec, index, data)
         keys = dict(before)
         for key, partition in by_bucket[index].items():
             if partition is None:
@@ -204,19 +217,19 @@ def _write_buckets(
 def read_key(zk: KazooClient, spec: ShardPolicySpec, key: Key) -> str | None:
     """Read one key's partition straight from ZooKeeper (the paper's Procedure 1)."""
     text = validate_key(key)
-    path = bucket_path(spec.policy, bucket_of(text, spec.buckets))
+    index = bucket_of(text, spec.buckets)
     try:
-        data, _ = zk.get(path)
+        data, _ = zk.get(bucket_path(spec.policy, index))
     except NoNodeError:
         return None
-    return decode_bucket(path, data).get(text)
+    return decode_bucket(spec, index, data).get(text)
 
 
 def iter_assignments(zk: KazooClient, policy: str) -> Iterable[tuple[str, str]]:
     """Every ``(key, partition)`` of a directory policy, read bucket by bucket."""
     spec = read_directory_spec(zk, policy)
     for index, result in pipelined_reads(zk, range(spec.buckets), lambda i: bucket_path(policy, i)):
-        yield from decode_bucket(bucket_path(policy, index), result.get()[0]).items()
+        yield from decode_bucket(spec, index, result.get()[0]).items()
 
 
 @dataclass(frozen=True)
@@ -236,11 +249,28 @@ class MapState:
     stored_at: float | None = None
     stored_error: str | None = None
 
+    @property
+    def digest_problem(self) -> str | None:
+        """What the digest tells is wrong with this replica (None: nothing): a digest that
+        does not decode, or buckets that do not add up to it (written behind the writers'
+        back). The buckets themselves were checked as they were read
+        (:func:`~sentinel.shards.spec.decode_bucket`)."""
+        if self.stored_error is not None:
+            return f"its digest does not decode ({self.stored_error})"
+        content, stored = self.content, self.stored
+        if content is not None and stored is not None and content != stored:
+            return (
+                f"its buckets hold {content.keys} key(s) that do not add up to the digest its "
+                f"writers keep ({stored.keys} key(s)): written behind the shard manager's back"
+            )
+        return None
+
 
 def read_map_state(zk: KazooClient, policy: str) -> MapState:
     """Read a policy's spec, every bucket and its digest. Raises ShardPolicyNotFound, or
-    DecodeError when the spec or a bucket cannot be read (a bucket missing included): a
-    registry that lies is reported, never trusted."""
+    DecodeError when the spec or a bucket cannot be read (a bucket missing included), and
+    ShardMapInvalid for a bucket that contradicts the spec: a registry that lies is
+    reported, never trusted, whatever its digest says."""
     spec = read_spec(zk, policy)
     if spec.kind != "directory":
         return MapState(spec)

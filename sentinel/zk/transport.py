@@ -13,7 +13,9 @@ connection loop only asks ``select`` and would sleep until the next ping (a thir
 session timeout) with a reply in hand. :func:`poll_select` therefore reports an SSL socket with
 pending bytes readable at once. The handler also keeps the reason of the last failed TLS
 handshake (:attr:`PollHandler.tls_failure`): kazoo only logs it and retries, and a client that
-gives up can then say why.
+gives up can then say why; and the addresses that refused a connection
+(:attr:`PollHandler.refused`), so that a client starting can tell "nothing listens there"
+(say it at once) from a server that is slow to answer (wait for it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import select
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
@@ -118,14 +121,22 @@ def _one_way(objects: list[Any], read: bool, timeout: float | None) -> list[Any]
 
 class PollHandler(SequentialThreadingHandler):
     """kazoo's threading handler with :func:`poll_select` as its ``select``, which remembers
-    why the last TLS handshake failed."""
+    why the last TLS handshake failed and which addresses refused a connection."""
 
     def __init__(self) -> None:
         super().__init__()
         self.tls_failure: str | None = None
+        #: ``(ip, port)`` of each address whose last connection attempt was refused; replaced,
+        #: never changed in place, so that another thread may read it whole.
+        self.refused: frozenset[tuple[str, int]] = frozenset()
+        #: Called (on kazoo's connection thread: it must not block) after a refusal.
+        self.on_refused: Callable[[], None] | None = None
 
     def create_connection(self, *args: Any, **kwargs: Any) -> Any:
-        """kazoo's connection, recording a TLS failure (None again once one succeeds)."""
+        """kazoo's connection, recording a TLS failure (None again once one succeeds) and a
+        refused address (until it accepts one)."""
+        address = kwargs["address"] if "address" in kwargs else args[0]
+        where = (address[0], address[1])
         try:
             sock = super().create_connection(*args, **kwargs)
         except ssl.SSLError as exc:
@@ -133,7 +144,13 @@ class PollHandler(SequentialThreadingHandler):
             if isinstance(exc, ssl.SSLCertVerificationError):
                 self.tls_failure = f"{exc.reason}: {exc.verify_message}"
             raise
+        except ConnectionRefusedError:
+            self.refused = self.refused | {where}
+            if self.on_refused is not None:
+                self.on_refused()
+            raise
         self.tls_failure = None
+        self.refused = self.refused - {where}
         return sock
 
     def select(self, *args: Any, **kwargs: Any) -> tuple[list[Any], list[Any], list[Any]]:

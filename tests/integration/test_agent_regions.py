@@ -31,10 +31,13 @@ from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
+from sentinel.auth.config import AuthConfig
+from sentinel.auth.keys import ClientKeyring
 from sentinel.cache.config import CacheConfig
 from sentinel.cli import main as cli_main
 from sentinel.errors import (
     AgentUnavailable,
+    ClientKeyNotFound,
     NoInstanceAvailable,
     RegionNotServed,
     ValidationError,
@@ -259,6 +262,67 @@ def test_processes_fail_over_through_one_agent_session_per_region_opened_lazily(
     finally:
         first.close()
         second.close()
+
+
+def test_a_process_reading_another_region_through_the_agent_has_its_keys_there(
+    world, agent, socket_path
+):
+    """A process with a key ring failing over to b: the agent's welcome says its public keys
+    are not in b, so its client of b publishes them there on a session of its own, closed at
+    once; b's manager can then seal a credential to it, which its failed-over lookups carry.
+    Before, the keys never reached b and the credential could not be published at all."""
+    with process(
+        world, socket_path, "keyed-1", auth=AuthConfig(keys=ClientKeyring.generate())
+    ) as app:
+        assert app.get_service("orders").host == HOSTS["b"]
+        remote = app.regions_router.remotes.by_name["b"].client
+        assert remote.session_id is None  # the publishing session is closed
+        world.publishers["b"].credentials.publish(
+            "orders", "keyed-1", {"user": "b-user", "password": "not-secret"}
+        )
+        assert wait_until(lambda: app.get_service("orders").auth is not None, timeout=15)
+        assert app.get_service("orders").auth["user"] == "b-user"
+
+
+def test_a_process_that_cannot_publish_its_keys_in_the_region_is_told_why(
+    world, agent, socket_path, caplog
+):
+    """The process's regions say b is where nothing listens (only the agent reaches b): its
+    lookups still fail over to b through the agent, and one warning says that its keys are
+    not in b, why (connection refused), and what follows."""
+    with socket.socket() as refusing:
+        refusing.bind(("127.0.0.1", 0))
+        unreachable = f"127.0.0.1:{refusing.getsockname()[1]}"
+        regions = Regions(
+            "home",
+            [
+                Region("home", world.home.connect_string, namespace=NAMESPACE),
+                Region("b", unreachable, namespace=NAMESPACE),
+            ],
+        )
+        keyed = AuthConfig(keys=ClientKeyring.generate())
+        with (
+            caplog.at_level(logging.WARNING, logger="sentinel.session"),
+            Sentinel(
+                world.home.connect_string,
+                "keyed-2",
+                NAMESPACE,
+                agent=socket_path,
+                regions=regions,
+                prometheus_registry=None,
+                connect_timeout=5.0,
+                auth=keyed,
+            ) as app,
+        ):
+            assert app.get_service("orders").host == HOSTS["b"]
+    (warning,) = [r.getMessage() for r in caplog.records if "public keys" in r.getMessage()]
+    assert warning.startswith(
+        "client 'keyed-2' has no public keys in region 'b' and could not publish them "
+        f"(no ZooKeeper server at {unreachable} can be reached: connection refused"
+    )
+    assert "credentials there cannot be sealed to it until they are published" in warning
+    with pytest.raises(ClientKeyNotFound):
+        world.publishers["b"].credentials.publish("orders", "keyed-2", {"user": "u"})
 
 
 def _fails(app: Sentinel) -> bool:

@@ -869,3 +869,53 @@ def test_a_loopback_peers_uid_is_found_by_its_ports():
         client.join()
         listening.close()
     assert printed == ["closed"]
+
+
+def test_a_name_with_no_service_is_said_not_to_exist_in_the_response(host):
+    """State of the World leaves the name out; the response also carries a NOT_FOUND error
+    for it (xRFC TP3), and the services that exist are served beside it."""
+    shown = host.service()
+    host.publisher.register(shown, "default", "127.0.0.1", 9, label="a")
+    probe = Probe(host.xds.address, LISTENER, ["no-such-service", shown])
+    try:
+        assert wait_until(lambda: probe.responses)
+        (response,) = probe.responses
+        assert len(response.resources) == 1
+        [error] = response.resource_errors
+        assert error.resource_name.name == "no-such-service"
+        assert error.error_detail.code == grpc.StatusCode.NOT_FOUND.value[0]
+    finally:
+        probe.close()
+
+
+def test_a_grpc_client_reading_resource_errors_fails_an_unknown_name_at_once(host):
+    """grpcio with GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING=true fails a call to a name with
+    no service within seconds (UNAVAILABLE, the agent's reason in its message), where it
+    would otherwise wait out its 15 s resource timer (docs/grpc.md)."""
+    client = (
+        "import grpc, time\n"
+        "started = time.monotonic()\n"
+        "with grpc.insecure_channel('xds:///no-such-service') as channel:\n"
+        "    try:\n"
+        "        channel.unary_unary('/x.Y/Z')(b'', timeout=10)\n"
+        "    except grpc.RpcError as failed:\n"
+        "        print(f'{time.monotonic() - started:.3f}', failed.code().name)\n"
+        "        print(failed.details())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", client],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **os.environ,
+            BOOTSTRAP_ENV: bootstrap_json(host.xds.address, "unknown-name"),
+            "GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING": "true",
+        },
+    )
+    seconds, code, details = result.stdout.split(maxsplit=2)
+    print(f"an unknown name failed after {seconds} s: {code} {details}")
+    assert code == "UNAVAILABLE"
+    assert "the agent serves no 'no-such-service'" in details
+    assert float(seconds) < 5.0  # against 15: a loaded machine stretches the start

@@ -982,3 +982,54 @@ def test_a_collector_flooding_metrics_cannot_stall_a_new_clients_first_lookup(
     findings = json.loads(cli_in_process("doctor", "--json").stdout)
     assert any(f["check"] == "flooded section" for f in findings)
     still_rotates(secured, victim, tmp_path)
+
+
+def test_forged_protection_claims_are_reported_never_summed(secured, victim, cli_in_process):
+    """Issue 50 item 8: ``ls`` and ``doctor`` count a ``/clients`` entry's ``protecting``
+    only when the identity enrolled for the client it names wrote it, on a live session, for
+    a service whose spec marks departures (the only ones ever protected). An anonymous
+    entry, persistent or ephemeral, is reported as counting for nobody, never summed."""
+    marked = "orders-db"
+    publisher = secured.role("publisher")
+    publisher.ensure_service(marked, mark_departures=True)
+    publisher.register(marked, "p1", "10.0.0.6", 5432)
+    victim.get_service(marked)  # its /clients entry, on its identity's session
+    own = secured.kazoo("billing-api:billing-api-password")
+    parent = f"{CLIENTS}/{marked}"
+    assert wait_until(lambda: own.get_children(parent))
+    (entry,) = own.get_children(parent)
+    since = time.time() - 5
+
+    def claim(client_id: str, count: int) -> bytes:
+        document = {"v": 1, "client_id": client_id, "app": "billing-api"}
+        return json.dumps({**document, "protecting": count, "protecting_since": since}).encode()
+
+    own.set(f"{parent}/{entry}", claim(entry, 2))  # the process's own claim: counted
+    anonymous = secured.kazoo()
+    anonymous.create(f"{parent}/forged-1", claim("forged-1", 400))  # persistent
+    anonymous.create(f"{parent}/forged-2", claim("forged-2", 300), ephemeral=True)
+    # A claim about a service whose spec does not mark departures: the registry says no
+    # client protects it, whoever wrote it.
+    (unmarked,) = own.get_children(f"{CLIENTS}/{SERVICE}")
+    own.set(f"{CLIENTS}/{SERVICE}/{unmarked}", claim(unmarked, 7))
+
+    listed = cli_in_process("ls", marked, "--json")
+    assert listed.returncode == 0, listed.stderr
+    document = json.loads(listed.stdout)
+    assert [(c["client"], c["instances"]) for c in document["protecting_clients"]] == [(entry, 2)]
+    assert document["ignored_clients"] == {"persistent": 1, "not an enrolled identity's": 1}
+    text = cli_in_process("ls", marked).stdout
+    assert "1 client(s) (" + entry + ") serve up to 2 instance(s)" in text, text
+    assert "2 entries under /clients/orders-db count for no process" in text, text
+    assert "400" not in text and "300" not in text, text
+    unmarked_document = json.loads(cli_in_process("ls", SERVICE, "--json").stdout)
+    assert unmarked_document["protecting_clients"] == []
+    assert list(unmarked_document["ignored_clients"].values()) == [1]
+
+    findings = json.loads(cli_in_process("doctor", "--json").stdout)
+    (protection,) = [f for f in findings if f["check"] == "protection"]
+    assert "serve up to 2 instance(s) of orders-db" in protection["detail"], protection
+    ignored = {f["detail"].split()[3]: f for f in findings if f["check"] == "clients"}
+    assert set(ignored) == {f"/clients/{marked}", f"/clients/{SERVICE}"}, ignored
+    assert all(f["severity"] == "warn" for f in ignored.values())
+    assert not [f for f in findings if "400" in f["detail"] or "300" in f["detail"]]

@@ -255,7 +255,8 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     assert client.cache_stats.decode_errors == len(GARBAGE) + 2
     assert "p1:bad1" in caplog.text
 
-    # A bucket overwritten with garbage: its keys are dropped, the other bucket keeps serving.
+    # A bucket overwritten with garbage: skipped and counted, its keys as last read valid kept
+    # (as a service keeps its last readable spec), the other bucket serving on.
     from sentinel.shards.spec import bucket_of, bucket_path
 
     publisher.shard_maps.assign("tenants", "other", "p1")
@@ -263,8 +264,10 @@ def test_hostile_nodes_are_skipped_counted_and_the_rest_served(make_client, raw_
     if bucket_of("other", 2) == acme_bucket:
         publisher.shard_maps.assign("tenants", "other-2", "p1")
     survivor = next(k for k in ("other", "other-2") if bucket_of(k, 2) != acme_bucket)
+    errors = client.cache_stats.decode_errors
     raw_zk.set(bucket_path("tenants", acme_bucket), b'{"v": 1, "partitions": {"../etc": ["acme"]}}')
-    assert wait_until(lambda: client._shard_maps["tenants"].lookup("acme") is None)
+    assert wait_until(lambda: client.cache_stats.decode_errors == errors + 1)
+    assert client._shard_maps["tenants"].lookup("acme") == "p1"
     assert client.get_service("orders", survivor).label == "good"
 
     # A broken spec makes the service unknown, with the reason.

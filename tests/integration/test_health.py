@@ -475,3 +475,56 @@ def test_a_session_expiry_restores_the_checked_status_and_the_check_goes_on(make
     assert _status(raw_zk, registration) == "down"
     healthy.set()
     assert _wait_status(raw_zk, registration, "up", 0.1 * 2 + MARGIN) is not None
+
+
+def test_status_follows_an_instances_grpc_health_service(make_client, raw_zk):
+    """``HealthCheck.grpc``: a real grpcio server's standard health service, flipped between
+    SERVING and NOT_SERVING, takes the instance down and back up."""
+    from sentinel.testing.grpcserver import SERVICE, LoopbackGRPCServer
+
+    client = make_client()
+    check = HealthCheck.grpc(
+        SERVICE, interval=0.2, timeout=0.2, failures_before_down=2, successes_before_up=1
+    )
+    with LoopbackGRPCServer("a") as server:
+        registration = client.register(
+            "rpc", "p1", "127.0.0.1", server.port, label="a", health=check
+        )
+        assert json.loads(raw_zk.get(registration.path)[0])["health"] == "check:grpc"
+        assert _wait_status(raw_zk, registration, "up", check.timeout + MARGIN) is not None
+        server.set_serving(False)
+        assert _wait_status(raw_zk, registration, "down", 0.2 * 2 + MARGIN) is not None
+        assert wait_until(lambda: _unavailable(client, "rpc"), MARGIN)
+        server.set_serving(True)
+        assert _wait_status(raw_zk, registration, "up", 0.2 + MARGIN) is not None
+
+
+def test_the_cli_publisher_follows_a_grpc_health_service(zookeeper, namespace, raw_zk):
+    from sentinel.testing.grpcserver import SERVICE, LoopbackGRPCServer
+
+    with LoopbackGRPCServer("a") as server:
+        process = subprocess.Popen(
+            [
+                *(SENTINEL, "register", "rpc", "p1", "127.0.0.1", str(server.port), "--label"),
+                *("a", "--check-grpc", SERVICE, "--check-interval", "0.2", "--check-timeout"),
+                *("0.2", "--zk", zookeeper.connect_string, "--namespace", namespace, "--json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            registered = process.stdout.readline()
+            assert registered, process.stderr.read()
+            assert json.loads(registered)["health"] == "check:grpc"
+            path = "/services/rpc/p1:a"
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "up", 5)
+            server.set_serving(False)
+            assert wait_until(lambda: json.loads(raw_zk.get(path)[0])["status"] == "down", 5)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(10) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.stderr.close()

@@ -106,6 +106,17 @@ def test_calls_are_spread_as_the_weights_say(make_client, servers):
     assert chi2 < -2 * math.log(FALSE_ALARM), (counts, chi2)
 
 
+def test_without_a_balancer_the_channel_takes_each_instance_in_turn_whatever_its_weight(
+    make_client, servers
+):
+    """What docs/grpc.md says: the default balancer is round robin, which ignores weights."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    for name, weight in {"a": 1, "b": 2, "c": 3}.items():
+        register(publisher, "api", [servers[name]], weight=weight)
+    with SentinelChannel(client, "api") as channel:
+        assert who(channel, 30) == dict.fromkeys("abc", 10)
+
+
 def test_a_drained_instance_gets_no_call_and_a_new_one_gets_calls_within_a_second(
     make_client, servers, cli_in_process
 ):
@@ -170,6 +181,26 @@ def test_failures_fed_back_eject_the_failing_instance(make_client, servers):
                 codes[exc.code()] += 1
         assert codes == {grpc.StatusCode.NOT_FOUND: 5}
         assert not client.feedback.is_down(endpoint_of(client, "api", "c"))
+
+
+@pytest.mark.parametrize(
+    "code", [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNIMPLEMENTED]
+)
+def test_a_server_error_status_ejects_the_instance_by_default(make_client, servers, code):
+    """The statuses Envoy maps to a 5xx count as the instance's failures (FAILURE_CODES)."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    register(publisher, "api", [servers[n] for n in "abc"])
+    servers["b"].fail_with = code
+    failed = collections.Counter()
+    with SentinelChannel(client, "api") as channel:
+        call = channel.unary_unary(WHO)
+        for _ in range(30):
+            try:
+                call(b"")
+            except grpc.RpcError as exc:
+                failed[exc.code()] += 1
+    assert failed == {code: client.feedback.detection.consecutive_failures}
+    assert client.feedback.is_down(endpoint_of(client, "api", "b"))
 
 
 def test_retries_make_an_unavailable_unary_call_again_elsewhere(make_client, servers):

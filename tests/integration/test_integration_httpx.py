@@ -109,6 +109,22 @@ def test_a_killed_instance_costs_at_most_the_retries_and_is_reported_down(make_c
     assert not client.feedback.is_down(endpoint_of(client, "api", "a"))
 
 
+def test_an_instance_answering_5xx_is_ejected_by_default(make_client, servers):
+    """As Envoy's consecutive_5xx: three 503s in a row from b eject it, with no option given;
+    ``server_errors_fail=False`` counts transport errors only."""
+    publisher, client = make_client("publisher"), make_client("reader")
+    a, b, c = servers("a"), servers("b", status=503), servers("c")
+    register(publisher, "api", [a, b, c])
+    with httpx.Client(transport=SentinelTransport(client)) as http:
+        answered = names(http, "http://api.sentinel/", 30)
+    assert answered["b"] == client.feedback.detection.consecutive_failures
+    assert client.feedback.is_down(endpoint_of(client, "api", "b"))
+    other = make_client("lenient")
+    with httpx.Client(transport=SentinelTransport(other, server_errors_fail=False)) as http:
+        assert names(http, "http://api.sentinel/", 30) == dict.fromkeys("abc", 10)
+    assert not other.feedback.is_down(endpoint_of(other, "api", "b"))
+
+
 def test_a_post_is_never_retried_and_retries_are_bounded(make_client, servers):
     publisher, client = make_client("publisher"), make_client("reader")
     a, b, c = servers("a"), servers("b"), servers("c")

@@ -6,6 +6,8 @@ that one) sees whether anything at all was created.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sentinel import Sentinel
@@ -86,3 +88,27 @@ def test_init_and_ensure_namespace_create_it(zookeeper, raw_zk, missing, cli_in_
             admin.get_service("x")
         admin.ensure_namespace()
     assert len(raw_zk.get_children("/missing-2")) == 5
+
+
+def test_a_misspelt_namespace_is_pointed_at_the_one_meant_never_at_creating_it(
+    zookeeper, raw_zk, namespace, make_client, cli_in_process
+):
+    """``ls --namespace /sentinal`` beside ``/sentinel``: "did you mean '/sentinel'?", and no
+    ``sentinel init`` (which would create the typo); doctor's fix is the namespace meant. A
+    name of its own beside it (``/sentinel-staging``: not a typo) still gets the command that
+    creates it."""
+    make_client("writer", namespace=f"{namespace}/sentinel").ensure_namespace()
+    misspelt = f"{namespace}/sentinal"
+    listed = cli_in_process("ls", namespace_override=misspelt)
+    assert listed.returncode == 1, listed.stderr
+    assert listed.stderr.strip() == (
+        f"sentinel: error: namespace {misspelt} does not exist on ZooKeeper "
+        f"{zookeeper.connect_string} (reading never creates it); "
+        f"did you mean '{namespace}/sentinel'?"
+    )
+    doctor = cli_in_process("doctor", "--json", namespace_override=misspelt)
+    (finding,) = [f for f in json.loads(doctor.stdout) if f["check"] == "namespace"]
+    assert finding["fix"] == f"sentinel doctor --namespace {namespace}/sentinel"
+    own = f"{namespace}/sentinel-staging"
+    assert _init_command(zookeeper, own) in cli_in_process("ls", namespace_override=own).stderr
+    assert raw_zk.exists("/sentinal") is None and raw_zk.exists("/sentinel-staging") is None

@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from sentinel import Sentinel
 from sentinel.errors import (
     NoInstanceAvailable,
+    RegionConfigError,
     RegistryConflict,
     ServiceNotFound,
     ValidationError,
@@ -241,6 +242,27 @@ def test_sentinel_failover_sets_the_rule_in_the_region_it_acts_in(world):
     assert world.publishers["east"].read_service("orders").spec.failover == expected
     done = run("nowhere", "west")
     assert done.returncode == 1 and "'nowhere' is not registered" in done.stderr
+
+
+def test_a_rule_naming_a_region_not_configured_is_refused_and_nothing_is_written(world):
+    """``sentinel failover orders wset`` with regions that hold no ``wset``: its clients would
+    skip the region (``not configured``), so the rule is a typo. Exit 2 naming the regions
+    configured and the one meant; the API's ``set_failover`` refuses it the same way."""
+    for publisher in world.publishers.values():
+        publisher.ensure_service("orders", failover=Failover(regions=("west",)))
+    done = sentinel_in_process(
+        "failover", "orders", "wset", "--regions", world.regions_document(), "--timeout", "5"
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip() == (
+        "sentinel: error: failover: no region 'wset'; configured: ['east', 'north', 'west']; "
+        "did you mean 'west'?"
+    )
+    with world.client() as client, pytest.raises(RegionConfigError, match="did you mean 'west'"):
+        client.set_failover("orders", Failover(regions=("north", "wset")))
+    assert world.publishers["east"].read_service("orders").spec.failover == Failover(
+        regions=("west",)
+    )
 
 
 # --- what running clients do -----------------------------------------------------------------

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DECISIONS = ROOT / "docs" / "decisions"
@@ -39,3 +40,26 @@ def test_a_page_cites_nothing_outside_the_repository(page):
         if path.parent.name == "diagrams" and path.suffix == ".svg":
             path = path.with_suffix(".dot")  # drawn from its source when the site is built
         assert path.exists(), f"{target} does not exist"
+
+
+def nav_pages(entries: list) -> list[str]:
+    """Every page mkdocs.yml's nav lists, in order, as many times as it lists it."""
+    pages = []
+    for entry in entries:
+        for value in entry.values() if isinstance(entry, dict) else [entry]:
+            pages.extend(nav_pages(value) if isinstance(value, list) else [value])
+    return pages
+
+
+GUIDES = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+def test_every_page_is_in_the_index_and_once_in_the_nav():
+    """A page the reading order or the site's navigation leaves out is a page nobody finds;
+    one listed twice is a navigation that repeats itself."""
+    nav = nav_pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"])
+    index = (ROOT / "docs" / "index.md").read_text()
+    linked = set(re.findall(r"\]\(([^)#\s]+)", index))
+    assert [p for p in GUIDES if p != "index.md" and p not in linked] == [], "not in index.md"
+    assert [p for p in GUIDES if nav.count(p) != 1] == [], "not once in mkdocs.yml's nav"
+    assert [p for p in nav if not (ROOT / "docs" / p).is_file()] == [], "nav names no page"

@@ -58,7 +58,13 @@ from sentinel.testing.httpserver import raw_server
         lambda: HealthCheck.tcp("5432"),
         lambda: HealthCheck.tcp(5432, host="bad host"),
         lambda: HealthCheck.call("not callable"),
+        lambda: HealthCheck("script"),
         lambda: HealthCheck("grpc"),
+        lambda: HealthCheck.grpc(port=0),
+        lambda: HealthCheck.grpc(host="bad host"),
+        lambda: HealthCheck.grpc(b"orders.Orders"),
+        lambda: HealthCheck.grpc("orders\nOrders"),
+        lambda: HealthCheck.grpc("o" * 300),
     ],
 )
 def test_bad_parameters_are_a_validation_error(build: Callable[[], HealthCheck]) -> None:
@@ -84,6 +90,7 @@ def test_defaults_and_sources() -> None:
     assert check.source == "check:http"
     assert HealthCheck.tcp().source == "check:tcp"
     assert HealthCheck.call(lambda: True).source == "check:call"
+    assert HealthCheck.grpc().source == "check:grpc"
 
 
 def _changes(damper: Damper, results: list[bool]) -> list[tuple[int, str]]:
@@ -292,6 +299,10 @@ def test_the_collector_health_source_is_configured_like_the_publisher_check() ->
     assert parse_config(_collection({"type": "health", "tcp": True})).services[0].source.check == (
         HealthCheck.tcp()
     )
+    config = parse_config(_collection({"type": "health", "grpc": "orders.Orders"}))
+    assert config.services[0].source.check == HealthCheck.grpc("orders.Orders")
+    config = parse_config(_collection({"type": "health", "grpc": True}))
+    assert config.services[0].source.check == HealthCheck.grpc()
 
 
 @pytest.mark.parametrize(
@@ -302,6 +313,9 @@ def test_the_collector_health_source_is_configured_like_the_publisher_check() ->
         ({"type": "health", "http": "ftp://x/r"}, "source.http: url 'ftp://x/r'"),
         ({"type": "health", "tcp": "5432"}, "source.tcp: port must be an integer"),
         ({"type": "health", "tcp": False}, "source.tcp: false checks nothing"),
+        ({"type": "health", "tcp": True, "grpc": True}, "give exactly one of http"),
+        ({"type": "health", "grpc": False}, "source.grpc: a gRPC health service name"),
+        ({"type": "health", "grpc": 5}, "source.grpc: a gRPC health service name"),
         ({"type": "health", "http": "/r", "successes_before_up": 0}, "successes_before_up"),
         ({"type": "health", "http": "/r", "interval": "1s"}, "unknown field(s) 'interval'"),
     ],
@@ -365,3 +379,31 @@ def test_a_health_source_from_the_registry_is_bounded() -> None:
     assert InstanceRecord.from_bytes("web", "p1:a", path, newer.to_bytes(path)) == newer
     plain = InstanceRecord("web", "p1", "a", "10.0.0.1", 80)
     assert b"health" not in plain.to_bytes(path)  # unchanged for instances without a check
+
+
+def test_grpc_probe_asks_the_standard_health_service() -> None:
+    from sentinel.testing.grpcserver import SERVICE, LoopbackGRPCServer
+
+    with LoopbackGRPCServer("a") as server:
+        HealthCheck.grpc().probe("127.0.0.1", server.port)()  # the server as a whole
+        HealthCheck.grpc(SERVICE, port=server.port).probe("127.0.0.1", 1)()
+        HealthCheck.grpc(host="127.0.0.1").probe("::1", server.port)()
+        with pytest.raises(CheckFailed, match=f"'no.Such' at 127.0.0.1:{server.port}: NOT_FOUND$"):
+            HealthCheck.grpc("no.Such").probe("127.0.0.1", server.port)()
+        server.set_serving(False)
+        with pytest.raises(CheckFailed, match=f"'{SERVICE}' at 127.0.0.1:{server.port}: NOT_SERV"):
+            HealthCheck.grpc(SERVICE).probe("127.0.0.1", server.port)()
+        port = server.port
+    with pytest.raises(CheckFailed, match="UNAVAILABLE"):
+        HealthCheck.grpc().probe("127.0.0.1", port)()
+
+
+def test_grpc_probe_is_bounded_by_its_timeout_against_a_silent_server() -> None:
+    silent = threading.Event()
+    with raw_server(lambda conn: silent.wait(10)) as port:
+        started = time.monotonic()
+        with pytest.raises(CheckFailed, match="DEADLINE_EXCEEDED"):
+            HealthCheck.grpc(timeout=0.5, interval=1).probe("127.0.0.1", port)()
+        took = time.monotonic() - started
+        silent.set()
+    assert took < 2, f"{took:.2f} s"

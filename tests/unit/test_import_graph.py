@@ -242,6 +242,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "base",
         (
             "sentinel.errors",
+            "sentinel.suggestions",
             "sentinel.version",
             "sentinel.validation",
             "sentinel.memo",

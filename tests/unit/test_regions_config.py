@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import pytest
 
@@ -141,6 +142,25 @@ def test_bad_input_is_a_typed_error_naming_the_field(document, field):
         Regions.parse(document, env={})
     assert caught.value.field == field
     assert isinstance(caught.value, ValidationError)
+
+
+def test_a_local_region_the_configuration_does_not_hold_is_refused_with_the_one_meant(tmp_path):
+    """``"local": "esat"`` beside ``east`` and ``west``: the client would take its own region
+    for one to fail over to. Refused where the file is loaded, naming the regions and the
+    closest one (two letters swapped: ``east``, not ``west``); in code and through
+    ``$SENTINEL_REGION`` too. A configuration of no region names none to check against."""
+    path = tmp_path / "regions.json"
+    path.write_text(json.dumps({**DOCUMENT, "local": "esat"}))
+    message = "local: no region 'esat'; configured: ['east', 'west']; did you mean 'east'?"
+    with pytest.raises(RegionConfigError) as caught:
+        Regions.from_text(str(path), env=ENV)
+    assert (str(caught.value), caught.value.field) == (message, "local")
+    overridden = {"SENTINEL_REGIONS": json.dumps(DOCUMENT), "SENTINEL_REGION": "esat", **ENV}
+    with pytest.raises(RegionConfigError, match=re.escape(message)):
+        Regions.from_env(overridden)
+    with pytest.raises(RegionConfigError, match=r"configured: \['east', 'west'\]$"):
+        Regions("north", IN_CODE.regions)  # nothing close: the names alone
+    assert Regions("esat").regions == {}
 
 
 def test_bad_text_is_refused_before_it_is_parsed(tmp_path):

@@ -7,7 +7,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sentinel.errors import DecodeError, InvalidName, ValidationError, ValueTooLarge
+from sentinel.errors import (
+    DecodeError,
+    InvalidName,
+    ShardMapInvalid,
+    ValidationError,
+    ValueTooLarge,
+)
 from sentinel.shards.maps import DirectoryMap, HashMap, RangeMap, jump_hash
 from sentinel.shards.spec import (
     ShardPolicySpec,
@@ -169,16 +175,40 @@ def test_hash_map_is_deterministic_and_bounded(monkeypatch):
 
 def test_bucket_codec_validates_entries():
     mapping = {"k1": "p1", "k2": "p2", "k3": "p1"}
+    one = ShardPolicySpec("t", "directory", buckets=1)  # every key's own bucket is 0
     encoded = encode_bucket("/b", mapping)
     assert json.loads(encoded) == {"v": 1, "partitions": {"p1": ["k1", "k3"], "p2": ["k2"]}}
-    assert decode_bucket("/b", encoded) == mapping
+    assert decode_bucket(one, 0, encoded) == mapping
     with pytest.raises(DecodeError, match="'partitions'"):
-        decode_bucket("/b", b'{"v": 1, "partitions": []}')
+        decode_bucket(one, 0, b'{"v": 1, "partitions": []}')
     with pytest.raises(DecodeError, match="partition"):
-        decode_bucket("/b", b'{"v": 1, "partitions": {"bad/partition": ["k"]}}')
+        decode_bucket(one, 0, b'{"v": 1, "partitions": {"bad/partition": ["k"]}}')
     with pytest.raises(DecodeError, match="must be a list"):
-        decode_bucket("/b", b'{"v": 1, "partitions": {"p1": "k"}}')
+        decode_bucket(one, 0, b'{"v": 1, "partitions": {"p1": "k"}}')
     with pytest.raises(DecodeError, match="shard key"):
-        decode_bucket("/b", b'{"v": 1, "partitions": {"p1": [""]}}')
+        decode_bucket(one, 0, b'{"v": 1, "partitions": {"p1": [""]}}')
     with pytest.raises(ValueTooLarge, match="more buckets"):
         encode_bucket("/b", {f"key-{i:08d}-{'x' * 20}": "p1" for i in range(30000)})
+
+
+def test_a_bucket_that_contradicts_its_policy_is_refused_naming_what_is_wrong():
+    """A bucket decodes only as the policy's own: each key in the bucket crc32 puts it in,
+    each partition declared (when the policy declares them), a bucket number it has."""
+    spec = ShardPolicySpec("t", "directory", partitions=("p1", "p2"), buckets=16)
+    home = bucket_of("acme", 16)
+    stranger = next(k for k in (f"k{i}" for i in range(100)) if bucket_of(k, 16) != home)
+    assert decode_bucket(spec, home, encode_bucket("/b", {"acme": "p1"})) == {"acme": "p1"}
+    misplaced = encode_bucket("/b", {"acme": "p1", stranger: "p2"})
+    with pytest.raises(ShardMapInvalid) as caught:
+        decode_bucket(spec, home, misplaced)
+    error = caught.value
+    assert (error.policy, error.bucket, error.key, error.partition) == ("t", home, stranger, "p2")
+    assert f"belongs in bucket {bucket_of(stranger, 16)}, not {home}" in str(error)
+    with pytest.raises(ShardMapInvalid, match="'p9', which policy 't' does not declare") as caught:
+        decode_bucket(spec, home, encode_bucket("/b", {"acme": "p9"}))
+    assert (caught.value.key, caught.value.partition) == ("acme", "p9")
+    with pytest.raises(ShardMapInvalid, match="not a bucket 16"):
+        decode_bucket(spec, 16, encode_bucket("/b", {}))
+    # A directory that declares no partitions takes any valid name.
+    free = ShardPolicySpec("t", "directory", buckets=16)
+    assert decode_bucket(free, home, encode_bucket("/b", {"acme": "p9"})) == {"acme": "p9"}

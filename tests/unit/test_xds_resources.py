@@ -190,5 +190,5 @@ def test_the_bootstrap_names_the_agent_in_plain_text_and_protocol_v3():
     assert server["server_uri"] == "unix:///run/sentinel/xds.sock"
     assert server["channel_creds"] == [{"type": "insecure"}]
     assert server["server_features"] == ["xds_v3"]
-    assert document["node"] == {"id": "web-1"}
+    assert document["node"] == {"id": "web-1", "locality": {}}
     assert bootstrap("127.0.0.1:18000", "n")["xds_servers"][0]["server_uri"] == "127.0.0.1:18000"

@@ -16,15 +16,17 @@ def register(commands: argparse._SubParsersAction) -> None:
         "register one instance and hold it until interrupted (a publisher sidecar)",
         "Register one instance of SERVICE and keep it registered (across session expiries) "
         "until SIGINT or SIGTERM, then deregister it: the publisher of a program that does "
-        "not embed the library. With --check-http or --check-tcp its status follows a "
-        "readiness check (published starting, then up or down, damped: --failures-before-down "
-        "failures in a row take it down, --successes-before-up passes bring it back; "
+        "not embed the library. With --check-http, --check-tcp or --check-grpc its status "
+        "follows a readiness check (published starting, then up or down, damped: "
+        "--failures-before-down failures in a row take it down, --successes-before-up passes "
+        "bring it back; "
         "docs/health.md). Prints one line when registered (--json: JSON); status changes are "
         "logged (-v).",
         (
             "sentinel register web main 10.0.0.5 8080 --check-http /ready",
             "sentinel register orders-db p1 10.0.0.7 5432 --scheme postgresql --check-tcp",
             "sentinel register api main 10.0.0.5 8080 --check-http /healthz --check-interval 2",
+            "sentinel register orders main 10.0.0.5 50051 --check-grpc orders.Orders",
         ),
     )
     parser.add_argument("service", metavar="SERVICE", help=SERVICE_HELP)
@@ -49,6 +51,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         type=int,
         const=0,
         help="readiness check: a TCP connection to PORT (default: the instance's port) opens",
+    )
+    check.add_argument(
+        "--check-grpc",
+        metavar="SERVICE",
+        nargs="?",
+        const="",
+        help="readiness check: the instance's standard gRPC health service answers SERVING "
+        "for SERVICE (default: the server as a whole); needs the grpc extra",
     )
     parser.add_argument(
         "--check-interval", type=seconds, default=5.0, help="seconds between checks (default 5)"
