@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sentinel import telemetry
 from sentinel.client import Sentinel
-from sentinel.regions.config import Regions
+from sentinel.errors import ZooKeeperUnavailable
+from sentinel.events import ChangeEvent, ConnectionChanged
+from sentinel.regions.config import Region, Regions
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,21 @@ AGENT_SESSION: Mapping[str, Any] = {"announce": False, "agent": False, "regions"
 #: ``serve(sentinel, region)``: a started server of ``sentinel``'s session to ``region``.
 Serve = Callable[[Sentinel, str], RegionServer]
 
+# The other regions of each agent, by its own session's client (the one its AgentServer
+# serves): what the agent's xDS server, given that client only, fails over to. Weak both
+# ways: the regions hold their agent server, which holds the client (a strong value would
+# keep its own key alive).
+_BOUND: weakref.WeakKeyDictionary[Sentinel, weakref.ref[RegionServers]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def regions_of(home: Sentinel) -> RegionServers | None:
+    """The other regions of the agent whose own session's client is ``home``
+    (:meth:`RegionServers.bind`), None when it has none."""
+    bound = _BOUND.get(home)
+    return None if bound is None else bound()
+
 
 class RegionServers:
     """The agent's other regions (:attr:`Regions.others <sentinel.regions.config.Regions>`)
@@ -69,6 +87,34 @@ class RegionServers:
         self._servers: dict[str, RegionServer] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._serve: Serve | None = None
+
+    @property
+    def configured(self) -> Regions:
+        """The agent's regions configuration, its own region's name included."""
+        return self._configured
+
+    @property
+    def connect_timeout(self) -> float:
+        """Seconds a region's session is first waited for (its client's ``connect_timeout``)."""
+        return float(self._settings.get("connect_timeout", 10.0))
+
+    def bind(self, home: Sentinel, serve: Serve) -> None:
+        """These are the other regions of the agent serving ``home`` (its own session's
+        client), whose servers ``serve`` makes: a region another of the agent's servers needs
+        first (xDS, :meth:`client`) is opened as a process's hello would open it."""
+        self._serve = serve
+        _BOUND[home] = weakref.ref(self)
+
+    def client(self, region: Region) -> RegionClient:
+        """The agent's session to ``region`` as a failover client of the agent's own
+        (:class:`RegionClient`), its server made when nothing needed the region before;
+        raises ZooKeeperUnavailable when the agent has no such region (or is stopping) or
+        none is bound (:meth:`bind`)."""
+        server = None if self._serve is None else self.server(region.name, self._serve)
+        if server is None:
+            raise ZooKeeperUnavailable(f"the agent does not serve region {region.name!r}")
+        return RegionClient(server.sentinel)
 
     @property
     def names(self) -> list[str]:
@@ -145,3 +191,68 @@ class RegionServers:
                 server.stop()
             finally:
                 server.sentinel.close()
+
+
+class RegionClient:
+    """The agent's one session to another region, as a client of that region for the
+    agent's own failover lookups (the xDS server's :class:`~sentinel.regions.router.Router`:
+    a :class:`~sentinel.regions.remotes.RemoteClient`). The session is the region's server's,
+    shared with that region's processes: :meth:`start` waits for it to connect (up to its
+    ``connect_timeout``), :meth:`close` leaves it open and removes only the listeners added
+    here; lookups read the region's cache as they are."""
+
+    def __init__(self, sentinel: Sentinel) -> None:
+        self._sentinel = sentinel
+        self.session = sentinel.session
+        self._removers: list[Callable[[], None]] = []
+
+    def start(self) -> RegionClient:
+        """Return once the region's session is connected; ZooKeeperUnavailable when it is
+        not within its ``connect_timeout`` (the router tries again later, as for a session of
+        its own that does not answer)."""
+        connected = threading.Event()
+
+        def heard(event: ChangeEvent) -> None:
+            if isinstance(event, ConnectionChanged) and event.state == "connected":
+                connected.set()
+
+        remove = self._sentinel.listen(None, heard)
+        try:
+            if self.connection_state != "connected" and not connected.wait(
+                self.session.connect_timeout
+            ):
+                raise ZooKeeperUnavailable(f"the agent's session to it is {self.connection_state}")
+        finally:
+            remove()
+        return self
+
+    def close(self) -> None:
+        """Remove the listeners added through this client; the session stays the region's."""
+        removers, self._removers = self._removers, []
+        for remove in removers:
+            remove()
+
+    def listen(self, service: str | None, callback: Any) -> Callable[[], None]:
+        remove: Callable[[], None] = self._sentinel.listen(service, callback)
+        self._removers.append(remove)
+        return remove
+
+    def eligible_instances(self, service: str, key: object = None, policy: Any = None) -> Any:
+        return self._sentinel.eligible_instances(service, key, policy)
+
+    def explain(self, service: str, key: object = None, policy: Any = None) -> Any:
+        return self._sentinel.explain(service, key, policy)
+
+    def prefetch(self, service: str) -> None:
+        self._sentinel.prefetch(service)
+
+    def cached_instances(self, service: str) -> Any:
+        return self._sentinel.cached_instances(service)
+
+    @property
+    def connection_state(self) -> str:
+        return self._sentinel.connection_state
+
+    @property
+    def staleness(self) -> float:
+        return self._sentinel.staleness

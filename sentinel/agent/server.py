@@ -311,6 +311,8 @@ class AgentServer:
         #: The other region this server serves (None: the agent's own session).
         self.region = region
         self._regions = regions
+        if regions is not None and region is None:  # the agent's xDS server fails over there
+            regions.bind(sentinel, self._region_server)
         self.deltas = deltas
         self.path = path
         self._uids = frozenset({0, os.geteuid(), *allowed_uids})

@@ -26,6 +26,13 @@ it may write (State of the World needs no backlog: a stream that reads slowly is
 newest state, never a queue of old ones), and one that leaves a response unread for
 ``send_timeout`` seconds is ended (its client reconnects and is sent the current state).
 
+Which region serves a cluster is what the library's lookups would say: the agent's region
+while it has an eligible instance there, else, under the service's failover rule, the first
+region of the rule with one, through the agent's own sessions to other regions (those of the
+agent server of the same session), home again after the rule's ``return_after``
+(:mod:`sentinel.agent.xds_failover`; deciding may wait for a region, and runs on a load
+worker).
+
 What a client keeps when something fails: a resource is only ever sent from a loaded
 snapshot, so the agent's session lost or the agent restarting never sends an empty or
 missing resource: the cache keeps serving the last state while its session is down, a
@@ -61,6 +68,7 @@ from sentinel.agent import xds_resources as resources
 from sentinel.agent.peers import Shares, Throttled, loopback_tcp_uid, quoted
 from sentinel.agent.server import prepare_socket_path
 from sentinel.agent.xds_bootstrap import check_free, parse_address
+from sentinel.agent.xds_failover import Elsewhere, Served
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
 from sentinel.errors import AccessDenied, SentinelError, ServiceNotFound
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
@@ -92,6 +100,8 @@ class _Service:
     resources: Resources | None = None  # its latest resources; None: not loaded yet
     absent: bool = False  # it does not exist, or not everyone may read it
     loading: bool = False
+    resolving: bool = False  # which region serves it is being decided on a worker
+    stale: bool = False  # it changed meanwhile: decided again once that ends
     streams: set[_Stream] = field(default_factory=set)  # the streams following it
     # peer -> how many of the streams following it are that peer's
     peers: collections.Counter[int | None] = field(default_factory=collections.Counter)
@@ -150,6 +160,11 @@ class XdsServer:
     ``max_connection_age``: seconds after which a client's connection is closed (it
     reconnects and is sent the current state; ``send_timeout`` seconds of grace): what ends
     a connection whose client stopped reading.
+
+    The other regions a cluster fails over to are those of the
+    :class:`~sentinel.agent.server.AgentServer` serving ``sentinel`` (its ``regions``), the
+    same sessions its processes fail over through; without one, every cluster is served from
+    ``sentinel``'s region only.
     """
 
     def __init__(
@@ -199,6 +214,9 @@ class XdsServer:
             lambda: Throttled(log)
         )
         self._hidden = Throttled(log)
+        # The clusters another region serves, under each service's failover rule, and when
+        # they return home: the library's decisions (sentinel.agent.xds_failover).
+        self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
 
     @property
     def address(self) -> str:
@@ -245,6 +263,7 @@ class XdsServer:
         # Loads under way end first (each bounded by the cache's load timeout): their results
         # go to the loop, which must still run.
         self._loads.shutdown(wait=True, cancel_futures=True)
+        self._elsewhere.close()
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
             with contextlib.suppress(RuntimeError):  # its loop has ended already
@@ -317,9 +336,19 @@ class XdsServer:
             with contextlib.suppress(RuntimeError):  # the loop has ended: the server stopped
                 self._loop.call_soon_threadsafe(self._note_change, event.service)
 
+    def _changed_elsewhere(self, service: str) -> None:
+        """Another region's cache worker: ``service`` changed there. Never waits."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has ended: the server stopped
+                self._loop.call_soon_threadsafe(self._note_change, service)
+
+    def _wake(self, service: str, delay: float) -> None:
+        """On the loop: look at ``service`` again in ``delay`` seconds (a hold-down ends)."""
+        asyncio.get_running_loop().call_later(delay, self._note_change, service)
+
     def _note_change(self, service: str) -> None:
         state = self._services.get(service)
-        if state is None or state.resources is None:
+        if state is None or (state.resources is None and not state.resolving):
             return
         if not self._changed:  # one rebuild per turn of the loop, however many changes came
             asyncio.get_running_loop().call_soon(self._rebuild_changed)
@@ -332,7 +361,8 @@ class XdsServer:
 
     def _publish(self, service: str, snapshot: Any) -> None:
         """Make ``snapshot`` (None: the service is gone) the state of a service some stream
-        follows, and mark every stream following it."""
+        follows, and mark every stream following it; a cluster with nothing eligible here
+        is served by another region under the service's rule, once that is decided."""
         state = self._services.get(service)
         if state is None:
             return  # no stream follows it any more
@@ -342,14 +372,59 @@ class XdsServer:
                 return  # as it was: nothing to send
             state.absent = True
             state.resources = None  # never served again, even while it is looked for anew
+            self._mark(state)
+            return
+        snapshot = self._elsewhere.apply(service, snapshot)
+        if self._elsewhere.failing_over(service, snapshot):
+            self._resolve(service, state, snapshot)
         else:
-            try:
-                state.resources = resources.build(service, snapshot)
-            except Exception:  # the agent's own bug: the clients keep what they were sent
-                telemetry.AGENT_XDS_DROPPED.labels("error").inc()
-                log.exception("xDS: the resources of %s could not be built", service)
-                return
-            state.absent = False
+            self._build(service, state, snapshot, {})
+
+    def _resolve(self, service: str, state: _Service, snapshot: Any) -> None:
+        """Decide on a load worker which region serves the clusters ``snapshot`` has nothing
+        eligible for (a region's first opening, or the service's first load there, waits),
+        then serve; a change meanwhile is decided again once that ends."""
+        if state.resolving:
+            state.stale = True
+            return
+        if self._closing:
+            return
+        state.resolving = True
+        future = asyncio.get_running_loop().run_in_executor(
+            self._loads, self._elsewhere.served, service, snapshot
+        )
+        future.add_done_callback(functools.partial(self._resolved, service, state, snapshot))
+
+    def _resolved(
+        self, service: str, state: _Service, snapshot: Any, done: asyncio.Future[Served]
+    ) -> None:
+        state.resolving = False
+        if self._services.get(service) is not state or done.cancelled():
+            return
+        if state.stale:
+            state.stale = False
+            self._publish(service, self.sentinel.session.cache.snapshots.get(service))
+            return
+        failure = done.exception()
+        if failure is not None:  # the agent's own bug: the clients keep what they were sent
+            telemetry.AGENT_XDS_DROPPED.labels("error").inc()
+            log.error("xDS: which region serves %s failed", service, exc_info=failure)
+            return
+        self._build(service, state, snapshot, done.result())
+
+    def _build(self, service: str, state: _Service, snapshot: Any, elsewhere: Served) -> None:
+        """Serve ``snapshot``'s resources (``elsewhere``: the clusters other regions serve)."""
+        try:
+            state.resources = resources.build(service, snapshot, elsewhere)
+        except Exception:  # the agent's own bug: the clients keep what they were sent
+            telemetry.AGENT_XDS_DROPPED.labels("error").inc()
+            log.exception("xDS: the resources of %s could not be built", service)
+            return
+        state.absent = False
+        self._mark(state)
+
+    def _mark(self, state: _Service) -> None:
+        """A new version of ``state``'s resources: every stream following it sends it."""
         self._version += 1
         for stream in state.streams:
             stream.dirty.update(resources.TYPES)
@@ -418,6 +493,7 @@ class XdsServer:
             del self._services[service]
             self._waiting.pop(service, None)
             self._retrying.discard(service)
+            self._elsewhere.forget(service)
 
     def _start_loads(self) -> None:
         """Load the services waiting, first asked first, a few at a time (each on a worker)."""

@@ -15,7 +15,10 @@ protocol messages (``xds-protos``); no I/O, no threads. The model
   ``sub_zone``: its name) weighted by the instance's weight, because gRPC honours locality
   weights and ignores endpoint weights under round robin; its status is the endpoint's health
   (``up``: HEALTHY; ``draining``: DRAINING; ``down``, ``starting``: UNHEALTHY), and gRPC
-  sends calls to HEALTHY endpoints only.
+  sends calls to HEALTHY endpoints only;
+* a cluster the agent's region has no eligible instance for is served, under the service's
+  failover rule, with another region's instances (:mod:`sentinel.agent.xds_failover`), each
+  a locality whose ``region`` names that region.
 
 Nothing read from the registry is trusted: an instance whose host is not an IP address (gRPC's
 EDS takes addresses only), or a resource larger than its bound, is skipped and counted
@@ -119,21 +122,33 @@ def service_of(name: str) -> str | None:
     return service
 
 
-def build(service: str, snapshot: ServiceSnapshot) -> Resources:
-    """Every resource of ``service`` from its snapshot (see the module's documentation)."""
+def partitions_of(snapshot: ServiceSnapshot) -> list[str | None]:
+    """The partitions that are clusters of their own: None for an unsharded service, else
+    each partition the registry lists an instance in."""
+    if snapshot.spec.shard_policy is None:
+        return [None]
+    return sorted((p for p in snapshot.partitions if p is not None), key=str)
+
+
+def build(
+    service: str,
+    snapshot: ServiceSnapshot,
+    elsewhere: Mapping[str | None, tuple[str, tuple[Endpoint, ...]]] | None = None,
+) -> Resources:
+    """Every resource of ``service`` from its snapshot (see the module's documentation);
+    ``elsewhere``: the partitions another region serves (its name and its instances there,
+    each a locality of that region), by partition."""
     sharded = snapshot.spec.shard_policy is not None
-    partitions: list[str | None] = [None]
-    if sharded:
-        partitions = sorted((p for p in snapshot.partitions if p is not None), key=str)
+    partitions = partitions_of(snapshot)
+    elsewhere = elsewhere or {}
     names = [cluster_name(service, p) for p in partitions]
     listener = _pack(_listener(service, sharded, partitions, names), MAX_LISTENER_BYTES, service)
     clusters = {name: _pack(_cluster(name)) for name in names}
     assignments = {}
     oversized = set() if listener is not None else {service}
     for partition, name in zip(partitions, names, strict=True):
-        packed = _pack(
-            _assignment(name, snapshot.partitions.get(partition, ())), MAX_ASSIGNMENT_BYTES, name
-        )
+        region, instances = elsewhere.get(partition, ("", snapshot.partitions.get(partition, ())))
+        packed = _pack(_assignment(name, instances, region), MAX_ASSIGNMENT_BYTES, name)
         if packed is None:
             oversized.add(name)
         else:
@@ -191,7 +206,9 @@ def _cluster(name: str) -> cluster_pb2.Cluster:
     )
 
 
-def _assignment(name: str, instances: tuple[Endpoint, ...]) -> endpoint_pb2.ClusterLoadAssignment:
+def _assignment(
+    name: str, instances: tuple[Endpoint, ...], region: str = ""
+) -> endpoint_pb2.ClusterLoadAssignment:
     weights = locality_weights(tuple(i for i in instances if i.status == "up"))
     assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
     for instance in instances:
@@ -216,7 +233,9 @@ def _assignment(name: str, instances: tuple[Endpoint, ...]) -> endpoint_pb2.Clus
         )
         assignment.endpoints.append(
             endpoint_components_pb2.LocalityLbEndpoints(
-                locality=base_pb2.Locality(zone=instance.zone or "", sub_zone=instance.name),
+                locality=base_pb2.Locality(
+                    region=region, zone=instance.zone or "", sub_zone=instance.name
+                ),
                 lb_endpoints=[endpoint],
                 load_balancing_weight=wrappers_pb2.UInt32Value(value=weight),
             )

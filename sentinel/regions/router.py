@@ -126,6 +126,38 @@ class Router:
         region is opened in the background and said to be (``west: being opened in the
         background ...; retry``): the caller's NoInstanceAvailable, retried, finds it open.
         """
+        target = self._target(service, rule)
+        return self._answer(
+            service,
+            partition,
+            rule,
+            home,
+            lambda client: client.eligible_instances(target, key, policy),
+        )
+
+    def resolve_partition(
+        self, service: str, partition: str | None, rule: Failover, home: ReturnHome
+    ) -> Answer | list[str]:
+        """:meth:`resolve` for a caller that routes by partition rather than by key (the
+        host agent's xDS server: a cluster per partition): the instances with status ``up``
+        in ``partition`` (None: the whole service) of the rule's service, in the first region
+        of the rule that has one. A partition is the same in every region: shard maps are
+        replicated (docs/regions.md, "What is global and what is regional")."""
+        target = self._target(service, rule)
+
+        def up(client: RemoteClient) -> tuple[Any, ...] | None:
+            client.prefetch(target)
+            found = tuple(
+                e
+                for e in client.cached_instances(target)
+                if e.status == "up" and (partition is None or e.partition == partition)
+            )
+            return found or None
+
+        return self._answer(service, partition, rule, home, up)
+
+    def _target(self, service: str, rule: Failover) -> str:
+        """The service ``rule`` asks for in other regions, remembered for :meth:`listen`."""
         target = rule.service or service
         if target != service and target not in self._targets.get(service, ()):
             with self._changing:  # once per (service, target): two lookups must not lose one
@@ -133,7 +165,19 @@ class Router:
                     **self._targets,
                     service: self._targets.get(service, frozenset()) | {target},
                 }
-        found = self._first(rule, lambda client: client.eligible_instances(target, key, policy))
+        return target
+
+    def _answer(
+        self,
+        service: str,
+        partition: str | None,
+        rule: Failover,
+        home: ReturnHome,
+        ask: Callable[[RemoteClient], Any],
+    ) -> Answer | list[str]:
+        """The first region's answer to ``ask`` under ``rule``, the partition marked away
+        at home when it is; else what each region said."""
+        found = self._first(rule, ask)
         if isinstance(found, list):
             return found
         name, candidates, _ = found

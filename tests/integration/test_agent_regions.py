@@ -17,16 +17,20 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import grpc
 import pytest
 
-from sentinel import Sentinel
+from sentinel import HealthCheck, Sentinel
 from sentinel.agent import protocol
 from sentinel.agent.link import AgentLink
 from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
+from sentinel.agent.xds import XdsServer
+from sentinel.agent.xds_bootstrap import bootstrap_json
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.keys import ClientKeyring
 from sentinel.cache.config import CacheConfig
@@ -41,10 +45,13 @@ from sentinel.errors import (
 )
 from sentinel.regions import Failover, Region, Regions
 from sentinel.telemetry import AGENT_DROPPED, AGENT_REGION_PROCESSES
+from sentinel.testing.grpcserver import LoopbackGRPCServer
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 from tests.integration.daemons import Daemon
 from tests.integration.peers import run_as_nobody
+from tests.integration.test_agent_xds import BOOTSTRAP_ENV, calls
+from tests.integration.test_health import readiness_server
 
 pytestmark = pytest.mark.integration
 
@@ -609,3 +616,144 @@ def test_an_agent_before_regions_is_refused_not_taken_for_the_region(socket_path
         stopped.set()
         serving.join(5)
         listener.close()
+
+
+# -- the agent's xDS server fails over as the library does: a grpcio client of
+# xds:///<service> is served the region a lookup of the library is.
+
+
+@pytest.fixture
+def xds(agent, monkeypatch) -> Iterator[XdsServer]:
+    """The agent's xDS server, given the agent's session only (as ``sentinel agent --xds``),
+    and this process's gRPC bootstrap naming it (read when its first xds:/// channel opens)."""
+    directory = tempfile.mkdtemp(prefix="xds-")
+    server = XdsServer(agent.sentinel, f"unix:{directory}/xds.sock", send_timeout=2.0).start()
+    monkeypatch.setenv(BOOTSTRAP_ENV, bootstrap_json(server.address, "test-regions"))
+    yield server
+    server.stop()
+    os.rmdir(directory)
+
+
+def xds_service(world: World, rule: Failover | None) -> str:
+    """A new service in home and b, with ``rule`` in both specs."""
+    service = f"grpc-{uuid.uuid4().hex[:8]}"
+    for name in ("home", "b"):
+        world.publishers[name].ensure_service(service, failover=rule)
+    return service
+
+
+def answered(channel: grpc.Channel, metadata=None) -> set[str] | str:
+    """Which instances answer 10 calls, or the status of the first that fails."""
+    try:
+        return set(calls(channel, 10, metadata))
+    except grpc.RpcError as exc:
+        return f"{exc.code().name}: {exc.details()}"
+
+
+def library_client(world: World) -> Sentinel:
+    """A process of home with its own sessions (not the agent's): the library's answer."""
+    return Sentinel(
+        world.home.connect_string,
+        "app-library",
+        NAMESPACE,
+        agent=False,
+        regions=world.agent_regions(),
+        prometheus_registry=None,
+        connect_timeout=5.0,
+    ).start()
+
+
+def test_an_xds_client_fails_over_when_home_is_unready_and_returns_after_the_hold(
+    world, agent, xds
+):
+    """Home's one instance fails its readiness check: a grpcio client's calls through the
+    agent reach b's instance, as the library's lookups do; its check passes again: calls stay
+    on b for the rule's return_after (the library's hold-down), then come home."""
+    hold = 2.0
+    service = xds_service(world, Failover(regions=("b",), return_after=hold))
+    home, b = world.publishers["home"], world.publishers["b"]
+    check = {"interval": 0.1, "timeout": 0.1, "failures_before_down": 2, "successes_before_up": 1}
+    with (
+        readiness_server() as ready,
+        LoopbackGRPCServer("home-1") as home_1,
+        LoopbackGRPCServer("b-1") as b_1,
+        library_client(world) as library,
+    ):
+        url = f"http://127.0.0.1:{ready.server_port}/ready"
+        mine = [
+            home.register(
+                service,
+                "p1",
+                "127.0.0.1",
+                home_1.port,
+                label="home-1",
+                health=HealthCheck.http(url, **check),
+            ),
+            b.register(service, "p1", "127.0.0.1", b_1.port, label="b-1"),
+        ]
+        home.prefetch(service)  # the registry's statuses, as the publisher's cache hears them
+        try:
+            with grpc.insecure_channel(f"xds:///{service}") as channel:
+                assert wait_until(lambda: answered(channel) == {"home-1"}, 10), answered(channel)
+                assert library.get_service(service).label == "home-1"
+
+                ready.code = 503
+                assert wait_until(lambda: answered(channel) == {"b-1"}, 10), answered(channel)
+                assert library.get_service(service).label == "b-1"
+                assert library.explain(service).region == "b"
+                assert [e.status for e in home.cached_instances(service)] == ["down"]
+
+                ready.code = 200
+                assert wait_until(
+                    lambda: [e.status for e in home.cached_instances(service)] == ["up"], 10
+                )
+                up_at = time.monotonic()
+                # Home is eligible again, but held back: b serves until the hold ends.
+                assert answered(channel) == {"b-1"}
+                assert wait_until(lambda: answered(channel) == {"home-1"}, 10), answered(channel)
+                returned = time.monotonic() - up_at
+                print(f"home again {returned:.2f} s after its instance was up (hold {hold} s)")
+                assert returned >= hold - 0.5
+                assert wait_until(lambda: library.get_service(service).label == "home-1", 10)
+        finally:
+            home.deregister(mine[0])
+            b.deregister(mine[1])
+
+
+def test_an_xds_client_of_a_service_with_no_instance_home_is_served_by_b(world, agent, xds):
+    """No instance of the service is registered at home, from its first load on: the first
+    assignment a grpcio client is sent already holds b's instance; one registered at home
+    draws the calls back after return_after, and deregistered sends them to b again."""
+    service = xds_service(world, Failover(regions=("b",), return_after=0.5))
+    home, b = world.publishers["home"], world.publishers["b"]
+    with LoopbackGRPCServer("home-1") as home_1, LoopbackGRPCServer("b-1") as b_1:
+        at_b = b.register(service, "p1", "127.0.0.1", b_1.port, label="b-1")
+        try:
+            with grpc.insecure_channel(f"xds:///{service}") as channel:
+                assert calls(channel, 5) == {"b-1": 5}  # no UNAVAILABLE first
+                at_home = home.register(service, "p1", "127.0.0.1", home_1.port, label="home-1")
+                assert wait_until(lambda: answered(channel) == {"home-1"}, 10), answered(channel)
+                home.deregister(at_home)
+                assert wait_until(lambda: answered(channel) == {"b-1"}, 10), answered(channel)
+        finally:
+            b.deregister(at_b)
+
+
+def test_an_xds_client_of_a_service_without_a_failover_rule_stays_home(world, agent, xds):
+    """The safe default: a service whose spec names no other region is served from home
+    only; its home instance gone, calls fail UNAVAILABLE, though b has an instance."""
+    service = xds_service(world, None)
+    home, b = world.publishers["home"], world.publishers["b"]
+    with LoopbackGRPCServer("home-1") as home_1, LoopbackGRPCServer("b-1") as b_1:
+        at_b = b.register(service, "p1", "127.0.0.1", b_1.port, label="b-1")
+        at_home = home.register(service, "p1", "127.0.0.1", home_1.port, label="home-1")
+        try:
+            with grpc.insecure_channel(f"xds:///{service}") as channel:
+                assert wait_until(lambda: answered(channel) == {"home-1"}, 10), answered(channel)
+                home.deregister(at_home)
+                assert wait_until(lambda: str(answered(channel)).startswith("UNAVAILABLE"), 10), (
+                    answered(channel)
+                )
+            assert b_1.calls == 0
+        finally:
+            b.deregister(at_b)

@@ -128,6 +128,24 @@ def test_a_sharded_service_routes_each_partition_by_its_header_and_has_no_defaul
     assert [e.locality.sub_zone for e in assignment(built, "db/p1").endpoints] == ["p1:a"]
 
 
+def test_a_partition_served_elsewhere_holds_that_regions_instances_in_localities_of_it():
+    """A partition with nothing eligible here, served by region b: its assignment holds b's
+    instances (their localities naming b), in place of the home ones; the others are home's."""
+    home = snapshot(
+        at(endpoint("a", partition="p1")),
+        at(endpoint("b", partition="p2", status="down")),
+        shard_policy="t",
+    )
+    remote = at(endpoint("r", partition="p2"), host="10.0.2.1")
+    built = build("db", home, {"p2": ("b", (remote,))})
+    p2 = assignment(built, "db/p2").endpoints
+    assert [(e.locality.region, e.locality.sub_zone) for e in p2] == [("b", "p2:r")]
+    assert p2[0].lb_endpoints[0].endpoint.address.socket_address.address == "10.0.2.1"
+    assert p2[0].lb_endpoints[0].health_status == health_check_pb2.HEALTHY
+    p1 = assignment(built, "db/p1").endpoints
+    assert [(e.locality.region, e.locality.sub_zone) for e in p1] == [("", "p1:a")]
+
+
 def test_an_assignment_over_its_bound_is_left_out_and_named(monkeypatch):
     monkeypatch.setattr(xds_resources, "MAX_ASSIGNMENT_BYTES", 100)
     built = build("db", snapshot(*(at(endpoint(f"i{n}"), port=n + 1) for n in range(10))))
