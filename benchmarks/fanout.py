@@ -19,7 +19,7 @@ processes of about 40 MB each do not fit):
 
 * a **process** is one :class:`~sentinel.Sentinel` client, the whole client a process holds
   (its cache, its worker, its listeners; through an agent its
-  :class:`~sentinel.agent.link.AgentLink` and :class:`~sentinel.cache.agent.AgentFollower`,
+  :class:`~sentinel.agentlink.link.AgentLink` and :class:`~sentinel.cache.agent.AgentFollower`,
   directly its own kazoo session), not a re-implementation of any part of it;
 * **packing**: ``--per-os-process`` clients (20) share one OS process (a Python interpreter,
   so one GIL); a host's clients are never packed with another host's (:func:`pack`);

@@ -17,8 +17,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import deprecation, shards, telemetry
 from sentinel import validation as check
-from sentinel.agent.protocol import ENV as AGENT_ENV
-from sentinel.agent.protocol import socket_path as agent_socket
+from sentinel.agentlink.protocol import ENV as AGENT_ENV
+from sentinel.agentlink.protocol import socket_path as agent_socket
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
 from sentinel.auth.reader import CredentialReader

@@ -28,7 +28,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException
 from kazoo.retry import KazooRetry
 
-from sentinel.agent.link import AgentLink
+from sentinel.agentlink.link import AgentLink
 from sentinel.auth import acl
 from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, PublishedKeys
 from sentinel.auth.reader import CredentialReader

@@ -2,6 +2,6 @@
 
 ``sentinel agent`` (:mod:`sentinel.agent.server`) follows what the processes on its host ask
 for and serves them on a Unix socket; ``Sentinel(agent=...)`` (or ``$SENTINEL_AGENT``) makes a
-client take its snapshots from there (:mod:`sentinel.agent.link`) instead of a session of its
-own. The wire format is :mod:`sentinel.agent.protocol`; ``docs/agent.md`` is for operators.
+client take its snapshots from there (:mod:`sentinel.agentlink.link`) instead of a session of its
+own. The wire format is :mod:`sentinel.agentlink.protocol`; ``docs/agent.md`` is for operators.
 """

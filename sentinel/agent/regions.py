@@ -2,7 +2,7 @@
 needs it, whatever the number of processes that do.
 
 A process in agent mode whose lookups fail over to another region connects to the agent's
-one socket, and its hello names the region (:mod:`sentinel.agent.protocol`). The agent's own
+one socket, and its hello names the region (:mod:`sentinel.agentlink.protocol`). The agent's own
 server (:class:`~sentinel.agent.server.AgentServer`) has admitted the connection (the peer
 checks and caps of every connection) and hands it to the region's server, made here on the
 first hello that names the region: a server like the agent's own, on a session to that

@@ -72,10 +72,10 @@ from kazoo.security import Permissions
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
 from sentinel.agent.changes import Pending
-from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Shares, Throttled
-from sentinel.agent.protocol import ProtocolError
-from sentinel.agent.protocol import field as checked
+from sentinel.agentlink.link import error_answer
+from sentinel.agentlink.protocol import ProtocolError
+from sentinel.agentlink.protocol import field as checked
 from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.auth.store import read_auth, read_issued

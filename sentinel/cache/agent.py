@@ -2,7 +2,7 @@
 
 With ``Sentinel(agent=...)`` (or ``$SENTINEL_AGENT``) the cache's one follower is an
 :class:`AgentFollower`: a service's first load asks the agent to follow it, through the
-:class:`AgentChannel` the session gives the cache (:class:`sentinel.agent.link.AgentLink`),
+:class:`AgentChannel` the session gives the cache (:class:`sentinel.agentlink.link.AgentLink`),
 and every change the agent sends is applied on the cache's
 worker as the ZooKeeper followers apply theirs (``swap``, ``update``, ``set_shard_map``,
 ``emit_keys``): lookups, listeners, ``explain`` and staleness cannot tell the two apart.
@@ -14,7 +14,7 @@ counted, and the state before it kept.
 
 A service's state comes whole (its first follow, every reconnection, a spec change), then as
 deltas: the nodes one change touched, numbered in the service's sequence
-(:mod:`sentinel.agent.protocol`). A delta is applied through the same incremental update as a
+(:mod:`sentinel.agentlink.protocol`). A delta is applied through the same incremental update as a
 ZooKeeper event (:meth:`~sentinel.cache.views.ServiceSnapshot.updated`) only when it follows
 the state held: one whose number skips, or that does not decode, is skipped and the whole
 state asked again (``follow``), the state before it served meanwhile. A service's frames are
@@ -55,7 +55,7 @@ _ASK = None
 class AgentChannel(Protocol):
     """What the cache needs of its connection to the host agent.
 
-    :class:`sentinel.agent.link.AgentLink` is one; the session makes it and gives it to the
+    :class:`sentinel.agentlink.link.AgentLink` is one; the session makes it and gives it to the
     cache. A protocol, so that the cache, a floor below the roles, names what it uses of the
     agent's link rather than importing the agent's package (``docs/overview.md``, the floors).
     """

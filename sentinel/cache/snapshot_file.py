@@ -118,7 +118,7 @@ def dump_snapshot(
 def service_entry(service: str, snapshot: ServiceSnapshot) -> dict[str, Any]:
     """One service's nodes as ZooKeeper holds them (its spec, each instance with the zxid it
     joined at and, when its URI is not the default one, that URI, and its metrics nodes): the
-    snapshot file's form, and the host agent's (:mod:`sentinel.agent.protocol`)."""
+    snapshot file's form, and the host agent's (:mod:`sentinel.agentlink.protocol`)."""
     return {
         "spec": _text(snapshot.spec.to_bytes(service_path(service))),
         "instances": {node: instance_entry(node, e) for node, e in snapshot.endpoints.items()},

@@ -10,8 +10,8 @@ import signal
 import socket
 from typing import Any
 
-from sentinel.agent.link import AgentLink
-from sentinel.agent.protocol import field, socket_path
+from sentinel.agentlink.link import AgentLink
+from sentinel.agentlink.protocol import field, socket_path
 from sentinel.auth.acl import effective_identity
 from sentinel.cli.common import event_printer, print_json, print_table, serve_metrics, tls_config
 from sentinel.cli.options import EXIT_OK
@@ -134,7 +134,7 @@ def _status(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     # The link logs its retries; the command's error says it once (-v shows them).
-    link_log = logging.getLogger("sentinel.agent.link")
+    link_log = logging.getLogger("sentinel.agentlink.link")
     level = link_log.level
     if not args.verbose:
         link_log.setLevel(logging.ERROR)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from sentinel.policies import MinLag
 
-from sentinel.agent import protocol
-from sentinel.agent.link import AgentLink
 from sentinel.agent.server import AgentServer
+from sentinel.agentlink import protocol
+from sentinel.agentlink.link import AgentLink
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
 from sentinel.errors import AgentUnavailable, NoInstanceAvailable, ServiceNotFound
@@ -571,7 +571,7 @@ def test_closing_a_link_while_its_reader_sends_a_heartbeat_drops_nothing(
             return data
 
         monkeypatch.setattr(socket.socket, "recv", recv)
-        caplog.set_level(logging.WARNING, logger="sentinel.agent.link")
+        caplog.set_level(logging.WARNING, logger="sentinel.agentlink.link")
         closing = race.close_meanwhile(link)
         closing.join(30)
         assert not closing.is_alive() and not race.reader.is_alive()

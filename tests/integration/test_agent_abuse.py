@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from sentinel.agent import protocol
 from sentinel.agent.server import AgentServer
+from sentinel.agentlink import protocol
 from sentinel.errors import AgentServiceUnavailable, AgentUnavailable
 from sentinel.registry.layout import instance_path
 from sentinel.telemetry import AGENT_DROPPED, AGENT_ERRORS, AGENT_UNSENT

@@ -25,12 +25,12 @@ import grpc
 import pytest
 
 from sentinel import HealthCheck, Sentinel
-from sentinel.agent import protocol
-from sentinel.agent.link import AgentLink
 from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
+from sentinel.agentlink import protocol
+from sentinel.agentlink.link import AgentLink
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.keys import ClientKeyring
 from sentinel.cache.config import CacheConfig

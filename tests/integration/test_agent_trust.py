@@ -29,8 +29,8 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
-from sentinel.agent import protocol
 from sentinel.agent.server import MAX_IDENTITY_SESSIONS_PER_PEER, AgentServer
+from sentinel.agentlink import protocol
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
@@ -188,7 +188,7 @@ def run_client(args: dict, *, user: dict[str, Any] | None = None, env=None) -> d
 
 FORGER = r"""
 import json, os, socket, sys
-from sentinel.agent import protocol
+from sentinel.agentlink import protocol
 path, hello, record = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.settimeout(10)

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from sentinel.agent import protocol
+from sentinel.agentlink import protocol
 from sentinel.errors import AgentProtocolError
 from sentinel.registry.records import utf8_json
 

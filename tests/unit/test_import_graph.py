@@ -276,6 +276,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.connection",
             "sentinel.devserver",
             "sentinel.curator",
+            "sentinel.agentlink",
         ),
     ),
     ("cache", ("sentinel.cache",)),
@@ -300,16 +301,6 @@ PLACED: dict[str, tuple[str, str]] = {
         "roles",
         "the shard manager's daemon, built on a client; the rest of sentinel.shards is the "
         "shard maps' codecs, stores and writer",
-    ),
-    "sentinel.agent.protocol": (
-        "sections",
-        "the host agent's wire protocol, which both ends speak: the session's link below the "
-        "facade and the agent's daemon above it",
-    ),
-    "sentinel.agent.link": (
-        "sections",
-        "a process's end of the agent's socket: a transport the session opens (as it opens "
-        "kazoo's client) and gives the cache as its AgentChannel",
     ),
     "sentinel.testing.zookeeper": (
         "zk",

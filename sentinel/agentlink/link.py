@@ -11,7 +11,7 @@ worker but a request it makes itself.
 No failure is silent: anything that goes wrong reading or sending (not only a closed socket)
 ends the connection, and the process is stale from then until it has connected again. The
 link sends a heartbeat when it has sent nothing for the agent's ``heartbeat`` interval, and
-takes :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` intervals without a frame from the
+takes :data:`~sentinel.agentlink.protocol.HEARTBEAT_MISSES` intervals without a frame from the
 agent as a dead agent (stopped, or wedged while its socket stays open). A service the agent
 says it cannot send (:class:`~sentinel.errors.AgentServiceUnavailable`) marks the process
 stale (``suspended``, since the first such answer) until a frame of that service comes; the
@@ -44,7 +44,7 @@ from typing import Any
 
 from kazoo.client import KazooState
 
-from sentinel.agent import protocol
+from sentinel.agentlink import protocol
 from sentinel.errors import (
     AccessDenied,
     AgentNotTrusted,
@@ -370,7 +370,7 @@ class AgentLink:
     def _read(self) -> None:
         """Frames until the connection ends: answers to their requests, the rest to
         ``on_frame`` (which must not block). Ends when the agent closes, sends what is not a
-        frame, or sends nothing for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES`
+        frame, or sends nothing for :data:`~sentinel.agentlink.protocol.HEARTBEAT_MISSES`
         heartbeats."""
         sock = self._sock
         assert sock is not None
