@@ -1,8 +1,9 @@
-"""The local development ZooKeeper, and how a client finds the ensemble to talk to.
+"""The local development ZooKeeper as a client finds it, and how a client finds the ensemble.
 
-``sentinel zk start`` runs one standalone server in the background and records its connect
-string in a state file. A stop keeps the data directory and the port, so the next start serves
-the same data at the same address and clients that outlived the stop reconnect by themselves.
+``sentinel zk start`` (:mod:`sentinel.testing.devserver`) runs one standalone server in the
+background and records its connect string in a state file. A stop keeps the data directory and
+the port, so the next start serves the same data at the same address and clients that outlived
+the stop reconnect by themselves.
 Every client and command picks its ensemble in this order: an explicit ``hosts`` / ``--zk``,
 the ``SENTINEL_ZK`` environment variable, the running development server. The state lives in
 ``$SENTINEL_STATE_DIR`` (default ``$XDG_STATE_HOME/sentinel``, i.e. ``~/.local/state/sentinel``).
@@ -14,18 +15,14 @@ import json
 import logging
 import os
 import re
-import signal
 import socket
 import stat
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from sentinel.errors import (
     DevServerNotRunning,
     InvalidConnectString,
-    ValidationError,
-    ZooKeeperStartFailed,
 )
 
 log = logging.getLogger(__name__)
@@ -77,11 +74,11 @@ _STATE_TYPES = (
 )
 
 
-def _state_path() -> Path:
+def state_path() -> Path:
     return state_dir() / STATE_FILE
 
 
-def _is_our_process(pid: int, directory: str) -> bool:
+def is_our_process(pid: int, directory: str) -> bool:
     """Whether ``pid`` is still the server we started (pids are recycled)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -97,7 +94,7 @@ def dev_server() -> DevServer | None:
     with their types, in a regular file of at most a few KB) is ignored with a warning that
     names it, and left in place for whoever wrote it.
     """
-    path = _state_path()
+    path = state_path()
     text = _read_small_file(path, _STATE_FILE_MAX, _NO_SERVER)
     if text is None:
         return None
@@ -109,7 +106,7 @@ def dev_server() -> DevServer | None:
     if not types_ok:
         log.warning("ignoring %s: not the state a start writes; %s", path, _NO_SERVER)
         return None
-    if _is_our_process(server.pid, server.directory):
+    if is_our_process(server.pid, server.directory):
         return server
     path.unlink(missing_ok=True)
     return None
@@ -180,93 +177,6 @@ def bind_error(port: int, host: str = "127.0.0.1") -> OSError | None:
         except OSError as exc:
             return exc
     return None
-
-
-def start_dev_server(timeout: float = 60.0, port: int | None = None) -> tuple[DevServer, bool]:
-    """Start the development server unless it runs; return it and whether it was started now.
-
-    It serves on ``port`` if given (0: any free port), else on the port of its last start, so
-    that clients and ``sentinel watch`` that outlived a stop find it again, else on a free
-    port. Its data directory is the same on every start. Raises ZooKeeperStartFailed when the
-    port is taken (by another process: two servers on one port would each answer the other's
-    clients), and ValidationError when ``port`` differs from the running server's.
-    """
-    from sentinel.testing.zookeeper import (  # the client never starts one
-        DEFAULT_CONFIG,
-        ZooKeeperServer,
-        find_installation,
-        free_ports,
-    )
-
-    running = dev_server()
-    if running is not None:
-        if port and running.connect_string != f"127.0.0.1:{port}":
-            raise ValidationError(
-                f"the development server already runs on {running.connect_string}: "
-                "stop it first (sentinel zk stop) to move it to another port"
-            )
-        return running, False
-    chosen = port if port is not None else recorded_port()
-    chosen = chosen or free_ports(1)[0]
-    if bind_error(chosen) is not None:
-        raise ZooKeeperStartFailed(
-            f"port {chosen} on 127.0.0.1 is taken by another process: stop that process, or "
-            "start on another port with `sentinel zk start --port PORT` (0: any free port; "
-            "running clients of the old port then need the new connect string)"
-        )
-    directory = state_dir() / "zk"
-    member = ZooKeeperServer(
-        find_installation(),
-        directory / "member-1",  # where earlier versions kept the data too
-        1,
-        chosen,
-        {**DEFAULT_CONFIG, "clientPort": str(chosen), "clientPortAddress": "127.0.0.1"},
-    )
-    member.launch()
-    try:
-        member.wait_serving(timeout)
-    except ZooKeeperStartFailed:
-        member.stop()
-        raise
-    server = DevServer(
-        pid=member.pid or 0,
-        connect_string=member.connect_string,
-        directory=str(directory),
-        started_at=time.time(),
-    )
-    _write_atomically(_state_path(), json.dumps(asdict(server), indent=2))
-    _write_atomically(state_dir() / PORT_FILE, f"{chosen}\n")
-    return server, True
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f"{path.name}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
-def stop_dev_server(timeout: float = 10.0) -> bool:
-    """Stop the development server; False if none was running."""
-    server = dev_server()
-    if server is None:
-        return False
-    os.kill(server.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _is_our_process(server.pid, server.directory):
-        if time.monotonic() > deadline:
-            os.kill(server.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    _state_path().unlink(missing_ok=True)
-    return True
-
-
-def dev_server_mode(server: DevServer) -> str | None:
-    """What ``srvr`` says of the development server (None when it does not answer)."""
-    from sentinel.testing.zookeeper import server_mode  # the client never asks
-
-    host, _, port = server.connect_string.rpartition(":")
-    return server_mode(host, int(port))
 
 
 def validate_hosts(hosts: object, source: str = "hosts") -> str:

@@ -17,14 +17,8 @@ from sentinel.cli.options import (
     EXIT_UNREACHABLE,
 )
 from sentinel.cli.output import format_table
-from sentinel.devserver import (
-    dev_server,
-    dev_server_mode,
-    recorded_port,
-    start_dev_server,
-    state_dir,
-    stop_dev_server,
-)
+from sentinel.devserver import dev_server, recorded_port, state_dir
+from sentinel.testing.devserver import dev_server_mode, start_dev_server, stop_dev_server
 
 if TYPE_CHECKING:
     from sentinel.testing.spark import LocalSparkCluster

@@ -471,7 +471,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from sentinel.registry.layout import sanitize_name
-    from sentinel.shards.manager import ShardManager
+    from sentinel.shard_manager import ShardManager
 
     report = event_printer(
         args,

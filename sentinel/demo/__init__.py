@@ -50,7 +50,7 @@ from sentinel.integrations.spark import ClientConfig
 from sentinel.policies import MinLag
 from sentinel.registry.layout import client_path
 from sentinel.registry.reads import read_clients
-from sentinel.shards.manager import ShardManager
+from sentinel.shard_manager import ShardManager
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 

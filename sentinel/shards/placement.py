@@ -1,7 +1,7 @@
 """Placement requests: the queue of keys waiting for the shard manager to assign them.
 
 A client asks with :func:`request_placement` (a persistent node per key under the policy's
-``requests`` node); the elected shard manager (:mod:`sentinel.shards.manager`) places each key
+``requests`` node); the elected shard manager (:mod:`sentinel.shard_manager`) places each key
 with :func:`place_key` and removes the request.
 """
 

@@ -4,6 +4,7 @@
 - :mod:`sentinel.testing.postgres`: start PostgreSQL on loopback (a primary and replicas);
 - :mod:`sentinel.testing.spark`: start a Spark standalone cluster on loopback (a master and
   workers);
+- :mod:`sentinel.testing.devserver`: start and stop the development ZooKeeper (``sentinel zk``);
 - :mod:`sentinel.testing.helpers`: bounded waits, session expiry, a TCP proxy, publishers in
   child processes.
 
