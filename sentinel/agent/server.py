@@ -70,9 +70,10 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel import telemetry
-from sentinel.agent import changes, protocol
+from sentinel.agent import changes
 from sentinel.agent.changes import Pending
 from sentinel.agent.peers import Shares, Throttled
+from sentinel.agentlink import protocol
 from sentinel.agentlink.link import error_answer
 from sentinel.agentlink.protocol import ProtocolError
 from sentinel.agentlink.protocol import field as checked

@@ -11,9 +11,10 @@ import uuid
 
 import pytest
 
-from sentinel.agent import changes, protocol
+from sentinel.agent import changes
 from sentinel.agent.changes import Pending
 from sentinel.agent.server import AgentServer
+from sentinel.agentlink import protocol
 from sentinel.events import InstancesChanged, MetricsChanged
 from sentinel.registry.layout import METRICS, instance_path
 from sentinel.registry.records import MetricsRecord

@@ -7,8 +7,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sentinel.agent import changes, protocol
+from sentinel.agent import changes
 from sentinel.agent.changes import Pending
+from sentinel.agentlink import protocol
 from sentinel.cache.agent import _changes
 from sentinel.registry.records import ServiceSpec
 from tests.unit.test_snapshot_updates import NAMES, bare, batches, full_build, metrics
