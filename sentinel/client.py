@@ -9,10 +9,9 @@ import os
 import socket
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import deprecation, shards, telemetry
@@ -25,40 +24,32 @@ from sentinel.auth.reader import CredentialReader
 from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
-from sentinel.cache.protection import eligible_verdict, unprotected_note
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
-from sentinel.eligibility import nothing_up, status_verdict
 from sentinel.errors import (
-    DecodeError,
-    InstanceNotRegistered,
     NamespaceNotFound,
-    NoInstanceAvailable,
     SentinelError,
     ServiceNotFound,
     SigningRequired,
     ValidationError,
 )
 from sentinel.events import ChangeEvent, ServiceSpecChanged
+from sentinel.explain import Explainer, Explanation
 from sentinel.feedback import Census, InstanceFeedback, OutlierDetection
-from sentinel.freshness import STALE
 from sentinel.health import HealthCheck
+from sentinel.metrics_writer import MetricsWriter
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
 from sentinel.regions.config import Region, Regions
 from sentinel.regions.identity import identity_for
 from sentinel.regions.router import Answer, Router
-from sentinel.registry.curator import holds_instance
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.layout import (
     DEFAULT_NAMESPACE,
     SERVICES,
     default_label,
-    instance_path,
-    metrics_path,
     sanitize_name,
-    service_path,
     validate_name,
     validate_namespace,
 )
@@ -81,63 +72,6 @@ if TYPE_CHECKING:
     from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ExplainStep:
-    """One filter of a resolution and the endpoints it excluded.
-
-    ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
-    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``;
-    ``reasons`` gives one endpoint (by name) a verdict of its own: the status step says each
-    one's status, and the readiness check that set it (:mod:`sentinel.eligibility`).
-    """
-
-    name: str
-    excluded: tuple[Endpoint, ...]
-    verdict: str = ""
-    reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.verdict:
-            object.__setattr__(self, "verdict", f"excluded by {self.name}")
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """How a lookup would go: the partition, its instances, each filter, what is left."""
-
-    service: str
-    key: object
-    shard_policy: str | None
-    partition: str | None
-    instances: tuple[Endpoint, ...]
-    steps: tuple[ExplainStep, ...]
-    eligible: tuple[Endpoint, ...]
-    #: The partition is in panic: reported failures eject so many of its instances that
-    #: lookups ignore the ejections there (see :class:`~sentinel.feedback.OutlierDetection`).
-    panic: bool = False
-    #: Why protection from mass loss, configured for this client, does not apply to the
-    #: service (its spec does not mark departures); None when it applies or is not configured.
-    unprotected: str | None = None
-    #: The region whose instances these are (None: a client of one region), and why it is
-    #: that region: the local one answers whenever it has an eligible instance.
-    region: str | None = None
-    region_reason: str = ""
-    #: When another region answered: the local region's own explanation (why it could not).
-    home: Explanation | None = None
-
-    @property
-    def verdicts(self) -> dict[str, str]:
-        """Each instance's verdict by endpoint name: ``"eligible"``, ``"stale"``, its status
-        (``"status down: failing its readiness check ..."``, :mod:`sentinel.eligibility`), or
-        ``"excluded by <filter>"``; an instance the registry no longer lists, served under
-        protection from mass loss, says so (``"eligible, protected: ..."``)."""
-        verdicts = {e.name: eligible_verdict(e) for e in self.instances}
-        for step in self.steps:  # each step sees only what the ones before kept
-            for endpoint in step.excluded:
-                verdicts[endpoint.name] = step.reasons.get(endpoint.name, step.verdict)
-        return verdicts
 
 
 DEFAULT_DRAIN_WAIT = 1.0
@@ -394,6 +328,10 @@ class Sentinel(OldMethodNames):
         self.credentials = CredentialWriter(
             self.namespace, lambda: session.zk, session.require_writable, session.on_listener_thread
         )
+        # The metric collector's writes, behind update_metrics.
+        self._metrics = MetricsWriter(
+            lambda: session.zk, lambda: session.watches, session.require_writable
+        )
         self._lookup_failures: dict[tuple[str, str], int] = {}
         remote_cache = dataclasses.replace(cache, snapshot_path=None)  # the file is the local's
 
@@ -433,6 +371,16 @@ class Sentinel(OldMethodNames):
         )
         self._exports = (
             None if prometheus_registry is None else telemetry.register(prometheus_registry)
+        )
+        self._explainer = Explainer(
+            snapshot=lambda service: self._snapshots.get(service) or self._load(service),
+            cached=lambda service: self._snapshots.get(service),
+            partition_of=self._partition,
+            return_home=lambda: session.cache.return_home,
+            feedback=self.feedback,
+            protection=cache.mass_loss_protection,
+            regions=self.regions,
+            router=self.regions_router,
         )
         if self.regions_router is not None:  # a spec's new rule: the regions it names follow
             session.cache.listen(None, self._rule_changed)
@@ -874,9 +822,9 @@ class Sentinel(OldMethodNames):
         rule = snapshot.spec.failover if failover is None else failover
         router = self.regions_router
         if rule is None or rule.local_only:
-            raise self._nothing_eligible(service, key, partition, policy)
+            raise self._explainer.nothing_eligible(service, key, partition, policy)
         if router is None:
-            raise self._nothing_eligible(
+            raise self._explainer.nothing_eligible(
                 service,
                 key,
                 partition,
@@ -889,7 +837,7 @@ class Sentinel(OldMethodNames):
         )
         if isinstance(answer, Answer):
             return answer.candidates  # type: ignore[no-any-return]
-        raise self._nothing_eligible(
+        raise self._explainer.nothing_eligible(
             service,
             key,
             partition,
@@ -961,118 +909,7 @@ class Sentinel(OldMethodNames):
         region answers and why (``region``, ``region_reason``): when another region does, the
         explanation is that region's, and ``home`` is this region's.
         """
-        local = self._explain_here(service, key, policy)
-        if self.regions is None:
-            return local
-        snapshot = self._snapshots.get(service) or self._load(service)
-        rule = snapshot.spec.failover if failover is None else failover
-        here = self.regions.local
-        if local.eligible:
-            return dataclasses.replace(
-                local, region=here, region_reason="the local region has eligible instances"
-            )
-        router = self.regions_router
-        if rule is None or rule.local_only or router is None:
-            why = "no other region to try" if rule and not rule.local_only else "local only"
-            return dataclasses.replace(
-                local, region=here, region_reason=f"nothing eligible locally; failover: {why}"
-            )
-        answer = router.explain(service, key, policy, rule)
-        if isinstance(answer, list):
-            return dataclasses.replace(
-                local,
-                region=here,
-                region_reason="nothing eligible locally, nor in another region: "
-                + "; ".join(answer),
-            )
-        remote, name, why = answer
-        return dataclasses.replace(remote, region=name, region_reason=why, home=local)
-
-    def _explain_here(self, service: str, key: object, policy: object) -> Explanation:
-        """:meth:`explain` in this client's own region."""
-        policy = None if policy is None else as_policy(policy)
-        snapshot = self._snapshots.get(service) or self._load(service)
-        shard_policy = snapshot.spec.shard_policy
-        partition = None if shard_policy is None else self._partition(shard_policy, service, key)
-        instances = snapshot.partitions.get(partition, ())
-        eligible = snapshot.up.get(partition, ())
-        down = tuple(e for e in instances if e.status != "up")
-        steps = [ExplainStep("status up", down, reasons={e.name: status_verdict(e) for e in down})]
-        if partition in snapshot.held:
-            left = self.session.cache.return_home.holding(service, partition) or 0.0
-            steps.append(
-                ExplainStep(
-                    "return home",
-                    tuple(e for e in instances if e.status == "up"),
-                    f"held back: lookups fail over until the local region has been eligible "
-                    f"for its return_after ({left:.1f}s more)",
-                )
-            )
-        verdict = self.feedback.verdict(eligible)
-        if verdict.ejected or verdict.spared:
-            steps.append(
-                ExplainStep(verdict.describe(self.feedback.detection), verdict.ejected, "ejected")
-            )
-            eligible = tuple(verdict.admitted)
-        for step in () if policy is None else _steps(policy):
-            # A metric policy with an age limit (sentinel.policies.metrics.AgeLimited) names the
-            # endpoints it distrusts for their metrics' age: their verdict is "stale".
-            stale = getattr(step, "stale", None)
-            old = tuple(stale(eligible)) if callable(stale) and eligible else ()
-            if old:
-                steps.append(ExplainStep(f"stale metrics under {step!r}", old, verdict=STALE))
-                eligible = tuple(e for e in eligible if e not in old)
-            kept = tuple(step(eligible)) if eligible else ()
-            steps.append(ExplainStep(repr(step), tuple(e for e in eligible if e not in kept)))
-            eligible = kept
-        return Explanation(
-            service,
-            key,
-            shard_policy,
-            partition,
-            instances,
-            tuple(steps),
-            eligible,
-            verdict.panic,
-            unprotected_note(self.cache_config.mass_loss_protection, snapshot.spec),
-        )
-
-    def _nothing_eligible(
-        self, service: str, key: object, partition: str | None, policy: object, elsewhere: str = ""
-    ) -> NoInstanceAvailable:
-        where = f"service {service!r}" + (
-            "" if partition is None else f", key {key!r}, partition {partition!r}"
-        )
-        snapshot = self._snapshots.get(service)
-        instances = snapshot.partitions.get(partition, ()) if snapshot else ()
-        up = snapshot.up.get(partition, ()) if snapshot else ()
-        ejected = len(self.feedback.verdict(up).ejected) if up else 0
-        # The cost of the freshness default, said where it bites: a stopped collector shows
-        # here as instances whose metrics are too old, not as a mystery.
-        stale: set[str] = set()
-        for step in () if policy is None else _steps(policy):
-            distrusted = getattr(step, "stale", None)
-            if callable(distrusted) and up:
-                stale.update(e.name for e in distrusted(up))
-        reason = (
-            nothing_up(instances)
-            if not up
-            else f"has {len(instances)} instance(s) but none is eligible under "
-            f"{'status up' if policy is None else repr(policy)}"
-            + (f" ({ejected} ejected for reported failures)" if ejected else "")
-            + (
-                f" ({len(stale)} with stale metrics: check their collector, or pass max_age)"
-                if stale
-                else ""
-            )
-        )
-        return NoInstanceAvailable(
-            f"{where} {reason}{elsewhere}",
-            service=service,
-            key=key,
-            partition=partition,
-            policy=policy,
-        )
+        return self._explainer.explain(service, key, policy, failover)
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
         """Tell Sentinel how using ``endpoint`` went (``latency`` in seconds).
@@ -1198,96 +1035,4 @@ class Sentinel(OldMethodNames):
         service whose spec names a Curator registry is checked there instead, just before
         the write (three more reads, and not atomic: see ``docs/interop.md``).
         """
-        self.session.require_writable()
-        identity = (
-            (instance.service, instance.partition, instance.label)
-            if isinstance(instance, Registration)
-            else (instance,)
-        )
-        if len(identity) + len(args) != 4:
-            raise TypeError(
-                "update_metrics() takes (registration, metrics) or "
-                "(service, partition, label, metrics)"
-            )
-        service, partition, label, metrics = *identity, *args
-        record = MetricsRecord(
-            service=service,
-            partition=partition,
-            label=label,
-            values=metrics,
-            measured_at=time.time() if measured_at is None else measured_at,
-        )
-        path = metrics_path(service, partition, label)
-        data = record.to_bytes(path)
-        # One request, as before: the write is conditional on the instance's node existing
-        # (a check of any version), so metrics for an instance nobody registered (a typo in a
-        # collector's configuration) are refused rather than left in an orphan node.
-        instance_node = instance_path(service, partition, label)
-        failure = self._write_if_registered(instance_node, path, data, create=False)
-        if isinstance(failure, NoNodeError):  # the instance's first metrics: create the node
-            self.session.zk.ensure_path(path.rsplit("/", 1)[0])
-            failure = self._write_if_registered(instance_node, path, data, create=True)
-            if isinstance(failure, NodeExistsError):  # another writer created it meanwhile
-                failure = self._write_if_registered(instance_node, path, data, create=False)
-        if isinstance(failure, InstanceNotRegistered) and self._curator_holds(
-            service, partition, label
-        ):
-            self._put_metrics(path, data)
-            failure = None
-        if failure is not None:
-            raise failure
-        return record
-
-    def _curator_holds(self, service: str, partition: str, label: str) -> bool:
-        """Whether ``service``'s spec names a Curator registry holding that instance (its node
-        is outside the namespace: no transaction of this session can check it)."""
-        spec_path = service_path(service)
-        try:
-            data, _ = self.session.zk.get(spec_path)
-            spec = ServiceSpec.from_bytes(service, spec_path, data)
-        except (NoNodeError, DecodeError):
-            return False
-        return spec.curator is not None and holds_instance(
-            self.session.watches, spec, partition, label
-        )
-
-    def _put_metrics(self, path: str, data: bytes) -> None:
-        """Write the metrics node of a Curator instance, checked just before (not in the same
-        transaction: an instance gone meanwhile leaves a node no lookup reads, until the
-        instance is back or ``sentinel doctor`` names it)."""
-        self.session.zk.ensure_path(path.rsplit("/", 1)[0])
-        try:
-            self.session.zk.set(path, data)
-        except NoNodeError:
-            try:
-                self.session.zk.create(path, data)
-            except NodeExistsError:  # another writer created it meanwhile
-                self.session.zk.set(path, data)
-
-    def _write_if_registered(
-        self, instance_node: str, path: str, data: bytes, *, create: bool
-    ) -> Exception | None:
-        """Write (or create) the metrics node at ``path`` if ``instance_node`` exists, in one
-        transaction; the write's failure (kazoo returns it), or InstanceNotRegistered."""
-        transaction = self.session.zk.transaction()
-        transaction.check(instance_node, -1)
-        if create:
-            transaction.create(path, data)
-        else:
-            transaction.set_data(path, data)
-        checked, written = transaction.commit()
-        if isinstance(checked, NoNodeError):
-            service, name = instance_node.rsplit("/", 2)[1:]
-            return InstanceNotRegistered(
-                f"no instance {name!r} of service {service!r} is registered: metrics are "
-                "published only for live instances (register it first, or check the "
-                "partition and label)"
-            )
-        return written if isinstance(written, Exception) else None
-
-
-def _steps(policy: object) -> tuple[object, ...]:
-    """The policies a chain applies one after the other, nested chains flattened (``a & b & c``
-    is ``Chain(Chain(a, b), c)``), so explain() shows each one's verdict."""
-    inner = getattr(policy, "policies", None)
-    return (policy,) if not inner else tuple(step for p in inner for step in _steps(p))
+        return self._metrics.update(instance, *args, measured_at=measured_at)

@@ -277,10 +277,11 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.devserver",
             "sentinel.curator",
             "sentinel.agentlink",
+            "sentinel.metrics_writer",
         ),
     ),
     ("cache", ("sentinel.cache",)),
-    ("session", ("sentinel.session", "sentinel.regions")),
+    ("session", ("sentinel.session", "sentinel.regions", "sentinel.explain")),
     ("facade", ("sentinel", "sentinel.client", "sentinel.aio")),
     (
         "roles",
