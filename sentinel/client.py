@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
@@ -16,42 +13,31 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import deprecation, shards, telemetry
 from sentinel import validation as check
-from sentinel.agentlink.protocol import ENV as AGENT_ENV
-from sentinel.agentlink.protocol import socket_path as agent_socket
 from sentinel.auth.config import AuthConfig
-from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, verify_key
-from sentinel.auth.reader import CredentialReader
-from sentinel.auth.writer import CredentialWriter
+from sentinel.builder import ClientParts
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
-from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
     NamespaceNotFound,
     SentinelError,
     ServiceNotFound,
-    SigningRequired,
     ValidationError,
 )
 from sentinel.events import ChangeEvent, ServiceSpecChanged
 from sentinel.explain import Explainer, Explanation
 from sentinel.feedback import Census, InstanceFeedback, OutlierDetection
 from sentinel.health import HealthCheck
-from sentinel.metrics_writer import MetricsWriter
 from sentinel.plugins import as_balancer, as_policy
 from sentinel.publisher import Registration
 from sentinel.regions.config import Region, Regions
-from sentinel.regions.identity import identity_for
-from sentinel.regions.router import Answer, Router
+from sentinel.regions.router import Answer
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.layout import (
-    DEFAULT_NAMESPACE,
     SERVICES,
     default_label,
-    sanitize_name,
     validate_name,
-    validate_namespace,
 )
 from sentinel.registry.reads import ServiceListing, read_service
 from sentinel.registry.records import (
@@ -61,8 +47,7 @@ from sentinel.registry.records import (
     MetricValue,
     ServiceSpec,
 )
-from sentinel.session import Session, signer_missing
-from sentinel.shards.writer import ShardMapWriter
+from sentinel.settings import ClientSettings
 from sentinel.strategies import Balancer, SelectionPolicy
 from sentinel.suggestions import close_matches
 from sentinel.zk.errors import translate_zk_errors
@@ -75,11 +60,6 @@ log = logging.getLogger(__name__)
 
 
 DEFAULT_DRAIN_WAIT = 1.0
-
-
-def default_client_id() -> str:
-    """``<hostname>-<pid>``, made a valid name: unique per process on a host."""
-    return sanitize_name(f"{socket.gethostname()}-{os.getpid()}")
 
 
 class Sentinel(OldMethodNames):
@@ -206,184 +186,83 @@ class Sentinel(OldMethodNames):
         agent_region: str | None = None,
         **ungrouped: Any,
     ) -> None:
-        # Every setting is checked here, once, so a wrong one fails where it is given: the
-        # lookup path never checks them.
-        connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
-        session_timeout = check.number("session_timeout", session_timeout, above=0)
         if drain_wait is not None:
             drain_wait = check.number("drain_wait", drain_wait, least=0)
             deprecation.warn("Sentinel(drain_wait=...)", "deregister(registration, wait=...)")
-        if feedback is not None and not isinstance(feedback, OutlierDetection | InstanceFeedback):
-            raise ValidationError(
-                "feedback must be OutlierDetection, InstanceFeedback or None, "
-                f"not {type(feedback).__name__}"
-            )
-        check.instance("prometheus_registry", prometheus_registry, CollectorRegistry)
-        check.instance("identity", identity, str)
-        check.flag("announce", announce)
-        if agent is not None and not isinstance(agent, str | bool):
-            raise ValidationError(
-                f"agent must be a socket path, True, False or None, not {type(agent).__name__}"
-            )
-        #: The host agent's socket this client takes its registry from (None: its own session).
-        self.agent: str | None = None
-        if isinstance(agent, str) and not isinstance(agent, bool):
-            self.agent = agent_socket(agent)
-        elif agent is True or (agent is None and os.environ.get(AGENT_ENV)):
-            self.agent = agent_socket()
-        if agent_region is not None:
-            agent_region = validate_name("region", agent_region)
-            if self.agent is None:
-                raise ValidationError(
-                    "agent_region reads another region through the host "
-                    "agent: give agent= (or $SENTINEL_AGENT) too"
-                )
-        cache = check.instance("cache", cache, CacheConfig) or CacheConfig()
-        auth = check.instance("auth", auth, AuthConfig) or AuthConfig()
-        if ungrouped:
-            cache, auth = settings_given_ungrouped(ungrouped, cache, auth)
-        self.cache_config = cache
-        #: This client's region and the others it may fail over to (None: one region).
-        self.regions = Regions.resolve(regions)
-        # The region this client reads: the agent's other region it names, else its own.
-        reads = agent_region
-        if reads is None and self.regions is not None:
-            reads = self.regions.local
-        entry = None if self.regions is None or reads is None else self.regions.regions.get(reads)
-        if entry is not None:  # given arguments win over the region's entry, which wins over $...
-            hosts = entry.hosts if hosts is None else hosts
-            namespace = entry.namespace if namespace is None else namespace
-            tls = entry.tls if tls is None else tls
-        identity = identity_for(
-            reads,
-            entry.identity if identity is None and entry is not None else identity,
-            None if self.regions is None else self.regions.home,
-        )
-        self.namespace = validate_namespace(DEFAULT_NAMESPACE if namespace is None else namespace)
-        self.hosts = resolve_hosts(hosts)
-        client_id = validate_name("client", default_client_id() if client_id is None else client_id)
-        self.auth_client = validate_name("auth client", auth.client or client_id)
-        self.connect_timeout = connect_timeout
         # The deprecated drain()'s wait (one release).
         self._drain_wait = DEFAULT_DRAIN_WAIT if drain_wait is None else drain_wait
-        if auth.keys is None:
-            keyring = ClientKeyring.from_env()
-        elif isinstance(auth.keys, ClientKeyring):
-            keyring = auth.keys
-        else:
-            keyring = ClientKeyring.load(auth.keys)
-        auth_signer = auth.signer or os.environ.get(SIGNER_ENV) or None
-        if keyring is not None and auth_signer is None and auth.require_signed:
-            raise SigningRequired(signer_missing(client_id, "require_signed=True"))
-        credentials = (
-            None
-            if keyring is None
-            else CredentialReader(
-                keyring,
-                self.namespace,
-                self.auth_client,
-                None if auth_signer is None else verify_key(auth_signer),
+        if ungrouped:
+            cache, auth = settings_given_ungrouped(
+                ungrouped, cache or CacheConfig(), auth or AuthConfig()
             )
-        )
-        self.tls = TlsConfig.resolve(tls)
-        cache_options: dict[str, Any] = {
-            "load_timeout": connect_timeout,
-            "negative_ttl": cache.negative_ttl,
-            "announce": announce,
-            "app": None if app is None else validate_name("app", app),
-            "credentials": credentials,
-            "resync_jitter": cache.resync_jitter,
-            "read_through_rate": cache.read_through_rate,
-            "curator_base_paths": cache.curator_base_paths,
-            "events_on_connection_thread": cache.events_on_connection_thread,
-            "protection": cache.mass_loss_protection,
-        }
-        #: This process's ZooKeeper session, its ephemeral nodes, watches and cache: the seam
-        #: the role daemons use (:class:`~sentinel.session.Session`; internal, for the roles).
-        self.session = Session(
-            hosts=self.hosts,
-            namespace=self.namespace,
-            client_id=client_id,
+        settings = ClientSettings.resolve(
+            hosts,
+            client_id,
+            namespace,
             connect_timeout=connect_timeout,
             session_timeout=session_timeout,
-            tls=self.tls,
+            tls=tls,
             identity=identity,
-            agent=self.agent,
-            auth_client=self.auth_client,
-            keyring=keyring,
-            credentials=credentials,
-            require_signed=auth.require_signed,
-            cache_config=cache,
-            cache_options=cache_options,
-            mirror=self._mirror,
+            app=app,
+            announce=announce,
+            auth=auth,
+            cache=cache,
+            feedback=feedback,
+            prometheus_registry=prometheus_registry,
+            agent=agent,
+            regions=regions,
             agent_region=agent_region,
         )
-        self.feedback = (
-            feedback if isinstance(feedback, InstanceFeedback) else InstanceFeedback(feedback)
-        )
-        session = self.session
+        self._settings = settings
+        given = settings.session
+        #: The host agent's socket this client takes its registry from (None: its own session).
+        self.agent = given.agent
+        self.cache_config = given.cache
+        #: This client's region and the others it may fail over to (None: one region).
+        self.regions = settings.regions
+        self.namespace = given.namespace
+        self.hosts = given.hosts
+        self.auth_client = given.auth_client
+        self.connect_timeout = given.connect_timeout
+        self.tls = given.tls
+        parts = ClientParts.build(settings, mirror=self._mirror, connect=self._in_region)
+        #: This process's ZooKeeper session, its ephemeral nodes, watches and cache: the seam
+        #: the role daemons use (:class:`~sentinel.session.Session`; internal, for the roles).
+        self.session = session = parts.session
+        self.feedback = parts.feedback
         #: The shard manager's writes: policies and key assignments.
-        self.shard_maps = ShardMapWriter(lambda: session.zk, session.require_writable)
+        self.shard_maps = parts.shard_maps
         #: The authentication manager's writes: credentials published and rotated.
-        self.credentials = CredentialWriter(
-            self.namespace, lambda: session.zk, session.require_writable, session.on_listener_thread
-        )
+        self.credentials = parts.credentials
         # The metric collector's writes, behind update_metrics.
-        self._metrics = MetricsWriter(
-            lambda: session.zk, lambda: session.watches, session.require_writable
-        )
-        self._lookup_failures: dict[tuple[str, str], int] = {}
-        remote_cache = dataclasses.replace(cache, snapshot_path=None)  # the file is the local's
-
-        def remote(regions: Regions, region: Region) -> Sentinel:
-            # In agent mode, through the host agent, which holds one session per region for
-            # the host's processes (docs/decisions/agent-sessions-to-other-regions.md).
-            return Sentinel(
-                region.hosts,
-                client_id,
-                region.namespace,
-                connect_timeout=connect_timeout,
-                session_timeout=session_timeout,
-                tls=region.tls,
-                identity=regions.identity_of(region),
-                app=app,
-                announce=announce,
-                auth=auth,
-                cache=remote_cache,
-                feedback=self.feedback,
-                prometheus_registry=None,
-                agent=False if self.agent is None else self.agent,
-                regions=False,
-                agent_region=None if self.agent is None else region.name,
-            )
-
+        self._metrics = parts.metrics
         #: The other regions' sessions (opened lazily) and the failover lookups that go to
         #: them (:class:`~sentinel.regions.router.Router`); None without other regions.
-        self.regions_router = (
-            None
-            if self.regions is None or not self.regions.others
-            else Router(
-                self.regions,
-                functools.partial(remote, self.regions),
-                connect_timeout,
-                session.on_listener_thread,
-            )
-        )
-        self._exports = (
-            None if prometheus_registry is None else telemetry.register(prometheus_registry)
-        )
-        self._explainer = Explainer(
+        self.regions_router = parts.router
+        self._exports = parts.exports
+        self._lookup_failures: dict[tuple[str, str], int] = {}
+        if self.regions_router is not None:  # a spec's new rule: the regions it names follow
+            session.cache.listen(None, self._rule_changed)
+
+    @functools.cached_property
+    def _explainer(self) -> Explainer:
+        """:meth:`explain` and the message of a lookup that found nothing, made on first use
+        (both off the request path)."""
+        session = self.session
+        return Explainer(
             snapshot=lambda service: self._snapshots.get(service) or self._load(service),
             cached=lambda service: self._snapshots.get(service),
             partition_of=self._partition,
             return_home=lambda: session.cache.return_home,
             feedback=self.feedback,
-            protection=cache.mass_loss_protection,
+            protection=self.cache_config.mass_loss_protection,
             regions=self.regions,
             router=self.regions_router,
         )
-        if self.regions_router is not None:  # a spec's new rule: the regions it names follow
-            session.cache.listen(None, self._rule_changed)
+
+    def _in_region(self, region: Region) -> Sentinel:
+        """A client of another ``region``, for this one's failover lookups (not started)."""
+        return Sentinel(**self._settings.in_region(region, self.feedback))
 
     def _mirror(
         self, client_id: str, snapshots: dict[str, ServiceSnapshot], shard_maps: dict[str, Any]

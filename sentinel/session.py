@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from kazoo.retry import KazooRetry
 
 from sentinel.agentlink.link import AgentLink
 from sentinel.auth import acl
-from sentinel.auth.keys import SIGNER_ENV, ClientKeyring, PublishedKeys
+from sentinel.auth.keys import ClientKeyring, PublishedKeys, signer_missing
 from sentinel.auth.reader import CredentialReader
 from sentinel.auth.store import publish_public_keys
 from sentinel.cache import RegistryCache, ServiceSnapshot
@@ -87,14 +88,28 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def signer_missing(client_id: str, because: str) -> str:
-    """The message of :class:`~sentinel.errors.SigningRequired` for a client that has no
-    manager's public key to verify signatures with."""
-    return (
-        f"{because}, so client {client_id!r} accepts only signed credentials and needs "
-        f"the manager's public key: Sentinel(auth=AuthConfig(signer=...)) or ${SIGNER_ENV} "
-        "(the text 'sentinel auth keygen --manager' printed)"
-    )
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a session is made of, each setting resolved and checked once, by the client's
+    settings (:class:`~sentinel.settings.ClientSettings`): where the ensemble is, who this
+    process is in it, and how its cache follows the registry."""
+
+    hosts: str
+    namespace: str
+    client_id: str
+    connect_timeout: float
+    session_timeout: float
+    tls: TlsConfig | None
+    identity: str | None
+    #: The host agent's socket (None: a session of the client's own).
+    agent: str | None
+    #: The agent's other region this client reads (None: the agent's own).
+    agent_region: str | None
+    auth_client: str
+    require_signed: bool | None
+    cache: CacheConfig
+    app: str | None
+    announce: bool
 
 
 class Session:
@@ -130,42 +145,42 @@ class Session:
 
     def __init__(
         self,
+        settings: SessionSettings,
         *,
-        hosts: str,
-        namespace: str,
-        client_id: str,
-        connect_timeout: float,
-        session_timeout: float,
-        tls: TlsConfig | None,
-        identity: str | None,
-        agent: str | None,
-        auth_client: str,
         keyring: ClientKeyring | None,
         credentials: CredentialReader | None,
-        require_signed: bool | None,
-        cache_config: CacheConfig,
-        cache_options: dict[str, Any],
         mirror: Mirror,
-        agent_region: str | None = None,
     ) -> None:
-        self.hosts = hosts
-        self.namespace = namespace
+        self.hosts = settings.hosts
+        self.namespace = settings.namespace
         #: This process's name in ``/clients`` (a forked child's ``<parent id>-<pid>``).
-        self.client_id = client_id
-        self.connect_timeout = connect_timeout
-        self.agent = agent
+        self.client_id = settings.client_id
+        self.connect_timeout = settings.connect_timeout
+        self.agent = settings.agent
         #: In agent mode, the other region this client reads through the agent (None: the
         #: agent's own); such a client never opens a session of its own (it never writes).
-        self.agent_region = agent_region
-        self.auth_client = auth_client
-        self.tls = tls
-        self.cache_config = cache_config
-        self._session_timeout = session_timeout
-        self._identity = identity
+        self.agent_region = settings.agent_region
+        self.auth_client = settings.auth_client
+        self.tls = settings.tls
+        cache_config = self.cache_config = settings.cache
+        self._session_timeout = settings.session_timeout
+        self._identity = settings.identity
         self._keyring = keyring
         self._credentials = credentials
-        self._require_signed = require_signed
-        self._cache_options = cache_options
+        self._require_signed = settings.require_signed
+        # What each new cache is made with (a forked child's renewal makes one, with an app).
+        self._cache_options: dict[str, Any] = {
+            "load_timeout": settings.connect_timeout,
+            "negative_ttl": cache_config.negative_ttl,
+            "announce": settings.announce,
+            "app": settings.app,
+            "credentials": credentials,
+            "resync_jitter": cache_config.resync_jitter,
+            "read_through_rate": cache_config.read_through_rate,
+            "curator_base_paths": cache_config.curator_base_paths,
+            "events_on_connection_thread": cache_config.events_on_connection_thread,
+            "protection": cache_config.mass_loss_protection,
+        }
         self._mirror = mirror
         #: Whether the client serves (started, not closed).
         self.started = False

@@ -292,3 +292,13 @@ def verify_key(public_text: str) -> Ed25519PublicKey:
         return Ed25519PublicKey.from_public_bytes(unb64(public_text, "manager public key"))
     except ValueError:
         raise ValidationError("the manager public key is not a base64 Ed25519 public key") from None
+
+
+def signer_missing(client_id: str, because: str) -> str:
+    """The message of :class:`~sentinel.errors.SigningRequired` for a client that has no
+    manager's public key to verify signatures with."""
+    return (
+        f"{because}, so client {client_id!r} accepts only signed credentials and needs "
+        f"the manager's public key: Sentinel(auth=AuthConfig(signer=...)) or ${SIGNER_ENV} "
+        "(the text 'sentinel auth keygen --manager' printed)"
+    )

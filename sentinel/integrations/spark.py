@@ -35,13 +35,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sentinel.auth.config import AuthConfig
-from sentinel.client import DEFAULT_NAMESPACE, Sentinel, default_client_id
+from sentinel.client import Sentinel
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import EndpointFailed
 from sentinel.integrations.retry import resolve_avoiding
 from sentinel.regions.config import Regions
 from sentinel.registry.endpoint import Endpoint
-from sentinel.registry.layout import sanitize_name, validate_name, validate_namespace
+from sentinel.registry.layout import (
+    DEFAULT_NAMESPACE,
+    sanitize_name,
+    validate_name,
+    validate_namespace,
+)
+from sentinel.settings import default_client_id
 from sentinel.zk.tls import TlsConfig
 
 if TYPE_CHECKING:

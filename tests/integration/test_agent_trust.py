@@ -35,11 +35,11 @@ from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.entries import confirmation_owners, live_processes
-from sentinel.client import default_client_id
 from sentinel.errors import AccessDenied, AgentNotTrusted, RotationFailed, SentinelError
 from sentinel.events import AuthChanged
 from sentinel.registry.layout import client_path, instance_path, sanitize_name
 from sentinel.registry.records import ClientRecord, InstanceRecord, ServiceSpec
+from sentinel.settings import default_client_id
 from sentinel.shards.spec import policy_path
 from sentinel.telemetry import AGENT_IDENTITIES_REFUSED
 from sentinel.testing.helpers import wait_until

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from sentinel.cli import build_parser, main
-from sentinel.client import DEFAULT_NAMESPACE
+from sentinel.registry.layout import DEFAULT_NAMESPACE
 from tests.parser_tree import has_subcommands, leaves, subcommands
 
 

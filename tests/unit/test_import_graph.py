@@ -252,6 +252,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "sentinel.private_files",
             "sentinel.telemetry",
             "sentinel.deprecation",
+            "sentinel.tables",
         ),
     ),
     ("zk", ("sentinel.zk",)),
@@ -281,7 +282,16 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("cache", ("sentinel.cache",)),
-    ("session", ("sentinel.session", "sentinel.regions", "sentinel.explain")),
+    (
+        "session",
+        (
+            "sentinel.session",
+            "sentinel.regions",
+            "sentinel.explain",
+            "sentinel.settings",
+            "sentinel.builder",
+        ),
+    ),
     ("facade", ("sentinel", "sentinel.client", "sentinel.aio")),
     (
         "roles",
