@@ -17,8 +17,8 @@ import pytest
 from sentinel.balancers.weighted import WeightedRandom
 
 from sentinel.errors import NoInstanceAvailable, ValidationError
-from sentinel.integrations import grpc as sentinel_grpc
 from sentinel.integrations.grpc import AsyncSentinelChannel, SentinelChannel
+from sentinel.integrations.grpc import channel as sync_channel
 from sentinel.registry.layout import instance_path
 from sentinel.registry.records import InstanceRecord
 from sentinel.testing.grpcserver import WHO, WHO_CHAT, WHO_COUNT, WHO_STREAM, LoopbackGRPCServer
@@ -272,7 +272,7 @@ def test_channels_of_departed_instances_are_closed_and_the_pool_is_bounded(
         opened.append(channel)
         return channel
 
-    monkeypatch.setattr(sentinel_grpc.grpc, "insecure_channel", recording)
+    monkeypatch.setattr(grpc, "insecure_channel", recording)
     publisher, client = make_client("publisher"), make_client("reader")
     publisher.ensure_service("churn")
     with SentinelChannel(client, "churn", timeout=1.0, max_channels=64) as channel:
@@ -325,13 +325,13 @@ def test_closing_a_channel_never_holds_the_caches_thread(make_client, servers, m
     """Closing is handed to the channel's own thread: with that close stuck, the cache still
     delivers the next change (the close stuck on the cache's thread would stop it)."""
     stuck = threading.Event()
-    real_close = sentinel_grpc._close
+    real_close = sync_channel._close
 
     def stuck_close(service, subchannel):
         stuck.wait(30)
         real_close(service, subchannel)
 
-    monkeypatch.setattr(sentinel_grpc, "_close", stuck_close)
+    monkeypatch.setattr(sync_channel, "_close", stuck_close)
     publisher, client = make_client("publisher"), make_client("reader")
     registrations = register(publisher, "api", [servers["a"], servers["b"]])
     try:
