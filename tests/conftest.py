@@ -98,7 +98,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    from sentinel.cli.output import format_table
+    from sentinel.tables import format_table
 
     for section, (headers, rows) in _TABLES.items():
         terminalreporter.section(section)

@@ -24,7 +24,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from sentinel.cli.options import (
     EXIT_OK,
 )
-from sentinel.cli.output import format_table
 from sentinel.connection import client_arguments, start_client
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import (
@@ -34,6 +33,7 @@ from sentinel.errors import (
     ValidationError,
 )
 from sentinel.registry.layout import SERVICES, validate_namespace
+from sentinel.tables import format_table
 from sentinel.zk import tls
 from sentinel.zk.errors import translate
 

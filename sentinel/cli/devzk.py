@@ -16,8 +16,8 @@ from sentinel.cli.options import (
     EXIT_OK,
     EXIT_UNREACHABLE,
 )
-from sentinel.cli.output import format_table
 from sentinel.devserver import dev_server, recorded_port, state_dir
+from sentinel.tables import format_table
 from sentinel.testing.devserver import dev_server_mode, start_dev_server, stop_dev_server
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from sentinel.cli.options import (
     EXIT_NOT_FOUND,
     EXIT_OK,
 )
-from sentinel.cli.output import format_table, protection_note
+from sentinel.cli.output import protection_note
 from sentinel.cli.protection import ignored_note, protection_claims
 from sentinel.devserver import resolve_hosts
 from sentinel.eligibility import failing_checks, nothing_up
@@ -69,6 +69,7 @@ from sentinel.shards.digest import MapDigest
 from sentinel.shards.spec import ShardPolicySpec, policy_path
 from sentinel.shards.store import MapState, existing_policies, iter_assignments, read_map_state
 from sentinel.suggestions import did_you_mean, likely_typos
+from sentinel.tables import format_table
 from sentinel.testing.zookeeper import four_letter_word
 from sentinel.zk.errors import translate
 

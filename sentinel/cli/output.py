@@ -1,23 +1,9 @@
-"""Text output for people: aligned tables (scripts get JSON instead)."""
+"""Text output for people: the notes the listings add under their tables (scripts get JSON
+instead; the tables themselves are :func:`sentinel.tables.format_table`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
-
-
-def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None = None) -> str:
-    """Align ``rows`` in columns separated by two spaces; ``None`` prints as ``-``."""
-    cells = [[("-" if value is None else str(value)) for value in row] for row in rows]
-    if headers is not None:
-        cells.insert(0, list(headers))
-    if not cells:
-        return ""
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    )
 
 
 def protection_note(service: str, protecting: list[dict[str, Any]], now: float) -> str:

@@ -39,7 +39,6 @@ from kazoo.client import KazooClient
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
 from sentinel.auth.manager import RotationResult
-from sentinel.cli.output import format_table
 from sentinel.client import Sentinel
 from sentinel.demo.databases import Databases, choose
 from sentinel.demo.job import Gate, JobReads, release
@@ -51,6 +50,7 @@ from sentinel.policies import MinLag
 from sentinel.registry.layout import client_path
 from sentinel.registry.reads import read_clients
 from sentinel.shard_manager import ShardManager
+from sentinel.tables import format_table
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 
