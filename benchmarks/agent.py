@@ -47,7 +47,7 @@ from benchmarks.churn import populate
 from benchmarks.common import percentiles, report
 from benchmarks.zkcost import mntr, quiet, watches
 from sentinel import Sentinel
-from sentinel.cli.output import format_table
+from sentinel.tables import format_table
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from sentinel import Sentinel
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
-from sentinel.cli.output import format_table
+from sentinel.tables import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 RESULTS = Path(__file__).resolve().parent / "results"

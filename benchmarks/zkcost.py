@@ -54,7 +54,7 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import RESULTS, report
 from sentinel import CacheConfig, Sentinel
-from sentinel.cli.output import format_table
+from sentinel.tables import format_table
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
