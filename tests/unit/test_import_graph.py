@@ -10,8 +10,13 @@ in module-level ``if``/``try``/``with`` blocks, but not under ``if TYPE_CHECKING
 inside functions.
 
 Floors, counting every import: the modules stand on floors (``FLOORS``, lowest first, drawn in
-docs/overview.md) and no import climbs one, unless it is named in ``UPWARD`` with its reason
-(none is); a module off its package's floor is ``PLACED`` with its reason.
+docs/overview.md), each package whole on its package's floor, and no import climbs one, unless
+it is named in ``UPWARD`` with its reason (none is).
+
+Rooms, counting every import: each module or package right under ``sentinel`` (and each plug-in
+package) is one room, as ``farm-studio look`` draws the house; stood each on a floor above
+everything it imports, no import climbs back up (a circle of rooms makes one climb) but those
+named in ``ROOM_CLIMBS``, at most three, each explained in a decision record (none is).
 
 ``from a import b`` is an edge to ``a.b`` when that is a module, else to ``a``. Importing
 ``a.b`` also runs ``a/__init__``, but no edge is drawn to parent packages: ``sentinel/__init__``
@@ -236,7 +241,7 @@ def test_the_walker_sees_cycles_through_packages_and_counts_deferred_imports_whe
 
 # The floors of the house, lowest first: a module imports only from its own floor and those
 # below it (every import counted, typing-only and function-level ones too). A package is on
-# its floor with all its modules but those PLACED elsewhere; docs/overview.md draws them.
+# its floor with all its modules; docs/overview.md draws them.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "base",
@@ -307,8 +312,6 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("applications", ("sentinel.cli", *APPLICATIONS)),
 )
-# Modules on another floor than their package's, and why.
-PLACED: dict[str, tuple[str, str]] = {}
 # Imports from a floor to a higher one, each with why it is right. None today: a new one
 # fails the test below until it is inverted (the lower module takes what it needs as an
 # argument, typed by a Protocol of its own, as the cache takes its AgentChannel) or named here.
@@ -320,9 +323,7 @@ def _floor_names() -> list[str]:
 
 
 def floor_of(module: str) -> str:
-    """The floor of ``module``: its PLACED one, else its longest listed package's."""
-    if module in PLACED:
-        return PLACED[module][0]
+    """The floor of ``module``: its longest listed package's."""
     best = ("", "")
     for name, packages in FLOORS:
         for package in packages:
@@ -359,9 +360,6 @@ def test_every_module_has_a_floor_and_every_named_exception_is_real():
     every = project()[2]
     for module in every:
         floor_of(module)
-    for module, (floor, _) in PLACED.items():
-        assert module in every and floor in _floor_names(), module
-        assert floor != floor_of(module.rpartition(".")[0]), f"{module} is where its package is"
     for (module, target), reason in UPWARD.items():
         assert target in every[module] and reason, (module, target)
 
@@ -376,3 +374,73 @@ def test_the_floor_check_sees_an_upward_import():
     ]
     # Downward and sideways imports pass.
     assert upward_imports({"sentinel.client": {"sentinel.session", "sentinel.aio"}}) == []
+
+
+# Imports between rooms that climb back up (close a circle of rooms), each with the decision
+# record that explains it: at most three. None today.
+ROOM_CLIMBS: dict[tuple[str, str], str] = {}
+MAX_ROOM_CLIMBS = 3
+
+
+def room_of(module: str) -> str:
+    """The room ``module`` is in: its plug-in package, else the module or package right under
+    ``sentinel`` (``sentinel`` itself for the package's ``__init__``)."""
+    for plugin in PLUGINS:
+        if _within(module, (plugin,)):
+            return plugin
+    return ".".join(module.split(".")[:2])
+
+
+def room_climbs(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The imports between rooms that lie on a circle of rooms, as (room, room), but those
+    named in ``ROOM_CLIMBS``: with none, every room stands above all that it imports."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in edges.items():
+        here = room_of(module)
+        for target in targets:
+            there = room_of(target)
+            if there != here and (here, there) not in ROOM_CLIMBS:
+                rooms.setdefault(here, set()).add(there)
+    # An arrow a -> b closes a circle when a is reachable from b.
+    return sorted(
+        (room, target)
+        for room, targets in rooms.items()
+        for target in targets
+        if room in reachable(rooms, target)
+    )
+
+
+def test_no_import_climbs_back_up_between_rooms_unless_named():
+    every = project()[2]
+    climbs = room_climbs(every)
+    assert climbs == [], "imports that climb back up between rooms:\n" + "\n".join(
+        f"{a} -> {b}: "
+        + ", ".join(
+            sorted(m for m in every if room_of(m) == a and any(room_of(t) == b for t in every[m]))
+        )
+        for a, b in climbs
+    )
+    assert len(ROOM_CLIMBS) <= MAX_ROOM_CLIMBS
+    for (room, target), record in ROOM_CLIMBS.items():
+        assert (ROOT / "docs" / "decisions" / record).is_file(), record
+        assert any(room_of(t) == target for m in every if room_of(m) == room for t in every[m])
+
+
+def test_the_room_check_sees_a_circle_of_rooms():
+    # The shard manager inside sentinel.shards, importing the client that imports the shards'
+    # writer: the two rooms close a circle, both arrows on it.
+    edges = {
+        "sentinel.client": {"sentinel.shards.writer"},
+        "sentinel.shards.manager": {"sentinel.client"},
+        "sentinel.shards.writer": {"sentinel.errors"},
+        "sentinel.policies.metrics": {"sentinel.strategies"},
+    }
+    assert room_of("sentinel.policies.metrics") == "sentinel.policies"
+    assert room_of("sentinel") == "sentinel" and room_of("sentinel.cache.views") == "sentinel.cache"
+    assert room_climbs(edges) == [
+        ("sentinel.client", "sentinel.shards"),
+        ("sentinel.shards", "sentinel.client"),
+    ]
+    # Apart, the manager above the client: no climb.
+    edges["sentinel.shard_manager"] = edges.pop("sentinel.shards.manager")
+    assert room_climbs(edges) == []
