@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from sentinel.cli.doctor import Finding, print_findings
+from sentinel.cli.findings import Finding, print_findings
 
 FINDINGS = [
     Finding("ok", "zookeeper", "127.0.0.1:2181: 3.8.0, standalone"),
