@@ -30,7 +30,7 @@ from sentinel.auth.enrolment import enroll
 from sentinel.auth.envelope import seal
 from sentinel.auth.manager import Rotation
 from sentinel.auth.store import AuthRecord, read_auth, read_public_keys, write_auth
-from sentinel.cli import doctor
+from sentinel.cli import doctor_acls as acl_checks
 from sentinel.errors import (
     ClientNotEnrolled,
     KeySlotNotOwned,
@@ -918,7 +918,7 @@ def test_auth_status_lists_no_junk_or_forged_entry_as_a_process(
 def test_doctor_checks_every_node_of_the_roles_however_much_junk(
     secured: SecuredNamespace, victim: Sentinel, cli_in_process, monkeypatch
 ):
-    monkeypatch.setattr(doctor, "ACL_SAMPLE", 1_000)  # 3,000 junk entries are a flood then
+    monkeypatch.setattr(acl_checks, "ACL_SAMPLE", 1_000)  # 3,000 junk entries are a flood then
     flood(secured)
     # A real problem deep in a role's section, which breadth first comes after the junk.
     publisher = secured.kazoo(secured.identities["publisher"])
