@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
-from kazoo.exceptions import KazooException, NoNodeError
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from sentinel import deprecation, shards, telemetry
@@ -19,13 +18,12 @@ from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
 from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.errors import (
-    NamespaceNotFound,
     SentinelError,
     ServiceNotFound,
     ValidationError,
 )
 from sentinel.events import ChangeEvent, ServiceSpecChanged
-from sentinel.explain import Explainer, Explanation
+from sentinel.explain import Explainer, Explanation, not_found
 from sentinel.feedback import Census, InstanceFeedback, OutlierDetection
 from sentinel.health import HealthCheck
 from sentinel.plugins import as_balancer, as_policy
@@ -35,7 +33,6 @@ from sentinel.regions.router import Answer
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.layout import (
-    SERVICES,
     default_label,
     validate_name,
 )
@@ -49,7 +46,6 @@ from sentinel.registry.records import (
 )
 from sentinel.settings import ClientSettings
 from sentinel.strategies import Balancer, SelectionPolicy
-from sentinel.suggestions import close_matches
 from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
@@ -320,35 +316,6 @@ class Sentinel(OldMethodNames):
         """
         self.session.ensure_namespace()
 
-    def _namespace_exists(self) -> bool:
-        return self.session.namespace_ready or self.session.zk.exists("/") is not None
-
-    def _no_namespace(self) -> NamespaceNotFound:
-        return NamespaceNotFound(self.namespace, self.hosts)
-
-    def _not_found(self, error: ServiceNotFound) -> SentinelError:
-        """What a lookup of a service without a spec raises: NamespaceNotFound when the whole
-        namespace is missing, else ``error`` with the closest registered names suggested.
-
-        A slow path already (the spec was read and missed): one listing more, for the
-        suggestions. Should that read fail, ``error`` is raised as it is.
-        """
-        service = error.service or ""
-        if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
-            return error  # suggested already, or another reason (an unreadable spec)
-        try:
-            names = self.session.zk.get_children(SERVICES)
-        except NoNodeError:
-            try:
-                return error if self._namespace_exists() else self._no_namespace()
-            except KazooException:
-                return error
-        except KazooException:
-            return error
-        names = {*names, *list(self._snapshots)} - {service}  # listed, and cached by this client
-        close = close_matches(service, names)
-        return ServiceNotFound(service, suggestions=close) if close else error
-
     def close(self) -> None:
         """End the session; ZooKeeper removes this client's ephemeral nodes at once.
 
@@ -561,7 +528,7 @@ class Sentinel(OldMethodNames):
         try:
             return read_service(self.session.zk, validate_name("service", service))
         except ServiceNotFound as exc:
-            raise self._not_found(exc) from None
+            raise not_found(exc, self.session) from None
 
     # --- resolution ---------------------------------------------------------------------------
 
@@ -752,7 +719,7 @@ class Sentinel(OldMethodNames):
                 validate_name("service", service)
             )
         except ServiceNotFound as exc:
-            raise self._not_found(exc) from None
+            raise not_found(exc, self.session) from None
         if self.regions_router is not None:
             self.regions_router.follow(service, snapshot.spec.failover)
         return snapshot

@@ -1,4 +1,5 @@
-"""How a lookup would go, step by step (``Sentinel.explain``), and why one found nothing.
+"""How a lookup would go, step by step (``Sentinel.explain``), and why one found nothing: no
+eligible instance, or no such service.
 
 A role of the client, as its writers are (docs/decisions/facade-by-role.md): bound to the
 client's cache, feedback and regions by what it is given, so it imports nothing above it.
@@ -10,11 +11,13 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kazoo.exceptions import KazooException, NoNodeError
+
 from sentinel.cache.protection import MassLossProtection, eligible_verdict, unprotected_note
 from sentinel.cache.return_home import ReturnHome
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.eligibility import nothing_up, status_verdict
-from sentinel.errors import NoInstanceAvailable
+from sentinel.errors import NamespaceNotFound, NoInstanceAvailable, SentinelError, ServiceNotFound
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
 from sentinel.plugins import as_policy
@@ -22,6 +25,9 @@ from sentinel.regions.config import Regions
 from sentinel.regions.router import Router
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.failover import Failover
+from sentinel.registry.layout import SERVICES
+from sentinel.session import Session
+from sentinel.suggestions import close_matches
 
 
 @dataclass(frozen=True)
@@ -241,3 +247,29 @@ def _steps(policy: object) -> tuple[object, ...]:
     is ``Chain(Chain(a, b), c)``), so explain() shows each one's verdict."""
     inner = getattr(policy, "policies", None)
     return (policy,) if not inner else tuple(step for p in inner for step in _steps(p))
+
+
+def not_found(error: ServiceNotFound, session: Session) -> SentinelError:
+    """What a lookup of a service without a spec raises: NamespaceNotFound when the whole
+    namespace is missing, else ``error`` with the closest registered names suggested.
+
+    A slow path already (the spec was read and missed): one listing more, for the
+    suggestions. Should that read fail, ``error`` is raised as it is.
+    """
+    service = error.service or ""
+    if error.suggestions or error.reason != ServiceNotFound.NOT_REGISTERED:
+        return error  # suggested already, or another reason (an unreadable spec)
+    try:
+        names = session.zk.get_children(SERVICES)
+    except NoNodeError:
+        try:
+            exists = session.namespace_ready or session.zk.exists("/") is not None
+        except KazooException:
+            return error
+        return error if exists else NamespaceNotFound(session.namespace, session.hosts)
+    except KazooException:
+        return error
+    # listed, and cached by this client
+    names = {*names, *list(session.cache.snapshots)} - {service}
+    close = close_matches(service, names)
+    return ServiceNotFound(service, suggestions=close) if close else error
