@@ -345,7 +345,11 @@ def _resolve(args: argparse.Namespace) -> int:
                 # another region answered: why the local one could not, instance by instance
                 "home": None
                 if home is None
-                else {"region": home.region, **_considered(home), "reason": home.region_reason},
+                else {
+                    "region": home.region,
+                    "region_reason": home.region_reason,
+                    **_considered(home),
+                },
             }
         )
         return EXIT_OK if picks else EXIT_NOT_FOUND

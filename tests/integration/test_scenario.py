@@ -610,6 +610,11 @@ def test_scenario_2_east_unready_cli(scenario):
     assert "region west" in text
     assert names_the_failing_check(json.dumps(document)), document
     assert names_the_failing_check(text), text
+    # Why east does not serve: its own instances, each with its verdict ("home").
+    home = document["home"]
+    assert home["region"] == "east" and {i["label"] for i in home["instances"]} == EAST_API
+    assert all(names_the_failing_check(i["verdict"]) for i in home["instances"]), home
+    assert "excluded by status up" not in json.dumps(document), document
     # doctor: api is served (by west), so no ERROR for it; it says west serves, and why
     # east does not.
     code, findings, table = doctor(scenario)
