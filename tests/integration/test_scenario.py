@@ -131,26 +131,27 @@ class Scenario:
     @staticmethod
     def served_by(service: str, metadata: list[tuple[str, str]] | None = None) -> set[str] | str:
         """Which instances answer calls of a new ``xds:///service`` channel through the
-        agent: polled (batches of 10 calls) until the answers stop growing for three batches
-        in a row, within :data:`SEEN_WITHIN`; or, when no call succeeds in that time, the
-        last call's status (``UNAVAILABLE: ...``)."""
-        seen: set[str] = set()
-        unchanged, failed = 0, ""
+        agent, once settled: the same ones answering three batches of 10 calls in a row,
+        polled within :data:`SEEN_WITHIN` (the agent hears a change a moment after the
+        registry holds it, so a channel opened at once may first be sent the state before).
+        Not settled by then: every instance that answered; no call succeeded: the last
+        call's status (``UNAVAILABLE: ...``)."""
+        batches: list[set[str]] = []
+        failed = ""
 
         def settled() -> bool:
-            nonlocal unchanged, failed
+            nonlocal failed
             try:
-                answered = set(calls(channel, 10, metadata))
+                batches.append(set(calls(channel, 10, metadata)))
             except grpc.RpcError as exc:
                 failed = f"{exc.code().name}: {exc.details()}"
                 return False
-            unchanged = unchanged + 1 if answered <= seen else 0
-            seen.update(answered)
-            return unchanged >= 3
+            return len(batches) >= 3 and batches[-1] == batches[-2] == batches[-3]
 
         with grpc.insecure_channel(f"xds:///{service}") as channel:
-            wait_until(settled, SEEN_WITHIN)
-        return seen or failed
+            if wait_until(settled, SEEN_WITHIN) is not None:
+                return batches[-1]
+        return set().union(*batches) or failed
 
     @staticmethod
     def refused(service: str) -> str | None:
