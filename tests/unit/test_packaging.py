@@ -38,7 +38,7 @@ def mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     second run re-checks only its own files instead of the whole import graph again.
 
     No time-out of its own: its first run's wall time grows with the machine's load, past the
-    one this had (docs/testing.md, "Flaky tests found and fixed"); a hang is the suite's
+    one this had (docs/testing-history.md, "Flaky tests found and fixed"); a hang is the suite's
     time-out's (it prints the stacks), and mypy's speed on a busy machine is not tested."""
     return subprocess.run(
         [
