@@ -181,7 +181,7 @@ def public_modules() -> list[str]:
     return sorted({*doc_imports(), *whole})
 
 
-def test_the_docs_import_from_and_render_the_modules_expected():
+def test_the_docs_import_from_and_render_the_modules_expected(model):
     # The scan itself: if it found nothing, every test below would pass on nothing.
     modules = public_modules()
     assert {
@@ -201,30 +201,45 @@ def exports(name: str) -> list[str] | None:
     return None if declared is None else [str(export) for export in declared]
 
 
-@pytest.mark.parametrize("name", public_modules())
-def test_the_exports_are_what_the_docs_document(name):
-    exported = exports(name)
-    assert exported is not None, f"{name} is imported from by the docs but declares no __all__"
-    assert len(exported) == len(set(exported)), f"{name}.__all__ repeats a name"
-    want = documented().get(name, set())
-    assert set(exported) == want, (
-        f"{name}: exported, not documented: {sorted(set(exported) - want)}; "
-        f"documented, not exported: {sorted(want - set(exported))}"
-    )
+@pytest.fixture(scope="module")
+def model() -> griffe.ModulesCollection:
+    """The code as the reference reads it, loaded once (seconds): a module-scoped fixture keeps
+    this module's tests on one worker of the suite (tests/conftest.py)."""
+    return collection()
 
 
-@pytest.mark.parametrize("name", public_modules())
-def test_every_export_exists_and_has_a_docstring(name):
-    module = collection().get_member(name)
-    for export in exports(name) or ():
-        assert export in module.members, f"{name}.__all__ names {export}, which it does not have"
-        if export in VALUES:
-            continue
-        member = module.members[export]
-        target = member.final_target if member.is_alias else member
-        assert target.docstring is not None and target.docstring.value.strip(), (
-            f"{name}.{export} ({target.canonical_path}) has no docstring"
-        )
+# One test for all the modules, not one per module: a parametrized list would load the model
+# at collection, on every worker.
+def test_the_exports_are_what_the_docs_document(model):
+    wrong = []
+    for name in public_modules():
+        exported = exports(name)
+        want = documented().get(name, set())
+        if exported is None:
+            wrong.append(f"{name}: the docs import from it or render it, but it has no __all__")
+        elif len(exported) != len(set(exported)):
+            wrong.append(f"{name}: __all__ repeats a name")
+        elif set(exported) != want:
+            wrong.append(
+                f"{name}: exported, not documented: {sorted(set(exported) - want)}; "
+                f"documented, not exported: {sorted(want - set(exported))}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_export_exists_and_has_a_docstring(model):
+    wrong = []
+    for name in public_modules():
+        module = model.get_member(name)
+        for export in exports(name) or ():
+            if export not in module.members:
+                wrong.append(f"{name}.__all__ names {export}, which it does not have")
+                continue
+            member = module.members[export]
+            target = member.final_target if member.is_alias else member
+            if export not in VALUES and not (target.docstring and target.docstring.value.strip()):
+                wrong.append(f"{name}.{export} ({target.canonical_path}) has no docstring")
+    assert not wrong, "\n".join(wrong)
 
 
 def introduced() -> set[str]:
@@ -233,7 +248,7 @@ def introduced() -> set[str]:
     return set(ROLE.findall(text)) | (VALUES & set(re.findall(r"``(\w+)``", text)))
 
 
-def test_the_package_docstring_introduces_every_export_and_only_those():
+def test_the_package_docstring_introduces_every_export_and_only_those(model):
     exported = set(exports("sentinel") or ())
     assert introduced() == exported, (
         f"exported, not introduced: {sorted(exported - introduced())}; "
