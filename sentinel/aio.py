@@ -349,3 +349,6 @@ class OffLoop:
 
     def __repr__(self) -> str:
         return f"<awaitable {self._role.__class__.__name__}>"
+
+
+__all__ = ["AsyncSentinel", "EventStream", "EventsMissed", "OffLoop", "to_loop"]

@@ -450,3 +450,6 @@ def _where(instances: Sequence[Endpoint]) -> tuple[str, str | None]:
     if any(e.partition != partition for e in instances):
         partition = None
     return first.service, partition
+
+
+__all__ = ["Census", "Ejection", "InstanceFeedback", "OutlierDetection", "Outliers", "Verdict"]

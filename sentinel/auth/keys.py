@@ -292,3 +292,6 @@ def verify_key(public_text: str) -> Ed25519PublicKey:
         return Ed25519PublicKey.from_public_bytes(unb64(public_text, "manager public key"))
     except ValueError:
         raise ValidationError("the manager public key is not a base64 Ed25519 public key") from None
+
+
+__all__ = ["ClientKeyring"]

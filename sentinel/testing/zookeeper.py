@@ -720,3 +720,6 @@ class LocalZooKeeper:
             _running.discard(self)
         if remove_directory and self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+__all__ = ["LocalZooKeeper", "four_letter_word"]

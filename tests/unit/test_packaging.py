@@ -182,7 +182,9 @@ def test_an_application_with_its_own_policies_and_balancers_modules_loads_every_
     assert own == "the application policies; the application balancers"
 
 
-def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
+def build_wheel(tmp_path: Path) -> Path:
+    """The wheel of this checkout, built in ``tmp_path`` (tests/integration/test_wheel.py
+    installs it)."""
     # A copy of the sources, so that the build's scratch files never land in the worktree.
     source = tmp_path / "source"
     source.mkdir()
@@ -207,6 +209,11 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
         timeout=120,
     )
     [wheel] = (tmp_path / "dist").glob("*.whl")
+    return wheel
+
+
+def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"sentinel"}  # an application's own "policies" module shadows nothing of ours
