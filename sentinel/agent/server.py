@@ -59,8 +59,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +70,7 @@ from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
-from sentinel.agent.changes import Pending
+from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
 from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Shares, Throttled
 from sentinel.agent.protocol import ProtocolError
@@ -111,7 +110,7 @@ from sentinel.zk.errors import translate
 from sentinel.zk.watches import WatcherType
 
 if TYPE_CHECKING:
-    from sentinel.agent.regions import RegionServer, RegionServers
+    from sentinel.agent.regions import RegionServers
     from sentinel.client import Sentinel
 
 log = logging.getLogger(__name__)
@@ -125,12 +124,6 @@ _GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
 # process's entry is closed, so one user's junk identities never lock another identity out.
 MAX_IDENTITY_SESSIONS_PER_PEER = 16
 MAX_IDENTITY_SESSIONS = 64
-# Requests a process may have unanswered: its worker follows one service at a time and its
-# lookups ask for a key each; more is a flood, and the connection is dropped.
-MAX_PENDING_REPLIES = 1024
-# Requests read from a connection and not yet served: past this its socket is not read until
-# they are (the kernel's buffer then holds the process back), never a growing queue.
-MAX_QUEUED_REQUESTS = 64
 # Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
 # partition, announce) and building frames: a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
@@ -152,96 +145,6 @@ _SEND_BUFFER = 1 << 20
 
 
 @dataclass(eq=False)
-class _Connection:
-    """One process's connection: who it is, what it follows, what it has not been sent, and
-    its socket's buffers (the loop's; the workers' through :attr:`due`)."""
-
-    sock: socket.socket
-    pid: int
-    uid: int
-    kick: Callable[[_Connection], None]  # something is due: have its frames built
-    client: str | None = None
-    auth_client: str | None = None
-    identity: str | None = None  # its ZooKeeper identity, for what it may read
-    version: int = protocol.VERSION  # its hello's: 2 and later send and expect heartbeats
-    deltas: bool = False  # its hello says it applies deltas (older processes do not)
-    followed: set[str] = field(default_factory=set)
-    policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
-    # /clients path -> the identity session keeping it (None: the agent's own session)
-    announced: dict[str, _IdentitySession | None] = field(default_factory=dict)
-    readable: set[str] = field(default_factory=set)  # services its identity may read
-    # What is due: replies in order, then the services' changes, the policies' latest state.
-    replies: list[dict[str, Any]] = field(default_factory=list)
-    pending: Pending = field(default_factory=Pending)
-    keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
-    numbers: dict[str, int] = field(default_factory=dict)  # service -> its whole state's sent
-    connection: bool = False
-    due: threading.Lock = field(default_factory=threading.Lock)  # everything here
-    closed: bool = False
-    # The socket's side, under ``due``: frames read and not yet served, frames built and not
-    # yet written, and whether a worker is on either.
-    frames: protocol.FrameReader = field(
-        default_factory=lambda: protocol.FrameReader(protocol.MAX_REQUEST_BYTES, protocol.REQUESTS)
-    )
-    requests: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
-    out: collections.deque[bytes] = field(default_factory=collections.deque)
-    out_offset: int = 0  # bytes of out[0] written
-    serving: bool = False  # a request worker has its requests
-    flushing: bool = False  # a frame worker builds its frames
-    greeted: bool = False  # its first frame (the hello) has come
-    # The server of the region its hello named, and that hello: the loop hands it over.
-    handed_to: tuple[RegionServer, dict[str, Any]] | None = None
-    welcomed: bool = False  # its hello was accepted
-    events: int = 0  # what the loop's selector waits for on its socket (0: not registered)
-    accepted_at: float = field(default_factory=time.monotonic)
-    heard_at: float = field(default_factory=time.monotonic)  # the last bytes it sent
-    sent_at: float = field(default_factory=time.monotonic)  # the last progress writing
-
-    def mark(
-        self,
-        *,
-        policy: str | None = None,
-        keys: Iterable[str] | None = None,
-        connection: bool = False,
-    ) -> None:
-        """Note what changed; its latest state is sent. Never blocks on the peer."""
-        with self.due:
-            if policy is not None and policy in self.policies_sent:
-                pending = self.keys.get(policy, set())
-                self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
-            self.connection |= connection
-        self.kick(self)
-
-    def mark_service(
-        self,
-        service: str,
-        delta: tuple[int, bytes] | None = None,
-        credential: bytes | None = None,
-    ) -> None:
-        """A change of ``service``: its delta (its number, its frame) or its credential
-        node's frame; neither, or a process that does not take deltas: the whole state.
-        Never blocks on the peer."""
-        with self.due:
-            if service not in self.followed:
-                return
-            if credential is not None and self.deltas:
-                self.pending.add_credential(service, credential)
-            elif delta is not None and self.deltas:
-                self.pending.add_delta(service, *delta)
-            else:
-                self.pending.add_whole(service)
-        self.kick(self)
-
-    def reply(self, message: dict[str, Any]) -> None:
-        """Queue an answer (sent in order, before the changes marked)."""
-        with self.due:
-            if len(self.replies) >= MAX_PENDING_REPLIES:
-                raise ProtocolError(f"more than {MAX_PENDING_REPLIES} requests unanswered")
-            self.replies.append(message)
-        self.kick(self)
-
-
-@dataclass(eq=False)
 class _IdentitySession:
     """A session acting as one process identity, for one peer user: it keeps the
     ``/clients`` entries of that user's processes of that identity, and reads what not
@@ -249,7 +152,7 @@ class _IdentitySession:
 
     zk: KazooClient
     nodes: EphemeralNodes
-    live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
+    live: dict[str, Connection] = field(default_factory=dict)  # path -> whose entry it is
 
     def close(self) -> None:
         """End the session: its entries, live or marked, go with it."""
@@ -324,7 +227,7 @@ class AgentServer:
         self._heartbeat = heartbeat
         self._max_frame_bytes = max_frame_bytes
         self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
-        self._connections: set[_Connection] = set()
+        self._connections: set[Connection] = set()
         self._shares = Shares(max_connections, max_connections_per_uid, "connections")
         self._lock = threading.Lock()  # the sets above, and the credential nodes below
         # (service, auth client) -> the /auth node's text (None: no node), as last read
@@ -354,12 +257,12 @@ class AgentServer:
         # workers hand it (something to write, reading to resume, or a socket to close).
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
-        self._calls: collections.deque[_Connection] = collections.deque()
+        self._calls: collections.deque[Connection] = collections.deque()
         self._loop_thread: threading.Thread | None = None
         self._accept_resumes_at: float | None = None  # accepting paused until then
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
-        self._requests = ThreadPoolExecutor(REQUEST_WORKERS, "sentinel-agent-request")
-        self._frames = ThreadPoolExecutor(FRAME_WORKERS, "sentinel-agent-frames")
+        self._requests = Workers(REQUEST_WORKERS, "sentinel-agent-request")
+        self._frames = Workers(FRAME_WORKERS, "sentinel-agent-frames")
         self._refusals = Throttled(log)
         self._accept_errors = Throttled(log)
 
@@ -427,13 +330,13 @@ class AgentServer:
         with self._lock:
             connections = list(self._connections)
         for connection in connections:
-            self._drop(connection, None)
+            self.drop(connection, None)
         for connection in connections:  # the loop has ended: closed here
             self._close(connection)
         # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
         # entries of the connections dropped are retired, before the sessions go.
-        self._requests.shutdown(wait=True)
-        self._frames.shutdown(wait=True)
+        self._requests.shutdown()
+        self._frames.shutdown()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -487,7 +390,7 @@ class AgentServer:
         elif isinstance(data, socket.socket):
             self._accept()
         else:
-            connection: _Connection = data  # type: ignore[assignment]
+            connection: Connection = data  # type: ignore[assignment]
             if connection.closed:  # dropped by a worker: its socket is closed after this turn
                 return
             try:
@@ -497,13 +400,13 @@ class AgentServer:
                     self._write(connection)
             except Exception:  # a bug of the agent's own: logged, and the process reconnects
                 log.exception("agent: dropping pid %d", connection.pid)
-                self._drop(connection, "error")
+                self.drop(connection, "error")
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: the loop is awake already
             self._wake_w.send(b"\0")
 
-    def _call_loop(self, connection: _Connection) -> None:
+    def call_loop(self, connection: Connection) -> None:
         """From a worker: have the loop look at ``connection`` again (frames to write,
         reading to resume, or its socket to close)."""
         self._calls.append(connection)
@@ -522,7 +425,7 @@ class AgentServer:
                 if connection.out:
                     self._write(connection)
 
-    def _update(self, connection: _Connection) -> None:
+    def _update(self, connection: Connection) -> None:
         """Wait on the socket for what the connection needs now: reading unless its
         requests are queued to the limit, writing while it has frames to write."""
         with connection.due:
@@ -539,7 +442,7 @@ class AgentServer:
             self._selector.modify(connection.sock, wanted, connection)
         connection.events = wanted
 
-    def _close(self, connection: _Connection) -> None:
+    def _close(self, connection: Connection) -> None:
         """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it (or
         hand it to the server of the region its hello named)."""
         if connection.events:
@@ -597,7 +500,7 @@ class AgentServer:
                         "silent": f"it sent nothing, not even a heartbeat, for {silence:g}s",
                     }[reason],
                 )
-                self._drop(connection, reason)
+                self.drop(connection, reason)
             elif connection.out and not connection.events & selectors.EVENT_WRITE:
                 self._update(connection)
 
@@ -646,7 +549,7 @@ class AgentServer:
             return
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
-        connection = _Connection(sock, pid, uid, self._schedule_flush)
+        connection = Connection(sock, pid, uid, self._schedule_flush)
         with self._lock:
             refusal = self._shares.take(uid)
             if refusal is None:
@@ -663,11 +566,11 @@ class AgentServer:
         else:
             telemetry.AGENT_REGION_PROCESSES.labels(self.region).set(len(self._connections))
 
-    def adopt(self, handed: _Connection, hello: dict[str, Any]) -> None:
+    def adopt(self, handed: Connection, hello: dict[str, Any]) -> None:
         """From the agent's own server's loop: serve a connection it admitted (its peer
         checked) whose hello named this server's region, from that hello on; over this
         server's caps, it is refused as :meth:`_admit` refuses (told why)."""
-        connection = _Connection(handed.sock, handed.pid, handed.uid, self._schedule_flush)
+        connection = Connection(handed.sock, handed.pid, handed.uid, self._schedule_flush)
         connection.frames = handed.frames  # what followed the hello, read already
         connection.requests.extend([hello, *handed.requests])
         connection.greeted, connection.serving = True, True
@@ -680,8 +583,8 @@ class AgentServer:
             self._refuse(connection.sock, connection.pid, connection.uid, refusal)
             return
         self._count_processes()
-        self._submit(self._requests, self._serve_next, connection)
-        self._call_loop(connection)  # this server's loop reads it from now on
+        self._requests.submit(self._serve_next, connection)
+        self.call_loop(connection)  # this server's loop reads it from now on
 
     def _refuse(self, sock: socket.socket, pid: int, uid: int, refusal: str) -> None:
         """Tell a connection over the caps why (nothing was sent on it yet: a new socket's
@@ -708,7 +611,7 @@ class AgentServer:
             return False
         return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
 
-    def _drop(self, connection: _Connection, reason: str | None) -> None:
+    def drop(self, connection: Connection, reason: str | None) -> None:
         """Close a connection (the loop closes its socket) and forget its announcements;
         ``reason`` is counted (None: the process left, or the agent stops)."""
         with connection.due:
@@ -719,7 +622,7 @@ class AgentServer:
             connection.out.clear()
         if reason is not None:
             telemetry.AGENT_DROPPED.labels(reason).inc()
-        self._call_loop(connection)
+        self.call_loop(connection)
         with self._lock:
             if connection.client is not None:
                 claim = (connection.uid, connection.client)
@@ -742,13 +645,13 @@ class AgentServer:
         self._count_processes()
         gone = {p: s for p, s in connection.announced.items() if p not in still}
         if gone:  # its /clients entries go with it, on a request worker
-            self._submit(self._requests, self._forget, connection, gone)
+            self._requests.submit(self._forget, connection, gone)
 
-    def _forget(self, connection: _Connection, entries: dict[str, _IdentitySession | None]) -> None:
+    def _forget(self, connection: Connection, entries: dict[str, _IdentitySession | None]) -> None:
         for path, session in entries.items():
             self._retire(connection, path, session)
 
-    def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
+    def _retire(self, connection: Connection, path: str, session: _IdentitySession | None) -> None:
         """A departed process's ``/clients`` entry stops counting at once: deleted where its
         session may delete it (an open namespace), else (a secured one lets only the admin
         delete an entry) marked as left, which a rotation ignores, and removed for good when
@@ -784,10 +687,6 @@ class AgentServer:
         except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
             log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
 
-    def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # shut down: the agent stops, nothing to do
-            pool.submit(task, *args)
-
     def _unfollow_auth(self, client: str | None) -> None:
         """Under the lock, once no connected process claims ``client``: stop following its
         credential nodes, the session's watches included, now rather than when a node is next
@@ -806,7 +705,7 @@ class AgentServer:
 
     # --- reading, and the request workers -------------------------------------------------------
 
-    def _receive(self, connection: _Connection) -> None:
+    def _receive(self, connection: Connection) -> None:
         """The loop's: read what the process sent and queue its requests for a request
         worker (one at a time per connection, in order)."""
         try:
@@ -814,18 +713,18 @@ class AgentServer:
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            return self._drop(connection, None)
+            return self.drop(connection, None)
         if not data:
             if connection.frames.partial:
                 log.warning("agent: dropping pid %d: it left mid-frame", connection.pid)
-                return self._drop(connection, "protocol")
-            return self._drop(connection, None)
+                return self.drop(connection, "protocol")
+            return self.drop(connection, None)
         connection.heard_at = time.monotonic()
         try:
             messages = connection.frames.feed(data)
         except ProtocolError as exc:
             log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            return self._drop(connection, "protocol")
+            return self.drop(connection, "protocol")
         requests = [m for m in messages if m["op"] != "heartbeat"]
         if not requests:
             return
@@ -835,11 +734,11 @@ class AgentServer:
             start, connection.serving = not connection.serving, True
             full = len(connection.requests) >= MAX_QUEUED_REQUESTS
         if start:
-            self._submit(self._requests, self._serve_next, connection)
+            self._requests.submit(self._serve_next, connection)
         if full:
             self._update(connection)  # read again once they are served
 
-    def _serve_next(self, connection: _Connection) -> None:
+    def _serve_next(self, connection: Connection) -> None:
         """A request worker's: serve the connection's next request, then queue the rest
         behind the other connections' (no connection holds a worker for long)."""
         with connection.due:
@@ -860,19 +759,19 @@ class AgentServer:
                 self._serve(connection, message)
         except (ProtocolError, SentinelError, ValueError) as exc:
             log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            return self._drop(connection, "protocol")
+            return self.drop(connection, "protocol")
         except Exception:  # a bug of the agent's own: logged, and the process reconnects
             log.exception("agent: dropping pid %d", connection.pid)
-            return self._drop(connection, "error")
+            return self.drop(connection, "error")
         if resume:
-            self._call_loop(connection)
+            self.call_loop(connection)
         with connection.due:
             more = bool(connection.requests) and not connection.closed
             connection.serving = more
         if more:
-            self._submit(self._requests, self._serve_next, connection)
+            self._requests.submit(self._serve_next, connection)
 
-    def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
+    def _welcome(self, connection: Connection, hello: dict[str, Any]) -> None:
         connection.version = checked(hello, "version", int)
         if connection.version not in protocol.VERSIONS:
             raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
@@ -917,7 +816,7 @@ class AgentServer:
                 welcome["secured"] = None
         connection.reply(welcome)
 
-    def _served_region(self, connection: _Connection, hello: dict[str, Any]) -> str | bool | None:
+    def _served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
         """The region a hello names, when this server serves it (None: it names none);
         False when it names another: then the connection is handed to that region's server
         (its loop reads it from there), or refused with RegionNotServed when the agent's
@@ -944,7 +843,7 @@ class AgentServer:
             self._refusals.warning("agent: pid %d: %s", connection.pid, error)
             with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
                 connection.sock.send(protocol.encode(error_answer(None, error)))
-            self._drop(connection, None)
+            self.drop(connection, None)
             return False
         with connection.due:
             if connection.closed:
@@ -955,7 +854,7 @@ class AgentServer:
             self._connections.discard(connection)
             self._shares.release(connection.uid)
         self._count_processes()
-        self._call_loop(connection)  # the loop forgets its socket and hands it over
+        self.call_loop(connection)  # the loop forgets its socket and hands it over
         return False
 
     def _region_server(self, sentinel: Sentinel, region: str) -> AgentServer:
@@ -963,7 +862,7 @@ class AgentServer:
         settings (peer checks, caps, timeouts), listening on no socket of its own."""
         return AgentServer(sentinel, self.path, region=region, **self._settings).start()
 
-    def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
+    def _serve(self, connection: Connection, message: dict[str, Any]) -> None:
         """One request. Every request names a service, and every one answered is answered
         only when the process's identity may read that service: checked here, once for every
         kind of request (:meth:`_require_readable`)."""
@@ -990,7 +889,7 @@ class AgentServer:
 
     def _answer(
         self,
-        connection: _Connection,
+        connection: Connection,
         op: str,
         service: str,
         request: int,
@@ -1005,7 +904,7 @@ class AgentServer:
         partition = self.sentinel.partition_of(service, key)
         return {"op": "partition", "id": request, "partition": partition}
 
-    def _status(self, request: int, asking: _Connection) -> dict[str, Any]:
+    def _status(self, request: int, asking: Connection) -> dict[str, Any]:
         """``status``: the session's state and staleness, and every other process connected
         with the services it follows (the asker, ``sentinel agent status``, is not one). Root
         and the agent's own user see every process and service. Another peer sees only the
@@ -1045,7 +944,7 @@ class AgentServer:
             )
         return {"op": "ping", "id": request}
 
-    def _announce(self, connection: _Connection, service: str, message: dict[str, Any]) -> None:
+    def _announce(self, connection: Connection, service: str, message: dict[str, Any]) -> None:
         """Keep the process's ``/clients`` record while it is connected: only its own (its
         client id, its pid as the kernel tells it, its auth client, and no credential version
         above what the manager issued), on a session of the identity it proved, so that a
@@ -1100,7 +999,7 @@ class AgentServer:
             keep_trying=True,
         )
         # Noted once written, so that its retirement always follows its write: a connection
-        # dropped meanwhile (closed is set before _drop reads what it announced) retires it here.
+        # dropped meanwhile (closed is set before drop reads what it announced) retires it here.
         with self._lock:
             gone = connection.closed
             if not gone:
@@ -1123,7 +1022,7 @@ class AgentServer:
 
     # --- what a process may read ------------------------------------------------------------
 
-    def _require_readable(self, connection: _Connection, service: str) -> None:
+    def _require_readable(self, connection: Connection, service: str) -> None:
         """:class:`AccessDenied` unless the process may read ``service`` (checked once per
         connection and service; loads the service, whose spec names its shard policy)."""
         if service in connection.readable:
@@ -1132,7 +1031,7 @@ class AgentServer:
         self._check_readable(connection, service)
         connection.readable.add(service)
 
-    def _may_read(self, connection: _Connection, service: str) -> bool:
+    def _may_read(self, connection: Connection, service: str) -> bool:
         """Whether the process may read ``service`` (:meth:`_require_readable`); a check that
         cannot be made (the service gone, the session down) says no."""
         try:
@@ -1141,7 +1040,7 @@ class AgentServer:
             return False
         return True
 
-    def _check_readable(self, connection: _Connection, service: str) -> None:
+    def _check_readable(self, connection: Connection, service: str) -> None:
         """:class:`AccessDenied` unless the process's identity may read every subtree it
         would be served of ``service`` (its node, its metrics, its credential node, its shard
         policy). A subtree that everyone may read costs one ACL read; one that not everyone
@@ -1161,7 +1060,7 @@ class AgentServer:
                     f"{root} (its ACL), and the agent serves it only what it may read"
                 )
 
-    def _readable(self, connection: _Connection, path: str) -> bool:
+    def _readable(self, connection: Connection, path: str) -> bool:
         try:
             entries, _ = self.sentinel.session.zk.get_acls(path)
         except NoNodeError:
@@ -1182,7 +1081,7 @@ class AgentServer:
         return True
 
     def _identity_session(
-        self, connection: _Connection, entry: str | None = None
+        self, connection: Connection, entry: str | None = None
     ) -> _IdentitySession | None:
         """A session acting as the process's identity for its peer user, made on first need;
         ``entry``: a ``/clients`` path the process keeps on it (which keeps the session from
@@ -1344,7 +1243,7 @@ class AgentServer:
 
     # --- the frame workers, and writing ----------------------------------------------------------
 
-    def _schedule_flush(self, connection: _Connection) -> None:
+    def _schedule_flush(self, connection: Connection) -> None:
         """Have a frame worker build what is due, unless one is on it or the last frames
         are not written yet (then what is due waits, merged, for the process to read them).
         Deltas and credential frames alone are built already: written from here at once (the
@@ -1374,20 +1273,20 @@ class AgentServer:
                 credentials, _, deltas = connection.pending.take()
                 connection.sent_at = time.monotonic()  # the send timeout counts from now
                 connection.out.extend(self._built_frames(connection, credentials, deltas))
-                broken = self._send_out(connection)
+                broken = connection.send_out()
                 written = not connection.out
             else:
                 connection.flushing = True
         if not built:
-            self._submit(self._frames, self._flush, connection)
+            self._frames.submit(self._flush, connection)
         elif broken:
-            self._drop(connection, None)
+            self.drop(connection, None)
         elif not written:
-            self._call_loop(connection)
+            self.call_loop(connection)
 
     def _built_frames(
         self,
-        connection: _Connection,
+        connection: Connection,
         credentials: dict[str, bytes],
         deltas: dict[str, list[tuple[int, bytes]]],
     ) -> list[bytes]:
@@ -1400,7 +1299,7 @@ class AgentServer:
             frames += [self._shared(f, "delta") for number, f in queued if number > sent]
         return frames
 
-    def _flush(self, connection: _Connection) -> None:
+    def _flush(self, connection: Connection) -> None:
         """A frame worker's: build what is due, latest state first-come, and hand the frames
         to the loop; any failure drops this connection only."""
         with connection.due:
@@ -1436,7 +1335,7 @@ class AgentServer:
             log.exception("agent: dropping pid %d: its frames could not be built", connection.pid)
             with connection.due:
                 connection.flushing = False
-            return self._drop(connection, "error")
+            return self.drop(connection, "error")
         with connection.due:
             connection.flushing = False
             if connection.closed:
@@ -1446,17 +1345,17 @@ class AgentServer:
             connection.out.extend(frames)
             # Written from here what the socket takes now (a frame of a few KB: all of it),
             # the loop woken only for the rest: one thread's wake-up per change, not two.
-            broken = self._send_out(connection)
+            broken = connection.send_out()
             written = not connection.out
         if broken:
-            return self._drop(connection, None)
+            return self.drop(connection, None)
         if written:
             self._schedule_flush(connection)  # marked meanwhile
         else:
-            self._call_loop(connection)
+            self.call_loop(connection)
 
     def _service_frame(
-        self, connection: _Connection, service: str, request: int | None = None
+        self, connection: Connection, service: str, request: int | None = None
     ) -> bytes:
         """The service's frame; when it cannot be sent (larger than ``max_frame_bytes``, or
         a node that does not encode), an error frame naming the service instead: the
@@ -1492,39 +1391,20 @@ class AgentServer:
         telemetry.AGENT_FRAMES.labels(op).inc()
         return frame
 
-    def _write(self, connection: _Connection) -> None:
+    def _write(self, connection: Connection) -> None:
         """The loop's: write what the socket takes now; once all is written, have what is
         due built."""
         with connection.due:
-            broken = not connection.closed and self._send_out(connection)
+            broken = not connection.closed and connection.send_out()
             written = not connection.out
         if broken:
-            return self._drop(connection, None)
+            return self.drop(connection, None)
         if written:
             self._update(connection)
             self._schedule_flush(connection)
 
-    @staticmethod
-    def _send_out(connection: _Connection) -> bool:
-        """Under ``connection.due``, its socket open: write what the socket takes now of the
-        connection's frames; True when the socket is broken."""
-        while connection.out:
-            chunk = connection.out[0]
-            try:
-                sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
-            except (BlockingIOError, InterruptedError):
-                return False
-            except OSError:
-                return True
-            connection.sent_at = time.monotonic()
-            connection.out_offset += sent
-            if connection.out_offset == len(chunk):
-                connection.out.popleft()
-                connection.out_offset = 0
-        return False
-
     def _service_message(
-        self, connection: _Connection, service: str, request: int | None = None
+        self, connection: Connection, service: str, request: int | None = None
     ) -> tuple[dict[str, Any], dict[str, bytes]]:
         """The service's whole state now (``gone`` when the agent no longer holds it),
         numbered as its last change, with its shard map the first time and the process's
@@ -1564,7 +1444,7 @@ class AgentServer:
         return encoded[1]
 
     def _keys_message(
-        self, connection: _Connection, policy: str, keys: set[str] | None
+        self, connection: Connection, policy: str, keys: set[str] | None
     ) -> dict[str, Any]:
         """The buckets of a directory map that hold ``keys``, or the whole map (another
         kind, another spec than the process has, or ``keys`` None)."""
@@ -1590,7 +1470,7 @@ class AgentServer:
             },
         }
 
-    def _policy_entry(self, connection: _Connection, policy: str) -> dict[str, Any] | None:
+    def _policy_entry(self, connection: Connection, policy: str) -> dict[str, Any] | None:
         """A shard map in the snapshot file's form (None: the policy does not exist)."""
         shard_map = self.sentinel.session.cache.shard_maps.get(policy)
         entry = None if shard_map is None else policy_entry(policy, shard_map)
