@@ -54,8 +54,6 @@ import os
 import resource
 import selectors
 import socket
-import stat
-import struct
 import threading
 import time
 from collections import OrderedDict
@@ -70,9 +68,10 @@ from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
+from sentinel.agent.admission import Admission, prepare_socket_path
 from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
 from sentinel.agent.link import error_answer
-from sentinel.agent.peers import Shares, Throttled
+from sentinel.agent.peers import Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
 from sentinel.auth import acl
@@ -83,9 +82,7 @@ from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AccessDenied,
-    AddressInUse,
     AgentServiceUnavailable,
-    AgentUnavailable,
     DecodeError,
     NamespaceNotFound,
     RegionNotServed,
@@ -115,9 +112,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
-_GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
 # Sessions the agent opens as its processes' identities (their /clients entries, and reads of
 # nodes not everyone may read): identities are a host's few roles and applications. Bounded
 # per peer user and in all; past a bound the least recently used session that holds no live
@@ -218,31 +212,26 @@ class AgentServer:
             regions.bind(sentinel, self._region_server)
         self.deltas = deltas
         self.path = path
-        self._uids = frozenset({0, os.geteuid(), *allowed_uids})
-        self._gids = frozenset(allowed_gids)
-        self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
         self._max_connections = max_connections
         self._hello_timeout = hello_timeout
         self._heartbeat = heartbeat
         self._max_frame_bytes = max_frame_bytes
         self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
-        self._connections: set[Connection] = set()
-        self._shares = Shares(max_connections, max_connections_per_uid, "connections")
-        self._lock = threading.Lock()  # the sets above, and the credential nodes below
+        self._admission = Admission(
+            path,
+            allowed_uids=allowed_uids,
+            allowed_gids=self._settings["allowed_gids"],
+            max_connections=max_connections,
+            max_connections_per_uid=max_connections_per_uid,
+            region=region,
+        )
+        self._lock = self._admission.lock  # the rooms' state that a connection's drop changes
         # (service, auth client) -> the /auth node's text (None: no node), as last read
         self._auth: dict[tuple[str, str], str | None] = {}
         # The DataWatch following each pair's node, by a token of its own: a watch whose token
         # is gone (its client's processes all left, or a newer watch replaced it) stops.
         self._auth_watches: dict[tuple[str, str], object] = {}
-        # (peer uid, client id) -> the pid whose connections use it, and how many are
-        # connected: an id is its user's, so that one user cannot take another's (the default
-        # id, <hostname>-<pid>, is easily guessed) and lock its processes out.
-        self._clients: dict[tuple[int, str], tuple[int, int]] = {}
-        # client id -> the (uid, pid) whose /clients entries the agent keeps under it: the
-        # first connected process to announce one; a process of another user or pid that
-        # shares the id is served but its entries are not kept (they would overwrite these).
-        self._entries: dict[str, tuple[int, int]] = {}
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
@@ -263,7 +252,6 @@ class AgentServer:
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
         self._requests = Workers(REQUEST_WORKERS, "sentinel-agent-request")
         self._frames = Workers(FRAME_WORKERS, "sentinel-agent-frames")
-        self._refusals = Throttled(log)
         self._accept_errors = Throttled(log)
 
     # --- life cycle -------------------------------------------------------------------------
@@ -299,7 +287,7 @@ class AgentServer:
         old_umask = os.umask(0o177)
         try:
             listening.bind(self.path)
-            if self._open:
+            if self._admission.open:
                 os.chmod(self.path, 0o666)
         finally:
             os.umask(old_umask)
@@ -327,8 +315,7 @@ class AgentServer:
                 self._listening.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-        with self._lock:
-            connections = list(self._connections)
+        connections = self._admission.connected()
         for connection in connections:
             self.drop(connection, None)
         for connection in connections:  # the loop has ended: closed here
@@ -357,7 +344,7 @@ class AgentServer:
     @property
     def processes(self) -> int:
         """The processes connected now."""
-        return len(self._connections)
+        return len(self._admission.connections)
 
     # --- the loop: every socket's accepting, reading and writing ------------------------------
 
@@ -466,8 +453,7 @@ class AgentServer:
             assert self._listening is not None
             self._selector.register(self._listening, selectors.EVENT_READ, self._listening)
         silence = protocol.HEARTBEAT_MISSES * self._heartbeat
-        with self._lock:
-            connections = list(self._connections)
+        connections = self._admission.connected()
         for connection in connections:
             reason = None
             with connection.due:
@@ -540,9 +526,9 @@ class AgentServer:
         """Serve a new connection if its peer may connect and the caps allow; else refuse it
         (the caps' refusal says why, in an error frame)."""
         pid, uid, gid = protocol.peer_credentials(sock)
-        if not self._allowed(sock, uid, gid):
+        if not self._admission.allowed(sock, uid, gid):
             telemetry.AGENT_DROPPED.labels("refused").inc()
-            self._refusals.warning(
+            self._admission.refusals.warning(
                 "agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid
             )
             sock.close()
@@ -550,21 +536,8 @@ class AgentServer:
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         connection = Connection(sock, pid, uid, self._schedule_flush)
-        with self._lock:
-            refusal = self._shares.take(uid)
-            if refusal is None:
-                self._connections.add(connection)
-        if refusal is not None:
-            self._refuse(sock, pid, uid, refusal)
-            return
-        self._count_processes()
-        self._update(connection)
-
-    def _count_processes(self) -> None:
-        if self.region is None:
-            telemetry.AGENT_PROCESSES.set(len(self._connections))
-        else:
-            telemetry.AGENT_REGION_PROCESSES.labels(self.region).set(len(self._connections))
+        if self._admission.join(connection):
+            self._update(connection)
 
     def adopt(self, handed: Connection, hello: dict[str, Any]) -> None:
         """From the agent's own server's loop: serve a connection it admitted (its peer
@@ -575,41 +548,10 @@ class AgentServer:
         connection.requests.extend([hello, *handed.requests])
         connection.greeted, connection.serving = True, True
         connection.accepted_at = handed.accepted_at
-        with self._lock:
-            refusal = "stopping" if self._stopped.is_set() else self._shares.take(connection.uid)
-            if refusal is None:
-                self._connections.add(connection)
-        if refusal is not None:
-            self._refuse(connection.sock, connection.pid, connection.uid, refusal)
+        if not self._admission.join(connection, "stopping" if self._stopped.is_set() else None):
             return
-        self._count_processes()
         self._requests.submit(self._serve_next, connection)
         self.call_loop(connection)  # this server's loop reads it from now on
-
-    def _refuse(self, sock: socket.socket, pid: int, uid: int, refusal: str) -> None:
-        """Tell a connection over the caps why (nothing was sent on it yet: a new socket's
-        buffer holds the frame) and close it; counted."""
-        telemetry.AGENT_DROPPED.labels("cap").inc()
-        self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
-        error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
-        with contextlib.suppress(OSError):
-            sock.send(protocol.encode(error_answer(None, error)))
-        sock.close()
-
-    def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
-        """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
-        (primary or supplementary, as the kernel recorded them at connect: no ``/proc`` read,
-        so a pid reused meanwhile changes nothing)."""
-        if uid in self._uids or gid in self._gids:
-            return True
-        if not self._gids:
-            return False
-        try:
-            raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_BYTES)
-        except OSError as exc:  # more groups than fit, or a kernel without SO_PEERGROUPS
-            log.warning("agent: no supplementary groups of uid %d (%s)", uid, exc.strerror)
-            return False
-        return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
 
     def drop(self, connection: Connection, reason: str | None) -> None:
         """Close a connection (the loop closes its socket) and forget its announcements;
@@ -624,25 +566,14 @@ class AgentServer:
             telemetry.AGENT_DROPPED.labels(reason).inc()
         self.call_loop(connection)
         with self._lock:
-            if connection.client is not None:
-                claim = (connection.uid, connection.client)
-                pid, count = self._clients[claim]
-                if count > 1:
-                    self._clients[claim] = (pid, count - 1)
-                else:
-                    del self._clients[claim]
-                    if self._entries.get(connection.client) == (connection.uid, pid):
-                        del self._entries[connection.client]
-            if connection in self._connections:
-                self._connections.discard(connection)
-                self._shares.release(connection.uid)
+            self._admission.leave(connection)
             still = (
-                {path for other in self._connections for path in other.announced}
+                {path for other in self._admission.connections for path in other.announced}
                 if connection.announced
                 else set()
             )
             self._unfollow_auth(connection.auth_client)
-        self._count_processes()
+        self._admission.count()
         gone = {p: s for p, s in connection.announced.items() if p not in still}
         if gone:  # its /clients entries go with it, on a request worker
             self._requests.submit(self._forget, connection, gone)
@@ -693,7 +624,7 @@ class AgentServer:
         written (a node that does not exist, a name a process only claimed, may never be).
         Under the lock, so that a process of the same client following meanwhile sets its
         watch after this removal, never before it."""
-        if client is None or any(c.auth_client == client for c in self._connections):
+        if client is None or any(c.auth_client == client for c in self._admission.connections):
             return
         for pair in [pair for pair in self._auth if pair[1] == client]:
             self._auth.pop(pair)
@@ -782,15 +713,7 @@ class AgentServer:
             raise ProtocolError(
                 f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
             )
-        client = validate_name("client id", checked(hello, "client", str))
-        claim = (connection.uid, client)
-        with self._lock:
-            holder, count = self._clients.get(claim, (connection.pid, 0))
-            if holder == connection.pid and not connection.closed:
-                self._clients[claim] = (holder, count + 1)
-                connection.client = client
-        if holder != connection.pid:  # its /clients entries are that process's
-            raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
+        self._admission.claim(connection, validate_name("client id", checked(hello, "client", str)))
         connection.identity = checked(hello, "identity", (str, type(None)))
         connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
@@ -840,7 +763,7 @@ class AgentServer:
             # Counted before it is told: the process then leaves, and its end may be the
             # loop's to see first (then this connection's drop below counts nothing).
             telemetry.AGENT_DROPPED.labels("region").inc()
-            self._refusals.warning("agent: pid %d: %s", connection.pid, error)
+            self._admission.refusals.warning("agent: pid %d: %s", connection.pid, error)
             with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
                 connection.sock.send(protocol.encode(error_answer(None, error)))
             self.drop(connection, None)
@@ -851,9 +774,8 @@ class AgentServer:
             connection.closed = True  # this server reads it no more
             connection.handed_to = (server, hello)
         with self._lock:
-            self._connections.discard(connection)
-            self._shares.release(connection.uid)
-        self._count_processes()
+            self._admission.release(connection)
+        self._admission.count()
         self.call_loop(connection)  # the loop forgets its socket and hands it over
         return False
 
@@ -912,8 +834,9 @@ class AgentServer:
         only the processes following one of them: a process's pid and client id would say
         that something follows what the asker may not read."""
         everything = asking.uid in (0, os.geteuid())
-        with self._lock:
-            others = sorted((c for c in self._connections if c is not asking), key=lambda c: c.pid)
+        others = sorted(
+            (c for c in self._admission.connected() if c is not asking), key=lambda c: c.pid
+        )
         processes = []
         for c in others:
             services = sorted(s for s in set(c.followed) if everything or self._may_read(asking, s))
@@ -972,18 +895,8 @@ class AgentServer:
         with self._lock:
             if connection.closed:
                 return  # its drop has run, or runs next: nothing of it is kept
-            owner = self._entries.setdefault(connection.client, (connection.uid, connection.pid))
-        if owner != (connection.uid, connection.pid):
-            self._refusals.warning(
-                "agent: pid %d (uid %d): client id %r has its /clients entries kept for pid %d "
-                "(uid %d); this process is served, its entries are not kept",
-                connection.pid,
-                connection.uid,
-                connection.client,
-                owner[1],
-                owner[0],
-            )
-            return
+            if not self._admission.keeps_entries(connection):
+                return
         session = None
         if connection.identity is not None:
             session = self._identity_session(connection, entry=path)
@@ -1159,8 +1072,7 @@ class AgentServer:
     def _on_change(self, event: ChangeEvent) -> None:
         """Mark a change of the session or of a shard map on every connection; a service's
         changes are :meth:`_on_swap`'s. Nothing here waits."""
-        with self._lock:
-            connections = list(self._connections)
+        connections = self._admission.connected()
         if isinstance(event, ConnectionChanged):
             for connection in connections:
                 connection.mark(connection=True)
@@ -1192,7 +1104,7 @@ class AgentServer:
                 self._encoded.pop(service, None)
             else:
                 self._published[service] = (number, new)
-            connections = list(self._connections)
+            connections = list(self._admission.connections)
         if fields == {}:
             return  # nothing a process holds (the agent's own credential)
         change = None
@@ -1222,7 +1134,9 @@ class AgentServer:
                     ready.set()
                     return False
                 connections = [
-                    c for c in self._connections if c.auth_client == client and not c.closed
+                    c
+                    for c in self._admission.connections
+                    if c.auth_client == client and not c.closed
                 ]
                 if not connections:  # its processes are gone: stop following the node
                     self._auth.pop(pair, None)
@@ -1481,48 +1395,6 @@ class AgentServer:
         state = self.sentinel.connection_state
         since = None if state == "connected" else time.time() - self.sentinel.staleness
         return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
-
-
-def prepare_socket_path(path: str) -> None:
-    """Make ready to listen on the Unix socket ``path``: its directory made (0755) when
-    missing and checked (:func:`_check_directory`), and a socket left there by a dead agent
-    removed. SentinelError when ``path`` is not a socket, AddressInUse when a live agent
-    listens on it: never replaced. The agent's socket and its xDS socket
-    (:mod:`sentinel.agent.xds`) both."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    _check_directory(directory)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise SentinelError(f"{path} exists and is not a socket: not replacing it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody listens: a dead agent's
-        return
-    finally:
-        probe.close()
-    raise AddressInUse(f"an agent already serves {path}")
-
-
-def _check_directory(directory: str) -> None:
-    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
-    user that nobody else may write: whoever may write it could replace the socket with one
-    of their own, and take the processes' hellos."""
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
-    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
-        raise SentinelError(
-            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
-            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
-            f"{os.geteuid()}) may replace the socket: give --socket (or --xds) a path in a "
-            "directory only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
-        )
 
 
 def _raise_descriptor_limit(connections: int) -> None:
