@@ -63,27 +63,24 @@ from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-from kazoo.protocol.states import ZnodeStat
 from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
 from sentinel.agent.admission import Admission, prepare_socket_path
 from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
+from sentinel.agent.credentials import Credentials
 from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
-from sentinel.auth import acl
 from sentinel.auth.acl import ensure_clients_node
-from sentinel.auth.store import read_auth, read_issued
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AccessDenied,
     AgentServiceUnavailable,
-    DecodeError,
     NamespaceNotFound,
     RegionNotServed,
     ResolutionError,
@@ -93,7 +90,6 @@ from sentinel.errors import (
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
 from sentinel.registry.layout import (
     METRICS,
-    auth_keys_path,
     auth_path,
     client_path,
     service_path,
@@ -104,7 +100,6 @@ from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
-from sentinel.zk.watches import WatcherType
 
 if TYPE_CHECKING:
     from sentinel.agent.regions import RegionServers
@@ -227,11 +222,7 @@ class AgentServer:
             region=region,
         )
         self._lock = self._admission.lock  # the rooms' state that a connection's drop changes
-        # (service, auth client) -> the /auth node's text (None: no node), as last read
-        self._auth: dict[tuple[str, str], str | None] = {}
-        # The DataWatch following each pair's node, by a token of its own: a watch whose token
-        # is gone (its client's processes all left, or a newer watch replaced it) stops.
-        self._auth_watches: dict[tuple[str, str], object] = {}
+        self._credentials = Credentials(sentinel, self._admission, deltas=deltas)
         # (peer uid, identity) -> a session acting as it, least recently used first
         self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
         # service -> (the number of its last change, the snapshot after it), as the cache's
@@ -572,7 +563,7 @@ class AgentServer:
                 if connection.announced
                 else set()
             )
-            self._unfollow_auth(connection.auth_client)
+            self._credentials.unfollow(connection.auth_client)
         self._admission.count()
         gone = {p: s for p, s in connection.announced.items() if p not in still}
         if gone:  # its /clients entries go with it, on a request worker
@@ -617,22 +608,6 @@ class AgentServer:
             zk.set(path, replace(record, left=time.time()).to_bytes(path))
         except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
             log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
-
-    def _unfollow_auth(self, client: str | None) -> None:
-        """Under the lock, once no connected process claims ``client``: stop following its
-        credential nodes, the session's watches included, now rather than when a node is next
-        written (a node that does not exist, a name a process only claimed, may never be).
-        Under the lock, so that a process of the same client following meanwhile sets its
-        watch after this removal, never before it."""
-        if client is None or any(c.auth_client == client for c in self._admission.connections):
-            return
-        for pair in [pair for pair in self._auth if pair[1] == client]:
-            self._auth.pop(pair)
-            self._auth_watches.pop(pair, None)
-            # not waited for: this thread holds the lock
-            self.sentinel.session.watches.remove_watches(
-                auth_path(*pair), WatcherType.DATA, wait=False
-            )
 
     # --- reading, and the request workers -------------------------------------------------------
 
@@ -723,20 +698,7 @@ class AgentServer:
             welcome["region"] = region
         if auth_client is not None:
             connection.auth_client = validate_name("auth client", auth_client)
-            # What a process with a key ring checks at start, read here so that it opens no
-            # session when its public keys are published already (the common case). Unknown
-            # while the agent's session is down: the process then checks on its own session.
-            welcome["secured"] = welcome["keys"] = None
-            try:
-                if self.sentinel.connection_state != "connected":  # a read would wait for it
-                    raise ZooKeeperUnavailable("the agent's session is not connected")
-                welcome["secured"] = acl.is_secured(self.sentinel.session.zk)
-                keys, _ = self.sentinel.session.zk.get(auth_keys_path(auth_client))
-                welcome["keys"] = keys.decode("utf-8", "replace")
-            except NoNodeError:
-                pass
-            except (KazooException, ZooKeeperUnavailable):
-                welcome["secured"] = None
+            welcome.update(self._credentials.welcome(connection.auth_client))
         connection.reply(welcome)
 
     def _served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
@@ -820,7 +782,7 @@ class AgentServer:
         """The answer to a request whose service the process may read."""
         if op == "follow":
             if connection.auth_client is not None:
-                self._follow_auth(service, connection.auth_client)
+                self._credentials.follow(service, connection.auth_client)
             return {"op": "service", "id": request, "service": service}
         key = checked(message, "key", (str, int))  # "partition": a key its map does not hold
         partition = self.sentinel.partition_of(service, key)
@@ -886,7 +848,7 @@ class AgentServer:
                 f"of {connection.auth_client!r}"
             )
         if record.auth_version is not None:
-            newest = self._newest_version(service, connection.auth_client)
+            newest = self._credentials.newest_version(service, connection.auth_client)
             if record.auth_version > newest:
                 raise ProtocolError(
                     f"a /clients record of credential v{record.auth_version}, above the newest "
@@ -919,19 +881,6 @@ class AgentServer:
                 connection.announced[path] = session
         if gone:
             self._retire(connection, path, session)
-
-    def _newest_version(self, service: str, auth_client: str | None) -> int:
-        """The newest credential version of ``auth_client`` a process may have applied: the
-        highest the manager issued or published (0 for none, or no auth client)."""
-        if auth_client is None:
-            return 0
-        zk = self.sentinel.session.zk
-        try:
-            record, _ = read_auth(zk, service, auth_client)
-        except DecodeError:
-            record = None
-        published = record.versions if record is not None else ()
-        return max(read_issued(zk, service, auth_client), *published, 0)
 
     # --- what a process may read ------------------------------------------------------------
 
@@ -1114,47 +1063,6 @@ class AgentServer:
         for connection in connections:
             connection.mark_service(service, change)
 
-    def _follow_auth(self, service: str, client: str) -> None:
-        """Follow ``client``'s credential node of ``service`` (once for every process of that
-        client, and only while one is connected: a claimed client name costs the agent a
-        watch for as long as its process lives, see :meth:`_unfollow_auth`); its changes mark
-        the service on their connections."""
-        pair = (service, client)
-        token = object()
-        with self._lock:
-            if pair in self._auth:
-                return
-            self._auth[pair] = None
-            self._auth_watches[pair] = token
-        ready = threading.Event()
-
-        def changed(data: bytes | None, _: ZnodeStat | None) -> bool:
-            with self._lock:
-                if self._auth_watches.get(pair) is not token:  # unfollowed, maybe followed anew
-                    ready.set()
-                    return False
-                connections = [
-                    c
-                    for c in self._admission.connections
-                    if c.auth_client == client and not c.closed
-                ]
-                if not connections:  # its processes are gone: stop following the node
-                    self._auth.pop(pair, None)
-                    self._auth_watches.pop(pair, None)
-                    ready.set()
-                    return False
-                text = self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
-            frame = None
-            if self.deltas:  # one frame for every process of the client
-                frame = protocol.encode({"op": "auth", "service": service, "auth": text})
-            for connection in connections:
-                connection.mark_service(service, credential=frame)
-            ready.set()
-            return True
-
-        self.sentinel.session.zk.DataWatch(auth_path(service, client), changed)
-        ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
-
     # --- the frame workers, and writing ----------------------------------------------------------
 
     def _schedule_flush(self, connection: Connection) -> None:
@@ -1330,7 +1238,7 @@ class AgentServer:
                 snapshot = self.sentinel.session.cache.snapshots.get(service)
             auth = None
             if connection.auth_client is not None:
-                auth = self._auth.get((service, connection.auth_client))
+                auth = self._credentials.text(service, connection.auth_client)
         if snapshot is None:
             with connection.due:
                 connection.followed.discard(service)

@@ -856,7 +856,7 @@ def test_a_claimed_client_name_costs_the_agent_no_watch_once_its_process_leaves(
     assert wait_until(lambda: _credential_watches(zookeeper, agent, "ghost") == []), (
         _credential_watches(zookeeper, agent, "ghost")
     )
-    assert agent._auth == {}
+    assert agent._credentials._texts == {}
 
 
 def test_a_clients_credential_is_followed_while_any_of_its_processes_is_connected(
