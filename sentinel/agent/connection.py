@@ -52,8 +52,6 @@ class Connection:
     deltas: bool = False  # its hello says it applies deltas (older processes do not)
     followed: set[str] = field(default_factory=set)
     policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
-    # /clients path -> the identity session keeping it (None: the agent's own session)
-    announced: dict[str, Any] = field(default_factory=dict)
     readable: set[str] = field(default_factory=set)  # services its identity may read
     # What is due: replies in order, then the services' changes, the policies' latest state.
     replies: list[dict[str, Any]] = field(default_factory=list)

@@ -48,7 +48,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import functools
 import logging
 import os
 import resource
@@ -56,28 +55,23 @@ import selectors
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-from kazoo.security import Permissions
+from kazoo.exceptions import KazooException
 
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
 from sentinel.agent.admission import Admission, prepare_socket_path
 from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
 from sentinel.agent.credentials import Credentials
+from sentinel.agent.identities import Identities
 from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
-from sentinel.auth.acl import ensure_clients_node
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.connection import client_arguments, start_client
 from sentinel.errors import (
     AccessDenied,
     AgentServiceUnavailable,
@@ -89,16 +83,12 @@ from sentinel.errors import (
 )
 from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
 from sentinel.registry.layout import (
-    METRICS,
-    auth_path,
     client_path,
-    service_path,
     validate_name,
 )
 from sentinel.registry.records import ClientRecord, utf8_json
 from sentinel.shards.maps import DirectoryMap
 from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
-from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import translate
 
 if TYPE_CHECKING:
@@ -107,12 +97,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Sessions the agent opens as its processes' identities (their /clients entries, and reads of
-# nodes not everyone may read): identities are a host's few roles and applications. Bounded
-# per peer user and in all; past a bound the least recently used session that holds no live
-# process's entry is closed, so one user's junk identities never lock another identity out.
-MAX_IDENTITY_SESSIONS_PER_PEER = 16
-MAX_IDENTITY_SESSIONS = 64
 # Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
 # partition, announce) and building frames: a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
@@ -131,24 +115,6 @@ _RECEIVE_BYTES = 256 * 1024
 # rather than in dozens of the default's. Memory only while frames wait unread, and a
 # connection's frames wait in the agent's own buffer anyway until written.
 _SEND_BUFFER = 1 << 20
-
-
-@dataclass(eq=False)
-class _IdentitySession:
-    """A session acting as one process identity, for one peer user: it keeps the
-    ``/clients`` entries of that user's processes of that identity, and reads what not
-    everyone may read."""
-
-    zk: KazooClient
-    nodes: EphemeralNodes
-    live: dict[str, Connection] = field(default_factory=dict)  # path -> whose entry it is
-
-    def close(self) -> None:
-        """End the session: its entries, live or marked, go with it."""
-        self.nodes.close(timeout=0)
-        with contextlib.suppress(Exception):
-            self.zk.stop()
-        self.zk.close()
 
 
 class AgentServer:
@@ -223,8 +189,7 @@ class AgentServer:
         )
         self._lock = self._admission.lock  # the rooms' state that a connection's drop changes
         self._credentials = Credentials(sentinel, self._admission, deltas=deltas)
-        # (peer uid, identity) -> a session acting as it, least recently used first
-        self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
+        self._identities = Identities(sentinel, self._admission)
         # service -> (the number of its last change, the snapshot after it), as the cache's
         # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
         # whole state sent of it.
@@ -318,11 +283,7 @@ class AgentServer:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        with self._lock:
-            sessions = list(self._identities.values())
-            self._identities.clear()
-        for session in sessions:
-            session.close()
+        self._identities.close()
         if self._regions is not None:
             self._regions.close()
 
@@ -558,56 +519,11 @@ class AgentServer:
         self.call_loop(connection)
         with self._lock:
             self._admission.leave(connection)
-            still = (
-                {path for other in self._admission.connections for path in other.announced}
-                if connection.announced
-                else set()
-            )
+            gone = self._identities.forget(connection)
             self._credentials.unfollow(connection.auth_client)
         self._admission.count()
-        gone = {p: s for p, s in connection.announced.items() if p not in still}
         if gone:  # its /clients entries go with it, on a request worker
-            self._requests.submit(self._forget, connection, gone)
-
-    def _forget(self, connection: Connection, entries: dict[str, _IdentitySession | None]) -> None:
-        for path, session in entries.items():
-            self._retire(connection, path, session)
-
-    def _retire(self, connection: Connection, path: str, session: _IdentitySession | None) -> None:
-        """A departed process's ``/clients`` entry stops counting at once: deleted where its
-        session may delete it (an open namespace), else (a secured one lets only the admin
-        delete an entry) marked as left, which a rotation ignores, and removed for good when
-        the session holding it ends: at once when it was its identity's last process here."""
-        # The identity's own session, else the agent's: both keep their zk and nodes alike.
-        holder = self.sentinel.session if session is None else session
-        nodes, zk = holder.nodes, holder.zk
-        if session is not None:
-            with self._lock:
-                if session.live.get(path) is not connection:
-                    return  # announced again since, by a reconnected process
-                del session.live[path]
-                last = not session.live
-                if last:  # nothing else keeps it: its end removes every entry it holds
-                    for key, held in list(self._identities.items()):
-                        if held is session:
-                            del self._identities[key]
-            if last:
-                session.close()
-                return
-        try:
-            nodes.remove(path)
-            return
-        except NoAuthError:
-            pass  # only the admin deletes an entry in a secured namespace
-        except Exception as exc:  # the session lost or closing: its end removes them
-            log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
-            return
-        try:
-            data, _ = zk.get(path)
-            record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
-            zk.set(path, replace(record, left=time.time()).to_bytes(path))
-        except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
-            log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
+            self._requests.submit(self._identities.retire, connection, gone)
 
     # --- reading, and the request workers -------------------------------------------------------
 
@@ -763,7 +679,7 @@ class AgentServer:
             return
         request = checked(message, "id", int)
         try:
-            self._require_readable(connection, service)
+            self._identities.require_readable(connection, service)
             answer = self._answer(connection, op, service, request, message)
         except (ResolutionError, NamespaceNotFound, AccessDenied) as exc:
             answer = error_answer(request, exc)
@@ -801,7 +717,9 @@ class AgentServer:
         )
         processes = []
         for c in others:
-            services = sorted(s for s in set(c.followed) if everything or self._may_read(asking, s))
+            services = sorted(
+                s for s in set(c.followed) if everything or self._identities.may_read(asking, s)
+            )
             if services or everything:
                 processes.append({"pid": c.pid, "client": c.client, "services": services})
         return {
@@ -854,167 +772,7 @@ class AgentServer:
                     f"a /clients record of credential v{record.auth_version}, above the newest "
                     f"issued for {connection.auth_client!r} (v{newest})"
                 )
-        with self._lock:
-            if connection.closed:
-                return  # its drop has run, or runs next: nothing of it is kept
-            if not self._admission.keeps_entries(connection):
-                return
-        session = None
-        if connection.identity is not None:
-            session = self._identity_session(connection, entry=path)
-            if session is None:  # logged there; as a refused write of a process's own
-                return
-        # The identity's own session, else the agent's: both keep their zk and nodes alike.
-        holder = self.sentinel.session if session is None else session
-        nodes, zk = holder.nodes, holder.zk
-        nodes.put(
-            path,
-            data,
-            prepare=functools.partial(ensure_clients_node, zk, service),
-            keep_trying=True,
-        )
-        # Noted once written, so that its retirement always follows its write: a connection
-        # dropped meanwhile (closed is set before drop reads what it announced) retires it here.
-        with self._lock:
-            gone = connection.closed
-            if not gone:
-                connection.announced[path] = session
-        if gone:
-            self._retire(connection, path, session)
-
-    # --- what a process may read ------------------------------------------------------------
-
-    def _require_readable(self, connection: Connection, service: str) -> None:
-        """:class:`AccessDenied` unless the process may read ``service`` (checked once per
-        connection and service; loads the service, whose spec names its shard policy)."""
-        if service in connection.readable:
-            return
-        self.sentinel.prefetch(service)
-        self._check_readable(connection, service)
-        connection.readable.add(service)
-
-    def _may_read(self, connection: Connection, service: str) -> bool:
-        """Whether the process may read ``service`` (:meth:`_require_readable`); a check that
-        cannot be made (the service gone, the session down) says no."""
-        try:
-            self._require_readable(connection, service)
-        except (SentinelError, KazooException):
-            return False
-        return True
-
-    def _check_readable(self, connection: Connection, service: str) -> None:
-        """:class:`AccessDenied` unless the process's identity may read every subtree it
-        would be served of ``service`` (its node, its metrics, its credential node, its shard
-        policy). A subtree that everyone may read costs one ACL read; one that not everyone
-        may read is read as the process's identity, on a session of that identity's own
-        (kept for the identity's other processes), since ZooKeeper hides the digest hashes in
-        an ACL from a session without ADMIN there."""
-        snapshot = self.sentinel.session.cache.snapshots.get(service)
-        roots = [service_path(service), f"{METRICS}/{service}"]
-        if connection.auth_client is not None:
-            roots.append(auth_path(service, connection.auth_client))
-        if snapshot is not None and snapshot.spec.shard_policy is not None:
-            roots.append(policy_path(snapshot.spec.shard_policy))
-        for root in roots:
-            if not self._readable(connection, root):
-                raise AccessDenied(
-                    f"service {service!r}: this process's ZooKeeper identity may not read "
-                    f"{root} (its ACL), and the agent serves it only what it may read"
-                )
-
-    def _readable(self, connection: Connection, path: str) -> bool:
-        try:
-            entries, _ = self.sentinel.session.zk.get_acls(path)
-        except NoNodeError:
-            return True  # nothing there to hide
-        if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
-            return True
-        if connection.identity is None:
-            return False
-        session = self._identity_session(connection)
-        if session is None:
-            return False
-        try:
-            session.zk.get(path)
-        except NoAuthError:
-            return False
-        except NoNodeError:
-            return True
-        return True
-
-    def _identity_session(
-        self, connection: Connection, entry: str | None = None
-    ) -> _IdentitySession | None:
-        """A session acting as the process's identity for its peer user, made on first need;
-        ``entry``: a ``/clients`` path the process keeps on it (which keeps the session from
-        eviction while the process lives). None when it does not connect, or when every
-        session the bounds allow holds a live process's entry (logged)."""
-        assert connection.identity is not None
-        key = (connection.uid, connection.identity)
-        with self._lock:
-            session = self._identities.get(key)
-            if session is not None:
-                self._identities.move_to_end(key)
-                if entry is not None:
-                    session.live[entry] = connection
-                return session
-        # Opened outside the lock: the socket loop takes it, and must never wait behind a
-        # session's start (two requests may both open one; the second is closed unused).
-        session = self._open_identity_session(connection.identity)
-        if session is None:
-            return None
-        with self._lock:
-            chosen, unused = self._identities.get(key), [session]
-            if chosen is None:
-                evicted = self._make_room(connection.uid)
-                if evicted is not None:
-                    self._identities[key] = chosen = session
-                    unused = evicted
-            if chosen is not None and entry is not None:
-                chosen.live[entry] = connection
-        for other in unused:
-            other.close()
-        if chosen is None:
-            telemetry.AGENT_IDENTITIES_REFUSED.inc()
-            log.warning(
-                "agent: pid %d (uid %d): every identity session this user may hold keeps a live "
-                "process's /clients entries; its identity is not served",
-                connection.pid,
-                connection.uid,
-            )
-        return chosen
-
-    def _make_room(self, uid: int) -> list[_IdentitySession] | None:
-        """Under the lock: evict the least recently used idle sessions (holding no live
-        process's entry) so that ``uid`` may open one more; the evicted (to close), or None
-        when the bounds leave no room."""
-        evicted: list[_IdentitySession] = []
-        for bound, mine in ((MAX_IDENTITY_SESSIONS_PER_PEER, True), (MAX_IDENTITY_SESSIONS, False)):
-            held = [k for k in self._identities if not mine or k[0] == uid]
-            if len(held) < bound:
-                continue
-            idle = next((k for k in held if not self._identities[k].live), None)
-            if idle is None:
-                return None
-            evicted.append(self._identities.pop(idle))
-        return evicted
-
-    def _open_identity_session(self, identity: str) -> _IdentitySession | None:
-        zk = KazooClient(
-            hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
-            **client_arguments(identity, self.sentinel.tls),
-        )
-        try:
-            start_client(zk, self.sentinel.hosts, self.sentinel.connect_timeout)
-        except Exception as exc:
-            log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
-            with contextlib.suppress(Exception):
-                zk.stop()
-            zk.close()
-            return None
-        nodes = EphemeralNodes(zk)
-        nodes.start()
-        return _IdentitySession(zk, nodes)
+        self._identities.keep(connection, service, path, data)
 
     # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
 
