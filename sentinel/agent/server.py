@@ -55,40 +55,35 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kazoo.exceptions import KazooException
 
 from sentinel import telemetry
-from sentinel.agent import changes, protocol
+from sentinel.agent import protocol
 from sentinel.agent.admission import Admission, prepare_socket_path
 from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
 from sentinel.agent.credentials import Credentials
+from sentinel.agent.fanout import Fanout
 from sentinel.agent.identities import Identities
 from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
-from sentinel.cache.snapshot_file import policy_entry, service_entry
-from sentinel.cache.views import ServiceSnapshot
 from sentinel.errors import (
     AccessDenied,
-    AgentServiceUnavailable,
     NamespaceNotFound,
     RegionNotServed,
     ResolutionError,
     SentinelError,
     ZooKeeperUnavailable,
 )
-from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
 from sentinel.registry.layout import (
     client_path,
     validate_name,
 )
-from sentinel.registry.records import ClientRecord, utf8_json
-from sentinel.shards.maps import DirectoryMap
-from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
+from sentinel.registry.records import ClientRecord
 from sentinel.zk.errors import translate
 
 if TYPE_CHECKING:
@@ -98,9 +93,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
-# partition, announce) and building frames: a fixed few, whatever the connections.
+# partition, announce): a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
-FRAME_WORKERS = 2
 # A ping waits this long at most for its request on the session (a process's measurement
 # waits as long: sentinel.regions.remotes.RTT_TIMEOUT).
 PING_TIMEOUT = 2.0
@@ -177,7 +171,6 @@ class AgentServer:
         self._max_connections = max_connections
         self._hello_timeout = hello_timeout
         self._heartbeat = heartbeat
-        self._max_frame_bytes = max_frame_bytes
         self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
         self._admission = Admission(
             path,
@@ -190,11 +183,14 @@ class AgentServer:
         self._lock = self._admission.lock  # the rooms' state that a connection's drop changes
         self._credentials = Credentials(sentinel, self._admission, deltas=deltas)
         self._identities = Identities(sentinel, self._admission)
-        # service -> (the number of its last change, the snapshot after it), as the cache's
-        # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
-        # whole state sent of it.
-        self._published: dict[str, tuple[int, ServiceSnapshot]] = {}
-        self._encoded: dict[str, tuple[ServiceSnapshot, bytes]] = {}
+        self._fanout = Fanout(
+            sentinel,
+            self._admission,
+            self._credentials,
+            self,
+            deltas=deltas,
+            max_frame_bytes=max_frame_bytes,
+        )
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
@@ -207,7 +203,6 @@ class AgentServer:
         self._accept_resumes_at: float | None = None  # accepting paused until then
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
         self._requests = Workers(REQUEST_WORKERS, "sentinel-agent-request")
-        self._frames = Workers(FRAME_WORKERS, "sentinel-agent-frames")
         self._accept_errors = Throttled(log)
 
     # --- life cycle -------------------------------------------------------------------------
@@ -220,8 +215,8 @@ class AgentServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         if self.region is None:
             self._listen()
-        self._remove_listener = self.sentinel.listen(None, self._on_change)
-        self.sentinel.session.cache.on_swap = self._on_swap
+        self._remove_listener = self.sentinel.listen(None, self._fanout.on_change)
+        self.sentinel.session.cache.on_swap = self._fanout.on_swap
         self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
         self._loop_thread.start()
         log.info(
@@ -279,7 +274,7 @@ class AgentServer:
         # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
         # entries of the connections dropped are retired, before the sessions go.
         self._requests.shutdown()
-        self._frames.shutdown()
+        self._fanout.close()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -487,7 +482,7 @@ class AgentServer:
             return
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
-        connection = Connection(sock, pid, uid, self._schedule_flush)
+        connection = Connection(sock, pid, uid, self._fanout.schedule)
         if self._admission.join(connection):
             self._update(connection)
 
@@ -495,7 +490,7 @@ class AgentServer:
         """From the agent's own server's loop: serve a connection it admitted (its peer
         checked) whose hello named this server's region, from that hello on; over this
         server's caps, it is refused as :meth:`_admit` refuses (told why)."""
-        connection = Connection(handed.sock, handed.pid, handed.uid, self._schedule_flush)
+        connection = Connection(handed.sock, handed.pid, handed.uid, self._fanout.schedule)
         connection.frames = handed.frames  # what followed the hello, read already
         connection.requests.extend([hello, *handed.requests])
         connection.greeted, connection.serving = True, True
@@ -608,7 +603,7 @@ class AgentServer:
         connection.identity = checked(hello, "identity", (str, type(None)))
         connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
         auth_client = checked(hello, "auth_client", (str, type(None)))
-        welcome = self._connection_message("welcome")
+        welcome = self._fanout.connection_message("welcome")
         welcome["heartbeat"] = self._heartbeat
         if region is not None:  # said back: an agent before regions would not
             welcome["region"] = region
@@ -774,203 +769,6 @@ class AgentServer:
                 )
         self._identities.keep(connection, service, path, data)
 
-    # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
-
-    def _on_change(self, event: ChangeEvent) -> None:
-        """Mark a change of the session or of a shard map on every connection; a service's
-        changes are :meth:`_on_swap`'s. Nothing here waits."""
-        connections = self._admission.connected()
-        if isinstance(event, ConnectionChanged):
-            for connection in connections:
-                connection.mark(connection=True)
-        elif isinstance(event, ShardKeysChanged):
-            for connection in connections:
-                connection.mark(policy=event.policy, keys=event.changes)
-
-    def _on_swap(
-        self,
-        service: str,
-        old: ServiceSnapshot,
-        new: ServiceSnapshot | None,
-        names: Collection[str] | None,
-    ) -> None:
-        """A service's snapshot replaced in the agent's cache (None: dropped): number the
-        change, encode what changed once, and hand the same frame to every connection
-        following the service (the whole state when a delta cannot say it, or would be
-        larger than a frame may be). On the cache's worker; nothing here waits."""
-        fields = None
-        if new is not None and self.deltas:
-            try:
-                fields = changes.delta(service, old, new, names)
-            except Exception:  # the agent's own bug: its processes are sent the whole state
-                log.exception("agent: the change of %s could not be told as a delta", service)
-        with self._lock:
-            number = self._published.get(service, (0, old))[0] + (fields != {})
-            if new is None:
-                self._published.pop(service, None)
-                self._encoded.pop(service, None)
-            else:
-                self._published[service] = (number, new)
-            connections = list(self._admission.connections)
-        if fields == {}:
-            return  # nothing a process holds (the agent's own credential)
-        change = None
-        if fields is not None:
-            frame = protocol.encode({"op": "delta", "service": service, "seq": number, **fields})
-            change = None if len(frame) > self._max_frame_bytes else (number, frame)
-        for connection in connections:
-            connection.mark_service(service, change)
-
-    # --- the frame workers, and writing ----------------------------------------------------------
-
-    def _schedule_flush(self, connection: Connection) -> None:
-        """Have a frame worker build what is due, unless one is on it or the last frames
-        are not written yet (then what is due waits, merged, for the process to read them).
-        Deltas and credential frames alone are built already: written from here at once (the
-        loop woken only for what the socket does not take), no worker between a change and
-        its write."""
-        with connection.due:
-            if (
-                connection.closed
-                or connection.flushing
-                or connection.out
-                or not (connection.welcomed or connection.replies)  # the welcome goes first
-                or not (
-                    connection.replies
-                    or connection.pending
-                    or connection.keys
-                    or connection.connection
-                )
-            ):
-                return
-            built = not (
-                connection.replies
-                or connection.pending.whole
-                or connection.keys
-                or connection.connection
-            )
-            if built:  # written from here as a frame worker writes them (see _flush)
-                credentials, _, deltas = connection.pending.take()
-                connection.sent_at = time.monotonic()  # the send timeout counts from now
-                connection.out.extend(self._built_frames(connection, credentials, deltas))
-                broken = connection.send_out()
-                written = not connection.out
-            else:
-                connection.flushing = True
-        if not built:
-            self._frames.submit(self._flush, connection)
-        elif broken:
-            self.drop(connection, None)
-        elif not written:
-            self.call_loop(connection)
-
-    def _built_frames(
-        self,
-        connection: Connection,
-        credentials: dict[str, bytes],
-        deltas: dict[str, list[tuple[int, bytes]]],
-    ) -> list[bytes]:
-        """The frames of changes encoded already (shared by the connections they go to), in
-        the order they go: credential frames (a state built after them holds a credential at
-        least as new), then each service's deltas newer than the whole state sent of it."""
-        frames = [self._shared(frame, "auth") for frame in credentials.values()]
-        for service, queued in deltas.items():
-            sent = connection.numbers.get(service, 0)
-            frames += [self._shared(f, "delta") for number, f in queued if number > sent]
-        return frames
-
-    def _flush(self, connection: Connection) -> None:
-        """A frame worker's: build what is due, latest state first-come, and hand the frames
-        to the loop; any failure drops this connection only."""
-        with connection.due:
-            if connection.closed:
-                connection.flushing = False
-                return
-            replies, connection.replies = connection.replies, []
-            credentials, services, deltas = connection.pending.take()
-            keys, connection.keys = connection.keys, {}
-            state, connection.connection = connection.connection, False
-        frames: list[bytes] = []
-        try:
-            frames += self._built_frames(connection, credentials, {})  # see _built_frames
-            for message in replies:
-                if message["op"] == "service":
-                    # Followed from here: a change after this marks it, and the state sent
-                    # now holds every change before. No change frame of a service goes out
-                    # before its answer.
-                    with connection.due:
-                        connection.followed.add(message["service"])
-                    service, request = message["service"], message["id"]
-                    frames.append(self._service_frame(connection, service, request))
-                else:
-                    frames.append(self._frame(message))
-            for service in sorted(services):
-                frames.append(self._service_frame(connection, service))
-            frames += self._built_frames(connection, {}, deltas)  # after the states sent
-            for policy, changed in keys.items():
-                frames.append(self._frame(self._keys_message(connection, policy, changed)))
-            if state:
-                frames.append(self._frame(self._connection_message("connection")))
-        except Exception:  # a bug of the agent's own: logged, and the process reconnects
-            log.exception("agent: dropping pid %d: its frames could not be built", connection.pid)
-            with connection.due:
-                connection.flushing = False
-            return self.drop(connection, "error")
-        with connection.due:
-            connection.flushing = False
-            if connection.closed:
-                return
-            if not connection.out:
-                connection.sent_at = time.monotonic()  # the send timeout counts from now
-            connection.out.extend(frames)
-            # Written from here what the socket takes now (a frame of a few KB: all of it),
-            # the loop woken only for the rest: one thread's wake-up per change, not two.
-            broken = connection.send_out()
-            written = not connection.out
-        if broken:
-            return self.drop(connection, None)
-        if written:
-            self._schedule_flush(connection)  # marked meanwhile
-        else:
-            self.call_loop(connection)
-
-    def _service_frame(
-        self, connection: Connection, service: str, request: int | None = None
-    ) -> bytes:
-        """The service's frame; when it cannot be sent (larger than ``max_frame_bytes``, or
-        a node that does not encode), an error frame naming the service instead: the
-        process serves what it has of it, marked stale, and the link goes on (the service
-        stays followed, so its next change is tried again)."""
-        sent_before = dict(connection.policies_sent)
-        try:
-            message, encoded = self._service_message(connection, service, request)
-            frame = protocol.encode(message, encoded)
-            if len(frame) > self._max_frame_bytes:
-                raise ValueError(
-                    f"its state is {len(frame)} bytes, more than the {self._max_frame_bytes} "
-                    "a frame may hold"
-                )
-        except Exception as exc:
-            connection.policies_sent = sent_before  # a shard map in it was not sent either
-            telemetry.AGENT_UNSENT.inc()
-            log.warning("agent: cannot send service %r to pid %d: %s", service, connection.pid, exc)
-            error = AgentServiceUnavailable(
-                f"the agent cannot send service {service!r}: {exc}", service
-            )
-            return self._frame(error_answer(request, error))
-        telemetry.AGENT_SENT_BYTES.inc(len(frame))
-        telemetry.AGENT_FRAMES.labels(message["op"]).inc()
-        return frame
-
-    def _frame(self, message: dict[str, Any]) -> bytes:
-        return self._shared(protocol.encode(message), message["op"])
-
-    def _shared(self, frame: bytes, op: str) -> bytes:
-        """A frame about to be sent (built for this connection, or shared by several)."""
-        telemetry.AGENT_SENT_BYTES.inc(len(frame))
-        telemetry.AGENT_FRAMES.labels(op).inc()
-        return frame
-
     def _write(self, connection: Connection) -> None:
         """The loop's: write what the socket takes now; once all is written, have what is
         due built."""
@@ -981,86 +779,7 @@ class AgentServer:
             return self.drop(connection, None)
         if written:
             self._update(connection)
-            self._schedule_flush(connection)
-
-    def _service_message(
-        self, connection: Connection, service: str, request: int | None = None
-    ) -> tuple[dict[str, Any], dict[str, bytes]]:
-        """The service's whole state now (``gone`` when the agent no longer holds it),
-        numbered as its last change, with its shard map the first time and the process's
-        sealed credential node; its nodes (``entry``) apart, encoded once per snapshot
-        whatever the number of connections sent it."""
-        with self._lock:
-            number, snapshot = self._published.get(service, (0, None))
-            if snapshot is None:  # no change since the agent's cache loaded it
-                snapshot = self.sentinel.session.cache.snapshots.get(service)
-            auth = None
-            if connection.auth_client is not None:
-                auth = self._credentials.text(service, connection.auth_client)
-        if snapshot is None:
-            with connection.due:
-                connection.followed.discard(service)
-            return {"op": "gone", "id": request, "service": service}, {}
-        message: dict[str, Any] = {
-            "op": "service",
-            "id": request,
-            "service": service,
-            "seq": number,
-            "policies": {},
-            "auth": auth,
-        }
-        policy = snapshot.spec.shard_policy
-        if policy is not None and policy not in connection.policies_sent:
-            message["policies"][policy] = self._policy_entry(connection, policy)
-        connection.numbers[service] = number
-        return message, {"entry": self._entry(service, snapshot)}
-
-    def _entry(self, service: str, snapshot: ServiceSnapshot) -> bytes:
-        """``snapshot``'s nodes in the snapshot file's form, as JSON, encoded once."""
-        encoded = self._encoded.get(service)
-        if encoded is None or encoded[0] is not snapshot:
-            entry = {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)}
-            encoded = self._encoded[service] = (snapshot, utf8_json(entry))
-        return encoded[1]
-
-    def _keys_message(
-        self, connection: Connection, policy: str, keys: set[str] | None
-    ) -> dict[str, Any]:
-        """The buckets of a directory map that hold ``keys``, or the whole map (another
-        kind, another spec than the process has, or ``keys`` None)."""
-        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
-        spec_text = None if shard_map is None else shard_map.spec.to_bytes(policy_path(policy))
-        if (
-            keys is None
-            or not isinstance(shard_map, DirectoryMap)
-            or connection.policies_sent.get(policy) != spec_text.decode()  # type: ignore[union-attr]
-        ):
-            return {
-                "op": "policy",
-                "policy": policy,
-                "entry": self._policy_entry(connection, policy),
-            }
-        indexes = {bucket_of(key, shard_map.spec.buckets) for key in keys}
-        return {
-            "op": "buckets",
-            "policy": policy,
-            "buckets": {
-                str(i): encode_bucket(bucket_path(policy, i), shard_map.bucket(i)).decode()
-                for i in indexes
-            },
-        }
-
-    def _policy_entry(self, connection: Connection, policy: str) -> dict[str, Any] | None:
-        """A shard map in the snapshot file's form (None: the policy does not exist)."""
-        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
-        entry = None if shard_map is None else policy_entry(policy, shard_map)
-        connection.policies_sent[policy] = "" if entry is None else entry["spec"]
-        return entry
-
-    def _connection_message(self, op: str) -> dict[str, Any]:
-        state = self.sentinel.connection_state
-        since = None if state == "connected" else time.time() - self.sentinel.staleness
-        return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
+            self._fanout.schedule(connection)
 
 
 def _raise_descriptor_limit(connections: int) -> None:

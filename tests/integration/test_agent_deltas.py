@@ -260,7 +260,7 @@ def test_a_backlog_past_the_bound_collapses_into_the_whole_state(
     assert SERVICE in connection.pending.whole and not connection.pending.deltas
     with connection.due:
         connection.flushing = False
-    agent._schedule_flush(connection)
+    agent._fanout.schedule(connection)
     expected = fresh(make_client)
     assert wait_until(lambda: served(app) == expected)
     assert frames("service") == wholes + 1
