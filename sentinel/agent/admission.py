@@ -24,13 +24,13 @@ import threading
 
 from sentinel import telemetry
 from sentinel.agent import protocol
-from sentinel.agent.connection import Connection
+from sentinel.agent.connection import LOGGER, Connection
 from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Shares, Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.errors import AddressInUse, AgentUnavailable, SentinelError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(LOGGER)
 
 # SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)

@@ -28,6 +28,9 @@ from sentinel.agent.protocol import ProtocolError
 if TYPE_CHECKING:
     from sentinel.agent.regions import RegionServer
 
+#: The agent daemon's logger, whichever of its rooms writes: the one name operators configure
+#: (and the one it had before the rooms were split out of :mod:`sentinel.agent.server`).
+LOGGER = "sentinel.agent.server"
 # Requests a process may have unanswered: its worker follows one service at a time and its
 # lookups ask for a key each; more is a flood, and the connection is dropped.
 MAX_PENDING_REPLIES = 1024

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from sentinel import telemetry
 from sentinel.agent import changes, protocol
-from sentinel.agent.connection import Connection, Server, Workers
+from sentinel.agent.connection import LOGGER, Connection, Server, Workers
 from sentinel.agent.link import error_answer
 from sentinel.cache.snapshot_file import policy_entry, service_entry
 from sentinel.cache.views import ServiceSnapshot
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from sentinel.agent.credentials import Credentials
     from sentinel.client import Sentinel
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(LOGGER)
 
 # Threads building frames: a fixed few, whatever the connections.
 FRAME_WORKERS = 2

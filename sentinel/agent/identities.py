@@ -24,7 +24,7 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.security import Permissions
 
 from sentinel import telemetry
-from sentinel.agent.connection import Connection
+from sentinel.agent.connection import LOGGER, Connection
 from sentinel.auth.acl import ensure_clients_node
 from sentinel.connection import client_arguments, start_client
 from sentinel.errors import AccessDenied, SentinelError
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from sentinel.agent.admission import Admission
     from sentinel.client import Sentinel
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(LOGGER)
 
 # Sessions the agent opens as its processes' identities (their /clients entries, and reads of
 # nodes not everyone may read): identities are a host's few roles and applications. Bounded

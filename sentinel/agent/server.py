@@ -6,41 +6,32 @@ services it follows, and gets each one's whole state, then each change as what c
 (:mod:`sentinel.agent.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
 cross the socket: it keeps its own immutable snapshots, as with a session of its own.
 
-Who may connect: every connection's peer credentials are checked (``SO_PEERCRED``, and
-``SO_PEERGROUPS`` for its supplementary groups, both as the kernel recorded them when it
-connected): root, the agent's own user, and the users and groups allowed. The socket file is
-made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
-the check. The socket's directory must be writable by root or the agent's user alone. A
-refused peer, a frame that is not a message, or a process that claims the client id of
-another process of its user is logged, counted and dropped; the others are served. A client
-id is its user's: another user's process that says the same one is no conflict (so that the
-default id, ``<hostname>-<pid>``, claimed by another user locks nobody out), and the
-``/clients`` entries under an id are kept for the first process that announced them.
+The server is its socket loop and the rooms it wires together, each owning its state and
+calling back into the loop through :class:`~sentinel.agent.connection.Server`:
 
-Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
-writes them on a session of that identity, so a rotation trusts them as it would the
-process's own); a process without an identity has them on the agent's session, as an
-anonymous process would. When the process leaves, its entries go (or, where the identity
-may not delete them, are marked as left until its identity's last process leaves).
+* :mod:`~sentinel.agent.admission`: who may connect (peer credentials, the caps, whose
+  client ids are whose), and the socket path's checks;
+* :mod:`~sentinel.agent.connection`: one process's connection;
+* :mod:`~sentinel.agent.answers`: what a process's requests are answered, on request workers;
+* :mod:`~sentinel.agent.identities`: the sessions acting as the processes' identities, what a
+  process may read, and its ``/clients`` entries;
+* :mod:`~sentinel.agent.credentials`: the ``/auth`` nodes read for the processes;
+* :mod:`~sentinel.agent.fanout`: each change handed to the connections following it, and
+  their frames built on frame workers;
+* :mod:`~sentinel.agent.regions`: the agent's other regions, whose servers this one hands
+  the connections whose hello names them.
 
 Threads do not grow with connections: one loop (:mod:`selectors`) accepts, reads and writes
 every socket, non-blocking; requests (which may wait on ZooKeeper) run on a few request
 workers, and frames are built on a few frame workers, so the loop never waits. Nothing a
-process sends reaches the agent's cache worker or kazoo's threads. Connections are capped per
-peer uid and in all; a hello must come within ``hello_timeout``; a process that sends nothing
-(not even a heartbeat) for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is
-dropped, and the agent sends a heartbeat on a link idle for ``heartbeat`` seconds so that its
-processes can tell a quiet agent from a dead one. The cache's worker hands each change of a
-service to :meth:`AgentServer._on_swap`, which encodes its delta once and hands the same bytes
-to every connection following the service; a connection keeps them in order, bounded per
-service (past the bound they collapse into the service's whole state, built when sent), and
-its frames are built only once the last ones were written, so a slow process costs the agent
-that bound and one batch of frames, and is sent the latest state when it reads again; one
-that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
-Any failure on a connection drops that connection only, logged and counted; a service whose
-frame cannot be sent is an ``error`` frame naming it, the link kept. Credentials cross the
-socket as the ``/auth`` node holds them, sealed to the process's key ring: the agent holds no
-private key and never sees a credential in the clear.
+process sends reaches the agent's cache worker or kazoo's threads. A hello must come within
+``hello_timeout``; a process that sends nothing (not even a heartbeat) for
+:data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is dropped, and the agent sends a
+heartbeat on a link idle for ``heartbeat`` seconds so that its processes can tell a quiet
+agent from a dead one; one that has not read for ``send_timeout`` seconds is dropped (it
+reconnects and reads afresh). A refused peer, a frame that is not a message, or a process
+that claims the client id of another process of its user is logged, counted and dropped; any
+failure on a connection drops that connection only, logged and counted.
 """
 
 from __future__ import annotations
@@ -58,12 +49,11 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import KazooException
-
 from sentinel import telemetry
 from sentinel.agent import protocol
 from sentinel.agent.admission import Admission, prepare_socket_path
-from sentinel.agent.connection import MAX_QUEUED_REQUESTS, Connection, Workers
+from sentinel.agent.answers import Answers
+from sentinel.agent.connection import LOGGER, MAX_QUEUED_REQUESTS, Connection, Workers
 from sentinel.agent.credentials import Credentials
 from sentinel.agent.fanout import Fanout
 from sentinel.agent.identities import Identities
@@ -71,33 +61,18 @@ from sentinel.agent.link import error_answer
 from sentinel.agent.peers import Throttled
 from sentinel.agent.protocol import ProtocolError
 from sentinel.agent.protocol import field as checked
-from sentinel.errors import (
-    AccessDenied,
-    NamespaceNotFound,
-    RegionNotServed,
-    ResolutionError,
-    SentinelError,
-    ZooKeeperUnavailable,
-)
-from sentinel.registry.layout import (
-    client_path,
-    validate_name,
-)
-from sentinel.registry.records import ClientRecord
-from sentinel.zk.errors import translate
+from sentinel.errors import RegionNotServed
+from sentinel.registry.layout import validate_name
 
 if TYPE_CHECKING:
     from sentinel.agent.regions import RegionServers
     from sentinel.client import Sentinel
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(LOGGER)
 
 # Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
 # partition, announce): a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
-# A ping waits this long at most for its request on the session (a process's measurement
-# waits as long: sentinel.regions.remotes.RTT_TIMEOUT).
-PING_TIMEOUT = 2.0
 # Connections accepted in one turn of the loop before it serves the others again.
 _ACCEPTS_PER_TURN = 64
 # A full descriptor table or kernel memory on accept: accepting pauses this long (the
@@ -146,7 +121,7 @@ class AgentServer:
         regions: RegionServers | None = None,
         region: str | None = None,
     ) -> None:
-        # A region's server is made with these (see _region_server): the same checks and caps.
+        # A region's server is made with these (_region_server): the same checks and caps.
         self._settings: dict[str, Any] = {
             "allowed_uids": tuple(allowed_uids),
             "allowed_gids": tuple(allowed_gids),
@@ -204,6 +179,17 @@ class AgentServer:
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
         self._requests = Workers(REQUEST_WORKERS, "sentinel-agent-request")
         self._accept_errors = Throttled(log)
+        self._answers = Answers(
+            sentinel,
+            self,
+            self._requests,
+            admission=self._admission,
+            identities=self._identities,
+            credentials=self._credentials,
+            fanout=self._fanout,
+            heartbeat=heartbeat,
+            regions=regions,
+        )
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -497,7 +483,7 @@ class AgentServer:
         connection.accepted_at = handed.accepted_at
         if not self._admission.join(connection, "stopping" if self._stopped.is_set() else None):
             return
-        self._requests.submit(self._serve_next, connection)
+        self._requests.submit(self._answers.serve_next, connection)
         self.call_loop(connection)  # this server's loop reads it from now on
 
     def drop(self, connection: Connection, reason: str | None) -> None:
@@ -551,68 +537,11 @@ class AgentServer:
             start, connection.serving = not connection.serving, True
             full = len(connection.requests) >= MAX_QUEUED_REQUESTS
         if start:
-            self._requests.submit(self._serve_next, connection)
+            self._requests.submit(self._answers.serve_next, connection)
         if full:
             self._update(connection)  # read again once they are served
 
-    def _serve_next(self, connection: Connection) -> None:
-        """A request worker's: serve the connection's next request, then queue the rest
-        behind the other connections' (no connection holds a worker for long)."""
-        with connection.due:
-            if connection.closed or not connection.requests:
-                connection.serving = False
-                return
-            message = connection.requests.popleft()
-            resume = len(connection.requests) == MAX_QUEUED_REQUESTS - 1
-        try:
-            if not connection.welcomed:
-                if message["op"] != "hello":
-                    raise ProtocolError(f"{message['op']!r} before the hello")
-                self._welcome(connection, message)
-                connection.welcomed = True
-            elif message["op"] == "hello":
-                raise ProtocolError("a second hello")
-            else:
-                self._serve(connection, message)
-        except (ProtocolError, SentinelError, ValueError) as exc:
-            log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            return self.drop(connection, "protocol")
-        except Exception:  # a bug of the agent's own: logged, and the process reconnects
-            log.exception("agent: dropping pid %d", connection.pid)
-            return self.drop(connection, "error")
-        if resume:
-            self.call_loop(connection)
-        with connection.due:
-            more = bool(connection.requests) and not connection.closed
-            connection.serving = more
-        if more:
-            self._requests.submit(self._serve_next, connection)
-
-    def _welcome(self, connection: Connection, hello: dict[str, Any]) -> None:
-        connection.version = checked(hello, "version", int)
-        if connection.version not in protocol.VERSIONS:
-            raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
-        region = self._served_region(connection, hello)
-        if region is False:
-            return  # handed to its region's server, or refused
-        if checked(hello, "namespace", str) != self.sentinel.namespace:
-            raise ProtocolError(
-                f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
-            )
-        self._admission.claim(connection, validate_name("client id", checked(hello, "client", str)))
-        connection.identity = checked(hello, "identity", (str, type(None)))
-        connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
-        auth_client = checked(hello, "auth_client", (str, type(None)))
-        welcome = self._fanout.connection_message("welcome")
-        welcome["heartbeat"] = self._heartbeat
-        if region is not None:  # said back: an agent before regions would not
-            welcome["region"] = region
-        if auth_client is not None:
-            connection.auth_client = validate_name("auth client", auth_client)
-            welcome.update(self._credentials.welcome(connection.auth_client))
-        connection.reply(welcome)
-
-    def _served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
+    def served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
         """The region a hello names, when this server serves it (None: it names none);
         False when it names another: then the connection is handed to that region's server
         (its loop reads it from there), or refused with RegionNotServed when the agent's
@@ -656,118 +585,6 @@ class AgentServer:
         """A started server of ``sentinel``'s session to ``region``, with this server's
         settings (peer checks, caps, timeouts), listening on no socket of its own."""
         return AgentServer(sentinel, self.path, region=region, **self._settings).start()
-
-    def _serve(self, connection: Connection, message: dict[str, Any]) -> None:
-        """One request. Every request names a service, and every one answered is answered
-        only when the process's identity may read that service: checked here, once for every
-        kind of request (:meth:`_require_readable`)."""
-        op = message["op"]
-        if op == "status":  # the requests that name no service
-            connection.reply(self._status(checked(message, "id", int), connection))
-            return
-        if op == "ping":
-            connection.reply(self._ping(checked(message, "id", int)))
-            return
-        service = validate_name("service", checked(message, "service", str))
-        if op == "announce":  # no answer, nothing read: the process's own /clients entry
-            self._announce(connection, service, message)
-            return
-        request = checked(message, "id", int)
-        try:
-            self._identities.require_readable(connection, service)
-            answer = self._answer(connection, op, service, request, message)
-        except (ResolutionError, NamespaceNotFound, AccessDenied) as exc:
-            answer = error_answer(request, exc)
-        except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
-            answer = error_answer(request, translate(exc, "the agent's session"))
-        connection.reply(answer)
-
-    def _answer(
-        self,
-        connection: Connection,
-        op: str,
-        service: str,
-        request: int,
-        message: dict[str, Any],
-    ) -> dict[str, Any]:
-        """The answer to a request whose service the process may read."""
-        if op == "follow":
-            if connection.auth_client is not None:
-                self._credentials.follow(service, connection.auth_client)
-            return {"op": "service", "id": request, "service": service}
-        key = checked(message, "key", (str, int))  # "partition": a key its map does not hold
-        partition = self.sentinel.partition_of(service, key)
-        return {"op": "partition", "id": request, "partition": partition}
-
-    def _status(self, request: int, asking: Connection) -> dict[str, Any]:
-        """``status``: the session's state and staleness, and every other process connected
-        with the services it follows (the asker, ``sentinel agent status``, is not one). Root
-        and the agent's own user see every process and service. Another peer sees only the
-        services the identity of its hello may read (the read check of its own requests), and
-        only the processes following one of them: a process's pid and client id would say
-        that something follows what the asker may not read."""
-        everything = asking.uid in (0, os.geteuid())
-        others = sorted(
-            (c for c in self._admission.connected() if c is not asking), key=lambda c: c.pid
-        )
-        processes = []
-        for c in others:
-            services = sorted(
-                s for s in set(c.followed) if everything or self._identities.may_read(asking, s)
-            )
-            if services or everything:
-                processes.append({"pid": c.pid, "client": c.client, "services": services})
-        return {
-            "op": "status",
-            "id": request,
-            "state": self.sentinel.connection_state,
-            "staleness": self.sentinel.staleness,
-            "processes": processes,
-            "regions": [] if self._regions is None else self._regions.status(everything),
-        }
-
-    def _ping(self, request: int) -> dict[str, Any]:
-        """``ping``: answered once one request on the session has come back (what a process
-        times as its round trip to this server's region), else an error saying why."""
-        state = self.sentinel.connection_state
-        try:
-            if state != "connected":  # a request would wait for the connection
-                raise ZooKeeperUnavailable(f"the agent's session is {state}")
-            self.sentinel.session.zk.exists_async("/").get(timeout=PING_TIMEOUT)
-        except ZooKeeperUnavailable as exc:
-            return error_answer(request, exc)
-        except Exception as exc:  # lost meanwhile, or no answer in time
-            return error_answer(
-                request, ZooKeeperUnavailable(f"no answer to a ping ({type(exc).__name__})")
-            )
-        return {"op": "ping", "id": request}
-
-    def _announce(self, connection: Connection, service: str, message: dict[str, Any]) -> None:
-        """Keep the process's ``/clients`` record while it is connected: only its own (its
-        client id, its pid as the kernel tells it, its auth client, and no credential version
-        above what the manager issued), on a session of the identity it proved, so that a
-        rotation counts it as it would the process's own."""
-        assert connection.client is not None
-        if service in self.sentinel.session.cache.unlisted():
-            return  # a Curator base path's alone: no credential to rotate, no entry (as direct)
-        path = client_path(service, connection.client)
-        data = checked(message, "record", str).encode()
-        record = ClientRecord.from_bytes(service, connection.client, path, data)
-        if record.pid != connection.pid:
-            raise ProtocolError(f"a /clients record for pid {record.pid}, sent by {connection.pid}")
-        if record.auth_client != connection.auth_client or record.left is not None:
-            raise ProtocolError(
-                f"a /clients record for auth client {record.auth_client!r}, sent by a process "
-                f"of {connection.auth_client!r}"
-            )
-        if record.auth_version is not None:
-            newest = self._credentials.newest_version(service, connection.auth_client)
-            if record.auth_version > newest:
-                raise ProtocolError(
-                    f"a /clients record of credential v{record.auth_version}, above the newest "
-                    f"issued for {connection.auth_client!r} (v{newest})"
-                )
-        self._identities.keep(connection, service, path, data)
 
     def _write(self, connection: Connection) -> None:
         """The loop's: write what the socket takes now; once all is written, have what is
