@@ -128,6 +128,13 @@ class Admission:
             self.connections.discard(connection)
             self._shares.release(connection.uid)
 
+    def hand_over(self, connection: Connection) -> None:
+        """``connection`` goes to another region's server, which admits it anew: served here
+        no more (it claimed nothing here: its hello was not accepted)."""
+        with self.lock:
+            self.release(connection)
+        self.count()
+
     def leave(self, connection: Connection) -> None:
         """Under :attr:`lock`: ``connection`` is gone; its client id and the ``/clients``
         entries kept under it are free once its user's last connection of that id left."""

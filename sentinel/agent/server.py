@@ -155,7 +155,6 @@ class AgentServer:
             max_connections_per_uid=max_connections_per_uid,
             region=region,
         )
-        self._lock = self._admission.lock  # the rooms' state that a connection's drop changes
         self._credentials = Credentials(sentinel, self._admission, deltas=deltas)
         self._identities = Identities(sentinel, self._admission)
         self._fanout = Fanout(
@@ -498,7 +497,7 @@ class AgentServer:
         if reason is not None:
             telemetry.AGENT_DROPPED.labels(reason).inc()
         self.call_loop(connection)
-        with self._lock:
+        with self._admission.lock:  # one step for every room a connection leaves
             self._admission.leave(connection)
             gone = self._identities.forget(connection)
             self._credentials.unfollow(connection.auth_client)
@@ -506,7 +505,7 @@ class AgentServer:
         if gone:  # its /clients entries go with it, on a request worker
             self._requests.submit(self._identities.retire, connection, gone)
 
-    # --- reading, and the request workers -------------------------------------------------------
+    # --- reading and writing -------------------------------------------------------------------
 
     def _receive(self, connection: Connection) -> None:
         """The loop's: read what the process sent and queue its requests for a request
@@ -540,6 +539,20 @@ class AgentServer:
             self._requests.submit(self._answers.serve_next, connection)
         if full:
             self._update(connection)  # read again once they are served
+
+    def _write(self, connection: Connection) -> None:
+        """The loop's: write what the socket takes now; once all is written, have what is
+        due built."""
+        with connection.due:
+            broken = not connection.closed and connection.send_out()
+            written = not connection.out
+        if broken:
+            return self.drop(connection, None)
+        if written:
+            self._update(connection)
+            self._fanout.schedule(connection)
+
+    # --- the agent's other regions: a hello naming one hands its connection over -------------
 
     def served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
         """The region a hello names, when this server serves it (None: it names none);
@@ -575,9 +588,7 @@ class AgentServer:
                 return False
             connection.closed = True  # this server reads it no more
             connection.handed_to = (server, hello)
-        with self._lock:
-            self._admission.release(connection)
-        self._admission.count()
+        self._admission.hand_over(connection)
         self.call_loop(connection)  # the loop forgets its socket and hands it over
         return False
 
@@ -585,18 +596,6 @@ class AgentServer:
         """A started server of ``sentinel``'s session to ``region``, with this server's
         settings (peer checks, caps, timeouts), listening on no socket of its own."""
         return AgentServer(sentinel, self.path, region=region, **self._settings).start()
-
-    def _write(self, connection: Connection) -> None:
-        """The loop's: write what the socket takes now; once all is written, have what is
-        due built."""
-        with connection.due:
-            broken = not connection.closed and connection.send_out()
-            written = not connection.out
-        if broken:
-            return self.drop(connection, None)
-        if written:
-            self._update(connection)
-            self._fanout.schedule(connection)
 
 
 def _raise_descriptor_limit(connections: int) -> None:
