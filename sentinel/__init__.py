@@ -97,9 +97,6 @@ _EXPORTS = {
     ),
 }
 
-# Names that moved to one public module of their own: the old path warns (one release).
-_MOVED = {"CuratorSource": "sentinel.curator.CuratorSource"}
-
 __all__ = [
     "AsyncSentinel",
     "AuthChanged",
@@ -135,12 +132,6 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown nam
 
     def __getattr__(name: str) -> object:
         """Import an exported name's module the first time the name is used."""
-        if name in _MOVED:  # one release of warnings, then gone from here
-            from sentinel import deprecation
-
-            deprecation.warn(f"sentinel.{name}", _MOVED[name])
-            module, _, moved = _MOVED[name].rpartition(".")
-            return getattr(import_module(module), moved)
         module = _EXPORTS.get(name)
         if module is None:
             # Not an export: ``from sentinel import records`` then imports the submodule.

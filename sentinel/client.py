@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, overload
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import deprecation, shards, telemetry
+from sentinel import shards, telemetry
 from sentinel import validation as check
 from sentinel.agent.protocol import ENV as AGENT_ENV
 from sentinel.agent.protocol import socket_path as agent_socket
@@ -26,9 +26,8 @@ from sentinel.auth.writer import CredentialWriter
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
 from sentinel.cache.protection import eligible_verdict, unprotected_note
-from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.devserver import resolve_hosts
-from sentinel.eligibility import nothing_up, status_verdict
+from sentinel.eligibility import NOT_UP, nothing_up, status_verdict
 from sentinel.errors import (
     DecodeError,
     InstanceNotRegistered,
@@ -88,7 +87,8 @@ class ExplainStep:
     """One filter of a resolution and the endpoints it excluded.
 
     ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
-    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``;
+    age of their metrics (see :mod:`sentinel.freshness`), ``"status not up"`` for the status
+    step (:data:`sentinel.eligibility.NOT_UP`), else ``"excluded by <name>"``;
     ``reasons`` gives one endpoint (by name) a verdict of its own: the status step says each
     one's status, and the readiness check that set it (:mod:`sentinel.eligibility`).
     """
@@ -140,15 +140,12 @@ class Explanation:
         return verdicts
 
 
-DEFAULT_DRAIN_WAIT = 1.0
-
-
 def default_client_id() -> str:
     """``<hostname>-<pid>``, made a valid name: unique per process on a host."""
     return sanitize_name(f"{socket.gethostname()}-{os.getpid()}")
 
 
-class Sentinel(OldMethodNames):
+class Sentinel:
     """A Sentinel client: publishes instances and (with the cache) resolves services.
 
     Use it as a context manager, or call :meth:`start` and :meth:`close`::
@@ -161,10 +158,7 @@ class Sentinel(OldMethodNames):
 
     Every parameter but the first three is keyword-only; all have defaults. Each is checked
     here (the grouped ones when their value object is made): a value of the wrong type or out
-    of its range raises :class:`~sentinel.errors.ValidationError` naming it. The settings that
-    were keywords of their own before :class:`CacheConfig` and :class:`AuthConfig` grouped them
-    (``persistent_watches=``, ``auth_keys=``, ...) are still accepted for one release, with a
-    :class:`DeprecationWarning`.
+    of its range raises :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -212,9 +206,6 @@ class Sentinel(OldMethodNames):
         keep a partition served (:class:`~sentinel.feedback.OutlierDetection`), or the
         :class:`~sentinel.feedback.InstanceFeedback` that holds it (one shared by several
         clients, or with a clock of its own).
-
-    drain_wait : float or None, default None
-        Deprecated with :meth:`drain`: give the wait to :meth:`deregister` (``wait=``).
 
     prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
         Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
@@ -265,20 +256,15 @@ class Sentinel(OldMethodNames):
         auth: AuthConfig | None = None,
         cache: CacheConfig | None = None,
         feedback: OutlierDetection | InstanceFeedback | None = None,
-        drain_wait: float | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
         regions: Regions | bool | None = None,
         agent_region: str | None = None,
-        **ungrouped: Any,
     ) -> None:
         # Every setting is checked here, once, so a wrong one fails where it is given: the
         # lookup path never checks them.
         connect_timeout = check.number("connect_timeout", connect_timeout, above=0)
         session_timeout = check.number("session_timeout", session_timeout, above=0)
-        if drain_wait is not None:
-            drain_wait = check.number("drain_wait", drain_wait, least=0)
-            deprecation.warn("Sentinel(drain_wait=...)", "deregister(registration, wait=...)")
         if feedback is not None and not isinstance(feedback, OutlierDetection | InstanceFeedback):
             raise ValidationError(
                 "feedback must be OutlierDetection, InstanceFeedback or None, "
@@ -306,8 +292,6 @@ class Sentinel(OldMethodNames):
                 )
         cache = check.instance("cache", cache, CacheConfig) or CacheConfig()
         auth = check.instance("auth", auth, AuthConfig) or AuthConfig()
-        if ungrouped:
-            cache, auth = settings_given_ungrouped(ungrouped, cache, auth)
         self.cache_config = cache
         #: This client's region and the others it may fail over to (None: one region).
         self.regions = Regions.resolve(regions)
@@ -330,8 +314,6 @@ class Sentinel(OldMethodNames):
         client_id = validate_name("client", default_client_id() if client_id is None else client_id)
         self.auth_client = validate_name("auth client", auth.client or client_id)
         self.connect_timeout = connect_timeout
-        # The deprecated drain()'s wait (one release).
-        self._drain_wait = DEFAULT_DRAIN_WAIT if drain_wait is None else drain_wait
         if auth.keys is None:
             keyring = ClientKeyring.from_env()
         elif isinstance(auth.keys, ClientKeyring):
@@ -715,13 +697,6 @@ class Sentinel(OldMethodNames):
         self.session.require_started()
         return self.session.publisher.deregister(registration)
 
-    def drain(self, registration: Registration, wait: float | None = None) -> None:
-        """Deprecated: ``deregister(registration, wait=...)``, which this calls (with the
-        client's ``drain_wait``, 1 s, when ``wait`` is not given). ``sentinel drain`` is
-        another thing: a status, reversibly."""
-        deprecation.warn("Sentinel.drain()", "deregister(registration, wait=1.0)")
-        self.deregister(registration, wait=self._drain_wait if wait is None else wait)
-
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:
         """Read ``service``'s spec and live instances straight from ZooKeeper (no cache).
@@ -986,7 +961,8 @@ class Sentinel(OldMethodNames):
                 + "; ".join(answer),
             )
         remote, name, why = answer
-        return dataclasses.replace(remote, region=name, region_reason=why, home=local)
+        home = dataclasses.replace(local, region=here, region_reason="nothing eligible locally")
+        return dataclasses.replace(remote, region=name, region_reason=why, home=home)
 
     def _explain_here(self, service: str, key: object, policy: object) -> Explanation:
         """:meth:`explain` in this client's own region."""
@@ -997,7 +973,8 @@ class Sentinel(OldMethodNames):
         instances = snapshot.partitions.get(partition, ())
         eligible = snapshot.up.get(partition, ())
         down = tuple(e for e in instances if e.status != "up")
-        steps = [ExplainStep("status up", down, reasons={e.name: status_verdict(e) for e in down})]
+        reasons = {e.name: status_verdict(e) for e in down}
+        steps = [ExplainStep("status up", down, NOT_UP, reasons)]
         if partition in snapshot.held:
             left = self.session.cache.return_home.holding(service, partition) or 0.0
             steps.append(

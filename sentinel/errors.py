@@ -548,8 +548,9 @@ class CredentialRollback(EnvelopeError):
 
 class SigningRequired(AuthError, ValidationError):
     """The namespace is secured (``sentinel init --secure``), so credentials must be signed,
-    and no key was configured: a client needs the manager's public key (``auth_signer``), a
-    manager its signing key. Raised before anything is written; the message names the setting.
+    and no key was configured: a client needs the manager's public key
+    (``AuthConfig(signer=...)``), a manager its signing key. Raised before anything is written;
+    the message names the setting.
     """
 
 
