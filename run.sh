@@ -114,7 +114,7 @@ ensure_venv() {
     if ! grep -qxF "$stamp" .venv/.installed 2>/dev/null; then
         echo "run.sh: installing the project with its '$extra' extra into .venv: $why ..." >&2
         # uv resolves and downloads side by side where pip takes one package after another
-        # (docs/testing.md, "The install by uv"). pyspark ships as sources only: pip keeps the
+        # (docs/testing-history.md, "The install by uv"). pyspark ships as sources only: pip keeps the
         # wheel it builds from them under their address, where uv builds it again whenever the
         # registry's answer carries no cache validator, so pip installs it first and uv keeps it
         # (the requirement still decides: uv replaces a release it does not admit). Without uv,
@@ -207,7 +207,7 @@ write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
         status=0
         # On several workers (pytest-xdist; tests/conftest.py groups what must share one, and
         # orders the work, longest first: --no-loadscope-reorder keeps that order). Five on two
-        # cores: the tests wait more than they compute (docs/testing.md, "Suite time");
+        # cores: the tests wait more than they compute (docs/testing-history.md, "Suite time");
         # SENTINEL_TEST_WORKERS=0 runs the suite in this one process.
         SENTINEL_DOCS_SITE="$site" .venv/bin/python -m pytest \
             -n "${SENTINEL_TEST_WORKERS:-5}" --dist loadgroup --no-loadscope-reorder "$@" \

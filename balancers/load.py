@@ -53,3 +53,6 @@ class PowerOfTwoChoices(Balancer):
         second = self._random.randrange(len(endpoints) - 1)
         a, b = endpoints[first], endpoints[second + (second >= first)]  # two distinct ones
         return b if self.load(b) < self.load(a) else a
+
+
+__all__ = ["PowerOfTwoChoices"]

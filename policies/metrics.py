@@ -217,3 +217,6 @@ class FreshMetrics(AgeLimited):
     def choose(self, endpoints: Endpoints) -> Endpoints:
         """Every endpoint given: they all have fresh metrics."""
         return tuple(endpoints)
+
+
+__all__ = ["AgeLimited", "FreshMetrics", "MinLag", "MinMetric", "Threshold"]

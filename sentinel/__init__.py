@@ -8,11 +8,23 @@ The entry point is :class:`Sentinel`, a client that is also a context manager (a
     with Sentinel(hosts="127.0.0.1:2181") as sentinel:
         sentinel.register("billing-db", "p1", "10.0.0.5", 5432, scheme="postgresql")
 
-This package also exports what a user of the client touches: :class:`Endpoint` (what
-``get_service`` returns), :class:`Registration`, the records, the change events, the bases of
-each group of errors (the whole tree is drawn in :mod:`sentinel.errors`; every error derives
-from :class:`SentinelError`) and the settings grouped as values: :class:`CacheConfig`,
-:class:`AuthConfig` and :class:`TlsConfig`.
+This package also exports what a user of the client touches, and nothing else (``__all__``;
+tests/unit/test_exported_members.py holds this list to it):
+
+- :class:`Endpoint` (what ``get_service`` returns), :class:`Registration` (what ``register``
+  returns), the records :class:`InstanceRecord` and :class:`ServiceSpec`, and
+  :class:`HealthCheck`;
+- the settings grouped as values: :class:`CacheConfig`, :class:`MassLossProtection`,
+  :class:`AuthConfig` and :class:`TlsConfig`;
+- the change events: :data:`ChangeEvent`, one of :class:`InstancesChanged`,
+  :class:`MetricsChanged`, :class:`ServiceSpecChanged`, :class:`ShardKeysChanged`,
+  :class:`ConnectionChanged` and :class:`AuthChanged`; and :class:`EventsMissed`, what an
+  :class:`AsyncSentinel` stream raises when it fell behind;
+- the bases of each group of errors: :class:`SentinelError` (every error derives from it),
+  :class:`ValidationError`, :class:`ResolutionError`, :class:`ZooKeeperUnavailable`,
+  :class:`RegistryError`, :class:`RegistryConflict` and :class:`AuthError` (the whole tree is
+  drawn in :mod:`sentinel.errors`);
+- ``__version__``, the installed distribution's version.
 
 The names are loaded on first use (PEP 562), so that importing one module of the package, say
 ``sentinel.errors`` or ``sentinel.strategies`` from a plug-in, does not import the client and
@@ -97,9 +109,6 @@ _EXPORTS = {
     ),
 }
 
-# Names that moved to one public module of their own: the old path warns (one release).
-_MOVED = {"CuratorSource": "sentinel.curator.CuratorSource"}
-
 __all__ = [
     "AsyncSentinel",
     "AuthChanged",
@@ -135,12 +144,6 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and an unknown nam
 
     def __getattr__(name: str) -> object:
         """Import an exported name's module the first time the name is used."""
-        if name in _MOVED:  # one release of warnings, then gone from here
-            from sentinel import deprecation
-
-            deprecation.warn(f"sentinel.{name}", _MOVED[name])
-            module, _, moved = _MOVED[name].rpartition(".")
-            return getattr(import_module(module), moved)
         module = _EXPORTS.get(name)
         if module is None:
             # Not an export: ``from sentinel import records`` then imports the submodule.

@@ -40,10 +40,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sentinel import deprecation
 from sentinel import validation as check
 from sentinel.client import Sentinel
-from sentinel.deprecation import OldMethodNames, moved
 from sentinel.errors import ValidationError
 from sentinel.events import ChangeEvent
 from sentinel.publisher import Registration
@@ -224,7 +222,7 @@ def _takes_arguments_of(
     return typed
 
 
-class AsyncSentinel(OldMethodNames):
+class AsyncSentinel:
     """A :class:`~sentinel.Sentinel` for asyncio code: same arguments, awaited writes.
 
     ``async with AsyncSentinel(...) as client`` starts it (off the loop) and closes it. The
@@ -317,11 +315,6 @@ class AsyncSentinel(OldMethodNames):
         await asyncio.sleep(wait)
         return removed
 
-    async def drain(self, registration: Registration, wait: float | None = None) -> None:
-        """Deprecated: ``await deregister(registration, wait=...)``, which this calls."""
-        deprecation.warn("AsyncSentinel.drain()", "deregister(registration, wait=1.0)")
-        await self.deregister(registration, wait=self.sync._drain_wait if wait is None else wait)
-
     async def update_registration(self, registration: Registration, **changes: Any) -> Registration:
         """Awaitable :meth:`Sentinel.update_registration`, run off the event loop."""
         # Written out: its ``**changes`` could take a ``self``, which a ParamSpec refuses.
@@ -336,8 +329,6 @@ class AsyncSentinel(OldMethodNames):
     set_failover = _off_loop(Sentinel.set_failover)
     register = _off_loop(Sentinel.register)
     update_metrics = _off_loop(Sentinel.update_metrics)
-    # The old names (one release): each warns; those the sync client shares, inherited.
-    resolve = moved("resolve", "aget_service")
 
 
 class OffLoop:
@@ -358,3 +349,6 @@ class OffLoop:
 
     def __repr__(self) -> str:
         return f"<awaitable {self._role.__class__.__name__}>"
+
+
+__all__ = ["AsyncSentinel", "EventStream", "EventsMissed", "OffLoop", "to_loop"]

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any, overload
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from sentinel import deprecation, shards, telemetry
+from sentinel import shards, telemetry
 from sentinel import validation as check
 from sentinel.auth.config import AuthConfig
 from sentinel.builder import ClientParts
 from sentinel.cache import CacheStats, Listener, ServiceSnapshot
 from sentinel.cache.config import CacheConfig
-from sentinel.deprecation import OldMethodNames, settings_given_ungrouped
 from sentinel.errors import (
     SentinelError,
     ServiceNotFound,
@@ -55,10 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-DEFAULT_DRAIN_WAIT = 1.0
-
-
-class Sentinel(OldMethodNames):
+class Sentinel:
     """A Sentinel client: publishes instances and (with the cache) resolves services.
 
     Use it as a context manager, or call :meth:`start` and :meth:`close`::
@@ -71,10 +67,7 @@ class Sentinel(OldMethodNames):
 
     Every parameter but the first three is keyword-only; all have defaults. Each is checked
     here (the grouped ones when their value object is made): a value of the wrong type or out
-    of its range raises :class:`~sentinel.errors.ValidationError` naming it. The settings that
-    were keywords of their own before :class:`CacheConfig` and :class:`AuthConfig` grouped them
-    (``persistent_watches=``, ``auth_keys=``, ...) are still accepted for one release, with a
-    :class:`DeprecationWarning`.
+    of its range raises :class:`~sentinel.errors.ValidationError` naming it.
 
     Parameters
     ----------
@@ -122,9 +115,6 @@ class Sentinel(OldMethodNames):
         keep a partition served (:class:`~sentinel.feedback.OutlierDetection`), or the
         :class:`~sentinel.feedback.InstanceFeedback` that holds it (one shared by several
         clients, or with a clock of its own).
-
-    drain_wait : float or None, default None
-        Deprecated with :meth:`drain`: give the wait to :meth:`deregister` (``wait=``).
 
     prometheus_registry : CollectorRegistry or None, default ``prometheus_client.REGISTRY``
         Where the client's metrics are exported (:mod:`sentinel.telemetry`); None turns
@@ -175,22 +165,11 @@ class Sentinel(OldMethodNames):
         auth: AuthConfig | None = None,
         cache: CacheConfig | None = None,
         feedback: OutlierDetection | InstanceFeedback | None = None,
-        drain_wait: float | None = None,
         prometheus_registry: CollectorRegistry | None = REGISTRY,
         agent: str | bool | None = None,
         regions: Regions | bool | None = None,
         agent_region: str | None = None,
-        **ungrouped: Any,
     ) -> None:
-        if drain_wait is not None:
-            drain_wait = check.number("drain_wait", drain_wait, least=0)
-            deprecation.warn("Sentinel(drain_wait=...)", "deregister(registration, wait=...)")
-        # The deprecated drain()'s wait (one release).
-        self._drain_wait = DEFAULT_DRAIN_WAIT if drain_wait is None else drain_wait
-        if ungrouped:
-            cache, auth = settings_given_ungrouped(
-                ungrouped, cache or CacheConfig(), auth or AuthConfig()
-            )
         settings = ClientSettings.resolve(
             hosts,
             client_id,
@@ -508,13 +487,6 @@ class Sentinel(OldMethodNames):
     def _remove(self, registration: Registration) -> bool:
         self.session.require_started()
         return self.session.publisher.deregister(registration)
-
-    def drain(self, registration: Registration, wait: float | None = None) -> None:
-        """Deprecated: ``deregister(registration, wait=...)``, which this calls (with the
-        client's ``drain_wait``, 1 s, when ``wait`` is not given). ``sentinel drain`` is
-        another thing: a status, reversibly."""
-        deprecation.warn("Sentinel.drain()", "deregister(registration, wait=1.0)")
-        self.deregister(registration, wait=self._drain_wait if wait is None else wait)
 
     @translate_zk_errors
     def read_service(self, service: str) -> ServiceListing:

@@ -44,6 +44,11 @@ def status_verdict(instance: Described) -> str:
     return f"status down: failing its readiness check {name} ({result})"
 
 
+#: The verdict of the status step as a whole (``sentinel resolve --json``'s ``steps``); each
+#: instance it excludes has its own, :func:`status_verdict`.
+NOT_UP = "status not up"
+
+
 #: A partition (or an unsharded service) that no instance is registered in.
 NO_LIVE_INSTANCE = "has no live instance"
 

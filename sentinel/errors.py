@@ -11,7 +11,6 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── InvalidConnectString             hosts= / --zk / $SENTINEL_ZK: .part names what
     │   ├── ValueTooLarge
     │   ├── InstanceNotRegistered            update_metrics for no live instance
-    │   ├── CollectorConfigError
     │   ├── TlsConfigError
     │   ├── RegionConfigError                regions=, $SENTINEL_REGIONS, --regions: .field
     │   ├── PayloadClassMismatch             a Curator payload its JVM readers cannot read
@@ -58,11 +57,7 @@ code written against plain Python conventions keeps working. Errors pickle with 
     │   ├── KeySlotNotOwned
     │   ├── NamespaceNotTrusted (also AccessDenied)
     │   ├── RotationFailed                   .step .laggards
-    │   └── EnvelopeError
-    │       ├── UnknownKeyId
-    │       ├── DecryptionFailed
-    │       ├── SignatureInvalid
-    │       └── CredentialRollback
+    │   └── EnvelopeError                    not openable, or a replay: the message says which
     ├── SourceError                          the metric collector's sources
     │   └── SourceTimeout
     └── LauncherError                        the local ZooKeeper/PostgreSQL/Spark servers
@@ -523,33 +518,22 @@ class NamespaceNotTrusted(AuthError, AccessDenied):
 
 
 class EnvelopeError(AuthError):
-    """A credential envelope cannot be opened: the reason says which check failed.
+    """A credential envelope cannot be opened, or opens to a credential older than one the
+    client applied (a replay). The message says which check failed: the key it was
+    encrypted to is not held, it is not signed by the manager the client trusts, the
+    ciphertext does not authenticate (tampered, another key, or moved to another node), or
+    the version is older than one applied. Every cause is handled alike: the envelope is
+    skipped, logged and counted.
 
     The message names the service, client, version and key id, never secret material.
     """
 
 
-class UnknownKeyId(EnvelopeError):
-    """The envelope was encrypted to a key this client does not hold."""
-
-
-class DecryptionFailed(EnvelopeError):
-    """The ciphertext does not authenticate: tampered, the wrong key, or moved to another node."""
-
-
-class SignatureInvalid(EnvelopeError):
-    """The envelope is unsigned or not signed by the authentication manager the client trusts."""
-
-
-class CredentialRollback(EnvelopeError):
-    """The newest envelope this client can open is older than a credential it applied already
-    (an old credential written back: a replay); the client keeps the newer one."""
-
-
 class SigningRequired(AuthError, ValidationError):
     """The namespace is secured (``sentinel init --secure``), so credentials must be signed,
-    and no key was configured: a client needs the manager's public key (``auth_signer``), a
-    manager its signing key. Raised before anything is written; the message names the setting.
+    and no key was configured: a client needs the manager's public key
+    (``AuthConfig(signer=...)``), a manager its signing key. Raised before anything is written;
+    the message names the setting.
     """
 
 
@@ -568,11 +552,6 @@ class RotationFailed(AuthError):
 
 
 # --- the metric collector -----------------------------------------------------------------
-
-
-class CollectorConfigError(ValidationError):
-    """A metric collector's configuration file is unreadable or invalid; the message says
-    which file, which entry and what is wrong."""
 
 
 class SourceError(SentinelError):
@@ -616,3 +595,70 @@ class SparkNotInstalled(LauncherError):
 
 class SparkStartFailed(LauncherError):
     """A Spark master or worker did not come up; the message holds the tail of its log."""
+
+
+__all__ = [
+    "AccessDenied",
+    "AddressInUse",
+    "AgentNotTrusted",
+    "AgentProtocolError",
+    "AgentServiceUnavailable",
+    "AgentUnavailable",
+    "AuthError",
+    "AuthenticationFailed",
+    "CalledFromListener",
+    "ClientClosed",
+    "ClientKeyNotFound",
+    "ClientNotEnrolled",
+    "ConnectionInterrupted",
+    "DecodeError",
+    "DevServerNotRunning",
+    "EndpointFailed",
+    "EnvelopeError",
+    "InstanceNotRegistered",
+    "InvalidConnectString",
+    "InvalidName",
+    "KeyFileError",
+    "KeySlotNotOwned",
+    "LabelTaken",
+    "LauncherError",
+    "NamespaceNotControlled",
+    "NamespaceNotFound",
+    "NamespaceNotTrusted",
+    "NoInstanceAvailable",
+    "PartitionNotFound",
+    "PayloadClassMismatch",
+    "PersistentInstance",
+    "PostgresNotInstalled",
+    "PostgresStartFailed",
+    "ReadThroughThrottled",
+    "RegionConfigError",
+    "RegionNotServed",
+    "RegionsFailed",
+    "RegistryConflict",
+    "RegistryError",
+    "ResolutionError",
+    "RotationFailed",
+    "SentinelError",
+    "ServiceConflict",
+    "ServiceInUse",
+    "ServiceNotFound",
+    "ShardMapInvalid",
+    "ShardPolicyConflict",
+    "ShardPolicyExists",
+    "ShardPolicyNotFound",
+    "SigningRequired",
+    "SnapshotRejected",
+    "SourceError",
+    "SourceTimeout",
+    "SparkNotInstalled",
+    "SparkStartFailed",
+    "TlsConfigError",
+    "TlsHandshakeFailed",
+    "ValidationError",
+    "ValueTooLarge",
+    "ZooKeeperNotInstalled",
+    "ZooKeeperStartFailed",
+    "ZooKeeperUnavailable",
+    "ZooKeeperUnreachable",
+]

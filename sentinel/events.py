@@ -83,7 +83,18 @@ ChangeEvent = (
     | ConnectionChanged
     | AuthChanged
 )
+"""What a listener receives: one of the events above (``isinstance`` tells which)."""
 
 # How a daemon role (shard manager, metric collector) tells its operator what happened:
 # ``report(kind, details)`` with JSON-able details.
 Reporter = Callable[[str, dict], None]
+
+__all__ = [
+    "AuthChanged",
+    "ChangeEvent",
+    "ConnectionChanged",
+    "InstancesChanged",
+    "MetricsChanged",
+    "ServiceSpecChanged",
+    "ShardKeysChanged",
+]

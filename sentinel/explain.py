@@ -16,7 +16,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from sentinel.cache.protection import MassLossProtection, eligible_verdict, unprotected_note
 from sentinel.cache.return_home import ReturnHome
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.eligibility import nothing_up, status_verdict
+from sentinel.eligibility import NOT_UP, nothing_up, status_verdict
 from sentinel.errors import NamespaceNotFound, NoInstanceAvailable, SentinelError, ServiceNotFound
 from sentinel.feedback import InstanceFeedback
 from sentinel.freshness import STALE
@@ -35,7 +35,8 @@ class ExplainStep:
     """One filter of a resolution and the endpoints it excluded.
 
     ``verdict`` is what those endpoints are: ``"stale"`` when the step excluded them for the
-    age of their metrics (see :mod:`sentinel.freshness`), else ``"excluded by <name>"``;
+    age of their metrics (see :mod:`sentinel.freshness`), ``"status not up"`` for the status
+    step (:data:`sentinel.eligibility.NOT_UP`), else ``"excluded by <name>"``;
     ``reasons`` gives one endpoint (by name) a verdict of its own: the status step says each
     one's status, and the readiness check that set it (:mod:`sentinel.eligibility`).
     """
@@ -150,7 +151,8 @@ class Explainer:
                 + "; ".join(answer),
             )
         remote, name, why = answer
-        return dataclasses.replace(remote, region=name, region_reason=why, home=local)
+        home = dataclasses.replace(local, region=here, region_reason="nothing eligible locally")
+        return dataclasses.replace(remote, region=name, region_reason=why, home=home)
 
     def here(self, service: str, key: object, policy: object) -> Explanation:
         """:meth:`explain` in this client's own region."""
@@ -161,7 +163,8 @@ class Explainer:
         instances = snapshot.partitions.get(partition, ())
         eligible = snapshot.up.get(partition, ())
         down = tuple(e for e in instances if e.status != "up")
-        steps = [ExplainStep("status up", down, reasons={e.name: status_verdict(e) for e in down})]
+        reasons = {e.name: status_verdict(e) for e in down}
+        steps = [ExplainStep("status up", down, NOT_UP, reasons)]
         if partition in snapshot.held:
             left = self._return_home().holding(service, partition) or 0.0
             steps.append(

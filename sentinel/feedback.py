@@ -28,10 +28,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sentinel import deprecation
 from sentinel import validation as check
 from sentinel.errors import ValidationError
 from sentinel.registry.endpoint import Endpoint
@@ -44,15 +43,6 @@ _Key = tuple[str, str, str, str]
 # snapshot's tuple of up instances). Past this many (more partitions looked up, or old snapshots'
 # tuples) the memo starts again empty, so it cannot grow without bound.
 _MAX_VERDICTS = 4096
-
-
-# InstanceFeedback's keywords of the previous release, grouped in OutlierDetection since: old
-# keyword -> the fields it sets (down_for was a fixed time: it sets both ends).
-_OLD_KEYWORDS = {
-    "errors": ("consecutive_failures",),
-    "window": ("interval",),
-    "down_for": ("base_ejection_time", "max_ejection_time"),
-}
 
 
 def _key(endpoint: Endpoint) -> _Key:
@@ -224,11 +214,8 @@ class InstanceFeedback:
 
     ``detection`` is an :class:`OutlierDetection` (default: its defaults); ``smoothing``
     (above 0, at most 1) is the weight of a new latency in the moving average; ``clock`` is the
-    monotonic clock ejections are timed on (tests pass their own, so nothing sleeps). The
-    keywords of the previous release, ``errors``, ``window`` and ``down_for``, still work for
-    one release with a :class:`DeprecationWarning` (they become ``consecutive_failures``,
-    ``interval`` and a fixed ``base_ejection_time``). Other values raise
-    :class:`~sentinel.errors.ValidationError`.
+    monotonic clock ejections are timed on (tests pass their own, so nothing sleeps). Other
+    values raise :class:`~sentinel.errors.ValidationError`.
     """
 
     def __init__(
@@ -237,20 +224,8 @@ class InstanceFeedback:
         *,
         smoothing: float = 0.3,
         clock: Callable[[], float] = time.monotonic,
-        **ungrouped: Any,
     ) -> None:
         detection = check.instance("detection", detection, OutlierDetection) or OutlierDetection()
-        unknown = sorted(ungrouped.keys() - _OLD_KEYWORDS.keys())
-        if unknown:
-            raise TypeError(f"InstanceFeedback() got an unexpected keyword argument {unknown[0]!r}")
-        for name, value in ungrouped.items():
-            fields = _OLD_KEYWORDS[name]
-            deprecation.warn(
-                f"InstanceFeedback({name}=...)",
-                f"InstanceFeedback(OutlierDetection({'=..., '.join(fields)}=...))",
-                kind="keyword",
-            )
-            detection = replace(detection, **dict.fromkeys(fields, value))
         if not callable(clock):
             raise ValidationError(f"clock must be callable, not {type(clock).__name__}")
         #: The rules and bounds in force.
@@ -467,11 +442,6 @@ class InstanceFeedback:
         verdicts = [self.verdict(instances) for instances in partitions if instances]
         return Census(sum(len(v.ejected) for v in verdicts), sum(v.panic for v in verdicts))
 
-    def exclude_down(self, instances: Sequence[Endpoint]) -> Sequence[Endpoint]:
-        """Deprecated: use ``admit``, which takes the same arguments."""
-        deprecation.warn("InstanceFeedback.exclude_down()", ".admit()")
-        return self.admit(instances)
-
 
 def _where(instances: Sequence[Endpoint]) -> tuple[str, str | None]:
     """The service and partition of one partition's instances (None: several, unsharded)."""
@@ -480,3 +450,6 @@ def _where(instances: Sequence[Endpoint]) -> tuple[str, str | None]:
     if any(e.partition != partition for e in instances):
         partition = None
     return first.service, partition
+
+
+__all__ = ["Census", "Ejection", "InstanceFeedback", "OutlierDetection", "Outliers", "Verdict"]

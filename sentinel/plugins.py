@@ -122,3 +122,6 @@ def _refusal(what: str, value: object, forms: str, group: str) -> str:
     else:
         shown = f"{reprlib.repr(value)} of type {type(value).__name__}"
     return f"{what}={shown}: give {forms} ({', '.join(available(group))})"
+
+
+__all__ = ["load_balancer", "load_policy"]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from sentinel.registry.endpoint import Endpoint
 
 Endpoints = Sequence["Endpoint"]
+"""What a policy is given and returns, and a balancer picks from: endpoints, in order."""
 
 
 class SelectionPolicy:
@@ -119,3 +120,6 @@ class RoundRobin(Balancer):
     def pick(self, endpoints: Sequence[Endpoint]) -> Endpoint:
         """The next endpoint in turn."""
         return endpoints[next(self._counter) % len(endpoints)]
+
+
+__all__ = ["Balancer", "Chain", "Endpoints", "RoundRobin", "SelectionPolicy"]

@@ -165,3 +165,6 @@ class Topology:
             listener(event)
         except Exception:
             log.exception("topology listener %r failed on %s", listener, event.type.value)
+
+
+__all__ = ["ClusterView", "Topology", "TopologyEventType"]

@@ -166,7 +166,7 @@ zookeeper_launcher.JVM_OPTIONS = (
 LocalPostgres.start = _started_in_integration_tests(LocalPostgres.start)  # type: ignore[method-assign]
 # The suite's Spark JVMs (the test clusters' daemons, drivers and executors, the SparkSession's
 # driver, the demo's) skip the bytecode verifier for the class path's classes, Spark's thousands
-# among them, which each JVM would verify again at every start (docs/testing.md, "One Spark
+# among them, which each JVM would verify again at every start (docs/testing-history.md, "One Spark
 # cluster for both applications"). For the suite only: a cluster of sentinel.testing.spark may
 # run an application's own jars, which the verifier should see.
 spark_launcher.JVM_OPTIONS = (

@@ -3,7 +3,7 @@
 ``./run.sh test`` prints it before the set-up and after the suite. On the 2-core machine the
 suite runs on, the CPU time of the same fixed work changes from one quarter of an hour to the
 next with nothing else running and no steal time counted, and a run's time changes with it
-(docs/testing.md, "Machine speed"): read a run's time beside these two figures. Standard
+(docs/testing-history.md, "Machine speed"): read a run's time beside these two figures. Standard
 library only, so that it runs before the project's environment exists."""
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     median, fastest, slowest = reading()
     print(
         f"run.sh: machine speed {label}: a fixed loop took {median:.0f} ms of CPU "
-        f"(median of {SAMPLES}, {fastest:.0f}-{slowest:.0f}; docs/testing.md, 'Machine speed')",
+        f"(median of {SAMPLES}, {fastest:.0f}-{slowest:.0f}; "
+        "docs/testing-history.md, 'Machine speed')",
         file=sys.stderr,
     )
     return 0

@@ -277,8 +277,8 @@ MUTATIONS = (
     Mutation(
         # A claimed client name's credential watch kept after its processes left.
         "agent-keeps-claimed-credential-watches",
-        "sentinel/agent/server.py",
-        "        if client is None or any(c.auth_client == client for c in self._connections):\n",
+        "sentinel/agent/credentials.py",
+        "        if client is None or any(c.auth_client == client for c in connections):\n",
         "        if True:\n",
         (
             "tests/integration/test_agent.py::"

@@ -237,8 +237,10 @@ class RegionClient:
         self._removers.append(remove)
         return remove
 
-    def eligible_instances(self, service: str, key: object = None, policy: Any = None) -> Any:
-        return self._sentinel.eligible_instances(service, key, policy)
+    def eligible_instances(
+        self, service: str, key: object = None, policy: Any = None, failover: Any = None
+    ) -> Any:
+        return self._sentinel.eligible_instances(service, key, policy, failover)
 
     def explain(self, service: str, key: object = None, policy: Any = None) -> Any:
         return self._sentinel.explain(service, key, policy)

@@ -3,44 +3,35 @@
 :class:`AgentServer` holds one :class:`~sentinel.Sentinel` client (its session, its cache and
 its watches) and serves the processes that connect to its Unix socket: each says which
 services it follows, and gets each one's whole state, then each change as what changed
-(:mod:`sentinel.agent.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
+(:mod:`sentinel.agentlink.protocol`, :mod:`sentinel.agent.changes`). A process's lookups never
 cross the socket: it keeps its own immutable snapshots, as with a session of its own.
 
-Who may connect: every connection's peer credentials are checked (``SO_PEERCRED``, and
-``SO_PEERGROUPS`` for its supplementary groups, both as the kernel recorded them when it
-connected): root, the agent's own user, and the users and groups allowed. The socket file is
-made 0600, or 0666 when other users or groups are allowed, so that the kernel lets them reach
-the check. The socket's directory must be writable by root or the agent's user alone. A
-refused peer, a frame that is not a message, or a process that claims the client id of
-another process of its user is logged, counted and dropped; the others are served. A client
-id is its user's: another user's process that says the same one is no conflict (so that the
-default id, ``<hostname>-<pid>``, claimed by another user locks nobody out), and the
-``/clients`` entries under an id are kept for the first process that announced them.
+The server is its socket loop and the rooms it wires together, each owning its state and
+calling back into the loop through :class:`~sentinel.agent.connection.Server`:
 
-Whose a process's ``/clients`` entries are: the identity it proved in its hello (the agent
-writes them on a session of that identity, so a rotation trusts them as it would the
-process's own); a process without an identity has them on the agent's session, as an
-anonymous process would. When the process leaves, its entries go (or, where the identity
-may not delete them, are marked as left until its identity's last process leaves).
+* :mod:`~sentinel.agent.admission`: who may connect (peer credentials, the caps, whose
+  client ids are whose), and the socket path's checks;
+* :mod:`~sentinel.agent.connection`: one process's connection;
+* :mod:`~sentinel.agent.answers`: what a process's requests are answered, on request workers;
+* :mod:`~sentinel.agent.identities`: the sessions acting as the processes' identities, what a
+  process may read, and its ``/clients`` entries;
+* :mod:`~sentinel.agent.credentials`: the ``/auth`` nodes read for the processes;
+* :mod:`~sentinel.agent.fanout`: each change handed to the connections following it, and
+  their frames built on frame workers;
+* :mod:`~sentinel.agent.regions`: the agent's other regions, whose servers this one hands
+  the connections whose hello names them.
 
 Threads do not grow with connections: one loop (:mod:`selectors`) accepts, reads and writes
 every socket, non-blocking; requests (which may wait on ZooKeeper) run on a few request
 workers, and frames are built on a few frame workers, so the loop never waits. Nothing a
-process sends reaches the agent's cache worker or kazoo's threads. Connections are capped per
-peer uid and in all; a hello must come within ``hello_timeout``; a process that sends nothing
-(not even a heartbeat) for :data:`~sentinel.agent.protocol.HEARTBEAT_MISSES` heartbeats is
-dropped, and the agent sends a heartbeat on a link idle for ``heartbeat`` seconds so that its
-processes can tell a quiet agent from a dead one. The cache's worker hands each change of a
-service to :meth:`AgentServer._on_swap`, which encodes its delta once and hands the same bytes
-to every connection following the service; a connection keeps them in order, bounded per
-service (past the bound they collapse into the service's whole state, built when sent), and
-its frames are built only once the last ones were written, so a slow process costs the agent
-that bound and one batch of frames, and is sent the latest state when it reads again; one
-that has not read for ``send_timeout`` seconds is dropped (it reconnects and reads afresh).
-Any failure on a connection drops that connection only, logged and counted; a service whose
-frame cannot be sent is an ``error`` frame naming it, the link kept. Credentials cross the
-socket as the ``/auth`` node holds them, sealed to the process's key ring: the agent holds no
-private key and never sees a credential in the clear.
+process sends reaches the agent's cache worker or kazoo's threads. A hello must come within
+``hello_timeout``; a process that sends nothing (not even a heartbeat) for
+:data:`~sentinel.agentlink.protocol.HEARTBEAT_MISSES` heartbeats is dropped, and the agent sends a
+heartbeat on a link idle for ``heartbeat`` seconds so that its processes can tell a quiet
+agent from a dead one; one that has not read for ``send_timeout`` seconds is dropped (it
+reconnects and reads afresh). A refused peer, a frame that is not a message, or a process
+that claims the client id of another process of its user is logged, counted and dropped; any
+failure on a connection drops that connection only, logged and counted.
 """
 
 from __future__ import annotations
@@ -48,97 +39,40 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import functools
 import logging
 import os
 import resource
 import selectors
 import socket
-import stat
-import struct
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-from kazoo.protocol.states import ZnodeStat
-from kazoo.security import Permissions
-
 from sentinel import telemetry
-from sentinel.agent import changes
-from sentinel.agent.changes import Pending
-from sentinel.agent.peers import Shares, Throttled
+from sentinel.agent.admission import Admission, prepare_socket_path
+from sentinel.agent.answers import Answers
+from sentinel.agent.connection import LOGGER, MAX_QUEUED_REQUESTS, Connection, Workers
+from sentinel.agent.credentials import Credentials
+from sentinel.agent.fanout import Fanout
+from sentinel.agent.identities import Identities
+from sentinel.agent.peers import Throttled
 from sentinel.agentlink import protocol
 from sentinel.agentlink.link import error_answer
 from sentinel.agentlink.protocol import ProtocolError
 from sentinel.agentlink.protocol import field as checked
-from sentinel.auth import acl
-from sentinel.auth.acl import ensure_clients_node
-from sentinel.auth.store import read_auth, read_issued
-from sentinel.cache.snapshot_file import policy_entry, service_entry
-from sentinel.cache.views import ServiceSnapshot
-from sentinel.connection import client_arguments, start_client
-from sentinel.errors import (
-    AccessDenied,
-    AddressInUse,
-    AgentServiceUnavailable,
-    AgentUnavailable,
-    DecodeError,
-    NamespaceNotFound,
-    RegionNotServed,
-    ResolutionError,
-    SentinelError,
-    ZooKeeperUnavailable,
-)
-from sentinel.events import ChangeEvent, ConnectionChanged, ShardKeysChanged
-from sentinel.registry.layout import (
-    METRICS,
-    auth_keys_path,
-    auth_path,
-    client_path,
-    service_path,
-    validate_name,
-)
-from sentinel.registry.records import ClientRecord, utf8_json
-from sentinel.shards.maps import DirectoryMap
-from sentinel.shards.spec import bucket_of, bucket_path, encode_bucket, policy_path
-from sentinel.zk.ephemeral import EphemeralNodes
-from sentinel.zk.errors import translate
-from sentinel.zk.watches import WatcherType
+from sentinel.errors import RegionNotServed
+from sentinel.registry.layout import validate_name
 
 if TYPE_CHECKING:
-    from sentinel.agent.regions import RegionServer, RegionServers
+    from sentinel.agent.regions import RegionServers
     from sentinel.client import Sentinel
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(LOGGER)
 
-# SO_PEERGROUPS (Linux 4.13): 59 in the generic numbering (x86, arm), where Python lacks it.
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
-_GROUPS_BYTES = 1024  # the most Python's getsockopt reads: 256 groups
-# Sessions the agent opens as its processes' identities (their /clients entries, and reads of
-# nodes not everyone may read): identities are a host's few roles and applications. Bounded
-# per peer user and in all; past a bound the least recently used session that holds no live
-# process's entry is closed, so one user's junk identities never lock another identity out.
-MAX_IDENTITY_SESSIONS_PER_PEER = 16
-MAX_IDENTITY_SESSIONS = 64
-# Requests a process may have unanswered: its worker follows one service at a time and its
-# lookups ask for a key each; more is a flood, and the connection is dropped.
-MAX_PENDING_REPLIES = 1024
-# Requests read from a connection and not yet served: past this its socket is not read until
-# they are (the kernel's buffer then holds the process back), never a growing queue.
-MAX_QUEUED_REQUESTS = 64
 # Threads serving requests (which may wait on ZooKeeper: the hello's key check, follow,
-# partition, announce) and building frames: a fixed few, whatever the connections.
+# partition, announce): a fixed few, whatever the connections.
 REQUEST_WORKERS = 8
-FRAME_WORKERS = 2
-# A ping waits this long at most for its request on the session (a process's measurement
-# waits as long: sentinel.regions.remotes.RTT_TIMEOUT).
-PING_TIMEOUT = 2.0
 # Connections accepted in one turn of the loop before it serves the others again.
 _ACCEPTS_PER_TURN = 64
 # A full descriptor table or kernel memory on accept: accepting pauses this long (the
@@ -150,114 +84,6 @@ _RECEIVE_BYTES = 256 * 1024
 # rather than in dozens of the default's. Memory only while frames wait unread, and a
 # connection's frames wait in the agent's own buffer anyway until written.
 _SEND_BUFFER = 1 << 20
-
-
-@dataclass(eq=False)
-class _Connection:
-    """One process's connection: who it is, what it follows, what it has not been sent, and
-    its socket's buffers (the loop's; the workers' through :attr:`due`)."""
-
-    sock: socket.socket
-    pid: int
-    uid: int
-    kick: Callable[[_Connection], None]  # something is due: have its frames built
-    client: str | None = None
-    auth_client: str | None = None
-    identity: str | None = None  # its ZooKeeper identity, for what it may read
-    version: int = protocol.VERSION  # its hello's: 2 and later send and expect heartbeats
-    deltas: bool = False  # its hello says it applies deltas (older processes do not)
-    followed: set[str] = field(default_factory=set)
-    policies_sent: dict[str, str] = field(default_factory=dict)  # policy -> spec text sent
-    # /clients path -> the identity session keeping it (None: the agent's own session)
-    announced: dict[str, _IdentitySession | None] = field(default_factory=dict)
-    readable: set[str] = field(default_factory=set)  # services its identity may read
-    # What is due: replies in order, then the services' changes, the policies' latest state.
-    replies: list[dict[str, Any]] = field(default_factory=list)
-    pending: Pending = field(default_factory=Pending)
-    keys: dict[str, set[str] | None] = field(default_factory=dict)  # None: the whole map
-    numbers: dict[str, int] = field(default_factory=dict)  # service -> its whole state's sent
-    connection: bool = False
-    due: threading.Lock = field(default_factory=threading.Lock)  # everything here
-    closed: bool = False
-    # The socket's side, under ``due``: frames read and not yet served, frames built and not
-    # yet written, and whether a worker is on either.
-    frames: protocol.FrameReader = field(
-        default_factory=lambda: protocol.FrameReader(protocol.MAX_REQUEST_BYTES, protocol.REQUESTS)
-    )
-    requests: collections.deque[dict[str, Any]] = field(default_factory=collections.deque)
-    out: collections.deque[bytes] = field(default_factory=collections.deque)
-    out_offset: int = 0  # bytes of out[0] written
-    serving: bool = False  # a request worker has its requests
-    flushing: bool = False  # a frame worker builds its frames
-    greeted: bool = False  # its first frame (the hello) has come
-    # The server of the region its hello named, and that hello: the loop hands it over.
-    handed_to: tuple[RegionServer, dict[str, Any]] | None = None
-    welcomed: bool = False  # its hello was accepted
-    events: int = 0  # what the loop's selector waits for on its socket (0: not registered)
-    accepted_at: float = field(default_factory=time.monotonic)
-    heard_at: float = field(default_factory=time.monotonic)  # the last bytes it sent
-    sent_at: float = field(default_factory=time.monotonic)  # the last progress writing
-
-    def mark(
-        self,
-        *,
-        policy: str | None = None,
-        keys: Iterable[str] | None = None,
-        connection: bool = False,
-    ) -> None:
-        """Note what changed; its latest state is sent. Never blocks on the peer."""
-        with self.due:
-            if policy is not None and policy in self.policies_sent:
-                pending = self.keys.get(policy, set())
-                self.keys[policy] = None if keys is None or pending is None else {*pending, *keys}
-            self.connection |= connection
-        self.kick(self)
-
-    def mark_service(
-        self,
-        service: str,
-        delta: tuple[int, bytes] | None = None,
-        credential: bytes | None = None,
-    ) -> None:
-        """A change of ``service``: its delta (its number, its frame) or its credential
-        node's frame; neither, or a process that does not take deltas: the whole state.
-        Never blocks on the peer."""
-        with self.due:
-            if service not in self.followed:
-                return
-            if credential is not None and self.deltas:
-                self.pending.add_credential(service, credential)
-            elif delta is not None and self.deltas:
-                self.pending.add_delta(service, *delta)
-            else:
-                self.pending.add_whole(service)
-        self.kick(self)
-
-    def reply(self, message: dict[str, Any]) -> None:
-        """Queue an answer (sent in order, before the changes marked)."""
-        with self.due:
-            if len(self.replies) >= MAX_PENDING_REPLIES:
-                raise ProtocolError(f"more than {MAX_PENDING_REPLIES} requests unanswered")
-            self.replies.append(message)
-        self.kick(self)
-
-
-@dataclass(eq=False)
-class _IdentitySession:
-    """A session acting as one process identity, for one peer user: it keeps the
-    ``/clients`` entries of that user's processes of that identity, and reads what not
-    everyone may read."""
-
-    zk: KazooClient
-    nodes: EphemeralNodes
-    live: dict[str, _Connection] = field(default_factory=dict)  # path -> whose entry it is
-
-    def close(self) -> None:
-        """End the session: its entries, live or marked, go with it."""
-        self.nodes.close(timeout=0)
-        with contextlib.suppress(Exception):
-            self.zk.stop()
-        self.zk.close()
 
 
 class AgentServer:
@@ -295,7 +121,7 @@ class AgentServer:
         regions: RegionServers | None = None,
         region: str | None = None,
     ) -> None:
-        # A region's server is made with these (see _region_server): the same checks and caps.
+        # A region's server is made with these (_region_server): the same checks and caps.
         self._settings: dict[str, Any] = {
             "allowed_uids": tuple(allowed_uids),
             "allowed_gids": tuple(allowed_gids),
@@ -316,38 +142,29 @@ class AgentServer:
             regions.bind(sentinel, self._region_server)
         self.deltas = deltas
         self.path = path
-        self._uids = frozenset({0, os.geteuid(), *allowed_uids})
-        self._gids = frozenset(allowed_gids)
-        self._open = bool(set(allowed_uids) - {0, os.geteuid()} or self._gids)
         self._send_timeout = send_timeout
         self._max_connections = max_connections
         self._hello_timeout = hello_timeout
         self._heartbeat = heartbeat
-        self._max_frame_bytes = max_frame_bytes
         self._heartbeat_frame = protocol.encode(protocol.HEARTBEAT)
-        self._connections: set[_Connection] = set()
-        self._shares = Shares(max_connections, max_connections_per_uid, "connections")
-        self._lock = threading.Lock()  # the sets above, and the credential nodes below
-        # (service, auth client) -> the /auth node's text (None: no node), as last read
-        self._auth: dict[tuple[str, str], str | None] = {}
-        # The DataWatch following each pair's node, by a token of its own: a watch whose token
-        # is gone (its client's processes all left, or a newer watch replaced it) stops.
-        self._auth_watches: dict[tuple[str, str], object] = {}
-        # (peer uid, client id) -> the pid whose connections use it, and how many are
-        # connected: an id is its user's, so that one user cannot take another's (the default
-        # id, <hostname>-<pid>, is easily guessed) and lock its processes out.
-        self._clients: dict[tuple[int, str], tuple[int, int]] = {}
-        # client id -> the (uid, pid) whose /clients entries the agent keeps under it: the
-        # first connected process to announce one; a process of another user or pid that
-        # shares the id is served but its entries are not kept (they would overwrite these).
-        self._entries: dict[str, tuple[int, int]] = {}
-        # (peer uid, identity) -> a session acting as it, least recently used first
-        self._identities: OrderedDict[tuple[int, str], _IdentitySession] = OrderedDict()
-        # service -> (the number of its last change, the snapshot after it), as the cache's
-        # worker swapped it in; and the JSON of the snapshot's nodes, encoded once for every
-        # whole state sent of it.
-        self._published: dict[str, tuple[int, ServiceSnapshot]] = {}
-        self._encoded: dict[str, tuple[ServiceSnapshot, bytes]] = {}
+        self._admission = Admission(
+            path,
+            allowed_uids=allowed_uids,
+            allowed_gids=self._settings["allowed_gids"],
+            max_connections=max_connections,
+            max_connections_per_uid=max_connections_per_uid,
+            region=region,
+        )
+        self._credentials = Credentials(sentinel, self._admission, deltas=deltas)
+        self._identities = Identities(sentinel, self._admission)
+        self._fanout = Fanout(
+            sentinel,
+            self._admission,
+            self._credentials,
+            self,
+            deltas=deltas,
+            max_frame_bytes=max_frame_bytes,
+        )
         self._listening: socket.socket | None = None
         self._stopped = threading.Event()
         self._remove_listener: Any = None
@@ -355,14 +172,23 @@ class AgentServer:
         # workers hand it (something to write, reading to resume, or a socket to close).
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
-        self._calls: collections.deque[_Connection] = collections.deque()
+        self._calls: collections.deque[Connection] = collections.deque()
         self._loop_thread: threading.Thread | None = None
         self._accept_resumes_at: float | None = None  # accepting paused until then
         self._tick = max(0.01, min(1.0, heartbeat / 4, hello_timeout / 4, send_timeout / 4))
-        self._requests = ThreadPoolExecutor(REQUEST_WORKERS, "sentinel-agent-request")
-        self._frames = ThreadPoolExecutor(FRAME_WORKERS, "sentinel-agent-frames")
-        self._refusals = Throttled(log)
+        self._requests = Workers(REQUEST_WORKERS, "sentinel-agent-request")
         self._accept_errors = Throttled(log)
+        self._answers = Answers(
+            sentinel,
+            self,
+            self._requests,
+            admission=self._admission,
+            identities=self._identities,
+            credentials=self._credentials,
+            fanout=self._fanout,
+            heartbeat=heartbeat,
+            regions=regions,
+        )
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -374,8 +200,8 @@ class AgentServer:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         if self.region is None:
             self._listen()
-        self._remove_listener = self.sentinel.listen(None, self._on_change)
-        self.sentinel.session.cache.on_swap = self._on_swap
+        self._remove_listener = self.sentinel.listen(None, self._fanout.on_change)
+        self.sentinel.session.cache.on_swap = self._fanout.on_swap
         self._loop_thread = threading.Thread(target=self._loop, name="sentinel-agent", daemon=True)
         self._loop_thread.start()
         log.info(
@@ -397,7 +223,7 @@ class AgentServer:
         old_umask = os.umask(0o177)
         try:
             listening.bind(self.path)
-            if self._open:
+            if self._admission.open:
                 os.chmod(self.path, 0o666)
         finally:
             os.umask(old_umask)
@@ -425,24 +251,19 @@ class AgentServer:
                 self._listening.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-        with self._lock:
-            connections = list(self._connections)
+        connections = self._admission.connected()
         for connection in connections:
-            self._drop(connection, None)
+            self.drop(connection, None)
         for connection in connections:  # the loop has ended: closed here
             self._close(connection)
         # Requests under way finish (each bounded by its ZooKeeper timeout), and the /clients
         # entries of the connections dropped are retired, before the sessions go.
-        self._requests.shutdown(wait=True)
-        self._frames.shutdown(wait=True)
+        self._requests.shutdown()
+        self._fanout.close()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        with self._lock:
-            sessions = list(self._identities.values())
-            self._identities.clear()
-        for session in sessions:
-            session.close()
+        self._identities.close()
         if self._regions is not None:
             self._regions.close()
 
@@ -455,7 +276,7 @@ class AgentServer:
     @property
     def processes(self) -> int:
         """The processes connected now."""
-        return len(self._connections)
+        return len(self._admission.connections)
 
     # --- the loop: every socket's accepting, reading and writing ------------------------------
 
@@ -488,7 +309,7 @@ class AgentServer:
         elif isinstance(data, socket.socket):
             self._accept()
         else:
-            connection: _Connection = data  # type: ignore[assignment]
+            connection: Connection = data  # type: ignore[assignment]
             if connection.closed:  # dropped by a worker: its socket is closed after this turn
                 return
             try:
@@ -498,13 +319,13 @@ class AgentServer:
                     self._write(connection)
             except Exception:  # a bug of the agent's own: logged, and the process reconnects
                 log.exception("agent: dropping pid %d", connection.pid)
-                self._drop(connection, "error")
+                self.drop(connection, "error")
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # full: the loop is awake already
             self._wake_w.send(b"\0")
 
-    def _call_loop(self, connection: _Connection) -> None:
+    def call_loop(self, connection: Connection) -> None:
         """From a worker: have the loop look at ``connection`` again (frames to write,
         reading to resume, or its socket to close)."""
         self._calls.append(connection)
@@ -523,7 +344,7 @@ class AgentServer:
                 if connection.out:
                     self._write(connection)
 
-    def _update(self, connection: _Connection) -> None:
+    def _update(self, connection: Connection) -> None:
         """Wait on the socket for what the connection needs now: reading unless its
         requests are queued to the limit, writing while it has frames to write."""
         with connection.due:
@@ -540,7 +361,7 @@ class AgentServer:
             self._selector.modify(connection.sock, wanted, connection)
         connection.events = wanted
 
-    def _close(self, connection: _Connection) -> None:
+    def _close(self, connection: Connection) -> None:
         """The loop's (or, once it ended, :meth:`stop`'s): forget the socket and close it (or
         hand it to the server of the region its hello named)."""
         if connection.events:
@@ -564,8 +385,7 @@ class AgentServer:
             assert self._listening is not None
             self._selector.register(self._listening, selectors.EVENT_READ, self._listening)
         silence = protocol.HEARTBEAT_MISSES * self._heartbeat
-        with self._lock:
-            connections = list(self._connections)
+        connections = self._admission.connected()
         for connection in connections:
             reason = None
             with connection.due:
@@ -598,7 +418,7 @@ class AgentServer:
                         "silent": f"it sent nothing, not even a heartbeat, for {silence:g}s",
                     }[reason],
                 )
-                self._drop(connection, reason)
+                self.drop(connection, reason)
             elif connection.out and not connection.events & selectors.EVENT_WRITE:
                 self._update(connection)
 
@@ -638,78 +458,34 @@ class AgentServer:
         """Serve a new connection if its peer may connect and the caps allow; else refuse it
         (the caps' refusal says why, in an error frame)."""
         pid, uid, gid = protocol.peer_credentials(sock)
-        if not self._allowed(sock, uid, gid):
+        if not self._admission.allowed(sock, uid, gid):
             telemetry.AGENT_DROPPED.labels("refused").inc()
-            self._refusals.warning(
+            self._admission.refusals.warning(
                 "agent: refused pid %d (uid %d, gid %d): not allowed", pid, uid, gid
             )
             sock.close()
             return
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
-        connection = _Connection(sock, pid, uid, self._schedule_flush)
-        with self._lock:
-            refusal = self._shares.take(uid)
-            if refusal is None:
-                self._connections.add(connection)
-        if refusal is not None:
-            self._refuse(sock, pid, uid, refusal)
-            return
-        self._count_processes()
-        self._update(connection)
+        connection = Connection(sock, pid, uid, self._fanout.schedule)
+        if self._admission.join(connection):
+            self._update(connection)
 
-    def _count_processes(self) -> None:
-        if self.region is None:
-            telemetry.AGENT_PROCESSES.set(len(self._connections))
-        else:
-            telemetry.AGENT_REGION_PROCESSES.labels(self.region).set(len(self._connections))
-
-    def adopt(self, handed: _Connection, hello: dict[str, Any]) -> None:
+    def adopt(self, handed: Connection, hello: dict[str, Any]) -> None:
         """From the agent's own server's loop: serve a connection it admitted (its peer
         checked) whose hello named this server's region, from that hello on; over this
         server's caps, it is refused as :meth:`_admit` refuses (told why)."""
-        connection = _Connection(handed.sock, handed.pid, handed.uid, self._schedule_flush)
+        connection = Connection(handed.sock, handed.pid, handed.uid, self._fanout.schedule)
         connection.frames = handed.frames  # what followed the hello, read already
         connection.requests.extend([hello, *handed.requests])
         connection.greeted, connection.serving = True, True
         connection.accepted_at = handed.accepted_at
-        with self._lock:
-            refusal = "stopping" if self._stopped.is_set() else self._shares.take(connection.uid)
-            if refusal is None:
-                self._connections.add(connection)
-        if refusal is not None:
-            self._refuse(connection.sock, connection.pid, connection.uid, refusal)
+        if not self._admission.join(connection, "stopping" if self._stopped.is_set() else None):
             return
-        self._count_processes()
-        self._submit(self._requests, self._serve_next, connection)
-        self._call_loop(connection)  # this server's loop reads it from now on
+        self._requests.submit(self._answers.serve_next, connection)
+        self.call_loop(connection)  # this server's loop reads it from now on
 
-    def _refuse(self, sock: socket.socket, pid: int, uid: int, refusal: str) -> None:
-        """Tell a connection over the caps why (nothing was sent on it yet: a new socket's
-        buffer holds the frame) and close it; counted."""
-        telemetry.AGENT_DROPPED.labels("cap").inc()
-        self._refusals.warning("agent: refused pid %d (uid %d): %s", pid, uid, refusal)
-        error = AgentUnavailable(f"the agent at {self.path} refused this process: {refusal}")
-        with contextlib.suppress(OSError):
-            sock.send(protocol.encode(error_answer(None, error)))
-        sock.close()
-
-    def _allowed(self, sock: socket.socket, uid: int, gid: int) -> bool:
-        """Whether the peer is root, the agent's user, an allowed user, or in an allowed group
-        (primary or supplementary, as the kernel recorded them at connect: no ``/proc`` read,
-        so a pid reused meanwhile changes nothing)."""
-        if uid in self._uids or gid in self._gids:
-            return True
-        if not self._gids:
-            return False
-        try:
-            raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, _GROUPS_BYTES)
-        except OSError as exc:  # more groups than fit, or a kernel without SO_PEERGROUPS
-            log.warning("agent: no supplementary groups of uid %d (%s)", uid, exc.strerror)
-            return False
-        return not self._gids.isdisjoint(struct.unpack(f"{len(raw) // 4}I", raw))
-
-    def _drop(self, connection: _Connection, reason: str | None) -> None:
+    def drop(self, connection: Connection, reason: str | None) -> None:
         """Close a connection (the loop closes its socket) and forget its announcements;
         ``reason`` is counted (None: the process left, or the agent stops)."""
         with connection.due:
@@ -720,94 +496,18 @@ class AgentServer:
             connection.out.clear()
         if reason is not None:
             telemetry.AGENT_DROPPED.labels(reason).inc()
-        self._call_loop(connection)
-        with self._lock:
-            if connection.client is not None:
-                claim = (connection.uid, connection.client)
-                pid, count = self._clients[claim]
-                if count > 1:
-                    self._clients[claim] = (pid, count - 1)
-                else:
-                    del self._clients[claim]
-                    if self._entries.get(connection.client) == (connection.uid, pid):
-                        del self._entries[connection.client]
-            if connection in self._connections:
-                self._connections.discard(connection)
-                self._shares.release(connection.uid)
-            still = (
-                {path for other in self._connections for path in other.announced}
-                if connection.announced
-                else set()
-            )
-            self._unfollow_auth(connection.auth_client)
-        self._count_processes()
-        gone = {p: s for p, s in connection.announced.items() if p not in still}
+        self.call_loop(connection)
+        with self._admission.lock:  # one step for every room a connection leaves
+            self._admission.leave(connection)
+            gone = self._identities.forget(connection)
+            self._credentials.unfollow(connection.auth_client)
+        self._admission.count()
         if gone:  # its /clients entries go with it, on a request worker
-            self._submit(self._requests, self._forget, connection, gone)
+            self._requests.submit(self._identities.retire, connection, gone)
 
-    def _forget(self, connection: _Connection, entries: dict[str, _IdentitySession | None]) -> None:
-        for path, session in entries.items():
-            self._retire(connection, path, session)
+    # --- reading and writing -------------------------------------------------------------------
 
-    def _retire(self, connection: _Connection, path: str, session: _IdentitySession | None) -> None:
-        """A departed process's ``/clients`` entry stops counting at once: deleted where its
-        session may delete it (an open namespace), else (a secured one lets only the admin
-        delete an entry) marked as left, which a rotation ignores, and removed for good when
-        the session holding it ends: at once when it was its identity's last process here."""
-        # The identity's own session, else the agent's: both keep their zk and nodes alike.
-        holder = self.sentinel.session if session is None else session
-        nodes, zk = holder.nodes, holder.zk
-        if session is not None:
-            with self._lock:
-                if session.live.get(path) is not connection:
-                    return  # announced again since, by a reconnected process
-                del session.live[path]
-                last = not session.live
-                if last:  # nothing else keeps it: its end removes every entry it holds
-                    for key, held in list(self._identities.items()):
-                        if held is session:
-                            del self._identities[key]
-            if last:
-                session.close()
-                return
-        try:
-            nodes.remove(path)
-            return
-        except NoAuthError:
-            pass  # only the admin deletes an entry in a secured namespace
-        except Exception as exc:  # the session lost or closing: its end removes them
-            log.warning("agent: could not remove %s (%s)", path, type(exc).__name__)
-            return
-        try:
-            data, _ = zk.get(path)
-            record = ClientRecord.from_bytes(path.split("/")[2], path.rsplit("/", 1)[1], path, data)
-            zk.set(path, replace(record, left=time.time()).to_bytes(path))
-        except Exception as exc:  # gone meanwhile, or the session lost: its end removes it
-            log.warning("agent: could not mark %s as left (%s)", path, type(exc).__name__)
-
-    def _submit(self, pool: ThreadPoolExecutor, task: Callable[..., None], *args: Any) -> None:
-        with contextlib.suppress(RuntimeError):  # shut down: the agent stops, nothing to do
-            pool.submit(task, *args)
-
-    def _unfollow_auth(self, client: str | None) -> None:
-        """Under the lock, once no connected process claims ``client``: stop following its
-        credential nodes, the session's watches included, now rather than when a node is next
-        written (a node that does not exist, a name a process only claimed, may never be).
-        Under the lock, so that a process of the same client following meanwhile sets its
-        watch after this removal, never before it."""
-        if client is None or any(c.auth_client == client for c in self._connections):
-            return
-        for pair in [pair for pair in self._auth if pair[1] == client]:
-            self._auth.pop(pair)
-            self._auth_watches.pop(pair, None)
-            # not waited for: this thread holds the lock
-            self.sentinel.session.watches.remove_watches(
-                auth_path(*pair), WatcherType.DATA, wait=False
-            )
-
-    # --- reading, and the request workers -------------------------------------------------------
-
-    def _receive(self, connection: _Connection) -> None:
+    def _receive(self, connection: Connection) -> None:
         """The loop's: read what the process sent and queue its requests for a request
         worker (one at a time per connection, in order)."""
         try:
@@ -815,18 +515,18 @@ class AgentServer:
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
-            return self._drop(connection, None)
+            return self.drop(connection, None)
         if not data:
             if connection.frames.partial:
                 log.warning("agent: dropping pid %d: it left mid-frame", connection.pid)
-                return self._drop(connection, "protocol")
-            return self._drop(connection, None)
+                return self.drop(connection, "protocol")
+            return self.drop(connection, None)
         connection.heard_at = time.monotonic()
         try:
             messages = connection.frames.feed(data)
         except ProtocolError as exc:
             log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            return self._drop(connection, "protocol")
+            return self.drop(connection, "protocol")
         requests = [m for m in messages if m["op"] != "heartbeat"]
         if not requests:
             return
@@ -836,89 +536,25 @@ class AgentServer:
             start, connection.serving = not connection.serving, True
             full = len(connection.requests) >= MAX_QUEUED_REQUESTS
         if start:
-            self._submit(self._requests, self._serve_next, connection)
+            self._requests.submit(self._answers.serve_next, connection)
         if full:
             self._update(connection)  # read again once they are served
 
-    def _serve_next(self, connection: _Connection) -> None:
-        """A request worker's: serve the connection's next request, then queue the rest
-        behind the other connections' (no connection holds a worker for long)."""
+    def _write(self, connection: Connection) -> None:
+        """The loop's: write what the socket takes now; once all is written, have what is
+        due built."""
         with connection.due:
-            if connection.closed or not connection.requests:
-                connection.serving = False
-                return
-            message = connection.requests.popleft()
-            resume = len(connection.requests) == MAX_QUEUED_REQUESTS - 1
-        try:
-            if not connection.welcomed:
-                if message["op"] != "hello":
-                    raise ProtocolError(f"{message['op']!r} before the hello")
-                self._welcome(connection, message)
-                connection.welcomed = True
-            elif message["op"] == "hello":
-                raise ProtocolError("a second hello")
-            else:
-                self._serve(connection, message)
-        except (ProtocolError, SentinelError, ValueError) as exc:
-            log.warning("agent: dropping pid %d: %s", connection.pid, exc)
-            return self._drop(connection, "protocol")
-        except Exception:  # a bug of the agent's own: logged, and the process reconnects
-            log.exception("agent: dropping pid %d", connection.pid)
-            return self._drop(connection, "error")
-        if resume:
-            self._call_loop(connection)
-        with connection.due:
-            more = bool(connection.requests) and not connection.closed
-            connection.serving = more
-        if more:
-            self._submit(self._requests, self._serve_next, connection)
+            broken = not connection.closed and connection.send_out()
+            written = not connection.out
+        if broken:
+            return self.drop(connection, None)
+        if written:
+            self._update(connection)
+            self._fanout.schedule(connection)
 
-    def _welcome(self, connection: _Connection, hello: dict[str, Any]) -> None:
-        connection.version = checked(hello, "version", int)
-        if connection.version not in protocol.VERSIONS:
-            raise ProtocolError(f"protocol version {hello['version']}, not {protocol.VERSION}")
-        region = self._served_region(connection, hello)
-        if region is False:
-            return  # handed to its region's server, or refused
-        if checked(hello, "namespace", str) != self.sentinel.namespace:
-            raise ProtocolError(
-                f"namespace {hello['namespace']!r}: this agent serves {self.sentinel.namespace!r}"
-            )
-        client = validate_name("client id", checked(hello, "client", str))
-        claim = (connection.uid, client)
-        with self._lock:
-            holder, count = self._clients.get(claim, (connection.pid, 0))
-            if holder == connection.pid and not connection.closed:
-                self._clients[claim] = (holder, count + 1)
-                connection.client = client
-        if holder != connection.pid:  # its /clients entries are that process's
-            raise ProtocolError(f"client id {client!r} is pid {holder}'s, not {connection.pid}'s")
-        connection.identity = checked(hello, "identity", (str, type(None)))
-        connection.deltas = hello.get("deltas") is True  # else whole states, as it expects
-        auth_client = checked(hello, "auth_client", (str, type(None)))
-        welcome = self._connection_message("welcome")
-        welcome["heartbeat"] = self._heartbeat
-        if region is not None:  # said back: an agent before regions would not
-            welcome["region"] = region
-        if auth_client is not None:
-            connection.auth_client = validate_name("auth client", auth_client)
-            # What a process with a key ring checks at start, read here so that it opens no
-            # session when its public keys are published already (the common case). Unknown
-            # while the agent's session is down: the process then checks on its own session.
-            welcome["secured"] = welcome["keys"] = None
-            try:
-                if self.sentinel.connection_state != "connected":  # a read would wait for it
-                    raise ZooKeeperUnavailable("the agent's session is not connected")
-                welcome["secured"] = acl.is_secured(self.sentinel.session.zk)
-                keys, _ = self.sentinel.session.zk.get(auth_keys_path(auth_client))
-                welcome["keys"] = keys.decode("utf-8", "replace")
-            except NoNodeError:
-                pass
-            except (KazooException, ZooKeeperUnavailable):
-                welcome["secured"] = None
-        connection.reply(welcome)
+    # --- the agent's other regions: a hello naming one hands its connection over -------------
 
-    def _served_region(self, connection: _Connection, hello: dict[str, Any]) -> str | bool | None:
+    def served_region(self, connection: Connection, hello: dict[str, Any]) -> str | bool | None:
         """The region a hello names, when this server serves it (None: it names none);
         False when it names another: then the connection is handed to that region's server
         (its loop reads it from there), or refused with RegionNotServed when the agent's
@@ -942,708 +578,24 @@ class AgentServer:
             # Counted before it is told: the process then leaves, and its end may be the
             # loop's to see first (then this connection's drop below counts nothing).
             telemetry.AGENT_DROPPED.labels("region").inc()
-            self._refusals.warning("agent: pid %d: %s", connection.pid, error)
+            self._admission.refusals.warning("agent: pid %d: %s", connection.pid, error)
             with contextlib.suppress(OSError):  # nothing sent on it yet: the frame fits
                 connection.sock.send(protocol.encode(error_answer(None, error)))
-            self._drop(connection, None)
+            self.drop(connection, None)
             return False
         with connection.due:
             if connection.closed:
                 return False
             connection.closed = True  # this server reads it no more
             connection.handed_to = (server, hello)
-        with self._lock:
-            self._connections.discard(connection)
-            self._shares.release(connection.uid)
-        self._count_processes()
-        self._call_loop(connection)  # the loop forgets its socket and hands it over
+        self._admission.hand_over(connection)
+        self.call_loop(connection)  # the loop forgets its socket and hands it over
         return False
 
     def _region_server(self, sentinel: Sentinel, region: str) -> AgentServer:
         """A started server of ``sentinel``'s session to ``region``, with this server's
         settings (peer checks, caps, timeouts), listening on no socket of its own."""
         return AgentServer(sentinel, self.path, region=region, **self._settings).start()
-
-    def _serve(self, connection: _Connection, message: dict[str, Any]) -> None:
-        """One request. Every request names a service, and every one answered is answered
-        only when the process's identity may read that service: checked here, once for every
-        kind of request (:meth:`_require_readable`)."""
-        op = message["op"]
-        if op == "status":  # the requests that name no service
-            connection.reply(self._status(checked(message, "id", int), connection))
-            return
-        if op == "ping":
-            connection.reply(self._ping(checked(message, "id", int)))
-            return
-        service = validate_name("service", checked(message, "service", str))
-        if op == "announce":  # no answer, nothing read: the process's own /clients entry
-            self._announce(connection, service, message)
-            return
-        request = checked(message, "id", int)
-        try:
-            self._require_readable(connection, service)
-            answer = self._answer(connection, op, service, request, message)
-        except (ResolutionError, NamespaceNotFound, AccessDenied) as exc:
-            answer = error_answer(request, exc)
-        except (ZooKeeperUnavailable, KazooException) as exc:  # its session is down
-            answer = error_answer(request, translate(exc, "the agent's session"))
-        connection.reply(answer)
-
-    def _answer(
-        self,
-        connection: _Connection,
-        op: str,
-        service: str,
-        request: int,
-        message: dict[str, Any],
-    ) -> dict[str, Any]:
-        """The answer to a request whose service the process may read."""
-        if op == "follow":
-            if connection.auth_client is not None:
-                self._follow_auth(service, connection.auth_client)
-            return {"op": "service", "id": request, "service": service}
-        key = checked(message, "key", (str, int))  # "partition": a key its map does not hold
-        partition = self.sentinel.partition_of(service, key)
-        return {"op": "partition", "id": request, "partition": partition}
-
-    def _status(self, request: int, asking: _Connection) -> dict[str, Any]:
-        """``status``: the session's state and staleness, and every other process connected
-        with the services it follows (the asker, ``sentinel agent status``, is not one). Root
-        and the agent's own user see every process and service. Another peer sees only the
-        services the identity of its hello may read (the read check of its own requests), and
-        only the processes following one of them: a process's pid and client id would say
-        that something follows what the asker may not read."""
-        everything = asking.uid in (0, os.geteuid())
-        with self._lock:
-            others = sorted((c for c in self._connections if c is not asking), key=lambda c: c.pid)
-        processes = []
-        for c in others:
-            services = sorted(s for s in set(c.followed) if everything or self._may_read(asking, s))
-            if services or everything:
-                processes.append({"pid": c.pid, "client": c.client, "services": services})
-        return {
-            "op": "status",
-            "id": request,
-            "state": self.sentinel.connection_state,
-            "staleness": self.sentinel.staleness,
-            "processes": processes,
-            "regions": [] if self._regions is None else self._regions.status(everything),
-        }
-
-    def _ping(self, request: int) -> dict[str, Any]:
-        """``ping``: answered once one request on the session has come back (what a process
-        times as its round trip to this server's region), else an error saying why."""
-        state = self.sentinel.connection_state
-        try:
-            if state != "connected":  # a request would wait for the connection
-                raise ZooKeeperUnavailable(f"the agent's session is {state}")
-            self.sentinel.session.zk.exists_async("/").get(timeout=PING_TIMEOUT)
-        except ZooKeeperUnavailable as exc:
-            return error_answer(request, exc)
-        except Exception as exc:  # lost meanwhile, or no answer in time
-            return error_answer(
-                request, ZooKeeperUnavailable(f"no answer to a ping ({type(exc).__name__})")
-            )
-        return {"op": "ping", "id": request}
-
-    def _announce(self, connection: _Connection, service: str, message: dict[str, Any]) -> None:
-        """Keep the process's ``/clients`` record while it is connected: only its own (its
-        client id, its pid as the kernel tells it, its auth client, and no credential version
-        above what the manager issued), on a session of the identity it proved, so that a
-        rotation counts it as it would the process's own."""
-        assert connection.client is not None
-        if service in self.sentinel.session.cache.unlisted():
-            return  # a Curator base path's alone: no credential to rotate, no entry (as direct)
-        path = client_path(service, connection.client)
-        data = checked(message, "record", str).encode()
-        record = ClientRecord.from_bytes(service, connection.client, path, data)
-        if record.pid != connection.pid:
-            raise ProtocolError(f"a /clients record for pid {record.pid}, sent by {connection.pid}")
-        if record.auth_client != connection.auth_client or record.left is not None:
-            raise ProtocolError(
-                f"a /clients record for auth client {record.auth_client!r}, sent by a process "
-                f"of {connection.auth_client!r}"
-            )
-        if record.auth_version is not None:
-            newest = self._newest_version(service, connection.auth_client)
-            if record.auth_version > newest:
-                raise ProtocolError(
-                    f"a /clients record of credential v{record.auth_version}, above the newest "
-                    f"issued for {connection.auth_client!r} (v{newest})"
-                )
-        with self._lock:
-            if connection.closed:
-                return  # its drop has run, or runs next: nothing of it is kept
-            owner = self._entries.setdefault(connection.client, (connection.uid, connection.pid))
-        if owner != (connection.uid, connection.pid):
-            self._refusals.warning(
-                "agent: pid %d (uid %d): client id %r has its /clients entries kept for pid %d "
-                "(uid %d); this process is served, its entries are not kept",
-                connection.pid,
-                connection.uid,
-                connection.client,
-                owner[1],
-                owner[0],
-            )
-            return
-        session = None
-        if connection.identity is not None:
-            session = self._identity_session(connection, entry=path)
-            if session is None:  # logged there; as a refused write of a process's own
-                return
-        # The identity's own session, else the agent's: both keep their zk and nodes alike.
-        holder = self.sentinel.session if session is None else session
-        nodes, zk = holder.nodes, holder.zk
-        nodes.put(
-            path,
-            data,
-            prepare=functools.partial(ensure_clients_node, zk, service),
-            keep_trying=True,
-        )
-        # Noted once written, so that its retirement always follows its write: a connection
-        # dropped meanwhile (closed is set before _drop reads what it announced) retires it here.
-        with self._lock:
-            gone = connection.closed
-            if not gone:
-                connection.announced[path] = session
-        if gone:
-            self._retire(connection, path, session)
-
-    def _newest_version(self, service: str, auth_client: str | None) -> int:
-        """The newest credential version of ``auth_client`` a process may have applied: the
-        highest the manager issued or published (0 for none, or no auth client)."""
-        if auth_client is None:
-            return 0
-        zk = self.sentinel.session.zk
-        try:
-            record, _ = read_auth(zk, service, auth_client)
-        except DecodeError:
-            record = None
-        published = record.versions if record is not None else ()
-        return max(read_issued(zk, service, auth_client), *published, 0)
-
-    # --- what a process may read ------------------------------------------------------------
-
-    def _require_readable(self, connection: _Connection, service: str) -> None:
-        """:class:`AccessDenied` unless the process may read ``service`` (checked once per
-        connection and service; loads the service, whose spec names its shard policy)."""
-        if service in connection.readable:
-            return
-        self.sentinel.prefetch(service)
-        self._check_readable(connection, service)
-        connection.readable.add(service)
-
-    def _may_read(self, connection: _Connection, service: str) -> bool:
-        """Whether the process may read ``service`` (:meth:`_require_readable`); a check that
-        cannot be made (the service gone, the session down) says no."""
-        try:
-            self._require_readable(connection, service)
-        except (SentinelError, KazooException):
-            return False
-        return True
-
-    def _check_readable(self, connection: _Connection, service: str) -> None:
-        """:class:`AccessDenied` unless the process's identity may read every subtree it
-        would be served of ``service`` (its node, its metrics, its credential node, its shard
-        policy). A subtree that everyone may read costs one ACL read; one that not everyone
-        may read is read as the process's identity, on a session of that identity's own
-        (kept for the identity's other processes), since ZooKeeper hides the digest hashes in
-        an ACL from a session without ADMIN there."""
-        snapshot = self.sentinel.session.cache.snapshots.get(service)
-        roots = [service_path(service), f"{METRICS}/{service}"]
-        if connection.auth_client is not None:
-            roots.append(auth_path(service, connection.auth_client))
-        if snapshot is not None and snapshot.spec.shard_policy is not None:
-            roots.append(policy_path(snapshot.spec.shard_policy))
-        for root in roots:
-            if not self._readable(connection, root):
-                raise AccessDenied(
-                    f"service {service!r}: this process's ZooKeeper identity may not read "
-                    f"{root} (its ACL), and the agent serves it only what it may read"
-                )
-
-    def _readable(self, connection: _Connection, path: str) -> bool:
-        try:
-            entries, _ = self.sentinel.session.zk.get_acls(path)
-        except NoNodeError:
-            return True  # nothing there to hide
-        if any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
-            return True
-        if connection.identity is None:
-            return False
-        session = self._identity_session(connection)
-        if session is None:
-            return False
-        try:
-            session.zk.get(path)
-        except NoAuthError:
-            return False
-        except NoNodeError:
-            return True
-        return True
-
-    def _identity_session(
-        self, connection: _Connection, entry: str | None = None
-    ) -> _IdentitySession | None:
-        """A session acting as the process's identity for its peer user, made on first need;
-        ``entry``: a ``/clients`` path the process keeps on it (which keeps the session from
-        eviction while the process lives). None when it does not connect, or when every
-        session the bounds allow holds a live process's entry (logged)."""
-        assert connection.identity is not None
-        key = (connection.uid, connection.identity)
-        with self._lock:
-            session = self._identities.get(key)
-            if session is not None:
-                self._identities.move_to_end(key)
-                if entry is not None:
-                    session.live[entry] = connection
-                return session
-        # Opened outside the lock: the socket loop takes it, and must never wait behind a
-        # session's start (two requests may both open one; the second is closed unused).
-        session = self._open_identity_session(connection.identity)
-        if session is None:
-            return None
-        with self._lock:
-            chosen, unused = self._identities.get(key), [session]
-            if chosen is None:
-                evicted = self._make_room(connection.uid)
-                if evicted is not None:
-                    self._identities[key] = chosen = session
-                    unused = evicted
-            if chosen is not None and entry is not None:
-                chosen.live[entry] = connection
-        for other in unused:
-            other.close()
-        if chosen is None:
-            telemetry.AGENT_IDENTITIES_REFUSED.inc()
-            log.warning(
-                "agent: pid %d (uid %d): every identity session this user may hold keeps a live "
-                "process's /clients entries; its identity is not served",
-                connection.pid,
-                connection.uid,
-            )
-        return chosen
-
-    def _make_room(self, uid: int) -> list[_IdentitySession] | None:
-        """Under the lock: evict the least recently used idle sessions (holding no live
-        process's entry) so that ``uid`` may open one more; the evicted (to close), or None
-        when the bounds leave no room."""
-        evicted: list[_IdentitySession] = []
-        for bound, mine in ((MAX_IDENTITY_SESSIONS_PER_PEER, True), (MAX_IDENTITY_SESSIONS, False)):
-            held = [k for k in self._identities if not mine or k[0] == uid]
-            if len(held) < bound:
-                continue
-            idle = next((k for k in held if not self._identities[k].live), None)
-            if idle is None:
-                return None
-            evicted.append(self._identities.pop(idle))
-        return evicted
-
-    def _open_identity_session(self, identity: str) -> _IdentitySession | None:
-        zk = KazooClient(
-            hosts=f"{self.sentinel.hosts}{self.sentinel.namespace}",
-            **client_arguments(identity, self.sentinel.tls),
-        )
-        try:
-            start_client(zk, self.sentinel.hosts, self.sentinel.connect_timeout)
-        except Exception as exc:
-            log.warning("agent: no session for a process's identity (%s)", type(exc).__name__)
-            with contextlib.suppress(Exception):
-                zk.stop()
-            zk.close()
-            return None
-        nodes = EphemeralNodes(zk)
-        nodes.start()
-        return _IdentitySession(zk, nodes)
-
-    # --- changes (the agent cache's worker; kazoo's thread for credentials) ---------------------
-
-    def _on_change(self, event: ChangeEvent) -> None:
-        """Mark a change of the session or of a shard map on every connection; a service's
-        changes are :meth:`_on_swap`'s. Nothing here waits."""
-        with self._lock:
-            connections = list(self._connections)
-        if isinstance(event, ConnectionChanged):
-            for connection in connections:
-                connection.mark(connection=True)
-        elif isinstance(event, ShardKeysChanged):
-            for connection in connections:
-                connection.mark(policy=event.policy, keys=event.changes)
-
-    def _on_swap(
-        self,
-        service: str,
-        old: ServiceSnapshot,
-        new: ServiceSnapshot | None,
-        names: Collection[str] | None,
-    ) -> None:
-        """A service's snapshot replaced in the agent's cache (None: dropped): number the
-        change, encode what changed once, and hand the same frame to every connection
-        following the service (the whole state when a delta cannot say it, or would be
-        larger than a frame may be). On the cache's worker; nothing here waits."""
-        fields = None
-        if new is not None and self.deltas:
-            try:
-                fields = changes.delta(service, old, new, names)
-            except Exception:  # the agent's own bug: its processes are sent the whole state
-                log.exception("agent: the change of %s could not be told as a delta", service)
-        with self._lock:
-            number = self._published.get(service, (0, old))[0] + (fields != {})
-            if new is None:
-                self._published.pop(service, None)
-                self._encoded.pop(service, None)
-            else:
-                self._published[service] = (number, new)
-            connections = list(self._connections)
-        if fields == {}:
-            return  # nothing a process holds (the agent's own credential)
-        change = None
-        if fields is not None:
-            frame = protocol.encode({"op": "delta", "service": service, "seq": number, **fields})
-            change = None if len(frame) > self._max_frame_bytes else (number, frame)
-        for connection in connections:
-            connection.mark_service(service, change)
-
-    def _follow_auth(self, service: str, client: str) -> None:
-        """Follow ``client``'s credential node of ``service`` (once for every process of that
-        client, and only while one is connected: a claimed client name costs the agent a
-        watch for as long as its process lives, see :meth:`_unfollow_auth`); its changes mark
-        the service on their connections."""
-        pair = (service, client)
-        token = object()
-        with self._lock:
-            if pair in self._auth:
-                return
-            self._auth[pair] = None
-            self._auth_watches[pair] = token
-        ready = threading.Event()
-
-        def changed(data: bytes | None, _: ZnodeStat | None) -> bool:
-            with self._lock:
-                if self._auth_watches.get(pair) is not token:  # unfollowed, maybe followed anew
-                    ready.set()
-                    return False
-                connections = [
-                    c for c in self._connections if c.auth_client == client and not c.closed
-                ]
-                if not connections:  # its processes are gone: stop following the node
-                    self._auth.pop(pair, None)
-                    self._auth_watches.pop(pair, None)
-                    ready.set()
-                    return False
-                text = self._auth[pair] = None if data is None else data.decode("utf-8", "replace")
-            frame = None
-            if self.deltas:  # one frame for every process of the client
-                frame = protocol.encode({"op": "auth", "service": service, "auth": text})
-            for connection in connections:
-                connection.mark_service(service, credential=frame)
-            ready.set()
-            return True
-
-        self.sentinel.session.zk.DataWatch(auth_path(service, client), changed)
-        ready.wait(self.sentinel.connect_timeout)  # the first read, before the reply
-
-    # --- the frame workers, and writing ----------------------------------------------------------
-
-    def _schedule_flush(self, connection: _Connection) -> None:
-        """Have a frame worker build what is due, unless one is on it or the last frames
-        are not written yet (then what is due waits, merged, for the process to read them).
-        Deltas and credential frames alone are built already: written from here at once (the
-        loop woken only for what the socket does not take), no worker between a change and
-        its write."""
-        with connection.due:
-            if (
-                connection.closed
-                or connection.flushing
-                or connection.out
-                or not (connection.welcomed or connection.replies)  # the welcome goes first
-                or not (
-                    connection.replies
-                    or connection.pending
-                    or connection.keys
-                    or connection.connection
-                )
-            ):
-                return
-            built = not (
-                connection.replies
-                or connection.pending.whole
-                or connection.keys
-                or connection.connection
-            )
-            if built:  # written from here as a frame worker writes them (see _flush)
-                credentials, _, deltas = connection.pending.take()
-                connection.sent_at = time.monotonic()  # the send timeout counts from now
-                connection.out.extend(self._built_frames(connection, credentials, deltas))
-                broken = self._send_out(connection)
-                written = not connection.out
-            else:
-                connection.flushing = True
-        if not built:
-            self._submit(self._frames, self._flush, connection)
-        elif broken:
-            self._drop(connection, None)
-        elif not written:
-            self._call_loop(connection)
-
-    def _built_frames(
-        self,
-        connection: _Connection,
-        credentials: dict[str, bytes],
-        deltas: dict[str, list[tuple[int, bytes]]],
-    ) -> list[bytes]:
-        """The frames of changes encoded already (shared by the connections they go to), in
-        the order they go: credential frames (a state built after them holds a credential at
-        least as new), then each service's deltas newer than the whole state sent of it."""
-        frames = [self._shared(frame, "auth") for frame in credentials.values()]
-        for service, queued in deltas.items():
-            sent = connection.numbers.get(service, 0)
-            frames += [self._shared(f, "delta") for number, f in queued if number > sent]
-        return frames
-
-    def _flush(self, connection: _Connection) -> None:
-        """A frame worker's: build what is due, latest state first-come, and hand the frames
-        to the loop; any failure drops this connection only."""
-        with connection.due:
-            if connection.closed:
-                connection.flushing = False
-                return
-            replies, connection.replies = connection.replies, []
-            credentials, services, deltas = connection.pending.take()
-            keys, connection.keys = connection.keys, {}
-            state, connection.connection = connection.connection, False
-        frames: list[bytes] = []
-        try:
-            frames += self._built_frames(connection, credentials, {})  # see _built_frames
-            for message in replies:
-                if message["op"] == "service":
-                    # Followed from here: a change after this marks it, and the state sent
-                    # now holds every change before. No change frame of a service goes out
-                    # before its answer.
-                    with connection.due:
-                        connection.followed.add(message["service"])
-                    service, request = message["service"], message["id"]
-                    frames.append(self._service_frame(connection, service, request))
-                else:
-                    frames.append(self._frame(message))
-            for service in sorted(services):
-                frames.append(self._service_frame(connection, service))
-            frames += self._built_frames(connection, {}, deltas)  # after the states sent
-            for policy, changed in keys.items():
-                frames.append(self._frame(self._keys_message(connection, policy, changed)))
-            if state:
-                frames.append(self._frame(self._connection_message("connection")))
-        except Exception:  # a bug of the agent's own: logged, and the process reconnects
-            log.exception("agent: dropping pid %d: its frames could not be built", connection.pid)
-            with connection.due:
-                connection.flushing = False
-            return self._drop(connection, "error")
-        with connection.due:
-            connection.flushing = False
-            if connection.closed:
-                return
-            if not connection.out:
-                connection.sent_at = time.monotonic()  # the send timeout counts from now
-            connection.out.extend(frames)
-            # Written from here what the socket takes now (a frame of a few KB: all of it),
-            # the loop woken only for the rest: one thread's wake-up per change, not two.
-            broken = self._send_out(connection)
-            written = not connection.out
-        if broken:
-            return self._drop(connection, None)
-        if written:
-            self._schedule_flush(connection)  # marked meanwhile
-        else:
-            self._call_loop(connection)
-
-    def _service_frame(
-        self, connection: _Connection, service: str, request: int | None = None
-    ) -> bytes:
-        """The service's frame; when it cannot be sent (larger than ``max_frame_bytes``, or
-        a node that does not encode), an error frame naming the service instead: the
-        process serves what it has of it, marked stale, and the link goes on (the service
-        stays followed, so its next change is tried again)."""
-        sent_before = dict(connection.policies_sent)
-        try:
-            message, encoded = self._service_message(connection, service, request)
-            frame = protocol.encode(message, encoded)
-            if len(frame) > self._max_frame_bytes:
-                raise ValueError(
-                    f"its state is {len(frame)} bytes, more than the {self._max_frame_bytes} "
-                    "a frame may hold"
-                )
-        except Exception as exc:
-            connection.policies_sent = sent_before  # a shard map in it was not sent either
-            telemetry.AGENT_UNSENT.inc()
-            log.warning("agent: cannot send service %r to pid %d: %s", service, connection.pid, exc)
-            error = AgentServiceUnavailable(
-                f"the agent cannot send service {service!r}: {exc}", service
-            )
-            return self._frame(error_answer(request, error))
-        telemetry.AGENT_SENT_BYTES.inc(len(frame))
-        telemetry.AGENT_FRAMES.labels(message["op"]).inc()
-        return frame
-
-    def _frame(self, message: dict[str, Any]) -> bytes:
-        return self._shared(protocol.encode(message), message["op"])
-
-    def _shared(self, frame: bytes, op: str) -> bytes:
-        """A frame about to be sent (built for this connection, or shared by several)."""
-        telemetry.AGENT_SENT_BYTES.inc(len(frame))
-        telemetry.AGENT_FRAMES.labels(op).inc()
-        return frame
-
-    def _write(self, connection: _Connection) -> None:
-        """The loop's: write what the socket takes now; once all is written, have what is
-        due built."""
-        with connection.due:
-            broken = not connection.closed and self._send_out(connection)
-            written = not connection.out
-        if broken:
-            return self._drop(connection, None)
-        if written:
-            self._update(connection)
-            self._schedule_flush(connection)
-
-    @staticmethod
-    def _send_out(connection: _Connection) -> bool:
-        """Under ``connection.due``, its socket open: write what the socket takes now of the
-        connection's frames; True when the socket is broken."""
-        while connection.out:
-            chunk = connection.out[0]
-            try:
-                sent = connection.sock.send(memoryview(chunk)[connection.out_offset :])
-            except (BlockingIOError, InterruptedError):
-                return False
-            except OSError:
-                return True
-            connection.sent_at = time.monotonic()
-            connection.out_offset += sent
-            if connection.out_offset == len(chunk):
-                connection.out.popleft()
-                connection.out_offset = 0
-        return False
-
-    def _service_message(
-        self, connection: _Connection, service: str, request: int | None = None
-    ) -> tuple[dict[str, Any], dict[str, bytes]]:
-        """The service's whole state now (``gone`` when the agent no longer holds it),
-        numbered as its last change, with its shard map the first time and the process's
-        sealed credential node; its nodes (``entry``) apart, encoded once per snapshot
-        whatever the number of connections sent it."""
-        with self._lock:
-            number, snapshot = self._published.get(service, (0, None))
-            if snapshot is None:  # no change since the agent's cache loaded it
-                snapshot = self.sentinel.session.cache.snapshots.get(service)
-            auth = None
-            if connection.auth_client is not None:
-                auth = self._auth.get((service, connection.auth_client))
-        if snapshot is None:
-            with connection.due:
-                connection.followed.discard(service)
-            return {"op": "gone", "id": request, "service": service}, {}
-        message: dict[str, Any] = {
-            "op": "service",
-            "id": request,
-            "service": service,
-            "seq": number,
-            "policies": {},
-            "auth": auth,
-        }
-        policy = snapshot.spec.shard_policy
-        if policy is not None and policy not in connection.policies_sent:
-            message["policies"][policy] = self._policy_entry(connection, policy)
-        connection.numbers[service] = number
-        return message, {"entry": self._entry(service, snapshot)}
-
-    def _entry(self, service: str, snapshot: ServiceSnapshot) -> bytes:
-        """``snapshot``'s nodes in the snapshot file's form, as JSON, encoded once."""
-        encoded = self._encoded.get(service)
-        if encoded is None or encoded[0] is not snapshot:
-            entry = {**service_entry(service, snapshot), "invalid": sorted(snapshot.invalid)}
-            encoded = self._encoded[service] = (snapshot, utf8_json(entry))
-        return encoded[1]
-
-    def _keys_message(
-        self, connection: _Connection, policy: str, keys: set[str] | None
-    ) -> dict[str, Any]:
-        """The buckets of a directory map that hold ``keys``, or the whole map (another
-        kind, another spec than the process has, or ``keys`` None)."""
-        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
-        spec_text = None if shard_map is None else shard_map.spec.to_bytes(policy_path(policy))
-        if (
-            keys is None
-            or not isinstance(shard_map, DirectoryMap)
-            or connection.policies_sent.get(policy) != spec_text.decode()  # type: ignore[union-attr]
-        ):
-            return {
-                "op": "policy",
-                "policy": policy,
-                "entry": self._policy_entry(connection, policy),
-            }
-        indexes = {bucket_of(key, shard_map.spec.buckets) for key in keys}
-        return {
-            "op": "buckets",
-            "policy": policy,
-            "buckets": {
-                str(i): encode_bucket(bucket_path(policy, i), shard_map.bucket(i)).decode()
-                for i in indexes
-            },
-        }
-
-    def _policy_entry(self, connection: _Connection, policy: str) -> dict[str, Any] | None:
-        """A shard map in the snapshot file's form (None: the policy does not exist)."""
-        shard_map = self.sentinel.session.cache.shard_maps.get(policy)
-        entry = None if shard_map is None else policy_entry(policy, shard_map)
-        connection.policies_sent[policy] = "" if entry is None else entry["spec"]
-        return entry
-
-    def _connection_message(self, op: str) -> dict[str, Any]:
-        state = self.sentinel.connection_state
-        since = None if state == "connected" else time.time() - self.sentinel.staleness
-        return {"op": op, "version": protocol.VERSION, "state": state, "since": since, "id": None}
-
-
-def prepare_socket_path(path: str) -> None:
-    """Make ready to listen on the Unix socket ``path``: its directory made (0755) when
-    missing and checked (:func:`_check_directory`), and a socket left there by a dead agent
-    removed. SentinelError when ``path`` is not a socket, AddressInUse when a live agent
-    listens on it: never replaced. The agent's socket and its xDS socket
-    (:mod:`sentinel.agent.xds`) both."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    _check_directory(directory)
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise SentinelError(f"{path} exists and is not a socket: not replacing it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except OSError:
-        os.unlink(path)  # nobody listens: a dead agent's
-        return
-    finally:
-        probe.close()
-    raise AddressInUse(f"an agent already serves {path}")
-
-
-def _check_directory(directory: str) -> None:
-    """SentinelError unless ``directory`` is a directory (not a link) of root or the agent's
-    user that nobody else may write: whoever may write it could replace the socket with one
-    of their own, and take the processes' hellos."""
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode):
-        raise SentinelError(f"{directory} (the socket's directory) is not a directory")
-    if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
-        raise SentinelError(
-            f"refusing to serve from {directory}: uid {info.st_uid} owns it with mode "
-            f"{stat.S_IMODE(info.st_mode):04o}, so others than root and this user (uid "
-            f"{os.geteuid()}) may replace the socket: give --socket (or --xds) a path in a "
-            "directory only they may write (systemd's RuntimeDirectory=, or one the agent makes)"
-        )
 
 
 def _raise_descriptor_limit(connections: int) -> None:

@@ -65,8 +65,8 @@ from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import xds_resources as resources
+from sentinel.agent.admission import prepare_socket_path
 from sentinel.agent.peers import Shares, Throttled, loopback_tcp_uid, quoted
-from sentinel.agent.server import prepare_socket_path
 from sentinel.agent.xds_bootstrap import check_free, parse_address
 from sentinel.agent.xds_failover import Elsewhere, Served
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources

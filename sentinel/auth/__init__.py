@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sentinel.auth.envelope import Credential
-    from sentinel.auth.keys import ClientKeyring, ManagerKey
+    from sentinel.auth.keys import ClientKeyring
 
 # Loaded on first use (PEP 562), as sentinel's own exports: a command that only needs
 # sentinel.auth.acl (every ZooKeeper connection does) does not load cryptography.
@@ -33,7 +33,9 @@ _EXPORTS = {
     "Credential": "sentinel.auth.envelope",
 }
 
-__all__ = ["ClientKeyring", "Credential", "ManagerKey"]
+# What docs/auth.md shows a client; ManagerKey (the manager's signing key) stays importable
+# for the manager's own code.
+__all__ = ["ClientKeyring", "Credential"]
 
 if not TYPE_CHECKING:
 

@@ -188,3 +188,6 @@ def _drop_role(role: str) -> list[Any]:
         ),
         sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)),
     ]
+
+
+__all__ = ["FileBackend", "PostgresBackend"]

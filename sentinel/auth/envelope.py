@@ -30,13 +30,7 @@ from cryptography.hazmat.primitives import hpke
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from sentinel.auth.keys import ClientKeyring, ManagerKey, PublicKey, b64, unb64
-from sentinel.errors import (
-    DecodeError,
-    DecryptionFailed,
-    SignatureInvalid,
-    UnknownKeyId,
-    ValidationError,
-)
+from sentinel.errors import DecodeError, EnvelopeError, ValidationError
 from sentinel.registry.records import MAX_AUTH_VERSION, parse_json, to_json
 
 SUITE_NAME = "DHKEM-X25519-HKDF-SHA256/HKDF-SHA256/ChaCha20Poly1305"
@@ -204,8 +198,9 @@ def open_envelope(
 ) -> Credential:
     """Decrypt one envelope read from ``path``.
 
-    Raises :class:`~sentinel.errors.DecodeError` (malformed), :class:`UnknownKeyId`,
-    :class:`SignatureInvalid` or :class:`DecryptionFailed` (tampered, wrong key, moved).
+    Raises :class:`~sentinel.errors.DecodeError` (malformed) or
+    :class:`~sentinel.errors.EnvelopeError` (encrypted to a key not held, not signed by the
+    trusted manager, or tampered, another key, moved: the message says which).
     """
     version = envelope_version(envelope, path)
     what = f"credential v{version} for client {client!r} of service {service!r} at {path}"
@@ -219,7 +214,7 @@ def open_envelope(
         raise DecodeError(path, f"malformed envelope ({type(exc).__name__})") from None
     private = keyring.private_key(key_id)
     if private is None:
-        raise UnknownKeyId(f"{what}: encrypted to key {key_id!r}, which this client does not hold")
+        raise EnvelopeError(f"{what}: encrypted to key {key_id!r}, which this client does not hold")
     context = info(namespace, service, client, version)
     if trusted_signer is not None:
         try:
@@ -227,11 +222,11 @@ def open_envelope(
             message = signed_message(context, key_id, SUITE_NAME, created_at, ciphertext)
             trusted_signer.verify(signature, message)
         except (KeyError, ValidationError, InvalidSignature):
-            raise SignatureInvalid(f"{what}: not signed by the trusted manager key") from None
+            raise EnvelopeError(f"{what}: not signed by the trusted manager key") from None
     try:
         plaintext = SUITE.decrypt(ciphertext, private, info=context)
     except InvalidTag:
-        raise DecryptionFailed(
+        raise EnvelopeError(
             f"{what}: the ciphertext does not authenticate (tampered, another key, or copied "
             "from another node)"
         ) from None

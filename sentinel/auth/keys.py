@@ -302,3 +302,6 @@ def signer_missing(client_id: str, because: str) -> str:
         f"the manager's public key: Sentinel(auth=AuthConfig(signer=...)) or ${SIGNER_ENV} "
         "(the text 'sentinel auth keygen --manager' printed)"
     )
+
+
+__all__ = ["ClientKeyring"]

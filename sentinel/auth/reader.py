@@ -5,7 +5,7 @@ handed out, and never hands out a lower one. When the newest envelope it can ope
 (an old credential written back over a newer one: a replay), it keeps serving the credential
 it applied, which stays valid until the manager revokes it, and the manager revokes a version
 only after every live client confirmed a newer one. The refusal is reported as a
-:class:`~sentinel.errors.CredentialRollback` (the cache logs and counts it).
+:class:`~sentinel.errors.EnvelopeError` saying so (the cache logs and counts it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sentinel.auth.envelope import Credential, open_envelope
 from sentinel.auth.keys import ClientKeyring
 from sentinel.auth.store import AuthRecord
-from sentinel.errors import CredentialRollback, DecodeError, EnvelopeError, SignatureInvalid
+from sentinel.errors import DecodeError, EnvelopeError
 
 
 class CredentialReader:
@@ -83,7 +83,7 @@ class CredentialReader:
         """The newest credential this client can open, and why newer ones could not be.
 
         A credential older than one handed out before is not handed out: the one handed out
-        is, with a :class:`~sentinel.errors.CredentialRollback` among the errors. Raises
+        is, with an :class:`~sentinel.errors.EnvelopeError` saying so among the errors. Raises
         :class:`~sentinel.errors.DecodeError` if the node itself is malformed.
         """
         record = AuthRecord.from_bytes(service, self._client, path, data)
@@ -92,7 +92,7 @@ class CredentialReader:
         highest = self._highest.get(service, 0)
         for envelope in record.envelopes:
             if self._refusal is not None:
-                errors.append(SignatureInvalid(f"{path} v{envelope['version']}: {self._refusal}"))
+                errors.append(EnvelopeError(f"{path} v{envelope['version']}: {self._refusal}"))
                 continue
             memo_key = (envelope["version"], str(envelope.get("ct")))
             credential = opened.get(memo_key)
@@ -115,7 +115,7 @@ class CredentialReader:
                 if kept is not None and kept.version < highest:
                     kept = None  # a floor restored from a snapshot above what is held
                 errors.append(
-                    CredentialRollback(
+                    EnvelopeError(
                         f"credential v{credential.version} for client {self._client!r} of "
                         f"service {service!r} at {path} is older than v{highest}, which this "
                         f"client applied already (a replay?); "

@@ -6,7 +6,7 @@ import argparse
 import collections
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sentinel.auth.entries import enrolled_owners
 from sentinel.cli.common import (
@@ -30,6 +30,9 @@ from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.reads import list_services, read_metrics, read_service
 from sentinel.registry.records import CHECK_PASSING, InstanceRecord, MetricsRecord
+
+if TYPE_CHECKING:
+    from sentinel.client import Explanation
 
 
 def age(seconds: float | None) -> str:
@@ -267,6 +270,42 @@ def parse_plugin(spec: str) -> tuple[str, dict[str, Any]]:
     return name, arguments
 
 
+def _considered(explanation: Explanation) -> dict[str, list[dict[str, Any]]]:
+    """``resolve --json``'s ``instances`` (each with its verdict) and ``steps`` of one
+    region's explanation."""
+    verdicts = explanation.verdicts
+    return {
+        "instances": [
+            {**e.to_dict(), "verdict": verdicts.get(e.name, "eligible")}
+            for e in explanation.instances
+        ],
+        "steps": [
+            {"filter": s.name, "verdict": s.verdict, "excluded": [e.name for e in s.excluded]}
+            for s in explanation.steps
+        ],
+    }
+
+
+def _print_instances(explanation: Explanation) -> None:
+    """``resolve``'s table of one region's instances and their verdicts."""
+    verdicts = explanation.verdicts
+    print_table(
+        [
+            (
+                e.partition,
+                e.label,
+                e.uri,
+                e.status,
+                e.zone,
+                metrics_text(e.metrics) or "-",
+                verdicts.get(e.name, "eligible"),
+            )
+            for e in explanation.instances
+        ],
+        ("PARTITION", "LABEL", "URI", "STATUS", "ZONE", "METRICS", "VERDICT"),
+    )
+
+
 def _resolve(args: argparse.Namespace) -> int:
     policies = [
         load_policy(name, **arguments) for name, arguments in map(parse_plugin, args.policy)
@@ -290,7 +329,7 @@ def _resolve(args: argparse.Namespace) -> int:
             ]
         except NoInstanceAvailable as exc:
             error = str(exc)
-    verdicts = explanation.verdicts
+    home = explanation.home
     if args.json:
         print_json(
             {
@@ -298,22 +337,19 @@ def _resolve(args: argparse.Namespace) -> int:
                 "key": args.key,
                 "shard_policy": explanation.shard_policy,
                 "partition": explanation.partition,
-                "instances": [
-                    {**e.to_dict(), "verdict": verdicts.get(e.name, "eligible")}
-                    for e in explanation.instances
-                ],
-                "steps": [
-                    {
-                        "filter": s.name,
-                        "verdict": s.verdict,
-                        "excluded": [e.name for e in s.excluded],
-                    }
-                    for s in explanation.steps
-                ],
+                **_considered(explanation),
                 "picks": [e.to_dict() for e in picks],
                 "error": error,
                 "region": explanation.region,
                 "region_reason": explanation.region_reason,
+                # another region answered: why the local one could not, instance by instance
+                "home": None
+                if home is None
+                else {
+                    "region": home.region,
+                    "region_reason": home.region_reason,
+                    **_considered(home),
+                },
             }
         )
         return EXIT_OK if picks else EXIT_NOT_FOUND
@@ -326,23 +362,12 @@ def _resolve(args: argparse.Namespace) -> int:
         )
     )
     print(f"service {args.service}{where}")
+    if home is not None:
+        print(f"region {home.region}: {home.region_reason}")
+        _print_instances(home)
     if explanation.region is not None:
         print(f"region {explanation.region}: {explanation.region_reason}")
-    print_table(
-        [
-            (
-                e.partition,
-                e.label,
-                e.uri,
-                e.status,
-                e.zone,
-                metrics_text(e.metrics) or "-",
-                verdicts.get(e.name, "eligible"),
-            )
-            for e in explanation.instances
-        ],
-        ("PARTITION", "LABEL", "URI", "STATUS", "ZONE", "METRICS", "VERDICT"),
-    )
+    _print_instances(explanation)
     if error:
         print(f"nothing eligible: {error}")
         return EXIT_NOT_FOUND

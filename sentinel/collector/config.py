@@ -14,7 +14,7 @@ Example (TOML; the YAML form has the same structure)::
     [services.source]
     type = "postgres"             # prometheus, postgres, command or python
 
-Every error names the file, the entry and the field (:class:`CollectorConfigError`).
+Every error names the file, the entry and the field (a :class:`~sentinel.errors.ValidationError`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from sentinel.collector.options import Options
 from sentinel.collector.source import Source, build_source
-from sentinel.errors import CollectorConfigError, ValidationError
+from sentinel.errors import ValidationError
 from sentinel.freshness import DEFAULT_COLLECT_INTERVAL
 from sentinel.registry.layout import DEFAULT_COLLECTOR_CLUSTER, validate_name
 
@@ -86,26 +86,26 @@ def load_config(path: str | Path) -> CollectorConfig:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise CollectorConfigError(f"cannot read {path}: {exc}") from None
+        raise ValidationError(f"cannot read {path}: {exc}") from None
     if path.suffix == ".toml":
         try:
             document: Any = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise CollectorConfigError(f"{path} is not valid TOML: {exc}") from None
+            raise ValidationError(f"{path} is not valid TOML: {exc}") from None
     elif path.suffix in (".yaml", ".yml"):
         import yaml
 
         try:
             document = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise CollectorConfigError(f"{path} is not valid YAML: {exc}") from None
+            raise ValidationError(f"{path} is not valid YAML: {exc}") from None
     else:
-        raise CollectorConfigError(f"{path}: the file name must end in .toml, .yaml or .yml")
+        raise ValidationError(f"{path}: the file name must end in .toml, .yaml or .yml")
     return parse_config(document, str(path))
 
 
 def parse_config(document: object, where: str = "config") -> CollectorConfig:
-    """Validate a decoded document; raise CollectorConfigError naming what is wrong."""
+    """Validate a decoded document; raise ValidationError naming what is wrong."""
     top = Options(document, where)
     cluster = _name(top, "cluster", top.string("cluster", DEFAULT_CLUSTER))
     workers = int(top.number("workers", DEFAULT_WORKERS, minimum=1))
@@ -116,7 +116,7 @@ def parse_config(document: object, where: str = "config") -> CollectorConfig:
     names = [s.service for s in services]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise CollectorConfigError(f"{where}: service(s) listed twice: {', '.join(repeated)}")
+        raise ValidationError(f"{where}: service(s) listed twice: {', '.join(repeated)}")
     top.finish()
     assert isinstance(document, dict)  # Options refused anything else
     return CollectorConfig(

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sentinel.errors import CollectorConfigError
+from sentinel.errors import ValidationError
 
 _REQUIRED: Any = object()
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\Z")
@@ -22,14 +22,14 @@ class Options:
 
     def __init__(self, table: object, where: str) -> None:
         if not isinstance(table, Mapping):
-            raise CollectorConfigError(f"{where}: expected a table, got {type(table).__name__}")
+            raise ValidationError(f"{where}: expected a table, got {type(table).__name__}")
         self.table = table
         self.where = where
         self._read: set[str] = set()
 
-    def error(self, key: str, problem: str) -> CollectorConfigError:
+    def error(self, key: str, problem: str) -> ValidationError:
         """An error about ``key`` of this table."""
-        return CollectorConfigError(f"{self.where}.{key}: {problem}")
+        return ValidationError(f"{self.where}.{key}: {problem}")
 
     def get(self, key: str, default: Any = _REQUIRED) -> Any:
         """The raw value of ``key``; a missing required key is an error."""
@@ -37,7 +37,7 @@ class Options:
         if key in self.table:
             return self.table[key]
         if default is _REQUIRED:
-            raise CollectorConfigError(f"{self.where}: missing required field {key!r}")
+            raise ValidationError(f"{self.where}: missing required field {key!r}")
         return default
 
     def string(self, key: str, default: Any = _REQUIRED) -> Any:
@@ -96,7 +96,7 @@ class Options:
         """Reject the keys that no getter read."""
         unknown = sorted(set(self.table) - self._read)
         if unknown:
-            raise CollectorConfigError(
+            raise ValidationError(
                 f"{self.where}: unknown field(s) {', '.join(map(repr, unknown))}; "
                 f"known: {', '.join(sorted(self._read))}"
             )

@@ -237,3 +237,6 @@ class AsyncSentinelTransport(_Router[httpx.AsyncBaseTransport], httpx.AsyncBaseT
     async def aclose(self) -> None:
         """Close the wrapped transport."""
         await self.transport.aclose()
+
+
+__all__ = ["AsyncSentinelTransport", "SentinelTransport", "routed_url"]

@@ -389,3 +389,6 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
         for pool in self._close_all():
             await pool.close()
         await asyncio.gather(*self._draining)
+
+
+__all__ = ["AsyncReplicaPools", "ReplicaPools", "aconnect", "connect", "connection_params"]

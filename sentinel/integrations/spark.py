@@ -299,3 +299,6 @@ def with_endpoint(
     schema = StructType([*df.schema.fields, *added])
     rows = resolve_partitions(df, service, _append_endpoint, key=key, policy=policy, config=config)
     return df.sparkSession.createDataFrame(rows, schema)
+
+
+__all__ = ["ClientConfig", "get_client", "resolve_groups", "resolve_partitions", "with_endpoint"]

@@ -36,7 +36,7 @@ from sentinel.errors import SentinelError
 from sentinel.events import ChangeEvent
 from sentinel.regions.config import Region, Regions
 from sentinel.regions.remotes import RemoteClient, Remotes
-from sentinel.registry.failover import Failover
+from sentinel.registry.failover import LOCAL_ONLY, Failover
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +127,14 @@ class Router:
         background ...; retry``): the caller's NoInstanceAvailable, retried, finds it open.
         """
         target = self._target(service, rule)
+        # LOCAL_ONLY: one hop. The region is asked on this client's behalf, so its own rule
+        # (and what it would say of failing over from there) is not this lookup's.
         return self._answer(
             service,
             partition,
             rule,
             home,
-            lambda client: client.eligible_instances(target, key, policy),
+            lambda client: client.eligible_instances(target, key, policy, LOCAL_ONLY),
         )
 
     def resolve_partition(

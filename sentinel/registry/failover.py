@@ -186,5 +186,7 @@ class Failover:
         return cls(regions=tuple(regions), **fields)
 
 
-#: The rule of a service without one: lookups stay in the local region.
 LOCAL_ONLY = Failover()
+"""The rule of a service without one: lookups stay in the local region."""
+
+__all__ = ["Failover"]

@@ -44,8 +44,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 #: The full name of the test service.
 SERVICE = "sentinel.testing.Who"
-#: The unary method: answers the server's name.
 WHO = f"/{SERVICE}/Who"
+"""The unary method: answers the server's name."""
 #: The server-streaming method: answers the name ``n`` times.
 WHO_STREAM = f"/{SERVICE}/WhoStream"
 #: The client-streaming method: answers ``name:<count of request messages>``.
@@ -170,3 +170,6 @@ class LoopbackGRPCServer:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+__all__ = ["WHO", "LoopbackGRPCServer"]

@@ -471,3 +471,15 @@ def _hold_registration(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     _hold_registration(sys.argv[1:])
+
+__all__ = [
+    "ManualClock",
+    "PublisherProcess",
+    "TcpProxy",
+    "cached_view",
+    "close_session",
+    "expire_session",
+    "flap",
+    "registry_view",
+    "wait_until",
+]

@@ -123,3 +123,6 @@ class LoopbackHTTPServer:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+__all__ = ["LoopbackHTTPServer"]

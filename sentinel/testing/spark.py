@@ -336,3 +336,6 @@ class LocalSparkCluster:
         """Stop every worker (and their executors), then the master; remove the directory."""
         self._stop_daemons()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+__all__ = ["LocalSparkCluster"]

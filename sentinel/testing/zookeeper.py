@@ -101,8 +101,8 @@ JVM_OPTIONS = (
     "-Dzookeeper.preAllocSize=4096",
 )
 # For servers that live seconds to minutes (a test's): the JIT's client compiler alone, which
-# about halves the CPU a server takes (docs/testing.md, "Shards, order and workers"); added by
-# the test suite, not by default, so that benchmarks measure the JVM as deployed.
+# about halves the CPU a server takes (docs/testing-history.md, "Shards, order and workers");
+# added by the test suite, not by default, so that benchmarks measure the JVM as deployed.
 CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
 #: The path of a class-data archive (:func:`write_class_archive`) that the test suite's
 #: servers start with (``./run.sh test`` writes one per run).
@@ -125,7 +125,7 @@ def write_class_archive(path: str | os.PathLike[str], timeout: float = 60.0) -> 
 
     A server started with ``-XX:SharedArchiveFile=path`` and the same class path maps those
     classes instead of reading and verifying them again: less CPU per start, which counts
-    where hundreds of short-lived servers start (a test suite's; docs/testing.md). A JVM
+    where hundreds of short-lived servers start (a test suite's; docs/testing-history.md). A JVM
     that cannot use the archive (another class path or JVM) starts as it would without it.
     """
     from kazoo.client import KazooClient
@@ -720,3 +720,6 @@ class LocalZooKeeper:
             _running.discard(self)
         if remove_directory and self._owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+__all__ = ["LocalZooKeeper", "four_letter_word"]

@@ -78,7 +78,6 @@ from kazoo.protocol.states import (
 from sentinel.zk import kazoo_internals
 from sentinel.zk.kazoo_internals import HookedConnection, Internals
 from sentinel.zk.wire import (
-    SET_WATCHES_MAX_LENGTH,
     SET_WATCHES_XID,
     AddWatch,
     AddWatchMode,
@@ -92,14 +91,8 @@ from sentinel.zk.wire import (
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "SET_WATCHES_MAX_LENGTH",
-    "AddWatchMode",
-    "PersistentWatches",
-    "ReadResults",
-    "WatcherType",
-    "install",
-]
+# What docs/zookeeper.md shows a kazoo user; the rest is the client's own.
+__all__ = ["AddWatchMode", "WatcherType", "install"]
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ def test_a_frozen_publisher_leaves_and_comes_back(ensemble, world, namespace, fa
         # back on a new one (read from the reader's member, which has applied the re-creation
         # the reader's cache holds). Not the time from SIGSTOP to the drop: the server counts
         # the timeout from the last packet it heard, before the SIGSTOP, so the drop can come
-        # a little under the timeout after it (docs/testing.md, "Flaky tests found and fixed").
+        # a little under the timeout after it (docs/testing-history.md, "Flaky tests found and
+        # fixed").
         assert reader.session.zk.exists(node).ephemeralOwner not in (0, frozen_session)
     finally:
         publisher.stop()

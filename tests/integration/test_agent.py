@@ -856,7 +856,7 @@ def test_a_claimed_client_name_costs_the_agent_no_watch_once_its_process_leaves(
     assert wait_until(lambda: _credential_watches(zookeeper, agent, "ghost") == []), (
         _credential_watches(zookeeper, agent, "ghost")
     )
-    assert agent._auth == {}
+    assert agent._credentials._texts == {}
 
 
 def test_a_clients_credential_is_followed_while_any_of_its_processes_is_connected(
@@ -873,7 +873,7 @@ def test_a_clients_credential_is_followed_while_any_of_its_processes_is_connecte
     protocol.send(other, {"op": "follow", "id": 1, "service": SERVICE})
     assert protocol.receive(other, protocol.MAX_REPLY_BYTES, protocol.REPLIES)["op"] == "service"
     other.close()
-    assert wait_until(lambda: len(agent._connections) == 1)
+    assert wait_until(lambda: agent.processes == 1)
     admin.credentials.publish(SERVICE, "app", {"user": "app", "password": "p1"})
     assert wait_until(lambda: (app.get_service(SERVICE, "acme").auth or {}).get("password") == "p1")
 

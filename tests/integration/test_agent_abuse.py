@@ -1,7 +1,7 @@
 """The host agent's connections under abuse, against a real ZooKeeper: idle connections by the
 thousand, hellos that never come, caps, a service too large to send, an agent that goes quiet,
 a process that does, and a full descriptor table. Each fails on the agent of thread-per-
-connection days (checked by hand; see docs/testing.md)."""
+connection days (checked by hand; see docs/test-catalogue.md)."""
 
 from __future__ import annotations
 

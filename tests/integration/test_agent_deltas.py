@@ -111,8 +111,8 @@ def following(agent: AgentServer, admin, make_client, socket_path: str) -> tuple
     settled(app)
     heard: list = []
     app.listen(SERVICE, heard.append)
-    assert wait_until(lambda: any(SERVICE in c.followed for c in list(agent._connections)))
-    (connection,) = [c for c in list(agent._connections) if SERVICE in c.followed]
+    assert wait_until(lambda: any(SERVICE in c.followed for c in agent._admission.connected()))
+    (connection,) = [c for c in agent._admission.connected() if SERVICE in c.followed]
     return agent, a, app, heard, connection
 
 
@@ -261,7 +261,7 @@ def test_a_backlog_past_the_bound_collapses_into_the_whole_state(
     assert SERVICE in connection.pending.whole and not connection.pending.deltas
     with connection.due:
         connection.flushing = False
-    agent._schedule_flush(connection)
+    agent._fanout.schedule(connection)
     expected = fresh(make_client)
     assert wait_until(lambda: served(app) == expected)
     assert frames("service") == wholes + 1

@@ -29,7 +29,8 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
-from sentinel.agent.server import MAX_IDENTITY_SESSIONS_PER_PEER, AgentServer
+from sentinel.agent.identities import MAX_IDENTITY_SESSIONS_PER_PEER
+from sentinel.agent.server import AgentServer
 from sentinel.agentlink import protocol
 from sentinel.auth import ClientKeyring
 from sentinel.auth.backends import FileBackend
@@ -637,7 +638,7 @@ def test_junk_identities_from_one_peer_lock_no_identity_out(
                 assert run_client(lookup, user=another_user) == {"host": "10.0.9.9"}
             else:
                 assert alice.get_service("private").host == "10.0.9.9"
-            mine = [uid for uid, _ in server._identities if uid == os.geteuid()]
+            mine = [uid for uid, _ in server._identities._sessions if uid == os.geteuid()]
             assert len(mine) <= MAX_IDENTITY_SESSIONS_PER_PEER
         finally:
             for sock in junk:

@@ -222,7 +222,7 @@ def test_start_writes_and_close_never_block_the_loop(zookeeper, namespace, raw_z
     assert held < LAG_BOUND, f"one step held the loop {held:.3f}s (blocking: {blocked:.3f}s)"
 
 
-def test_deregister_waits_on_the_loop_and_the_old_drain_warns(zookeeper, namespace):
+def test_deregister_waits_on_the_loop(zookeeper, namespace):
     async def main():
         async with AsyncSentinel(zookeeper.connect_string, "aio", namespace) as aio:
             first = await aio.register("api", "p1", "127.0.0.1", 9000)
@@ -230,8 +230,7 @@ def test_deregister_waits_on_the_loop_and_the_old_drain_warns(zookeeper, namespa
             began = time.monotonic()
             assert await aio.deregister(first, wait=0.2) is True
             assert time.monotonic() - began >= 0.2
-            with pytest.warns(DeprecationWarning, match=r"AsyncSentinel.drain\(\) is deprecated"):
-                await aio.drain(second, wait=0)  # the old name, one more release
+            assert await aio.deregister(second) is True
             return (await aio.read_service("api")).instances
 
     assert asyncio.run(main()) == ()

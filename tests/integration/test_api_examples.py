@@ -42,14 +42,12 @@ EXAMPLES = reference().examples()
 
 
 def public_members(cls: type) -> set[str]:
-    """Methods and properties a user calls; the deprecated aliases (which say so) excluded."""
+    """Methods and properties a user calls."""
     names = set()
     for name, value in vars(cls).items():
         if name.startswith("_"):
             continue
-        if isinstance(value, property) or (
-            inspect.isfunction(value) and not (value.__doc__ or "").startswith("Deprecated")
-        ):
+        if isinstance(value, property) or inspect.isfunction(value):
             names.add(name)
     return names
 

@@ -6,26 +6,23 @@ import json
 
 import pytest
 
-from sentinel import Sentinel
 from sentinel.aio import AsyncSentinel
-from sentinel.auth.writer import CredentialWriter
 from sentinel.errors import (
     ShardPolicyConflict,
     ShardPolicyExists,
     ShardPolicyNotFound,
     ValidationError,
 )
-from sentinel.registry.layout import client_path, instance_path
+from sentinel.registry.layout import client_path
 from sentinel.registry.reads import read_clients
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.store import read_key
-from sentinel.shards.writer import ShardMapWriter
 from sentinel.testing.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
 
-def test_ensure_shard_policy_creates_once_then_returns_the_stored_spec(make_client, raw_zk):
+def test_shard_maps_ensure_creates_once_then_returns_the_stored_spec(make_client, raw_zk):
     client = make_client()
     created = client.shard_maps.ensure("tenants", "directory", partitions=["p1", "p2"], buckets=4)
     client.shard_maps.assign("tenants", "acme", "p2")
@@ -49,7 +46,7 @@ def test_ensure_shard_policy_creates_once_then_returns_the_stored_spec(make_clie
         ({"kind": "directory", "partitions": ["p1", "p2"], "buckets": 8}, "buckets=4, asked 8"),
     ],
 )
-def test_ensure_shard_policy_refuses_another_spec_and_writes_nothing(
+def test_shard_maps_ensure_refuses_another_spec_and_writes_nothing(
     make_client, raw_zk, asked, conflict
 ):
     client = make_client()
@@ -64,7 +61,7 @@ def test_ensure_shard_policy_refuses_another_spec_and_writes_nothing(
     assert sorted(raw_zk.get_children("/shard_info/tenants")) == children
 
 
-def test_ensure_shard_policy_compares_what_the_node_keeps(make_client):
+def test_shard_maps_ensure_compares_what_the_node_keeps(make_client):
     client = make_client()
     spec = client.shard_maps.ensure("spread", "hash", partitions=["h0", "h1"])
     # A hash policy keeps no bucket count, so asking with another one is the same policy ...
@@ -119,91 +116,16 @@ def test_a_client_announces_itself_with_a_client_record(make_client, raw_zk):
     assert read_clients(raw_zk)["api"] == {"api-7": record}
 
 
-OLD_NAMES = {
-    "create_shard_policy": "shard_maps.create",
-    "ensure_shard_policy": "shard_maps.ensure",
-    "update_shard_info": "shard_maps.assign",
-    "update_shard_info_many": "shard_maps.assign_many",
-    "remove_shard_key": "shard_maps.unassign",
-    "request_placement": "shard_maps.request_placement",
-    "update_auth": "credentials.publish",
-    "rotate_auth": "credentials.rotate",
-}
-
-
-@pytest.mark.parametrize("client_class", [Sentinel, AsyncSentinel])
-def test_every_old_name_of_a_role_method_is_a_warning_alias_of_an_existing_one(client_class):
-    role_classes = {"shard_maps": ShardMapWriter, "credentials": CredentialWriter}
-    for old, new in OLD_NAMES.items():
-        alias = getattr(client_class, old)
-        assert alias.__doc__ == f"Deprecated: use ``{new}``, which takes the same arguments."
-        role, method = new.split(".")
-        assert callable(getattr(role_classes[role], method)), new
-
-
-# One word per concept (docs/decisions/one-word-per-concept.md): the sync client's renames,
-# and the async client's, whose lookups on a warm cache stay plain calls.
-RENAMED = {
-    "register_service": "register",
-    "deregister_service": "deregister",
-    "get_services": "eligible_instances",
-    "instances": "cached_instances",
-}
-
-
-@pytest.mark.parametrize("client_class", [Sentinel, AsyncSentinel])
-def test_every_renamed_method_is_a_warning_alias_of_its_new_name(client_class):
-    renamed = RENAMED | ({"resolve": "aget_service"} if client_class is AsyncSentinel else {})
-    for old, new in renamed.items():
-        assert getattr(client_class, old).__doc__ == (
-            f"Deprecated: use ``{new}``, which takes the same arguments."
-        )
-    for new in set(renamed.values()) - {"eligible_instances", "cached_instances"}:
-        assert callable(getattr(client_class, new)), new  # the async lookups are per client
-
-
-def test_the_renamed_methods_warn_and_do_what_the_new_ones_do(make_client, raw_zk):
-    client = make_client("renamed")
-    with pytest.warns(
-        DeprecationWarning, match=r"\.register_service\(\) is deprecated: use \.register\(\)"
-    ):
-        registration = client.register_service("api", "p1", "10.0.0.1", 80, label="old")
-    assert raw_zk.exists(instance_path("api", "p1", "old"))
-    with pytest.warns(DeprecationWarning, match=r"use \.eligible_instances\(\)"):
-        assert client.get_services("api") == client.eligible_instances("api")
-    with pytest.warns(DeprecationWarning, match=r"use \.cached_instances\(\)"):
-        assert [e.label for e in client.instances("api")] == ["old"]
-    with pytest.warns(DeprecationWarning, match=r"use \.deregister\(\)"):
-        assert client.deregister_service(registration) is True
-    assert not raw_zk.exists(instance_path("api", "p1", "old"))
-
-
-def test_the_old_names_warn_and_write_what_the_new_ones_write(make_client, raw_zk):
-    client = make_client("old-names")
-    with pytest.warns(DeprecationWarning, match=r"\.create_shard_policy\(\) is deprecated: use "):
-        spec = client.create_shard_policy("legacy", "directory", partitions=["p1"], buckets=4)
-    assert spec == client.shard_maps.ensure("legacy", "directory", partitions=["p1"], buckets=4)
-    with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.assign\(\)"):
-        client.update_shard_info("legacy", "acme", "p1")
-    assert read_key(raw_zk, spec, "acme") == "p1"
-    with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.unassign\(\)"):
-        client.remove_shard_key("legacy", "acme")
-    assert read_key(raw_zk, spec, "acme") is None
-
-
-def test_the_async_clients_old_names_warn_and_its_roles_are_awaited(zookeeper, namespace, raw_zk):
+def test_the_async_clients_roles_are_awaited(zookeeper, namespace, raw_zk):
     async def main():
         async with AsyncSentinel(zookeeper.connect_string, "aio-roles", namespace) as client:
-            with pytest.warns(DeprecationWarning, match=r"use \.shard_maps\.create\(\)"):
-                spec = await client.create_shard_policy("async-legacy", "directory", buckets=4)
-            await client.shard_maps.assign("async-legacy", "k", "p2")
+            spec = await client.shard_maps.create("async-tenants", "directory", buckets=4)
+            await client.shard_maps.assign("async-tenants", "k", "p2")
             await client.register("api", "p2", "10.0.0.2", 80, label="a")
             # A lookup on a cold cache, awaited: the load runs off the loop.
             assert (await client.aget_service("api")).label == "a"
             assert [e.label for e in await client.aget_eligible_instances("api")] == ["a"]
             assert client.get_service("api").label == "a"  # warm: the plain call
-            with pytest.warns(DeprecationWarning, match=r"\.resolve\(\) is deprecated"):
-                assert (await client.resolve("api")).label == "a"
             return spec
 
     spec = asyncio.run(main())

@@ -253,7 +253,7 @@ def test_the_documented_examples_run_and_print_what_they_say(index, printed):
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert len(blocks) == 2, "docs/integrations.md: two python examples under ## HTTP (httpx)"
     # No time-out of its own: a ZooKeeper server, HTTP servers and dozens of requests take
-    # longer the busier the machine (docs/testing.md, "Flaky tests found and fixed"); a hang
+    # longer the busier the machine (docs/testing-history.md, "Flaky tests found and fixed"); a hang
     # is the suite's time-out's.
     result = subprocess.run([sys.executable, "-c", blocks[index]], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -341,19 +341,6 @@ def test_a_deregister_wait_that_is_no_duration_is_refused_before_removing(
     assert raw_zk.exists(registration.path) is not None
 
 
-def test_the_old_drain_warns_and_still_deregisters_then_waits(make_client, raw_zk):
-    # Sentinel.drain() was "deregister and wait"; `sentinel drain` marks a status. One
-    # release of warnings, then the library's drain goes (docs/decisions/one-word-per-concept.md).
-    with pytest.warns(DeprecationWarning, match=r"drain_wait=.*deregister\(registration, wait"):
-        client = make_client(drain_wait=0.3)
-    registration = client.register("api", "p1", "h", 80)
-    started = time.monotonic()
-    with pytest.warns(DeprecationWarning, match=r"Sentinel.drain\(\) is deprecated: use dereg"):
-        client.drain(registration)  # the client's drain_wait, as before
-    assert time.monotonic() - started >= 0.3
-    assert raw_zk.exists(registration.path) is None
-
-
 def test_registration_is_restored_after_session_expiry(make_client, raw_zk):
     client = make_client(session_timeout=4.0)
     bystander = make_client("bystander")

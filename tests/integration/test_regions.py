@@ -170,9 +170,11 @@ def test_a_partition_with_no_local_instance_resolves_from_the_nearest_region_wit
         # p3: not in west either; the rule's list names north next.
         assert region_of(client.get_service("orders", "k3")) == "north"
         assert "listed 1 of 1" in client.explain("orders", "k3").region_reason
-        # p4: nowhere; the error says what each region said.
-        with pytest.raises(NoInstanceAvailable, match=r"failover.*west.*north"):
+        # p4: nowhere; the error says what each region said of itself: asked on this
+        # client's behalf (one hop), not what it would say of failing over from there.
+        with pytest.raises(NoInstanceAvailable, match=r"failover.*west.*north") as nowhere:
             client.get_service("orders", "k4")
+        assert "no other region" not in str(nowhere.value), nowhere.value
         # the local region still answers what it has, without asking anyone
         assert region_of(client.get_service("orders", "k1")) == "east"
         assert client.regions_router.failovers == {("orders", "west"): 1, ("orders", "north"): 1}

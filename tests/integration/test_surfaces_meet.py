@@ -144,7 +144,7 @@ def test_checks_failing_on_every_instance_are_named_by_the_error_resolve_ls_and_
     make_client, cli_in_process
 ):
     publisher, reader = make_client("publisher"), make_client("reader")
-    check = HealthCheck.http("/ready", interval=0.1, timeout=0.1, failures_before_down=1)
+    check = HealthCheck.http("/ready", interval=2.0, timeout=2.0, failures_before_down=1)
     with failing_server() as port:
         for label in ("a", "b"):
             publisher.register("web", "main", "127.0.0.1", port, label=label, health=check)
@@ -185,7 +185,7 @@ def test_what_a_check_publishes_holds_no_query_and_no_application_message(make_c
         raise RuntimeError("cannot log in as app with password=hunter2")
 
     client = make_client("publisher")
-    fast = {"interval": 0.1, "timeout": 0.1, "failures_before_down": 1}
+    fast = {"interval": 2.0, "timeout": 2.0, "failures_before_down": 1}
     with failing_server() as port:
         called = client.register(
             "web", "main", "127.0.0.1", port, label="c", health=HealthCheck.call(leaky, **fast)

@@ -54,7 +54,7 @@ PORT_RANGE = range(20000, 32000)
 # kazoo's tests that need its three members (entries as testids.within reads them): they stop
 # members so that the rest keep or lose the quorum, or change the membership (testids, MEMBER
 # and RECONFIG). They are a shard of their own on three members; every other test runs on one,
-# which serves it alike (stock.txt holds for both) for about half the CPU (docs/testing.md,
+# which serves it alike (stock.txt holds for both) for about half the CPU (docs/testing-history.md,
 # "kazoo's three members only where a test stops one").
 MEMBER_LOSS = (
     "kazoo.tests.test_client::TestClient::test_update_host_list",
@@ -90,9 +90,10 @@ SHARDS = (
 # waits longer there), so a run here and in CI must not differ by it.
 NOT_INHERITED = ("CI", "PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")
 FAILED = ("failed", "error")
-# kazoo's timing tests fail on a loaded 2-core machine with stock kazoo too (docs/testing.md:
-# the request-queuing tests about one run in two under load): a test that failed is run again
-# again, up to this many times, and counts as failed only if it failed every time.
+# kazoo's timing tests fail on a loaded 2-core machine with stock kazoo too
+# (docs/testing-history.md: the request-queuing tests about one run in two under load): a test
+# that failed is run again, up to this many times, and counts as failed only if it failed every
+# time.
 RETRIES = 4
 
 

@@ -13,7 +13,7 @@ from sentinel.collector.command import CommandSource
 from sentinel.collector.config import load_config, parse_config
 from sentinel.collector.prometheus import PrometheusSource, Selector
 from sentinel.collector.runner import owner
-from sentinel.errors import CollectorConfigError, SourceError, SourceTimeout
+from sentinel.errors import SourceError, SourceTimeout, ValidationError
 from sentinel.registry.endpoint import Endpoint
 
 PROMETHEUS = {"type": "prometheus", "metrics": {"replication_lag": "pg_lag_seconds"}}
@@ -132,20 +132,20 @@ def test_yaml_reads_like_toml(tmp_path):
     ],
 )
 def test_invalid_configurations_say_where_and_what(document, message):
-    with pytest.raises(CollectorConfigError) as caught:
+    with pytest.raises(ValidationError) as caught:
         parse_config(document, "c.toml")
     assert message in str(caught.value)
     assert str(caught.value).startswith("c.toml")
 
 
 def test_unreadable_files(tmp_path):
-    with pytest.raises(CollectorConfigError, match="cannot read"):
+    with pytest.raises(ValidationError, match="cannot read"):
         load_config(tmp_path / "missing.toml")
     (tmp_path / "c.ini").write_text("x")
-    with pytest.raises(CollectorConfigError, match=r"must end in \.toml, \.yaml or \.yml"):
+    with pytest.raises(ValidationError, match=r"must end in \.toml, \.yaml or \.yml"):
         load_config(tmp_path / "c.ini")
     (tmp_path / "c.toml").write_text("services = [")
-    with pytest.raises(CollectorConfigError, match="not valid TOML"):
+    with pytest.raises(ValidationError, match="not valid TOML"):
         load_config(tmp_path / "c.toml")
 
 

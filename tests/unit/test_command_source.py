@@ -16,7 +16,7 @@ import pytest
 
 from sentinel.collector.command import DEFAULT_MAX_OUTPUT, CommandSource
 from sentinel.collector.config import parse_config
-from sentinel.errors import CollectorConfigError, SourceError, SourceTimeout
+from sentinel.errors import SourceError, SourceTimeout, ValidationError
 from sentinel.testing.helpers import wait_until
 from tests.unit.test_collector_config import endpoint
 
@@ -90,13 +90,13 @@ def test_the_allow_list_is_configurable_but_never_passes_sentinel_variables():
     assert seen["PG_ADMIN_DSN"] == SECRETS["PG_ADMIN_DSN"]
     assert seen.keys() - INSTANCE_FIELDS - SET_BY_PYTHON == {"PATH", "PG_ADMIN_DSN"}
     for reserved in ("SENTINEL_ZK_IDENTITY", "SENTINEL_AUTH_KEY", "SENTINEL_AUTH_KEY_FILE"):
-        with pytest.raises(CollectorConfigError, match=f"environment: {reserved}"):
+        with pytest.raises(ValidationError, match=f"environment: {reserved}"):
             configured(environment=["PATH", reserved])
     nothing = configured(environment=[])
     nothing.command = (sys.executable, "-c", PRINT_ENVIRONMENT)
     assert nothing.collect(endpoint(), timeout=10).keys() - SET_BY_PYTHON == INSTANCE_FIELDS
     for bad in ("PATH", ["A=B"], [""], [1]):
-        with pytest.raises(CollectorConfigError, match="environment"):
+        with pytest.raises(ValidationError, match="environment"):
             configured(environment=bad)
 
 
@@ -104,7 +104,7 @@ def test_the_output_cap_is_configurable():
     assert configured().max_output == DEFAULT_MAX_OUTPUT == 1024 * 1024
     assert configured(max_output=4096).max_output == 4096
     for bad in (0, -1, 1.5, "1MB", True):
-        with pytest.raises(CollectorConfigError, match="max_output"):
+        with pytest.raises(ValidationError, match="max_output"):
             configured(max_output=bad)
     small = python("print('{\"a\": \"' + 'x' * 100 + '\"}')", max_output=64)
     with pytest.raises(SourceError, match="printed more than 64 bytes and was killed"):

@@ -288,7 +288,7 @@ def test_spring_clouds_instance_status_is_honoured_as_its_load_balancer_does(sta
     assert endpoint.status == ("up" if served else "down")
 
 
-def test_every_curator_name_imports_from_sentinel_curator_and_the_old_path_warns():
+def test_every_curator_name_imports_from_sentinel_curator_alone():
     # Issue 39: the Curator names came from three modules; sentinel.curator is the one path.
     import sentinel
     from sentinel import curator
@@ -306,7 +306,4 @@ def test_every_curator_name_imports_from_sentinel_curator_and_the_old_path_warns
         codecs.read_instances,
     )
     assert "CuratorSource" not in sentinel.__all__
-    with pytest.warns(
-        DeprecationWarning, match=r"^sentinel.CuratorSource is deprecated: use sentinel.curator"
-    ):
-        assert sentinel.CuratorSource is CuratorSource  # still works for one release
+    assert not hasattr(sentinel, "CuratorSource")

@@ -17,7 +17,7 @@ import pytest
 from sentinel.cli.watch import describe
 from sentinel.collector import parse_config
 from sentinel.collector.health import HealthSource
-from sentinel.errors import CollectorConfigError, ValidationError
+from sentinel.errors import ValidationError
 from sentinel.events import InstancesChanged
 from sentinel.health import HealthCheck
 from sentinel.health.checks import MAX_STATUS_LINE, CheckFailed
@@ -321,7 +321,7 @@ def test_the_collector_health_source_is_configured_like_the_publisher_check() ->
     ],
 )
 def test_bad_health_source_configurations(source: dict, message: str) -> None:
-    with pytest.raises(CollectorConfigError) as caught:
+    with pytest.raises(ValidationError) as caught:
         parse_config(_collection(source), "c.toml")
     assert message in str(caught.value)
 

@@ -15,6 +15,6 @@ def test_the_line_names_its_label_and_the_reading(capsys):
     line = capsys.readouterr().err
     assert re.fullmatch(
         r"run\.sh: machine speed after the suite: a fixed loop took \d+ ms of CPU "
-        r"\(median of 5, \d+-\d+; docs/testing\.md, 'Machine speed'\)\n",
+        r"\(median of 5, \d+-\d+; docs/testing-history\.md, 'Machine speed'\)\n",
         line,
     ), line

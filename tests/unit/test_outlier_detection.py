@@ -7,8 +7,6 @@ import random
 import sys
 import threading
 
-import pytest
-
 from sentinel.feedback import InstanceFeedback, OutlierDetection
 from sentinel.testing.helpers import ManualClock, wait_until
 from tests.unit.endpoints import endpoint
@@ -163,24 +161,6 @@ def test_the_old_rule_is_one_setting_away():
     for instance in ten:
         fail(feedback, instance)
     assert feedback.admit(ten) == ()
-
-
-def test_the_old_keywords_warn_and_set_the_new_fields():
-    with pytest.warns(DeprecationWarning, match="the old keyword") as warned:
-        feedback = InstanceFeedback(errors=2, window=5, down_for=7)
-    assert [str(w.message).split(" is deprecated")[0] for w in warned] == [
-        "InstanceFeedback(errors=...)",
-        "InstanceFeedback(window=...)",
-        "InstanceFeedback(down_for=...)",
-    ]
-    assert {w.filename for w in warned} == {__file__}  # points at the caller
-    assert feedback.detection == OutlierDetection(
-        consecutive_failures=2, interval=5, base_ejection_time=7, max_ejection_time=7
-    )
-    with pytest.warns(DeprecationWarning, match="exclude_down"):
-        assert feedback.exclude_down(fleet(2)) == fleet(2)
-    with pytest.raises(TypeError, match="'errrors'"):
-        InstanceFeedback(errrors=2)
 
 
 def test_lookups_racing_reports_see_whole_decisions_and_each_episode_once(caplog):

@@ -38,7 +38,7 @@ def mypy(*paths: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     second run re-checks only its own files instead of the whole import graph again.
 
     No time-out of its own: its first run's wall time grows with the machine's load, past the
-    one this had (docs/testing.md, "Flaky tests found and fixed"); a hang is the suite's
+    one this had (docs/testing-history.md, "Flaky tests found and fixed"); a hang is the suite's
     time-out's (it prints the stacks), and mypy's speed on a busy machine is not tested."""
     return subprocess.run(
         [
@@ -182,7 +182,9 @@ def test_an_application_with_its_own_policies_and_balancers_modules_loads_every_
     assert own == "the application policies; the application balancers"
 
 
-def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
+def build_wheel(tmp_path: Path) -> Path:
+    """The wheel of this checkout, built in ``tmp_path`` (tests/integration/test_wheel.py
+    installs it)."""
     # A copy of the sources, so that the build's scratch files never land in the worktree.
     source = tmp_path / "source"
     source.mkdir()
@@ -207,6 +209,11 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
         timeout=120,
     )
     [wheel] = (tmp_path / "dist").glob("*.whl")
+    return wheel
+
+
+def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_path):
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert tops == {"sentinel"}  # an application's own "policies" module shadows nothing of ours
@@ -221,23 +228,3 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
     }
     assert {name for name in names if name.endswith(".py")} == expected
     assert "sentinel/policies/metrics.py" in expected and "sentinel/balancers/load.py" in expected
-
-
-def test_the_old_spark_module_warns_and_still_serves_the_integration():
-    import importlib
-    import sys
-    import warnings
-
-    sys.modules.pop("sentinel.spark", None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("sentinel.spark")
-    from sentinel.integrations import spark
-
-    # Every warning raised meanwhile is recorded: a ResourceWarning of an earlier test's socket
-    # that the import's allocations had the collector finalize too. The import's own: one.
-    moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert [w.category for w in moved] == [DeprecationWarning], moved
-    assert "sentinel.integrations.spark" in str(moved[0].message)
-    assert old.resolve_partitions is spark.resolve_partitions
-    assert old.get_client is spark.get_client

@@ -55,10 +55,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the type argparse's add_subparsers() returns, in annotations only: argparse gives it "
         "no public name"
     ),
-    ("sentinel/aio.py", "self.sync._drain_wait"): (
-        "AsyncSentinel.drain(), deprecated with Sentinel(drain_wait=), reads that deprecated "
-        "setting; both go together, and a public name for it would outlive the deprecation"
-    ),
 }
 
 

@@ -433,7 +433,7 @@ def test_arbitrary_bytes_either_decode_as_a_client_record_or_raise_decode_error(
         ClientRecord.from_bytes("db", "billing-api-3", CLIENT_PATH, data)
 
 
-# The bounds of parse_json at their edges (found by mutation testing, docs/testing.md): the
+# The bounds of parse_json at their edges (found by mutation testing, docs/testing-history.md): the
 # limits are inclusive, and a refusal names the node's path.
 
 

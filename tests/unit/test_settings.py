@@ -26,7 +26,6 @@ WRONG_SETTINGS = [
     ("connect_timeout", True),
     ("session_timeout", 0),
     ("session_timeout", "10"),
-    ("drain_wait", -0.5),
     ("feedback", 3),
     ("prometheus_registry", "default"),
     ("identity", 42),
@@ -85,31 +84,6 @@ def test_a_wrong_auth_setting_is_refused_where_it_is_written(name, value, named)
         AuthConfig(**{name: value})
 
 
-@pytest.mark.parametrize(
-    ("old", "group", "field", "value"),
-    [
-        ("read_through_rate", "cache", "read_through_rate", 5.0),
-        ("persistent_watches", "cache", "persistent_watches", False),
-        ("snapshot_interval", "cache", "snapshot_interval", 2.0),
-        ("auth_client", "auth", "client", "billing-api"),
-        ("require_signed", "auth", "require_signed", False),
-    ],
-)
-def test_an_ungrouped_setting_still_works_for_one_release_and_warns(old, group, field, value):
-    with pytest.warns(
-        DeprecationWarning, match=rf"Sentinel\({old}=\.\.\.\) is deprecated: use {group}="
-    ):
-        client = Sentinel(HOSTS, prometheus_registry=None, **{old: value})
-    if group == "cache":
-        assert getattr(client.cache_config, field) == value
-    else:
-        assert (
-            client.auth_client == value
-            if field == "client"
-            else client.session._require_signed is value
-        )
-
-
 def test_curator_base_paths_are_kept_as_a_tuple_and_were_never_a_keyword():
     assert CacheConfig(curator_base_paths=["/services", "/dubbo/x"]).curator_base_paths == (
         "/services",
@@ -117,26 +91,6 @@ def test_curator_base_paths_are_kept_as_a_tuple_and_were_never_a_keyword():
     )
     with pytest.raises(TypeError, match="curator_base_paths"):
         Sentinel(HOSTS, curator_base_paths=("/services",), prometheus_registry=None)
-
-
-def test_an_ungrouped_setting_is_checked_as_its_group_checks_it():
-    # The case: a rate of 0 once failed later, on the lookup path, as a ValueError.
-    with (
-        pytest.warns(DeprecationWarning),
-        pytest.raises(ValidationError, match="read_through_rate"),
-    ):
-        Sentinel(HOSTS, read_through_rate=0, prometheus_registry=None)
-
-
-def test_an_ungrouped_setting_overrides_its_field_and_keeps_the_groups_other_fields():
-    with pytest.warns(DeprecationWarning):
-        client = Sentinel(
-            HOSTS,
-            cache=CacheConfig(negative_ttl=3.0, persistent_watches=False),
-            negative_ttl=4.0,
-            prometheus_registry=None,
-        )
-    assert client.cache_config == CacheConfig(negative_ttl=4.0, persistent_watches=False)
 
 
 def test_a_keyword_no_release_took_is_a_type_error_as_for_any_function():

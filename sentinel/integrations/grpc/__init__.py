@@ -39,24 +39,6 @@ no retry mends. The httpx transport does the same.
 
 from sentinel.integrations.grpc.aio import AsyncSentinelChannel
 from sentinel.integrations.grpc.channel import SentinelChannel
-from sentinel.integrations.grpc.routing import (
-    FAILURE_CODES,
-    KEY_METADATA,
-    MAX_METHODS,
-    SECURE_SCHEMES,
-    Metadata,
-    overall,
-    target,
-)
+from sentinel.integrations.grpc.routing import FAILURE_CODES, overall, target
 
-__all__ = [
-    "FAILURE_CODES",
-    "KEY_METADATA",
-    "MAX_METHODS",
-    "SECURE_SCHEMES",
-    "AsyncSentinelChannel",
-    "Metadata",
-    "SentinelChannel",
-    "overall",
-    "target",
-]
+__all__ = ["FAILURE_CODES", "AsyncSentinelChannel", "SentinelChannel", "overall", "target"]

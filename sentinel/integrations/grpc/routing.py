@@ -27,11 +27,6 @@ log = logging.getLogger(__name__)
 
 #: The call metadata that carries the shard key (gRPC metadata names are lower case).
 KEY_METADATA = "x-sentinel-key"
-#: The statuses reported as failures of the instance by default: those Envoy maps to a 5xx
-#: (and so counts in its outlier detection's ``consecutive_5xx``): it could not be reached,
-#: did not answer in time, or failed in itself. Any other status is the server's answer. The
-#: cap on ejection and the panic keep a service served when every instance fails alike
-#: (``docs/decisions/transports-count-server-errors.md``).
 FAILURE_CODES = frozenset(
     {
         grpc.StatusCode.UNAVAILABLE,  # 503
@@ -42,6 +37,12 @@ FAILURE_CODES = frozenset(
         grpc.StatusCode.UNIMPLEMENTED,  # 501
     }
 )
+"""The statuses reported as failures of the instance by default: those Envoy maps to a 5xx
+(and so counts in its outlier detection's ``consecutive_5xx``): it could not be reached, did
+not answer in time, or failed in itself. Any other status is the server's answer. The cap on
+ejection and the panic keep a service served when every instance fails alike
+(``docs/decisions/transports-count-server-errors.md``)."""
+
 #: The multicallables kept per endpoint (one per method and (de)serializers); past this many
 #: they are made again, so that a caller making new serializers per call cannot grow them.
 MAX_METHODS = 1024
