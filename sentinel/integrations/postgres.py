@@ -11,9 +11,9 @@ the policy picks for a key::
 
 A connection that cannot be opened (a killed replica, a refused login) is reported to
 ``client.report(endpoint, ok=False)`` and opened on another eligible endpoint, at most
-``retries`` more times (:func:`sentinel.integrations.retry.first_success`, as the Spark helpers do).
-A
-failure inside the ``with`` block is the application's: a statement is never repeated.
+``retries`` more times (:class:`sentinel.integrations.retry.Route`, the retry of every
+integration). A failure inside the ``with`` block is the application's: a statement is never
+repeated.
 
 Pools follow the cache through ``client.listen``: the pool of an instance that left is
 closed, and on :class:`~sentinel.events.AuthChanged` the pools of the old credential are
@@ -43,7 +43,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 from sentinel.aio import to_loop
 from sentinel.errors import ClientClosed
 from sentinel.events import AuthChanged, ChangeEvent, InstancesChanged
-from sentinel.integrations.retry import Attempts, first_success
+from sentinel.integrations.retry import Route, first_success
 from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
@@ -111,13 +111,13 @@ async def aconnect(
     """:func:`connect` on ``psycopg.AsyncConnection``. Resolution is a plain call: it does not
     block on a warm cache, but a service's first lookup reads ZooKeeper on the loop (``await
     AsyncSentinel.prefetch(service)`` at start-up avoids it)."""
-    attempts = Attempts(client, service, key, policy, retries)
+    route = Route(client, service, key, policy, retries=retries)
     while True:
-        endpoint = attempts.next()
         try:
-            return await psycopg.AsyncConnection.connect(**connection_params(endpoint, kw))
+            return await psycopg.AsyncConnection.connect(**connection_params(route.endpoint, kw))
         except psycopg.OperationalError as exc:
-            attempts.failed(endpoint, exc)
+            if not route.failed("connect", type(exc).__name__):
+                raise route.exhausted(exc) from exc
 
 
 class _PoolSet(Generic[Pool]):
@@ -350,14 +350,14 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """:meth:`ReplicaPools.connection`, awaited."""
         async with contextlib.AsyncExitStack() as stack:
-            attempts = Attempts(self.client, self.service, key, self.policy, self.retries)
+            route = Route(self.client, self.service, key, self.policy, retries=self.retries)
             while True:
-                endpoint = attempts.next()
                 try:
-                    conn = await self._checkout(stack, endpoint, timeout)
+                    conn = await self._checkout(stack, route.endpoint, timeout)
                     break
                 except psycopg.OperationalError as exc:
-                    attempts.failed(endpoint, exc)
+                    if not route.failed("checkout", type(exc).__name__):
+                        raise route.exhausted(exc) from exc
             yield conn
 
     async def _checkout(
