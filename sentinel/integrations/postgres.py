@@ -20,7 +20,7 @@ closed, and on :class:`~sentinel.events.AuthChanged` the pools of the old creden
 closed (their idle connections at once, the ones in use when returned) before the client
 confirms the new version, so that none is handed out once the manager revokes the old one.
 With regions (``docs/regions.md``), a lookup that fails over opens a pool on another region's
-instance; the pools follow that region's changes too (``client.regions_router.listen``), so
+instance; the pools follow that region's changes too (``client.listen(..., region=...)``), so
 the instance leaving there, or a rotation of that region's credential, closes its pool as a
 local one's. Pools are kept per instance address (its URI), so an instance of the same name
 in two regions never shares a pool, and per region's credential version.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -150,10 +151,12 @@ class _PoolSet(Generic[Pool]):
         self._bind()
         self._router = client.regions_router
         self._local = None if self._router is None else self._router.local
-        unlisten = [client.listen(service, self._on_event)]
-        if self._router is not None:
-            unlisten.append(self._router.listen(service, self._on_event_in))
-        self._unlisten = unlisten
+        # Every region alike: this one's changes and those of each region a failover may open.
+        regions = [self._local, *([] if self._router is None else self._router.remotes.by_name)]
+        self._unlisten = [
+            client.listen(service, functools.partial(self._on_event, region), region=region)
+            for region in regions
+        ]
 
     def _bind(self) -> None:
         """Set up what :meth:`_drain` needs before the first event can arrive."""
@@ -217,10 +220,7 @@ class _PoolSet(Generic[Pool]):
             gone = [uri for uri, (v, _, region) in self._pools.items() if not keep(uri, v, region)]
             return [self._pools.pop(uri)[1] for uri in gone]
 
-    def _on_event(self, event: ChangeEvent) -> None:
-        self._on_event_in(self._local, event)
-
-    def _on_event_in(self, region: str | None, event: ChangeEvent) -> None:
+    def _on_event(self, region: str | None, event: ChangeEvent) -> None:
         """A change in ``region`` (this client's own: ``_local``). On that region's cache
         worker thread: nothing here waits for a server or a thread."""
         if isinstance(event, InstancesChanged) and event.removed:
