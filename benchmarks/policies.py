@@ -3,7 +3,8 @@
 Warm cache, one thread, timed call by call as in ``benchmarks.lookup``. MinLag over 3 and over
 50 replicas (each publishing ``replication_lag``), with an age limit as by default (its answer
 kept per snapshot until a replica's metrics grow too old) and without one (``pure``), then each
-balancer over 20 instances. The metrics are published once, before timing, so the age limit is
+balancer over 20 instances (``PowerOfTwoChoices`` by a metric, and by the latencies reported to
+the client's feedback). The metrics are published once, before timing, so the age limit is
 an hour rather than the default 30 s: the run must not outlast it.
 """
 
@@ -64,6 +65,11 @@ def main(argv=None) -> None:
             cases[f"{balancer!r}, 20 instances"] = ("api20", None, balancer)
         for service, _, _ in cases.values():
             reader.get_service(service)
+        # Latencies reported for every instance: the balancer reads two decayed estimates a call.
+        for i, instance in enumerate(reader.eligible_instances("api20")):
+            reader.report(instance, latency=0.001 * (1 + i % 5))
+        by_latency = PowerOfTwoChoices(feedback=reader.feedback)
+        cases["PowerOfTwoChoices(feedback=...), 20 instances"] = ("api20", None, by_latency)
         for service in ("db3", "db50", "api20"):  # metrics attached before timing
             assert all(e.metrics for e in reader.eligible_instances(service))
         rounds = {case: [] for case in cases}

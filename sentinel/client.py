@@ -753,15 +753,22 @@ class Sentinel:
             for name, s in dict(self._snapshots).items()
         }
 
-    def listen(self, service: str | None, callback: Listener) -> Callable[[], None]:
-        """Call ``callback(event)`` on every change of ``service`` (None: of every service).
+    def listen(
+        self, service: str | None, callback: Listener, *, region: str | None = None
+    ) -> Callable[[], None]:
+        """Call ``callback(event)`` on every change of ``service`` (None: of every service)
+        in ``region`` (None: this client's own).
 
         Events (:mod:`sentinel.events`) carry the diff: instances added, removed or updated,
         shard keys moved, the spec changed, and the connection's state. Callbacks run on the
         cache's worker thread, in order; a slow callback delays the cache. Returns a function
         that removes the listener. Only services this client has resolved are watched.
-        Only this client's region is heard: the changes in the regions its lookups failed over
-        to come through ``regions_router.listen`` (``docs/regions.md``).
+        ``region`` names another of this client's regions (``regions=``) to hear the same
+        events there, from the moment a lookup's failover opens it, and also those of the
+        service its failover rule names there (``docs/regions.md``); one listener per region,
+        so that a listener written for one ensemble never hears another's instances of the
+        same name. A region that is not one of the client's raises
+        :class:`~sentinel.errors.ValidationError`.
 
         Adding a listener reads nothing and never blocks (``AsyncSentinel.events`` adds one on
         the event loop): in a namespace that does not exist, the load that follows
@@ -777,7 +784,11 @@ class Sentinel:
         self.session.check_fork()
         if service is not None:
             validate_name("service", service)
-        return self.session.cache.listen(service, callback)
+        if region is None or (self.regions is not None and region == self.regions.local):
+            return self.session.cache.listen(service, callback)
+        if self.regions_router is None:
+            raise ValidationError(f"region {region!r}: this client has no other region")
+        return self.regions_router.listen(service, callback, region)
 
     @property
     def connection_state(self) -> str:

@@ -11,7 +11,10 @@ feedback: at most ``max_ejection_percent`` of its up instances are ejected at on
 fewer than ``panic_threshold`` percent of them are unflagged the partition is in *panic*:
 lookups spread over every up instance, and the client says so (a log line per episode,
 :meth:`Sentinel.explain() <sentinel.client.Sentinel.explain>`, Prometheus). Latencies feed an
-exponentially weighted moving average that load-aware balancers read.
+exponentially weighted moving average that load-aware balancers read; it decays toward zero
+while it is not refreshed, as Finagle's ``PeakEwma`` cost does, so an instance whose first
+answer was slow (a cold start) is tried again once its estimate has decayed below the others'
+rather than never (:meth:`InstanceFeedback.latency`).
 
 The lookup path reads :attr:`InstanceFeedback.outliers` without a lock: a dict that is replaced,
 never changed, and that is empty while nothing is ejected. What it decides for a partition is
@@ -213,9 +216,11 @@ class InstanceFeedback:
     """Per-instance outcomes and latency, and the instances ejected for their failures.
 
     ``detection`` is an :class:`OutlierDetection` (default: its defaults); ``smoothing``
-    (above 0, at most 1) is the weight of a new latency in the moving average; ``clock`` is the
-    monotonic clock ejections are timed on (tests pass their own, so nothing sleeps). Other
-    values raise :class:`~sentinel.errors.ValidationError`.
+    (above 0, at most 1) is the weight of a new latency in the moving average; ``decay_time``
+    (seconds, above 0; Finagle's ``PeakEwma`` default) is the time constant with which an
+    estimate that is not refreshed decays toward zero (:meth:`latency`); ``clock`` is the
+    monotonic clock ejections and the decay are timed on (tests pass their own, so nothing
+    sleeps). Other values raise :class:`~sentinel.errors.ValidationError`.
     """
 
     def __init__(
@@ -223,6 +228,7 @@ class InstanceFeedback:
         detection: OutlierDetection | None = None,
         *,
         smoothing: float = 0.3,
+        decay_time: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         detection = check.instance("detection", detection, OutlierDetection) or OutlierDetection()
@@ -231,6 +237,8 @@ class InstanceFeedback:
         #: The rules and bounds in force.
         self.detection = detection
         self.smoothing = check.number("smoothing", smoothing, above=0, most=1)
+        #: Seconds over which an estimate not refreshed falls to 1/e of itself.
+        self.decay_time = check.number("decay_time", decay_time, above=0)
         #: The instances ejected now (see :class:`Outliers`); empty while none is, which is
         #: all a lookup checks. Replaced, never changed: read it without a lock.
         self.outliers = Outliers()
@@ -245,7 +253,8 @@ class InstanceFeedback:
         # began, and count it again. Taken once per change and partition, never by a warm call.
         self._decided: dict[tuple[str, str | None], tuple[int, float]] = {}
         self._instances: dict[_Key, _Instance] = {}
-        self._latency: dict[_Key, float] = {}
+        # key -> (the estimate, when it was made): a tuple replaced whole, read without the lock.
+        self._latency: dict[_Key, tuple[float, float]] = {}
         self._next_expiry = math.inf
         self._lock = threading.Lock()
         self._episodes_lock = threading.Lock()
@@ -260,12 +269,13 @@ class InstanceFeedback:
         now = self._clock()
         with self._lock:
             if latency is not None:
-                previous = self._latency.get(key)
-                self._latency[key] = (
-                    latency
-                    if previous is None
-                    else previous + self.smoothing * (latency - previous)
-                )
+                held = self._latency.get(key)
+                if held is None:
+                    estimate = latency
+                else:  # blended with what the estimate has decayed to by now
+                    previous = self._decayed(held, now)
+                    estimate = previous + self.smoothing * (latency - previous)
+                self._latency[key] = (estimate, now)
             outliers = self.outliers
             if now >= self._next_expiry:
                 outliers = self._publish({k: e for k, e in outliers.items() if e.until > now})
@@ -332,8 +342,23 @@ class InstanceFeedback:
         self._episodes_lock = threading.Lock()
 
     def latency(self, endpoint: Endpoint) -> float | None:
-        """The smoothed latency reported for ``endpoint`` (None before any report)."""
-        return self._latency.get(_key(endpoint))
+        """The smoothed latency reported for ``endpoint`` (None before any report), decayed
+        toward zero by ``exp(-t / decay_time)`` for the ``t`` seconds since its last report.
+
+        Finagle's ``PeakEwma`` decays its cost in the same way: without it, an instance whose
+        first answer was slow kept that estimate for good, since a balancer that always takes
+        the lower one never chose it again to measure it anew.
+        """
+        held = self._latency.get(_key(endpoint))
+        if held is None:
+            return None
+        return self._decayed(held, self._clock())
+
+    def _decayed(self, held: tuple[float, float], now: float) -> float:
+        """The estimate ``held`` (value, when it was made) as it has decayed by ``now``."""
+        estimate, made = held
+        age = now - made  # <= 0: a clock read before the report's (another thread's)
+        return estimate * math.exp(-age / self.decay_time) if age > 0.0 else estimate
 
     def is_down(self, endpoint: Endpoint) -> bool:
         """Whether ``endpoint`` is ejected now for its reported failures. Lookups skip it

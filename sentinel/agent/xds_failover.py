@@ -61,7 +61,7 @@ class Elsewhere:
         self.return_home = ReturnHome(wake)
         self._router: Router | None = None
         self._rules: dict[str, object] = {}  # service -> the rule last seen in its spec
-        self._heard: dict[str, Callable[[], None]] = {}  # service -> its remover
+        self._heard: dict[str, list[Callable[[], None]]] = {}  # service -> its removers
 
     def _router_now(self) -> Router | None:
         """The router over the agent's other regions, made on first need; None while no
@@ -102,7 +102,10 @@ class Elsewhere:
         if router is None:
             return False
         if service not in self._heard:
-            self._heard[service] = router.listen(service, lambda _, __: self._changed(service))
+            self._heard[service] = [
+                router.listen(service, lambda _event: self._changed(service), region)
+                for region in router.remotes.by_name
+            ]
         return True
 
     def served(self, service: str, snapshot: ServiceSnapshot) -> Served:
@@ -127,14 +130,14 @@ class Elsewhere:
         """No stream follows ``service`` any more (the loop's): nothing of it is kept."""
         self.return_home.forget(service)
         self._rules.pop(service, None)
-        remove = self._heard.pop(service, None)
-        if remove is not None:
+        for remove in self._heard.pop(service, ()):
             remove()
 
     def close(self) -> None:
         """Stop hearing the other regions (their sessions stay the agent's)."""
-        for remove in self._heard.values():
-            remove()
+        for removers in self._heard.values():
+            for remove in removers:
+                remove()
         self._heard.clear()
         if self._router is not None:
             self._router.close()

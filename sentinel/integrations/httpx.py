@@ -17,11 +17,13 @@ unchanged.
 
 A connection that cannot be made (:class:`httpx.ConnectError`, :class:`httpx.ConnectTimeout`)
 is reported as a failure; an idempotent request (GET, HEAD, OPTIONS, PUT, DELETE) is then sent to
-another eligible endpoint, at most ``retries`` more times, and the last connect error is raised
-when none is left. Other methods are never re-sent: the caller decides whether a POST may be
-repeated. Errors after the connection was made (a read timeout) are reported and raised as they
-are, since the server may have acted on the request. Resolution errors
-(:class:`~sentinel.errors.ResolutionError`) are raised as ``get_service`` raises them.
+another eligible endpoint (the policy's pick among them all once each has failed), at most
+``retries`` more times, and the last connect error is raised when none is left
+(:class:`sentinel.integrations.retry.Route`, the retry of every integration). Other methods
+are never re-sent: the caller decides whether a POST may be repeated. Errors after the
+connection was made (a read timeout) are reported and raised as they are, since the server may
+have acted on the request. Resolution errors (:class:`~sentinel.errors.ResolutionError`) are
+raised as ``get_service`` raises them.
 """
 
 from __future__ import annotations

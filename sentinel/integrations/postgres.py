@@ -11,16 +11,16 @@ the policy picks for a key::
 
 A connection that cannot be opened (a killed replica, a refused login) is reported to
 ``client.report(endpoint, ok=False)`` and opened on another eligible endpoint, at most
-``retries`` more times (:func:`sentinel.integrations.retry.first_success`, as the Spark helpers do).
-A
-failure inside the ``with`` block is the application's: a statement is never repeated.
+``retries`` more times (:class:`sentinel.integrations.retry.Route`, the retry of every
+integration). A failure inside the ``with`` block is the application's: a statement is never
+repeated.
 
 Pools follow the cache through ``client.listen``: the pool of an instance that left is
 closed, and on :class:`~sentinel.events.AuthChanged` the pools of the old credential are
 closed (their idle connections at once, the ones in use when returned) before the client
 confirms the new version, so that none is handed out once the manager revokes the old one.
 With regions (``docs/regions.md``), a lookup that fails over opens a pool on another region's
-instance; the pools follow that region's changes too (``client.regions_router.listen``), so
+instance; the pools follow that region's changes too (``client.listen(..., region=...)``), so
 the instance leaving there, or a rotation of that region's credential, closes its pool as a
 local one's. Pools are kept per instance address (its URI), so an instance of the same name
 in two regions never shares a pool, and per region's credential version.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -43,7 +44,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolClosed
 from sentinel.aio import to_loop
 from sentinel.errors import ClientClosed
 from sentinel.events import AuthChanged, ChangeEvent, InstancesChanged
-from sentinel.integrations.retry import Attempts, first_success
+from sentinel.integrations.retry import Route, first_success
 from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
@@ -111,13 +112,13 @@ async def aconnect(
     """:func:`connect` on ``psycopg.AsyncConnection``. Resolution is a plain call: it does not
     block on a warm cache, but a service's first lookup reads ZooKeeper on the loop (``await
     AsyncSentinel.prefetch(service)`` at start-up avoids it)."""
-    attempts = Attempts(client, service, key, policy, retries)
+    route = Route(client, service, key, policy, retries=retries)
     while True:
-        endpoint = attempts.next()
         try:
-            return await psycopg.AsyncConnection.connect(**connection_params(endpoint, kw))
+            return await psycopg.AsyncConnection.connect(**connection_params(route.endpoint, kw))
         except psycopg.OperationalError as exc:
-            attempts.failed(endpoint, exc)
+            if not route.failed("connect", type(exc).__name__):
+                raise route.exhausted(exc) from exc
 
 
 class _PoolSet(Generic[Pool]):
@@ -150,10 +151,12 @@ class _PoolSet(Generic[Pool]):
         self._bind()
         self._router = client.regions_router
         self._local = None if self._router is None else self._router.local
-        unlisten = [client.listen(service, self._on_event)]
-        if self._router is not None:
-            unlisten.append(self._router.listen(service, self._on_event_in))
-        self._unlisten = unlisten
+        # Every region alike: this one's changes and those of each region a failover may open.
+        regions = [self._local, *([] if self._router is None else self._router.remotes.by_name)]
+        self._unlisten = [
+            client.listen(service, functools.partial(self._on_event, region), region=region)
+            for region in regions
+        ]
 
     def _bind(self) -> None:
         """Set up what :meth:`_drain` needs before the first event can arrive."""
@@ -217,10 +220,7 @@ class _PoolSet(Generic[Pool]):
             gone = [uri for uri, (v, _, region) in self._pools.items() if not keep(uri, v, region)]
             return [self._pools.pop(uri)[1] for uri in gone]
 
-    def _on_event(self, event: ChangeEvent) -> None:
-        self._on_event_in(self._local, event)
-
-    def _on_event_in(self, region: str | None, event: ChangeEvent) -> None:
+    def _on_event(self, region: str | None, event: ChangeEvent) -> None:
         """A change in ``region`` (this client's own: ``_local``). On that region's cache
         worker thread: nothing here waits for a server or a thread."""
         if isinstance(event, InstancesChanged) and event.removed:
@@ -350,14 +350,14 @@ class AsyncReplicaPools(_PoolSet[AsyncConnectionPool[Any]]):
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """:meth:`ReplicaPools.connection`, awaited."""
         async with contextlib.AsyncExitStack() as stack:
-            attempts = Attempts(self.client, self.service, key, self.policy, self.retries)
+            route = Route(self.client, self.service, key, self.policy, retries=self.retries)
             while True:
-                endpoint = attempts.next()
                 try:
-                    conn = await self._checkout(stack, endpoint, timeout)
+                    conn = await self._checkout(stack, route.endpoint, timeout)
                     break
                 except psycopg.OperationalError as exc:
-                    attempts.failed(endpoint, exc)
+                    if not route.failed("checkout", type(exc).__name__):
+                        raise route.exhausted(exc) from exc
             yield conn
 
     async def _checkout(

@@ -1,8 +1,16 @@
-"""Resolving again after an endpoint failed: the bounded retry the integrations share.
+"""The one retry route of the integrations: which endpoint each attempt goes to, and what is
+reported of it (docs/decisions/one-bounded-retry-shared.md).
 
-A caller that failed on an endpoint resolves again without it, so that the policy picks the
-best of the others (a MinLag then picks the next least-lagging replica, not nothing); when
-every eligible endpoint has failed once, a fresh resolution may find one of them back.
+The httpx transport, the gRPC channel, the PostgreSQL connections and pools and the Spark
+helpers all retry through :class:`Route`. After a failure that the caller says may be
+repeated, the endpoint is reported down and the call resolved again without the endpoints
+that failed (filtered before the policy, so that a MinLag picks the next least-lagging
+replica, not nothing); when every eligible endpoint has failed once, the policy picks among
+them all again (a fresh resolution may find one back, as Envoy's ``previous_hosts`` retry
+predicate falls back to a previous host). At most ``retries`` more attempts are made. What is
+raised when none is left is the integration's: the transports raise the last error of their
+library (what httpx and gRPC code catches), the connection helpers
+:class:`~sentinel.errors.EndpointFailed` from it (:meth:`Route.exhausted`).
 """
 
 from __future__ import annotations
@@ -14,10 +22,10 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sentinel.errors import EndpointFailed, NoInstanceAvailable
 from sentinel.plugins import as_policy
-from sentinel.registry.endpoint import Endpoint
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
+    from sentinel.registry.endpoint import Endpoint
     from sentinel.strategies import Balancer, Endpoints, SelectionPolicy
 
 log = logging.getLogger(__name__)
@@ -40,106 +48,31 @@ def without(
     return select
 
 
-def resolve_avoiding(
-    client: Sentinel,
-    service: str,
-    key: object,
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
-    failed: frozenset[str],
-) -> Endpoint:
-    """``client.get_service(service, key, policy)`` skipping the endpoints named in ``failed``,
-    unless that leaves none."""
-    if not failed:
-        return client.get_service(service, key, policy)
-    try:
-        return client.get_service(service, key, without(policy, failed))
-    except NoInstanceAvailable:
-        return client.get_service(service, key, policy)
-
-
-class Attempts:
-    """The state of one bounded retry: which endpoint to try next, and what a failure does.
-
-    A caller loops: ``endpoint = attempts.next()``, try it, and on a failure
-    ``attempts.failed(endpoint, exc)``, which reports the endpoint down
-    (``client.report(endpoint, ok=False)``) and, once ``retries`` more attempts have failed,
-    raises :class:`~sentinel.errors.EndpointFailed` from ``exc``. The same loop serves
-    blocking and ``await``-ing callers (see :func:`first_success`).
-    """
-
-    def __init__(
-        self,
-        client: Sentinel,
-        service: str,
-        key: object,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
-        retries: int,
-    ) -> None:
-        self.client = client
-        self.service = service
-        self.key = key
-        self.policy = policy
-        self.retries = retries
-        self.made = 0
-        self._failed: frozenset[str] = frozenset()
-
-    def next(self) -> Endpoint:
-        """The endpoint of the next attempt, avoiding those that failed."""
-        self.made += 1
-        return resolve_avoiding(self.client, self.service, self.key, self.policy, self._failed)
-
-    def failed(self, endpoint: Endpoint, exc: BaseException) -> None:
-        """Report ``endpoint`` down; raise EndpointFailed when no attempt is left."""
-        self.client.report(endpoint, ok=False)
-        self._failed |= {endpoint.name}
-        if self.made > self.retries:
-            raise EndpointFailed(
-                f"{self.service}: {self.made} attempt(s) failed, the last on {endpoint.name} "
-                f"({type(exc).__name__})"
-            ) from exc
-        log.warning(
-            "%s: %s failed (%s); resolving again", self.service, endpoint.name, type(exc).__name__
-        )
-
-
-def first_success(
-    client: Sentinel,
-    service: str,
-    key: object,
-    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
-    attempt: Callable[[Endpoint], Result],
-    *,
-    retries: int,
-    retry_on: tuple[type[BaseException], ...],
-) -> Result:
-    """``attempt(endpoint)`` on a resolved endpoint; when it raises one of ``retry_on``, the
-    endpoint is reported down and the attempt made again on another one, at most ``retries``
-    more times (see :class:`Attempts`)."""
-    attempts = Attempts(client, service, key, policy, retries)
-    while True:
-        endpoint = attempts.next()
-        try:
-            return attempt(endpoint)
-        except retry_on as exc:
-            attempts.failed(endpoint, exc)
-
-
 class Route:
-    """One call routed through Sentinel, as the httpx transport and the gRPC channel make it:
-    the endpoint of each attempt, and what is reported of it.
+    """One call routed through Sentinel: the endpoint of each attempt, and what is reported.
 
     It resolves :attr:`endpoint` at once with ``client.get_service(service, key, policy,
     balancer)`` (resolution errors raised as ``get_service`` raises them). A caller marks
     :meth:`sent` when the call leaves, then reports :meth:`succeeded` (the outcome and the
     time since :meth:`sent`, which load-aware balancers read) or :meth:`failed`, which reports
     the endpoint down without a latency (the time a failure took says nothing of the
-    instance's load) and, when the caller says the call may be made again, resolves another
-    endpoint avoiding those that failed, at most ``retries`` times.
+    instance's load) and, when the caller says the call may be made again and fewer than
+    ``retries`` retries were made, resolves the next :attr:`endpoint` (see the module's
+    documentation). The loop is the same few lines for blocking and ``await``-ing callers::
+
+        route = Route(client, service, key, policy, retries=2)
+        while True:
+            try:
+                return attempt(route.endpoint)
+            except OperationalError as exc:
+                if not route.failed("connect", type(exc).__name__):
+                    raise route.exhausted(exc) from exc
     """
 
     __slots__ = (
         "_failed",
         "_sent",
+        "attempts",
         "balancer",
         "client",
         "endpoint",
@@ -154,9 +87,9 @@ class Route:
         client: Sentinel,
         service: str,
         key: object,
-        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
-        balancer: Balancer | str | None,
-        retries: int,
+        policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None = None,
+        balancer: Balancer | str | None = None,
+        retries: int = 0,
     ) -> None:
         self.client = client
         self.service = service
@@ -164,7 +97,9 @@ class Route:
         self.policy = policy
         self.balancer = balancer
         self.retries = retries
-        self._failed: set[str] = set()
+        #: Attempts made so far (the one on :attr:`endpoint` included).
+        self.attempts = 1
+        self._failed: frozenset[str] = frozenset()
         self._sent = 0.0
         self.endpoint = client.get_service(service, key, policy, balancer)
 
@@ -178,24 +113,14 @@ class Route:
         latency = time.perf_counter() - self._sent if timed else None
         self.client.report(self.endpoint, ok=ok, latency=latency)
 
-    def failed(self, what: str, error: str, may_retry: bool) -> bool:
+    def failed(self, what: object, error: str, may_retry: bool = True) -> bool:
         """Report :attr:`endpoint` down after ``error`` (a name for the log) on ``what`` (the
-        call, for the log); when ``may_retry`` and attempts are left, resolve another eligible
-        endpoint as :attr:`endpoint`. Returns whether to make the call again there."""
+        call, for the log); when ``may_retry`` and a retry is left, resolve the next
+        :attr:`endpoint`. Returns whether to make the call again there."""
         failed = self.endpoint
         self.client.report(failed, ok=False)
-        self._failed.add(failed.name)
-        retry = may_retry and len(self._failed) <= self.retries
-        if retry:
-            try:
-                self.endpoint = self.client.get_service(
-                    self.service,
-                    self.key,
-                    without(self.policy, frozenset(self._failed)),
-                    self.balancer,
-                )
-            except NoInstanceAvailable:
-                retry = False
+        self._failed |= {failed.name}
+        retry = may_retry and self.attempts <= self.retries and self._next()
         log.warning(
             "%s: %s on %s failed (%s)%s",
             self.service,
@@ -205,3 +130,50 @@ class Route:
             f"; trying {self.endpoint.name}" if retry else "",
         )
         return retry
+
+    def _next(self) -> bool:
+        """Resolve the next attempt's endpoint; False when the service has none left."""
+        client, service, key = self.client, self.service, self.key
+        try:
+            try:
+                endpoint = client.get_service(
+                    service, key, without(self.policy, self._failed), self.balancer
+                )
+            except NoInstanceAvailable:  # every eligible one failed once: any may be back
+                endpoint = client.get_service(service, key, self.policy, self.balancer)
+        except NoInstanceAvailable:
+            return False
+        self.endpoint = endpoint
+        self.attempts += 1
+        return True
+
+    def exhausted(self, exc: BaseException) -> EndpointFailed:
+        """The :class:`~sentinel.errors.EndpointFailed` a caller raises from ``exc`` when
+        :meth:`failed` said not to try again."""
+        return EndpointFailed(
+            f"{self.service}: {self.attempts} attempt(s) failed, the last on "
+            f"{self.endpoint.name} ({type(exc).__name__})"
+        )
+
+
+def first_success(
+    client: Sentinel,
+    service: str,
+    key: object,
+    policy: SelectionPolicy | Callable[[Endpoints], Endpoints] | str | None,
+    attempt: Callable[[Endpoint], Result],
+    *,
+    retries: int,
+    retry_on: tuple[type[BaseException], ...],
+) -> Result:
+    """``attempt(endpoint)`` on a resolved endpoint; when it raises one of ``retry_on``, the
+    endpoint is reported down and the attempt made again on the next one (:class:`Route`), at
+    most ``retries`` more times, then :class:`~sentinel.errors.EndpointFailed` is raised from
+    the last failure."""
+    route = Route(client, service, key, policy, retries=retries)
+    while True:
+        try:
+            return attempt(route.endpoint)
+        except retry_on as exc:
+            if not route.failed("attempt", type(exc).__name__):
+                raise route.exhausted(exc) from exc

@@ -38,7 +38,7 @@ from sentinel.auth.config import AuthConfig
 from sentinel.client import Sentinel
 from sentinel.devserver import resolve_hosts
 from sentinel.errors import EndpointFailed
-from sentinel.integrations.retry import resolve_avoiding
+from sentinel.integrations.retry import Route
 from sentinel.regions.config import Regions
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import (
@@ -186,45 +186,34 @@ def resolve_groups(
     failure. The rows of the Spark partition are held in memory while they are grouped.
     """
     key_of = _key_function(key)
-    # (partition, rows, attempts so far, names of endpoints that failed this group)
-    pending: collections.deque[tuple[str | None, list[Row], int, frozenset[str]]] = (
-        collections.deque(
-            (p, group, 0, frozenset()) for p, group in _group(client, service, rows, key_of)
-        )
+    # (partition, rows, attempts spent on them in groupings whose keys moved)
+    pending: collections.deque[tuple[str | None, list[Row], int]] = collections.deque(
+        (p, group, 0) for p, group in _group(client, service, rows, key_of)
     )
     while pending:
-        partition, group, attempts, failed = pending.popleft()
-        endpoint = resolve_avoiding(client, service, key_of(group[0]), policy, failed)
-        if partition is not None and endpoint.partition != partition:
-            # The shard map changed between grouping and resolving: group these rows again.
-            if attempts >= retries:
-                raise EndpointFailed(
-                    f"{service}: the partition of {len(group)} row(s) kept changing "
-                    f"({partition} -> {endpoint.partition})"
-                )
-            regrouped = _group(client, service, group, key_of)
-            pending.extendleft((p, g, attempts + 1, failed) for p, g in reversed(regrouped))
-            continue
-        try:
-            results = list(fn(endpoint, group))
-        except retry_on as exc:
-            client.report(endpoint, ok=False)
-            if attempts >= retries:
-                raise EndpointFailed(
-                    f"{service}: {len(group)} row(s) of partition {partition} failed on "
-                    f"{attempts + 1} endpoint(s), the last {endpoint.name} "
-                    f"({type(exc).__name__})"
-                ) from exc
-            log.warning(
-                "%s: %s failed on %s (%s); resolving again",
-                service,
-                partition,
-                endpoint.name,
-                type(exc).__name__,
-            )
-            pending.appendleft((partition, group, attempts + 1, failed | {endpoint.name}))
-            continue
-        yield from results
+        partition, group, spent = pending.popleft()
+        route = Route(client, service, key_of(group[0]), policy, retries=retries - spent)
+        while True:
+            endpoint = route.endpoint
+            if partition is not None and endpoint.partition != partition:
+                # The shard map changed between grouping and resolving: group these rows again.
+                spent += route.attempts
+                if spent > retries:
+                    raise EndpointFailed(
+                        f"{service}: the partition of {len(group)} row(s) kept changing "
+                        f"({partition} -> {endpoint.partition})"
+                    )
+                regrouped = _group(client, service, group, key_of)
+                pending.extendleft((p, g, spent) for p, g in reversed(regrouped))
+                break
+            try:
+                results = list(fn(endpoint, group))
+            except retry_on as exc:
+                if route.failed(f"{len(group)} row(s) of {partition}", type(exc).__name__):
+                    continue
+                raise route.exhausted(exc) from exc
+            yield from results
+            break
 
 
 def _group(

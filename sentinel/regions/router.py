@@ -17,9 +17,10 @@ Lookups that fail over read the other region's immutable snapshots without a loc
 ones do; the first one to a region (cold) waits for its session and its load.
 
 What a client opened in another region changes like anything else: :meth:`Router.listen`
-hears the changes of a service in every region this client has opened (now or later), each
-event with the name of its region, so that what holds resources on an instance there (the
-PostgreSQL pools) lets go of it when it leaves, as for a local instance.
+(``Sentinel.listen(service, callback, region=...)``) hears the changes of a service in one of
+the other regions from the moment this client opens it, in the shape of the local region's
+listeners, so that what holds resources on an instance there (the PostgreSQL pools) lets go
+of it when it leaves, as for a local instance.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sentinel.cache.listeners import Listener
 from sentinel.cache.return_home import ReturnHome
-from sentinel.errors import SentinelError
+from sentinel.errors import SentinelError, ValidationError
 from sentinel.events import ChangeEvent
 from sentinel.regions.config import Region, Regions
 from sentinel.regions.remotes import RemoteClient, Remotes
@@ -42,9 +44,6 @@ log = logging.getLogger(__name__)
 
 #: What a lookup on a listener's thread says of a region it did not wait for.
 OPENING = "{}: being opened in the background (a listener's thread does not wait for it); retry"
-
-#: ``callback(region, event)``: a change in another region (:meth:`Router.listen`).
-RegionListener = Callable[[str, ChangeEvent], None]
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class Router:
         self.local = regions.local
         self._on_local_listener_thread = on_listener_thread
         # Both replaced under the lock, never mutated: events read them without it.
-        self._listeners: tuple[tuple[str, RegionListener], ...] = ()
+        self._listeners: tuple[tuple[str, str | None, Listener], ...] = ()
         self._changing = threading.Lock()
         # service -> the other names (rules' ``service``) its lookups asked for elsewhere
         self._targets: dict[str, frozenset[str]] = {}
@@ -328,13 +327,20 @@ class Router:
 
         threading.Thread(target=follow, name="sentinel-region-warm", daemon=True).start()
 
-    def listen(self, service: str, callback: RegionListener) -> Callable[[], None]:
-        """Call ``callback(region, event)`` on every change of ``service`` (or of the service
-        its failover rule names there) in each other region this client opens, from the
-        moment it opens; returns the remover. As for :meth:`~sentinel.Sentinel.listen`,
-        callbacks run on that region's cache worker, in order, and must not block.
+    def listen(self, service: str | None, callback: Listener, region: str) -> Callable[[], None]:
+        """Call ``callback(event)`` on every change of ``service`` (None: of every service;
+        else also of the service its failover rule names there) in ``region``, one of the
+        other regions, from the moment this client opens it; returns the remover. This is
+        ``Sentinel.listen(service, callback, region=region)``: callbacks run on that region's
+        cache worker, in order, and must not block. An unknown region raises
+        :class:`~sentinel.errors.ValidationError`.
         """
-        entry = (service, callback)
+        if region not in self.remotes.by_name:
+            raise ValidationError(
+                f"region {region!r} is not another region of this client "
+                f"(this one is {self.local!r}; others: {', '.join(sorted(self.remotes.by_name))})"
+            )
+        entry = (region, service, callback)
         with self._changing:
             self._listeners = (*self._listeners, entry)
 
@@ -349,10 +355,12 @@ class Router:
 
         def forward(event: ChangeEvent) -> None:
             name = getattr(event, "service", None)  # a ConnectionChanged is no service's
-            for service, callback in self._listeners:
-                if name == service or name in self._targets.get(service, ()):
+            for where, service, callback in self._listeners:
+                if where == region and (
+                    service is None or name == service or name in self._targets.get(service, ())
+                ):
                     try:  # one failing callback must not cost the others their event
-                        callback(region, event)
+                        callback(event)
                     except Exception:
                         log.exception("region listener %r failed on %r", callback, event)
 

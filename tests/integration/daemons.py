@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import threading
-from typing import Any
 
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import SENTINEL
@@ -23,10 +22,11 @@ class Daemon:
         *args: str,
         identity: str | None = None,
         program: list[str] | None = None,
-        user: dict[str, Any] | None = None,
+        user: list[str] | None = None,
     ):
         self.process = subprocess.Popen(
             [
+                *(user or []),  # tests.integration.peers.as_user: to run as another user
                 *(program or [SENTINEL]),
                 *args,
                 "--json",
@@ -41,7 +41,6 @@ class Daemon:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **({"SENTINEL_ZK_IDENTITY": identity} if identity else {})},
-            **(user or {}),  # subprocess's user=, group=...: to run as another user
         )
         self.events: list[dict] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -46,6 +45,7 @@ from sentinel.telemetry import AGENT_IDENTITIES_REFUSED
 from sentinel.testing.helpers import wait_until
 from tests.integration import test_attacks
 from tests.integration.daemons import Daemon
+from tests.integration.peers import as_user
 from tests.integration.test_attacks import SERVICE, SecuredNamespace
 
 secured = test_attacks.secured  # the fixture: a namespace secured by the CLI
@@ -155,27 +155,15 @@ SITE = next((Path(sys.prefix) / "lib").glob("python3.*/site-packages"))
 OTHER_PYTHON = ["/usr/bin/python3", "-Sc", f"import site; site.addsitedir({str(SITE)!r})\n"]
 
 
-def as_user(uid: int, gid: int, groups: tuple[int, ...] = ()) -> dict[str, Any]:
-    """``subprocess`` arguments that run a child as ``uid``/``gid`` with only ``groups``.
-
-    The switch is made by ``subprocess`` itself between fork and exec, not by a
-    ``preexec_fn``: Python code run in a child forked from a threaded process may call into a
-    library's state left by another thread (a collected gRPC object's finalizer aborted such a
-    child once in CI).
-    """
-    return {"user": uid, "group": gid, "extra_groups": list(groups)}
-
-
-def run_client(args: dict, *, user: dict[str, Any] | None = None, env=None) -> dict:
+def run_client(args: dict, *, user: list[str] | None = None, env=None) -> dict:
     """One lookup by a client in a process of its own (as another user, with ``user``)."""
     python = (
         [sys.executable, "-c", CLIENT]
         if user is None
-        else [*OTHER_PYTHON[:2], OTHER_PYTHON[2] + CLIENT]
+        else [*user, *OTHER_PYTHON[:2], OTHER_PYTHON[2] + CLIENT]
     )
     done = subprocess.run(
         [*python, json.dumps(args)],
-        **(user or {}),
         capture_output=True,
         text=True,
         timeout=60,
@@ -414,8 +402,7 @@ def test_a_squatters_socket_gets_nothing_from_a_process(secured, zookeeper):
     directory = shared_directory(0o777)
     path = os.path.join(directory, "agent.sock")
     squatter = subprocess.Popen(
-        ["/usr/bin/python3", "-c", SQUATTER, path],
-        **as_user(65534, 65534),
+        [*as_user(65534, 65534), "/usr/bin/python3", "-c", SQUATTER, path],
         stdout=subprocess.PIPE,
         text=True,
         cwd="/",
@@ -538,11 +525,15 @@ def test_agent_status_shows_another_user_only_what_its_identity_may_read(secured
         with pytest.raises(AccessDenied):  # the restriction holds for a process of no identity
             anonymous.get_service("private")
 
-        def status(identity: str | None, user: dict[str, Any] | None) -> list[tuple]:
+        def status(identity: str | None, user: list[str] | None) -> list[tuple]:
             options = ["--json", "--socket", socket_path, "--namespace", secured.namespace]
             done = subprocess.run(
-                [*OTHER_PYTHON[:2], OTHER_PYTHON[2] + STATUS, "agent", "status", *options],
-                **(user or {}),
+                [
+                    *(user or []),
+                    *OTHER_PYTHON[:2],
+                    OTHER_PYTHON[2] + STATUS,
+                    *["agent", "status", *options],
+                ],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -715,8 +706,10 @@ def test_another_users_claims_of_client_ids_lock_none_of_roots_processes_out(
     session = make_client("host-agent", announce=False, agent=False)
     with AgentServer(session, socket_path, allowed_uids=[65534]):
         claimer = subprocess.Popen(
-            ["/usr/bin/python3", "-c", CLAIMER, socket_path, namespace, json.dumps(ids)],
-            **as_user(65534, 65534),
+            [
+                *as_user(65534, 65534),
+                *["/usr/bin/python3", "-c", CLAIMER, socket_path, namespace, json.dumps(ids)],
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

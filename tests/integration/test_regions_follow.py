@@ -18,7 +18,7 @@ import pytest
 
 from sentinel import AuthConfig, Sentinel
 from sentinel.auth.keys import ClientKeyring
-from sentinel.errors import NoInstanceAvailable
+from sentinel.errors import NoInstanceAvailable, ValidationError
 from sentinel.events import InstancesChanged
 from sentinel.integrations.postgres import ReplicaPools
 from sentinel.regions import Failover, Region, Regions
@@ -210,17 +210,24 @@ def test_a_rotation_in_one_region_drains_that_regions_pools_only(world, servers)
             assert conn.info.port == east_db.port
 
 
-def test_the_router_tells_a_listener_of_the_rules_target_in_another_region(world):
-    """A rule naming another service there (a read-only twin): its changes in the other region
-    reach the router's listener of the local name, tagged with the region; the local
-    region's own changes do not come this way (Sentinel.listen has them)."""
+def test_a_listener_of_another_region_has_the_local_ones_shape_and_hears_the_rules_target(world):
+    """One listener shape: ``Sentinel.listen(service, callback, region=...)`` calls
+    ``callback(event)`` with another region's changes as without ``region`` with the local
+    one's. A rule naming another service there (a read-only twin): its changes in the other
+    region reach the listener of the local name; the local region's own changes do not come
+    to the other region's listener, nor the other region's to the local one."""
     for publisher in world.publishers.values():
         publisher.ensure_service("stock", failover=Failover(regions=("west",), service="stock-ro"))
     world.publishers["west"].ensure_service("stock-ro")
     twin = world.publishers["west"].register("stock-ro", "default", "10.0.2.1", 7100)
-    heard: list[tuple[str, object]] = []
+    heard: dict[str, list[object]] = {"east": [], "west": []}
     with world.client("twin-app") as client:
-        client.regions_router.listen("stock", lambda region, event: heard.append((region, event)))
+        for region, events in heard.items():  # east is this client's own region
+            client.listen("stock", events.append, region=region)
+        with pytest.raises(ValidationError, match="'north' is not another region"):
+            client.listen("stock", print, region="north")
+        with pytest.raises(ValidationError, match="'west': this client has no other region"):
+            world.publishers["east"].listen("stock", print, region="west")
         assert client.get_service("stock").port == 7100  # west's twin answers
         east = world.publishers["east"].register("stock", "default", "10.0.1.1", 7200)
         assert wait_until(lambda: client.cached_instances("stock"), 10)
@@ -229,12 +236,17 @@ def test_the_router_tells_a_listener_of_the_rules_target_in_another_region(world
         def twin_left() -> bool:
             return any(
                 isinstance(e, InstancesChanged) and [r.port for r in e.removed] == [7100]
-                for _, e in heard
+                for e in heard["west"]
             )
 
+        def east_heard() -> bool:
+            return any(isinstance(e, InstancesChanged) and e.added for e in heard["east"])
+
         assert wait_until(twin_left, 10), heard
-        assert {region for region, _ in heard} == {"west"}
-        assert {e.service for _, e in heard} == {"stock-ro"}  # type: ignore[attr-defined]
+        assert wait_until(east_heard, 10), heard
+        assert {e.service for e in heard["west"]} == {"stock-ro"}  # type: ignore[attr-defined]
+        assert {getattr(e, "service", "stock") for e in heard["east"]} == {"stock"}
+        assert all(7100 not in {r.port for r in getattr(e, "added", ())} for e in heard["east"])
         world.publishers["east"].deregister(east)
 
 

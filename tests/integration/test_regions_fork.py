@@ -124,7 +124,7 @@ def test_a_lock_held_at_the_fork_does_not_hold_the_childs_regions(world):  # noq
             # each call takes one of the locks held in the parent at the fork: in a thread,
             # so that a lock still held here shows as a call that never returns
             calls = {
-                "router": lambda: router.listen("stock", lambda region, event: None)(),
+                "router": lambda: router.listen("stock", lambda event: None, "west")(),
                 "remotes": lambda: remotes.open("north", wait=False),
             }
             returned = {}

@@ -184,6 +184,41 @@ def test_power_of_two_tries_an_instance_not_measured_yet():
     assert balancer.pick([measured, new]).label == "e1"
 
 
+def test_a_slow_first_answer_does_not_starve_an_instance_for_good():
+    """As Finagle's PeakEwma: an estimate that is not refreshed decays, so an instance measured
+    slow once (a cold start), then given no traffic, is chosen again within a bounded time
+    while the other keeps answering fast."""
+    clock = ManualClock()
+    feedback = InstanceFeedback(clock=clock)  # decay_time 10 s
+    fast, cold = pool(2)
+    feedback.report(cold, latency=1.0)  # its first answer paid for a cold start
+    balancer = PowerOfTwoChoices(feedback=feedback, seed=4)
+    chosen_at = None
+    for second in range(120):
+        picked = balancer.pick([fast, cold])
+        if picked is cold:
+            chosen_at = second
+            break
+        feedback.report(fast, latency=0.01)  # the traffic keeps the fast one's estimate fresh
+        clock.advance(1.0)
+    # 1.0 * exp(-t / 10) falls under the fast one's 0.01 after 10 * ln(100), about 46 s.
+    assert chosen_at is not None and 45 <= chosen_at <= 50, chosen_at
+    feedback.report(cold, latency=0.01)  # warm now: blended with its decayed estimate, not 1.0
+    assert feedback.latency(cold) <= 0.01
+
+
+def test_a_refreshed_estimate_does_not_decay_and_the_decay_follows_its_time_constant():
+    clock = ManualClock()
+    feedback = InstanceFeedback(decay_time=2.0, clock=clock)
+    e = pool(1)[0]
+    feedback.report(e, latency=0.5)
+    assert feedback.latency(e) == 0.5
+    clock.advance(2.0)
+    assert feedback.latency(e) == pytest.approx(0.5 / math.e)
+    clock.advance(-5.0)  # a clock read before the report's (another thread's): no growth
+    assert feedback.latency(e) == 0.5
+
+
 def test_feedback_marks_an_instance_down_after_n_errors_in_the_window():
     clock = ManualClock()
     detection = OutlierDetection(consecutive_failures=3, interval=10, base_ejection_time=0.3)
@@ -219,7 +254,7 @@ def test_feedback_success_resets_the_error_count_and_old_errors_expire():
 
 
 def test_feedback_latency_is_smoothed():
-    feedback = InstanceFeedback(smoothing=0.5)
+    feedback = InstanceFeedback(smoothing=0.5, clock=ManualClock())  # still: no decay
     e = pool(1)[0]
     assert feedback.latency(e) is None
     feedback.report(e, latency=1.0)

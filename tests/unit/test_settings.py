@@ -168,6 +168,9 @@ def test_outlier_detection_settings_are_refused_naming_them(settings):
     [
         {"smoothing": 0},
         {"smoothing": 1.5},
+        {"decay_time": 0},
+        {"decay_time": math.inf},
+        {"decay_time": "10"},
         {"detection": 3},
         {"detection": {"consecutive_failures": 3}},
         {"clock": 1.0},
@@ -185,9 +188,10 @@ def test_an_empty_client_id_is_refused_not_replaced_by_the_default():
 
 @pytest.mark.parametrize("latency", [math.nan, math.inf, -0.1, "fast", True])
 def test_a_reported_latency_must_be_a_finite_number_of_zero_or_more(latency):
+    from sentinel.testing.helpers import ManualClock
     from tests.unit.endpoints import endpoint
 
-    feedback = InstanceFeedback()
+    feedback = InstanceFeedback(clock=ManualClock())  # still: the estimate does not decay
     one = endpoint("a")
     feedback.report(one, latency=0.25)
     with pytest.raises(ValidationError, match="latency"):
