@@ -201,9 +201,10 @@ class Sentinel:
         self.connect_timeout = given.connect_timeout
         self.tls = given.tls
         parts = ClientParts.build(settings, mirror=self._mirror, connect=self._in_region)
-        #: This process's ZooKeeper session, its ephemeral nodes, watches and cache: the seam
-        #: the role daemons use (:class:`~sentinel.session.Session`; internal, for the roles).
         self.session = session = parts.session
+        """Internal, not part of the public API: this process's ZooKeeper session, its
+        ephemeral nodes, watches and cache (:class:`~sentinel.session.Session`), the seam the
+        role daemons use."""
         self.feedback = parts.feedback
         #: The shard manager's writes: policies and key assignments.
         self.shard_maps = parts.shard_maps
@@ -211,9 +212,10 @@ class Sentinel:
         self.credentials = parts.credentials
         # The metric collector's writes, behind update_metrics.
         self._metrics = parts.metrics
-        #: The other regions' sessions (opened lazily) and the failover lookups that go to
-        #: them (:class:`~sentinel.regions.router.Router`); None without other regions.
         self.regions_router = parts.router
+        """Internal, not part of the public API: the other regions' sessions (opened lazily)
+        and the failover lookups that go to them (:class:`~sentinel.regions.router.Router`);
+        None without other regions. Listen to another region with ``listen(..., region=)``."""
         self._exports = parts.exports
         self._lookup_failures: dict[tuple[str, str], int] = {}
         if self.regions_router is not None:  # a spec's new rule: the regions it names follow
