@@ -28,12 +28,12 @@ from kazoo.protocol.states import EventType, KeeperState, WatchedEvent
 from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 from sentinel.zk.watches import (
-    SET_WATCHES_MAX_LENGTH,
     AddWatchMode,
     PersistentWatches,
     WatcherType,
     install,
 )
+from sentinel.zk.wire import SET_WATCHES_MAX_LENGTH
 
 pytestmark = pytest.mark.integration
 
