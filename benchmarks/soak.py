@@ -39,6 +39,7 @@ from contextlib import ExitStack, suppress
 from benchmarks.common import report
 from benchmarks.zkcost import watches
 from sentinel import Sentinel
+from sentinel.errors import RegistryConflict
 from sentinel.feedback import InstanceFeedback
 from sentinel.publisher import Registration
 from sentinel.regions import Failover, Region, Regions
@@ -143,6 +144,17 @@ def judge(times: list[float], values: list[float], relative: bool) -> dict[str, 
     }
 
 
+def _retire(client: Sentinel, service: str) -> None:
+    """Retire ``service``, again when a follower came or went meanwhile (as the error says)."""
+    for attempt in range(10):
+        try:
+            retire_service(client.session.zk, service, force=True)
+            return
+        except RegistryConflict:
+            if attempt == 9:
+                raise
+
+
 class Churn:
     """The writer's side: services with instances that come and go, rules set and removed."""
 
@@ -188,10 +200,10 @@ class Churn:
         for registration in self.live.pop(service):
             self.writer.deregister(registration)
         self.listeners.pop(service)()
-        retire_service(self.writer.session.zk, service, force=True)
+        _retire(self.writer, service)
         if self.west is not None:
             self.west.deregister(self.elsewhere.pop(service))
-            retire_service(self.west.session.zk, service, force=True)
+            _retire(self.west, service)
         self.counts["services retired"] += 1
         self.create()
 
