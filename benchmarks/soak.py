@@ -12,7 +12,8 @@ and the measured client (``reader``), under compressed churn for ``--minutes``:
 - with regions, failover rules to ``west`` set and removed (warm, so the region follows them).
 
 The feedback runs on a clock ``--speed`` times faster than the wall's, so that a run of
-minutes holds the hours of its ejections, windows and horizons.
+minutes holds the hours of its ejections, windows and horizons; a region no rule needs is
+closed after ``CLOSE_AFTER`` divided by the same factor.
 
 Every ``--every`` seconds it samples the process (RSS from ``/proc/self/status``, threads,
 open descriptors), each server's watches (4lw ``wchs``) and every internal table of the
@@ -42,7 +43,7 @@ from sentinel import Sentinel
 from sentinel.errors import RegistryConflict
 from sentinel.feedback import InstanceFeedback
 from sentinel.publisher import Registration
-from sentinel.regions import Failover, Region, Regions
+from sentinel.regions import Failover, Region, Regions, remotes
 from sentinel.registry.retire import retire_service
 from sentinel.testing.zookeeper import LocalZooKeeper
 
@@ -279,6 +280,10 @@ def run(args: argparse.Namespace) -> dict:
                 prometheus_registry=None,
             )
         )
+        # The regions' horizons compressed as the feedback's clock is (the prober no more
+        # often than twice a second).
+        remotes.CLOSE_AFTER /= args.speed
+        remotes.RTT_INTERVAL = max(remotes.RTT_INTERVAL / args.speed, 0.5)
         start = time.monotonic()
         feedback = InstanceFeedback(clock=lambda: start + (time.monotonic() - start) * args.speed)
         reader = stack.enter_context(
@@ -303,6 +308,9 @@ def run(args: argparse.Namespace) -> dict:
                 for name, zk in servers.items():
                     host, port = zk.connect_string.split(":")
                     sample[f"server watches ({name})"] = float(watches(host, int(port)))
+                if reader.regions_router is not None:
+                    by_name = reader.regions_router.remotes.by_name.values()
+                    sample["regions open"] = float(sum(r.client is not None for r in by_name))
                 sample.update({k: float(v) for k, v in tables(reader, "reader").items()})
                 samples.append(sample)
                 next_sample += args.every
