@@ -47,6 +47,14 @@ _Key = tuple[str, str, str, str]
 # tuples) the memo starts again empty, so it cannot grow without bound.
 _MAX_VERDICTS = 4096
 
+# Seconds (of the feedback's clock) an instance goes unreported before its record may be
+# forgotten, and between two sweeps for such records: instances come and go for months, and a
+# record kept per instance ever reported would grow with every one of them. Only a record that
+# holds nothing a new one would not is forgotten (see InstanceFeedback._sweep), so forgetting
+# changes no ejection; the latency estimate goes with it, as one never refreshed for this long
+# says nothing of the instance now.
+_FORGET_AFTER = 600.0
+
 
 def _key(endpoint: Endpoint) -> _Key:
     # The URI with the name: a client that fails over shares its feedback with its clients of
@@ -200,9 +208,19 @@ class _Episode:
 class _Instance:
     """What the feedback counts for one instance (under the feedback's lock)."""
 
-    __slots__ = ("consecutive", "ended", "failed", "last_failure", "ok", "times", "window_start")
+    __slots__ = (
+        "consecutive",
+        "ended",
+        "failed",
+        "last_failure",
+        "ok",
+        "reported",
+        "times",
+        "window_start",
+    )
 
     def __init__(self, now: float) -> None:
+        self.reported = now  # the last report, for _sweep
         self.consecutive = 0
         self.last_failure = now
         self.window_start = now
@@ -258,6 +276,7 @@ class InstanceFeedback:
         self._next_expiry = math.inf
         self._lock = threading.Lock()
         self._episodes_lock = threading.Lock()
+        self._next_sweep = clock() + _FORGET_AFTER
         _records.add(self)
 
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
@@ -279,9 +298,12 @@ class InstanceFeedback:
             outliers = self.outliers
             if now >= self._next_expiry:
                 outliers = self._publish({k: e for k, e in outliers.items() if e.until > now})
+            if now >= self._next_sweep:
+                self._sweep(now)
             instance = self._instances.get(key)
             if instance is None:
                 instance = self._instances[key] = _Instance(now)
+            instance.reported = now
             detection = self.detection
             if now - instance.window_start >= detection.interval:
                 instance.window_start, instance.ok, instance.failed = now, 0, 0
@@ -334,6 +356,24 @@ class InstanceFeedback:
             for where in list(self._panics):
                 self._episode(where, False, (outliers.generation, self._clock()), 0, 0)
         return outliers
+
+    def _sweep(self, now: float) -> None:
+        """Forget the records of instances unreported for ``_FORGET_AFTER`` that a new record
+        would replace exactly: not ejected, their window and streak over (``interval``), their
+        ejection multiplier decayed to zero. Once per ``_FORGET_AFTER``, under the lock."""
+        interval = self.detection.interval
+        outliers = self.outliers
+        for key in [
+            key
+            for key, instance in self._instances.items()
+            if (idle := now - instance.reported) >= _FORGET_AFTER
+            and idle > interval
+            and now - instance.ended >= interval * instance.times
+            and key not in outliers
+        ]:
+            del self._instances[key]
+            self._latency.pop(key, None)
+        self._next_sweep = now + _FORGET_AFTER
 
     def _after_fork(self) -> None:
         """In a forked child (the at-fork hook): a lock another thread of the parent held at

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
 
 from sentinel.events import ChangeEvent
@@ -22,14 +23,22 @@ class Listeners:
 
     def __init__(self) -> None:
         self._by_service: dict[str | None, list[Listener]] = {}
+        # A service's entry goes with its last listener (services come and go for months), so
+        # an add must not append to a list a remove is dropping: both hold this.
+        self._changing = threading.Lock()
 
     def add(self, service: str | None, listener: Listener) -> Callable[[], None]:
         """Add a listener for ``service`` (None: every service); returns its remover."""
-        self._by_service.setdefault(service, []).append(listener)
+        with self._changing:
+            self._by_service.setdefault(service, []).append(listener)
 
         def remove() -> None:
-            with contextlib.suppress(ValueError):  # removing twice is harmless
-                self._by_service.get(service, []).remove(listener)
+            with self._changing:
+                listeners = self._by_service.get(service, [])
+                with contextlib.suppress(ValueError):  # removing twice is harmless
+                    listeners.remove(listener)
+                if not listeners:
+                    self._by_service.pop(service, None)
 
         return remove
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import socket
 import threading
@@ -24,7 +25,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionLoss, NoAuthError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoAuthError
 
 from sentinel.auth.acl import ensure_clients_node, is_secured
 from sentinel.auth.envelope import Credential
@@ -55,8 +56,10 @@ from sentinel.shards.maps import ShardMap
 from sentinel.telemetry import auth_version_applied
 from sentinel.version import __version__
 from sentinel.zk.ephemeral import EphemeralNodes
-from sentinel.zk.errors import translate
+from sentinel.zk.errors import CONNECTION_ERRORS, translate
 from sentinel.zk.watches import PersistentWatches
+
+log = logging.getLogger(__name__)
 
 SwapHook = Callable[[str, ServiceSnapshot, ServiceSnapshot | None, Collection[str] | None], None]
 
@@ -509,6 +512,7 @@ class RegistryCache:
         self.return_home.forget(service)
         if self._curator is not None:
             self._curator.detach(service)
+        self._unannounce(service)
         if old is None:
             return
         if self.on_swap is not None:
@@ -516,6 +520,20 @@ class RegistryCache:
         self._emit(service, ServiceSpecChanged(service, old.spec, None))
         if old.endpoints:
             self._emit(service, InstancesChanged(service, removed=tuple(old.endpoints.values())))
+
+    def _unannounce(self, service: str) -> None:
+        """This client no longer uses ``service``: its ``/clients`` entry goes. Kept, it would
+        be written again after every session expiry (and with it the ``/clients`` node of a
+        service retired meanwhile), and what is kept of it would grow with every service ever
+        followed. Bookkeeping never fails the caller: a delete the connection cut is logged,
+        and the node goes with the session."""
+        self._announced_at.pop(service, None)
+        if self._agent is not None:  # the agent's entry, kept while this process is connected
+            return
+        try:
+            self._nodes.remove(client_path(service, self._client_id))
+        except (KazooException, *CONNECTION_ERRORS) as exc:
+            log.info("%s: this client's /clients entry not deleted (%r)", service, exc)
 
     def _wake_protection(self, service: str) -> None:
         """A hold or a window ended (a timer's thread): re-apply the protection and the return

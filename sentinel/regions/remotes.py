@@ -23,6 +23,11 @@ connected, measures infinite. In agent mode the client has no session of its own
 time of a ``ping`` through the host agent, which answers once one request on its own session
 to the region has come back (docs/decisions/agent-sessions-to-other-regions.md).
 
+A region that no rule of a followed service names, and that no lookup has used, for
+:data:`CLOSE_AFTER` seconds is closed again (its session, its round-trip times); the prober
+ends when no region is open. Over months of rules set and removed, what a client holds
+elsewhere is what its rules need now.
+
 In a forked child none of these threads exist: at the fork the child's regions forget the
 openings under way and the prober (:meth:`Remotes._forked`); the next use opens and measures
 again, and each region's client renews its own session on first use.
@@ -57,6 +62,10 @@ RTT_TIMEOUT = 2.0
 SAMPLES = 5
 #: Measurements taken when a region's session opens, before it is ranked.
 OPENING_SAMPLES = 3
+#: Seconds a region stays open once no rule of a followed service names it and no lookup has
+#: gone there: then its session closes (opened again on next need), so that a rule set for a
+#: while holds nothing there once it is removed. Checked by the prober, every RTT_INTERVAL.
+CLOSE_AFTER = 300.0
 
 # Every Remotes of this process, for the at-fork hook; weak, so a dropped client is not kept.
 _every: weakref.WeakSet[Remotes] = weakref.WeakSet()
@@ -101,6 +110,21 @@ class Remote:
         self.deadline: float | None = None  # the first connection's, monotonic; None: unopened
         self._samples: deque[float] = deque(maxlen=SAMPLES)
         self.rtt = math.inf  # seconds, the median of the samples
+        #: Lookups that went to the region (bumped without a lock: a lost bump is harmless,
+        #: only whether it changed is read).
+        self.uses = 0
+        self._uses_seen = 0
+        self._idle_since: float | None = None
+
+    def idle_for(self, needed: bool, now: float) -> float:
+        """Seconds the region has been neither ``needed`` by a rule nor used by a lookup, as
+        the prober sees it at ``now`` (0: it is, or was since the last look)."""
+        if needed or self.uses != self._uses_seen:
+            self._uses_seen, self._idle_since = self.uses, None
+            return 0.0
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since
 
     @property
     def connected(self) -> bool:
@@ -133,9 +157,10 @@ class Remotes:
     """The other regions of one client, opened lazily, their round-trip times measured.
 
     ``connect(region)`` makes a client of ``region`` (not started); ``connect_timeout`` bounds
-    the first wait for a region's session; ``on_open(name, client)`` is called once per region,
-    when its client has connected and before any lookup can use it; ``on_fork()`` in a forked
-    child, at the fork, after this object's own renewal (same rules: no I/O, no thread).
+    the first wait for a region's session; ``on_open(name, client)`` is called each time a region
+    opens, when its client has connected and before any lookup can use it; ``on_fork()`` in a
+    forked child, at the fork, after this object's own renewal (same rules: no I/O, no
+    thread); ``needed(name)`` says whether a rule names the region now (:data:`CLOSE_AFTER`).
     """
 
     def __init__(
@@ -145,11 +170,13 @@ class Remotes:
         connect_timeout: float,
         on_open: Callable[[str, RemoteClient], None] = lambda name, client: None,
         on_fork: Callable[[], None] = lambda: None,
+        needed: Callable[[str], bool] = lambda name: True,
     ) -> None:
         self.by_name: Mapping[str, Remote] = {r.name: Remote(r) for r in regions}
         self._connect = connect
         self._on_open = on_open
         self._on_fork = on_fork
+        self._needed = needed
         self._connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -309,11 +336,38 @@ class Remotes:
         return time.perf_counter() - started
 
     def _probe(self) -> None:
-        """Measure every connected region's round trip, every RTT_INTERVAL seconds."""
+        """Measure every connected region's round trip, every RTT_INTERVAL seconds; close
+        those idle for CLOSE_AFTER; end when no region is open."""
         while not self._closed.wait(RTT_INTERVAL):
+            now = time.monotonic()
             for remote in list(self.by_name.values()):
-                if remote.client is not None:
+                if remote.client is None:
+                    continue
+                if remote.idle_for(self._needed(remote.region.name), now) >= CLOSE_AFTER:
+                    self._shut(remote)
+                else:
                     remote.record(self._measure(remote.client))
+            with self._lock:
+                if all(r.deadline is None for r in self.by_name.values()):
+                    self._prober = None  # the next opening starts another
+                    return
+
+    def _shut(self, remote: Remote) -> None:
+        """Close an opened region's session and make it unopened again (opened on next use).
+        A lookup that took its client just before gets the closed client's error, and tries
+        the next region."""
+        with self._lock:
+            client = remote.client
+            if client is None or self._closed.is_set() or not remote.ready.is_set():
+                return
+            remote.client, remote.deadline, remote.ready = None, None, threading.Event()
+            remote.record(math.inf)
+        log.info(
+            "region %r closed: no rule names it and no lookup went there for %gs",
+            remote.region.name,
+            CLOSE_AFTER,
+        )
+        client.close()
 
     def nearest(self, count: int, exclude: Iterable[str] = ()) -> list[str]:
         """The ``count`` regions of least round-trip time (connected ones only)."""

@@ -81,7 +81,9 @@ class Router:
         # service -> the rule its spec holds, of each service this client follows with one
         self._rules: dict[str, Failover] = {}
         #: The other regions' sessions and round-trip times.
-        self.remotes = Remotes(regions.others, connect, connect_timeout, self._opened, self._forked)
+        self.remotes = Remotes(
+            regions.others, connect, connect_timeout, self._opened, self._forked, self._needed
+        )
         #: Failover episodes begun, by (service, region that answered first).
         self.failovers: dict[tuple[str, str], int] = {}
         #: Lookups answered by another region, by (service, region).
@@ -90,6 +92,10 @@ class Router:
     def _forked(self) -> None:
         """In a forked child, at the fork: a new lock (a thread that is gone may hold it)."""
         self._changing = threading.Lock()
+
+    def _needed(self, region: str) -> bool:
+        """Whether a rule of a followed service names ``region`` now."""
+        return any(_names(rule, region) for rule in self._rules.values())
 
     def order(self, rule: Failover) -> list[str]:
         """The regions a lookup under ``rule`` tries, in order."""
@@ -228,6 +234,7 @@ class Router:
                 if waits:
                     client = self.remotes.open(name)
             if client is not None:
+                self.remotes.by_name[name].uses += 1
                 yield name, client
             elif name not in self.remotes.by_name:
                 tried.append(f"{name}: not configured")

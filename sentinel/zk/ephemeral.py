@@ -337,7 +337,9 @@ class EphemeralNodes:
         if stat is not None and stat.ephemeralOwner == self._session():
             try:
                 self._delete(path, stat.version, mark)
-            except (NoNodeError, BadVersionError):
+            except NoNodeError:
+                pass  # deleted meanwhile (a retirement, the session's end): what was wanted
+            except BadVersionError:
                 log.warning("%s changed while being removed; left as it is", path)
         elif stat is not None:
             log.warning("%s belongs to another session now; left in place", path)

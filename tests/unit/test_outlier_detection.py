@@ -208,3 +208,31 @@ def test_lookups_racing_reports_see_whole_decisions_and_each_episode_once(caplog
     assert failures == [] and len(lookups) == 4
     assert feedback.panic_episodes == {"db": 1}
     assert [r.getMessage().split(" in db")[0] for r in caplog.records] == ["panic", "panic over"]
+
+
+def test_records_of_instances_gone_for_good_are_forgotten_and_no_ejection_changes():
+    # Issue 53: a record per instance ever reported grew for months of churn. A record that
+    # holds nothing a new one would not goes once its instance is unreported for ten minutes;
+    # one still ejected stays, and its next ejection still counts the one before.
+    clock = ManualClock()
+    detection = OutlierDetection(base_ejection_time=700, max_ejection_time=5000)
+    feedback = InstanceFeedback(detection, clock=clock)
+    steady, bad = endpoint("steady", "p1"), endpoint("bad", "p1")
+    fail(feedback, bad)  # ejected for 700 s, longer than the records' horizon
+    clock.advance(650)
+    feedback.report(steady, latency=0.01)  # a sweep: bad is unreported but ejected
+    assert feedback.is_down(bad)
+    clock.advance(55)
+    assert not feedback.is_down(bad)
+    fail(feedback, bad)  # the second ejection in a row: twice as long
+    clock.advance(1399)
+    assert feedback.is_down(bad)
+    clock.advance(1)
+    assert not feedback.is_down(bad)
+    for hour in range(1000):  # an instance an hour, reported once, failing or not, then gone
+        feedback.report(endpoint(f"gone{hour}", "p1"), ok=hour % 2 == 0, latency=0.02)
+        feedback.report(steady, latency=0.01)
+        clock.advance(3600)
+    assert len(feedback._instances) <= 3  # steady, the last one gone, at most one more
+    assert feedback.latency(endpoint("gone0", "p1")) is None
+    assert feedback.latency(endpoint("gone999", "p1")) == 0.02
