@@ -3,9 +3,12 @@ and the lookup path's memo. No server, no sleep: time is a ManualClock."""
 
 import collections
 import logging
+import math
 import random
 import sys
 import threading
+
+import pytest
 
 from sentinel.feedback import InstanceFeedback, OutlierDetection
 from sentinel.testing.helpers import ManualClock, wait_until
@@ -235,4 +238,6 @@ def test_records_of_instances_gone_for_good_are_forgotten_and_no_ejection_change
         clock.advance(3600)
     assert len(feedback._instances) <= 3  # steady, the last one gone, at most one more
     assert feedback.latency(endpoint("gone0", "p1")) is None
-    assert feedback.latency(endpoint("gone999", "p1")) == 0.02
+    # The last one is still remembered, its estimate decayed for the hour since its report.
+    decayed = 0.02 * math.exp(-3600 / feedback.decay_time)
+    assert feedback.latency(endpoint("gone999", "p1")) == pytest.approx(decayed, rel=1e-9)
