@@ -92,6 +92,16 @@ class Resources:
     clusters: Mapping[str, any_pb2.Any] = field(default_factory=dict)
     assignments: Mapping[str, any_pb2.Any] = field(default_factory=dict)
     oversized: frozenset[str] = frozenset()  # the names left out for their size
+    # Each resource as it goes on the wire (see wire()), by type and name: encoded here,
+    # once per change of the service, and shared by every stream sent it.
+    _wire: dict[tuple[str, str], bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        wire = {(CLUSTER, n): encoded(r) for n, r in self.clusters.items()}
+        wire.update({(ENDPOINTS, n): encoded(r) for n, r in self.assignments.items()})
+        if self.listener is not None:
+            wire[LISTENER, ""] = encoded(self.listener)
+        object.__setattr__(self, "_wire", wire)
 
     def get(self, type_url: str, name: str) -> any_pb2.Any | None:
         """The resource of ``type_url`` named ``name``, None when this service has none."""
@@ -102,6 +112,10 @@ class Resources:
         if type_url == ENDPOINTS:
             return self.assignments.get(name)
         return None
+
+    def wire(self, type_url: str, name: str) -> bytes | None:
+        """:meth:`get`'s resource :func:`encoded`, None when this service has none."""
+        return self._wire.get((type_url, "" if type_url == LISTENER else name))
 
 
 def cluster_name(service: str, partition: str | None) -> str:
@@ -280,6 +294,14 @@ def _pack(message: object, bound: int | None = None, name: str = "") -> any_pb2.
         telemetry.AGENT_XDS_SKIPPED.labels("size").inc()
         return None
     return packed
+
+
+def encoded(packed: any_pb2.Any) -> bytes:
+    """``packed`` as one entry of a DiscoveryResponse's ``resources``, in protobuf's wire
+    format: a response is its other fields' bytes followed by such entries (protobuf merges
+    concatenated messages, appending to repeated fields), so that an assignment of 10,000
+    instances is serialized once per change, not once per stream (``docs/grpc.md``)."""
+    return discovery_pb2.DiscoveryResponse(resources=[packed]).SerializeToString()
 
 
 def not_found(name: str) -> discovery_pb2.ResourceError:
