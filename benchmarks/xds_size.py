@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import functools
 import itertools
 import json
@@ -54,6 +55,8 @@ STREAMS_PER_CONNECTION = 8  # the agent's grpc.max_concurrent_streams
 # instances first), and then each change.
 FIRST_TIMEOUT = 120.0
 CHANGE_TIMEOUT = 60.0
+# Every change, of any row, sets a weight other than the last: each is a change to send.
+_CHANGES = itertools.count()
 _THIS_TREE = str(Path(__file__).resolve().parent.parent)
 
 
@@ -112,7 +115,13 @@ class Streams:
         self._target = responses
         self._reached.clear()
         if min(self.received) < responses:
-            await asyncio.wait_for(self._reached.wait(), timeout)
+            try:
+                await asyncio.wait_for(self._reached.wait(), timeout)
+            except TimeoutError:
+                counts = collections.Counter(self.received)
+                raise RuntimeError(
+                    f"streams by responses received, {responses} awaited: {dict(counts)}"
+                ) from None
         if self.failure is not None:
             raise RuntimeError("an ADS stream failed") from self.failure
 
@@ -137,7 +146,7 @@ async def measure(
         first, last = [], []
         for change in range(args.changes):
             update = functools.partial(
-                writer.update_registration, registration, weight=2 + change % 2
+                writer.update_registration, registration, weight=2 + next(_CHANGES) % 2
             )
             started = time.monotonic()
             registration = await loop.run_in_executor(None, update)
