@@ -134,17 +134,24 @@ class Streams:
 
 
 async def measure(
-    address: str, agent_pid: int, writer: Sentinel, service: str, registration, args
-) -> dict:
-    """One service's ``--changes`` to ``streams`` streams: the row's figures."""
+    address: str,
+    agent_pid: int,
+    writer: Sentinel,
+    service: str,
+    registration,
+    count: int,
+    changes: int,
+) -> tuple[dict, object]:
+    """``changes`` changes of one service to ``count`` streams: the row's figures, and the
+    changed instance's registration."""
     loop = asyncio.get_running_loop()
-    streams = Streams(address, service, args.stream_count)
+    streams = Streams(address, service, count)
     streams.start()
     try:
         await streams.until(1, FIRST_TIMEOUT)
         bytes_before, cpu_before = streams.bytes, cpu_seconds(agent_pid)
         first, last = [], []
-        for change in range(args.changes):
+        for change in range(changes):
             update = functools.partial(
                 writer.update_registration, registration, weight=2 + next(_CHANGES) % 2
             )
@@ -156,17 +163,51 @@ async def measure(
             last.append(max(arrivals))
         cpu = cpu_seconds(agent_pid) - cpu_before
         sent = streams.bytes - bytes_before
-        extra = sum(streams.received) - len(streams.received) * (1 + args.changes)
+        extra = sum(streams.received) - len(streams.received) * (1 + changes)
     finally:
         await streams.close()
     return {
-        "bytes_per_change": sent / args.changes,
-        "bytes_per_stream": sent / args.changes / args.stream_count,
-        "agent_cpu_per_change": cpu / args.changes,
+        "bytes_per_change": sent / changes,
+        "bytes_per_stream": sent / changes / count,
+        "agent_cpu_per_change": cpu / changes,
         "first_stream": percentiles(first),
         "last_stream": percentiles(last),
         "extra_responses": extra,  # responses beyond one per change per stream
     }, registration
+
+
+async def measure_all(
+    hosts: str, writer: Sentinel, directory: str, services: dict, trees: dict, args
+) -> list[dict]:
+    """Every run, code, size and stream count: a row each (in one event loop: grpc.aio
+    binds to the first it runs in)."""
+    rows = []
+    for run in range(args.runs):
+        order = sorted(trees) if run % 2 == 0 else sorted(trees, reverse=True)
+        for code in order:
+            with ExitStack() as stack:
+                address = f"unix:{directory}/xds-{run}-{code}.sock"
+                agent = start_agent(
+                    stack,
+                    hosts,
+                    f"{directory}/agent-{run}-{code}.sock",
+                    "--xds",
+                    address,
+                    env={**os.environ, "PYTHONPATH": trees[code]},
+                )
+                serving(agent)
+                for size, count in itertools.product(args.instances, args.streams):
+                    service, registration = services[size]
+                    figures, registration = await measure(
+                        address, agent.pid, writer, service, registration, count, args.changes
+                    )
+                    services[size] = (service, registration)
+                    row = {"run": run + 1, "instances": size, "streams": count, "code": code}
+                    row.update(figures)
+                    rows.append(row)
+                    brief = {k: v for k, v in row.items() if not isinstance(v, dict)}
+                    print(json.dumps(brief), file=sys.stderr, flush=True)
+    return rows
 
 
 def populate(writer: Sentinel, service: str, instances: int):
@@ -201,7 +242,6 @@ def main(argv: list[str] | None = None) -> None:
         args.instances, args.streams = [10, 1000, 10_000], [1, 10, 100]
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     trees = {"after": _THIS_TREE, **({"before": args.before} if args.before else {})}
-    rows = []
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "xds-size-writer", NAMESPACE, announce=False) as writer,
@@ -212,32 +252,7 @@ def main(argv: list[str] | None = None) -> None:
             started = time.monotonic()
             services[size] = (f"n{size}", populate(writer, f"n{size}", size))
             print(f"{size} instances in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        for run in range(args.runs):
-            order = sorted(trees) if run % 2 == 0 else sorted(trees, reverse=True)
-            for code in order:
-                with ExitStack() as stack:
-                    address = f"unix:{directory}/xds-{run}-{code}.sock"
-                    agent = start_agent(
-                        stack,
-                        zk.connect_string,
-                        f"{directory}/agent-{run}-{code}.sock",
-                        "--xds",
-                        address,
-                        env={**os.environ, "PYTHONPATH": trees[code]},
-                    )
-                    serving(agent)
-                    for size, count in itertools.product(args.instances, args.streams):
-                        service, registration = services[size]
-                        args.stream_count = count
-                        figures, registration = asyncio.run(
-                            measure(address, agent.pid, writer, service, registration, args)
-                        )
-                        services[size] = (service, registration)
-                        row = {"run": run + 1, "instances": size, "streams": count, "code": code}
-                        row.update(figures)
-                        rows.append(row)
-                        brief = {k: v for k, v in row.items() if not isinstance(v, dict)}
-                        print(json.dumps(brief), file=sys.stderr, flush=True)
+        rows = asyncio.run(measure_all(zk.connect_string, writer, directory, services, trees, args))
     report(
         "xds_size",
         f"xDS State of the World: {args.changes} changes per row, one instance's weight",

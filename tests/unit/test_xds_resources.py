@@ -13,6 +13,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.service.discovery.v3 import discovery_pb2
 
 from sentinel.agent import xds_resources
 from sentinel.agent.xds_bootstrap import bootstrap, parse_address
@@ -192,3 +193,19 @@ def test_the_bootstrap_names_the_agent_in_plain_text_and_protocol_v3():
     assert server["server_features"] == ["xds_v3"]
     assert document["node"] == {"id": "web-1", "locality": {}}
     assert bootstrap("127.0.0.1:18000", "n")["xds_servers"][0]["server_uri"] == "127.0.0.1:18000"
+
+
+def test_a_response_of_shared_encoded_resources_reads_as_one_built_whole():
+    """The agent sends a response as its own fields' bytes followed by each resource as
+    encoded once per change (shared by every stream): a client reads the same message as
+    one built with the resources in it, in order."""
+    resources = build("db", snapshot(at(endpoint("a")), at(endpoint("b"), port=5433)))
+    own = {"version_info": "7", "type_url": ENDPOINTS, "nonce": "3"}
+    kinds = [(LISTENER, "db"), (CLUSTER, "db"), (ENDPOINTS, "db")]
+    wire = discovery_pb2.DiscoveryResponse(**own).SerializeToString() + b"".join(
+        resources.wire(*kind) for kind in kinds
+    )
+    whole = discovery_pb2.DiscoveryResponse(**own, resources=[resources.get(*k) for k in kinds])
+    assert discovery_pb2.DiscoveryResponse.FromString(wire) == whole
+    assert resources.wire(ENDPOINTS, "db") is resources.wire(ENDPOINTS, "db")  # encoded once
+    assert resources.wire(ENDPOINTS, "other") is None
