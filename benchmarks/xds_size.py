@@ -6,7 +6,9 @@ assignment) and each count in ``--streams``, that many raw ADS streams (State of
 grpcio's asyncio client in this process, at most 8 streams per connection as the agent
 allows) asking for the service's assignment and acknowledging each response as a gRPC
 client does. Then ``--changes`` changes, one at a time, each made once every stream has
-received the one before: one instance's weight alternates between 2 and 3. Per change:
+received the one before, to the first instance (``--change``: ``weight``, the default, its
+weight between 0.5 and 1, the others' 1; ``status``, drained and back; ``heaviest``, its
+weight between 2 and 3, which re-weights every locality, scaled to the heaviest). Per change:
 
 * the bytes sent to all streams (the gRPC messages' bytes, as the clients read them; HTTP/2
   framing aside), and per stream;
@@ -55,7 +57,16 @@ STREAMS_PER_CONNECTION = 8  # the agent's grpc.max_concurrent_streams
 # instances first), and then each change.
 FIRST_TIMEOUT = 120.0
 CHANGE_TIMEOUT = 60.0
-# Every change, of any row, sets a weight other than the last: each is a change to send.
+# What a change of the first instance (of weight 1, like the others) writes, by --change and
+# the change's number (of any row: each differs from the one before, so each is sent).
+CHANGES = {
+    # a lighter instance: its locality's weight alone changes
+    "weight": lambda n: {"weight": 0.5 if n % 2 == 0 else 1},
+    # drained and back: its locality's health alone changes
+    "status": lambda n: {"status": "draining" if n % 2 == 0 else "up"},
+    # the heaviest instance: every locality's weight (scaled to the heaviest's) changes
+    "heaviest": lambda n: {"weight": 2 + n % 2},
+}
 _CHANGES = itertools.count()
 _THIS_TREE = str(Path(__file__).resolve().parent.parent)
 
@@ -141,6 +152,7 @@ async def measure(
     registration,
     count: int,
     changes: int,
+    kind: str,
 ) -> tuple[dict, object]:
     """``changes`` changes of one service to ``count`` streams: the row's figures, and the
     changed instance's registration."""
@@ -153,7 +165,7 @@ async def measure(
         first, last = [], []
         for change in range(changes):
             update = functools.partial(
-                writer.update_registration, registration, weight=2 + next(_CHANGES) % 2
+                writer.update_registration, registration, **CHANGES[kind](next(_CHANGES))
             )
             started = time.monotonic()
             registration = await loop.run_in_executor(None, update)
@@ -199,7 +211,14 @@ async def measure_all(
                 for size, count in itertools.product(args.instances, args.streams):
                     service, registration = services[size]
                     figures, registration = await measure(
-                        address, agent.pid, writer, service, registration, count, args.changes
+                        address,
+                        agent.pid,
+                        writer,
+                        service,
+                        registration,
+                        count,
+                        args.changes,
+                        args.change,
                     )
                     services[size] = (service, registration)
                     row = {"run": run + 1, "instances": size, "streams": count, "code": code}
@@ -230,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, nargs="+", default=[1000, 10_000])
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 100])
     parser.add_argument("--changes", type=int, default=5, help="changes per row")
+    parser.add_argument(
+        "--change", choices=sorted(CHANGES), default="weight", help="what each change writes"
+    )
     parser.add_argument("--runs", type=int, default=1, help="repeats of the whole measurement")
     parser.add_argument(
         "--full",
@@ -255,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
         rows = asyncio.run(measure_all(zk.connect_string, writer, directory, services, trees, args))
     report(
         "xds_size",
-        f"xDS State of the World: {args.changes} changes per row, one instance's weight",
+        f"xDS State of the World: {args.changes} changes per row ({args.change})",
         (
             "run",
             "instances",

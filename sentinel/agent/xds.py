@@ -417,7 +417,7 @@ class XdsServer:
     def _build(self, service: str, state: _Service, snapshot: Any, elsewhere: Served) -> None:
         """Serve ``snapshot``'s resources (``elsewhere``: the clusters other regions serve)."""
         try:
-            state.resources = resources.build(service, snapshot, elsewhere)
+            state.resources = resources.build(service, snapshot, elsewhere, state.resources)
         except Exception:  # the agent's own bug: the clients keep what they were sent
             telemetry.AGENT_XDS_DROPPED.labels("error").inc()
             log.exception("xDS: the resources of %s could not be built", service)
