@@ -113,10 +113,11 @@ def start_agent(
     socket_path: str,
     *options: str,
     env: dict[str, str] | None = None,
+    cwd: str | None = None,
 ) -> subprocess.Popen:
-    """A ``sentinel agent`` on ``socket_path`` (more ``options`` given to it; ``env``: its
-    environment, default this process's), started; ``stack`` stops it. :func:`serving`
-    waits until it serves."""
+    """A ``sentinel agent`` on ``socket_path`` (more ``options`` given to it; ``env`` and
+    ``cwd``: its environment and directory, default this process's), started; ``stack``
+    stops it. :func:`serving` waits until it serves."""
     agent = subprocess.Popen(
         [
             sys.executable,
@@ -138,6 +139,7 @@ def start_agent(
         stderr=subprocess.DEVNULL,
         text=True,
         env=env,
+        cwd=cwd,
     )
     stack.callback(agent.wait, 30)
     stack.callback(agent.terminate)

@@ -205,7 +205,9 @@ async def measure_all(
                     f"{directory}/agent-{run}-{code}.sock",
                     "--xds",
                     address,
+                    # python -m puts its directory first on the path, before PYTHONPATH
                     env={**os.environ, "PYTHONPATH": trees[code]},
+                    cwd=trees[code],
                 )
                 serving(agent)
                 for size, count in itertools.product(args.instances, args.streams):

@@ -209,3 +209,28 @@ def test_a_response_of_shared_encoded_resources_reads_as_one_built_whole():
     assert discovery_pb2.DiscoveryResponse.FromString(wire) == whole
     assert resources.wire(ENDPOINTS, "db") is resources.wire(ENDPOINTS, "db")  # encoded once
     assert resources.wire(ENDPOINTS, "other") is None
+
+
+def test_a_build_after_a_change_reuses_the_localities_nothing_changed_and_equals_a_fresh_one():
+    """The agent builds a service's resources again at each change, given the last build:
+    one instance drained encodes that one locality (the others' bytes are the same objects),
+    and the assignment is the one a build from nothing makes; an instance made the heaviest
+    re-weights every other locality."""
+    hosts = [at(endpoint(f"r{i}"), host=f"10.0.0.{i}") for i in range(1, 6)]
+    first = build("db", snapshot(*hosts))
+    drained = [dataclasses.replace(hosts[0], status="draining"), *hosts[1:]]
+    again = build("db", snapshot(*drained), previous=first)
+    assert again.get(ENDPOINTS, "db") == build("db", snapshot(*drained)).get(ENDPOINTS, "db")
+    assert assignment(again).endpoints[0].lb_endpoints[0].health_status == (
+        health_check_pb2.DRAINING
+    )
+    kept = {k: v for k, v in again.localities.items() if k[2] != "p1:r1"}
+    assert len(kept) == 4
+    assert all(first.localities[k] is v for k, v in kept.items())
+    heavier = [dataclasses.replace(hosts[0], weight=2), *hosts[1:]]
+    reweighted = build("db", snapshot(*heavier), previous=first)
+    assert reweighted.get(ENDPOINTS, "db") == build("db", snapshot(*heavier)).get(ENDPOINTS, "db")
+    # Its own locality keeps the scale's weight; every other one is encoded anew.
+    assert [k[2] for k in set(reweighted.localities) & set(first.localities)] == ["p1:r1"]
+    weights = [e.load_balancing_weight.value for e in assignment(reweighted).endpoints]
+    assert weights == [WEIGHT_SCALE] + [WEIGHT_SCALE // 2] * 4
