@@ -38,6 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,7 +59,7 @@ STREAMS_PER_CONNECTION = 8  # the agent's grpc.max_concurrent_streams
 FIRST_TIMEOUT = 120.0
 CHANGE_TIMEOUT = 60.0
 # What a change of the first instance (of weight 1, like the others) writes, by --change and
-# the change's number (of any row: each differs from the one before, so each is sent).
+# the number of the service's changes so far (each differs from the one before: each is sent).
 CHANGES = {
     # a lighter instance: its locality's weight alone changes
     "weight": lambda n: {"weight": 0.5 if n % 2 == 0 else 1},
@@ -67,7 +68,6 @@ CHANGES = {
     # the heaviest instance: every locality's weight (scaled to the heaviest's) changes
     "heaviest": lambda n: {"weight": 2 + n % 2},
 }
-_CHANGES = itertools.count()
 _THIS_TREE = str(Path(__file__).resolve().parent.parent)
 
 
@@ -150,6 +150,7 @@ async def measure(
     writer: Sentinel,
     service: str,
     registration,
+    made: Iterator[int],
     count: int,
     changes: int,
     kind: str,
@@ -165,7 +166,7 @@ async def measure(
         first, last = [], []
         for change in range(changes):
             update = functools.partial(
-                writer.update_registration, registration, **CHANGES[kind](next(_CHANGES))
+                writer.update_registration, registration, **CHANGES[kind](next(made))
             )
             started = time.monotonic()
             registration = await loop.run_in_executor(None, update)
@@ -211,18 +212,19 @@ async def measure_all(
                 )
                 serving(agent)
                 for size, count in itertools.product(args.instances, args.streams):
-                    service, registration = services[size]
+                    service, registration, made = services[size]
                     figures, registration = await measure(
                         address,
                         agent.pid,
                         writer,
                         service,
                         registration,
+                        made,
                         count,
                         args.changes,
                         args.change,
                     )
-                    services[size] = (service, registration)
+                    services[size] = (service, registration, made)
                     row = {"run": run + 1, "instances": size, "streams": count, "code": code}
                     row.update(figures)
                     rows.append(row)
@@ -274,7 +276,8 @@ def main(argv: list[str] | None = None) -> None:
         services = {}
         for size in args.instances:
             started = time.monotonic()
-            services[size] = (f"n{size}", populate(writer, f"n{size}", size))
+            registration = populate(writer, f"n{size}", size)
+            services[size] = (f"n{size}", registration, itertools.count())
             print(f"{size} instances in {time.monotonic() - started:.1f} s", file=sys.stderr)
         rows = asyncio.run(measure_all(zk.connect_string, writer, directory, services, trees, args))
     report(
