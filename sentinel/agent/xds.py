@@ -21,11 +21,12 @@ A followed service's changes come from the agent's cache as listener events, on 
 worker, which only hands the service's name to the event loop
 (:meth:`asyncio.loop.call_soon_threadsafe`): nothing there waits, and no stream is written
 from any thread but the loop's. The loop rebuilds and serializes the service's resources
-once per change and marks each stream following it (each stream's response is its own few
-fields' bytes before those shared ones); a stream sends the latest state of what it follows when
-it may write (State of the World needs no backlog: a stream that reads slowly is sent the
-newest state, never a queue of old ones), and one that leaves a response unread for
-``send_timeout`` seconds is ended (its client reconnects and is sent the current state).
+once per change (encoding only the localities that changed) and marks each stream following
+it; each stream's response is its own few fields' bytes before those shared ones. A stream
+sends the latest state of what it follows when it may write (State of the World needs no
+backlog: a stream that reads slowly is sent the newest state, never a queue of old ones), and
+one that leaves a response unread for ``send_timeout`` seconds is ended (its client
+reconnects and is sent the current state).
 
 Which region serves a cluster is what the library's lookups would say: the agent's region
 while it has an eligible instance there, else, under the service's failover rule, the first
