@@ -107,9 +107,17 @@ def worker(hosts: str, agent: str, services: list[str], lookups: int) -> None:
             print(json.dumps(answer), flush=True)
 
 
-def start_agent(stack: ExitStack, hosts: str, socket_path: str, *options: str) -> subprocess.Popen:
-    """A ``sentinel agent`` on ``socket_path`` (more ``options`` given to it), started;
-    ``stack`` stops it. :func:`serving` waits until it serves."""
+def start_agent(
+    stack: ExitStack,
+    hosts: str,
+    socket_path: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> subprocess.Popen:
+    """A ``sentinel agent`` on ``socket_path`` (more ``options`` given to it; ``env`` and
+    ``cwd``: its environment and directory, default this process's), started; ``stack``
+    stops it. :func:`serving` waits until it serves."""
     agent = subprocess.Popen(
         [
             sys.executable,
@@ -130,6 +138,8 @@ def start_agent(stack: ExitStack, hosts: str, socket_path: str, *options: str) -
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env=env,
+        cwd=cwd,
     )
     stack.callback(agent.wait, 30)
     stack.callback(agent.terminate)

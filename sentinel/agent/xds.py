@@ -20,11 +20,13 @@ stream as malformed, and what clients send reaches the log quoted and throttled.
 A followed service's changes come from the agent's cache as listener events, on the cache's
 worker, which only hands the service's name to the event loop
 (:meth:`asyncio.loop.call_soon_threadsafe`): nothing there waits, and no stream is written
-from any thread but the loop's. The loop rebuilds the service's resources once per change
-and marks each stream following it; a stream sends the latest state of what it follows when
-it may write (State of the World needs no backlog: a stream that reads slowly is sent the
-newest state, never a queue of old ones), and one that leaves a response unread for
-``send_timeout`` seconds is ended (its client reconnects and is sent the current state).
+from any thread but the loop's. The loop rebuilds and serializes the service's resources
+once per change (encoding only the localities that changed) and marks each stream following
+it; each stream's response is its own few fields' bytes before those shared ones. A stream
+sends the latest state of what it follows when it may write (State of the World needs no
+backlog: a stream that reads slowly is sent the newest state, never a queue of old ones), and
+one that leaves a response unread for ``send_timeout`` seconds is ended (its client
+reconnects and is sent the current state).
 
 Which region serves a cluster is what the library's lookups would say: the agent's region
 while it has an eligible instance there, else, under the service's failover rule, the first
@@ -115,7 +117,8 @@ class _Stream:
     subscribed: dict[str, frozenset[str]] = field(default_factory=dict)  # type -> names
     # service -> how many of the names it follows (of every type) are that service's
     services: collections.Counter[str] = field(default_factory=collections.Counter)
-    sent: dict[str, dict[str, Any]] = field(default_factory=dict)  # type -> name -> resource
+    # type -> name -> the resource last sent, as on the wire (xds_resources.encoded)
+    sent: dict[str, dict[str, bytes]] = field(default_factory=dict)
     dirty: set[str] = field(default_factory=set)  # types whose state may have changed
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     nonce: int = 0
@@ -415,7 +418,7 @@ class XdsServer:
     def _build(self, service: str, state: _Service, snapshot: Any, elsewhere: Served) -> None:
         """Serve ``snapshot``'s resources (``elsewhere``: the clusters other regions serve)."""
         try:
-            state.resources = resources.build(service, snapshot, elsewhere)
+            state.resources = resources.build(service, snapshot, elsewhere, state.resources)
         except Exception:  # the agent's own bug: the clients keep what they were sent
             telemetry.AGENT_XDS_DROPPED.labels("error").inc()
             log.exception("xDS: the resources of %s could not be built", service)
@@ -580,7 +583,7 @@ class XdsServer:
                 if self._stopping is not None and self._stopping.is_set():
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "the agent is stopping")
                 stream.wake.clear()
-                for response in self._responses(stream):
+                for type_url, response in self._responses(stream):
                     try:
                         await asyncio.wait_for(context.write(response), self._send_timeout)
                     except TimeoutError:
@@ -593,7 +596,6 @@ class XdsServer:
                         # up as cancelled (its state here freed, its slot among the streams
                         # too), and its connection closed at its age (max_connection_age).
                         raise asyncio.CancelledError from None
-                    type_url = response.type_url
                     telemetry.AGENT_XDS_RESPONSES.labels(_SHORT[type_url]).inc()
         except _Refused as refused:
             telemetry.AGENT_XDS_DROPPED.labels(refused.reason).inc()
@@ -659,11 +661,12 @@ class XdsServer:
             stream.dirty.add(type_url)
             stream.wake.set()
 
-    def _responses(self, stream: _Stream) -> Iterable[discovery_pb2.DiscoveryResponse]:
-        """What ``stream`` has not been sent of the latest state. Listeners and clusters: all
-        the names it follows in one response (State of the World: a name left out is a
-        resource that does not exist), and only once every one of them is known (loaded, or
-        known not to exist); endpoints: each changed assignment in a response of its own."""
+    def _responses(self, stream: _Stream) -> Iterable[tuple[str, bytes]]:
+        """What ``stream`` has not been sent of the latest state, by type, serialized.
+        Listeners and clusters: all the names it follows in one response (State of the World:
+        a name left out is a resource that does not exist), and only once every one of them
+        is known (loaded, or known not to exist); endpoints: each changed assignment in a
+        response of its own."""
         for type_url in resources.TYPES:
             if type_url not in stream.dirty or type_url not in stream.subscribed:
                 continue
@@ -676,21 +679,19 @@ class XdsServer:
                 for name, resource in current.items():
                     if sent.get(name) != resource:
                         sent[name] = resource
-                        yield self._response(stream, type_url, [resource])
+                        yield type_url, self._response(stream, type_url, [resource])
             elif stream.sent.get(type_url) != current:
                 stream.sent[type_url] = current
-                response = self._response(stream, type_url, list(current.values()))
                 # A name left out does not exist: said outright, a client need not wait out
                 # its resource timer to believe it (docs/grpc.md, "A name with no service").
                 missing = sorted(stream.subscribed[type_url] - current.keys())
-                response.resource_errors.extend(map(resources.not_found, missing))
-                yield response
+                yield type_url, self._response(stream, type_url, list(current.values()), missing)
 
-    def _current(self, stream: _Stream, type_url: str) -> dict[str, Any] | None:
+    def _current(self, stream: _Stream, type_url: str) -> dict[str, bytes] | None:
         """The latest resources of ``type_url`` that ``stream`` follows, by name; None while
         a listener or cluster it follows is not known yet (its service not loaded). One over
         its bound is the one last sent, if any: a client never loses a resource for it."""
-        current: dict[str, Any] = {}
+        current: dict[str, bytes] = {}
         for name in sorted(stream.subscribed.get(type_url, ())):
             service = resources.service_of(name)
             state = None if service is None else self._services.get(service)
@@ -700,7 +701,7 @@ class XdsServer:
                 if type_url == ENDPOINTS:
                     continue
                 return None
-            resource = state.resources.get(type_url, name)
+            resource = state.resources.wire(type_url, name)
             if resource is None and name in state.resources.oversized:
                 resource = stream.sent.get(type_url, {}).get(name)
             if resource is not None:
@@ -708,15 +709,19 @@ class XdsServer:
         return current
 
     def _response(
-        self, stream: _Stream, type_url: str, items: list[Any]
-    ) -> discovery_pb2.DiscoveryResponse:
+        self, stream: _Stream, type_url: str, items: list[bytes], missing: Iterable[str] = ()
+    ) -> bytes:
+        """A serialized DiscoveryResponse of ``items`` (resources as on the wire, shared by
+        every stream sent them: only this response's own fields are encoded here) and a
+        not-found error per name ``missing``."""
         stream.nonce += 1
-        return discovery_pb2.DiscoveryResponse(
+        own = discovery_pb2.DiscoveryResponse(
             version_info=str(self._version),
-            resources=items,
             type_url=type_url,
             nonce=str(stream.nonce),
+            resource_errors=map(resources.not_found, missing),
         )
+        return own.SerializeToString() + b"".join(items)
 
 
 def _who(peer: int | None) -> str:
@@ -730,12 +735,13 @@ def _handlers(server: XdsServer) -> grpc.GenericRpcHandler:
     async def delta(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "the agent serves State of the World")
 
-    serialize = discovery_pb2.DiscoveryResponse.SerializeToString
     return grpc.method_handlers_generic_handler(
         _SERVICE,
         {
             "StreamAggregatedResources": grpc.stream_stream_rpc_method_handler(
-                server.serve_stream, _parse_request, serialize
+                server.serve_stream,
+                _parse_request,
+                bytes,  # serialized by _response
             ),
             "DeltaAggregatedResources": grpc.stream_stream_rpc_method_handler(delta),
         },

@@ -44,6 +44,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (
 from envoy.service.discovery.v3 import discovery_pb2
 from envoy.type.matcher.v3 import string_pb2
 from google.protobuf import any_pb2, wrappers_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from sentinel import telemetry
@@ -92,6 +93,21 @@ class Resources:
     clusters: Mapping[str, any_pb2.Any] = field(default_factory=dict)
     assignments: Mapping[str, any_pb2.Any] = field(default_factory=dict)
     oversized: frozenset[str] = frozenset()  # the names left out for their size
+    # Each instance's locality as encoded, by what it was encoded from: the next build of
+    # the service encodes only the instances whose locality changed (see build()).
+    localities: Mapping[tuple[object, ...], bytes] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # Each resource as it goes on the wire (see wire()), by type and name: encoded here,
+    # once per change of the service, and shared by every stream sent it.
+    _wire: dict[tuple[str, str], bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        wire = {(CLUSTER, n): encoded(r) for n, r in self.clusters.items()}
+        wire.update({(ENDPOINTS, n): encoded(r) for n, r in self.assignments.items()})
+        if self.listener is not None:
+            wire[LISTENER, ""] = encoded(self.listener)
+        object.__setattr__(self, "_wire", wire)
 
     def get(self, type_url: str, name: str) -> any_pb2.Any | None:
         """The resource of ``type_url`` named ``name``, None when this service has none."""
@@ -102,6 +118,10 @@ class Resources:
         if type_url == ENDPOINTS:
             return self.assignments.get(name)
         return None
+
+    def wire(self, type_url: str, name: str) -> bytes | None:
+        """:meth:`get`'s resource :func:`encoded`, None when this service has none."""
+        return self._wire.get((type_url, "" if type_url == LISTENER else name))
 
 
 def cluster_name(service: str, partition: str | None) -> str:
@@ -134,10 +154,13 @@ def build(
     service: str,
     snapshot: ServiceSnapshot,
     elsewhere: Mapping[str | None, tuple[str, tuple[Endpoint, ...]]] | None = None,
+    previous: Resources | None = None,
 ) -> Resources:
     """Every resource of ``service`` from its snapshot (see the module's documentation);
     ``elsewhere``: the partitions another region serves (its name and its instances there,
-    each a locality of that region), by partition."""
+    each a locality of that region), by partition. ``previous``: the service's resources
+    built last, whose localities are reused where nothing they were encoded from changed (a
+    change of one instance of 10,000 encodes one locality, not 10,000)."""
     sharded = snapshot.spec.shard_policy is not None
     partitions = partitions_of(snapshot)
     elsewhere = elsewhere or {}
@@ -146,14 +169,17 @@ def build(
     clusters = {name: _pack(_cluster(name)) for name in names}
     assignments = {}
     oversized = set() if listener is not None else {service}
+    known = previous.localities if previous is not None else {}
+    localities: dict[tuple[object, ...], bytes] = {}
     for partition, name in zip(partitions, names, strict=True):
         region, instances = elsewhere.get(partition, ("", snapshot.partitions.get(partition, ())))
-        packed = _pack(_assignment(name, instances, region), MAX_ASSIGNMENT_BYTES, name)
+        assignment = _assignment(name, instances, region, known, localities)
+        packed = _packed(ENDPOINTS, assignment, MAX_ASSIGNMENT_BYTES, name)
         if packed is None:
             oversized.add(name)
         else:
             assignments[name] = packed
-    return Resources(listener, clusters, assignments, frozenset(oversized))
+    return Resources(listener, clusters, assignments, frozenset(oversized), localities)
 
 
 def _listener(
@@ -207,40 +233,57 @@ def _cluster(name: str) -> cluster_pb2.Cluster:
 
 
 def _assignment(
-    name: str, instances: tuple[Endpoint, ...], region: str = ""
-) -> endpoint_pb2.ClusterLoadAssignment:
+    name: str,
+    instances: tuple[Endpoint, ...],
+    region: str,
+    known: Mapping[tuple[object, ...], bytes],
+    localities: dict[tuple[object, ...], bytes],
+) -> bytes:
+    """The serialized ClusterLoadAssignment of ``instances``: its name's bytes followed by
+    each locality's (protobuf appends concatenated repeated fields), taken from ``known``
+    where it holds one encoded from the same values, else encoded; each put in
+    ``localities``."""
     weights = locality_weights(tuple(i for i in instances if i.status == "up"))
-    assignment = endpoint_pb2.ClusterLoadAssignment(cluster_name=name)
+    pieces = [endpoint_pb2.ClusterLoadAssignment(cluster_name=name).SerializeToString()]
     for instance in instances:
-        address = _address(instance.host)
-        if address is None:
-            log.warning("xDS: %s of %s skipped: its host is not an IP address", instance.name, name)
-            telemetry.AGENT_XDS_SKIPPED.labels("address").inc()
-            continue
         # An instance that is not up has no weight: gRPC sends it nothing for its health.
         weight = weights.get(instance.name) if instance.status == "up" else 1
-        if weight is None:  # weight 0 beside heavier instances: never picked, as by a balancer
-            continue
-        endpoint = endpoint_components_pb2.LbEndpoint(
-            endpoint=endpoint_components_pb2.Endpoint(
-                address=address_pb2.Address(
-                    socket_address=address_pb2.SocketAddress(
-                        address=address, port_value=instance.port
-                    )
+        key = (region, instance.zone, instance.name, instance.host, instance.port)
+        key += (instance.status, weight)
+        encoded = known.get(key)
+        if encoded is None:
+            address = _address(instance.host)
+            if address is None:
+                log.warning(
+                    "xDS: %s of %s skipped: its host is not an IP address", instance.name, name
                 )
-            ),
-            health_status=_HEALTH.get(instance.status, health_check_pb2.UNHEALTHY),
-        )
-        assignment.endpoints.append(
-            endpoint_components_pb2.LocalityLbEndpoints(
-                locality=base_pb2.Locality(
-                    region=region, zone=instance.zone or "", sub_zone=instance.name
-                ),
-                lb_endpoints=[endpoint],
-                load_balancing_weight=wrappers_pb2.UInt32Value(value=weight),
+                telemetry.AGENT_XDS_SKIPPED.labels("address").inc()
+                continue
+            if weight is None:  # weight 0 beside heavier instances: never picked
+                continue
+            encoded = _locality(instance, address, weight, region)
+        localities[key] = encoded
+        pieces.append(encoded)
+    return b"".join(pieces)
+
+
+def _locality(instance: Endpoint, address: str, weight: int, region: str) -> bytes:
+    """``instance`` as one locality of its own, as an entry of an assignment's
+    ``endpoints``."""
+    endpoint = endpoint_components_pb2.LbEndpoint(
+        endpoint=endpoint_components_pb2.Endpoint(
+            address=address_pb2.Address(
+                socket_address=address_pb2.SocketAddress(address=address, port_value=instance.port)
             )
-        )
-    return assignment
+        ),
+        health_status=_HEALTH.get(instance.status, health_check_pb2.UNHEALTHY),
+    )
+    locality = endpoint_components_pb2.LocalityLbEndpoints(
+        locality=base_pb2.Locality(region=region, zone=instance.zone or "", sub_zone=instance.name),
+        lb_endpoints=[endpoint],
+        load_balancing_weight=wrappers_pb2.UInt32Value(value=weight),
+    )
+    return endpoint_pb2.ClusterLoadAssignment(endpoints=[locality]).SerializeToString()
 
 
 def locality_weights(instances: tuple[Endpoint, ...]) -> dict[str, int]:
@@ -270,9 +313,15 @@ def _address(host: str) -> str | None:
     return None if "%" in address else address
 
 
-def _pack(message: object, bound: int | None = None, name: str = "") -> any_pb2.Any | None:
-    packed = any_pb2.Any()
-    packed.Pack(message)
+def _pack(message: Message, bound: int | None = None, name: str = "") -> any_pb2.Any | None:
+    type_url = f"type.googleapis.com/{message.DESCRIPTOR.full_name}"
+    return _packed(type_url, message.SerializeToString(), bound, name)
+
+
+def _packed(
+    type_url: str, value: bytes, bound: int | None = None, name: str = ""
+) -> any_pb2.Any | None:
+    packed = any_pb2.Any(type_url=type_url, value=value)
     if bound is not None and packed.ByteSize() > bound:
         log.warning(
             "xDS: %s skipped: %d bytes, over the bound of %d", name, packed.ByteSize(), bound
@@ -280,6 +329,14 @@ def _pack(message: object, bound: int | None = None, name: str = "") -> any_pb2.
         telemetry.AGENT_XDS_SKIPPED.labels("size").inc()
         return None
     return packed
+
+
+def encoded(packed: any_pb2.Any) -> bytes:
+    """``packed`` as one entry of a DiscoveryResponse's ``resources``, in protobuf's wire
+    format: a response is its other fields' bytes followed by such entries (protobuf merges
+    concatenated messages, appending to repeated fields), so that an assignment of 10,000
+    instances is serialized once per change, not once per stream (``docs/grpc.md``)."""
+    return discovery_pb2.DiscoveryResponse(resources=[packed]).SerializeToString()
 
 
 def not_found(name: str) -> discovery_pb2.ResourceError:

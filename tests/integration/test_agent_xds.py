@@ -38,12 +38,12 @@ from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
 from kazoo.security import make_digest_acl
 
 from sentinel import Sentinel
-from sentinel.agent import xds
+from sentinel.agent import xds, xds_resources
 from sentinel.agent.peers import loopback_tcp_uid
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import MAX_NAMES, XdsServer
 from sentinel.agent.xds_bootstrap import bootstrap_json
-from sentinel.agent.xds_resources import ENDPOINTS, LISTENER, PARTITION_HEADER
+from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, PARTITION_HEADER
 from sentinel.errors import SentinelError
 from sentinel.registry.layout import service_path
 from sentinel.telemetry import AGENT_XDS_DROPPED, AGENT_XDS_NACKS
@@ -869,6 +869,37 @@ def test_a_loopback_peers_uid_is_found_by_its_ports():
         client.join()
         listening.close()
     assert printed == ["closed"]
+
+
+def test_a_change_is_encoded_once_and_the_same_bytes_sent_to_every_stream(host, monkeypatch):
+    """Three streams follow a service; a change of one instance's weight rebuilds its
+    resources once and encodes each once (the listener, the cluster, the assignment), not
+    once per stream, and every stream is sent the same assignment, in a response of its own.
+    Before, each stream's response serialized the whole assignment again."""
+    service = host.service()
+    first = host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    host.publisher.register(service, "default", "127.0.0.2", 9, label="b")
+    probes = [Probe(host.xds.address, ENDPOINTS, [service]) for _ in range(3)]
+    try:
+        assert wait_until(lambda: all(p.responses for p in probes))
+        encoded = []
+
+        def counting(packed):
+            encoded.append(packed.type_url)
+            return original(packed)
+
+        original = xds_resources.encoded
+        monkeypatch.setattr(xds_resources, "encoded", counting)
+        host.publisher.update_registration(first, weight=3)
+        assert wait_until(lambda: all(len(p.responses) == 2 for p in probes))
+        assert sorted(encoded) == sorted([CLUSTER, ENDPOINTS, LISTENER])
+        changed = [p.responses[1] for p in probes]
+        assert len({r.resources[0].value for r in changed}) == 1
+        assert len({r.version_info for r in changed}) == 1
+        assert changed[0].resources[0].value != probes[0].responses[0].resources[0].value
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def test_a_name_with_no_service_is_said_not_to_exist_in_the_response(host):

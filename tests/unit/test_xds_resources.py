@@ -13,6 +13,7 @@ from envoy.config.listener.v3 import listener_pb2
 from envoy.extensions.filters.network.http_connection_manager.v3 import (
     http_connection_manager_pb2 as hcm_pb2,
 )
+from envoy.service.discovery.v3 import discovery_pb2
 
 from sentinel.agent import xds_resources
 from sentinel.agent.xds_bootstrap import bootstrap, parse_address
@@ -192,3 +193,44 @@ def test_the_bootstrap_names_the_agent_in_plain_text_and_protocol_v3():
     assert server["server_features"] == ["xds_v3"]
     assert document["node"] == {"id": "web-1", "locality": {}}
     assert bootstrap("127.0.0.1:18000", "n")["xds_servers"][0]["server_uri"] == "127.0.0.1:18000"
+
+
+def test_a_response_of_shared_encoded_resources_reads_as_one_built_whole():
+    """The agent sends a response as its own fields' bytes followed by each resource as
+    encoded once per change (shared by every stream): a client reads the same message as
+    one built with the resources in it, in order."""
+    resources = build("db", snapshot(at(endpoint("a")), at(endpoint("b"), port=5433)))
+    own = {"version_info": "7", "type_url": ENDPOINTS, "nonce": "3"}
+    kinds = [(LISTENER, "db"), (CLUSTER, "db"), (ENDPOINTS, "db")]
+    wire = discovery_pb2.DiscoveryResponse(**own).SerializeToString() + b"".join(
+        resources.wire(*kind) for kind in kinds
+    )
+    whole = discovery_pb2.DiscoveryResponse(**own, resources=[resources.get(*k) for k in kinds])
+    assert discovery_pb2.DiscoveryResponse.FromString(wire) == whole
+    assert resources.wire(ENDPOINTS, "db") is resources.wire(ENDPOINTS, "db")  # encoded once
+    assert resources.wire(ENDPOINTS, "other") is None
+
+
+def test_a_build_after_a_change_reuses_the_localities_nothing_changed_and_equals_a_fresh_one():
+    """The agent builds a service's resources again at each change, given the last build:
+    one instance drained encodes that one locality (the others' bytes are the same objects),
+    and the assignment is the one a build from nothing makes; an instance made the heaviest
+    re-weights every other locality."""
+    hosts = [at(endpoint(f"r{i}"), host=f"10.0.0.{i}") for i in range(1, 6)]
+    first = build("db", snapshot(*hosts))
+    drained = [dataclasses.replace(hosts[0], status="draining"), *hosts[1:]]
+    again = build("db", snapshot(*drained), previous=first)
+    assert again.get(ENDPOINTS, "db") == build("db", snapshot(*drained)).get(ENDPOINTS, "db")
+    assert assignment(again).endpoints[0].lb_endpoints[0].health_status == (
+        health_check_pb2.DRAINING
+    )
+    kept = {k: v for k, v in again.localities.items() if k[2] != "p1:r1"}
+    assert len(kept) == 4
+    assert all(first.localities[k] is v for k, v in kept.items())
+    heavier = [dataclasses.replace(hosts[0], weight=2), *hosts[1:]]
+    reweighted = build("db", snapshot(*heavier), previous=first)
+    assert reweighted.get(ENDPOINTS, "db") == build("db", snapshot(*heavier)).get(ENDPOINTS, "db")
+    # Its own locality keeps the scale's weight; every other one is encoded anew.
+    assert [k[2] for k in set(reweighted.localities) & set(first.localities)] == ["p1:r1"]
+    weights = [e.load_balancing_weight.value for e in assignment(reweighted).endpoints]
+    assert weights == [WEIGHT_SCALE] + [WEIGHT_SCALE // 2] * 4
