@@ -53,8 +53,16 @@ PROBE = textwrap.dedent("""
     from sentinel.cache.config import CacheConfig
     hosts, services, total, snapshot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     window = float(sys.argv[5])
+    tick = os.sysconf("SC_CLK_TCK")
     def rss():
         return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
+    def snapshot_cpu():
+        # the snapshot writer thread's CPU seconds (utime + stime of its task), in ticks
+        for thread in threading.enumerate():
+            if thread.name == "sentinel-snapshot":
+                fields = open(f"/proc/self/task/{thread.native_id}/stat").read().rsplit(")", 1)[1]
+                return sum(map(int, fields.split()[11:13])) / tick
+        return 0.0
     heard, times = threading.Event(), []
     def on_change(event):
         times.append(time.monotonic_ns())
@@ -70,17 +78,20 @@ PROBE = textwrap.dedent("""
     gc.collect()
     after = rss()
     client.listen(None, on_change)
+    # the load's own snapshot writes end within two intervals; the idle window comes after
+    time.sleep(2 * window)
     idle0 = time.process_time(); time.sleep(window); idle = time.process_time() - idle0
     print(json.dumps({"cold_s": cold, "held": held, "rss_before_kb": before,
                       "rss_after_kb": after, "idle_cpu_s": idle}), flush=True)
     for line in sys.stdin:
         heard.clear(); times.clear()
-        cpu0 = time.process_time()
+        cpu0, writer0 = time.process_time(), snapshot_cpu()
         print("go", flush=True)
-        heard.wait(60)
+        heard.wait(10)
         heard_ns = times[0] if times else None
         time.sleep(window)
         print(json.dumps({"heard_ns": heard_ns, "cpu_s": time.process_time() - cpu0,
+                          "snapshot_cpu_s": snapshot_cpu() - writer0,
                           "snapshot_bytes": os.path.getsize(snapshot)}), flush=True)
     client.close()
 """)
@@ -122,10 +133,13 @@ def instance_value(service: str, i: int, weight: float = 1) -> tuple[str, bytes]
 
 
 def curator_value(service: str, i: int) -> tuple[str, bytes]:
-    """Curator's ``ServiceInstance`` JSON for instance ``i`` of ``service``: path and value."""
+    """Curator's ``ServiceInstance`` JSON for instance ``i`` of ``service``: path and value.
+    Its id has the length of the random UUID Curator gives an instance by default (36), so
+    the twin's listings are as long as a real Curator registry's."""
+    uuid = f"{i:08x}-0000-4000-8000-000000000000"
     document = {
         "name": service,
-        "id": f"i{i}",
+        "id": uuid,
         "address": f"10.{i // 62500}.{i // 250 % 250}.{i % 250}",
         "port": 8080,
         "sslPort": None,
@@ -134,7 +148,7 @@ def curator_value(service: str, i: int) -> tuple[str, bytes]:
         "serviceType": "DYNAMIC",
         "uriSpec": None,
     }
-    return f"{CURATOR_BASE}/{service}/i{i}", json.dumps(document).encode()
+    return f"{CURATOR_BASE}/{service}/{uuid}", json.dumps(document).encode()
 
 
 def populate(zk: LocalZooKeeper, owner: KazooClient, counts: list[int]) -> float:
@@ -266,9 +280,14 @@ def rung(java: list[str] | None, instances: int, services: int, args) -> dict:
     }
 
 
-def median(values: list[float]) -> float | None:
-    values = sorted(v for v in values if v is not None)
-    return values[len(values) // 2] if values else None
+def median(values: list[float | None]) -> float | None:
+    """The median of the values that are not None (None: a change never heard)."""
+    present = sorted(v for v in values if v is not None)
+    return present[len(present) // 2] if present else None
+
+
+def ms(value: float | None) -> str:
+    return "not heard" if value is None else f"{value:.1f}"
 
 
 def row(result: dict) -> tuple:
@@ -277,34 +296,40 @@ def row(result: dict) -> tuple:
     growth_kb = ours_["rss_after_kb"] - ours_["rss_before_kb"]
     regs = [m["ms"] for m in ours_["changes"] if m["kind"] == "register"]
     upds = [m["ms"] for m in ours_["changes"] if m["kind"] == "update"]
-    cpu = [m["cpu_s"] - ours_["idle_cpu_s"] for m in ours_["changes"]]
-    snapshot = max(m["snapshot_bytes"] for m in ours_["changes"])
+    cpu = median([m["cpu_s"] - ours_["idle_cpu_s"] for m in ours_["changes"]]) or 0.0
+    writer_cpu = median([m["snapshot_cpu_s"] for m in ours_["changes"]]) or 0.0
+    snapshot = max((m["snapshot_bytes"] for m in ours_["changes"]), default=0)
+    held = "" if ours_["held"] >= n else f" ({ours_['held']:,} held)"
     cur = result["curator"]
     if "skipped" in cur:
-        curator_cells = ("-", "-", "-")
+        curator_cells = ("did not run", "-", "-")
+    elif "gave_up_after_s" in cur:
+        curator_cells = (f"{cur['held']:,} held after {cur['gave_up_after_s']:.0f} s", "-", "-")
     else:
         curator_cells = (
             f"{cur['cold_s']:.2f}",
             f"{cur['heap_used_mb']:.0f} ({cur['heap_used_mb'] * 1048576 / n:,.0f})",
-            f"{median(cur['register_ms']):.1f}",
+            ms(median(cur["register_ms"])),
         )
     return (
         f"{n:,} x {result['services']:,}",
-        f"{ours_['cold_s']:.2f}",
+        f"{ours_['cold_s']:.2f}{held}",
         f"{growth_kb / 1024:.0f} ({growth_kb * 1024 / n:,.0f})",
-        f"{median(regs):.1f} / {median(upds):.1f}",
-        f"{max(median(cpu), 0) * 1000:.0f}",
-        f"{result['largest_listing_bytes'] / 1024:.1f}",
+        f"{ms(median(regs))} / {ms(median(upds))}",
+        f"{max(cpu, 0) * 1000:.0f} ({writer_cpu * 1000:.0f})",
         f"{snapshot / 1048576:.1f}",
+        f"{result['largest_listing_bytes'] / 1024:.1f}",
+        f"{result['largest_curator_listing_bytes'] / 1024:.1f}",
         f"{result['server']['approximate_data_size'] / 1048576:.1f}",
+        f"{result['server']['heap_used_kb'] / 1024:.0f}",
         *curator_cells,
     )
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rungs", default="1000x10,10000x100,100000x100,10000x10000")
-    parser.add_argument("--changes", type=int, default=3, help="of each kind per rung")
+    parser.add_argument("--rungs", default="1000x10,10000x100,100000x100,10000x10000,30000x1")
+    parser.add_argument("--changes", type=int, default=5, help="of each kind per rung")
     parser.add_argument("--zk-heap", default="3g")
     parser.add_argument("--curator-heap", default="2g")
     args = parser.parse_args(argv)
@@ -327,10 +352,12 @@ def main(argv=None) -> None:
             "cold s",
             "RSS growth MiB (B/inst)",
             "register / update ms",
-            "CPU ms/change",
+            "CPU ms/change (snapshot writer's)",
+            "snapshot file MiB",
             "largest listing KiB",
-            "snapshot MiB",
+            "Curator's largest listing KiB",
             "ZK data MiB",
+            "ZK heap MiB",
             "Curator cold s",
             "Curator heap MiB (B/inst)",
             "Curator register ms",
