@@ -8,7 +8,7 @@ spread evenly over the services, as ephemeral nodes written in multi transaction
 snapshot file prefetches every service; measured: cold start (client start to every instance
 cached), RSS growth per instance, the snapshot file's size, and for ``--changes`` registrations
 and as many instance updates made by the parent, the time until the client's listener hears
-each and the client's CPU over a window after it (``WINDOW`` s: the cache's work and the
+each and the client's CPU over a window after it (``--window`` s: the cache's work and the
 snapshot's rewrite, less the CPU of an idle window). Curator (``CuratorBench.java``'s
 ``ladder``: a ``ServiceCache`` per service, one JVM) gives its cold start, heap used after a
 GC and registration propagation, unless its JVM (``--curator-heap``) cannot hold the rung.
@@ -43,8 +43,9 @@ IN_FLIGHT = 8
 # ZooKeeper 3.8's default jute.maxbuffer (0xfffff): the largest packet a Java peer accepts.
 JUTE_MAXBUFFER = 0xFFFFF
 CURATOR_BASE = "/curator-bench"
-# Seconds of client CPU counted after each change: the snapshot file is rewritten at most
-# once a second (CacheConfig.snapshot_interval), so the window holds one rewrite.
+# Seconds of client CPU counted after each change (``--window``): the snapshot file is
+# rewritten at most once a second (CacheConfig.snapshot_interval), so the window holds one
+# rewrite, whole while a rewrite takes less CPU than the window (not at 100,000 instances).
 WINDOW = 1.5
 
 PROBE = textwrap.dedent("""
@@ -78,7 +79,8 @@ PROBE = textwrap.dedent("""
     gc.collect()
     after = rss()
     client.listen(None, on_change)
-    # the load's own snapshot writes end within two intervals; the idle window comes after
+    # the idle window comes after the load's own snapshot writes (two windows: enough while
+    # a rewrite takes less CPU than a window; idle_cpu_s shows when it did not)
     time.sleep(2 * window)
     idle0 = time.process_time(); time.sleep(window); idle = time.process_time() - idle0
     print(json.dumps({"cold_s": cold, "held": held, "rss_before_kb": before,
@@ -195,7 +197,9 @@ def server_figures(zk: LocalZooKeeper) -> dict:
     }
 
 
-def ours(zk: LocalZooKeeper, owner: KazooClient, counts: list[int], changes: int) -> dict:
+def ours(
+    zk: LocalZooKeeper, owner: KazooClient, counts: list[int], changes: int, window: float
+) -> dict:
     """The Sentinel client's figures at this rung (see the module's docstring)."""
     with tempfile.TemporaryDirectory() as directory:
         snapshot = str(Path(directory) / "snapshot.json")
@@ -208,7 +212,7 @@ def ours(zk: LocalZooKeeper, owner: KazooClient, counts: list[int], changes: int
                 str(len(counts)),
                 str(sum(counts)),
                 snapshot,
-                str(WINDOW),
+                str(window),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -262,7 +266,7 @@ def rung(java: list[str] | None, instances: int, services: int, args) -> dict:
             populate_s = populate(zk, owner, counts)
             largest = listing_bytes(owner, f"{DEFAULT_NAMESPACE}/services/s0")
             largest_curator = listing_bytes(owner, f"{CURATOR_BASE}/s0")
-            sentinel = ours(zk, owner, counts, args.changes)
+            sentinel = ours(zk, owner, counts, args.changes, args.window)
             curator = theirs(java, zk, counts, args.changes)
             server = server_figures(zk)
         finally:
@@ -330,6 +334,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rungs", default="1000x10,10000x100,100000x100,10000x10000,30000x1")
     parser.add_argument("--changes", type=int, default=5, help="of each kind per rung")
+    parser.add_argument("--window", type=float, default=WINDOW, help="seconds of CPU per change")
     parser.add_argument("--zk-heap", default="3g")
     parser.add_argument("--curator-heap", default="2g")
     args = parser.parse_args(argv)
