@@ -9,7 +9,8 @@ snapshot file prefetches every service; measured: cold start (client start to ev
 cached), RSS growth per instance, the snapshot file's size, and for ``--changes`` registrations
 and as many instance updates made by the parent, the time until the client's listener hears
 each and the client's CPU over a window after it (``--window`` s: the cache's work and the
-snapshot's rewrite, less the CPU of an idle window). Curator (``CuratorBench.java``'s
+snapshot's rewrite, less the CPU of an idle window), and the CPU of one whole rewrite of the
+snapshot file, timed on its own. Curator (``CuratorBench.java``'s
 ``ladder``: a ``ServiceCache`` per service, one JVM) gives its cold start, heap used after a
 GC and registration propagation, unless its JVM (``--curator-heap``) cannot hold the rung.
 From the server: the largest ``getChildren`` reply (jute-encoded, against ``jute.maxbuffer``'s
@@ -78,13 +79,21 @@ PROBE = textwrap.dedent("""
     cold = time.perf_counter() - started
     gc.collect()
     after = rss()
+    # one rewrite of the snapshot file, timed in this thread: what each change costs the
+    # writer thread at most once per snapshot_interval (forgetting the last write forces it)
+    writer = client.session.snapshot_writer
+    writer._last = None
+    cpu0, wall0 = time.thread_time(), time.perf_counter()
+    writer.write_now()
+    rewrite = {"rewrite_cpu_s": time.thread_time() - cpu0, "rewrite_s": time.perf_counter() - wall0,
+               "rewrite_bytes": os.path.getsize(snapshot)}
     client.listen(None, on_change)
     # the idle window comes after the load's own snapshot writes (two windows: enough while
     # a rewrite takes less CPU than a window; idle_cpu_s shows when it did not)
     time.sleep(2 * window)
     idle0 = time.process_time(); time.sleep(window); idle = time.process_time() - idle0
     print(json.dumps({"cold_s": cold, "held": held, "rss_before_kb": before,
-                      "rss_after_kb": after, "idle_cpu_s": idle}), flush=True)
+                      "rss_after_kb": after, "idle_cpu_s": idle, **rewrite}), flush=True)
     for line in sys.stdin:
         heard.clear(); times.clear()
         cpu0, writer0 = time.process_time(), snapshot_cpu()
@@ -303,6 +312,7 @@ def row(result: dict) -> tuple:
     cpu = median([m["cpu_s"] - ours_["idle_cpu_s"] for m in ours_["changes"]]) or 0.0
     writer_cpu = median([m["snapshot_cpu_s"] for m in ours_["changes"]]) or 0.0
     snapshot = max((m["snapshot_bytes"] for m in ours_["changes"]), default=0)
+    rewrite = f"{ours_['rewrite_cpu_s'] * 1000:.0f}"
     held = "" if ours_["held"] >= n else f" ({ours_['held']:,} held)"
     cur = result["curator"]
     if "skipped" in cur:
@@ -321,6 +331,7 @@ def row(result: dict) -> tuple:
         f"{growth_kb / 1024:.0f} ({growth_kb * 1024 / n:,.0f})",
         f"{ms(median(regs))} / {ms(median(upds))}",
         f"{max(cpu, 0) * 1000:.0f} ({writer_cpu * 1000:.0f})",
+        rewrite,
         f"{snapshot / 1048576:.1f}",
         f"{result['largest_listing_bytes'] / 1024:.1f}",
         f"{result['largest_curator_listing_bytes'] / 1024:.1f}",
@@ -358,6 +369,7 @@ def main(argv=None) -> None:
             "RSS growth MiB (B/inst)",
             "register / update ms",
             "CPU ms/change (snapshot writer's)",
+            "one snapshot rewrite CPU ms",
             "snapshot file MiB",
             "largest listing KiB",
             "Curator's largest listing KiB",
