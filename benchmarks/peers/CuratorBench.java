@@ -3,7 +3,7 @@
 //
 //   java CuratorBench CONNECT_STRING SCENARIO [ARGS...]
 //   scenarios: lookup CALLS | propagation COUNT INTERVAL_MS [trace] | rtt CALLS
-//              | coldstart INSTANCES ROUNDS
+//              | coldstart INSTANCES ROUNDS | ladder SERVICES INSTANCES CHANGES
 //
 // Lookup timing is symmetric with benchmarks/lookup.py: each call is timed between two clock
 // reads and the median of an empty clock pair (two reads, nothing between: timerOverhead) is
@@ -50,6 +50,10 @@ public final class CuratorBench {
             case "rtt": json = rtt(connect, Integer.parseInt(args[2])); break;
             case "coldstart":
                 json = coldstart(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]));
+                break;
+            case "ladder":
+                json = ladder(connect, Integer.parseInt(args[2]), Integer.parseInt(args[3]),
+                    Integer.parseInt(args[4]));
                 break;
             default: throw new IllegalArgumentException("unknown scenario " + scenario);
         }
@@ -280,6 +284,66 @@ public final class CuratorBench {
         writerClient.close();
         return "{\"total_s\": [" + String.join(", ", timings) + "], \"rss_mb\": "
             + String.format("%.1f", rssKb / 1024.0) + "}";
+    }
+
+    /**
+     * benchmarks.ladder's rung: a ServiceCache on each of SERVICES services (s0, s1, ...)
+     * that a twin registry already holds, INSTANCES in all. Cold start until every cache
+     * holds them, heap used after a GC, then CHANGES registrations into s0 seen by its cache.
+     */
+    private static String ladder(String connect, int services, int instances, int changes)
+            throws Exception {
+        long started = System.nanoTime();
+        CuratorFramework client = client(connect);
+        ServiceDiscovery<Void> discovery = discovery(client);
+        List<ServiceCache<Void>> caches = new ArrayList<>();
+        for (int s = 0; s < services; s++) {
+            ServiceCache<Void> cache = discovery.serviceCacheBuilder().name("s" + s).build();
+            cache.start();
+            caches.add(cache);
+        }
+        // A rung Curator cannot load (a listing over jute.maxbuffer is a connection loss,
+        // retried for ever) is reported with what it held after two minutes.
+        long deadline = System.nanoTime() + 120_000_000_000L;
+        int held = 0;
+        while (System.nanoTime() < deadline) {
+            held = 0;
+            for (ServiceCache<Void> cache : caches) held += cache.getInstances().size();
+            if (held >= instances) break;
+            Thread.sleep(5);
+        }
+        double coldS = (System.nanoTime() - started) / 1e9;
+        if (held < instances) {
+            return String.format("{\"held\": %d, \"gave_up_after_s\": %.1f}", held, coldS);
+        }
+        System.gc();
+        Runtime runtime = Runtime.getRuntime();
+        long heapUsed = runtime.totalMemory() - runtime.freeMemory();
+        long rssKb = rss();
+        ServiceCache<Void> first = caches.get(0);
+        Map<String, Long> arrived = new ConcurrentHashMap<>();
+        first.addListener(new ServiceCacheListener() {
+            @Override public void cacheChanged() {
+                long now = System.nanoTime();
+                for (ServiceInstance<Void> i : first.getInstances()) arrived.putIfAbsent(i.getId(), now);
+            }
+            @Override public void stateChanged(CuratorFramework c, ConnectionState s) { }
+        });
+        CuratorFramework writerClient = client(connect);
+        ServiceDiscovery<Void> writer = discovery(writerClient);
+        List<String> delays = new ArrayList<>();
+        for (int i = 0; i < changes; i++) {
+            String id = "extra-" + i;
+            long begun = System.nanoTime();
+            writer.registerService(instance("s0", id, i));
+            long until = System.nanoTime() + 30_000_000_000L;
+            while (!arrived.containsKey(id) && System.nanoTime() < until) Thread.sleep(1);
+            Long at = arrived.get(id);
+            delays.add(at == null ? "null" : String.format("%.4f", (at - begun) / 1e6));
+        }
+        return String.format("{\"held\": %d, \"cold_s\": %.4f, \"heap_used_mb\": %.1f, \"rss_mb\": %.1f, "
+            + "\"register_ms\": [%s]}", held, coldS, heapUsed / 1048576.0, rssKb / 1024.0,
+            String.join(", ", delays));
     }
 
     private static long rss() throws Exception {
