@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chaos import Chaos, Outcome
+from benchmarks.chaos import Chaos, Outcome, _part_difference
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until
 from tests.faults.conftest import Prober
@@ -74,3 +74,16 @@ def test_a_chaos_reader_counts_any_exception_as_a_violation_with_its_type():
     assert outcome.lookup_errors == {"TypeError": 1, "OverflowError": 1}
     assert outcome.violations["lookup"] == 2
     assert any("TypeError" in example for example in outcome.examples)
+
+
+def test_a_chaos_checkpoint_names_what_differs_between_the_cache_and_a_fresh_read():
+    instance = ("p0", "db-2", "127.0.0.1", 8000, "up", 1)
+    assert _part_difference("instances", {instance}, set()) == (
+        f"instances: cache only [{instance!r}], fresh only []"
+    )
+    assert _part_difference("shard keys", {"k1": "p0", "k2": "p1"}, {"k1": "p1", "k2": "p1"}) == (
+        "shard keys: 'k1' cache 'p0' fresh 'p1'"
+    )
+    assert _part_difference("metrics", {}, {"db-3": {"load": 0.5}}) == (
+        "metrics: 'db-3' cache None fresh {'load': 0.5}"
+    )
