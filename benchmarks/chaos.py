@@ -68,6 +68,10 @@ WRITER_SESSION_TIMEOUT = 20.0  # the writer's instances must not vanish with an 
 PROPAGATION = 2.0  # generous: loopback p99 is ~15 ms, but this machine is shared and loaded
 RESYNC_JITTER = 0.5
 BOUND = PROPAGATION + SESSION_TIMEOUT + RESYNC_JITTER
+# After a checkpoint's convergence failed: how much longer to watch the cache, to tell a bound
+# too tight for the machine (it catches up) from a change the cache lost (it never does).
+LATE_CONVERGENCE = 30.0
+VIEW_PARTS = ("instances", "metrics", "shard keys")  # cached_view's and registry_view's
 SERVICES = {"api": None, "db": "tenants"}
 PARTITIONS = ("p0", "p1")
 KEYS = tuple(f"k{i}" for i in range(30))
@@ -174,6 +178,7 @@ class Chaos:
         self.readers: list[Reader] = []
         self.fault_times: deque[tuple[float, str]] = deque(maxlen=500)
         self.explained: set[tuple[str, str]] = set()  # (reader, instance) with a timeline
+        self.watched_late = False  # a (c) violation was watched LATE_CONVERGENCE longer
 
     # --- the world ------------------------------------------------------------------------------
 
@@ -467,7 +472,11 @@ class Chaos:
                     ignore=(SentinelError, KeyError),
                 )
                 if converged is None:
-                    self.outcome.violate("c", f"{reader.name}'s cache of {service} != a fresh read")
+                    self.outcome.violate(
+                        "c",
+                        f"{reader.name}'s cache of {service} != a fresh read: "
+                        + self._difference(reader, service),
+                    )
         converged_s = time.monotonic() - started
 
         def processes_registered() -> bool:
@@ -492,6 +501,43 @@ class Chaos:
             }
         )
         self.quiet.clear()
+
+    def _difference(self, reader: Reader, service: str) -> str:
+        """Why a reader's cache of ``service`` is not a fresh read: which part differs
+        (instances, metrics, shard keys) and how, the client's own state, and, for the run's
+        first, whether the cache caught up later (a bound too tight for a loaded machine) or not
+        (a change lost)."""
+        client = reader.client
+        try:
+            cached, fresh = cached_view(client, service), registry_view(self.writer, service)
+        except (SentinelError, KeyError) as exc:
+            what = f"a view could not be read ({exc!r})"
+        else:
+            what = "; ".join(
+                _part_difference(part, held, read)
+                for part, held, read in zip(VIEW_PARTS, cached, fresh, strict=True)
+                if held != read
+            )
+        stats = client.session.cache.stats
+        state = (
+            f"the client says {client.connection_state!r}, session {client.session_id!r}, "
+            f"stale {client.staleness:.1f}s, {stats.resyncs} re-syncs, "
+            f"{stats.decode_errors} decode errors"
+        )
+        if self.watched_late:  # once a run: every reader failing must not add up to a hang
+            return f"{what} ({state})"
+        self.watched_late = True
+        later = wait_until(
+            lambda: cached_view(client, service) == registry_view(self.writer, service),
+            timeout=LATE_CONVERGENCE,
+            ignore=(SentinelError, KeyError),
+        )
+        caught_up = (
+            f"not caught up {LATE_CONVERGENCE:g}s later"
+            if later is None
+            else f"caught up {later:.1f}s later"
+        )
+        return f"{what} ({state}; {caught_up})"
 
     def _watches(self) -> int:
         total = 0
@@ -553,6 +599,16 @@ class Chaos:
         for point in points:
             if point["watches"] > point["watch_bound"]:
                 self.outcome.violate("e", f"{point['watches']} watches > {point['watch_bound']}")
+
+
+def _part_difference(part: str, held: Any, read: Any) -> str:
+    """One part of a view as the cache holds it against a fresh read: what only each has."""
+    if isinstance(held, set):
+        return f"{part}: cache only {sorted(held - read)}, fresh only {sorted(read - held)}"
+    differing = sorted(k for k in held.keys() | read.keys() if held.get(k) != read.get(k))
+    return f"{part}: " + ", ".join(
+        f"{k!r} cache {held.get(k)!r} fresh {read.get(k)!r}" for k in differing
+    )
 
 
 def _rss_mb() -> float:

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chaos import Chaos, Outcome
+import benchmarks.chaos
+from benchmarks.chaos import Chaos, Outcome, _part_difference
+from sentinel.cache.stats import CacheStats
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until
 from tests.faults.conftest import Prober
@@ -74,3 +76,46 @@ def test_a_chaos_reader_counts_any_exception_as_a_violation_with_its_type():
     assert outcome.lookup_errors == {"TypeError": 1, "OverflowError": 1}
     assert outcome.violations["lookup"] == 2
     assert any("TypeError" in example for example in outcome.examples)
+
+
+def test_a_chaos_checkpoint_names_what_differs_between_the_cache_and_a_fresh_read():
+    instance = ("p0", "db-2", "127.0.0.1", 8000, "up", 1)
+    assert _part_difference("instances", {instance}, set()) == (
+        f"instances: cache only [{instance!r}], fresh only []"
+    )
+    assert _part_difference("shard keys", {"k1": "p0", "k2": "p1"}, {"k1": "p1", "k2": "p1"}) == (
+        "shard keys: 'k1' cache 'p0' fresh 'p1'"
+    )
+    assert _part_difference("metrics", {}, {"db-3": {"load": 0.5}}) == (
+        "metrics: 'db-3' cache None fresh {'load': 0.5}"
+    )
+
+
+def test_a_chaos_checkpoint_tells_a_cache_that_catches_up_late_from_one_that_never_does(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    chaos = Chaos(SimpleNamespace(connect_string="127.0.0.1:1"), seed=1, outcome=Outcome())  # type: ignore[arg-type]
+    client = SimpleNamespace(
+        connection_state="connected",
+        session_id=7,
+        staleness=0.0,
+        session=SimpleNamespace(cache=SimpleNamespace(stats=CacheStats(resyncs=3))),
+    )
+    reader = SimpleNamespace(name="proxied", client=client)
+    fresh = [(set(), {}, {"k1": "p1"})]
+    monkeypatch.setattr(benchmarks.chaos, "LATE_CONVERGENCE", 0.2)
+    monkeypatch.setattr(benchmarks.chaos, "cached_view", lambda c, s: (set(), {}, {"k1": "p0"}))
+    monkeypatch.setattr(benchmarks.chaos, "registry_view", lambda w, s: fresh[0])
+    first = chaos._difference(reader, "db")  # type: ignore[arg-type]
+    assert "shard keys: 'k1' cache 'p0' fresh 'p1'" in first
+    assert "'connected', session 7" in first and "3 re-syncs" in first
+    assert first.endswith("not caught up 0.2s later)")
+    # Watched longer once a run only: the next difference is told without waiting.
+    assert chaos._difference(reader, "db").endswith("0 decode errors)")  # type: ignore[arg-type]
+
+    chaos.watched_late = False
+    caught_up = threading.Timer(0.05, lambda: fresh.__setitem__(0, (set(), {}, {"k1": "p0"})))
+    caught_up.start()
+    late = chaos._difference(reader, "db")  # type: ignore[arg-type]
+    assert "; caught up 0." in late and late.endswith("s later)"), late
+    caught_up.join()
