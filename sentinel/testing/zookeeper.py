@@ -420,13 +420,36 @@ class ZooKeeperServer:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def _data_directory_answering(self) -> str | None:
+        """The data directory of the server answering on this member's port (None when it did
+        not say): a port picked free can be picked by another launcher (another test worker)
+        before either JVM binds it, and the one that lost the port then sees the other answer."""
+        port, context = self._probe
+        try:
+            answer = four_letter_word("127.0.0.1", port, "conf", 0.5, context)
+        except OSError:
+            return None
+        for line in answer.splitlines():
+            if line.startswith("dataDir="):  # ZooKeeper appends its format's version-2
+                return os.path.dirname(line.removeprefix("dataDir="))
+        return None
+
     def wait_serving(self, timeout: float) -> str:
         """Wait until ``srvr`` reports a mode; ZooKeeperStartFailed if it dies or times out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             mode = self.mode(timeout=0.5)
             if mode is not None:
-                return mode
+                if self.installation.kind == "docker":
+                    return mode  # the container's data directory has a path of its own
+                answering = self._data_directory_answering()
+                if answering == str(self.directory / "data"):
+                    return mode
+                if answering is not None:
+                    raise ZooKeeperStartFailed(
+                        f"ZooKeeper member {self.myid}: the server answering on port "
+                        f"{self._probe[0]} is another's (Address already in use)"
+                    )
             if not self.is_running():
                 raise ZooKeeperStartFailed(
                     f"ZooKeeper member {self.myid} exited while starting; last output:\n"
@@ -559,7 +582,7 @@ class LocalZooKeeper:
         self.detach = detach
         self._installation = installation
         self._owns_directory = directory is None
-        self.directory = Path(directory or tempfile.mkdtemp(prefix="sentinel-zk-"))
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="sentinel-zk-")).absolute()
         self._extra_config = dict(config or {})
         self.tls = tls
         self.plaintext = plaintext

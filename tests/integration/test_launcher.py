@@ -93,3 +93,20 @@ def test_ensemble_survives_losing_its_leader_and_the_member_rejoins():
             assert old_leader.mode() == "follower"
             assert ensemble.leader() is new_leader
             c.deregister(after)
+
+
+def test_a_port_another_server_took_first_is_given_up_for_new_ports(zookeeper, monkeypatch):
+    # Two test workers can pick the same free port before either JVM binds it; the one that
+    # loses it must not take the winner's answer to ``srvr`` for its own and serve nothing.
+    taken = zookeeper.members[0].client_port
+    picks = iter([[taken, *zookeeper_launcher.free_ports(2)]])
+    real_free_ports = zookeeper_launcher.free_ports
+    monkeypatch.setattr(
+        zookeeper_launcher, "free_ports", lambda count: next(picks, None) or real_free_ports(count)
+    )
+    with LocalZooKeeper() as second:
+        port = second.members[0].client_port
+        assert port != taken
+        assert f"dataDir={second.directory}/member-1/data/version-2" in four_letter_word(
+            "127.0.0.1", port, "conf"
+        )
