@@ -50,11 +50,15 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     work = tmp_path_factory.mktemp("wheel")
     wheel = build_wheel(work)
     house = ensure_wheelhouse()
-    # No pip of its own (ensurepip costs seconds): the test environment's pip installs into it.
+    # No pip of its own (ensurepip costs seconds): the test environment's installer installs
+    # into it, uv where ./run.sh installed it (a tenth of pip's CPU: 0.3 s against 3.1 s, the
+    # same files), else pip. Either installs the same wheels, from the wheelhouse alone.
     env = user_environment()  # with this checkout on the path, pip finds it installed already
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
     python = work / "venv" / "bin" / "python"
-    install = [*PIP, "--python", str(python), "install", "--no-index", "--find-links", str(house)]
+    uv = Path(sys.executable).with_name("uv")
+    installer = [str(uv), "pip", "install", "-q"] if uv.exists() else [*PIP, "install"]
+    install = [*installer, "--python", str(python), "--no-index", "--find-links", str(house)]
     subprocess.run([*install, str(wheel)], check=True, timeout=300, env=env)
     yield work / "venv"
 
