@@ -150,18 +150,30 @@ case "$command" in
         ensure_chromium
         ensure_curator
         ensure_postgresql
-        ensure_node_peer
-        if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
-            # The base of kazoo's suite's environment (.venv-kazoo: its interpreter and test
-            # requirements) needs nothing of the project: built beside the project's install,
-            # since both mostly wait on downloads. Its output is shown if it fails.
+        if [ -n "${RUN_SH_DRY_RUN:-}" ]; then
+            ensure_node_peer
+        else
+            # The Node client's packages (npm ci, seconds of downloads) and the base of
+            # kazoo's suite's environment (.venv-kazoo: its interpreter and test requirements)
+            # need nothing of the project: both are installed beside the project's install,
+            # since all three mostly wait on downloads. npm's lines go to stderr as they come;
+            # the kazoo base's output is shown if it fails.
+            ensure_node_peer &
+            node_peer=$!
             kazoo_log=$(mktemp)
             python3 tests/kazoo_suite/environment.py >"$kazoo_log" 2>&1 &
             kazoo_base=$!
-            trap 'kill "$kazoo_base" 2>/dev/null || true; rm -f "$kazoo_log"' EXIT
+            trap 'kill "$node_peer" "$kazoo_base" 2>/dev/null || true; rm -f "$kazoo_log"' EXIT
         fi
         ensure_venv test "the test tools: pytest, ruff, mypy, mkdocs, gunicorn, Docker's client"
         [ -n "${RUN_SH_DRY_RUN:-}" ] && { run .venv/bin/python -m pytest "$@"; exit 0; }
+        # The wheels tests/integration/test_wheel.py installs from (.wheelhouse, when missing or
+        # stale: a fresh clone's pip mostly waits on the package index there): built beside the
+        # rest of the set-up and the suite, under the lock the test takes, so that the test
+        # finds them made rather than waiting on the index itself. Not waited for here; if it
+        # fails, the test builds them again and reports pip's error.
+        .venv/bin/python -m tests.wheelhouse >/dev/null 2>&1 &
+        wheelhouse=$!
         # The docs and the API reference, with warnings (a broken link, a bad docstring) as errors;
         # tests/unit/test_docs_site.py reads this build rather than making its own. It runs
         # beside the linters and the build of kazoo's suite's environment (.venv-kazoo, when
@@ -189,7 +201,7 @@ case "$command" in
 write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
         archived=$!
         # (|| true: the build has usually ended, and a failed kill must not become the exit status)
-        trap 'kill "$docs" "$collected" "$kazoo_base" "$archived" 2>/dev/null || true
+        trap 'kill "$docs" "$collected" "$node_peer" "$kazoo_base" "$archived" "$wheelhouse" 2>/dev/null || true
               rm -rf "$site" "$docs_log" "$kazoo_log" "$archive_dir" "$PYTHONPYCACHEPREFIX"' EXIT
         .venv/bin/ruff check sentinel policies balancers benchmarks tests docs/hooks
         .venv/bin/ruff format --check sentinel policies balancers benchmarks tests docs/hooks
@@ -199,6 +211,7 @@ write_class_archive(sys.argv[1])' "$SENTINEL_ZK_CLASS_ARCHIVE" >/dev/null 2>&1 &
             || echo "run.sh: .venv-kazoo was not built; kazoo's suite's test will say why" >&2
         # (its errors, if any, are the suite's to report)
         wait "$collected" || true
+        wait "$node_peer" || true  # it says why it failed, and the Node client's test skips
         wait "$archived" || echo "run.sh: no class-data archive for the test servers" >&2
         docs_status=0
         wait "$docs" || docs_status=$?

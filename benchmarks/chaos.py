@@ -22,8 +22,9 @@ stay bounded (watches by what the readers follow). A lookup that raises anything
     python -m benchmarks.chaos --seconds 40 --broken-client   # the runner's own check
 
 ``--broken-client`` checks the checker: the readers' re-sync after a reconnection is disabled
-(``RegistryCache._resync`` only counts itself, in this process), so a reader misses every change
-made while it was away, and the run must report violations.
+at both layers that do it, in this process (:func:`break_resync`), so a reader misses every
+change made while it was away. The run must then report violations: it exits 0 when it did,
+and 1, saying so, when the checker found nothing in the broken client.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import contextlib
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from collections import Counter, deque
@@ -62,6 +64,7 @@ from sentinel.testing.helpers import (
     wait_until,
 )
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
+from sentinel.zk.watches import PersistentWatches
 
 SESSION_TIMEOUT = 4.0  # readers and publisher processes
 WRITER_SESSION_TIMEOUT = 20.0  # the writer's instances must not vanish with an election
@@ -643,6 +646,39 @@ def _resync_disabled(cache: RegistryCache) -> None:
     cache.stats.resyncs += 1
 
 
+def _no_resync_paths(
+    watches: PersistentWatches, lists: list[list[str]]
+) -> tuple[set[str], set[str]]:
+    """The broken client's resumed session: no known path asks the server what changed."""
+    return set(), set()
+
+
+def break_resync() -> None:
+    """Disable, in this process, both re-syncs after a reconnection: the cache's
+    (``RegistryCache._resync``: a new session follows and reads nothing again) and the
+    connection's (``PersistentWatches._resync_paths``: a resumed session's SetWatches2 carries
+    none of the known nodes, so the server reports nothing that changed meanwhile). The cache's
+    alone no longer breaks a resumed session in the persistent mode, whose re-sync the
+    connection does since 31340ec: a broken client with only that disabled passed every check."""
+    RegistryCache._resync = _resync_disabled  # type: ignore[method-assign]
+    PersistentWatches._resync_paths = _no_resync_paths  # type: ignore[method-assign]
+
+
+def exit_status(outcome: Outcome, broken_client: bool) -> tuple[int, str]:
+    """The run's exit status and its last line. A run of the real client passes without
+    violations; a run of the broken client passes only if the checker found some: none means
+    the checker (or the breakage) no longer works, which must not read as a pass."""
+    found = sum(outcome.violations.values())
+    if not broken_client:
+        return (1, f"FAILED: {found} invariant violations") if found else (0, "passed")
+    if found:
+        return 0, f"self-check passed: the checker found {found} violations in the broken client"
+    return 1, (
+        "SELF-CHECK FAILED: the checker found no violation in the broken client (its re-sync "
+        "disabled): either the checks or the breakage (break_resync) no longer work"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
@@ -653,11 +689,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--broken-client",
         action="store_true",
-        help="disable the readers' re-sync after a reconnection: the run must find violations",
+        help="disable the readers' re-sync after a reconnection: the run passes only if it "
+        "finds violations",
     )
     args = parser.parse_args(argv)
     if args.broken_client:
-        RegistryCache._resync = _resync_disabled
+        break_resync()
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # every fault is a "connection dropped"
     seconds = args.minutes * 60 if args.minutes is not None else args.seconds or 60.0
     outcome = run(seconds, args.seed, args.checkpoint_every)
@@ -701,7 +738,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     for example in outcome.examples:
         print(example)
-    raise SystemExit(1 if outcome.violations else 0)
+    status, verdict = exit_status(outcome, args.broken_client)
+    print(verdict, file=sys.stderr if status else sys.stdout)
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

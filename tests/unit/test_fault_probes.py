@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import benchmarks.chaos
-from benchmarks.chaos import Chaos, Outcome, _part_difference
+from benchmarks.chaos import Chaos, Outcome, _part_difference, exit_status
 from sentinel.cache.stats import CacheStats
 from sentinel.errors import NoInstanceAvailable
 from sentinel.testing.helpers import wait_until
@@ -119,3 +119,15 @@ def test_a_chaos_checkpoint_tells_a_cache_that_catches_up_late_from_one_that_nev
     late = chaos._difference(reader, "db")  # type: ignore[arg-type]
     assert "; caught up 0." in late and late.endswith("s later)"), late
     caught_up.join()
+
+
+def test_the_chaos_run_passes_without_violations_and_the_broken_clients_only_with_some():
+    clean, violated = Outcome(), Outcome()
+    violated.violate("a", "r3 served after its deregistration")
+    assert exit_status(clean, broken_client=False) == (0, "passed")
+    assert exit_status(violated, broken_client=False)[0] == 1
+    # The self-check: a broken client the checker finds nothing in fails, saying so.
+    status, verdict = exit_status(clean, broken_client=True)
+    assert status == 1 and verdict.startswith("SELF-CHECK FAILED")
+    status, verdict = exit_status(violated, broken_client=True)
+    assert status == 0 and "found 1 violations" in verdict
