@@ -237,7 +237,7 @@ class Dashboard:
 
     def doctor(self, request: Request) -> Response:
         _flag(request, None, allowed=())
-        available = self.source.doctor_args is not None
+        available = self.source.readers.findings is not None
         findings, regions = self._read(self.source.findings)
         view = views.findings_view(findings, regions)
         return self.render(request, "doctor", "doctor.html", view=view, available=available)
@@ -265,7 +265,9 @@ class Dashboard:
         if action not in ACTIONS:
             raise HTTPException(404, f"no action {action!r}: drain or undrain")
         instance = request.path_params["instance"]
-        from sentinel.cli.rotation import set_status
+        set_status = self.source.readers.set_status
+        if set_status is None:
+            raise HTTPException(403, "this dashboard offers no action")
 
         def write() -> tuple[str, str] | str:
             try:

@@ -13,16 +13,16 @@ import collections
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.cli.findings import Finding
-from sentinel.cli.inspect import age, metrics_text
 from sentinel.eligibility import nothing_up
 from sentinel.explain import Explanation
 from sentinel.health.sources import health_of
 from sentinel.registry.dependencies import DependencyGraph
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import CHECK_PASSING, ClientRecord
+from sentinel.tables import age, metrics_text
 from sentinel.zk.redaction import REDACTED
 
 #: A property whose name matches is a secret someone published by mistake: never shown.
@@ -425,6 +425,25 @@ def regions_view(
             )
         )
     return rows
+
+
+class Finding(Protocol):
+    """What the doctor page needs of a finding (``sentinel doctor``'s ``Finding``)."""
+
+    @property
+    def severity(self) -> str: ...
+
+    @property
+    def check(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
+
+    @property
+    def fix(self) -> str: ...
+
+    @property
+    def region(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
