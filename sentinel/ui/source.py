@@ -154,6 +154,15 @@ class RegistrySource:
         """The cache's snapshots by service (a copy: the cache swaps its entries)."""
         return dict(self.sentinel.session.cache.snapshots)
 
+    def declared_partitions(self) -> dict[str, tuple[str, ...]]:
+        """The partitions each shard policy the cache holds declares (a range policy's: those
+        its boundaries name)."""
+        return {
+            policy: (*(m.spec.partitions or ()), *(p for _, p in m.spec.boundaries))
+            for policy, m in dict(self.sentinel.session.cache.shard_maps).items()
+            if m is not None
+        }
+
     def clients(self) -> dict[str, dict[str, ClientRecord]]:
         """``/clients`` as ``sentinel deps`` reads it."""
         return self._shared["clients"].get(lambda: read_clients(self.sentinel.session.zk))

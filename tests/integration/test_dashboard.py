@@ -131,7 +131,7 @@ def test_services_page_counts_instances_by_health(base: str) -> None:
     assert 'data-up="1" data-instances="2"' in api.group(0)
     assert 'data-failing="true"' in api.group(0)
     assert 'data-up="1" data-instances="2"' in orders.group(0)
-    assert "unserved: p2" not in page  # p2 has no instance at all: no partition in the cache
+    assert "unserved: p1" not in page and "unserved: p2" in page  # declared, none there
     failing = _get(f"{base}/services?failing=1").text
     assert 'id="service-api"' in failing
 
@@ -150,6 +150,8 @@ def test_a_service_page_gives_each_instance_explains_verdict(base, registry):
     assert 'data-status="draining" data-eligible="false"' in _row(page, "instance-p1-replica-b")
     assert f'<td class="verdict">{verdicts["p1:replica-b"]}</td>' in page
     assert "replication_lag=3" in page
+    empty = page.split('<section id="partition-p2"')[1].split("</section>")[0]
+    assert '<p class="bad problem">has no live instance</p>' in empty
     api = _get(f"{base}/services/api").text
     # the failing readiness check: source, state and result, in explain()'s words
     down = ui.explain_partition("api", None).verdicts["main:api-2"]
