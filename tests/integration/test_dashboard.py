@@ -259,13 +259,14 @@ def test_no_secret_in_any_page(base):
     assert "password=***" in _get(f"{base}/services/api").text
 
 
-def _session(served: str, path: str) -> tuple[dict[str, str], str]:
-    """A viewer's session: its cookie, and the CSRF token of the page's forms."""
-    HTTP.cookies.clear()  # a new viewer: the dashboard gives it a session
-    response = _get(f"{served}{path}")
-    token = re.search(r'name="csrf" value="([0-9a-f]+)"', response.text)
-    assert token, "the page offers no action"
-    return dict(response.cookies), token.group(1)
+@contextlib.contextmanager
+def _viewer(served: str, path: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A viewer (a browser of its own, its cookie in its jar) that opened ``path``: it, and
+    the CSRF token of the page's forms."""
+    with httpx.Client(timeout=10) as viewer:
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', viewer.get(f"{served}{path}").text)
+        assert token, "the page offers no action"
+        yield viewer, token.group(1)
 
 
 def test_an_action_needs_the_flag_this_origin_and_the_sessions_token(registry):
@@ -275,36 +276,32 @@ def test_an_action_needs_the_flag_this_origin_and_the_sessions_token(registry):
         assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
         refused = HTTP.post(f"{served}{path}", headers={"origin": served})
         assert refused.status_code == 403 and "--allow-actions" in refused.text
-    with dashboard(ui, allow_actions=True) as served:
-        cookies, token = _session(served, "/services/orders-db")
+    with (
+        dashboard(ui, allow_actions=True) as served,
+        _viewer(served, "/services/orders-db") as (viewer, token),
+        _viewer(served, "/services/orders-db") as (other, _),
+    ):
         form = {"csrf": token}
         attempts = {
-            "no token": ({"origin": served}, {}, cookies),
-            "another session's token": ({"origin": served}, {"csrf": "0" * 64}, cookies),
-            "no cookie": ({"origin": served}, form, {}),
-            "cross-site Origin": ({"origin": "https://evil.example"}, form, cookies),
-            "cross-site fetch": ({"sec-fetch-site": "cross-site"}, form, cookies),
-            "no Origin at all": ({}, form, cookies),
+            "no token": (viewer, {"origin": served}, {}),
+            "a token of no session": (viewer, {"origin": served}, {"csrf": "0" * 64}),
+            "another session's token": (other, {"origin": served}, form),
+            "no cookie": (HTTP, {"origin": served}, form),
+            "cross-site Origin": (viewer, {"origin": "https://evil.example"}, form),
+            "cross-site fetch": (viewer, {"sec-fetch-site": "cross-site"}, form),
+            "no Origin at all": (viewer, {}, form),
         }
-        for why, (headers, data, jar) in attempts.items():
-            HTTP.cookies.clear()
-            response = HTTP.post(f"{served}{path}", headers=headers, data=data, cookies=jar)
+        for why, (client, headers, data) in attempts.items():
+            response = client.post(f"{served}{path}", headers=headers, data=data)
             assert response.status_code == 403, why
-        HTTP.cookies.clear()
         assert _status(ui, "orders-db", "p1:replica-a") == "up"  # nothing was written
-        done = HTTP.post(f"{served}{path}", headers={"origin": served}, data=form, cookies=cookies)
-        HTTP.cookies.clear()
+        done = viewer.post(f"{served}{path}", headers={"origin": served}, data=form)
         assert done.status_code == 303, done.text[-600:]
         assert done.headers["location"] == "/services/orders-db"
         _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "draining")
         back = path.replace("/drain", "/undrain")
-        assert (
-            HTTP.post(
-                f"{served}{back}", headers={"origin": served}, data=form, cookies=cookies
-            ).status_code
-            == 303
-        )
-        HTTP.cookies.clear()
+        undone = viewer.post(f"{served}{back}", headers={"origin": served}, data=form)
+        assert undone.status_code == 303
         _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "up")
 
 
@@ -341,14 +338,12 @@ def test_an_identity_sees_and_does_only_what_its_acls_allow(zookeeper):
             hidden = _get(f"{served}/services/hidden")
             assert hidden.status_code == 403 and "10.2.0.1" not in hidden.text
             assert 'data-instances="1"' in _row(services, "service-open")
-            cookies, token = _session(served, "/services/open")
-            drain = HTTP.post(
-                f"{served}/services/open/instances/main:o1/drain",
-                headers={"origin": served},
-                data={"csrf": token},
-                cookies=cookies,
-            )
-            HTTP.cookies.clear()
+            with _viewer(served, "/services/open") as (browser, token):
+                drain = browser.post(
+                    f"{served}/services/open/instances/main:o1/drain",
+                    headers={"origin": served},
+                    data={"csrf": token},
+                )
             assert drain.status_code == 403 and "refused by ZooKeeper" in drain.text
             [instance] = owner.read_service("open").instances  # from ZooKeeper itself
             assert instance.status == "up"
