@@ -400,37 +400,37 @@ def _stream_status(served: str) -> int:
         return stream.status_code
 
 
-def test_the_agent_serves_its_dashboard(registry):
+@pytest.mark.parametrize("command", ["ui", "agent"])
+def test_the_command_serves_until_sigterm_with_a_stream_open(registry, command):
+    """``sentinel ui`` and ``sentinel agent --ui``: the console script prints where it
+    serves, the pages are served, and SIGTERM ends it (exit 0) though a stream is open."""
     namespace, _, ui = registry
-    directory = tempfile.mkdtemp(prefix="agent-")  # the agent's socket's: 0700, root's
-    command = [
-        SENTINEL,
-        "agent",
-        "--socket",
-        os.path.join(directory, "agent.sock"),
-        "--ui",
-        "0",
-        "--json",
-        "--zk",
-        ui.session.hosts,
-        "--namespace",
-        namespace,
-    ]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as agent:
+    if command == "ui":
+        arguments = ["ui", "--port", "0", "--allow-actions"]
+    else:
+        directory = tempfile.mkdtemp(prefix="agent-")  # the agent's socket's: 0700, root's
+        arguments = ["agent", "--socket", os.path.join(directory, "agent.sock"), "--ui", "0"]
+    connection = ["--json", "--zk", ui.session.hosts, "--namespace", namespace]
+    with subprocess.Popen([SENTINEL, *arguments, *connection], stdout=subprocess.PIPE) as served:
         try:
-            assert agent.stdout is not None
-            for line in agent.stdout:  # the agent's events, up to its dashboard's address
+            assert served.stdout is not None
+            for line in served.stdout:  # its events, up to its dashboard's address
                 event = json.loads(line)
-                if event["event"] == "serving_ui":
+                if event["event"] in ("serving", "serving_ui") and "url" in event:
                     break
-            served = event["url"].rstrip("/")
-            assert served.startswith("http://127.0.0.1:")
-            page = _get(f"{served}/services").text
-            assert 'id="service-orders-db"' in page and "served by agent" in page
-            assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
+            base = event["url"].rstrip("/")
+            assert base.startswith("http://127.0.0.1:")
+            page = _get(f"{base}/services").text
+            assert 'id="service-orders-db"' in page
+            offered = 'name="csrf"' in _get(f"{base}/services/orders-db").text
+            assert offered == (command == "ui")  # the agent offers no action
+            assert ("served by agent" in page) == (command == "agent")
+            with HTTP.stream("GET", f"{base}/events") as stream:
+                assert next(stream.iter_lines()) == "retry: 2000"
+                served.send_signal(signal.SIGTERM)
+                assert served.wait(10) == 0
         finally:
-            agent.send_signal(signal.SIGTERM)
-            assert agent.wait(10) == 0
+            served.kill()
 
 
 def test_a_taken_port_is_exit_4_before_connecting(registry):
