@@ -27,6 +27,8 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from sentinel import HealthCheck
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.cli import build_parser
 from sentinel.cli.ui import _doctor_args, build
 from sentinel.client import Sentinel
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.integration
 
 #: What no page may show: a property's secret value, and the dashboard's own identity's.
 SECRET = "hunter2-do-not-show"
+CREDENTIAL = "credential-do-not-show"
 PAGES = ("/", "/services", "/topology", "/regions", "/rotations", "/shards", "/agents", "/doctor")
 
 
@@ -89,7 +92,12 @@ def registry(zookeeper: LocalZooKeeper) -> Iterator[tuple[str, Sentinel, Sentine
     web = Sentinel(hosts, "web-1", namespace, app="web").start()
     web.get_service("api")
     web.get_service("orders-db", "acme")
-    ui = Sentinel(hosts, "ui", namespace, announce=False).start()
+    # The dashboard's client holds a credential of its own: decrypted in its cache, never shown.
+    ui = Sentinel(
+        hosts, "ui", namespace, announce=False, auth=AuthConfig(keys=ClientKeyring.generate())
+    ).start()
+    publisher.credentials.publish("api", "ui", {"user": "ui", "password": CREDENTIAL})
+    _until(lambda: ui.get_service("api").auth is not None)
     _until(lambda: ui.session.zk.exists("/services/api/main:api-2") is not None)
     yield namespace, publisher, ui
     for client in (ui, web, publisher):
@@ -252,10 +260,12 @@ def test_bad_input_gets_a_clean_404_or_400(base):
         assert "Traceback" not in page
 
 
-def test_no_secret_in_any_page(base):
+def test_no_secret_in_any_page(base, registry):
+    _, _, ui = registry
+    assert dict(ui.get_service("api").auth or {})["password"] == CREDENTIAL  # in the cache
     for path in (*PAGES, "/services/api", "/services/orders-db"):
         page = _get(f"{base}{path}").text
-        assert SECRET not in page, path
+        assert SECRET not in page and CREDENTIAL not in page, path
     assert "password=***" in _get(f"{base}/services/api").text
 
 
