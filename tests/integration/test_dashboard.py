@@ -30,7 +30,7 @@ from sentinel import HealthCheck
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
 from sentinel.cli import build_parser
-from sentinel.cli.ui import doctor_options, build
+from sentinel.cli.ui import build, doctor_options
 from sentinel.client import Sentinel
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.ui.server import listen, url
