@@ -59,6 +59,13 @@ ensure_curator() {
         || echo "run.sh: Curator not installed; the Curator interop tests skip" >&2
 }
 
+ensure_haproxy() {
+    # tests/integration/test_dns_haproxy.py puts Debian's HAProxy in front of services it finds
+    # through the agent's DNS; without it those tests skip, saying so.
+    command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt_install haproxy \
+        || echo "run.sh: haproxy not installed; the HAProxy DNS tests skip" >&2
+}
+
 ensure_node_peer() {
     # tests/integration/test_agent_xds_node.py calls through the agent from Node's gRPC
     # (@grpc/grpc-js-xds): its packages, pinned by tests/peers/node/package-lock.json, go into
@@ -150,6 +157,7 @@ case "$command" in
         ensure_chromium
         ensure_curator
         ensure_postgresql
+        ensure_haproxy
         ensure_node_peer
         if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
             # The base of kazoo's suite's environment (.venv-kazoo: its interpreter and test
