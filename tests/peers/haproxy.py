@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -213,6 +214,11 @@ class HAProxy:
                 )
             )
         return found
+
+    def valid_answers(self) -> int:
+        """How many valid answers HAProxy has had from the agent (``show resolvers``)."""
+        answer = self.command("show resolvers sentinel")
+        return int(re.search(r"^\s*valid:\s*(\d+)", answer, re.M).group(1))  # type: ignore[union-attr]
 
     def rotation(self, backend: str) -> dict[tuple[str, int], int]:
         """The servers ``backend`` sends requests to: (address, port) -> weight."""

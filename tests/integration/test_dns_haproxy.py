@@ -1,0 +1,279 @@
+"""A real HAProxy (Debian's 2.6) in front of Sentinel services, configured only with
+``sentinel agent --dns`` (issue 55's must-show tests): SRV weights, drains, new instances,
+failover to another region and back, a service emptied, and the agent restarted.
+
+One agent (a real ``sentinel agent --dns`` process, with two regions: the session's
+ZooKeeper as ``home`` and one of the module's as ``b``) and one HAProxy serve the module: each
+test has a service of its own, and HAProxy a frontend and a backend for each (the
+configuration docs/dns.md shows, rendered for the module's ports:
+``tests/peers/haproxy.py``). The instances are HTTP backends in one process of their own,
+``a`` and ``b`` on 127.0.0.1 (different ports), ``c`` on 127.0.0.2, ``d`` on 127.0.0.3
+(region b's); each answers with its name, so a test tallies which one each request reached.
+HAProxy's own state is read on its runtime API (``show servers state``): bounded polls on it,
+no sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sentinel import Sentinel
+from sentinel.regions import Failover
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
+from tests.integration.daemons import Daemon
+from tests.peers.haproxy import (
+    REMOVAL_BOUND,
+    Client,
+    HAProxy,
+    documented_config,
+    haproxy_binary,
+)
+from tests.peers.http_backends import HttpBackends
+
+pytestmark = pytest.mark.integration
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+HOSTS = {"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.2", "d": "127.0.0.3"}
+SERVICES = ("weights", "drained", "joins", "failover", "emptied", "restarted")
+# The failover service's rule: region b's instances when home has none; home's again half a
+# second after they return (the hold-down a lookup applies too).
+RULE = Failover(regions=("b",), return_after=0.5)
+# An addition reaches HAProxy at its next query: `timeout resolve` (0.5 s), plus the agent's
+# own propagation; the bound adds a second as the removal's does.
+ADDITION_BOUND = 0.5 + 1.0
+
+
+@dataclass
+class World:
+    namespace: str
+    publishers: dict[str, Sentinel]  # by region
+    agent_arguments: tuple[str, ...]
+    zookeeper: LocalZooKeeper  # home's
+    backends: HttpBackends
+    frontends: dict[str, int]  # service -> HAProxy's port for it
+    agent: Daemon | None = None
+    haproxy: HAProxy | None = None
+
+    def register(self, service: str, name: str, region: str = "home", weight: float = 1):
+        """Register backend ``name`` as an instance of ``service`` in ``region``."""
+        return self.publishers[region].register(
+            service, "default", HOSTS[name], self.backends.ports[name], label=name, weight=weight
+        )
+
+    def address(self, name: str) -> tuple[str, int]:
+        return (HOSTS[name], self.backends.ports[name])
+
+    def rotation(self, service: str) -> set[tuple[str, int]]:
+        return set(self.haproxy.rotation(service))
+
+    def client(self, service: str) -> Client:
+        return Client(self.frontends[service])
+
+    def start_agent(self) -> Daemon:
+        self.agent = Daemon(self.zookeeper, self.namespace, *self.agent_arguments)
+        assert wait_until(lambda: self.agent.saw("serving"), 20), self.agent.events
+        return self.agent
+
+
+@pytest.fixture(scope="module")
+def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
+    if haproxy_binary() is None:
+        pytest.skip("haproxy is not installed (./run.sh test installs Debian's package)")
+    namespace = f"/test-{uuid.uuid4().hex[:12]}"
+    started = time.monotonic()
+    with LocalZooKeeper() as region_b, HttpBackends(HOSTS) as backends:
+        publishers = {}
+        for name, zk in (("home", zookeeper), ("b", region_b)):
+            publishers[name] = Sentinel(
+                zk.connect_string,
+                f"publisher-{name}",
+                namespace,
+                prometheus_registry=None,
+                regions=False,
+                agent=False,
+            ).start()
+            publishers[name].ensure_namespace()
+            publishers[name].ensure_service("failover", failover=RULE)
+        regions = {
+            "local": "home",
+            "regions": {
+                "home": {"hosts": zookeeper.connect_string, "namespace": namespace},
+                "b": {"hosts": region_b.connect_string, "namespace": namespace},
+            },
+        }
+        dns_port, *ports = free_ports(1 + len(SERVICES))
+        directory = tempfile.mkdtemp(prefix="dns-haproxy-")
+        arguments = (
+            "agent",
+            "--socket",
+            f"{directory}/agent.sock",
+            "--dns",
+            f"127.0.0.1:{dns_port}",
+            "--regions",
+            json.dumps(regions),
+        )
+        frontends = dict(zip(SERVICES, ports, strict=True))
+        world = World(namespace, publishers, arguments, zookeeper, backends, frontends)
+        try:
+            world.start_agent()
+            with HAProxy(f"127.0.0.1:{dns_port}", world.frontends) as haproxy:
+                world.haproxy = haproxy
+                print(f"agent, region b and HAProxy started in {time.monotonic() - started:.2f} s")
+                yield world
+        finally:
+            if world.agent is not None:
+                world.agent.stop()
+            for publisher in publishers.values():
+                publisher.close()
+
+
+def test_requests_split_by_weight_over_three_instances_two_on_one_ip(world):
+    """Weights 1:2:5 on a and b (one IP, two ports) and c: the agent scales SRV weights so
+    the heaviest is 65535 and HAProxy (which divides them by 256) keeps the ratio. HAProxy's
+    weighted round robin is deterministic: over 800 requests each instance's share is within
+    2 points of its weight's (12.5 %, 25 %, 62.5 %); an equal split misses by 21 points."""
+    weights = {"a": 1, "b": 2, "c": 5}
+    for name, weight in weights.items():
+        world.register("weights", name, weight=weight)
+    wanted = {world.address(name) for name in weights}
+    assert wait_until(lambda: world.rotation("weights") == wanted, 10), world.rotation("weights")
+    print(f"HAProxy's weights: {world.haproxy.rotation('weights')}")
+    client = world.client("weights")
+    answered = client.send(800)
+    print(f"800 requests by weights {weights}: {dict(answered)}")
+    assert client.failed == 0
+    total = sum(weights.values())
+    for name, weight in weights.items():
+        assert abs(answered[name] / 800 - weight / total) < 0.02, answered
+
+
+def test_a_drained_instance_leaves_rotation_within_the_bound_and_no_request_fails(world):
+    """``timeout resolve`` + ``hold obsolete`` + 1 s after the drain, HAProxy no longer
+    holds a (b, on the same IP, stays); requests sent all along never fail, and none reaches a
+    once it is out."""
+    registration = world.register("drained", "a")
+    world.register("drained", "b")
+    both = {world.address("a"), world.address("b")}
+    assert wait_until(lambda: world.rotation("drained") == both, 10), world.rotation("drained")
+    client = world.client("drained")
+    assert set(client.send(20)) == {"a", "b"}
+    world.publishers["home"].update_registration(registration, status="draining")
+    drained_at = time.monotonic()
+    while world.address("a") in world.rotation("drained"):
+        client.send(5)
+        assert time.monotonic() - drained_at < REMOVAL_BOUND + 1.0, "a still in rotation"
+    print(f"drained: out of HAProxy's rotation after {time.monotonic() - drained_at:.3f} s")
+    assert client.send(100) == {"b": 100}
+    assert client.failed == 0
+
+
+def test_a_new_instance_enters_rotation(world):
+    world.register("joins", "a")
+    assert wait_until(lambda: world.rotation("joins") == {world.address("a")}, 10)
+    client = world.client("joins")
+    assert client.send(10) == {"a": 10}
+    world.register("joins", "c")
+    registered_at = time.monotonic()
+    while "c" not in client.send(4):
+        assert time.monotonic() - registered_at < ADDITION_BOUND, "c not reached"
+    print(f"new instance: first request after {time.monotonic() - registered_at:.3f} s")
+    assert set(client.send(20)) == {"a", "c"}
+    assert client.failed == 0
+
+
+def test_the_local_region_emptied_fails_over_to_region_b_and_comes_back(world):
+    """home's only instance deregistered: the agent answers region b's d (HAProxy ignores SRV
+    priority, so b's instances are in the answer only while home has none), and d takes the
+    traffic; home's instance registered again takes it back (after the rule's half second).
+    No request fails in either move."""
+    world.register("failover", "d", region="b")
+    local = world.register("failover", "a")
+    assert wait_until(lambda: world.rotation("failover") == {world.address("a")}, 10)
+    client = world.client("failover")
+    assert client.send(10) == {"a": 10}
+    world.publishers["home"].deregister(local)
+    emptied_at = time.monotonic()
+    while world.rotation("failover") != {world.address("d")}:
+        client.send(5)
+        assert time.monotonic() - emptied_at < 10, world.rotation("failover")
+    print(f"failed over to region b after {time.monotonic() - emptied_at:.3f} s")
+    assert client.send(50) == {"d": 50}
+    world.register("failover", "a")
+    returned_at = time.monotonic()
+    while world.rotation("failover") != {world.address("a")}:
+        client.send(5)
+        assert time.monotonic() - returned_at < 10, world.rotation("failover")
+    print(f"back in home after {time.monotonic() - returned_at:.3f} s")
+    assert client.send(50) == {"a": 50}
+    assert client.failed == 0
+
+
+def test_a_service_emptied_takes_haproxys_last_server_too(world):
+    """haproxy/haproxy#50: the last SRV record gone left its server in HAProxy. The agent
+    answers a known service with no instance with an empty answer, and HAProxy drops the last
+    server (``hold other`` after the empty answers it retries)."""
+    registration = world.register("emptied", "a")
+    assert wait_until(lambda: world.rotation("emptied") == {world.address("a")}, 10)
+    world.publishers["home"].deregister(registration)
+    emptied_in = wait_until(lambda: not world.rotation("emptied"), 10)
+    assert emptied_in is not None, world.rotation("emptied")
+    print(f"emptied: the last server out of HAProxy's rotation after {emptied_in:.3f} s")
+    assert world.client("emptied").get() is None  # HAProxy's 503: no server
+
+
+def test_the_agent_restarted_leaves_haproxy_its_servers_throughout(world):
+    """The agent killed and started again: HAProxy never loses a server while no agent
+    answers (it keeps them for ``hold timeout``) nor once the new agent answers (never an
+    empty or NXDOMAIN answer for a service it has not loaded yet), no request fails, and the
+    new agent's answers reach it (an instance registered after the restart enters)."""
+    world.register("restarted", "a")
+    world.register("restarted", "c")
+    both = {world.address("a"), world.address("c")}
+    assert wait_until(lambda: world.rotation("restarted") == both, 10)
+    seen: list[set[tuple[str, int]]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.02):
+            seen.append(world.rotation("restarted"))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    client = world.client("restarted")
+    try:
+        world.agent.stop()
+        world.start_agent()
+        restarted_at = time.monotonic()
+        # The new agent answers HAProxy (its counters move) for a while before b is added.
+        valid = world.haproxy.valid_answers()
+        assert wait_until(lambda: world.haproxy.valid_answers() > valid + 4, 10)
+        client.send(50)
+        world.register("restarted", "b")
+        assert wait_until(lambda: world.rotation("restarted") == {*both, world.address("b")}, 10)
+        print(f"restarted: serving HAProxy again, b added {time.monotonic() - restarted_at:.3f} s")
+    finally:
+        done.set()
+        watcher.join()
+    assert len(seen) > 10
+    assert all(both <= rotation for rotation in seen), [r for r in seen if not both <= r][:3]
+    assert set(client.send(50)) == {"a", "b", "c"}
+    assert client.failed == 0
+
+
+def test_docs_dns_shows_the_haproxy_configuration_these_tests_run():
+    """The page's HAProxy example is the configuration this module's HAProxy runs (rendered
+    with the page's addresses), so its timers are the ones measured here."""
+    page = (DOCS / "dns.md").read_text()
+    blocks = re.findall(r"```haproxy\n(.*?)```", page, re.S)
+    assert blocks == [documented_config()]
