@@ -33,6 +33,8 @@ from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
 from tests.integration.daemons import Daemon
 from tests.peers.haproxy import (
+    ADDITION_BOUND,
+    EMPTIED_BOUND,
     REMOVAL_BOUND,
     Client,
     HAProxy,
@@ -49,9 +51,9 @@ SERVICES = ("weights", "drained", "joins", "failover", "emptied", "restarted")
 # The failover service's rule: region b's instances when home has none; home's again half a
 # second after they return (the hold-down a lookup applies too).
 RULE = Failover(regions=("b",), return_after=0.5)
-# An addition reaches HAProxy at its next query: `timeout resolve` (0.5 s), plus the agent's
-# own propagation; the bound adds a second as the removal's does.
-ADDITION_BOUND = 0.5 + 1.0
+# The agent's own share of a bound (ZooKeeper's watch, its cache) and the machine's: a
+# second, as issue 55 states the drain's bound (`timeout resolve` + `hold obsolete` + 1 s).
+SLACK = 1.0
 
 
 @dataclass
@@ -172,7 +174,7 @@ def test_a_drained_instance_leaves_rotation_within_the_bound_and_no_request_fail
     drained_at = time.monotonic()
     while world.address("a") in world.rotation("drained"):
         client.send(5)
-        assert time.monotonic() - drained_at < REMOVAL_BOUND + 1.0, "a still in rotation"
+        assert time.monotonic() - drained_at < REMOVAL_BOUND + SLACK, "a still in rotation"
     print(f"drained: out of HAProxy's rotation after {time.monotonic() - drained_at:.3f} s")
     assert client.send(100) == {"b": 100}
     assert client.failed == 0
@@ -186,7 +188,7 @@ def test_a_new_instance_enters_rotation(world):
     world.register("joins", "c")
     registered_at = time.monotonic()
     while "c" not in client.send(4):
-        assert time.monotonic() - registered_at < ADDITION_BOUND, "c not reached"
+        assert time.monotonic() - registered_at < ADDITION_BOUND + SLACK, "c not reached"
     print(f"new instance: first request after {time.monotonic() - registered_at:.3f} s")
     assert set(client.send(20)) == {"a", "c"}
     assert client.failed == 0
@@ -206,14 +208,14 @@ def test_the_local_region_emptied_fails_over_to_region_b_and_comes_back(world):
     emptied_at = time.monotonic()
     while world.rotation("failover") != {world.address("d")}:
         client.send(5)
-        assert time.monotonic() - emptied_at < 10, world.rotation("failover")
+        assert time.monotonic() - emptied_at < REMOVAL_BOUND + SLACK, world.rotation("failover")
     print(f"failed over to region b after {time.monotonic() - emptied_at:.3f} s")
     assert client.send(50) == {"d": 50}
     world.register("failover", "a")
     returned_at = time.monotonic()
     while world.rotation("failover") != {world.address("a")}:
         client.send(5)
-        assert time.monotonic() - returned_at < 10, world.rotation("failover")
+        assert time.monotonic() - returned_at < RULE.return_after + REMOVAL_BOUND + SLACK
     print(f"back in home after {time.monotonic() - returned_at:.3f} s")
     assert client.send(50) == {"a": 50}
     assert client.failed == 0
@@ -222,11 +224,11 @@ def test_the_local_region_emptied_fails_over_to_region_b_and_comes_back(world):
 def test_a_service_emptied_takes_haproxys_last_server_too(world):
     """haproxy/haproxy#50: the last SRV record gone left its server in HAProxy. The agent
     answers a known service with no instance with an empty answer, and HAProxy drops the last
-    server (``hold other`` after the empty answers it retries)."""
+    server once it has asked ``resolve_retries`` times (it believes no empty answer sooner)."""
     registration = world.register("emptied", "a")
     assert wait_until(lambda: world.rotation("emptied") == {world.address("a")}, 10)
     world.publishers["home"].deregister(registration)
-    emptied_in = wait_until(lambda: not world.rotation("emptied"), 10)
+    emptied_in = wait_until(lambda: not world.rotation("emptied"), EMPTIED_BOUND + SLACK)
     assert emptied_in is not None, world.rotation("emptied")
     print(f"emptied: the last server out of HAProxy's rotation after {emptied_in:.3f} s")
     assert world.client("emptied").get() is None  # HAProxy's 503: no server

@@ -30,23 +30,35 @@ DOCUMENTED_SERVICES = {"orders": 8080}
 # Server slots per backend: more than any test registers instances of one service.
 SLOTS = 8
 
-# The delay bound: a record gone from the answer is dropped at most `timeout resolve` (the
-# next query) plus `hold obsolete` (how long a missing record is kept) after the agent
-# stopped answering it. `hold valid` <= `timeout resolve`, else a valid answer is reused
-# that long. `hold nx` and `hold other` drop a service's servers that long after the agent
-# answered NXDOMAIN or an empty answer (a service really emptied: haproxy/haproxy#50);
-# `hold timeout` keeps them while the agent does not answer at all (an agent restarting).
-RESOLVERS = """\
+# HAProxy ignores the answers' TTL: its timers alone say when a change reaches it (seconds).
+TIMEOUT_RESOLVE = 0.5  # between two queries for a name
+TIMEOUT_RETRY = 0.5  # before a query without an answer is sent again
+RESOLVE_RETRIES = 3  # queries sent before HAProxy acts on an error, an empty answer or NXDOMAIN
+HOLD_OBSOLETE = 0.5  # how long a record gone from the answers keeps its server
+
+# The seconds a change takes to reach HAProxy at most, past the agent's own: an instance
+# added, at the next query; one gone (drained, down, deregistered), at the next query plus
+# `hold obsolete`; a service's last one gone (an empty answer), after the retries HAProxy
+# sends before it believes an empty answer.
+ADDITION_BOUND = TIMEOUT_RESOLVE
+REMOVAL_BOUND = TIMEOUT_RESOLVE + HOLD_OBSOLETE
+EMPTIED_BOUND = TIMEOUT_RESOLVE + RESOLVE_RETRIES * TIMEOUT_RETRY
+
+# `hold valid` <= `timeout resolve`, else a valid answer is reused that long; `hold nx` and
+# `hold other` are how soon HAProxy asks again after NXDOMAIN or an empty answer (a service
+# coming back); `hold timeout` keeps the servers while the agent does not answer at all (an
+# agent restarting), `hold refused` while it refuses.
+RESOLVERS = f"""\
 resolvers sentinel
     # The agent's DNS over TCP: HAProxy does not retry a truncated UDP answer over TCP.
-    nameserver agent tcp@{dns}
+    nameserver agent tcp@{{dns}}
     accepted_payload_size 8192
-    resolve_retries 3
-    timeout retry 500ms
-    # HAProxy ignores the answer's TTL: these timers alone say when a change reaches it.
-    timeout resolve 500ms
-    hold valid 500ms
-    hold obsolete 500ms
+    resolve_retries {RESOLVE_RETRIES}
+    timeout retry {TIMEOUT_RETRY * 1000:.0f}ms
+    # HAProxy ignores the answers' TTL: these timers alone say when a change reaches it.
+    timeout resolve {TIMEOUT_RESOLVE * 1000:.0f}ms
+    hold valid {TIMEOUT_RESOLVE * 1000:.0f}ms
+    hold obsolete {HOLD_OBSOLETE * 1000:.0f}ms
     hold nx 500ms
     hold other 500ms
     hold refused 30s
@@ -74,9 +86,6 @@ defaults
     timeout client 10s
     timeout server 10s
 """
-
-# The seconds a removal takes at most: `timeout resolve` + `hold obsolete`.
-REMOVAL_BOUND = 0.5 + 0.5
 
 
 def config(dns: str, stats: str, services: dict[str, int], slots: int = SLOTS) -> str:
