@@ -44,6 +44,13 @@ ensure_graphviz() {
     command -v dot >/dev/null || apt_install graphviz || echo "run.sh: graphviz not installed" >&2
 }
 
+ensure_dig() {
+    # Only tests/integration/test_agent_dns.py needs it: it asks the agent's DNS server with
+    # dig; without it that test skips, saying so.
+    command -v dig >/dev/null || apt_install dnsutils \
+        || echo "run.sh: dnsutils (dig) not installed; the agent's DNS tests skip" >&2
+}
+
 ensure_chromium() {
     # Only tests/unit/test_docs_site.py needs it: it renders the docs at 1280 px and measures
     # every table; without a browser that check skips, saying so.
@@ -154,6 +161,7 @@ case "$command" in
         [ -n "${RUN_SH_DRY_RUN:-}" ] || python3 -m tests.machine_speed "before the set-up" || true
         ensure_zookeeper
         ensure_graphviz
+        ensure_dig
         ensure_chromium
         ensure_curator
         ensure_postgresql
