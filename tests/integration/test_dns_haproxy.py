@@ -29,7 +29,7 @@ import pytest
 
 from sentinel import Sentinel
 from sentinel.regions import Failover
-from sentinel.testing.helpers import wait_until
+from sentinel.testing.helpers import TcpProxy, wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
 from tests.integration.daemons import Daemon
 from tests.peers.haproxy import (
@@ -54,6 +54,17 @@ RULE = Failover(regions=("b",), return_after=0.5)
 # The agent's own share of a bound (ZooKeeper's watch, its cache) and the machine's: a
 # second, as issue 55 states the drain's bound (`timeout resolve` + `hold obsolete` + 1 s).
 SLACK = 1.0
+# Seconds each chunk between the restarted agent and ZooKeeper is held: its loads take
+# several round trips, so seconds (past HAProxy's `resolve_retries` x `timeout retry`), and
+# its session (2 s) lives through them.
+SLOW_LINK = 0.05
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """Where the agent's ZooKeeper is, as :class:`Daemon` reads it: here, through a link."""
+
+    connect_string: str
 
 
 @dataclass
@@ -61,7 +72,7 @@ class World:
     namespace: str
     publishers: dict[str, Sentinel]  # by region
     agent_arguments: tuple[str, ...]
-    zookeeper: LocalZooKeeper  # home's
+    link: TcpProxy  # the agent's link to home's ZooKeeper (slowed in the restart's test)
     backends: HttpBackends
     frontends: dict[str, int]  # service -> HAProxy's port for it
     agent: Daemon | None = None
@@ -83,8 +94,9 @@ class World:
         return Client(self.frontends[service])
 
     def start_agent(self) -> Daemon:
-        self.agent = Daemon(self.zookeeper, self.namespace, *self.agent_arguments)
-        assert wait_until(lambda: self.agent.saw("serving"), 20), self.agent.events
+        self.agent = Daemon(Ensemble(self.link.address), self.namespace, *self.agent_arguments)
+        if wait_until(lambda: self.agent.saw("serving"), 20) is None:
+            raise AssertionError(f"the agent is not serving: {self.agent.stop()}")
         return self.agent
 
 
@@ -94,6 +106,8 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
         pytest.skip("haproxy is not installed (./run.sh test installs Debian's package)")
     namespace = f"/test-{uuid.uuid4().hex[:12]}"
     started = time.monotonic()
+    host, port = zookeeper.connect_string.split(":")
+    link = TcpProxy(host, int(port))
     with LocalZooKeeper() as region_b, HttpBackends(HOSTS) as backends:
         publishers = {}
         for name, zk in (("home", zookeeper), ("b", region_b)):
@@ -116,7 +130,7 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
         regions = {
             "local": "home",
             "regions": {
-                "home": {"hosts": zookeeper.connect_string, "namespace": namespace},
+                "home": {"hosts": link.address, "namespace": namespace},
                 "b": {"hosts": region_b.connect_string, "namespace": namespace},
             },
         }
@@ -132,7 +146,7 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
             json.dumps(regions),
         )
         frontends = dict(zip(SERVICES, ports, strict=True))
-        world = World(namespace, publishers, arguments, zookeeper, backends, frontends)
+        world = World(namespace, publishers, arguments, link, backends, frontends)
         try:
             world.start_agent()
             with HAProxy(f"127.0.0.1:{dns_port}", world.frontends) as haproxy:
@@ -142,6 +156,7 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
         finally:
             if world.agent is not None:
                 world.agent.stop()
+            link.close()
             for publisher in publishers.values():
                 publisher.close()
 
@@ -241,9 +256,11 @@ def test_a_service_emptied_takes_haproxys_last_server_too(world):
 
 
 def test_the_agent_restarted_leaves_haproxy_its_servers_throughout(world):
-    """The agent killed and started again: HAProxy never loses a server while no agent
-    answers (it keeps them for ``hold timeout``) nor once the new agent answers (never an
-    empty or NXDOMAIN answer for a service it has not loaded yet), no request fails, and the
+    """The agent killed and started again on a slow link to ZooKeeper (each chunk held
+    SLOW_LINK s: the new agent's loads take seconds, longer than HAProxy's retries): HAProxy
+    never loses a server while no agent answers (it keeps them for ``hold timeout``) nor
+    while the new agent loads the service (it waits, or stays silent: never an empty or
+    NXDOMAIN answer, which HAProxy would believe after its retries), no request fails, and the
     new agent's answers reach it (an instance registered after the restart enters)."""
     world.register("restarted", "a")
     world.register("restarted", "c")
@@ -263,16 +280,19 @@ def test_the_agent_restarted_leaves_haproxy_its_servers_throughout(world):
         stopped_at = time.monotonic()
         world.agent.stop()
         world.start_agent()
-        restarted_at = time.monotonic()
-        print(f"restarted: the agent serving {restarted_at - stopped_at:.3f} s after the kill")
-        # The new agent answers HAProxy (its counters move) for a while before b is added.
+        world.link.delay = SLOW_LINK
+        serving_at = time.monotonic()
+        print(f"restarted: the agent serving {serving_at - stopped_at:.3f} s after the kill")
+        # The new agent's loads on the slow link: HAProxy's answers from it resume after.
         valid = world.haproxy.valid_answers()
-        assert wait_until(lambda: world.haproxy.valid_answers() > valid + 4, 10)
+        assert wait_until(lambda: world.haproxy.valid_answers() > valid + 4, 20)
+        print(f"restarted: answering HAProxy {time.monotonic() - serving_at:.3f} s after that")
+        world.link.delay = 0
         client.send(50)
         world.register("restarted", "b")
         assert wait_until(lambda: world.rotation("restarted") == {*both, world.address("b")}, 10)
-        print(f"restarted: serving HAProxy again, b added {time.monotonic() - restarted_at:.3f} s")
     finally:
+        world.link.delay = 0
         done.set()
         watcher.join()
     assert len(seen) > 10
