@@ -120,6 +120,45 @@ def parse_address(address: str, wildcard: bool = False) -> tuple[str, int]:
     return str(ip), int(port)
 
 
+def check_free(address: str, wildcard: bool = False) -> None:
+    """Refuse ``--dns ADDRESS`` before anything starts when it cannot be listened on:
+    :class:`AddressInUse` when another process listens there (UDP or TCP)."""
+    host, port = parse_address(address, wildcard)
+    if port:
+        for sock in bind(host, port):
+            sock.close()
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """A UDP and a TCP socket bound to ``host``'s ``port`` (0: one free for both), the TCP
+    one listening; :class:`AddressInUse` when another process holds either."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    for _ in range(1 if port else 16):
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+        try:
+            udp.bind((host, port))
+            tcp.bind((host, udp.getsockname()[1]))
+            tcp.listen(128)
+        except OSError as exc:
+            udp.close()
+            tcp.close()
+            if exc.errno != errno.EADDRINUSE:
+                raise SentinelError(f"DNS: cannot listen on {shown}: {exc.strerror}") from None
+            if port:
+                raise AddressInUse(
+                    f"DNS: {shown} is taken by another process (UDP or TCP): stop it, or give "
+                    "--dns another address"
+                ) from None
+            continue  # a free UDP port whose TCP twin is taken: another one
+        udp.setblocking(False)
+        tcp.setblocking(False)
+        return udp, tcp
+    raise AddressInUse(f"DNS: no port free for both UDP and TCP on {host}")
+
+
 @dataclass(eq=False)
 class _Service:
     """One service followed (the loop's)."""
@@ -255,33 +294,9 @@ class DnsServer:
 
     def _bind(self) -> tuple[socket.socket, socket.socket]:
         """The UDP and TCP sockets, bound to one port (port 0: a free one for both)."""
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        for _ in range(1 if self._port else 16):
-            udp = socket.socket(family, socket.SOCK_DGRAM)
-            tcp = socket.socket(family, socket.SOCK_STREAM)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-            try:
-                udp.bind((self._host, self._port))
-                tcp.bind((self._host, udp.getsockname()[1]))
-                tcp.listen(128)
-            except OSError as exc:
-                udp.close()
-                tcp.close()
-                if exc.errno != errno.EADDRINUSE:
-                    raise SentinelError(
-                        f"DNS: cannot listen on {self.address}: {exc.strerror}"
-                    ) from None
-                if self._port:
-                    raise AddressInUse(
-                        f"DNS: {self.address} is taken by another process (UDP or TCP): stop "
-                        "it, or give --dns another address"
-                    ) from None
-                continue  # a free UDP port whose TCP twin is taken: another one
-            self._port = udp.getsockname()[1]
-            udp.setblocking(False)
-            tcp.setblocking(False)
-            return udp, tcp
-        raise AddressInUse(f"DNS: no port free for both UDP and TCP on {self._host}")
+        udp, tcp = bind(self._host, self._port)
+        self._port = udp.getsockname()[1]
+        return udp, tcp
 
     def _run(self) -> None:
         with asyncio.Runner() as runner:
@@ -589,15 +604,20 @@ class DnsServer:
             # A sharded service's instances are its partitions': never all of them at once
             # (a key would reach another partition's instances): a name with one is asked.
             return Served((), registered=snapshot.partitions.get(None, ()))
-        if partition is not None and (not sharded or partition not in snapshot.partitions):
+        # The group of instances a lookup chooses among: the partition's, or (unsharded)
+        # the whole service's, in which an instance's name still holds its partition.
+        group = partition if sharded else None
+        if group not in snapshot.partitions or (
+            partition is not None and not sharded and question.label is None
+        ):
             return None
-        registered = snapshot.partitions.get(partition, ())
-        eligible = snapshot.up.get(partition, ())
+        registered = snapshot.partitions.get(group, ())
+        eligible = snapshot.up.get(group, ())
         if eligible and self.sentinel.feedback.outliers:
             eligible = tuple(self.sentinel.feedback.admit(eligible))
         served = Served(eligible, registered=registered)
-        if not eligible and partition in state.elsewhere:
-            region, instances = state.elsewhere[partition]
+        if not eligible and group in state.elsewhere:
+            region, instances = state.elsewhere[group]
             served = Served(tuple(instances), region, 1, registered)
         if question.label is None:
             return served
