@@ -449,11 +449,15 @@ class DnsServer:
             self._drops[reason].warning("DNS: dropped a query from %s (%s)", peer, reason)
 
     def handle(
-        self, data: bytes, peer: str, tcp: bool
+        self, data: bytes, source: object, peer: str, tcp: bool
     ) -> bytes | asyncio.Future[bytes | None] | None:
-        """The answer to ``data`` as sent (``tcp``: unbounded by UDP's size), or a future
-        of it (its service loading), or None: dropped (counted and logged, throttled)."""
+        """The answer to ``data`` as sent by ``source`` (what its rate is kept for; ``peer``
+        names it in the log; ``tcp``: unbounded by UDP's size), or a future of it (its
+        service loading), or None: dropped (counted and logged, throttled)."""
         started = time.perf_counter()
+        if not self._admit(source):  # before anything else: a flood costs the least here
+            self._drop("rate", peer)
+            return None
         if len(data) > MAX_QUERY_BYTES:
             self._drop("oversized", peer)
             return None
@@ -471,23 +475,22 @@ class DnsServer:
             self._drop(silent.reason, peer)
             return None
         except _Pending as pending:
-            return asyncio.ensure_future(self._later(query, pending, peer, tcp, started))
+            return asyncio.ensure_future(self._later(pending, peer, tcp, started))
         except Exception:  # the agent's own bug: this query only
             self._drop("error", peer)
             log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
             return None
         return self._wire(response, query, tcp, started)
 
-    async def _later(
-        self, query: dns.message.Message, pending: _Pending, peer: str, tcp: bool, started: float
-    ) -> bytes | None:
+    async def _later(self, pending: _Pending, peer: str, tcp: bool, started: float) -> bytes | None:
         """The answer once what it waits for is done (within ``load_wait``), else None."""
+        query = pending.query
         if self._waiting >= MAX_WAITING:
             self._drop("busy", peer)
             return None
         self._waiting += 1
         try:
-            response = await asyncio.wait_for(pending.answer(), self._load_wait)
+            response = await asyncio.wait_for(self._when_ready(pending), self._load_wait)
         except TimeoutError:
             self._drop("unloaded", peer)
             return None
@@ -517,7 +520,7 @@ class DnsServer:
         telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
         return wire
 
-    def _response(self, query: dns.message.Message, rcode: int) -> dns.message.Message:
+    def _response(self, query: dns.message.Message, rcode: dns.rcode.Rcode) -> dns.message.Message:
         response = dns.message.make_response(query, our_payload=self._udp_payload)
         response.flags |= dns.flags.AA
         response.flags &= ~dns.flags.RA
@@ -546,14 +549,16 @@ class DnsServer:
             else:
                 self._negative(response, dns.rcode.NOERROR)
             return response
-        labels = [label.decode("ascii", "replace").lower() for label in name.relativize(self.zone)]
+        labels = [
+            label.decode("ascii", "replace").lower() for label in name.relativize(self.zone).labels
+        ]
         question = parse(labels)
         if question is None:
             self._negative(response, dns.rcode.NXDOMAIN)
             return response
         state = self._follow(question.service)
         if not state.ready.is_set() or question.key is not None:
-            raise _Pending(self, query, response, question, state)
+            raise _Pending(query, response, question, state)
         return self._answer(response, question, state, question.partition)
 
     def _answer(
@@ -585,7 +590,7 @@ class DnsServer:
         telemetry.AGENT_DNS_ANSWERS.labels(_KIND[asked.rdtype]).inc()
         return response
 
-    def _negative(self, response: dns.message.Message, rcode: int) -> None:
+    def _negative(self, response: dns.message.Message, rcode: dns.rcode.Rcode) -> None:
         """NXDOMAIN, or NOERROR with no record: the zone's SOA in the authority section."""
         response.set_rcode(rcode)
         response.authority.append(self._soa)
@@ -631,6 +636,31 @@ class DnsServer:
             tuple(i for i in registered if i.name == name),
         )
 
+    async def _when_ready(self, pending: _Pending) -> dns.message.Message:
+        """The answer of a query that waited: its service loaded, its key's partition found
+        (on a worker: a key not in the cached map is read through, from ZooKeeper)."""
+        question, state, response = pending.question, pending.state, pending.response
+        await state.ready.wait()
+        partition = question.partition
+        if question.key is not None and state.snapshot is not None:
+            loop = asyncio.get_running_loop()
+            try:
+                partition = await loop.run_in_executor(
+                    self._loads.executor,
+                    self.sentinel.partition_of,
+                    question.service,
+                    question.key,
+                )
+            except (PartitionNotFound, ServiceNotFound):
+                self._negative(response, dns.rcode.NXDOMAIN)
+                return response
+            except SentinelError:
+                raise _Silent("unloaded") from None  # ZooKeeper could not say: not negative
+            if partition is None:  # not sharded: a key names no partition
+                self._negative(response, dns.rcode.NXDOMAIN)
+                return response
+        return self._answer(response, question, state, partition)
+
     # --- transports -------------------------------------------------------------------------
 
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -656,10 +686,7 @@ class DnsServer:
                 except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 telemetry.AGENT_DNS_QUERIES.labels("tcp").inc()
-                if not self._admit(source):
-                    self._drop("rate", peer)
-                    continue
-                answer = self.handle(data, peer, tcp=True)
+                answer = self.handle(data, source, peer, tcp=True)
                 if isinstance(answer, asyncio.Future):
                     answer = await answer
                 if answer is None:
@@ -680,41 +707,16 @@ class _Pending(Exception):
 
     def __init__(
         self,
-        server: DnsServer,
         query: dns.message.Message,
         response: dns.message.Message,
         question: Question,
         state: _Service,
     ) -> None:
         super().__init__()
-        self.server = server
         self.query = query
         self.response = response
         self.question = question
         self.state = state
-
-    async def answer(self) -> dns.message.Message:
-        server, question, state = self.server, self.question, self.state
-        await state.ready.wait()
-        partition = question.partition
-        if question.key is not None and state.snapshot is not None:
-            loop = asyncio.get_running_loop()
-            try:
-                partition = await loop.run_in_executor(
-                    server._loads.executor,
-                    server.sentinel.partition_of,
-                    question.service,
-                    question.key,
-                )
-            except (PartitionNotFound, ServiceNotFound):
-                server._negative(self.response, dns.rcode.NXDOMAIN)
-                return self.response
-            except SentinelError:
-                raise _Silent("unloaded") from None  # ZooKeeper could not say: not negative
-            if partition is None:  # not sharded: a key names no partition
-                server._negative(self.response, dns.rcode.NXDOMAIN)
-                return self.response
-        return server._answer(self.response, question, state, partition)
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -733,10 +735,7 @@ class _Udp(asyncio.DatagramProtocol):
         # A loopback client's socket is a source of its own (the host's processes all send
         # from 127.0.0.1); another host is one source whatever its ports.
         source = addr[:2] if ipaddress.ip_address(addr[0]).is_loopback else addr[0]
-        if not server._admit(source):
-            server._drop("rate", f"udp:{addr[0]}:{addr[1]}")
-            return
-        answer = server.handle(data, f"udp:{addr[0]}:{addr[1]}", tcp=False)
+        answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
         if isinstance(answer, asyncio.Future):
             answer.add_done_callback(functools.partial(self._send_later, addr))
         elif answer is not None and self._transport is not None:
