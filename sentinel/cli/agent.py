@@ -134,17 +134,18 @@ def _xds_server_class(address: str) -> Any:
 
 def _dns_server_class(args: argparse.Namespace) -> Any:
     """:class:`~sentinel.agent.dns.server.DnsServer`, or an error naming the extra it needs or
-    what is wrong with ``--dns``/``--dns-zone``: before anything connects."""
+    what is wrong with ``--dns``/``--dns-zone``, or that another process listens there: before
+    anything connects."""
     try:
         from sentinel.agent.dns.names import zone_name
-        from sentinel.agent.dns.server import DnsServer, parse_address
+        from sentinel.agent.dns.server import DnsServer, check_free
     except ImportError as exc:
         raise ValidationError(
             f"--dns needs the dns extra ({exc.name} is missing): "
             "pip install -e '.[dns]' in a checkout"
         ) from None
-    parse_address(args.dns, args.dns_wildcard)
     zone_name(args.dns_zone)
+    check_free(args.dns, args.dns_wildcard)
     return DnsServer
 
 

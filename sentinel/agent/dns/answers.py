@@ -146,7 +146,7 @@ def _srv(
             continue
         target = instance_name(instance.service, instance.partition, instance.label, zone)
         targets.append(
-            SRV(
+            SRV(  # type: ignore[no-untyped-call]  # dnspython's constructor is not annotated
                 _IN,
                 SRV_TYPE,
                 served.priority,
@@ -181,7 +181,7 @@ def _txt(name: dns.name.Name, served: Served, ttl: int) -> list[dns.rrset.RRset]
 def soa(zone: dns.name.Name, ttl: int) -> dns.rrset.RRset:
     """The zone's SOA record: what a negative answer carries in its authority section, its
     minimum the negative answer's TTL (RFC 2308): ``ttl``, as the positive answers'."""
-    record = SOA(
+    record = SOA(  # type: ignore[no-untyped-call]  # dnspython's constructor is not annotated
         _IN,
         dns.rdatatype.SOA,
         dns.name.Name((b"agent",)).concatenate(zone),

@@ -120,6 +120,45 @@ def parse_address(address: str, wildcard: bool = False) -> tuple[str, int]:
     return str(ip), int(port)
 
 
+def check_free(address: str, wildcard: bool = False) -> None:
+    """Refuse ``--dns ADDRESS`` before anything starts when it cannot be listened on:
+    :class:`AddressInUse` when another process listens there (UDP or TCP)."""
+    host, port = parse_address(address, wildcard)
+    if port:
+        for sock in bind(host, port):
+            sock.close()
+
+
+def bind(host: str, port: int) -> tuple[socket.socket, socket.socket]:
+    """A UDP and a TCP socket bound to ``host``'s ``port`` (0: one free for both), the TCP
+    one listening; :class:`AddressInUse` when another process holds either."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    for _ in range(1 if port else 16):
+        udp = socket.socket(family, socket.SOCK_DGRAM)
+        tcp = socket.socket(family, socket.SOCK_STREAM)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
+        try:
+            udp.bind((host, port))
+            tcp.bind((host, udp.getsockname()[1]))
+            tcp.listen(128)
+        except OSError as exc:
+            udp.close()
+            tcp.close()
+            if exc.errno != errno.EADDRINUSE:
+                raise SentinelError(f"DNS: cannot listen on {shown}: {exc.strerror}") from None
+            if port:
+                raise AddressInUse(
+                    f"DNS: {shown} is taken by another process (UDP or TCP): stop it, or give "
+                    "--dns another address"
+                ) from None
+            continue  # a free UDP port whose TCP twin is taken: another one
+        udp.setblocking(False)
+        tcp.setblocking(False)
+        return udp, tcp
+    raise AddressInUse(f"DNS: no port free for both UDP and TCP on {host}")
+
+
 @dataclass(eq=False)
 class _Service:
     """One service followed (the loop's)."""
@@ -255,33 +294,9 @@ class DnsServer:
 
     def _bind(self) -> tuple[socket.socket, socket.socket]:
         """The UDP and TCP sockets, bound to one port (port 0: a free one for both)."""
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        for _ in range(1 if self._port else 16):
-            udp = socket.socket(family, socket.SOCK_DGRAM)
-            tcp = socket.socket(family, socket.SOCK_STREAM)
-            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no owner
-            try:
-                udp.bind((self._host, self._port))
-                tcp.bind((self._host, udp.getsockname()[1]))
-                tcp.listen(128)
-            except OSError as exc:
-                udp.close()
-                tcp.close()
-                if exc.errno != errno.EADDRINUSE:
-                    raise SentinelError(
-                        f"DNS: cannot listen on {self.address}: {exc.strerror}"
-                    ) from None
-                if self._port:
-                    raise AddressInUse(
-                        f"DNS: {self.address} is taken by another process (UDP or TCP): stop "
-                        "it, or give --dns another address"
-                    ) from None
-                continue  # a free UDP port whose TCP twin is taken: another one
-            self._port = udp.getsockname()[1]
-            udp.setblocking(False)
-            tcp.setblocking(False)
-            return udp, tcp
-        raise AddressInUse(f"DNS: no port free for both UDP and TCP on {self._host}")
+        udp, tcp = bind(self._host, self._port)
+        self._port = udp.getsockname()[1]
+        return udp, tcp
 
     def _run(self) -> None:
         with asyncio.Runner() as runner:
@@ -434,11 +449,15 @@ class DnsServer:
             self._drops[reason].warning("DNS: dropped a query from %s (%s)", peer, reason)
 
     def handle(
-        self, data: bytes, peer: str, tcp: bool
+        self, data: bytes, source: object, peer: str, tcp: bool
     ) -> bytes | asyncio.Future[bytes | None] | None:
-        """The answer to ``data`` as sent (``tcp``: unbounded by UDP's size), or a future
-        of it (its service loading), or None: dropped (counted and logged, throttled)."""
+        """The answer to ``data`` as sent by ``source`` (what its rate is kept for; ``peer``
+        names it in the log; ``tcp``: unbounded by UDP's size), or a future of it (its
+        service loading), or None: dropped (counted and logged, throttled)."""
         started = time.perf_counter()
+        if not self._admit(source):  # before anything else: a flood costs the least here
+            self._drop("rate", peer)
+            return None
         if len(data) > MAX_QUERY_BYTES:
             self._drop("oversized", peer)
             return None
@@ -456,23 +475,22 @@ class DnsServer:
             self._drop(silent.reason, peer)
             return None
         except _Pending as pending:
-            return asyncio.ensure_future(self._later(query, pending, peer, tcp, started))
+            return asyncio.ensure_future(self._later(pending, peer, tcp, started))
         except Exception:  # the agent's own bug: this query only
             self._drop("error", peer)
             log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
             return None
         return self._wire(response, query, tcp, started)
 
-    async def _later(
-        self, query: dns.message.Message, pending: _Pending, peer: str, tcp: bool, started: float
-    ) -> bytes | None:
+    async def _later(self, pending: _Pending, peer: str, tcp: bool, started: float) -> bytes | None:
         """The answer once what it waits for is done (within ``load_wait``), else None."""
+        query = pending.query
         if self._waiting >= MAX_WAITING:
             self._drop("busy", peer)
             return None
         self._waiting += 1
         try:
-            response = await asyncio.wait_for(pending.answer(), self._load_wait)
+            response = await asyncio.wait_for(self._when_ready(pending), self._load_wait)
         except TimeoutError:
             self._drop("unloaded", peer)
             return None
@@ -502,7 +520,7 @@ class DnsServer:
         telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
         return wire
 
-    def _response(self, query: dns.message.Message, rcode: int) -> dns.message.Message:
+    def _response(self, query: dns.message.Message, rcode: dns.rcode.Rcode) -> dns.message.Message:
         response = dns.message.make_response(query, our_payload=self._udp_payload)
         response.flags |= dns.flags.AA
         response.flags &= ~dns.flags.RA
@@ -531,14 +549,16 @@ class DnsServer:
             else:
                 self._negative(response, dns.rcode.NOERROR)
             return response
-        labels = [label.decode("ascii", "replace").lower() for label in name.relativize(self.zone)]
+        labels = [
+            label.decode("ascii", "replace").lower() for label in name.relativize(self.zone).labels
+        ]
         question = parse(labels)
         if question is None:
             self._negative(response, dns.rcode.NXDOMAIN)
             return response
         state = self._follow(question.service)
         if not state.ready.is_set() or question.key is not None:
-            raise _Pending(self, query, response, question, state)
+            raise _Pending(query, response, question, state)
         return self._answer(response, question, state, question.partition)
 
     def _answer(
@@ -570,7 +590,7 @@ class DnsServer:
         telemetry.AGENT_DNS_ANSWERS.labels(_KIND[asked.rdtype]).inc()
         return response
 
-    def _negative(self, response: dns.message.Message, rcode: int) -> None:
+    def _negative(self, response: dns.message.Message, rcode: dns.rcode.Rcode) -> None:
         """NXDOMAIN, or NOERROR with no record: the zone's SOA in the authority section."""
         response.set_rcode(rcode)
         response.authority.append(self._soa)
@@ -589,15 +609,20 @@ class DnsServer:
             # A sharded service's instances are its partitions': never all of them at once
             # (a key would reach another partition's instances): a name with one is asked.
             return Served((), registered=snapshot.partitions.get(None, ()))
-        if partition is not None and (not sharded or partition not in snapshot.partitions):
+        # The group of instances a lookup chooses among: the partition's, or (unsharded)
+        # the whole service's, in which an instance's name still holds its partition.
+        group = partition if sharded else None
+        if group not in snapshot.partitions or (
+            partition is not None and not sharded and question.label is None
+        ):
             return None
-        registered = snapshot.partitions.get(partition, ())
-        eligible = snapshot.up.get(partition, ())
+        registered = snapshot.partitions.get(group, ())
+        eligible = snapshot.up.get(group, ())
         if eligible and self.sentinel.feedback.outliers:
             eligible = tuple(self.sentinel.feedback.admit(eligible))
         served = Served(eligible, registered=registered)
-        if not eligible and partition in state.elsewhere:
-            region, instances = state.elsewhere[partition]
+        if not eligible and group in state.elsewhere:
+            region, instances = state.elsewhere[group]
             served = Served(tuple(instances), region, 1, registered)
         if question.label is None:
             return served
@@ -610,6 +635,31 @@ class DnsServer:
             served.priority,
             tuple(i for i in registered if i.name == name),
         )
+
+    async def _when_ready(self, pending: _Pending) -> dns.message.Message:
+        """The answer of a query that waited: its service loaded, its key's partition found
+        (on a worker: a key not in the cached map is read through, from ZooKeeper)."""
+        question, state, response = pending.question, pending.state, pending.response
+        await state.ready.wait()
+        partition = question.partition
+        if question.key is not None and state.snapshot is not None:
+            loop = asyncio.get_running_loop()
+            try:
+                partition = await loop.run_in_executor(
+                    self._loads.executor,
+                    self.sentinel.partition_of,
+                    question.service,
+                    question.key,
+                )
+            except (PartitionNotFound, ServiceNotFound):
+                self._negative(response, dns.rcode.NXDOMAIN)
+                return response
+            except SentinelError:
+                raise _Silent("unloaded") from None  # ZooKeeper could not say: not negative
+            if partition is None:  # not sharded: a key names no partition
+                self._negative(response, dns.rcode.NXDOMAIN)
+                return response
+        return self._answer(response, question, state, partition)
 
     # --- transports -------------------------------------------------------------------------
 
@@ -636,10 +686,7 @@ class DnsServer:
                 except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                     return
                 telemetry.AGENT_DNS_QUERIES.labels("tcp").inc()
-                if not self._admit(source):
-                    self._drop("rate", peer)
-                    continue
-                answer = self.handle(data, peer, tcp=True)
+                answer = self.handle(data, source, peer, tcp=True)
                 if isinstance(answer, asyncio.Future):
                     answer = await answer
                 if answer is None:
@@ -660,41 +707,16 @@ class _Pending(Exception):
 
     def __init__(
         self,
-        server: DnsServer,
         query: dns.message.Message,
         response: dns.message.Message,
         question: Question,
         state: _Service,
     ) -> None:
         super().__init__()
-        self.server = server
         self.query = query
         self.response = response
         self.question = question
         self.state = state
-
-    async def answer(self) -> dns.message.Message:
-        server, question, state = self.server, self.question, self.state
-        await state.ready.wait()
-        partition = question.partition
-        if question.key is not None and state.snapshot is not None:
-            loop = asyncio.get_running_loop()
-            try:
-                partition = await loop.run_in_executor(
-                    server._loads.executor,
-                    server.sentinel.partition_of,
-                    question.service,
-                    question.key,
-                )
-            except (PartitionNotFound, ServiceNotFound):
-                server._negative(self.response, dns.rcode.NXDOMAIN)
-                return self.response
-            except SentinelError:
-                raise _Silent("unloaded") from None  # ZooKeeper could not say: not negative
-            if partition is None:  # not sharded: a key names no partition
-                server._negative(self.response, dns.rcode.NXDOMAIN)
-                return self.response
-        return server._answer(self.response, question, state, partition)
 
 
 class _Udp(asyncio.DatagramProtocol):
@@ -713,10 +735,7 @@ class _Udp(asyncio.DatagramProtocol):
         # A loopback client's socket is a source of its own (the host's processes all send
         # from 127.0.0.1); another host is one source whatever its ports.
         source = addr[:2] if ipaddress.ip_address(addr[0]).is_loopback else addr[0]
-        if not server._admit(source):
-            server._drop("rate", f"udp:{addr[0]}:{addr[1]}")
-            return
-        answer = server.handle(data, f"udp:{addr[0]}:{addr[1]}", tcp=False)
+        answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
         if isinstance(answer, asyncio.Future):
             answer.add_done_callback(functools.partial(self._send_later, addr))
         elif answer is not None and self._transport is not None:
