@@ -66,11 +66,13 @@ ensure_curator() {
         || echo "run.sh: Curator not installed; the Curator interop tests skip" >&2
 }
 
-ensure_haproxy() {
-    # tests/integration/test_dns_haproxy.py puts Debian's HAProxy in front of services it finds
-    # through the agent's DNS; without it those tests skip, saying so.
+ensure_proxies() {
+    # tests/integration/test_dns_haproxy.py puts Debian's HAProxy and nginx in front of services
+    # they find through the agent's DNS; without them those tests skip, saying so.
     command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt_install haproxy \
         || echo "run.sh: haproxy not installed; the HAProxy DNS tests skip" >&2
+    command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx-light \
+        || echo "run.sh: nginx not installed; the nginx DNS tests skip" >&2
 }
 
 ensure_node_peer() {
@@ -165,7 +167,7 @@ case "$command" in
         ensure_chromium
         ensure_curator
         ensure_postgresql
-        ensure_haproxy
+        ensure_proxies
         ensure_node_peer
         if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
             # The base of kazoo's suite's environment (.venv-kazoo: its interpreter and test

@@ -36,18 +36,29 @@ from tests.peers.haproxy import (
     ADDITION_BOUND,
     EMPTIED_BOUND,
     REMOVAL_BOUND,
-    Client,
     HAProxy,
     documented_config,
     haproxy_binary,
 )
-from tests.peers.http_backends import HttpBackends
+from tests.peers.http_backends import Client, HttpBackends
+from tests.peers.nginx import (
+    DOCUMENTED_LISTEN,
+    VALID,
+    Nginx,
+    config,
+    documented_upstream_config,
+    nginx_binary,
+)
+from tests.peers.nginx import documented_config as documented_nginx_config
 
 pytestmark = pytest.mark.integration
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 HOSTS = {"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.2", "d": "127.0.0.3"}
+# nginx's: one port on two IPs (A records carry no port: nginx's URL names it).
+NGINX_HOSTS = {"e": "127.0.0.1", "f": "127.0.0.2"}
 SERVICES = ("weights", "drained", "joins", "failover", "emptied", "restarted")
+NGINX_SERVICE = "plain"
 # The failover service's rule: region b's instances when home has none; home's again half a
 # second after they return (the hold-down a lookup applies too).
 RULE = Failover(regions=("b",), return_after=0.5)
@@ -74,18 +85,20 @@ class World:
     agent_arguments: tuple[str, ...]
     link: TcpProxy  # the agent's link to home's ZooKeeper (slowed in the restart's test)
     backends: HttpBackends
+    dns: str  # the agent's DNS, host:port
     frontends: dict[str, int]  # service -> HAProxy's port for it
+    nginx_port: int
     agent: Daemon | None = None
     haproxy: HAProxy | None = None
 
     def register(self, service: str, name: str, region: str = "home", weight: float = 1):
         """Register backend ``name`` as an instance of ``service`` in ``region``."""
         return self.publishers[region].register(
-            service, "default", HOSTS[name], self.backends.ports[name], label=name, weight=weight
+            service, "default", *self.address(name), label=name, weight=weight
         )
 
     def address(self, name: str) -> tuple[str, int]:
-        return (HOSTS[name], self.backends.ports[name])
+        return ({**HOSTS, **NGINX_HOSTS}[name], self.backends.ports[name])
 
     def rotation(self, service: str) -> set[tuple[str, int]]:
         return set(self.haproxy.rotation(service))
@@ -108,7 +121,9 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
     started = time.monotonic()
     host, port = zookeeper.connect_string.split(":")
     link = TcpProxy(host, int(port))
-    with LocalZooKeeper() as region_b, HttpBackends(HOSTS) as backends:
+    dns_port, shared_port, nginx_port, *ports = free_ports(3 + len(SERVICES))
+    addresses = {**HOSTS, **{name: f"{ip}:{shared_port}" for name, ip in NGINX_HOSTS.items()}}
+    with LocalZooKeeper() as region_b, HttpBackends(addresses) as backends:
         publishers = {}
         for name, zk in (("home", zookeeper), ("b", region_b)):
             publishers[name] = Sentinel(
@@ -124,7 +139,7 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
         # The services exist before HAProxy asks for them, as a deployed service's spec does:
         # the agent answers them (empty until registered) rather than NXDOMAIN, which it
         # checks again only every few seconds (sentinel.agent.loads.RETRY_SECONDS).
-        for service in SERVICES:
+        for service in (*SERVICES, NGINX_SERVICE):
             if service != "failover":
                 publishers["home"].ensure_service(service)
         regions = {
@@ -134,7 +149,6 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
                 "b": {"hosts": region_b.connect_string, "namespace": namespace},
             },
         }
-        dns_port, *ports = free_ports(1 + len(SERVICES))
         directory = tempfile.mkdtemp(prefix="dns-haproxy-")
         arguments = (
             "agent",
@@ -146,10 +160,11 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
             json.dumps(regions),
         )
         frontends = dict(zip(SERVICES, ports, strict=True))
-        world = World(namespace, publishers, arguments, link, backends, frontends)
+        dns = f"127.0.0.1:{dns_port}"
+        world = World(namespace, publishers, arguments, link, backends, dns, frontends, nginx_port)
         try:
             world.start_agent()
-            with HAProxy(f"127.0.0.1:{dns_port}", world.frontends) as haproxy:
+            with HAProxy(dns, world.frontends) as haproxy:
                 world.haproxy = haproxy
                 print(f"agent, region b and HAProxy started in {time.monotonic() - started:.2f} s")
                 yield world
@@ -301,6 +316,45 @@ def test_the_agent_restarted_leaves_haproxy_its_servers_throughout(world):
     assert client.failed == 0
 
 
+@pytest.fixture
+def nginx_installed() -> None:
+    """Skips the test, saying why, where nginx is not installed."""
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (./run.sh test installs Debian's nginx-light)")
+
+
+def test_debian_nginx_follows_a_records_through_a_drain(world, nginx_installed):
+    """Debian's nginx (1.22) with the docs' configuration: the service's A records resolved
+    at request time (a variable in ``proxy_pass``), requests spread over e and f (one port,
+    two IPs); e drained, nginx stops sending it requests within its ``valid`` (counted on a
+    clock of whole seconds: a second more) plus the slack, and no request fails."""
+    registration = world.register(NGINX_SERVICE, "e")
+    world.register(NGINX_SERVICE, "f")
+    port = world.backends.ports["e"]
+    with Nginx(config(world.dns, world.nginx_port, NGINX_SERVICE, port), world.nginx_port):
+        client = Client(world.nginx_port)
+        assert wait_until(lambda: {"e", "f"} <= set(client.send(10)), 10), client.answered
+        world.publishers["home"].update_registration(registration, status="draining")
+        drained_at = time.monotonic()
+        while "e" in client.send(20):
+            assert time.monotonic() - drained_at < VALID + 1 + SLACK, "e still reached"
+        print(f"nginx: no request to the drained e after {time.monotonic() - drained_at:.3f} s")
+        assert client.send(50) == {"f": 50}
+        assert client.failed == 0
+
+
+def test_debian_nginx_refuses_the_upstream_that_follows_srv_records(nginx_installed):
+    """The docs' nginx >= 1.27.3 example (``server ... service= resolve`` in an upstream):
+    Debian 12's nginx refuses it, as the page says."""
+    nginx = Nginx(documented_upstream_config(), DOCUMENTED_LISTEN)
+    try:
+        checked = nginx.check()
+    finally:
+        nginx.stop()
+    assert checked.returncode != 0
+    assert 'invalid parameter "service=orders"' in checked.stderr
+
+
 def test_the_docs_show_the_haproxy_configuration_these_tests_run():
     """The docs' HAProxy example (docs/dns.md) is the configuration this module's HAProxy
     runs (rendered with the page's addresses), so its timers are the ones measured here."""
@@ -310,3 +364,14 @@ def test_the_docs_show_the_haproxy_configuration_these_tests_run():
         for block in re.findall(r"```haproxy\n(.*?)```", page.read_text(), re.S)
     ]
     assert blocks == [documented_config()]
+
+
+def test_the_docs_show_the_nginx_configurations_these_tests_run():
+    """The docs' nginx examples: the upstream for nginx >= 1.27.3 (which Debian's refuses,
+    as a test above shows), then the configuration Debian's nginx runs here."""
+    blocks = [
+        block
+        for page in sorted(DOCS.glob("*.md"))
+        for block in re.findall(r"```nginx\n(.*?)```", page.read_text(), re.S)
+    ]
+    assert blocks == [documented_upstream_config(), documented_nginx_config()]

@@ -1,21 +1,16 @@
 """A real HAProxy (Debian's package) in front of Sentinel services, configured only with the
 agent's DNS, for the tests of ``sentinel agent --dns``: its configuration (the one
 docs/dns.md shows, rendered for the test's ports), the process, its runtime API read on a
-Unix stats socket (``show servers state``), and an HTTP client that tallies which backend
-answered each request.
+Unix stats socket (``show servers state``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
-import json
 import re
 import shutil
 import socket
 import subprocess
 import tempfile
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -232,48 +227,3 @@ class HAProxy:
     def rotation(self, backend: str) -> dict[tuple[str, int], int]:
         """The servers ``backend`` sends requests to: (address, port) -> weight."""
         return {(s.address, s.port): s.weight for s in self.servers(backend) if s.in_rotation}
-
-
-class Client:
-    """Requests through HAProxy's frontend on ``port``, on one kept-alive connection (a new
-    one after a failure); :meth:`send` tallies which backend answered each."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.answered: Counter[str] = Counter()
-        self.failed = 0
-        self._connection: http.client.HTTPConnection | None = None
-
-    def get(self) -> str | None:
-        """One request: the name of the backend that answered, None if it failed (HAProxy's
-        503 with no server, a reset, a timeout)."""
-        if self._connection is None:
-            self._connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-        try:
-            self._connection.request("GET", "/")
-            response = self._connection.getresponse()
-            body = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            return None
-        if response.status != 200:
-            return None
-        return json.loads(body)["name"]
-
-    def send(self, count: int) -> Counter[str]:
-        """``count`` requests; which backend answered how many (failures counted apart)."""
-        answered: Counter[str] = Counter()
-        for _ in range(count):
-            name = self.get()
-            if name is None:
-                self.failed += 1
-            else:
-                answered[name] += 1
-        self.answered.update(answered)
-        return answered
-
-    def close(self) -> None:
-        if self._connection is not None:
-            with contextlib.suppress(OSError):
-                self._connection.close()
-            self._connection = None
