@@ -16,7 +16,9 @@ no sleeps.
 from __future__ import annotations
 
 import json
+import random
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -30,7 +32,7 @@ import pytest
 from sentinel import Sentinel
 from sentinel.regions import Failover
 from sentinel.testing.helpers import TcpProxy, wait_until
-from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
+from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.integration.daemons import Daemon
 from tests.peers.haproxy import (
     ADDITION_BOUND,
@@ -51,7 +53,7 @@ from tests.peers.nginx import (
 )
 from tests.peers.nginx import documented_config as documented_nginx_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # region b: a ZooKeeper of its own
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 HOSTS = {"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.2", "d": "127.0.0.3"}
@@ -69,6 +71,28 @@ SLACK = 1.0
 # several round trips, so seconds (past HAProxy's `resolve_retries` x `timeout retry`), and
 # its session (2 s) lives through them.
 SLOW_LINK = 0.05
+
+
+def unclaimed_ports(count: int) -> list[int]:
+    """``count`` free loopback ports below the kernel's range for outgoing connections.
+
+    The agent, nginx and HAProxy bind theirs seconds after they are chosen (and the agent its
+    own again after its restart): a port of that range (what ``free_ports`` gets) may be
+    taken meanwhile by any connection another test opens, which once made HAProxy exit here.
+    Below it, only a program that names the port binds it.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    chosen: list[int] = []
+    for port in random.sample(range(10000, low), low - 10000):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"not {count} free ports between 10000 and {low}")
 
 
 @dataclass(frozen=True)
@@ -121,7 +145,7 @@ def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
     started = time.monotonic()
     host, port = zookeeper.connect_string.split(":")
     link = TcpProxy(host, int(port))
-    dns_port, shared_port, nginx_port, *ports = free_ports(3 + len(SERVICES))
+    dns_port, shared_port, nginx_port, *ports = unclaimed_ports(3 + len(SERVICES))
     addresses = {**HOSTS, **{name: f"{ip}:{shared_port}" for name, ip in NGINX_HOSTS.items()}}
     with LocalZooKeeper() as region_b, HttpBackends(addresses) as backends:
         publishers = {}

@@ -157,7 +157,7 @@ class HAProxy:
     def _answers(self) -> bool:
         assert self._process is not None
         if self._process.poll() is not None:
-            raise RuntimeError(f"haproxy exited ({self._process.returncode})")
+            raise RuntimeError(f"haproxy exited ({self._process.returncode}): {self.stop()}")
         try:
             self.command("show info")
         except OSError:

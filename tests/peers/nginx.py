@@ -129,7 +129,7 @@ class Nginx:
         def listening() -> bool:
             assert self._process is not None
             if self._process.poll() is not None:
-                raise RuntimeError(f"nginx exited ({self._process.returncode})")
+                raise RuntimeError(f"nginx exited ({self._process.returncode}): {self.stop()}")
             with socket.socket() as probe:
                 return probe.connect_ex(("127.0.0.1", self.listen)) == 0
 
