@@ -1,6 +1,7 @@
 """A real HAProxy (Debian's 2.6) in front of Sentinel services, configured only with
 ``sentinel agent --dns`` (issue 55's must-show tests): SRV weights, drains, new instances,
-failover to another region and back, a service emptied, and the agent restarted.
+failover to another region and back, a service emptied, and the agent restarted; and Debian's
+nginx (1.22), which reads A records only, following a drain.
 
 One agent (a real ``sentinel agent --dns`` process, with two regions: the session's
 ZooKeeper as ``home`` and one of the module's as ``b``) and one HAProxy serve the module: each
@@ -8,7 +9,8 @@ test has a service of its own, and HAProxy a frontend and a backend for each (th
 configuration docs/dns.md shows, rendered for the module's ports:
 ``tests/peers/haproxy.py``). The instances are HTTP backends in one process of their own,
 ``a`` and ``b`` on 127.0.0.1 (different ports), ``c`` on 127.0.0.2, ``d`` on 127.0.0.3
-(region b's); each answers with its name, so a test tallies which one each request reached.
+(region b's), and nginx's ``e`` and ``f`` on one port of 127.0.0.1 and 127.0.0.2; each answers
+with its name, so a test tallies which one each request reached.
 HAProxy's own state is read on its runtime API (``show servers state``): bounded polls on it,
 no sleeps.
 """
@@ -78,8 +80,8 @@ def unclaimed_ports(count: int) -> list[int]:
 
     The agent, nginx and HAProxy bind theirs seconds after they are chosen (and the agent its
     own again after its restart): a port of that range (what ``free_ports`` gets) may be
-    taken meanwhile by any connection another test opens, which once made HAProxy exit here.
-    Below it, only a program that names the port binds it.
+    taken meanwhile by any connection another test opens (the likeliest cause of the one time
+    HAProxy exited as it started here). Below it, only a program that names the port binds it.
     """
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     chosen: list[int] = []
