@@ -4,7 +4,8 @@
 with its name, so a client tallies which backend each request reached.
 
 Run as ``python -m tests.peers.http_backends NAME=HOST[:PORT] ...`` (no port: a free one):
-it prints one JSON line, ``{NAME: PORT}``, then serves until its standard input closes. In a
+it prints one JSON line, ``{NAME: PORT}``, then serves until its standard input closes (its
+test's process ended) or it is killed. In a
 process of its own the backends never wait on the test's interpreter (the proxy's requests
 and the test's own would compete for one GIL).
 """
@@ -52,8 +53,10 @@ class HttpBackends:
     def stop(self) -> None:
         if self._process is not None:
             assert self._process.stdin is not None and self._process.stdout is not None
-            self._process.stdin.close()  # its signal to stop
+            # Killed: a graceful stop waits half a second per server (socketserver's poll).
+            self._process.kill()
             self._process.wait(10)
+            self._process.stdin.close()
             self._process.stdout.close()
 
     def __enter__(self) -> HttpBackends:
