@@ -61,7 +61,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 HOSTS = {"a": "127.0.0.1", "b": "127.0.0.1", "c": "127.0.0.2", "d": "127.0.0.3"}
 # nginx's: one port on two IPs (A records carry no port: nginx's URL names it).
 NGINX_HOSTS = {"e": "127.0.0.1", "f": "127.0.0.2"}
-SERVICES = ("weights", "drained", "joins", "failover", "emptied", "restarted")
+SERVICES = ("weights", "drained", "joins", "churn", "failover", "emptied", "restarted")
 NGINX_SERVICE = "plain"
 # The failover service's rule: region b's instances when home has none; home's again half a
 # second after they return (the hold-down a lookup applies too).
@@ -253,6 +253,31 @@ def test_a_new_instance_enters_rotation(world):
         assert time.monotonic() - registered_at < ADDITION_BOUND + SLACK, "c not reached"
     print(f"new instance: first request after {time.monotonic() - registered_at:.3f} s")
     assert set(client.send(20)) == {"a", "c"}
+    assert client.failed == 0
+
+
+def test_after_churn_haproxy_holds_exactly_the_instances_left_all_up(world):
+    """haproxy/haproxy#971: servers left DOWN or stale after records came and went. Instances
+    registered, drained, deregistered and back in quick succession (faster than HAProxy asks):
+    once the last change is a removal bound old, HAProxy's slots hold exactly the instances
+    left, each in rotation, no slot with an address out of it, and requests reach them all."""
+    registrations = {name: world.register("churn", name) for name in "abcd"}
+    home = world.publishers["home"]
+    home.deregister(registrations["b"])
+    home.update_registration(registrations["c"], status="draining")
+    registrations["b"] = world.register("churn", "b")
+    home.deregister(registrations["d"])
+    registrations["c"] = home.update_registration(registrations["c"], status="up")
+    home.deregister(registrations["a"])
+    left = {world.address(name) for name in "bc"}
+    settled = wait_until(lambda: world.rotation("churn") == left, REMOVAL_BOUND + SLACK)
+    assert settled is not None, world.haproxy.servers("churn")
+    print(f"churn: HAProxy holds exactly b and c {settled:.3f} s after the last change")
+    addressed = [s for s in world.haproxy.servers("churn") if s.address not in ("-", "0.0.0.0")]
+    assert {(s.address, s.port) for s in addressed} == left
+    assert all(s.in_rotation for s in addressed), addressed
+    client = world.client("churn")
+    assert set(client.send(40)) == {"b", "c"}
     assert client.failed == 0
 
 
