@@ -212,7 +212,8 @@ def test_requests_split_by_weight_over_three_instances_two_on_one_ip(world):
         world.register("weights", name, weight=weight)
     wanted = {world.address(name) for name in weights}
     assert wait_until(lambda: world.rotation("weights") == wanted, 10), world.rotation("weights")
-    print(f"HAProxy's weights: {world.haproxy.rotation('weights')}")
+    # 65535/5, 2 x 65535/5 and 65535, over 256 and rounded up (docs/dns.md)
+    assert sorted(world.haproxy.rotation("weights").values()) == [52, 103, 256]
     client = world.client("weights")
     answered = client.send(800)
     print(f"800 requests by weights {weights}: {dict(answered)}")
