@@ -134,7 +134,8 @@ class World:
 
     def start_agent(self) -> Daemon:
         self.agent = Daemon(Ensemble(self.link.address), self.namespace, *self.agent_arguments)
-        if wait_until(lambda: self.agent.saw("serving"), 20) is None:
+        # Up to 12 s measured at a load average of 33 (a Python process, two regions' sessions).
+        if wait_until(lambda: self.agent.saw("serving"), 30) is None:
             raise AssertionError(f"the agent is not serving: {self.agent.stop()}")
         return self.agent
 
