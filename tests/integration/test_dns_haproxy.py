@@ -69,10 +69,11 @@ RULE = Failover(regions=("b",), return_after=0.5)
 # The agent's own share of a bound (ZooKeeper's watch, its cache) and the machine's: a
 # second, as issue 55 states the drain's bound (`timeout resolve` + `hold obsolete` + 1 s).
 SLACK = 1.0
-# Seconds each chunk between the restarted agent and ZooKeeper is held: its loads take
-# several round trips, so seconds (past HAProxy's `resolve_retries` x `timeout retry`), and
-# its session (2 s) lives through them.
-SLOW_LINK = 0.05
+# Seconds each chunk between the restarted agent and ZooKeeper is held: the loads of the
+# services HAProxy asks for take some fifty chunks one after another (2.5 s at 0.05 s, the
+# least of six runs), so seconds, past HAProxy's `resolve_retries` x `timeout retry`; its
+# session (2 s) lives through them.
+SLOW_LINK = 0.06
 
 
 def unclaimed_ports(count: int) -> list[int]:
@@ -358,7 +359,11 @@ def test_the_agent_restarted_leaves_haproxy_its_servers_throughout(world):
         # The new agent's loads on the slow link: HAProxy's answers from it resume after.
         valid = world.haproxy.valid_answers()
         assert wait_until(lambda: world.haproxy.valid_answers() > valid + 4, 20)
-        print(f"restarted: answering HAProxy {time.monotonic() - serving_at:.3f} s after that")
+        loading = time.monotonic() - serving_at
+        print(f"restarted: answering HAProxy {loading:.3f} s after that")
+        # Longer than HAProxy takes to believe a negative answer, else this test could not
+        # tell an agent that answers NXDOMAIN while it loads.
+        assert loading > EMPTIED_BOUND
         world.link.delay = 0
         client.send(50)
         world.register("restarted", "b")
