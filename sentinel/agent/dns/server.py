@@ -247,6 +247,7 @@ class DnsServer:
         self._loads = Loads(sentinel, "DNS", self._loaded, log)
         self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
         self._closing = False
+        self._failed_once = False
         # What peers send is logged at most once in a while, quoted.
         self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
             lambda: Throttled(log)
@@ -457,6 +458,21 @@ class DnsServer:
         else:
             self._drops[reason].warning("DNS: dropped a query from %s (%s)", peer, reason)
 
+    def _failed(self, query: dns.message.Message, peer: str, exc: Exception) -> None:
+        """The agent's own failure answering ``query``: counted, its traceback logged once,
+        then a line at most every few seconds (a packet repeated cannot flood the log)."""
+        telemetry.AGENT_DNS_DROPPED.labels("error").inc()
+        if not self._failed_once:
+            self._failed_once = True
+            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=exc)
+        else:
+            self._drops["error"].warning(
+                "DNS: answering %s from %s failed: %s",
+                quoted(str(query.question)),
+                peer,
+                quoted(repr(exc)),
+            )
+
     def handle(
         self, data: bytes, source: object, peer: str, tcp: bool
     ) -> bytes | asyncio.Future[bytes | None] | None:
@@ -485,9 +501,8 @@ class DnsServer:
             return None
         except _Pending as pending:
             return asyncio.ensure_future(self._later(pending, peer, tcp, started))
-        except Exception:  # the agent's own bug: this query only
-            self._drop("error", peer)
-            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
+        except Exception as exc:  # the agent's own bug: this query only
+            self._failed(query, peer, exc)
             return None
         return self._wire(response, query, tcp, started)
 
@@ -506,9 +521,8 @@ class DnsServer:
         except _Silent as silent:
             self._drop(silent.reason, peer)
             return None
-        except Exception:
-            self._drop("error", peer)
-            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
+        except Exception as exc:
+            self._failed(query, peer, exc)
             return None
         finally:
             self._waiting -= 1
@@ -766,7 +780,7 @@ class _Udp(asyncio.DatagramProtocol):
         telemetry.AGENT_DNS_QUERIES.labels("udp").inc()
         # A loopback client's socket is a source of its own (the host's processes all send
         # from 127.0.0.1); another host is one source whatever its ports.
-        source = addr[:2] if ipaddress.ip_address(addr[0]).is_loopback else addr[0]
+        source = addr[:2] if _loopback(addr[0]) else addr[0]
         answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
         if isinstance(answer, asyncio.Future):
             answer.add_done_callback(functools.partial(self._send_later, addr))
@@ -782,3 +796,11 @@ class _Udp(asyncio.DatagramProtocol):
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for an earlier answer: its client went away
+
+
+def _loopback(host: str) -> bool:
+    """Whether a peer's address (``::1``, ``fe80::1%eth0``) is loopback."""
+    try:
+        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
