@@ -100,6 +100,8 @@ def _run(args: argparse.Namespace) -> int:
                     zone=args.dns_zone,
                     ttl=args.dns_ttl,
                     answer_limit=args.dns_answer_limit,
+                    rate=args.dns_rate,
+                    burst=2 * args.dns_rate,
                     wildcard=args.dns_wildcard,
                 )
                 running.enter_context(dns)

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import dns.message
 import pytest
 
 from sentinel import Sentinel
@@ -361,3 +362,31 @@ def test_garbage_and_a_flood_leave_the_agent_serving_a_new_process_within_a_seco
     assert 1 <= len(records) <= 6
     quoted_loop = [r.getMessage() for r in records if LOOP.hex() in r.getMessage()]
     assert len(quoted_loop) <= 1
+
+
+def test_the_agents_own_failure_drops_the_query_with_one_traceback_in_the_log(
+    host, monkeypatch, caplog
+):
+    """A bug of the agent's answering a query (here: building records raises): each such
+    query is dropped and counted as an error, the first logged with its traceback and the
+    others in at most a line; the server goes on serving."""
+    service = host.service()
+    host.publisher.register(service, "default", "127.0.0.1", 9, label="a")
+    name = name_of(Question(service), ZONE)
+    target = host.dns.address.rpartition(":")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    errors = AGENT_DNS_DROPPED.labels("error")._value.get()
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr("sentinel.agent.dns.answers.records", broken)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as client:
+        for i in range(200):
+            query = dns.message.make_query(name, "A", id=i)
+            client.sendto(query.to_wire(), (target[0], int(target[2])))
+        assert wait_until(lambda: AGENT_DNS_DROPPED.labels("error")._value.get() >= errors + 200)
+    records = [r for r in caplog.records if r.name.startswith("sentinel.agent.dns")]
+    assert len([r for r in records if r.exc_info]) <= 1 and 1 <= len(records) <= 2, records
+    monkeypatch.undo()
+    assert settles(lambda: dig(host.dns.address, f"{service}.sentinel").data("A"), ["127.0.0.1"])

@@ -81,6 +81,8 @@ MAX_QUERY_BYTES = 1024
 LOOPBACK_UDP_PAYLOAD, UDP_PAYLOAD = 4096, 1232
 #: Queries waiting for a service's load at once; more are dropped (counted as busy).
 MAX_WAITING = 1024
+#: Answers kept built per service (each a name, type and rotation).
+MAX_BUILT = 256
 #: Rate-limit sources remembered; the least recently seen are forgotten past it.
 MAX_SOURCES = 4096
 _SERVICE_TYPES = frozenset(
@@ -171,6 +173,12 @@ class _Service:
     resolving: bool = False
     stale: bool = False
     turn: int = 0  # the rotation of its answers
+    # The records of each answer given since the service last changed, by name, type and
+    # rotation: dnspython builds a record set of 64 SRV records in milliseconds, so each
+    # is built once per change, not per query (emptied at each change, and past MAX_BUILT).
+    built: dict[tuple[object, ...], tuple[tuple[Any, ...], answers.Records]] = field(
+        default_factory=dict
+    )
 
 
 class _Silent(Exception):
@@ -239,6 +247,7 @@ class DnsServer:
         self._loads = Loads(sentinel, "DNS", self._loaded, log)
         self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
         self._closing = False
+        self._failed_once = False
         # What peers send is logged at most once in a while, quoted.
         self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
             lambda: Throttled(log)
@@ -359,6 +368,7 @@ class DnsServer:
         """Answer from ``snapshot`` now (None: the service does not exist, or is not served);
         a partition with nothing eligible here is decided on a worker (failover)."""
         state.ready.set()
+        state.built.clear()
         if snapshot is None:
             state.snapshot = None
             state.absent_until = time.monotonic() + self._ttl
@@ -389,7 +399,7 @@ class DnsServer:
         if failure is not None:  # the agent's own bug: answers stay as they were
             log.error("DNS: which region serves %s failed", service, exc_info=failure)
             return
-        state.elsewhere = dict(done.result())
+        state.elsewhere = {p: (region, tuple(i)) for p, (region, i) in done.result().items()}
 
     def _follow(self, service: str) -> _Service:
         """``service``'s state, followed from now on when it was not (its load started);
@@ -448,6 +458,21 @@ class DnsServer:
         else:
             self._drops[reason].warning("DNS: dropped a query from %s (%s)", peer, reason)
 
+    def _failed(self, query: dns.message.Message, peer: str, exc: Exception) -> None:
+        """The agent's own failure answering ``query``: counted, its traceback logged once,
+        then a line at most every few seconds (a packet repeated cannot flood the log)."""
+        telemetry.AGENT_DNS_DROPPED.labels("error").inc()
+        if not self._failed_once:
+            self._failed_once = True
+            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=exc)
+        else:
+            self._drops["error"].warning(
+                "DNS: answering %s from %s failed: %s",
+                quoted(str(query.question)),
+                peer,
+                quoted(repr(exc)),
+            )
+
     def handle(
         self, data: bytes, source: object, peer: str, tcp: bool
     ) -> bytes | asyncio.Future[bytes | None] | None:
@@ -476,9 +501,8 @@ class DnsServer:
             return None
         except _Pending as pending:
             return asyncio.ensure_future(self._later(pending, peer, tcp, started))
-        except Exception:  # the agent's own bug: this query only
-            self._drop("error", peer)
-            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
+        except Exception as exc:  # the agent's own bug: this query only
+            self._failed(query, peer, exc)
             return None
         return self._wire(response, query, tcp, started)
 
@@ -497,9 +521,8 @@ class DnsServer:
         except _Silent as silent:
             self._drop(silent.reason, peer)
             return None
-        except Exception:
-            self._drop("error", peer)
-            log.error("DNS: answering %s failed", quoted(str(query.question)), exc_info=True)
+        except Exception as exc:
+            self._failed(query, peer, exc)
             return None
         finally:
             self._waiting -= 1
@@ -578,10 +601,7 @@ class DnsServer:
         if asked.rdtype not in _SERVICE_TYPES:
             self._negative(response, dns.rcode.NOERROR)
             return response
-        state.turn += 1
-        found = answers.records(
-            asked.name, asked.rdtype, served, self.zone, self._ttl, self._limit, state.turn
-        )
+        found = self._records(state, asked.name, asked.rdtype, served)
         if not found.answer:
             self._negative(response, dns.rcode.NOERROR)
             return response
@@ -589,6 +609,31 @@ class DnsServer:
         response.additional.extend(found.additional)
         telemetry.AGENT_DNS_ANSWERS.labels(_KIND[asked.rdtype]).inc()
         return response
+
+    def _records(
+        self, state: _Service, name: dns.name.Name, rdtype: int, served: Served
+    ) -> answers.Records:
+        """The records of ``name`` of ``rdtype`` served by ``served``: built once per change
+        of the service and rotation (A and AAAA rotate: a client takes the first address;
+        an SRV client picks by weight, whatever the order)."""
+        turn = 0
+        if rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA) and len(served.instances) > 1:
+            state.turn += 1
+            turn = state.turn % len(served.instances)
+        key = (name, rdtype, turn)
+        built = state.built.get(key)
+        # Valid while it was built from these very tuples (a change makes new ones).
+        if (
+            built is not None
+            and built[0][0] is served.instances
+            and built[0][1] is served.registered
+        ):
+            return built[1]
+        found = answers.records(name, rdtype, served, self.zone, self._ttl, self._limit, turn)
+        if len(state.built) >= MAX_BUILT:
+            state.built.clear()
+        state.built[key] = ((served.instances, served.registered), found)
+        return found
 
     def _negative(self, response: dns.message.Message, rcode: dns.rcode.Rcode) -> None:
         """NXDOMAIN, or NOERROR with no record: the zone's SOA in the authority section."""
@@ -619,11 +664,12 @@ class DnsServer:
         registered = snapshot.partitions.get(group, ())
         eligible = snapshot.up.get(group, ())
         if eligible and self.sentinel.feedback.outliers:
-            eligible = tuple(self.sentinel.feedback.admit(eligible))
+            admitted = self.sentinel.feedback.admit(eligible)  # the same tuple if none ejected
+            eligible = admitted if isinstance(admitted, tuple) else tuple(admitted)
         served = Served(eligible, registered=registered)
         if not eligible and group in state.elsewhere:
             region, instances = state.elsewhere[group]
-            served = Served(tuple(instances), region, 1, registered)
+            served = Served(instances, region, 1, registered)
         if question.label is None:
             return served
         name = f"{partition}:{question.label}"
@@ -734,7 +780,7 @@ class _Udp(asyncio.DatagramProtocol):
         telemetry.AGENT_DNS_QUERIES.labels("udp").inc()
         # A loopback client's socket is a source of its own (the host's processes all send
         # from 127.0.0.1); another host is one source whatever its ports.
-        source = addr[:2] if ipaddress.ip_address(addr[0]).is_loopback else addr[0]
+        source = addr[:2] if _loopback(addr[0]) else addr[0]
         answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
         if isinstance(answer, asyncio.Future):
             answer.add_done_callback(functools.partial(self._send_later, addr))
@@ -750,3 +796,11 @@ class _Udp(asyncio.DatagramProtocol):
 
     def error_received(self, exc: Exception) -> None:
         pass  # an ICMP error for an earlier answer: its client went away
+
+
+def _loopback(host: str) -> bool:
+    """Whether a peer's address (``::1``, ``fe80::1%eth0``) is loopback."""
+    try:
+        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
+    except ValueError:
+        return False

@@ -164,6 +164,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="instances in one DNS answer at most (default 64)",
     )
     agent.add_argument(
+        "--dns-rate",
+        type=count,
+        default=1000,
+        metavar="QPS",
+        help="DNS queries a second one source may send (a loopback client's socket, another "
+        "host's address), with bursts of twice that; more are dropped (default 1000)",
+    )
+    agent.add_argument(
         "--dns-wildcard",
         action="store_true",
         help="allow --dns on a wildcard address (0.0.0.0, [::]): every interface of the host",
