@@ -35,6 +35,9 @@ import dns.name
 from sentinel.errors import InvalidName, ValidationError
 from sentinel.registry.layout import validate_name
 
+# What docs/dns.md shows a user (the server's own names are its module's business).
+__all__ = ["NameTooLong", "Question", "name_of", "zone_name"]
+
 #: The prefix of each label of an encoded component.
 ENCODED = "x--"
 #: Base32 characters in each label of an encoded component but its last.
