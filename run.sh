@@ -44,6 +44,13 @@ ensure_graphviz() {
     command -v dot >/dev/null || apt_install graphviz || echo "run.sh: graphviz not installed" >&2
 }
 
+ensure_dig() {
+    # Only tests/integration/test_agent_dns.py needs it: it asks the agent's DNS server with
+    # dig; without it that test skips, saying so.
+    command -v dig >/dev/null || apt_install dnsutils \
+        || echo "run.sh: dnsutils (dig) not installed; the agent's DNS tests skip" >&2
+}
+
 ensure_chromium() {
     # Only tests/unit/test_docs_site.py needs it: it renders the docs at 1280 px and measures
     # every table; without a browser that check skips, saying so.
@@ -57,6 +64,15 @@ ensure_curator() {
     [ -f /usr/share/java/curator-x-discovery.jar ] && command -v javac >/dev/null && return
     apt_install default-jdk-headless libcurator-discovery-java libcurator-recipes-java libslf4j-java \
         || echo "run.sh: Curator not installed; the Curator interop tests skip" >&2
+}
+
+ensure_proxies() {
+    # tests/integration/test_dns_haproxy.py puts Debian's HAProxy and nginx in front of services
+    # they find through the agent's DNS; without them those tests skip, saying so.
+    command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || apt_install haproxy \
+        || echo "run.sh: haproxy not installed; the HAProxy DNS tests skip" >&2
+    command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx-light \
+        || echo "run.sh: nginx not installed; the nginx DNS tests skip" >&2
 }
 
 ensure_node_peer() {
@@ -147,9 +163,11 @@ case "$command" in
         [ -n "${RUN_SH_DRY_RUN:-}" ] || python3 -m tests.machine_speed "before the set-up" || true
         ensure_zookeeper
         ensure_graphviz
+        ensure_dig
         ensure_chromium
         ensure_curator
         ensure_postgresql
+        ensure_proxies
         if [ -n "${RUN_SH_DRY_RUN:-}" ]; then
             ensure_node_peer
         else

@@ -255,6 +255,42 @@ AGENT_XDS_SKIPPED = Counter(
     ["reason"],
     registry=None,
 )
+AGENT_DNS_QUERIES = Counter(
+    "sentinel_agent_dns_queries_total",
+    "DNS queries this host agent received, by transport (udp, tcp), dropped ones included.",
+    ["transport"],
+    registry=None,
+)
+AGENT_DNS_ANSWERS = Counter(
+    "sentinel_agent_dns_answers_total",
+    "DNS answers this host agent sent, by kind (a, aaaa, srv, txt, soa: records of that type; "
+    "empty: a known name with none; nxdomain; refused: outside its zone; formerr; notimp; "
+    "truncated: too large for UDP, TC set).",
+    ["kind"],
+    registry=None,
+)
+AGENT_DNS_DROPPED = Counter(
+    "sentinel_agent_dns_dropped_total",
+    "DNS queries this host agent dropped unanswered, by reason (malformed: not a DNS query; "
+    "oversized: over its bound; rate: over its source's rate; busy: too many queries waiting "
+    "for a load, or services followed; unloaded: the service could not be loaded within the "
+    "wait, never answered negatively; connections: a TCP connection over the caps; error: "
+    "the agent's own failure, logged).",
+    ["reason"],
+    registry=None,
+)
+AGENT_DNS_LATENCY = Histogram(
+    "sentinel_agent_dns_latency_seconds",
+    "Seconds from a DNS query's arrival to its answer's sending, in this host agent.",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0, 2.5),
+    registry=None,
+)
+AGENT_DNS_SKIPPED = Counter(
+    "sentinel_agent_dns_skipped_total",
+    "Instances this host agent's DNS server left out of an answer because their host is not "
+    "an IP address.",
+    registry=None,
+)
 HEALTH_CHANGES = Counter(
     "sentinel_health_status_changes_total",
     "Changes of an instance's status made by its readiness check in this process, by service, "
@@ -296,6 +332,11 @@ EVENT_METRICS = (
     AGENT_XDS_DROPPED,
     AGENT_XDS_NACKS,
     AGENT_XDS_SKIPPED,
+    AGENT_DNS_QUERIES,
+    AGENT_DNS_ANSWERS,
+    AGENT_DNS_DROPPED,
+    AGENT_DNS_LATENCY,
+    AGENT_DNS_SKIPPED,
     HEALTH_CHANGES,
     HEALTH_DOWN,
 )

@@ -54,6 +54,10 @@ class Host(Server, Protocol):
         """The region ``hello`` names when this server serves it (None: it names none);
         False when the connection was handed to another region's server, or refused."""
 
+    @property
+    def listeners(self) -> dict[str, str]:
+        """The agent's other surfaces and where each listens (``{"dns": "127.0.0.1:53"}``)."""
+
 
 class Answers:
     """The requests of ``admission``'s connections, served on ``workers`` from
@@ -209,6 +213,7 @@ class Answers:
             "staleness": self._sentinel.staleness,
             "processes": processes,
             "regions": [] if self._regions is None else self._regions.status(everything),
+            "listeners": dict(self._host.listeners),
         }
 
     def _ping(self, request: int) -> dict[str, Any]:

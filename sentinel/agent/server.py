@@ -138,6 +138,9 @@ class AgentServer:
         #: The other region this server serves (None: the agent's own session).
         self.region = region
         self._regions = regions
+        #: The agent's other surfaces and where each listens (``xds``, ``dns``): its
+        #: ``status`` says them; set by whoever starts them (``sentinel agent``).
+        self.listeners: dict[str, str] = {}
         if regions is not None and region is None:  # the agent's xDS server fails over there
             regions.bind(sentinel, self._region_server)
         self.deltas = deltas

@@ -9,13 +9,13 @@ What a service is in xDS terms is :mod:`sentinel.agent.xds_resources`.
 
 A service is followed while some stream asks for one of its resources (State of the World: a
 request replaces what its stream asked for of that type; a service no stream asks for is
-forgotten, never retried): loaded on a worker, a few at a time in the order asked
-(:meth:`Sentinel.prefetch <sentinel.Sentinel.prefetch>`, which may wait on ZooKeeper), never
-on the server's event loop, and served only when everyone may read its node (an xDS client
-has no identity to read as). What a change of a stream's names costs is those names, whatever
-the others follow; each peer (a uid, on loopback TCP) holds a share of the streams and of the
-services followed (:mod:`sentinel.agent.peers`), a message that is not a request ends its
-stream as malformed, and what clients send reaches the log quoted and throttled.
+forgotten, never retried): loaded through :class:`~sentinel.agent.loads.Loads` (on a worker,
+a few at a time in the order asked, never on the server's event loop), and served only when
+everyone may read its node (an xDS client has no identity to read as). What a change of a
+stream's names costs is those names, whatever the others follow; each peer (a uid, on
+loopback TCP) holds a share of the streams and of the services followed
+(:mod:`sentinel.agent.peers`), a message that is not a request ends its stream as
+malformed, and what clients send reaches the log quoted and throttled.
 
 A followed service's changes come from the agent's cache as listener events, on the cache's
 worker, which only hands the service's name to the event loop
@@ -39,9 +39,9 @@ What a client keeps when something fails: a resource is only ever sent from a lo
 snapshot, so the agent's session lost or the agent restarting never sends an empty or
 missing resource: the cache keeps serving the last state while its session is down, a
 service the agent cannot load yet (ZooKeeper unreachable) is not answered at all (retried
-every :data:`RETRY_SECONDS`), and gRPC's xDS client keeps its last resources while its
-stream is down or unanswered. Only a service that no longer exists in ZooKeeper is told as
-such.
+every :data:`~sentinel.agent.loads.RETRY_SECONDS`), and gRPC's xDS client keeps its last
+resources while its stream is down or unanswered. Only a service that no longer exists in
+ZooKeeper is told as such.
 """
 
 from __future__ import annotations
@@ -53,28 +53,24 @@ import functools
 import logging
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from envoy.service.discovery.v3 import discovery_pb2
 from google.protobuf.message import DecodeError
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
-from kazoo.security import Permissions
 
 from sentinel import telemetry
 from sentinel.agent import xds_resources as resources
 from sentinel.agent.admission import prepare_socket_path
+from sentinel.agent.loads import Loads
 from sentinel.agent.peers import Shares, Throttled, loopback_tcp_uid, quoted
 from sentinel.agent.xds_bootstrap import check_free, parse_address
 from sentinel.agent.xds_failover import Elsewhere, Served
 from sentinel.agent.xds_resources import CLUSTER, ENDPOINTS, LISTENER, Resources
-from sentinel.errors import AccessDenied, SentinelError, ServiceNotFound
+from sentinel.errors import SentinelError
 from sentinel.events import ChangeEvent, InstancesChanged, ServiceSpecChanged
-from sentinel.registry.layout import service_path
 
 if TYPE_CHECKING:
     from sentinel.client import Sentinel
@@ -86,10 +82,6 @@ MAX_NAMES = 64
 #: Services the streams of one peer (a uid; on a Unix socket, every client: gRPC does not
 #: name them) follow at once: a host's processes of one user, with room to spare.
 MAX_SERVICES_PER_PEER = 1024
-#: Seconds between retries of services that could not be loaded (ZooKeeper unreachable),
-#: or that did not exist (created since?).
-RETRY_SECONDS = 2.0
-_LOAD_WORKERS = 4  # and services being loaded at once: the others wait in line, droppable
 _SERVICE = "envoy.service.discovery.v3.AggregatedDiscoveryService"
 _MAX_REQUEST_BYTES = 64 * 1024  # MAX_NAMES names of 2 * 129 characters, and the node
 _SHORT = {LISTENER: "listener", CLUSTER: "cluster", ENDPOINTS: "endpoints"}
@@ -101,7 +93,6 @@ class _Service:
 
     resources: Resources | None = None  # its latest resources; None: not loaded yet
     absent: bool = False  # it does not exist, or not everyone may read it
-    loading: bool = False
     resolving: bool = False  # which region serves it is being decided on a worker
     stale: bool = False  # it changed meanwhile: decided again once that ends
     streams: set[_Stream] = field(default_factory=set)  # the streams following it
@@ -193,11 +184,6 @@ class XdsServer:
         self._streams: set[_Stream] = set()
         self._shares = Shares(max_streams, max_streams_per_uid, "xDS streams")
         self._peer_services: collections.Counter[int | None] = collections.Counter()
-        # Services to load, in the order first asked for (a service no stream follows any
-        # more leaves the line); loads under way; the services to load again at the retry.
-        self._waiting: OrderedDict[str, None] = OrderedDict()
-        self._loading = 0
-        self._retrying: set[str] = set()
         self._changed: set[str] = set()
         self._version = 0
         self._port = 0
@@ -207,16 +193,14 @@ class XdsServer:
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._remove_listener: Any = None
-        self._loads = ThreadPoolExecutor(_LOAD_WORKERS, "sentinel-xds-load")
+        self._loads = Loads(sentinel, "xDS", self._publish, log)
         self._closing = False
         # What clients do is logged at most once in a while (their text quoted), never as
-        # much as they please: their refusals, the streams dropped (by reason), and the
-        # services hidden from them.
+        # much as they please: their refusals, and the streams dropped (by reason).
         self._nacks = Throttled(log)
         self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
             lambda: Throttled(log)
         )
-        self._hidden = Throttled(log)
         # The clusters another region serves, under each service's failover rule, and when
         # they return home: the library's decisions (sentinel.agent.xds_failover).
         self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
@@ -263,9 +247,8 @@ class XdsServer:
         if self._remove_listener is not None:
             self._remove_listener()
             self._remove_listener = None
-        # Loads under way end first (each bounded by the cache's load timeout): their results
-        # go to the loop, which must still run.
-        self._loads.shutdown(wait=True, cancel_futures=True)
+        # Loads under way end first: their results go to the loop, which must still run.
+        self._loads.close()
         self._elsewhere.close()
         loop, stopping = self._loop, self._stopping
         if loop is not None and stopping is not None:
@@ -319,7 +302,7 @@ class XdsServer:
         if self._path is not None and self._shared:
             os.chmod(self._path, 0o666)
         await server.start()
-        retry = asyncio.ensure_future(self._retry())
+        retry = asyncio.ensure_future(self._loads.retry_forever())
         self._ready.set()
         try:
             await self._stopping.wait()
@@ -370,7 +353,7 @@ class XdsServer:
         if state is None:
             return  # no stream follows it any more
         if snapshot is None:
-            self._retrying.add(service)  # created since? asked again at the retry
+            self._loads.retry(service)  # created since? asked again at the retry
             if state.absent:
                 return  # as it was: nothing to send
             state.absent = True
@@ -394,7 +377,7 @@ class XdsServer:
             return
         state.resolving = True
         future = asyncio.get_running_loop().run_in_executor(
-            self._loads, self._elsewhere.served, service, snapshot
+            self._loads.executor, self._elsewhere.served, service, snapshot
         )
         future.add_done_callback(functools.partial(self._resolved, service, state, snapshot))
 
@@ -464,7 +447,6 @@ class XdsServer:
             service = resources.service_of(name)
             if service is not None:
                 self._follow(stream, service)
-        self._start_loads()
 
     def _follow(self, stream: _Stream, service: str) -> None:
         stream.services[service] += 1
@@ -473,7 +455,7 @@ class XdsServer:
         state = self._services.get(service)
         if state is None:
             state = self._services[service] = _Service()
-            self._waiting[service] = None
+            self._loads.want(service)
         state.streams.add(stream)
         state.peers[stream.peer] += 1
         if state.peers[stream.peer] == 1:
@@ -494,58 +476,8 @@ class XdsServer:
                 del self._peer_services[stream.peer]
         if not state.streams:  # forgotten: a load under way is ignored when it ends
             del self._services[service]
-            self._waiting.pop(service, None)
-            self._retrying.discard(service)
+            self._loads.forget(service)
             self._elsewhere.forget(service)
-
-    def _start_loads(self) -> None:
-        """Load the services waiting, first asked first, a few at a time (each on a worker)."""
-        loop = asyncio.get_running_loop()
-        while self._waiting and self._loading < _LOAD_WORKERS and not self._closing:
-            service, _ = self._waiting.popitem(last=False)
-            state = self._services[service]
-            state.loading = True
-            self._loading += 1
-            future = loop.run_in_executor(self._loads, self._read, service)
-            future.add_done_callback(functools.partial(self._loaded, service, state))
-
-    def _read(self, service: str) -> Any:
-        """On a load worker: the service's snapshot, loaded into the agent's cache; None when
-        it does not exist or not everyone may read it. Raises when ZooKeeper cannot say."""
-        try:
-            self.sentinel.prefetch(service)
-            entries, _ = self.sentinel.session.zk.get_acls(service_path(service))
-        except (ServiceNotFound, NoNodeError):
-            return None
-        except (AccessDenied, NoAuthError):  # not even the agent may read it
-            entries = []
-        if not any(e.perms & Permissions.READ and e.id.scheme == "world" for e in entries):
-            self._hidden.warning("xDS: %s is not served: not everyone may read it", service)
-            return None
-        return self.sentinel.session.cache.snapshots.get(service)
-
-    def _loaded(self, service: str, state: _Service, done: asyncio.Future[Any]) -> None:
-        self._loading -= 1
-        state.loading = False
-        if self._services.get(service) is state and not done.cancelled():
-            failure = done.exception()
-            if failure is None:
-                self._publish(service, done.result())
-            else:  # retried; meanwhile nothing is answered for it
-                self._retrying.add(service)
-                if not isinstance(failure, SentinelError | KazooException):
-                    log.error("xDS: loading %s failed", service, exc_info=failure)
-        self._start_loads()
-
-    async def _retry(self) -> None:
-        """Load again what could not be loaded, or did not exist, and is still followed."""
-        while True:
-            await asyncio.sleep(RETRY_SECONDS)
-            for service in self._retrying:
-                if not self._services[service].loading:
-                    self._waiting.setdefault(service)
-            self._retrying.clear()
-            self._start_loads()
 
     # --- streams ------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sentinel.agent.regions import regions_of
-from sentinel.agent.xds_resources import partitions_of
+from sentinel.agent.served import partitions_of
 from sentinel.cache.return_home import ReturnHome
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.regions.router import Answer, Router

@@ -48,6 +48,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from sentinel import telemetry
+from sentinel.agent.served import partitions_of, scaled_weights
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.errors import InvalidName
 from sentinel.registry.endpoint import Endpoint
@@ -140,14 +141,6 @@ def service_of(name: str) -> str | None:
     except InvalidName:
         return None
     return service
-
-
-def partitions_of(snapshot: ServiceSnapshot) -> list[str | None]:
-    """The partitions that are clusters of their own: None for an unsharded service, else
-    each partition the registry lists an instance in."""
-    if snapshot.spec.shard_policy is None:
-        return [None]
-    return sorted((p for p in snapshot.partitions if p is not None), key=str)
 
 
 def build(
@@ -287,21 +280,9 @@ def _locality(instance: Endpoint, address: str, weight: int, region: str) -> byt
 
 
 def locality_weights(instances: tuple[Endpoint, ...]) -> dict[str, int]:
-    """Each instance's locality weight by its name: its weight as Sentinel's weighted
-    balancer sees it (all equal when every weight is 0), scaled to integers with the heaviest
-    at :data:`WEIGHT_SCALE`; an instance of weight 0 beside heavier ones has none."""
-    # The balancer's own rule, imported when used: the core imports no plug-in when imported.
-    from sentinel.balancers.weighted import WeightedRandom
-
-    if not instances:
-        return {}
-    weights = WeightedRandom().weights(instances)
-    heaviest = max(weights)
-    return {
-        instance.name: max(1, round(weight / heaviest * WEIGHT_SCALE))
-        for instance, weight in zip(instances, weights, strict=True)
-        if weight > 0
-    }
+    """Each instance's locality weight by its name (:func:`~sentinel.agent.served.scaled_weights`
+    with the heaviest at :data:`WEIGHT_SCALE`)."""
+    return scaled_weights(instances, WEIGHT_SCALE)
 
 
 def _address(host: str) -> str | None:

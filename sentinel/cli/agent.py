@@ -31,6 +31,7 @@ def _run(args: argparse.Namespace) -> int:
     from sentinel.registry.layout import sanitize_name
 
     xds_server = _xds_server_class(args.xds) if args.xds else None
+    dns_server = _dns_server_class(args) if args.dns else None
     # Bound before connecting, as the xDS address is checked: a taken port is exit 4.
     ui_socket = _ui_socket(args) if args.ui is not None else None
     serve_metrics(args)
@@ -72,6 +73,9 @@ def _run(args: argparse.Namespace) -> int:
             {
                 "serving": lambda details: f"serving {details['socket']}",
                 "serving_xds": lambda details: f"serving xDS on {details['address']}",
+                "serving_dns": lambda details: (
+                    f"serving DNS on {details['address']} (zone {details['zone']})"
+                ),
             },
         )
         with contextlib.ExitStack() as running:
@@ -90,15 +94,35 @@ def _run(args: argparse.Namespace) -> int:
                     handshake_timeout=args.hello_timeout,
                 )
                 running.enter_context(xds)
-            if ui_socket is not None:
-                running.enter_context(_dashboard(args, sentinel, ui_socket, client_id))
-            report("serving", {"socket": server.path})
-            if xds is not None:
-                report("serving_xds", {"address": xds.address})
+                server.listeners["xds"] = xds.address
+            dns = None
+            if dns_server is not None:
+                dns = dns_server(
+                    sentinel,
+                    args.dns,
+                    zone=args.dns_zone,
+                    ttl=args.dns_ttl,
+                    answer_limit=args.dns_answer_limit,
+                    rate=args.dns_rate,
+                    burst=2 * args.dns_rate,
+                    wildcard=args.dns_wildcard,
+                )
+                running.enter_context(dns)
+                server.listeners["dns"] = dns.address
+            ui_url = None
             if ui_socket is not None:
                 from sentinel.ui.server import url
 
-                report("serving_ui", {"url": url(ui_socket)})
+                running.enter_context(_dashboard(args, sentinel, ui_socket, client_id))
+                ui_url = url(ui_socket)
+                server.listeners["ui"] = ui_url
+            report("serving", {"socket": server.path})
+            if xds is not None:
+                report("serving_xds", {"address": xds.address})
+            if dns is not None:
+                report("serving_dns", {"address": dns.address, "zone": str(dns.zone)})
+            if ui_url is not None:
+                report("serving_ui", {"url": ui_url})
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: server.stop())
             server.run()
@@ -152,6 +176,23 @@ def _xds_server_class(address: str) -> Any:
     return XdsServer
 
 
+def _dns_server_class(args: argparse.Namespace) -> Any:
+    """:class:`~sentinel.agent.dns.server.DnsServer`, or an error naming the extra it needs or
+    what is wrong with ``--dns``/``--dns-zone``, or that another process listens there: before
+    anything connects."""
+    try:
+        from sentinel.agent.dns.names import zone_name
+        from sentinel.agent.dns.server import DnsServer, check_free
+    except ImportError as exc:
+        raise ValidationError(
+            f"--dns needs the dns extra ({exc.name} is missing): "
+            "pip install -e '.[dns]' in a checkout"
+        ) from None
+    zone_name(args.dns_zone)
+    check_free(args.dns, args.dns_wildcard)
+    return DnsServer
+
+
 def _print_xds_bootstrap(args: argparse.Namespace) -> int:
     """The bootstrap a process copies; connects to nothing, needs no gRPC."""
     from sentinel.agent.xds_bootstrap import bootstrap_json
@@ -160,6 +201,10 @@ def _print_xds_bootstrap(args: argparse.Namespace) -> int:
         raise ValidationError("--print-xds-bootstrap prints the bootstrap for --xds ADDRESS")
     print(bootstrap_json(args.xds, socket.gethostname()))
     return EXIT_OK
+
+
+#: What each of the agent's other listeners serves, as `agent status` names it.
+_SURFACES = {"xds": "xDS", "dns": "DNS", "ui": "the dashboard"}
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -189,6 +234,8 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     staleness = "" if status["state"] == "connected" else f", stale {status['staleness']:.1f}s"
     print(f"agent {link.path}: ZooKeeper session {status['state']}{staleness}")
+    for surface, address in sorted(status["listeners"].items()):
+        print(f"serving {_SURFACES.get(surface, surface)} on {address}")
     print_table(
         [(p["pid"], p["client"], ", ".join(p["services"]) or "-") for p in status["processes"]],
         ("PID", "CLIENT", "SERVICES"),
@@ -240,4 +287,13 @@ def _checked_status(answer: dict[str, Any]) -> dict[str, Any]:
                 "processes": field(region, "processes", (int, type(None))),
             }
         )
-    return {"state": state, "staleness": staleness, "processes": processes, "regions": regions}
+    listeners = field(answer, "listeners", dict) if "listeners" in answer else {}  # else: older
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in listeners.items()):
+        raise AgentProtocolError("'status' lists a listener that is not a string")
+    return {
+        "state": state,
+        "staleness": staleness,
+        "processes": processes,
+        "regions": regions,
+        "listeners": listeners,
+    }

@@ -47,19 +47,27 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackHTTPServer:
-    """An HTTP server on ``127.0.0.1`` (a free port) that answers every request with JSON:
-    its ``name``, the request's ``method``, ``path`` and ``headers`` (names in lower case).
+    """An HTTP server on loopback that answers every request with JSON: its
+    ``name``, the request's ``method``, ``path`` and ``headers`` (names in lower case).
 
     ``delay`` seconds pass before each answer (a slow instance); ``status`` is the answer's
     status code, the same JSON body with any (set it while serving: an instance whose
     dependency fails answers 503). With ``keep_alive`` it speaks
     HTTP/1.1 and keeps connections open; without, each connection carries one request, so
-    :meth:`stop` refuses every later one at once. Use it as a context manager, or call
+    :meth:`stop` refuses every later one at once. ``host`` and ``port`` are the address it
+    binds (``port`` 0: a free one): another loopback address (``127.0.0.2``) gives an instance
+    an IP of its own, on the port another has. Use it as a context manager, or call
     :meth:`start` and :meth:`stop`.
     """
 
     def __init__(
-        self, name: str, delay: float = 0.0, keep_alive: bool = False, status: int = 200
+        self,
+        name: str,
+        delay: float = 0.0,
+        keep_alive: bool = False,
+        status: int = 200,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.name = name
         self.delay = delay
@@ -96,7 +104,7 @@ class LoopbackHTTPServer:
             def log_message(self, format: str, *args: object) -> None:
                 """Quiet: tests and benchmarks send thousands of requests."""
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = _Server((host, port), Handler)
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"http-{name}", daemon=True

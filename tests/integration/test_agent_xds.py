@@ -473,8 +473,11 @@ def test_a_socket_directory_others_may_write_is_refused_and_a_live_socket_never_
         XdsServer(host.agent, host.xds.address).start()
 
 
-def test_sentinel_agent_xds_serves_from_its_own_process(zookeeper, host):
-    """The command: ``sentinel agent --xds`` says where it serves, and answers there."""
+def test_sentinel_agent_xds_and_dns_serve_from_its_own_process(zookeeper, host):
+    """The command: ``sentinel agent --xds --dns`` says where it serves each, answers there
+    (DNS asked with dig when installed), and ``sentinel agent status`` names both."""
+    from tests.integration.test_agent_dns import DIG, dig
+
     directory = tempfile.mkdtemp(prefix="xds-cli-")
     os.chmod(directory, 0o755)
     service = host.service()
@@ -487,15 +490,27 @@ def test_sentinel_agent_xds_serves_from_its_own_process(zookeeper, host):
         f"{directory}/agent.sock",
         "--xds",
         f"unix:{directory}/xds.sock",
+        "--dns",
+        "0",
     )
     try:
-        assert wait_until(lambda: daemon.saw("serving_xds"), 60), daemon.events
+        assert wait_until(lambda: daemon.saw("serving_dns"), 60), daemon.events
+        assert daemon.saw("serving_xds", address=f"unix:{directory}/xds.sock"), daemon.events
         probe = Probe(f"unix:{directory}/xds.sock", ENDPOINTS, [service])
         try:
             assert wait_until(lambda: probe.responses)
             assert endpoints(probe.responses[0]) == [("127.0.0.1", 9, 1)]
         finally:
             probe.close()
+        dns = next(e["address"] for e in daemon.events if e["event"] == "serving_dns")
+        assert dns.startswith("127.0.0.1:")  # loopback unless another address is named
+        if DIG is not None:
+            assert dig(dns, f"{service}.sentinel").data("A") == ["127.0.0.1"]
+        status = sentinel_in_process(
+            "agent", "status", "--socket", f"{directory}/agent.sock", "--namespace", host.namespace
+        )
+        assert f"serving DNS on {dns}" in status.stdout, status
+        assert f"serving xDS on unix:{directory}/xds.sock" in status.stdout, status
     finally:
         daemon.stop()
 

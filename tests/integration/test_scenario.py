@@ -6,8 +6,8 @@ own) each hold the namespace. ``api`` has readiness-checked instances in both (a
 endpoint per region, which the test turns to 503) and a rule failing over to west; ``orders``
 is sharded by ``tenants`` (a directory kept in both regions); ``ledger`` (from step 7) is a
 Curator-format service. Every instance is a real grpcio server. One agent serves the
-region's processes, over its socket and as an xDS server; a grpcio client calls
-``xds:///<service>`` through it.
+region's processes, over its socket, as an xDS server and as a DNS server; a grpcio client
+calls ``xds:///<service>`` through it, and ``dig`` asks it for ``_<service>._tcp.sentinel``.
 
 =====  ============================  =====================================================
 step   what happens                  what every surface must show
@@ -25,7 +25,7 @@ step   what happens                  what every surface must show
 =====  ============================  =====================================================
 
 Each step is one test per surface, ``test_scenario_<step>_<what>_<surface>`` (library, cli,
-agent, grpc), run in order on one worker (the module-scoped world groups them:
+agent, grpc, dns), run in order on one worker (the module-scoped world groups them:
 tests/conftest.py's ``_worker_group``). A step's change is made once, by the first of its tests
 to run (:meth:`Scenario.reach`, which also makes the earlier steps' changes), so that one step
 can be run alone (``-k scenario_3``). A later surface adds its own test per step, with
@@ -51,6 +51,7 @@ import grpc
 import pytest
 
 from sentinel import HealthCheck, Sentinel
+from sentinel.agent.dns.server import DnsServer
 from sentinel.agent.regions import RegionServers
 from sentinel.agent.server import AgentServer
 from sentinel.agent.xds import XdsServer
@@ -68,6 +69,7 @@ from sentinel.testing.grpcserver import LoopbackGRPCServer
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 from tests.conftest import sentinel_in_process
+from tests.integration.test_agent_dns import DIG, dig
 from tests.integration.test_agent_xds import BOOTSTRAP_ENV, calls
 from tests.integration.test_health import readiness_server
 
@@ -106,6 +108,7 @@ class Scenario:
     agent_fed: Sentinel  # another, fed by the agent
     credentials: FileBackend
     stack: contextlib.ExitStack
+    dns: str = ""  # the agent's DNS server's HOST:PORT
     step: int = 1
     notes: dict[str, object] = field(default_factory=dict)
 
@@ -152,6 +155,27 @@ class Scenario:
             if wait_until(settled, SEEN_WITHIN) is not None:
                 return batches[-1]
         return set().union(*batches) or failed
+
+    def srv(self, name: str) -> tuple[str, set[tuple[int, str]]] | str:
+        """``dig`` of ``name``'s SRV records once settled (the same answer three times in a
+        row, polled within :data:`SEEN_WITHIN`): its status and each record's priority and
+        target's label; without dig, why not."""
+        if DIG is None:
+            pytest.skip("dig is not installed (Debian: apt-get install dnsutils)")
+        answers: list[tuple[str, set[tuple[int, str]]]] = []
+
+        def settled() -> bool:
+            answer = dig(self.dns, name, "SRV")
+            answers.append(
+                (
+                    answer.status,
+                    {(int(d.split()[0]), d.split()[3].split(".")[0]) for d in answer.data("SRV")},
+                )
+            )
+            return len(answers) >= 3 and answers[-1] == answers[-2] == answers[-3]
+
+        wait_until(settled, SEEN_WITHIN)
+        return answers[-1]
 
     @staticmethod
     def refused(service: str) -> str | None:
@@ -365,6 +389,7 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
         stack.callback(agent.stop)
         xds = XdsServer(agent_home, f"unix:{sockets}/xds.sock", send_timeout=2.0).start()
         stack.callback(xds.stop)
+        dns = stack.enter_context(DnsServer(agent_home, "127.0.0.1:0"))
         # gRPC's xDS client reads its bootstrap when a process's first xds:/// channel opens.
         environment = stack.enter_context(pytest.MonkeyPatch.context())
         environment.setenv(BOOTSTRAP_ENV, bootstrap_json(xds.address, "scenario"))
@@ -406,6 +431,7 @@ def scenario(zookeeper, west, tmp_path_factory) -> Iterator[Scenario]:
             agent_fed,
             credentials,
             stack,
+            dns.address,
         )
         # Set up when every api instance is up and both applications hold the credential.
         for region in ("east", "west"):
@@ -568,6 +594,13 @@ def test_scenario_1_all_healthy_grpc(scenario):
     assert scenario.served_by("orders", [(PARTITION_HEADER, "p1")]) == {"east-p1"}
 
 
+def test_scenario_1_all_healthy_dns(scenario):
+    scenario.reach(1)
+    assert scenario.srv("_api._tcp.sentinel") == ("NOERROR", {(0, n) for n in EAST_API})
+    assert scenario.srv("_p1._orders._tcp.sentinel") == ("NOERROR", {(0, "east-p1")})
+    assert scenario.srv("acme.key.orders.sentinel") == ("NOERROR", {(0, "east-p1")})
+
+
 # -- step 2: every api instance in east fails its readiness check (its endpoint answers
 # 503). West serves; every surface says so, and names the check and its last result.
 
@@ -634,6 +667,15 @@ def test_scenario_2_east_unready_grpc(scenario):
     assert scenario.served_by("api") == {"west-a"}
 
 
+def test_scenario_2_east_unready_dns(scenario):
+    """West's instance answers, priority 1 (HAProxy ignores priorities: never beside east's);
+    TXT names east's failing check and its last result."""
+    scenario.reach(2)
+    assert scenario.srv("_api._tcp.sentinel") == ("NOERROR", {(1, "west-a")})
+    txt = " ".join(dig(scenario.dns, "api.sentinel", "TXT").data("TXT"))
+    assert "region=west" in txt and names_the_failing_check(txt), txt
+
+
 # -- step 3: west's api instance leaves too. Nothing serves api; every surface says why,
 # naming both regions.
 
@@ -676,6 +718,12 @@ def test_scenario_3_west_empty_cli(scenario):
 def test_scenario_3_west_empty_grpc(scenario):
     scenario.reach(3)
     assert scenario.refused("api") == "UNAVAILABLE"
+
+
+def test_scenario_3_west_empty_dns(scenario):
+    """Nothing eligible anywhere: an empty NOERROR (the service exists), never NXDOMAIN."""
+    scenario.reach(3)
+    assert scenario.srv("_api._tcp.sentinel") == ("NOERROR", set())
 
 
 # -- step 4: east's endpoint answers 200 again; then app's credential rotates while both
@@ -804,6 +852,11 @@ def test_scenario_6_shard_map_synced_grpc(scenario):
     scenario.reach(6)
     partition = settles(lambda: scenario.library.partition_of("orders", "acme"), "p2")
     assert scenario.served_by("orders", [(PARTITION_HEADER, partition)]) == {"east-p2"}
+
+
+def test_scenario_6_shard_map_synced_dns(scenario):
+    scenario.reach(6)
+    assert scenario.srv("acme.key.orders.sentinel") == ("NOERROR", {(0, "east-p2")})
 
 
 # -- step 7: ledger, a Curator-format service (its instances written as Java Curator

@@ -35,6 +35,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         "With --regions (or $SENTINEL_REGIONS), it also holds one session per other region "
         "for the processes that fail over there, each opened when the first of them needs it "
         "(a process names a region, never where it is). "
+        "With --xds it also serves gRPC clients (xDS), with --dns every program of the host "
+        "(DNS: A, AAAA, SRV and TXT records of the services; docs/dns.md). "
         "Runs until SIGINT or SIGTERM; prints 'serving PATH' once listening "
         "(--json: a JSON line). Exit 3 when ZooKeeper is unreachable.",
         (
@@ -44,6 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel agent --xds unix:/run/sentinel/xds.sock   # gRPC clients too",
             "sentinel agent --xds unix:/run/sentinel/xds.sock --print-xds-bootstrap",
             "sentinel agent --ui 8470       # and its read-only dashboard on 127.0.0.1:8470",
+            "sentinel agent --dns 127.0.0.1:8600  # DNS: dig -p 8600 @127.0.0.1 orders.sentinel",
             "sentinel agent status          # what a running agent serves, and to whom",
         ),
     )
@@ -135,6 +138,45 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="print the gRPC xDS bootstrap (JSON) of a process on this host for the agent at "
         "--xds, and exit without connecting: write it to the file $GRPC_XDS_BOOTSTRAP names, "
         "or put it in $GRPC_XDS_BOOTSTRAP_CONFIG",
+    )
+    agent.add_argument(
+        "--dns",
+        metavar="ADDRESS",
+        help="also answer DNS (UDP and TCP) for the services, on PORT (127.0.0.1) or IP:PORT: "
+        "ORDERS.ZONE for A/AAAA, _ORDERS._tcp.ZONE for SRV (docs/dns.md); needs the dns extra",
+    )
+    agent.add_argument(
+        "--dns-zone",
+        default="sentinel.",
+        metavar="ZONE",
+        help="the zone the DNS names are in; others are refused (default sentinel.)",
+    )
+    agent.add_argument(
+        "--dns-ttl",
+        type=count,
+        default=5,
+        metavar="SECONDS",
+        help="the TTL of every DNS answer, negative ones too (default 5)",
+    )
+    agent.add_argument(
+        "--dns-answer-limit",
+        type=count,
+        default=64,
+        metavar="N",
+        help="instances in one DNS answer at most (default 64)",
+    )
+    agent.add_argument(
+        "--dns-rate",
+        type=count,
+        default=1000,
+        metavar="QPS",
+        help="DNS queries a second one source may send (a loopback client's socket, another "
+        "host's address), with bursts of twice that; more are dropped (default 1000)",
+    )
+    agent.add_argument(
+        "--dns-wildcard",
+        action="store_true",
+        help="allow --dns on a wildcard address (0.0.0.0, [::]): every interface of the host",
     )
     agent.add_argument("--client-id", help="the agent's own name (default agent-HOST)")
     agent.add_argument(  # the frames before deltas, for benchmarks.agent to compare

@@ -1,0 +1,6 @@
+"""``sentinel agent --dns``: the agent's cache answered as DNS (A, AAAA, SRV, TXT).
+
+:mod:`~sentinel.agent.dns.names`: the names asked for and what they mean;
+:mod:`~sentinel.agent.dns.answers`: the records of a snapshot;
+:mod:`~sentinel.agent.dns.server`: the UDP and TCP server, following services on demand.
+"""
