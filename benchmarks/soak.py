@@ -78,6 +78,8 @@ NAMESPACE = "/soak"
 _WALKED = ("sentinel", "kazoo")
 _CONTAINERS = (dict, set, frozenset, list, tuple, collections.deque)
 _MAX_DEPTH = 6
+# The tables' names begin with their root's: the clients here, the servers in the agent.
+_TABLES = ("reader.", "writer.", "west.", "agent: agent.", "agent: xds.")
 _Z95 = statistics.NormalDist().inv_cdf(0.975)
 # The census's lines: the types (and allocation sites) that grew most.
 _CENSUS_TOP = 12
@@ -627,7 +629,8 @@ def run(args: argparse.Namespace) -> dict:
                 if reader.regions_router is not None:
                     by_name = reader.regions_router.remotes.by_name.values()
                     sample["regions open"] = float(sum(r.client is not None for r in by_name))
-                sample.update({k: float(v) for k, v in tables({"reader": reader}).items()})
+                walked = {"reader": reader, "writer": writer, "west": west}
+                sample.update({k: float(v) for k, v in tables(walked).items()})
                 samples.append(sample)
                 next_sample += args.every
             if now >= next_census or now >= deadline:
@@ -762,7 +765,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         values = [s.get(name, 0.0) for s in samples]
         verdicts[name] = judge(times, values, args.warmup, relative=name.endswith(" kb"))
-    is_table = lambda name: name.startswith(("reader.", "agent: agent.", "agent: xds."))  # noqa: E731
+    is_table = lambda name: name.startswith(_TABLES)  # noqa: E731
     shown = [
         name
         for name, v in verdicts.items()

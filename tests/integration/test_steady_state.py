@@ -43,6 +43,23 @@ def test_a_retired_service_leaves_no_clients_entry_behind_not_even_after_an_expi
     assert nodes.kept(client_path("kept", "reader")) is not None
 
 
+def test_a_service_retired_and_created_again_is_registered_to_as_it_is_now(make_client, raw_zk):
+    """A client keeps a service's spec while it holds a registration of it, and no longer:
+    kept for every service it ever registered to, it grew with them, and a service retired
+    and created again with another scheme was registered to with the old one."""
+    writer = make_client("writer")
+    first = writer.register("reborn", "p0", "10.0.0.1", 80, label="a")
+    assert first.instance.scheme == "http"
+    writer.deregister(first)
+    assert "reborn" not in writer.session.publisher._targets
+    retire_service(raw_zk, "reborn", force=True)
+
+    make_client("admin").ensure_service("reborn", scheme="postgresql")
+    again = writer.register("reborn", "p0", "10.0.0.1", 5432, label="a")
+    assert again.instance.scheme == "postgresql"
+    assert writer.read_service("reborn").instances[0].scheme == "postgresql"
+
+
 @pytest.fixture(scope="module")
 def west() -> Iterator[LocalZooKeeper]:
     with LocalZooKeeper() as zk:
