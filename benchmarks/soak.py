@@ -606,7 +606,9 @@ def run(args: argparse.Namespace) -> dict:
             writer, reader, west, args, f"{directory}/agent.sock", f"unix:{directory}/xds.sock"
         )
         stack.callback(churn.close)
-        samples: list[dict] = []
+        # The samples go to a file as they are taken: kept in this process, they would be a
+        # table growing with the run in the process measured (a few MB per hour).
+        recorded = stack.enter_context(open(f"{directory}/samples.jsonl", "w+"))
         censuses: dict[str, list[dict]] = {"soak": [], "agent": []}
         began = time.monotonic()
         deadline = began + args.minutes * 60
@@ -631,7 +633,7 @@ def run(args: argparse.Namespace) -> dict:
                     sample["regions open"] = float(sum(r.client is not None for r in by_name))
                 walked = {"reader": reader, "writer": writer, "west": west}
                 sample.update({k: float(v) for k, v in tables(walked).items()})
-                samples.append(sample)
+                recorded.write(json.dumps(sample) + "\n")
                 next_sample += args.every
             if now >= next_census or now >= deadline:
                 censuses["soak"].append(census())
@@ -657,6 +659,8 @@ def run(args: argparse.Namespace) -> dict:
                 churn.open_stream(args.streams)
         churn.close()
         churn.counts["listener events"] = churn.heard
+        recorded.seek(0)
+        samples = [json.loads(line) for line in recorded]
         return {"samples": samples, "counts": dict(churn.counts), "censuses": censuses}
 
 
