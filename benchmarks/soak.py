@@ -61,6 +61,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, suppress
 from pathlib import Path
 
+from prometheus_client.metrics import MetricWrapperBase
+
 from benchmarks.agent import ask, start_worker
 from benchmarks.common import report
 from benchmarks.zkcost import watches
@@ -79,7 +81,15 @@ _WALKED = ("sentinel", "kazoo")
 _CONTAINERS = (dict, set, frozenset, list, tuple, collections.deque)
 _MAX_DEPTH = 6
 # The tables' names begin with their root's: the clients here, the servers in the agent.
-_TABLES = ("reader.", "writer.", "west.", "agent: agent.", "agent: xds.")
+_TABLES = (
+    "reader.",
+    "writer.",
+    "west.",
+    "telemetry.",
+    "agent: agent.",
+    "agent: xds.",
+    "agent: telemetry.",
+)
 _Z95 = statistics.NormalDist().inv_cdf(0.975)
 # The census's lines: the types (and allocation sites) that grew most.
 _CENSUS_TOP = 12
@@ -213,6 +223,18 @@ def tables(roots: Mapping[str, object]) -> dict[str, int]:
     for name, root in roots.items():
         visit(root, name, 0)
     return sizes
+
+
+def label_sets() -> dict[str, int]:
+    """The label sets (series) each of ``sentinel.telemetry``'s labelled metrics holds: a
+    table keyed by values (services, reasons) that the walk does not reach."""
+    from sentinel import telemetry
+
+    return {
+        f"telemetry.{name}": len(metric._metrics)
+        for name, metric in vars(telemetry).items()
+        if isinstance(metric, MetricWrapperBase) and metric._labelnames
+    }
 
 
 def session_watches(host: str, port: int, session_id: int) -> int:
@@ -633,6 +655,7 @@ def run(args: argparse.Namespace) -> dict:
                     sample["regions open"] = float(sum(r.client is not None for r in by_name))
                 walked = {"reader": reader, "writer": writer, "west": west}
                 sample.update({k: float(v) for k, v in tables(walked).items()})
+                sample.update({k: float(v) for k, v in label_sets().items()})
                 recorded.write(json.dumps(sample) + "\n")
                 next_sample += args.every
             if now >= next_census or now >= deadline:

@@ -16,7 +16,7 @@ import json
 import sys
 import tracemalloc
 
-from benchmarks.soak import census, heap_figures, process_figures, tables
+from benchmarks.soak import census, heap_figures, label_sets, process_figures, tables
 from sentinel import Sentinel
 from sentinel.agent.regions import AGENT_SESSION
 from sentinel.agent.server import AgentServer
@@ -37,6 +37,7 @@ def serve(hosts: str, namespace: str, socket_path: str, xds_address: str) -> Non
             if op == "sample":
                 answer = {**process_figures(), **heap_figures()}
                 answer.update(tables({"agent": server, "xds": xds}))
+                answer.update(label_sets())
             elif op == "census":
                 answer = census()
             else:
