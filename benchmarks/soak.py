@@ -14,6 +14,8 @@ churn for ``--minutes``:
 - services created and retired (:func:`sentinel.registry.retire.retire_service`), each with a
   listener added and removed;
 - with regions, failover rules to ``west`` set and removed (warm, so the region follows them);
+- the reader's credential for a service rotated (:meth:`CredentialWriter.rotate
+  <sentinel.auth.writer.CredentialWriter.rotate>`: published, confirmed, the old revoked);
 - processes joining the agent (a client with ``agent=`` its socket, following two services)
   and leaving it, and raw ADS streams opening on its xDS server (asking for two services'
   assignments, acknowledging each response as a gRPC client does) and closing.
@@ -67,7 +69,9 @@ from benchmarks.agent import ask, start_worker
 from benchmarks.common import report
 from benchmarks.zkcost import watches
 from sentinel import Sentinel
-from sentinel.errors import RegistryConflict
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
+from sentinel.errors import RegistryConflict, RotationFailed
 from sentinel.feedback import InstanceFeedback
 from sentinel.health import HealthCheck
 from sentinel.publisher import Registration
@@ -76,6 +80,7 @@ from sentinel.registry.retire import retire_service
 from sentinel.testing.zookeeper import LocalZooKeeper, four_letter_word
 
 NAMESPACE = "/soak"
+READER = "soak-reader"
 # Objects of these packages are walked into; anything else is a leaf.
 _WALKED = ("sentinel", "kazoo")
 _CONTAINERS = (dict, set, frozenset, list, tuple, collections.deque)
@@ -371,6 +376,17 @@ class XdsStream:
         self._channel.close()
 
 
+class _Passwords:
+    """The rotations' credential backend: a new password per version, revoked by nobody
+    (what a database does with them is not the soak's)."""
+
+    def create(self, service: str, client: str, version: int) -> Mapping[str, str]:
+        return {"user": client, "password": f"{service}-{client}-{version}"}
+
+    def revoke(self, service: str, client: str, version: int) -> None:
+        pass
+
+
 class Churn:
     """The writer's side: services with instances that come and go, drained and health
     flipping, rules set and removed; the agent's processes and xDS streams coming and going."""
@@ -501,6 +517,17 @@ class Churn:
         self.healthy[service] = not self.healthy[service]
         self.counts["health flips"] += 1
 
+    def rotate(self) -> None:
+        """The reader's credential for a service rotated (Procedure 2: published, confirmed
+        by the reader, the old one revoked)."""
+        service = self.random.choice(sorted(self.live))
+        try:
+            self.writer.credentials.rotate(service, [READER], _Passwords(), timeout=10)
+        except RotationFailed:  # the reader did not confirm in time (a loaded machine)
+            self.counts["rotations failed"] += 1
+        else:
+            self.counts["rotations"] += 1
+
     def toggle_rule(self) -> None:
         service = self.random.choice(sorted(self.live))
         spec = self.reader.session.cache.snapshots.get(service)
@@ -617,10 +644,11 @@ def run(args: argparse.Namespace) -> dict:
         reader = stack.enter_context(
             Sentinel(
                 east_zk.connect_string,
-                "soak-reader",
+                READER,
                 NAMESPACE,
                 regions=regions,
                 feedback=feedback,
+                auth=AuthConfig(keys=ClientKeyring.generate()),
                 prometheus_registry=None,
             )
         )
@@ -672,6 +700,8 @@ def run(args: argparse.Namespace) -> dict:
                 churn.retire()
             if args.regions and step % args.rule_every == args.rule_every // 2:
                 churn.toggle_rule()
+            if step % args.rotate_every == 5:
+                churn.rotate()
             if step % args.drain_every == 1:
                 churn.drain()
             if step % args.flip_every == 2:
@@ -767,6 +797,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--instances", type=int, default=10, help="instances per service")
     parser.add_argument("--retire-every", type=int, default=100, help="steps per retirement")
     parser.add_argument("--rule-every", type=int, default=60, help="steps per rule change")
+    parser.add_argument("--rotate-every", type=int, default=200, help="steps per rotation")
     parser.add_argument("--drain-every", type=int, default=10, help="steps per drain")
     parser.add_argument("--flip-every", type=int, default=20, help="steps per health flip")
     parser.add_argument("--processes", type=int, default=3, help="agent processes at once")
