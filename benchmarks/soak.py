@@ -717,9 +717,17 @@ def run(args: argparse.Namespace) -> dict:
         return {"samples": samples, "counts": dict(churn.counts), "censuses": censuses}
 
 
-def plot(samples: list[dict], verdicts: dict, names: list[str], path: Path, title: str) -> None:
+def plot(
+    samples: list[dict],
+    verdicts: dict,
+    names: list[str],
+    path: Path,
+    title: str,
+    alike: Mapping[str, int] | None = None,
+) -> None:
     """Each of ``names`` over time, a panel each: the samples, the warm-up shaded, the fit
-    after it, its slope per hour with its interval and verdict."""
+    after it, its slope per hour with its interval and verdict; ``alike``: how many other
+    figures have the same samples as a name (drawn once)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -743,8 +751,10 @@ def plot(samples: list[dict], verdicts: dict, names: list[str], path: Path, titl
         color = "tab:red" if verdict["grows"] else "tab:green"
         axis.plot([t / 60 for t in ends], line, color=color, lw=1.5)
         low, high = verdict["ci_per_hour"]
+        others = (alike or {}).get(name, 0)
+        more = f" (+{others} alike)" if others else ""
         axis.set_title(
-            f"{name}\n{verdict['per_hour']:+.3g}/h [{low:+.3g}, {high:+.3g}]: "
+            f"{name}{more}\n{verdict['per_hour']:+.3g}/h [{low:+.3g}, {high:+.3g}]: "
             f"{'GROWING' if verdict['grows'] else 'within noise'}",
             fontsize=8,
             color=color,
@@ -855,8 +865,14 @@ def main(argv: list[str] | None = None) -> None:
         title = f"python -m benchmarks.soak --minutes {args.minutes:g}: "
         processes = [n for n in shown if not is_table(n)]
         plot(samples, verdicts, processes, args.plots / "soak-processes.png", title + "processes")
-        changed = [n for n in shown if is_table(n)]
-        plot(samples, verdicts, changed, args.plots / "soak-tables.png", title + "tables")
+        # Tables that change together (a dict and its index) are drawn once.
+        together: dict[tuple[float, ...], list[str]] = {}
+        for name in shown:
+            if is_table(name):
+                together.setdefault(tuple(s.get(name, 0.0) for s in samples), []).append(name)
+        alike = {names[0]: len(names) - 1 for names in together.values()}
+        path = args.plots / "soak-tables.png"
+        plot(samples, verdicts, list(alike), path, title + "tables", alike)
     if any(math.isnan(v["per_hour"]) for v in verdicts.values()):
         raise SystemExit("a figure could not be fitted")
 
