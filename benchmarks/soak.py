@@ -56,6 +56,7 @@ import random
 import statistics
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import tracemalloc
@@ -733,9 +734,9 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = 4
+    columns = 3
     rows = max(1, math.ceil(len(names) / columns))
-    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 2.6 * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.4 * columns, 2.9 * rows), squeeze=False)
     minutes = [s["t"] / 60 for s in samples]
     for axis, name in itertools.zip_longest(axes.flat, names):
         if name is None:
@@ -752,9 +753,9 @@ def plot(
         axis.plot([t / 60 for t in ends], line, color=color, lw=1.5)
         low, high = verdict["ci_per_hour"]
         others = (alike or {}).get(name, 0)
-        more = f" (+{others} alike)" if others else ""
+        label = textwrap.fill(name + (f" (+{others} alike)" if others else ""), 60)
         axis.set_title(
-            f"{name}{more}\n{verdict['per_hour']:+.3g}/h [{low:+.3g}, {high:+.3g}]: "
+            f"{label}\n{verdict['per_hour']:+.3g}/h [{low:+.3g}, {high:+.3g}]: "
             f"{'GROWING' if verdict['grows'] else 'within noise'}",
             fontsize=8,
             color=color,
