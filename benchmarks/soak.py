@@ -27,18 +27,19 @@ closed after ``CLOSE_AFTER`` divided by the same factor.
 Every ``--every`` seconds it samples this process and the agent's: RSS, threads, open
 descriptors, the interpreter's heap (blocks allocated, objects the collector tracks, and
 malloc's bytes in use and free), every internal table (each dict, set, list, tuple or deque
-reachable through objects of ``sentinel`` and ``kazoo``: from the reader here, from the agent
+reachable through objects of ``sentinel`` and ``kazoo``: from the clients here, from the agent
 server and the xDS server there; found by walking them, so that a table added later is
 measured too); and each server's watches (4lw ``wchs``) and the agent session's (``wchc``).
 
 A figure's slope is the least-squares fit after the warm-up (``--warmup``, a fraction of the
-run), per hour, with a 95 % confidence interval from its standard error (Newey-West, whose
-lags allow for samples that follow each other closely). It is *growing* when the interval is
+run), per hour, with a 95 % confidence interval from its standard error (the larger of the
+plain one and Newey-West's, whose lags allow for samples that follow each other closely),
+and the same over the later half of that window. It is *growing* when both intervals are
 above zero and the fit rises over the window by more than 1 (a count) or 1 % (a size in kB);
-else it is within noise. ``--plots DIR`` draws each figure over time with its fit
-(``soak-processes.png``, ``soak-tables.png``). At the warm-up's end and at the end each
-process counts its objects by type (and, with ``--tracemalloc``, its allocations by line):
-what grew most between the two is printed.
+it *levels off* when only the whole window's is; else it is within noise. ``--plots DIR``
+draws each figure over time with its fit (``soak-processes.png``, ``soak-tables.png``). At
+the warm-up's end and at the end each process counts its objects by type (and, with
+``--tracemalloc``, its allocations by line): what grew most between the two is printed.
 """
 
 from __future__ import annotations
@@ -258,9 +259,11 @@ def session_watches(host: str, port: int, session_id: int) -> int:
 
 def fit(times: list[float], values: list[float]) -> tuple[float, float, float]:
     """The least-squares line through ``values`` over ``times``: its slope (per second), the
-    slope's standard error (Newey-West, Bartlett weights over ``n ** (1/3)`` lags: the
-    samples' errors are correlated, each a few seconds after the last, and the plain error
-    would claim too much), and the value the line has at the mean time."""
+    slope's standard error, and the value the line has at the mean time. The error is the
+    larger of the plain one (residuals taken as independent) and Newey-West's (Bartlett
+    weights over ``n ** (1/3)`` lags): samples a few seconds apart are correlated, and the
+    plain error would then claim too much, while Newey-West's alone falls short on a few
+    hundred samples."""
     n = len(times)
     mean_t, mean_v = statistics.fmean(times), statistics.fmean(values)
     xs = [t - mean_t for t in times]
@@ -268,20 +271,24 @@ def fit(times: list[float], values: list[float]) -> tuple[float, float, float]:
     if sxx == 0 or n < 3:
         return 0.0, 0.0, mean_v
     k = sum(x * (v - mean_v) for x, v in zip(xs, values, strict=True)) / sxx
-    scores = [x * (v - mean_v - k * x) for x, v in zip(xs, values, strict=True)]
+    residuals = [v - mean_v - k * x for x, v in zip(xs, values, strict=True)]
+    plain = math.sqrt(sum(r * r for r in residuals) / (n - 2) / sxx)
+    scores = [x * r for x, r in zip(xs, residuals, strict=True)]
     lags = int(n ** (1 / 3))
     spread = sum(s * s for s in scores)
     for lag in range(1, lags + 1):
         weight = 1 - lag / (lags + 1)
         spread += 2 * weight * sum(scores[i] * scores[i - lag] for i in range(lag, n))
-    return k, math.sqrt(max(spread, 0.0)) / sxx, mean_v
+    return k, max(plain, math.sqrt(max(spread, 0.0)) / sxx), mean_v
 
 
 def judge(times: list[float], values: list[float], warmup: float, relative: bool) -> dict:
-    """The slope per hour after the warm-up (the first ``warmup`` of the run), its 95 %
-    confidence interval, the slope over the later half of that window (does it level off?),
-    and whether it grows: the interval above zero and the fit's rise over the window above
-    1 (a count) or 1 % of the mean (a size)."""
+    """The slope per hour after the warm-up (the first ``warmup`` of the run) with its 95 %
+    confidence interval, the same over the later half of that window, and the verdict:
+    *growing* when both intervals are above zero and the fit rises over the window by more
+    than 1 (a count) or 1 % of its level (a size); *levels off* when the whole window's
+    interval is above zero but the later half's is not (a warm-up longer than ``warmup``, or
+    a table that fills to its bound); else *within noise*."""
     first = next(i for i, t in enumerate(times) if t >= warmup * times[-1])
     t, v = times[first:], values[first:]
     k, error, level = fit(t, v)
@@ -289,6 +296,8 @@ def judge(times: list[float], values: list[float], warmup: float, relative: bool
     k_later, error_later, _ = fit(t[later:], v[later:])
     rise = k * (t[-1] - t[0]) if len(t) > 1 else 0.0
     floor = 0.01 * abs(level) if relative else 1.0
+    rising = k - _Z95 * error > 0 and rise > floor
+    still = k_later - _Z95 * error_later > 0
     return {
         "first": values[0],
         "last": values[-1],
@@ -303,7 +312,8 @@ def judge(times: list[float], values: list[float], warmup: float, relative: bool
         "fit_from": t[0],
         "level": level - k * statistics.fmean(t),  # the line's value at t = 0
         "rise": rise,
-        "grows": k - _Z95 * error > 0 and rise > floor,
+        "verdict": "growing" if rising and still else "levels off" if rising else "within noise",
+        "grows": rising and still,
     }
 
 
@@ -749,14 +759,16 @@ def plot(
         axis.axvspan(0, start / 60, color="0.9", lw=0)
         ends = [start, samples[-1]["t"]]
         line = [verdict["level"] + verdict["per_hour"] / 3600 * t for t in ends]
-        color = "tab:red" if verdict["grows"] else "tab:green"
+        color = {"growing": "tab:red", "levels off": "tab:orange"}.get(
+            verdict["verdict"], "tab:green"
+        )
         axis.plot([t / 60 for t in ends], line, color=color, lw=1.5)
         low, high = verdict["ci_per_hour"]
         others = (alike or {}).get(name, 0)
         label = textwrap.fill(name + (f" (+{others} alike)" if others else ""), 60)
         axis.set_title(
             f"{label}\n{verdict['per_hour']:+.3g}/h [{low:+.3g}, {high:+.3g}]: "
-            f"{'GROWING' if verdict['grows'] else 'within noise'}",
+            f"{verdict['verdict']}",
             fontsize=8,
             color=color,
         )
@@ -781,7 +793,7 @@ def _row(name: str, verdict: dict) -> tuple[str, ...]:
         f"{verdict['per_hour']:+.4g}",
         f"[{low:+.3g}, {high:+.3g}]",
         f"{verdict['later_per_hour']:+.4g}",
-        "GROWING" if verdict["grows"] else "within noise",
+        verdict["verdict"].upper() if verdict["grows"] else verdict["verdict"],
     )
 
 
@@ -838,9 +850,13 @@ def main(argv: list[str] | None = None) -> None:
     shown = [
         name
         for name, v in verdicts.items()
-        if args.all or v["grows"] or v["max"] != v["first"] or not is_table(name)
+        if args.all
+        or v["verdict"] != "within noise"
+        or v["max"] != v["first"]
+        or not is_table(name)
     ]
-    shown.sort(key=lambda n: (not verdicts[n]["grows"], is_table(n), n))
+    order = {"growing": 0, "levels off": 1, "within noise": 2}
+    shown.sort(key=lambda n: (order[verdicts[n]["verdict"]], is_table(n), n))
     flat_tables = sum(1 for n in verdicts if is_table(n) and n not in shown)
     counts = ", ".join(f"{v:,} {k}" for k, v in sorted(result["counts"].items()))
     found = _census_report(result["censuses"])
