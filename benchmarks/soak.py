@@ -797,17 +797,21 @@ def _row(name: str, verdict: dict) -> tuple[str, ...]:
     )
 
 
-def _census_report(censuses: dict[str, list[dict]]) -> dict[str, dict[str, list]]:
+def _grown_most(censuses: dict[str, list[dict]]) -> dict[str, dict[str, list]]:
     """What grew most in each process between the warm-up's end and the run's end."""
-    found: dict[str, dict[str, list]] = {}
-    for process, (before, after) in censuses.items():
-        found[process] = {kind: grown(before[kind], after[kind]) for kind in ("types", "lines")}
-        for kind, rows in found[process].items():
+    return {
+        process: {kind: grown(before[kind], after[kind]) for kind in ("types", "lines")}
+        for process, (before, after) in censuses.items()
+    }
+
+
+def _print_grown(found: dict[str, dict[str, list]]) -> None:
+    for process, kinds in found.items():
+        for kind, rows in kinds.items():
             if rows:
                 print(f"{process}: {kind} that grew most after the warm-up:")
                 for key, was, now in rows:
                     print(f"  {now - was:+,} ({was:,} -> {now:,})  {key}")
-    return found
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -833,11 +837,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--all", action="store_true", help="list tables that never changed")
     parser.add_argument("--plots", type=Path, help="directory for soak-*.png (matplotlib)")
     parser.add_argument("--tracemalloc", action="store_true", help="census by source line")
+    parser.add_argument("--analyse", type=Path, help="judge and draw a run's results file")
     args = parser.parse_args(argv)
     # The checks fail on purpose (flip_health): each failure is logged as a warning.
     logging.getLogger("sentinel.health.readiness").setLevel(logging.ERROR)
 
-    result = run(args)
+    if args.analyse is None:
+        result = run(args)
+        found = _grown_most(result["censuses"])
+        load = os.getloadavg()
+    else:  # an earlier run's samples, judged and drawn again
+        result = json.loads(args.analyse.read_text())
+        for name in ("minutes", "every", "speed", "tracemalloc"):
+            setattr(args, name, result["args"][name])
+        found, load = result["grown_most"], result["load_average"]
+    _print_grown(found)
     samples = result["samples"]
     times = [s["t"] for s in samples]
     verdicts = {}
@@ -859,7 +873,6 @@ def main(argv: list[str] | None = None) -> None:
     shown.sort(key=lambda n: (order[verdicts[n]["verdict"]], is_table(n), n))
     flat_tables = sum(1 for n in verdicts if is_table(n) and n not in shown)
     counts = ", ".join(f"{v:,} {k}" for k, v in sorted(result["counts"].items()))
-    found = _census_report(result["censuses"])
     report(
         "soak-tracemalloc" if args.tracemalloc else "soak",
         f"soak: {args.minutes:g} min of churn ({counts}); feedback clock x{args.speed:g}; "
@@ -874,7 +887,7 @@ def main(argv: list[str] | None = None) -> None:
             "growing": sorted(n for n, v in verdicts.items() if v["grows"]),
             "grown_most": found,
             "samples": samples,
-            "load_average": os.getloadavg(),
+            "load_average": load,
         },
     )
     if args.plots is not None:
