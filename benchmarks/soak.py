@@ -156,7 +156,9 @@ def heap_figures() -> dict[str, float]:
 
 def census() -> dict[str, dict[str, int]]:
     """Objects by type, and with tracemalloc on, bytes allocated by source line (from
-    :data:`_TRACED_FROM`): what :func:`grown` compares."""
+    :data:`_TRACED_FROM`): what :func:`grown` compares. Garbage is collected first: what
+    is counted is held, not waiting for the collector."""
+    gc.collect()
     types = collections.Counter(
         f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.get_objects()
     )
