@@ -840,6 +840,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plots", type=Path, help="directory for soak-*.png (matplotlib)")
     parser.add_argument("--tracemalloc", action="store_true", help="census by source line")
     parser.add_argument("--analyse", type=Path, help="judge and draw a run's results file")
+    parser.add_argument("--results", help="the results file's name (default soak)")
     args = parser.parse_args(argv)
     # The checks fail on purpose (flip_health): each failure is logged as a warning.
     logging.getLogger("sentinel.health.readiness").setLevel(logging.ERROR)
@@ -876,7 +877,7 @@ def main(argv: list[str] | None = None) -> None:
     flat_tables = sum(1 for n in verdicts if is_table(n) and n not in shown)
     counts = ", ".join(f"{v:,} {k}" for k, v in sorted(result["counts"].items()))
     report(
-        "soak-tracemalloc" if args.tracemalloc else "soak",
+        args.results or ("soak-tracemalloc" if args.tracemalloc else "soak"),
         f"soak: {args.minutes:g} min of churn ({counts}); feedback clock x{args.speed:g}; "
         f"{len(samples)} samples every {args.every:g} s; fitted after the first "
         f"{args.warmup:.0%}; 95 % intervals; {flat_tables} more tables never changed",
