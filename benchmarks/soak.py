@@ -779,7 +779,7 @@ def plot(
     for axis in axes[-1]:
         axis.set_xlabel("minutes", fontsize=7)
     figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (2.9 * rows)))  # the title above the panels
     figure.savefig(path, dpi=80)
     plt.close(figure)
     print(f"(plot written to {path})")
