@@ -7,6 +7,7 @@ registered with a readiness check has its status follow it (:mod:`sentinel.healt
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import logging
@@ -93,7 +94,11 @@ class Publisher:
         # on the first registration and kept: what a registration uses of a spec never changes
         # in place (ensure_* refuse other settings; set_failover rewrites only ``failover``,
         # which no registration reads), so later registrations cost no extra read.
+        # Kept while this client holds a registration of the service: forgotten with its
+        # last, or it would grow with every service ever registered to, and a service retired
+        # and created again with another scheme would be registered to as it was.
         self._targets: dict[str, tuple[ServiceSpec, shards.ShardPolicySpec | None]] = {}
+        self._held: collections.Counter[str] = collections.Counter()  # registrations by service
 
     @property
     def registrations(self) -> tuple[Registration, ...]:
@@ -202,6 +207,8 @@ class Publisher:
                 path, _value_of(conformed, instance, data, path), may_take_over=take_over
             )
         registration = Registration(conformed, path)
+        if path not in self._registrations:
+            self._held[instance.service] += 1
         self._registrations[path] = registration
         if spec.mark_departures:
             self._marked.add(path)
@@ -368,8 +375,7 @@ class Publisher:
             # it from a session's expiry (sentinel.cache.protection); else one plain delete.
             path = registration.path
             self._nodes.remove(path, mark=departure_path(path) if path in self._marked else None)
-            self._registrations.pop(path, None)
-            self._marked.discard(path)
+            self._forget(path)
         log.info("deregistered %s", registration.path)
         return True
 
@@ -382,8 +388,19 @@ class Publisher:
         if not self._marked:
             return
         for path in self._nodes.leave({p: departure_path(p) for p in self._marked}, timeout):
-            self._registrations.pop(path, None)
-            self._marked.discard(path)
+            self._forget(path)
+
+    def _forget(self, path: str) -> None:
+        """A registration removed: forgotten, and its service's spec with the last one."""
+        self._marked.discard(path)
+        registration = self._registrations.pop(path, None)
+        if registration is None:
+            return
+        service = registration.service
+        self._held[service] -= 1
+        if self._held[service] <= 0:
+            del self._held[service]
+            self._targets.pop(service, None)
 
 
 def write_failover(

@@ -29,6 +29,7 @@ The authentication manager reports through two calls::
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -355,6 +356,12 @@ def observe_propagation(section: str, stat: ZnodeStat) -> None:
 def auth_version_applied(service: str, version: int) -> None:
     """The authentication side's report: this process now uses ``version`` for ``service``."""
     AUTH_VERSION.labels(service).set(version)
+
+
+def auth_version_forgotten(service: str) -> None:
+    """This process no longer serves ``service``: its applied version's series goes."""
+    with contextlib.suppress(KeyError):  # never applied one
+        AUTH_VERSION.remove(service)
 
 
 def auth_rotation(service: str, outcome: str) -> None:

@@ -53,7 +53,7 @@ from sentinel.events import (
 from sentinel.registry.layout import client_path
 from sentinel.registry.records import ClientRecord
 from sentinel.shards.maps import ShardMap
-from sentinel.telemetry import auth_version_applied
+from sentinel.telemetry import auth_version_applied, auth_version_forgotten
 from sentinel.version import __version__
 from sentinel.zk.ephemeral import EphemeralNodes
 from sentinel.zk.errors import CONNECTION_ERRORS, translate
@@ -509,6 +509,9 @@ class RegistryCache:
         old = self.snapshots.pop(service, None)
         if self.protection is not None:
             self.protection.forget(service)
+        if self._credentials is not None:  # its decrypted credential, not its version's floor
+            self._credentials.forget(service)
+            auth_version_forgotten(service)
         self.return_home.forget(service)
         if self._curator is not None:
             self._curator.detach(service)

@@ -17,14 +17,16 @@ memory: no read.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from sentinel import telemetry
 from sentinel.health.checks import CheckFailed, HealthCheck
-from sentinel.health.damping import DOWN, Damper
+from sentinel.health.damping import DOWN, UP, Damper
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
 from sentinel.registry.records import CHECK_PASSING, MAX_CHECK_TEXT
 
@@ -106,10 +108,18 @@ class Readiness:
         if followed is None:
             return
         self._pending.discard(path)
+        service, source = followed.service, followed.check.source
         if followed.damper.state == DOWN:
-            telemetry.HEALTH_DOWN.labels(followed.service, followed.check.source).dec()
+            telemetry.HEALTH_DOWN.labels(service, source).dec()
         if followed.scheduled is not None and self._scheduler is not None:
             self._scheduler.remove(followed.scheduled)
+        # The last check of its service and source: their series go with it, or a process
+        # checking instances of ever-new services would keep a series of each.
+        others = self._followed.values()
+        if not any(f.service == service and f.check.source == source for f in others):
+            _remove(telemetry.HEALTH_DOWN, service, source)
+            for status in (UP, DOWN):
+                _remove(telemetry.HEALTH_CHANGES, service, source, status)
 
     def close(self) -> None:
         """Stop every check and the writer (a write in progress finishes)."""
@@ -136,11 +146,13 @@ class Readiness:
         changed = followed.damper.observe(passed)
         if changed is not None:
             source = followed.check.source
-            telemetry.HEALTH_CHANGES.labels(followed.service, source, changed).inc()
-            if changed == DOWN:
-                telemetry.HEALTH_DOWN.labels(followed.service, source).inc()
-            elif before == DOWN:
-                telemetry.HEALTH_DOWN.labels(followed.service, source).dec()
+            with self._lock:  # counted while followed: a forgotten check's series are gone
+                if self._followed.get(followed.path) is followed:
+                    telemetry.HEALTH_CHANGES.labels(followed.service, source, changed).inc()
+                    if changed == DOWN:
+                        telemetry.HEALTH_DOWN.labels(followed.service, source).inc()
+                    elif before == DOWN:
+                        telemetry.HEALTH_DOWN.labels(followed.service, source).dec()
             log.info("%s: %s by its readiness check", followed.path, changed)
         state = followed.damper.state
         published = self._published(followed.path)
@@ -184,6 +196,11 @@ class Readiness:
                 delay = min((delay or _RETRY_AFTER_FAILURE / 2) * 2, _RETRY_MAX_DELAY)
             else:
                 delay = None
+
+
+def _remove(metric: Any, *labels: str) -> None:
+    with contextlib.suppress(KeyError):  # never set
+        metric.remove(*labels)
 
 
 def published_result(check: HealthCheck, passed: bool, detail: str) -> str:

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from sentinel import Sentinel
+from sentinel import Sentinel, telemetry
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.regions import Failover, Region, Regions, remotes
 from sentinel.registry.layout import client_path
 from sentinel.registry.retire import retire_service
@@ -41,6 +43,50 @@ def test_a_retired_service_leaves_no_clients_entry_behind_not_even_after_an_expi
     assert wait_until(lambda: raw_zk.exists(client_path("kept", "reader")), 20) is not None
     assert raw_zk.exists("/clients/gone") is None
     assert nodes.kept(client_path("kept", "reader")) is not None
+
+
+def test_a_service_retired_and_created_again_is_registered_to_as_it_is_now(make_client, raw_zk):
+    """A client keeps a service's spec while it holds a registration of it, and no longer:
+    kept for every service it ever registered to, it grew with them, and a service retired
+    and created again with another scheme was registered to with the old one."""
+    writer = make_client("writer")
+    first = writer.register("reborn", "p0", "10.0.0.1", 80, label="a")
+    assert first.instance.scheme == "http"
+    writer.deregister(first)
+    assert "reborn" not in writer.session.publisher._targets
+    retire_service(raw_zk, "reborn", force=True)
+
+    make_client("admin").ensure_service("reborn", scheme="postgresql")
+    again = writer.register("reborn", "p0", "10.0.0.1", 5432, label="a")
+    assert again.instance.scheme == "postgresql"
+    assert writer.read_service("reborn").instances[0].scheme == "postgresql"
+
+
+def test_a_retired_services_credential_is_not_kept_decrypted(make_client, raw_zk):
+    """A client kept the decrypted credential (and its version's series) of every service it
+    was ever given one for, retired or not; it keeps the version's floor only (a replay of an
+    older credential is still refused, sentinel.auth.reader)."""
+    writer = make_client("writer")
+    writer.register("vault", "p0", "10.0.0.1", 5432, label="a")
+    reader = make_client("reader", auth=AuthConfig(keys=ClientKeyring.generate()))
+    reader.get_service("vault")
+    writer.credentials.publish("vault", "reader", {"user": "r", "password": "s3cret"})
+    assert wait_until(lambda: reader.get_service("vault").auth is not None) is not None
+    credentials = reader.session._credentials
+    assert "vault" in credentials._applied
+    assert wait_until(lambda: ("vault",) in _series(telemetry.AUTH_VERSION)) is not None
+
+    writer.deregister(writer.registrations[0])
+    retire_service(raw_zk, "vault", force=True)
+    assert wait_until(lambda: "vault" not in reader.session.cache.snapshots) is not None
+    assert "vault" not in credentials._applied and "vault" not in credentials._opened
+    assert ("vault",) not in _series(telemetry.AUTH_VERSION)
+    assert credentials.highest_versions() == {"vault": 1}
+
+
+def _series(metric) -> set[tuple[str, ...]]:
+    """The label sets ``metric`` exports now."""
+    return {tuple(s.labels.values()) for family in metric.collect() for s in family.samples}
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from sentinel import telemetry
 from sentinel.cli.watch import describe
 from sentinel.collector import parse_config
 from sentinel.collector.health import HealthSource
@@ -22,6 +23,7 @@ from sentinel.events import InstancesChanged
 from sentinel.health import HealthCheck
 from sentinel.health.checks import MAX_STATUS_LINE, CheckFailed
 from sentinel.health.damping import Damper
+from sentinel.health.readiness import Readiness
 from sentinel.health.scheduler import CheckScheduler, ScheduledCheck
 from sentinel.health.sources import health_of
 from sentinel.registry.endpoint import Endpoint
@@ -407,3 +409,36 @@ def test_grpc_probe_is_bounded_by_its_timeout_against_a_silent_server() -> None:
         took = time.monotonic() - started
         silent.set()
     assert took < 2, f"{took:.2f} s"
+
+
+# --- the checks' series --------------------------------------------------------------------
+
+
+def _series(metric) -> set[tuple[str, ...]]:
+    """The label sets ``metric`` exports now."""
+    return {
+        tuple(sample.labels[name] for name in ("service", "source"))
+        for family in metric.collect()
+        for sample in family.samples
+    }
+
+
+def test_a_services_health_series_go_with_its_last_check() -> None:
+    """A process checking instances of ever-new services kept two series of each, for good
+    (issue 53's soak): they go with the service's last check, not before."""
+    readiness = Readiness(lambda path: "up", lambda path, status, result: None)
+    failing = HealthCheck.call(lambda: False, interval=0.05, timeout=0.04, failures_before_down=1)
+    key = ("series-gone", "check:call")
+    try:
+        readiness.follow("/a", "series-gone", "h", 1, failing)
+        readiness.follow("/b", "series-gone", "h", 2, failing)
+        assert wait_until(lambda: key in _series(telemetry.HEALTH_DOWN)) is not None
+        assert key in _series(telemetry.HEALTH_CHANGES)
+
+        readiness.forget("/a")  # another check of the service goes on: its series stay
+        assert key in _series(telemetry.HEALTH_DOWN) and key in _series(telemetry.HEALTH_CHANGES)
+        readiness.forget("/b")
+        assert key not in _series(telemetry.HEALTH_DOWN)
+        assert key not in _series(telemetry.HEALTH_CHANGES)
+    finally:
+        readiness.close()
