@@ -83,6 +83,9 @@ LOOPBACK_UDP_PAYLOAD, UDP_PAYLOAD = 4096, 1232
 MAX_WAITING = 1024
 #: Answers kept built per service (each a name, type and rotation).
 MAX_BUILT = 256
+#: Answers kept encoded (SRV and TXT: see DnsServer._encoded).
+MAX_ENCODED = 256  # an answer holds at most the answer limit: a few kB each
+_ENCODED_ONCE = frozenset({dns.rdatatype.SRV, dns.rdatatype.TXT})
 #: Rate-limit sources remembered; the least recently seen are forgotten past it.
 MAX_SOURCES = 4096
 _SERVICE_TYPES = frozenset(
@@ -248,6 +251,12 @@ class DnsServer:
         self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
         self._closing = False
         self._failed_once = False
+        # SRV and TXT answers as sent, by the query's bytes after its id (the same question,
+        # flags and EDNS0 record: the same answer), while nothing the server answers from
+        # changed (_generation): what a poller asking the same name again costs is a lookup.
+        # A and AAAA rotate at each query, and are encoded each time.
+        self._encoded: dict[tuple[bytes, bool], tuple[int, bytes, list[str]]] = {}
+        self._generation = 0
         # What peers send is logged at most once in a while, quoted.
         self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
             lambda: Throttled(log)
@@ -369,6 +378,7 @@ class DnsServer:
         a partition with nothing eligible here is decided on a worker (failover)."""
         state.ready.set()
         state.built.clear()
+        self._generation += 1
         if snapshot is None:
             state.snapshot = None
             state.absent_until = time.monotonic() + self._ttl
@@ -377,7 +387,7 @@ class DnsServer:
         snapshot = self._elsewhere.apply(service, snapshot)
         state.snapshot = snapshot
         if not self._elsewhere.failing_over(service, snapshot):
-            state.elsewhere = {}
+            state.elsewhere = {}  # (the change itself moved the generation on)
         elif state.resolving:
             state.stale = True
         elif not self._closing:
@@ -400,6 +410,7 @@ class DnsServer:
             log.error("DNS: which region serves %s failed", service, exc_info=failure)
             return
         state.elsewhere = {p: (region, tuple(i)) for p, (region, i) in done.result().items()}
+        self._generation += 1
 
     def _follow(self, service: str) -> _Service:
         """``service``'s state, followed from now on when it was not (its load started);
@@ -422,6 +433,7 @@ class DnsServer:
         return state
 
     def _forget(self, service: str) -> None:
+        self._generation += 1
         del self._services[service]
         self._loads.forget(service)
         self._elsewhere.forget(service)
@@ -486,6 +498,13 @@ class DnsServer:
         if len(data) > MAX_QUERY_BYTES:
             self._drop("oversized", peer)
             return None
+        encoded = self._encoded.get((data[2:], tcp))
+        if encoded is not None and encoded[0] == self._generation:
+            _, wire, kinds = encoded
+            for kind in kinds:
+                telemetry.AGENT_DNS_ANSWERS.labels(kind).inc()
+            telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
+            return data[:2] + wire  # the same bytes asked again: the same answer, its id
         try:
             query = dns.message.from_wire(data, ignore_trailing=False)
         except Exception:  # anything a parser may raise on bytes it was not meant for
@@ -504,7 +523,15 @@ class DnsServer:
         except Exception as exc:  # the agent's own bug: this query only
             self._failed(query, peer, exc)
             return None
-        return self._wire(response, query, tcp, started)
+        wire = self._wire(response, query, tcp, started)
+        if response.answer and response.question[0].rdtype in _ENCODED_ONCE:
+            if len(self._encoded) >= MAX_ENCODED:
+                self._encoded.clear()
+            kinds = [_KIND[response.question[0].rdtype]]
+            if wire[2] & (dns.flags.TC >> 8):
+                kinds.append("truncated")
+            self._encoded[data[2:], tcp] = (self._generation, wire[2:], kinds)
+        return wire
 
     async def _later(self, pending: _Pending, peer: str, tcp: bool, started: float) -> bytes | None:
         """The answer once what it waits for is done (within ``load_wait``), else None."""
