@@ -558,6 +558,8 @@ class DnsServer:
     def _wire(
         self, response: dns.message.Message, query: dns.message.Message, tcp: bool, started: float
     ) -> bytes:
+        """``response`` as sent: whole over TCP, over UDP within 512 octets or what the
+        client's EDNS0 record offers (up to the server's own bound), cut with TC past it."""
         if tcp:
             size = 65535
         elif query.edns >= 0:
@@ -565,7 +567,7 @@ class DnsServer:
         else:
             size = 512
         wire = response.to_wire(max_size=size, prefer_truncation=True)
-        if response.flags & dns.flags.TC or dns.flags.TC & int.from_bytes(wire[2:4], "big"):
+        if dns.flags.TC & int.from_bytes(wire[2:4], "big"):  # set by to_wire as it cut
             telemetry.AGENT_DNS_ANSWERS.labels("truncated").inc()
         telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
         return wire
