@@ -50,6 +50,7 @@ from sentinel import telemetry
 from sentinel.agent.dns import answers
 from sentinel.agent.dns.answers import Served
 from sentinel.agent.dns.names import DEFAULT_ZONE, Question, parse, zone_name
+from sentinel.agent.dns.rates import Rates
 from sentinel.agent.loads import Loads
 from sentinel.agent.peers import Throttled, quoted
 from sentinel.agent.xds_failover import Elsewhere
@@ -86,8 +87,6 @@ MAX_BUILT = 256
 #: Answers kept encoded (SRV and TXT: see DnsServer._encoded).
 MAX_ENCODED = 256  # an answer holds at most the answer limit: a few kB each
 _ENCODED_ONCE = frozenset({dns.rdatatype.SRV, dns.rdatatype.TXT})
-#: Rate-limit sources remembered; the least recently seen are forgotten past it.
-MAX_SOURCES = 4096
 _SERVICE_TYPES = frozenset(
     {dns.rdatatype.A, dns.rdatatype.AAAA, dns.rdatatype.SRV, dns.rdatatype.TXT}
 )
@@ -228,7 +227,7 @@ class DnsServer:
         self._ttl = ttl
         self._limit = answer_limit
         self._load_wait = load_wait
-        self._rate, self._burst = rate, burst
+        self._rates = Rates(rate, burst)
         self._max_services = max_services
         self._max_connections = max_connections
         self._max_per_source = max_connections_per_source
@@ -237,7 +236,6 @@ class DnsServer:
         self._udp_payload = LOOPBACK_UDP_PAYLOAD if loopback else UDP_PAYLOAD
         self._soa = answers.soa(self.zone, ttl)
         self._services: collections.OrderedDict[str, _Service] = collections.OrderedDict()
-        self._buckets: collections.OrderedDict[object, list[float]] = collections.OrderedDict()
         self._waiting = 0
         self._connections: collections.Counter[str] = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -440,24 +438,6 @@ class DnsServer:
 
     # --- queries ----------------------------------------------------------------------------
 
-    def _admit(self, source: object) -> bool:
-        """Whether ``source`` may send one more query now (its token bucket)."""
-        now = time.monotonic()
-        bucket = self._buckets.get(source)
-        if bucket is None:
-            if len(self._buckets) >= MAX_SOURCES:
-                self._buckets.popitem(last=False)
-            bucket = self._buckets[source] = [self._burst, now]
-        else:
-            self._buckets.move_to_end(source)
-        tokens = min(self._burst, bucket[0] + (now - bucket[1]) * self._rate)
-        bucket[1] = now
-        if tokens < 1.0:
-            bucket[0] = tokens
-            return False
-        bucket[0] = tokens - 1.0
-        return True
-
     def _drop(self, reason: str, peer: str, data: bytes = b"") -> None:
         telemetry.AGENT_DNS_DROPPED.labels(reason).inc()
         if data:
@@ -492,7 +472,7 @@ class DnsServer:
         names it in the log; ``tcp``: unbounded by UDP's size), or a future of it (its
         service loading), or None: dropped (counted and logged, throttled)."""
         started = time.perf_counter()
-        if not self._admit(source):  # before anything else: a flood costs the least here
+        if not self._rates.admit(source):  # before anything else: a flood costs least here
             self._drop("rate", peer)
             return None
         if len(data) > MAX_QUERY_BYTES:
