@@ -51,6 +51,7 @@ from sentinel.agent.dns import answers
 from sentinel.agent.dns.answers import Served
 from sentinel.agent.dns.names import DEFAULT_ZONE, Question, parse, zone_name
 from sentinel.agent.dns.rates import Rates
+from sentinel.agent.dns.transports import Tcp, Udp
 from sentinel.agent.loads import Loads
 from sentinel.agent.peers import Throttled, quoted
 from sentinel.agent.xds_failover import Elsewhere
@@ -237,7 +238,6 @@ class DnsServer:
         self._soa = answers.soa(self.zone, ttl)
         self._services: collections.OrderedDict[str, _Service] = collections.OrderedDict()
         self._waiting = 0
-        self._connections: collections.Counter[str] = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -333,8 +333,15 @@ class DnsServer:
         loop = asyncio.get_running_loop()
         assert self._sockets is not None
         udp, tcp = self._sockets
-        transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=udp)
-        server = await asyncio.start_server(self._serve_tcp, sock=tcp)
+        transport, _ = await loop.create_datagram_endpoint(lambda: Udp(self.handle), sock=udp)
+        connections = Tcp(
+            self.handle,
+            self._drop,
+            self._max_connections,
+            self._max_per_source,
+            self._idle_timeout,
+        )
+        server = await asyncio.start_server(connections.serve, sock=tcp)
         retry = asyncio.ensure_future(self._loads.retry_forever())
         self._ready.set()
         try:
@@ -716,46 +723,6 @@ class DnsServer:
                 return response
         return self._answer(response, question, state, partition)
 
-    # --- transports -------------------------------------------------------------------------
-
-    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One TCP connection: queries, each with its 2-octet length (RFC 1035 4.2.2), each
-        answered in full, until it closes or stays silent ``idle_timeout`` seconds."""
-        source = str(writer.get_extra_info("peername", ("?",))[0])
-        peer = f"tcp:{source}"
-        if (
-            sum(self._connections.values()) >= self._max_connections
-            or self._connections[source] >= self._max_per_source
-        ):
-            self._drop("connections", peer)
-            writer.close()
-            return
-        self._connections[source] += 1
-        try:
-            while True:
-                try:
-                    length = int.from_bytes(
-                        await asyncio.wait_for(reader.readexactly(2), self._idle_timeout), "big"
-                    )
-                    data = await asyncio.wait_for(reader.readexactly(length), self._idle_timeout)
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                telemetry.AGENT_DNS_QUERIES.labels("tcp").inc()
-                answer = self.handle(data, source, peer, tcp=True)
-                if isinstance(answer, asyncio.Future):
-                    answer = await answer
-                if answer is None:
-                    continue  # unanswered: the client times out, as over UDP
-                writer.write(len(answer).to_bytes(2, "big") + answer)
-                await writer.drain()
-        except ConnectionError:
-            return
-        finally:
-            self._connections[source] -= 1
-            if not self._connections[source]:
-                del self._connections[source]
-            writer.close()
-
 
 class _Pending(Exception):
     """A query that waits: for its service's first load, or its key's partition."""
@@ -772,44 +739,3 @@ class _Pending(Exception):
         self.response = response
         self.question = question
         self.state = state
-
-
-class _Udp(asyncio.DatagramProtocol):
-    """The UDP socket: each datagram one query, answered to its source."""
-
-    def __init__(self, server: DnsServer) -> None:
-        self._server = server
-        self._transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
-        server = self._server
-        telemetry.AGENT_DNS_QUERIES.labels("udp").inc()
-        # A loopback client's socket is a source of its own (the host's processes all send
-        # from 127.0.0.1); another host is one source whatever its ports.
-        source = addr[:2] if _loopback(addr[0]) else addr[0]
-        answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
-        if isinstance(answer, asyncio.Future):
-            answer.add_done_callback(functools.partial(self._send_later, addr))
-        elif answer is not None and self._transport is not None:
-            self._transport.sendto(answer, addr)
-
-    def _send_later(self, addr: tuple[Any, ...], done: asyncio.Future[bytes | None]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        answer = done.result()
-        if answer is not None and self._transport is not None:
-            self._transport.sendto(answer, addr)
-
-    def error_received(self, exc: Exception) -> None:
-        pass  # an ICMP error for an earlier answer: its client went away
-
-
-def _loopback(host: str) -> bool:
-    """Whether a peer's address (``::1``, ``fe80::1%eth0``) is loopback."""
-    try:
-        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
-    except ValueError:
-        return False
