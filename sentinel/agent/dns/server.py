@@ -50,6 +50,8 @@ from sentinel import telemetry
 from sentinel.agent.dns import answers
 from sentinel.agent.dns.answers import Served
 from sentinel.agent.dns.names import DEFAULT_ZONE, Question, parse, zone_name
+from sentinel.agent.dns.rates import Rates
+from sentinel.agent.dns.transports import Tcp, Udp
 from sentinel.agent.loads import Loads
 from sentinel.agent.peers import Throttled, quoted
 from sentinel.agent.xds_failover import Elsewhere
@@ -83,8 +85,9 @@ LOOPBACK_UDP_PAYLOAD, UDP_PAYLOAD = 4096, 1232
 MAX_WAITING = 1024
 #: Answers kept built per service (each a name, type and rotation).
 MAX_BUILT = 256
-#: Rate-limit sources remembered; the least recently seen are forgotten past it.
-MAX_SOURCES = 4096
+#: Answers kept encoded (SRV and TXT: see DnsServer._encoded).
+MAX_ENCODED = 256  # an answer holds at most the answer limit: a few kB each
+_ENCODED_ONCE = frozenset({dns.rdatatype.SRV, dns.rdatatype.TXT})
 _SERVICE_TYPES = frozenset(
     {dns.rdatatype.A, dns.rdatatype.AAAA, dns.rdatatype.SRV, dns.rdatatype.TXT}
 )
@@ -225,7 +228,7 @@ class DnsServer:
         self._ttl = ttl
         self._limit = answer_limit
         self._load_wait = load_wait
-        self._rate, self._burst = rate, burst
+        self._rates = Rates(rate, burst)
         self._max_services = max_services
         self._max_connections = max_connections
         self._max_per_source = max_connections_per_source
@@ -234,9 +237,7 @@ class DnsServer:
         self._udp_payload = LOOPBACK_UDP_PAYLOAD if loopback else UDP_PAYLOAD
         self._soa = answers.soa(self.zone, ttl)
         self._services: collections.OrderedDict[str, _Service] = collections.OrderedDict()
-        self._buckets: collections.OrderedDict[object, list[float]] = collections.OrderedDict()
         self._waiting = 0
-        self._connections: collections.Counter[str] = collections.Counter()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -248,6 +249,12 @@ class DnsServer:
         self._elsewhere = Elsewhere(sentinel, self._changed_elsewhere, self._wake)
         self._closing = False
         self._failed_once = False
+        # SRV and TXT answers as sent, by the query's bytes after its id (the same question,
+        # flags and EDNS0 record: the same answer), while nothing the server answers from
+        # changed (_generation): what a poller asking the same name again costs is a lookup.
+        # A and AAAA rotate at each query, and are encoded each time.
+        self._encoded: dict[tuple[bytes, bool], tuple[int, bytes, list[str]]] = {}
+        self._generation = 0
         # What peers send is logged at most once in a while, quoted.
         self._drops: collections.defaultdict[str, Throttled] = collections.defaultdict(
             lambda: Throttled(log)
@@ -326,8 +333,15 @@ class DnsServer:
         loop = asyncio.get_running_loop()
         assert self._sockets is not None
         udp, tcp = self._sockets
-        transport, _ = await loop.create_datagram_endpoint(lambda: _Udp(self), sock=udp)
-        server = await asyncio.start_server(self._serve_tcp, sock=tcp)
+        transport, _ = await loop.create_datagram_endpoint(lambda: Udp(self.handle), sock=udp)
+        connections = Tcp(
+            self.handle,
+            self._drop,
+            self._max_connections,
+            self._max_per_source,
+            self._idle_timeout,
+        )
+        server = await asyncio.start_server(connections.serve, sock=tcp)
         retry = asyncio.ensure_future(self._loads.retry_forever())
         self._ready.set()
         try:
@@ -369,6 +383,7 @@ class DnsServer:
         a partition with nothing eligible here is decided on a worker (failover)."""
         state.ready.set()
         state.built.clear()
+        self._generation += 1
         if snapshot is None:
             state.snapshot = None
             state.absent_until = time.monotonic() + self._ttl
@@ -377,7 +392,7 @@ class DnsServer:
         snapshot = self._elsewhere.apply(service, snapshot)
         state.snapshot = snapshot
         if not self._elsewhere.failing_over(service, snapshot):
-            state.elsewhere = {}
+            state.elsewhere = {}  # (the change itself moved the generation on)
         elif state.resolving:
             state.stale = True
         elif not self._closing:
@@ -400,6 +415,7 @@ class DnsServer:
             log.error("DNS: which region serves %s failed", service, exc_info=failure)
             return
         state.elsewhere = {p: (region, tuple(i)) for p, (region, i) in done.result().items()}
+        self._generation += 1
 
     def _follow(self, service: str) -> _Service:
         """``service``'s state, followed from now on when it was not (its load started);
@@ -422,29 +438,12 @@ class DnsServer:
         return state
 
     def _forget(self, service: str) -> None:
+        self._generation += 1
         del self._services[service]
         self._loads.forget(service)
         self._elsewhere.forget(service)
 
     # --- queries ----------------------------------------------------------------------------
-
-    def _admit(self, source: object) -> bool:
-        """Whether ``source`` may send one more query now (its token bucket)."""
-        now = time.monotonic()
-        bucket = self._buckets.get(source)
-        if bucket is None:
-            if len(self._buckets) >= MAX_SOURCES:
-                self._buckets.popitem(last=False)
-            bucket = self._buckets[source] = [self._burst, now]
-        else:
-            self._buckets.move_to_end(source)
-        tokens = min(self._burst, bucket[0] + (now - bucket[1]) * self._rate)
-        bucket[1] = now
-        if tokens < 1.0:
-            bucket[0] = tokens
-            return False
-        bucket[0] = tokens - 1.0
-        return True
 
     def _drop(self, reason: str, peer: str, data: bytes = b"") -> None:
         telemetry.AGENT_DNS_DROPPED.labels(reason).inc()
@@ -480,12 +479,19 @@ class DnsServer:
         names it in the log; ``tcp``: unbounded by UDP's size), or a future of it (its
         service loading), or None: dropped (counted and logged, throttled)."""
         started = time.perf_counter()
-        if not self._admit(source):  # before anything else: a flood costs the least here
+        if not self._rates.admit(source):  # before anything else: a flood costs least here
             self._drop("rate", peer)
             return None
         if len(data) > MAX_QUERY_BYTES:
             self._drop("oversized", peer)
             return None
+        encoded = self._encoded.get((data[2:], tcp))
+        if encoded is not None and encoded[0] == self._generation:
+            _, wire, kinds = encoded
+            for kind in kinds:
+                telemetry.AGENT_DNS_ANSWERS.labels(kind).inc()
+            telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
+            return data[:2] + wire  # the same bytes asked again: the same answer, its id
         try:
             query = dns.message.from_wire(data, ignore_trailing=False)
         except Exception:  # anything a parser may raise on bytes it was not meant for
@@ -504,7 +510,15 @@ class DnsServer:
         except Exception as exc:  # the agent's own bug: this query only
             self._failed(query, peer, exc)
             return None
-        return self._wire(response, query, tcp, started)
+        wire = self._wire(response, query, tcp, started)
+        if response.answer and response.question[0].rdtype in _ENCODED_ONCE:
+            if len(self._encoded) >= MAX_ENCODED:
+                self._encoded.clear()
+            kinds = [_KIND[response.question[0].rdtype]]
+            if wire[2] & (dns.flags.TC >> 8):
+                kinds.append("truncated")
+            self._encoded[data[2:], tcp] = (self._generation, wire[2:], kinds)
+        return wire
 
     async def _later(self, pending: _Pending, peer: str, tcp: bool, started: float) -> bytes | None:
         """The answer once what it waits for is done (within ``load_wait``), else None."""
@@ -531,6 +545,8 @@ class DnsServer:
     def _wire(
         self, response: dns.message.Message, query: dns.message.Message, tcp: bool, started: float
     ) -> bytes:
+        """``response`` as sent: whole over TCP, over UDP within 512 octets or what the
+        client's EDNS0 record offers (up to the server's own bound), cut with TC past it."""
         if tcp:
             size = 65535
         elif query.edns >= 0:
@@ -538,7 +554,7 @@ class DnsServer:
         else:
             size = 512
         wire = response.to_wire(max_size=size, prefer_truncation=True)
-        if response.flags & dns.flags.TC or dns.flags.TC & int.from_bytes(wire[2:4], "big"):
+        if dns.flags.TC & int.from_bytes(wire[2:4], "big"):  # set by to_wire as it cut
             telemetry.AGENT_DNS_ANSWERS.labels("truncated").inc()
         telemetry.AGENT_DNS_LATENCY.observe(time.perf_counter() - started)
         return wire
@@ -707,46 +723,6 @@ class DnsServer:
                 return response
         return self._answer(response, question, state, partition)
 
-    # --- transports -------------------------------------------------------------------------
-
-    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One TCP connection: queries, each with its 2-octet length (RFC 1035 4.2.2), each
-        answered in full, until it closes or stays silent ``idle_timeout`` seconds."""
-        source = str(writer.get_extra_info("peername", ("?",))[0])
-        peer = f"tcp:{source}"
-        if (
-            sum(self._connections.values()) >= self._max_connections
-            or self._connections[source] >= self._max_per_source
-        ):
-            self._drop("connections", peer)
-            writer.close()
-            return
-        self._connections[source] += 1
-        try:
-            while True:
-                try:
-                    length = int.from_bytes(
-                        await asyncio.wait_for(reader.readexactly(2), self._idle_timeout), "big"
-                    )
-                    data = await asyncio.wait_for(reader.readexactly(length), self._idle_timeout)
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    return
-                telemetry.AGENT_DNS_QUERIES.labels("tcp").inc()
-                answer = self.handle(data, source, peer, tcp=True)
-                if isinstance(answer, asyncio.Future):
-                    answer = await answer
-                if answer is None:
-                    continue  # unanswered: the client times out, as over UDP
-                writer.write(len(answer).to_bytes(2, "big") + answer)
-                await writer.drain()
-        except ConnectionError:
-            return
-        finally:
-            self._connections[source] -= 1
-            if not self._connections[source]:
-                del self._connections[source]
-            writer.close()
-
 
 class _Pending(Exception):
     """A query that waits: for its service's first load, or its key's partition."""
@@ -763,44 +739,3 @@ class _Pending(Exception):
         self.response = response
         self.question = question
         self.state = state
-
-
-class _Udp(asyncio.DatagramProtocol):
-    """The UDP socket: each datagram one query, answered to its source."""
-
-    def __init__(self, server: DnsServer) -> None:
-        self._server = server
-        self._transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-
-    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
-        server = self._server
-        telemetry.AGENT_DNS_QUERIES.labels("udp").inc()
-        # A loopback client's socket is a source of its own (the host's processes all send
-        # from 127.0.0.1); another host is one source whatever its ports.
-        source = addr[:2] if _loopback(addr[0]) else addr[0]
-        answer = server.handle(data, source, f"udp:{addr[0]}:{addr[1]}", tcp=False)
-        if isinstance(answer, asyncio.Future):
-            answer.add_done_callback(functools.partial(self._send_later, addr))
-        elif answer is not None and self._transport is not None:
-            self._transport.sendto(answer, addr)
-
-    def _send_later(self, addr: tuple[Any, ...], done: asyncio.Future[bytes | None]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        answer = done.result()
-        if answer is not None and self._transport is not None:
-            self._transport.sendto(answer, addr)
-
-    def error_received(self, exc: Exception) -> None:
-        pass  # an ICMP error for an earlier answer: its client went away
-
-
-def _loopback(host: str) -> bool:
-    """Whether a peer's address (``::1``, ``fe80::1%eth0``) is loopback."""
-    try:
-        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
-    except ValueError:
-        return False
