@@ -80,9 +80,9 @@ PROBE = textwrap.dedent("""
     gc.collect()
     after = rss()
     # one rewrite of the snapshot file, timed in this thread: what each change costs the
-    # writer thread at most once per snapshot_interval (forgetting the last write forces it)
+    # writer thread for a first write (forget() drops every kept encoding: the whole cache)
     writer = client.session.snapshot_writer
-    writer._last = None
+    writer.forget()
     cpu0, wall0 = time.thread_time(), time.perf_counter()
     writer.write_now()
     rewrite = {"rewrite_cpu_s": time.thread_time() - cpu0, "rewrite_s": time.perf_counter() - wall0,
