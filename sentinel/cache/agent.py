@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from sentinel.auth.envelope import Credential
@@ -118,7 +118,7 @@ class AgentFollower:
         self._held[service] = _number(answer, self._link.connections)
         return ServiceSnapshot.first(spec, endpoints, metrics, invalid, auth)
 
-    def load_services(self, services: Sequence[str]) -> list[ServiceSnapshot | Exception]:
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
         """:meth:`load_service` of each, one at a time (the agent answers them in order)."""
         return load_each(self.load_service, services)
 

@@ -53,6 +53,10 @@ from sentinel.zk.watches import AddWatchMode, PersistentWatches, WatcherType
 # Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
 MULTI_READ_BATCH = 256
 
+# Children read ahead for a prefetch's services at most (PersistentFollower.load_services):
+# a few multi-reads before the first service is handed over, not one per child of all of them.
+READ_AHEAD = 4 * MULTI_READ_BATCH
+
 _SECTIONS = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}
 
 # The kind of a deletion its owner's departure mark announced (beside kazoo's EventType
@@ -186,7 +190,7 @@ class _ZooKeeperFollower:
         self._use_policy(state.spec.shard_policy, service)
         return ServiceSnapshot.first(*state)
 
-    def load_services(self, services: Sequence[str]) -> list[ServiceSnapshot | Exception]:
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
         """:meth:`load_service` of each, one at a time (one-shot: each read sets its watch)."""
         return load_each(self.load_service, services)
 
@@ -475,17 +479,18 @@ class PersistentFollower(_ZooKeeperFollower):
             if self._follow_service(service):
                 self._refresh_service(service)
 
-    def load_services(self, services: Sequence[str]) -> list[ServiceSnapshot | Exception]:
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
         """:meth:`load_service` of each, their requests in flight together rather than a
         round trip at a time: first every service's watches, all of them answered before any
         read is sent (what a change does from then on is reported, as for one service); then
         each service's node, credential and listings in multi-reads, and the children of every
-        section of at most MULTI_READ_BATCH nodes in multi-reads of that many. Each service is
-        then read as :meth:`load_service` reads one, answered from those replies (a larger
-        section's children it reads itself, within the section's bounds)."""
+        section of at most MULTI_READ_BATCH nodes, READ_AHEAD nodes at most, in multi-reads of
+        MULTI_READ_BATCH. Each service is then read as :meth:`load_service` reads one,
+        answered from those replies (the children not read ahead it reads itself, within the
+        section's bounds), and handed over as soon as it is made."""
         self._follow_many([root for service in services for root in self._service_roots(service)])
         with self._reads.reading_ahead(self._read_ahead(services)):
-            return load_each(self.load_service, services)
+            yield from load_each(self.load_service, services)
 
     def _follow_many(self, roots: list[str]) -> None:
         """:meth:`_follow` of each root, the requests in flight together. A root whose watch
@@ -522,7 +527,8 @@ class PersistentFollower(_ZooKeeperFollower):
             replies.update((("data", path), reply) for path, reply in read.data.items())
             for parent, names in read.children.items():
                 replies["children", parent] = names
-                if isinstance(names, list) and len(names) <= MULTI_READ_BATCH:
+                small = isinstance(names, list) and len(names) <= MULTI_READ_BATCH
+                if small and len(children) + len(names) <= READ_AHEAD:
                     children += [f"{parent}/{name}" for name in names]
         for start in range(0, len(children), MULTI_READ_BATCH):
             read = self._watches.get_many(data=children[start : start + MULTI_READ_BATCH])

@@ -380,13 +380,14 @@ class RegistryCache:
         """:meth:`load_many`'s task: the services not cached loaded together by the follower,
         then each served as :meth:`_serve_load` serves one (a load the follower could not
         make together is made there on its own)."""
+        futures_of = dict(zip(services, futures, strict=True))
         wanted = [service for service in services if service not in self.snapshots]
-        loaded: dict[str, ServiceSnapshot | Exception] = {}
-        if wanted:
-            with contextlib.suppress(Exception):  # e.g. the connection went: each on its own
-                loaded = dict(zip(wanted, self._follower_now().load_services(wanted), strict=True))
-        for service, future in zip(services, futures, strict=True):
-            self._serve_load(service, future, True, loaded.get(service))
+        with contextlib.suppress(Exception):  # e.g. the connection went: each on its own
+            loading = self._follower_now().load_services(wanted) if wanted else iter(())
+            for service, loaded in zip(wanted, loading, strict=True):
+                self._serve_load(service, futures_of.pop(service), True, loaded)
+        for service, future in futures_of.items():
+            self._serve_load(service, future, True)
 
     def _serve_load(
         self,

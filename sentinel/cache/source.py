@@ -11,7 +11,7 @@ follower fed it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from sentinel.cache.stats import CacheStats
@@ -38,10 +38,10 @@ class Follower(Protocol):
         :class:`~sentinel.errors.ServiceNotFound`); its changes reach the cache from now on."""
         ...
 
-    def load_services(self, services: Sequence[str]) -> list[ServiceSnapshot | Exception]:
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
         """:meth:`load_service` of each of ``services`` (a prefetch of many), as many requests
         in flight at once as the follower can keep correct: the first snapshot of each, or
-        what its load raised, in their order."""
+        what its load raised, in their order, each as soon as it is made."""
         ...
 
     def forget(self, service: str) -> None:
@@ -113,13 +113,11 @@ class FollowedCache(Protocol):
 
 def load_each(
     load: Callable[[str], ServiceSnapshot], services: Sequence[str]
-) -> list[ServiceSnapshot | Exception]:
+) -> Iterator[ServiceSnapshot | Exception]:
     """:meth:`Follower.load_services` one service at a time, with ``load`` (a follower's
     :meth:`~Follower.load_service`): what each load returned or raised."""
-    loaded: list[ServiceSnapshot | Exception] = []
     for service in services:
         try:
-            loaded.append(load(service))
+            yield load(service)
         except Exception as exc:  # the cache serves each outcome as a load of its own would
-            loaded.append(exc)
-    return loaded
+            yield exc
