@@ -692,7 +692,9 @@ class Sentinel:
         wanted = [s for s in dict.fromkeys(services) if not self._snapshots.get(s)]
         for service in wanted:
             validate_name("service", service)
-        loading = self.session.cache.load_many(wanted) if len(wanted) > 1 else {}
+        cache = self.session.cache
+        # From a listener (on the worker) each loads there and then, one at a time.
+        loading = cache.load_many(wanted) if len(wanted) > 1 and not cache.on_worker() else {}
         missing = None
         for service in wanted:
             try:

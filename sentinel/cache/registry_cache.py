@@ -220,10 +220,8 @@ class RegistryCache:
     def load_many(self, services: Sequence[str]) -> dict[str, Future[ServiceSnapshot]]:
         """Queue the loads of ``services`` on the worker, LOADS_IN_FLIGHT to a task (their
         requests in flight together: :meth:`Follower.load_services`), and return their
-        futures for :meth:`load` to wait on; none on the worker itself (a listener's loads run
-        one at a time, there and then)."""
-        if self.on_worker():
-            return {}
+        futures for :meth:`load` to wait on (never on the worker itself: queued, they would
+        wait behind the listener that waits for them)."""
         loading: dict[str, Future[ServiceSnapshot]] = {s: Future() for s in services}
         names = list(loading)
         for start in range(0, len(names), LOADS_IN_FLIGHT):
