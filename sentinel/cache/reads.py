@@ -167,9 +167,7 @@ class ServiceReads:
         reply = self._ahead.pop((kind, path), _UNREAD) if self._ahead else _UNREAD
         if reply is _UNREAD:
             return read(path, watch=self._watch)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
+        return Reply(reply).get()
 
     def _read_children(
         self, names: Iterable[str], path_of: Callable[[str], str]
