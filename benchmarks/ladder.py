@@ -5,16 +5,17 @@ Each rung (``--rungs``, instances x services, default ``1000x10,10000x100,100000
 spread evenly over the services, as ephemeral nodes written in multi transactions of
 ``BATCH`` creates (a few in flight at once), and a twin of the same shape in Curator's format
 (``/curator-bench/s<i>/<id>``). Then, in a fresh interpreter, a Sentinel client with a
-snapshot file prefetches every service; measured: cold start (client start to every instance
-cached), RSS growth per instance, the snapshot file's size, and for ``--changes`` registrations
-and as many instance updates made by the parent, the time until the client's listener hears
-each and the client's CPU over a window after it (``--window`` s: the cache's work and the
-snapshot's rewrite, less the CPU of an idle window), and the CPU of one whole rewrite of the
-snapshot file, timed on its own. Curator (``CuratorBench.java``'s
-``ladder``: a ``ServiceCache`` per service, one JVM) gives its cold start, heap used after a
-GC and registration propagation, unless its JVM (``--curator-heap``) cannot hold the rung.
-From the server: the largest ``getChildren`` reply (jute-encoded, against ``jute.maxbuffer``'s
-default), ``zk_approximate_data_size``, ``zk_znode_count`` and its heap used after a GC.
+snapshot file prefetches every service (one ``prefetch`` call naming them all); measured: cold
+start (client start to every instance cached), RSS growth per instance, the snapshot file's
+size, and for ``--changes`` registrations and as many instance updates made by the parent, the
+time until the client's listener hears each and the client's CPU over a window after it
+(``--window`` s: the cache's work and the snapshot's rewrite, less the CPU of an idle window),
+and the CPU of one whole (first) write of the snapshot file, timed on its own. Curator
+(``CuratorBench.java``'s ``ladder``: a ``ServiceCache`` per service, one JVM) gives its cold
+start, heap used after a GC and registration propagation, unless its JVM (``--curator-heap``)
+cannot hold the rung. From the server: the largest ``getChildren`` reply (jute-encoded, against
+``jute.maxbuffer``'s default), ``zk_approximate_data_size``, ``zk_znode_count`` and its heap
+used after a GC.
 """
 
 from __future__ import annotations
@@ -73,16 +74,15 @@ PROBE = textwrap.dedent("""
     started = time.perf_counter()
     client = Sentinel(hosts, "ladder", announce=False, cache=CacheConfig(snapshot_path=snapshot))
     client.start()
-    for s in range(services):
-        client.prefetch(f"s{s}")
+    client.prefetch(*[f"s{s}" for s in range(services)])
     held = sum(len(client.eligible_instances(f"s{s}")) for s in range(services))
     cold = time.perf_counter() - started
     gc.collect()
     after = rss()
     # one rewrite of the snapshot file, timed in this thread: what each change costs the
-    # writer thread at most once per snapshot_interval (forgetting the last write forces it)
+    # writer thread for a first write (forget() drops every kept encoding: the whole cache)
     writer = client.session.snapshot_writer
-    writer._last = None
+    writer.forget()
     cpu0, wall0 = time.thread_time(), time.perf_counter()
     writer.write_now()
     rewrite = {"rewrite_cpu_s": time.thread_time() - cpu0, "rewrite_s": time.perf_counter() - wall0,
@@ -245,7 +245,7 @@ def ours(
                 moved["ms"] = (moved["heard_ns"] - begun) / 1e6 if moved["heard_ns"] else None
                 moves.append(moved)
             probe.stdin.close()
-            probe.wait(timeout=60)
+            probe.wait(timeout=600)  # its close writes the snapshot file once more
     return {**loaded, "changes": moves}
 
 

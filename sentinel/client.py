@@ -49,6 +49,8 @@ from sentinel.zk.errors import translate_zk_errors
 from sentinel.zk.tls import TlsConfig
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from sentinel.strategies import Endpoints
 
 log = logging.getLogger(__name__)
@@ -677,20 +679,39 @@ class Sentinel:
             return ()
         return snapshot.partitions[None]
 
-    def prefetch(self, service: str) -> None:
-        """Load ``service`` into the cache now, as its first ``get_service`` would.
+    def prefetch(self, *services: str) -> None:
+        """Load ``services`` into the cache now, as their first ``get_service`` would.
 
         Call it at start-up so the first request pays no load, and so listeners hear of the
-        service's changes before any lookup. Raises ServiceNotFound if it does not exist.
+        services' changes before any lookup. Services named in one call load together, many
+        requests in flight at once (``prefetch(*names)``: a cold start of thousands of
+        services takes a few round trips per batch, not per service). Raises ServiceNotFound
+        for the first that does not exist, once every other has loaded.
         """
-        self._snapshots.get(service) or self._load(service)
+        self.session.require_started()
+        wanted = [s for s in dict.fromkeys(services) if not self._snapshots.get(s)]
+        for service in wanted:
+            validate_name("service", service)
+        cache = self.session.cache
+        # From a listener (on the worker) each loads there and then, one at a time.
+        loading = cache.load_many(wanted) if len(wanted) > 1 and not cache.on_worker() else {}
+        missing = None
+        for service in wanted:
+            try:
+                self._load(service, loading.get(service))
+            except ServiceNotFound as exc:
+                missing = missing or exc
+        if missing is not None:
+            raise missing
 
-    def _load(self, service: str) -> ServiceSnapshot:
+    def _load(
+        self, service: str, loading: Future[ServiceSnapshot] | None = None
+    ) -> ServiceSnapshot:
         self.session.require_started()
         # In a forked child the renewal just restored the inherited snapshots: serve them.
         try:
             snapshot = self._snapshots.get(service) or self.session.cache.load(
-                validate_name("service", service)
+                validate_name("service", service), loading
             )
         except ServiceNotFound as exc:
             raise not_found(exc, self.session) from None

@@ -27,14 +27,14 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from sentinel.auth.envelope import Credential
 from sentinel.auth.reader import CredentialReader
 from sentinel.cache.reads import open_credential
 from sentinel.cache.snapshot_file import instance_of, metrics_of, policy_map, service_parts
-from sentinel.cache.source import FollowedCache
+from sentinel.cache.source import FollowedCache, load_each
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import Task
 from sentinel.errors import AgentServiceUnavailable, DecodeError, SentinelError, ServiceNotFound
@@ -117,6 +117,10 @@ class AgentFollower:
         spec, endpoints, metrics, invalid, auth = self._decode(service, answer)
         self._held[service] = _number(answer, self._link.connections)
         return ServiceSnapshot.first(spec, endpoints, metrics, invalid, auth)
+
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
+        """:meth:`load_service` of each, one at a time (the agent answers them in order)."""
+        return load_each(self.load_service, services)
 
     def resync(self) -> None:
         """After (re)connecting: follow every service again and apply what the agent holds

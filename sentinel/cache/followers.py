@@ -23,7 +23,7 @@ import contextlib
 import functools
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Concatenate, ParamSpec
 
 from kazoo.client import KazooClient
@@ -31,8 +31,8 @@ from kazoo.exceptions import NoWatcherError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from sentinel.auth.reader import CredentialReader
-from sentinel.cache.reads import ServiceReads, Watch, section_of
-from sentinel.cache.source import FollowedCache
+from sentinel.cache.reads import Reply, ServiceReads, Watch, section_of
+from sentinel.cache.source import FollowedCache, load_each
 from sentinel.cache.views import ServiceSnapshot, directory_keys, key_changes
 from sentinel.cache.worker import CacheWorker, Task
 from sentinel.errors import DecodeError, ServiceNotFound
@@ -52,6 +52,10 @@ from sentinel.zk.watches import AddWatchMode, PersistentWatches, WatcherType
 
 # Nodes per multi-read: a reply of a few hundred KB at most for registry-sized nodes.
 MULTI_READ_BATCH = 256
+
+# Children read ahead for a prefetch's services at most (PersistentFollower.load_services):
+# a few multi-reads before the first service is handed over, not one per child of all of them.
+READ_AHEAD = 4 * MULTI_READ_BATCH
 
 _SECTIONS = {SERVICES[1:]: "instances", METRICS[1:]: "metrics"}
 
@@ -185,6 +189,10 @@ class _ZooKeeperFollower:
             raise
         self._use_policy(state.spec.shard_policy, service)
         return ServiceSnapshot.first(*state)
+
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
+        """:meth:`load_service` of each, one at a time (one-shot: each read sets its watch)."""
+        return load_each(self.load_service, services)
 
     @_while_cached
     def _refresh_service(self, current: ServiceSnapshot, service: str) -> None:
@@ -471,6 +479,62 @@ class PersistentFollower(_ZooKeeperFollower):
             if self._follow_service(service):
                 self._refresh_service(service)
 
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
+        """:meth:`load_service` of each, their requests in flight together rather than a
+        round trip at a time: first every service's watches, all of them answered before any
+        read is sent (what a change does from then on is reported, as for one service); then
+        each service's node, credential and listings in multi-reads, and the children of every
+        section of at most MULTI_READ_BATCH nodes, READ_AHEAD nodes at most, in multi-reads of
+        MULTI_READ_BATCH. Each service is then read as :meth:`load_service` reads one,
+        answered from those replies (the children not read ahead it reads itself, within the
+        section's bounds), and handed over as soon as it is made."""
+        self._follow_many([root for service in services for root in self._service_roots(service)])
+        with self._reads.reading_ahead(self._read_ahead(services)):
+            yield from load_each(self.load_service, services)
+
+    def _follow_many(self, roots: list[str]) -> None:
+        """:meth:`_follow` of each root, the requests in flight together. A root whose watch
+        failed is left unfollowed: its service's load follows it again, and fails as one."""
+        sent = []
+        for root in dict.fromkeys(roots):
+            if root in self._followed:
+                continue
+            self._followed[root] = True  # before the request, as in _follow
+            try:
+                sent.append((root, self._add_watch(root, wait=False)))
+            except Exception:
+                self._followed.pop(root, None)
+        for root, result in sent:
+            try:
+                result.get()
+            except Exception:
+                self._followed.pop(root, None)
+
+    def _read_ahead(self, services: Sequence[str]) -> dict[tuple[str, str], Any]:
+        """The replies :meth:`load_services` answers the services' reads from (see
+        :meth:`ServiceReads.reading_ahead`), read in multi-reads of MULTI_READ_BATCH nodes."""
+        data: list[str] = []
+        listed: list[str] = []
+        for service in services:
+            nodes, parents = self._reads.first_paths(service)
+            data += nodes
+            listed += parents
+        replies: dict[tuple[str, str], Any] = {}
+        children = []
+        step = MULTI_READ_BATCH // 2
+        for start in range(0, max(len(data), len(listed)), step):
+            read = self._watches.get_many(data[start : start + step], listed[start : start + step])
+            replies.update((("data", path), reply) for path, reply in read.data.items())
+            for parent, names in read.children.items():
+                replies["children", parent] = names
+                small = isinstance(names, list) and len(names) <= MULTI_READ_BATCH
+                if small and len(children) + len(names) <= READ_AHEAD:
+                    children += [f"{parent}/{name}" for name in names]
+        for start in range(0, len(children), MULTI_READ_BATCH):
+            read = self._watches.get_many(data=children[start : start + MULTI_READ_BATCH])
+            replies.update((("data", path), reply) for path, reply in read.data.items())
+        return replies
+
     def _on_event(self, root: str, event: WatchedEvent) -> None:
         """kazoo's connection thread: an event of the recursive watch on ``root``'s subtree.
 
@@ -586,7 +650,7 @@ class PersistentFollower(_ZooKeeperFollower):
             paths = [path_of(item) for item in batch]
             results = self._watches.get_many(data=paths).data
             for item, path in zip(batch, paths, strict=True):
-                yield item, _Read(results[path])
+                yield item, Reply(results[path])
 
     def _watch_absent(self, path: str) -> bool:
         return False  # followed since before the read: its creation will be reported
@@ -618,17 +682,21 @@ class PersistentFollower(_ZooKeeperFollower):
             return False
         self._followed[root] = True  # before the request: a session ending meanwhile pops it
         try:
-            self._watches.add_watch(
-                root,
-                functools.partial(self._on_event, root),
-                AddWatchMode.PERSISTENT_RECURSIVE,
-                known=functools.partial(self._known_paths, root),
-                on_connection_thread=self.at_once,
-            )
+            self._add_watch(root)
         except BaseException:
             self._followed.pop(root, None)
             raise
         return True
+
+    def _add_watch(self, root: str, wait: bool = True) -> Any:
+        return self._watches.add_watch(
+            root,
+            functools.partial(self._on_event, root),
+            AddWatchMode.PERSISTENT_RECURSIVE,
+            known=functools.partial(self._known_paths, root),
+            on_connection_thread=self.at_once,
+            wait=wait,
+        )
 
     def _known_paths(self, root: str) -> list[str]:
         """The nodes the cache holds under ``root``, for the server to report which changed
@@ -706,17 +774,3 @@ class _InOrder:
         waiting = self._waiting
         while waiting and waiting[0].released:
             self._worker.merge(waiting.popleft().task)
-
-
-class _Read:
-    """One node of a multi-read, with a kazoo async result's ``get``."""
-
-    __slots__ = ("outcome",)
-
-    def __init__(self, outcome: Any) -> None:
-        self.outcome = outcome  # (data, stat), or the exception of that node
-
-    def get(self) -> Any:
-        if isinstance(self.outcome, Exception):
-            raise self.outcome
-        return self.outcome

@@ -8,8 +8,9 @@ recursive one), how many nodes are read at once, and what is done about a node t
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from kazoo.client import KazooClient
@@ -45,6 +46,22 @@ MAX_SECTION_BYTES = 32 * 1024 * 1024
 
 Watch = Callable[[WatchedEvent], None]
 Decoder = Callable[[str, str, bytes, ZnodeStat], Any]
+_UNREAD = object()  # no reply read ahead for a node
+
+
+class Reply:
+    """One node's reply already in (a multi-read's, or read ahead), with a kazoo async
+    result's ``get``."""
+
+    __slots__ = ("reply",)
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply  # (data, stat), or the exception of that node
+
+    def get(self) -> Any:
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
 
 
 class ServiceState(NamedTuple):
@@ -119,6 +136,52 @@ class ServiceReads:
         self._reads = reads
         self._watch_absent = watch_absent
         self._over_limit: set[str] = set()  # sections reported past the bounds
+        # Replies read ahead for the reads below, by ("data" or "children", path): each
+        # answers one read, in place of a request (see reading_ahead).
+        self._ahead: dict[tuple[str, str], Any] = {}
+
+    def first_paths(self, service: str) -> tuple[list[str], list[str]]:
+        """The nodes :meth:`service`'s first read of ``service`` reads, before its children:
+        the paths whose data it reads, and those whose children it lists."""
+        data = [service_path(service)]
+        if self._credentials is not None:
+            data.append(auth_path(service, self._credentials.client))
+        listed = [self._section_of(section, service).parent for section in FIELD_OF]
+        return data, listed
+
+    @contextlib.contextmanager
+    def reading_ahead(self, replies: Mapping[tuple[str, str], Any]) -> Iterator[None]:
+        """Within the block, a read of a node in ``replies`` (by ``("data", path)`` or
+        ``("children", path)``: the reply, or the error of that read) is answered from there,
+        once, instead of sent: replies many services' reads asked for together (requests in
+        flight at once, sent after the watches that report later changes). Replies not used by
+        the end of the block are dropped."""
+        self._ahead = dict(replies)
+        try:
+            yield
+        finally:
+            self._ahead = {}
+
+    def _answer(self, kind: str, path: str, read: Callable[..., Any]) -> Any:
+        """A node's data or children: read ahead, or read now."""
+        reply = self._ahead.pop((kind, path), _UNREAD) if self._ahead else _UNREAD
+        if reply is _UNREAD:
+            return read(path, watch=self._watch)
+        return Reply(reply).get()
+
+    def _read_children(
+        self, names: Iterable[str], path_of: Callable[[str], str]
+    ) -> Iterator[tuple[str, Any]]:
+        """The follower's ``reads``, but for the nodes read ahead (see :meth:`reading_ahead`)."""
+        unread = []
+        for name in names:
+            reply = self._ahead.pop(("data", path_of(name)), _UNREAD) if self._ahead else _UNREAD
+            if reply is _UNREAD:
+                unread.append(name)
+            else:
+                yield name, Reply(reply)
+        if unread:
+            yield from self._reads(unread, path_of)
 
     def service(self, service: str, last_good: ServiceSpec | None = None) -> ServiceState:
         """The spec, instances, metrics and this client's credential of ``service`` (no
@@ -140,7 +203,7 @@ class ServiceReads:
         its ``last_good`` spec (one bad write must not unlist it everywhere)."""
         path = service_path(service)
         try:
-            data, _ = self._zk.get(path, watch=self._watch)
+            data, _ = self._answer("data", path, self._zk.get)
         except NoNodeError:
             raise ServiceNotFound(service) from None
         try:
@@ -170,7 +233,7 @@ class ServiceReads:
         """
         parent, field, decode = self._section_of(section, service)
         try:
-            names = self._zk.get_children(parent, watch=self._watch)
+            names = self._answer("children", parent, self._zk.get_children)
         except NoNodeError:
             if section == "instances":
                 raise ServiceNotFound(service) from None
@@ -192,7 +255,7 @@ class ServiceReads:
         room = max(MAX_SECTION_NODES - len(decoded) - len(invalid), 0)
         budget = ReadBudget(MAX_SECTION_BYTES, skipped=len(unread) - min(room, len(unread)))
         fresh, failed = decode_children(
-            self._zk, parent, unread[:room], decode, reads=self._reads, budget=budget
+            self._zk, parent, unread[:room], decode, reads=self._read_children, budget=budget
         )
         if budget.skipped:
             self._stats.over_limit += budget.skipped
@@ -256,7 +319,7 @@ class ServiceReads:
             return None
         path = auth_path(service, self._credentials.client)
         try:
-            data, stat = self._zk.get(path, watch=self._watch)
+            data, stat = self._answer("data", path, self._zk.get)
         except NoNodeError:
             self._watch_absent(path)
             self._credentials.forget(service)

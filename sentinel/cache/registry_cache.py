@@ -61,6 +61,11 @@ from sentinel.zk.watches import PersistentWatches
 
 log = logging.getLogger(__name__)
 
+# Services a prefetch of many loads in one worker task, their requests in flight together
+# (about four nodes each: a multi-read of MULTI_READ_BATCH); the worker serves watch events
+# between two such tasks.
+LOADS_IN_FLIGHT = 64
+
 SwapHook = Callable[[str, ServiceSnapshot, ServiceSnapshot | None, Collection[str] | None], None]
 
 
@@ -175,6 +180,9 @@ class RegistryCache:
     def _dropped(self, task: Task) -> None:
         if task.run == self._serve_load:
             task.args[1].set_exception(ClientClosed("the client was closed"))
+        elif task.run == self._serve_loads:
+            for future in task.args[1]:
+                future.set_exception(ClientClosed("the client was closed"))
 
     def on_worker(self) -> bool:
         """Whether the calling thread is the worker (a listener, or a task, is running)."""
@@ -189,17 +197,19 @@ class RegistryCache:
 
     # --- called by readers ------------------------------------------------------------------
 
-    def load(self, service: str) -> ServiceSnapshot:
-        """The snapshot of ``service``, loading it on the worker the first time.
+    def load(self, service: str, loading: Future[ServiceSnapshot] | None = None) -> ServiceSnapshot:
+        """The snapshot of ``service``, loading it on the worker the first time (``loading``:
+        its load queued already, by :meth:`load_many`).
 
         On the worker itself (a lookup made from a listener) the load runs there and then:
         queued, it would wait behind the listener that waits for it.
         """
-        future: Future[ServiceSnapshot] = Future()
-        if self.on_worker():
+        future: Future[ServiceSnapshot] = Future() if loading is None else loading
+        if loading is None and self.on_worker():
             self._serve_load(service, future)
             return future.result()
-        self.worker.put(Task(self._serve_load, (service, future, True)))
+        if loading is None:
+            self.worker.put(Task(self._serve_load, (service, future, True)))
         try:
             return future.result(timeout=self._load_timeout)
         except FutureTimeout:
@@ -207,11 +217,22 @@ class RegistryCache:
                 f"loading service {service!r} took longer than {self._load_timeout:g}s"
             ) from None
 
+    def load_many(self, services: Sequence[str]) -> dict[str, Future[ServiceSnapshot]]:
+        """Queue the loads of ``services`` on the worker, LOADS_IN_FLIGHT to a task (their
+        requests in flight together: :meth:`Follower.load_services`), and return their
+        futures for :meth:`load` to wait on (never on the worker itself: queued, they would
+        wait behind the listener that waits for them)."""
+        loading: dict[str, Future[ServiceSnapshot]] = {s: Future() for s in services}
+        names = list(loading)
+        for start in range(0, len(names), LOADS_IN_FLIGHT):
+            batch = tuple(names[start : start + LOADS_IN_FLIGHT])
+            self.worker.put(Task(self._serve_loads, (batch, tuple(loading[s] for s in batch))))
+        return loading
+
     def prefetch(self, services: list[str]) -> None:
         """Load ``services`` on the worker, in the background (a forked child re-reading what
         its parent followed); a lookup meanwhile waits for its own service's load."""
-        for service in services:
-            self.worker.put(Task(self._serve_load, (service, Future(), True)))
+        self.load_many(services)
 
     def restore(
         self,
@@ -314,12 +335,19 @@ class RegistryCache:
             )
         return self._curator
 
-    def _load_service(self, service: str) -> ServiceSnapshot:
+    def _load_service(
+        self, service: str, loaded: ServiceSnapshot | Exception | None = None
+    ) -> ServiceSnapshot:
         """The namespace's service of that name (with a Curator registry's instances when its
-        spec names one), else the first Curator base path's."""
+        spec names one), else the first Curator base path's. ``loaded``: what the follower's
+        load of it gave already (:meth:`_serve_loads`)."""
         follower = self._follower_now()
         try:
-            snapshot = follower.load_service(service)
+            if loaded is None:
+                loaded = follower.load_service(service)
+            if isinstance(loaded, Exception):
+                raise loaded
+            snapshot = loaded
         except ServiceNotFound:
             if not self._curator_base_paths or follower.complete:
                 raise
@@ -344,16 +372,36 @@ class RegistryCache:
         file, and not served by a forked child before its own session has read them."""
         return self._curator.services if self._curator is not None else frozenset()
 
-    def _serve_load(
-        self, service: str, future: Future[ServiceSnapshot], queued: bool = False
+    def _serve_loads(
+        self, services: tuple[str, ...], futures: tuple[Future[ServiceSnapshot], ...]
     ) -> None:
-        """A reader's :meth:`load`: the cached snapshot, or the service loaded now. A
-        ``queued`` load the lost connection stopped runs again once connected (its reader
-        waits, up to its timeout); one made from a listener fails at once."""
+        """:meth:`load_many`'s task: the services not cached loaded together by the follower,
+        then each served as :meth:`_serve_load` serves one (a load the follower could not
+        make together is made there on its own)."""
+        futures_of = dict(zip(services, futures, strict=True))
+        wanted = [service for service in services if service not in self.snapshots]
+        with contextlib.suppress(Exception):  # e.g. the connection went: each on its own
+            loading = self._follower_now().load_services(wanted) if wanted else iter(())
+            for service, loaded in zip(wanted, loading, strict=True):
+                self._serve_load(service, futures_of.pop(service), True, loaded)
+        for service, future in futures_of.items():
+            self._serve_load(service, future, True)
+
+    def _serve_load(
+        self,
+        service: str,
+        future: Future[ServiceSnapshot],
+        queued: bool = False,
+        loaded: ServiceSnapshot | Exception | None = None,
+    ) -> None:
+        """A reader's :meth:`load`: the cached snapshot, or the service loaded now (or as the
+        follower's ``loaded`` it). A ``queued`` load the lost connection stopped runs again
+        once connected (its reader waits, up to its timeout); one made from a listener fails
+        at once."""
         try:
             snapshot = self.snapshots.get(service)
             if snapshot is None:
-                snapshot = self._load_service(service)
+                snapshot = self._load_service(service, loaded)
                 self._confirm(service, snapshot.auth)
                 self.snapshots[service] = snapshot
             future.set_result(snapshot)

@@ -91,27 +91,41 @@ def dump_snapshot(
     """The document for the cache's current state (call with copies of the two dicts);
     ``auth_versions`` are the highest credential versions applied, per service."""
     auth_versions = auth_versions or {}
-    services = {}
-    for name, snapshot in snapshots.items():
-        services[name] = {
-            **service_entry(name, snapshot),
-            # The encrypted envelope the credential was opened from, never the credential.
-            "auth": _envelope(snapshot),
-            "auth_version": auth_versions.get(name),
-        }
-    policies = {
-        policy: policy_entry(policy, shard_map)
-        for policy, shard_map in shard_maps.items()
-        if shard_map is not None
+    services = {
+        name: _stored_service(name, snapshot, auth_versions.get(name))
+        for name, snapshot in snapshots.items()
     }
+    return {**_header(namespace, hosts), "services": services, "shard_maps": _policies(shard_maps)}
+
+
+def _header(namespace: str, hosts: str) -> dict[str, Any]:
+    """The document's fields other than its services and shard maps."""
     return {
         "format": FORMAT,
         "version": VERSION,
         "namespace": namespace,
         "hosts": hosts_fingerprint(hosts),
         "written_at": time.time(),
-        "services": services,
-        "shard_maps": policies,
+    }
+
+
+def _stored_service(
+    name: str, snapshot: ServiceSnapshot, auth_version: int | None
+) -> dict[str, Any]:
+    """One service as the file holds it: :func:`service_entry`, the encrypted envelope the
+    credential was opened from (never the credential) and the credential version applied."""
+    return {
+        **service_entry(name, snapshot),
+        "auth": _envelope(snapshot),
+        "auth_version": auth_version,
+    }
+
+
+def _policies(shard_maps: Mapping[str, ShardMap | None]) -> dict[str, Any]:
+    return {
+        policy: policy_entry(policy, shard_map)
+        for policy, shard_map in shard_maps.items()
+        if shard_map is not None
     }
 
 
@@ -304,6 +318,12 @@ class SnapshotWriter:
     highest credential version applied per service (the client's credential reader);
     ``skip`` the services left out (read from Curator base paths: a start from the file serves
     the namespace's services only).
+
+    A write encodes only the services whose snapshot changed since the last one: snapshots are
+    immutable, so each service's encoded entry is kept with the snapshot it was encoded from
+    and reused while the cache holds that same object (and the same credential version). The
+    rest of a write is joining those bytes and writing the file, whole, as before: a change
+    costs the CPU of encoding its service, not the cache (the ladder in ``docs/scale.md``).
     """
 
     def __init__(
@@ -327,8 +347,13 @@ class SnapshotWriter:
         self._min_interval = min_interval
         self._dirty = threading.Event()
         self._stop = threading.Event()
-        self._last: dict[str, Any] | None = None
+        # Per service: the snapshot and credential version its entry was encoded from, and
+        # the entry (``"name":{...}``); the writer thread's alone.
+        self._encoded: dict[str, tuple[ServiceSnapshot, int | None, bytes]] = {}
+        # What the file holds: its shard maps' and services' encodings (None: nothing yet).
+        self._last: tuple[bytes, dict[str, bytes]] | None = None
         self.writes = 0
+        self.encodes = 0  # services encoded, over all writes
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -347,6 +372,12 @@ class SnapshotWriter:
         if self._thread is not None:
             self._thread.join()
 
+    def forget(self) -> None:
+        """Drop every service's kept encoding: the next write encodes the whole cache and
+        writes the file even if nothing changed (what a first write costs; the ladder times it)."""
+        self._encoded = {}
+        self._last = None
+
     def _run(self) -> None:
         while not self._stop.is_set():
             self._dirty.wait()
@@ -359,18 +390,41 @@ class SnapshotWriter:
         """Write the snapshot if the cache holds something new; errors are logged, not raised."""
         try:
             skip = self._skip()
-            document = dump_snapshot(
-                {name: s for name, s in list(self._snapshots.items()) if name not in skip},
-                dict(self._shard_maps),
-                self._namespace,
-                self._hosts,
-                None if self._auth_versions is None else self._auth_versions(),
+            versions = {} if self._auth_versions is None else self._auth_versions()
+            encoded = {}
+            for name, snapshot in list(self._snapshots.items()):
+                if name not in skip:
+                    encoded[name] = self._encoding(name, snapshot, versions.get(name))
+            self._encoded = encoded
+            services = {name: entry for name, (_, _, entry) in encoded.items()}
+            policies = _compact(_policies(dict(self._shard_maps)))
+            if (policies, services) == self._last or not services:
+                return  # the same bytes objects compare by identity: no content compared
+            header = _compact(_header(self._namespace, self._hosts))[:-1]  # without its "}"
+            body = b",".join(services.values())
+            document = b"".join(
+                (header, b',"shard_maps":', policies, b',"services":{', body, b"}}")
             )
-            comparable = {k: v for k, v in document.items() if k != "written_at"}
-            if comparable == self._last or not document["services"]:
-                return
-            write_private(self.path, json.dumps(document, separators=(",", ":")).encode())
-            self._last = comparable
+            write_private(self.path, document)
+            self._last = (policies, services)
             self.writes += 1
         except Exception:
             log.exception("writing the snapshot %s failed; the previous one stays", self.path)
+
+    def _encoding(
+        self, name: str, snapshot: ServiceSnapshot, version: int | None
+    ) -> tuple[ServiceSnapshot, int | None, bytes]:
+        """The kept encoding of ``name`` if it was made from this very snapshot and version,
+        else a new one."""
+        kept = self._encoded.get(name)
+        if kept is not None and kept[0] is snapshot and kept[1] == version:
+            return kept
+        self.encodes += 1
+        entry = _compact(name) + b":" + _compact(_stored_service(name, snapshot, version))
+        if kept is not None and kept[2] == entry:
+            entry = kept[2]  # an equal rebuild: the same object, so the write is skipped
+        return snapshot, version, entry
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()

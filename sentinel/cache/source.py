@@ -11,7 +11,7 @@ follower fed it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from sentinel.cache.stats import CacheStats
@@ -36,6 +36,12 @@ class Follower(Protocol):
     def load_service(self, service: str) -> ServiceSnapshot:
         """Start following ``service`` and return its first snapshot (raises
         :class:`~sentinel.errors.ServiceNotFound`); its changes reach the cache from now on."""
+        ...
+
+    def load_services(self, services: Sequence[str]) -> Iterator[ServiceSnapshot | Exception]:
+        """:meth:`load_service` of each of ``services`` (a prefetch of many), as many requests
+        in flight at once as the follower can keep correct: the first snapshot of each, or
+        what its load raised, in their order, each as soon as it is made."""
         ...
 
     def forget(self, service: str) -> None:
@@ -103,3 +109,15 @@ class FollowedCache(Protocol):
     def emit_keys(self, policy: str, changes: dict[str, tuple[Any, Any]]) -> None:
         """Tell the policy's users of keys that moved in a map changed in place."""
         ...
+
+
+def load_each(
+    load: Callable[[str], ServiceSnapshot], services: Sequence[str]
+) -> Iterator[ServiceSnapshot | Exception]:
+    """:meth:`Follower.load_services` one service at a time, with ``load`` (a follower's
+    :meth:`~Follower.load_service`): what each load returned or raised."""
+    for service in services:
+        try:
+            yield load(service)
+        except Exception as exc:  # the cache serves each outcome as a load of its own would
+            yield exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -248,9 +249,10 @@ def _or_empty(value: object) -> object:
 
 
 def _properties(value: object) -> Mapping[str, Any]:
-    """A read-only deep copy of JSON-able properties with string keys."""
-    if value is None:
-        return MappingProxyType({})
+    """A read-only deep copy of JSON-able properties with string keys (empty ones shared:
+    most instances have none, and a cache holds one record per instance)."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return NO_PROPERTIES
     if not isinstance(value, Mapping):
         raise ValidationError(f"properties must be a mapping, got {type(value).__name__}")
     for key in value:
@@ -260,6 +262,9 @@ def _properties(value: object) -> Mapping[str, Any]:
             )
     # The bounded round trip copies deeply and refuses what a reader would refuse.
     return MappingProxyType(_round_trip("properties", dict(value))[1])
+
+
+NO_PROPERTIES: Mapping[str, Any] = MappingProxyType({})
 
 
 # A partition_from path: keys of an instance's properties, joined by dots.
@@ -467,6 +472,11 @@ class InstanceRecord:
                 )
         for name in ("check_name", "check_result"):
             _check_text(name, getattr(self, name))
+        # The values many instances repeat, one string each in a cache of any size.
+        for name in ("partition", "scheme", "status", "zone"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, sys.intern(value))
 
     def to_bytes(self, path: str) -> bytes:
         """The node's value (``health`` only when there is one: the node of an instance

@@ -214,7 +214,8 @@ class PersistentWatches:
         known: Callable[[], Iterable[str]] | None = None,
         absolute: bool = False,
         on_connection_thread: bool = False,
-    ) -> None:
+        wait: bool = True,
+    ) -> Any:
         """Watch ``path`` until :meth:`remove_watches`, calling ``watcher`` for every event.
 
         PERSISTENT: created/deleted/data-changed events of ``path`` and children-changed of
@@ -244,6 +245,10 @@ class PersistentWatches:
         may send the changed node's read at once with :meth:`read_now`. It must not block and
         must not wait for a reply (that thread reads the replies); an exception it raises is
         logged.
+
+        ``wait=False``: return kazoo's async result of the request instead of waiting for it,
+        so many are in flight together; a read sent after it on this session is answered after
+        the watch is in place (a session's requests are answered in order).
         """
         if not self._probe():
             raise UnimplementedError("the server does not support addWatch (ZooKeeper < 3.6)")
@@ -251,7 +256,8 @@ class PersistentWatches:
         request = AddWatch(
             server_path, AddWatchMode(mode), watcher, known, absolute, on_connection_thread
         )
-        self._call(request)
+        result = self._request(request)
+        return result if not wait else result.get()
 
     def read_now(self, path: str, then: Callable[[], None], *, absolute: bool = False) -> Any:
         """From a watcher called on the connection thread (``add_watch(...,

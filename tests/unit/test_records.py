@@ -724,3 +724,17 @@ def test_spec_defaults_and_properties_are_read_only_copies_and_none_is_empty():
     assert dict(ServiceSpec("db", defaults=None).defaults) == {}
     with pytest.raises(ValidationError, match=r"^properties must be a mapping, got list$"):
         make_instance(properties=[1])
+
+
+def test_decoded_instances_share_the_values_instances_repeat():
+    """A cache holds one record per instance: the partition, scheme, status and zone many
+    instances repeat, and empty properties, are one object each, not one per instance."""
+    decoded = []
+    for label in ("a", "b"):
+        path = f"/sentinel/services/db/p1:{label}"
+        written = InstanceRecord("db", "p1", label, "10.0.0.1", 5432, zone="eu-1", scheme="pg")
+        decoded.append(InstanceRecord.from_bytes("db", f"p1:{label}", path, written.to_bytes(path)))
+    first, second = decoded
+    for name in ("partition", "scheme", "status", "zone", "properties"):
+        assert getattr(first, name) is getattr(second, name), name
+    assert first.properties == {} and first.zone == "eu-1"
