@@ -1,0 +1,307 @@
+"""The dashboard at size: ``python -m benchmarks.ui``.
+
+A fresh ZooKeeper holds ``--services`` services and ``--instances`` instances (default 1,000 and
+10,000: ephemeral nodes written in multi transactions, as ``benchmarks.ladder`` fills a rung),
+and ``sentinel ui`` runs against it in a process of its own. Measured:
+
+- the services page's render: the server's time (a ``GET`` from this process, the whole body
+  read, after one warm-up) and the browser's (headless Chromium: the navigation's
+  ``loadEventEnd``, every row drawn); target under 1 s;
+- a change reaching an open page: an instance's status written to ZooKeeper, until the page's
+  live version changes (the browser's clock and this process's are the same clock: a
+  MutationObserver in the page stamps ``Date.now()``); target under 1 s;
+- the server process's CPU per change (``utime + stime`` of ``/proc/<pid>/stat``) with 1 and
+  with ``--pages`` open pages, each its own live stream: ``--changes`` changes ``--spacing``
+  seconds apart, less the CPU of an idle stretch as long with the same pages open.
+
+A browser opens at most 6 connections to one host, and every open page holds one: the pages
+are spread over several origins, 6 pages each (names under ``localhost``, which Chromium
+resolves to loopback itself, each given to ``sentinel ui --allow-host``), so that each page's
+stream is really open (each page says so: ``data-live-state="open"``), and at the end every
+page shows the same, last, version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+from kazoo.client import KazooClient
+
+from benchmarks.common import percentiles, report
+from benchmarks.ladder import commit_all, instance_value, spread
+from sentinel import Sentinel
+from sentinel.testing.browser import headless_chromium, unavailable
+from sentinel.testing.helpers import wait_until
+from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
+
+TARGET_S = 1.0
+PAGES_PER_ORIGIN = 6  # Chromium's connections per host
+SENTINEL = os.path.join(os.path.dirname(sys.executable), "sentinel")
+# Stamps the time the page's live version last changed (the page's own clock is Date.now()).
+WATCH_VERSION = """
+const target = document.querySelector(arguments[0]);
+window.__versionChanged = null;
+new MutationObserver(() => { window.__versionChanged = Date.now(); })
+    .observe(target, {childList: true, characterData: true, subtree: true, attributes: true});
+"""
+LIVE_VERSION = "[data-live-version]"
+NAVIGATION = """
+const [n] = performance.getEntriesByType("navigation");
+return {ttfb: n.responseStart - n.requestStart, dom: n.domContentLoadedEventEnd,
+        load: n.loadEventEnd, bytes: n.transferSize};
+"""
+
+
+def populate(zk: LocalZooKeeper, owner: KazooClient, services: int, instances: int) -> float:
+    """``services`` services with ``instances`` spread over them; the seconds it took."""
+    started = time.perf_counter()
+    counts = spread(instances, services)
+    with Sentinel(zk.connect_string, "ui-bench-writer", announce=False) as writer:
+        for s in range(services):
+            writer.ensure_service(f"s{s}")
+    commit_all(owner, [instance_value(f"s{s}", i) for s, n in enumerate(counts) for i in range(n)])
+    return time.perf_counter() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU so far, user and system (``/proc/<pid>/stat``'s fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def dashboard(zk: LocalZooKeeper, pages: int) -> Iterator[tuple[subprocess.Popen, str]]:
+    """``sentinel ui`` on a free port, answering to the origins of ``pages`` pages: the
+    process and its base URL, once it answers."""
+    (port,) = free_ports(1)
+    base = f"http://127.0.0.1:{port}"
+    command = [SENTINEL, "ui", "--port", str(port), "--zk", zk.connect_string]
+    for origin in origins(base, pages):
+        command += ["--allow-host", origin.split("//")[1].rsplit(":", 1)[0]]
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL) as server:
+        try:
+            if wait_until(lambda: answers(base), timeout=120, interval=0.1) is None:
+                raise RuntimeError(f"sentinel ui did not answer at {base}")
+            yield server, base
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def answers(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def server_render(base: str, rounds: int) -> dict:
+    """Seconds per ``GET /`` (the services page), body read, after one warm-up; its size."""
+    timings, size = [], 0
+    for _ in range(rounds + 1):
+        started = time.perf_counter()
+        with urllib.request.urlopen(f"{base}/", timeout=30) as response:
+            size = len(response.read())
+        timings.append(time.perf_counter() - started)
+    return {**percentiles(timings[1:]), "bytes": size}
+
+
+def browser_render(driver, base: str, rounds: int) -> dict:
+    """The services page in the browser, per load: ``loadEventEnd`` (ms since the navigation
+    began), time to the first byte and the bytes transferred; after one warm-up."""
+    loads = []
+    for _ in range(rounds + 1):
+        driver.get("about:blank")  # a new navigation each time, not a restore from the cache
+        driver.get(f"{base}/")
+        loads.append(driver.execute_script(NAVIGATION))
+    loads = loads[1:]
+    return {
+        **percentiles([load["load"] / 1000 for load in loads]),
+        "ttfb_p50_s": statistics.median(load["ttfb"] for load in loads) / 1000,
+        "bytes": loads[-1]["bytes"],
+    }
+
+
+def change_to_page(driver, owner: KazooClient, services: range) -> list[float]:
+    """Seconds from a status written to ZooKeeper to the open page's live version changing,
+    per change (each drains instance 0 of one of ``services``)."""
+    seen = []
+    for service in services:
+        driver.execute_script(WATCH_VERSION, LIVE_VERSION)
+        written = time.time()
+        drain(owner, service)
+        if wait_until(lambda: driver.execute_script("return window.__versionChanged")) is None:
+            raise RuntimeError("the open page's live version did not change within 10 s")
+        seen.append(driver.execute_script("return window.__versionChanged") / 1000 - written)
+    return seen
+
+
+def drain(owner: KazooClient, service: int) -> None:
+    """Set instance 0 of service ``s<service>`` draining, in ZooKeeper."""
+    owner.set(*instance_value(f"s{service}", 0, status="draining"))
+
+
+def cpu_per_change(pid: int, owner: KazooClient, services: range, spacing: float) -> dict:
+    """The server's CPU seconds per change: one drain per service of ``services``, ``spacing``
+    s apart, less the CPU of an idle stretch as long just before; and the idle CPU per
+    second."""
+    idle_from = cpu_seconds(pid)
+    time.sleep(len(services) * spacing)
+    idle = cpu_seconds(pid) - idle_from
+    busy_from = cpu_seconds(pid)
+    for service in services:
+        drain(owner, service)
+        time.sleep(spacing)
+    busy = cpu_seconds(pid) - busy_from
+    return {
+        "cpu_per_change_s": (busy - idle) / len(services),
+        "idle_cpu_per_s": idle / (len(services) * spacing),
+        "busy_cpu_s": busy,
+        "idle_cpu_s": idle,
+    }
+
+
+def origins(base: str, pages: int) -> list[str]:
+    """Base URLs of as many origins as ``pages`` need, 6 pages each: names under
+    ``localhost``, which Chromium resolves to loopback itself (RFC 6761), the dashboard
+    started with ``--allow-host`` for each."""
+    port = base.rsplit(":", 1)[1]
+    return [f"http://o{k}.localhost:{port}" for k in range(-(-pages // PAGES_PER_ORIGIN))]
+
+
+def open_pages(driver, urls: list[str], pages: int) -> list[str]:
+    """Open tabs until ``pages`` show the services page with their stream open (the tabs
+    open already count); the window handles."""
+    while len(driver.window_handles) < pages:
+        url = urls[len(driver.window_handles) // PAGES_PER_ORIGIN]
+        driver.switch_to.new_window("tab")
+        driver.get(f"{url}/")
+        if wait_until(lambda: live_state(driver) == "open") is None:
+            raise RuntimeError(f"page {len(driver.window_handles)}'s live stream did not open")
+    return list(driver.window_handles)
+
+
+def live_state(driver) -> str | None:
+    return driver.execute_script("return document.body.dataset.liveState")
+
+
+def shown_versions(driver, handles: list[str]) -> list[str]:
+    """The live version each open page shows."""
+    shown = []
+    for handle in handles:
+        driver.switch_to.window(handle)
+        shown.append(
+            driver.execute_script(
+                "return document.querySelector(arguments[0]).textContent", LIVE_VERSION
+            )
+        )
+    return shown
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def verdict(seconds: float) -> str:
+    return "met" if seconds < TARGET_S else "MISSED"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Fill the registry, measure, print the table and write ``benchmarks/results/ui.json``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, default=1000)
+    parser.add_argument("--instances", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=10, help="page loads measured")
+    parser.add_argument("--changes", type=int, default=10, help="per measurement")
+    parser.add_argument("--spacing", type=float, default=1.0, help="seconds between changes")
+    parser.add_argument("--pages", type=int, default=50, help="open pages, each with its stream")
+    args = parser.parse_args(argv)
+    why_not = unavailable()
+    if why_not:
+        sys.exit(f"benchmarks.ui needs a browser: {why_not}")
+    if args.services < 4 * args.changes:
+        sys.exit("--services must be at least 4 x --changes (each change drains a service)")
+    batches = [range(k * args.changes, (k + 1) * args.changes) for k in range(4)]
+    with ExitStack() as stack:
+        zk = stack.enter_context(LocalZooKeeper(jvm_options=("-Xmx2g",)))
+        owner = KazooClient(zk.connect_string, timeout=30)
+        owner.start()
+        stack.callback(owner.close)
+        stack.callback(owner.stop)
+        populate_s = populate(zk, owner, args.services, args.instances)
+        print(f"registered in {populate_s:.1f} s", file=sys.stderr, flush=True)
+        server, base = stack.enter_context(dashboard(zk, args.pages))
+        driver = stack.enter_context(headless_chromium())
+        served = server_render(base, args.rounds)
+        drawn = browser_render(driver, base, args.rounds)
+        reached = change_to_page(driver, owner, batches[0])
+        driver.get("about:blank")
+        cpu = {0: cpu_per_change(server.pid, owner, batches[1], args.spacing)}
+        urls = origins(base, args.pages)
+        driver.get(f"{urls[0]}/")
+        open_pages(driver, urls, 1)
+        cpu[1] = cpu_per_change(server.pid, owner, batches[2], args.spacing)
+        handles = open_pages(driver, urls, args.pages)
+        cpu[args.pages] = cpu_per_change(server.pid, owner, batches[3], args.spacing)
+        # every open page heard every change: they all show the same, last, version
+        if wait_until(lambda: len(set(shown_versions(driver, handles))) == 1, timeout=30) is None:
+            raise RuntimeError(f"the open pages disagree: {shown_versions(driver, handles)}")
+    reach = percentiles(reached)
+    rows = [
+        (
+            "services page, server (GET, body read)",
+            ms(served["p50"]),
+            ms(served["p95"]),
+            verdict(served["p95"]),
+        ),
+        (
+            "services page, browser (load event)",
+            ms(drawn["p50"]),
+            ms(drawn["p95"]),
+            verdict(drawn["p95"]),
+        ),
+        (
+            "a change reaching an open page",
+            ms(reach["p50"]),
+            ms(reach["max"]),
+            verdict(reach["max"]),
+        ),
+    ]
+    for pages, figures in cpu.items():
+        rows.append(
+            (
+                f"server CPU per change, {pages} open pages",
+                f"{figures['cpu_per_change_s'] * 1000:.1f}",
+                f"(idle {figures['idle_cpu_per_s'] * 1000:.1f} ms/s)",
+                "",
+            )
+        )
+    report(
+        "ui",
+        f"the dashboard with {args.services:,} services and {args.instances:,} instances "
+        f"(target: under {TARGET_S:.0f} s)",
+        ("what", "p50 ms", "p95 / max ms", "target"),
+        rows,
+        {
+            "args": vars(args),
+            "populate_s": populate_s,
+            "server_render": served,
+            "browser_render": drawn,
+            "change_to_page": reach,
+            "cpu": {str(pages): figures for pages, figures in cpu.items()},
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
