@@ -731,6 +731,12 @@ class Sentinel:
         """
         return self._explainer.explain(service, key, policy, failover)
 
+    def explain_partition(self, service: str, partition: str | None) -> Explanation:
+        """:meth:`explain` of one partition of ``service`` (None: an unsharded service), named
+        rather than reached through a key, in this client's own region: each instance's
+        verdict there (``sentinel ui`` shows them beside the instances)."""
+        return self._explainer.in_partition(service, partition)
+
     def report(self, endpoint: Endpoint, ok: bool = True, latency: float | None = None) -> None:
         """Tell Sentinel how using ``endpoint`` went (``latency`` in seconds).
 

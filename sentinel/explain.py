@@ -156,10 +156,19 @@ class Explainer:
 
     def here(self, service: str, key: object, policy: object) -> Explanation:
         """:meth:`explain` in this client's own region."""
-        policy = None if policy is None else as_policy(policy)
         snapshot = self._snapshot(service)
         shard_policy = snapshot.spec.shard_policy
         partition = None if shard_policy is None else self._partition_of(shard_policy, service, key)
+        return self.in_partition(service, partition, key, policy)
+
+    def in_partition(
+        self, service: str, partition: str | None, key: object = None, policy: object = None
+    ) -> Explanation:
+        """:meth:`here` of one ``partition`` (None: an unsharded service's instances), found
+        without a key: the dashboard's verdicts of every instance, in explain()'s words."""
+        policy = None if policy is None else as_policy(policy)
+        snapshot = self._snapshot(service)
+        shard_policy = snapshot.spec.shard_policy
         instances = snapshot.partitions.get(partition, ())
         eligible = snapshot.up.get(partition, ())
         down = tuple(e for e in instances if e.status != "up")

@@ -520,6 +520,17 @@ def _curator_trust(found: CuratorService) -> list[Finding]:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    findings, regions = diagnose(args)
+    if args.json:
+        print_json([asdict(f) for f in findings])
+    else:
+        print_findings(findings, sys.stdout, regions=regions)
+    return EXIT_NOT_FOUND if any(f.severity == "error" for f in findings) else EXIT_OK
+
+
+def diagnose(args: argparse.Namespace) -> tuple[list[Finding], bool]:
+    """Every finding of ``sentinel doctor`` with ``args`` (its options), and whether they
+    span several regions (each then names its own): the command's and the dashboard's."""
     chosen = targets(args)
     findings: list[Finding] = []
     states: dict[str, dict[str, MapState | None]] = {}
@@ -546,11 +557,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if len(chosen) > 1:
         findings += _agreement(states, [str(t.region) for t in chosen])
     findings += _curator(args)
-    if args.json:
-        print_json([asdict(f) for f in findings])
-    else:
-        print_findings(findings, sys.stdout, regions=len(chosen) > 1)
-    return EXIT_NOT_FOUND if any(f.severity == "error" for f in findings) else EXIT_OK
+    return findings, len(chosen) > 1
 
 
 _UNREACHABLE_FIX = "start its ensemble or check --regions; the other regions were checked"

@@ -59,30 +59,41 @@ def _find(zk: KazooClient, service: str, instance: str) -> tuple[str, str] | str
     return parse_instance_name(matches[0])
 
 
+def set_status(zk: KazooClient, service: str, instance: str, status: str) -> tuple[str, str] | str:
+    """Set the status of ``service``'s live ``instance`` (``PARTITION:LABEL`` or a label) to
+    ``status``: ``(instance name, status before)``, or why it names no live instance. The
+    write is conditional on the node's version, read again when its owner wrote meanwhile
+    (RegistryConflict after a few attempts). ``sentinel drain`` and the dashboard's."""
+    service = validate_name("service", service)
+    found = _find(zk, service, instance)
+    if isinstance(found, str):
+        return found
+    partition, label = found
+    name, path = instance_name(partition, label), instance_path(service, partition, label)
+    for _ in range(_ATTEMPTS):
+        try:
+            data, stat = zk.get(path)
+        except NoNodeError:
+            return f"service {service!r} has no live instance {name}"
+        record = InstanceRecord.from_bytes(service, name, path, data)
+        before = record.status
+        if before != status:
+            updated = dataclasses.replace(record, status=status)
+            try:  # conditional: a write in between (its owner's update) is read again
+                zk.set(path, updated.to_bytes(path), version=stat.version)
+            except (BadVersionError, NoNodeError):
+                continue
+        return name, before
+    raise RegistryConflict(f"{path} kept changing during {_ATTEMPTS} attempts")
+
+
 def _set_status(args: argparse.Namespace, status: str) -> int:
     service = validate_name("service", args.service)
     with connect(args) as zk:
-        found = _find(zk, service, args.instance)
-        if isinstance(found, str):
-            return fail(found, EXIT_NOT_FOUND)
-        partition, label = found
-        name, path = instance_name(partition, label), instance_path(service, partition, label)
-        for _ in range(_ATTEMPTS):
-            try:
-                data, stat = zk.get(path)
-            except NoNodeError:
-                return fail(f"service {service!r} has no live instance {name}", EXIT_NOT_FOUND)
-            record = InstanceRecord.from_bytes(service, name, path, data)
-            before = record.status
-            if before != status:
-                updated = dataclasses.replace(record, status=status)
-                try:  # conditional: a write in between (its owner's update) is read again
-                    zk.set(path, updated.to_bytes(path), version=stat.version)
-                except (BadVersionError, NoNodeError):
-                    continue
-            break
-        else:
-            raise RegistryConflict(f"{path} kept changing during {_ATTEMPTS} attempts")
+        done = set_status(zk, service, args.instance, status)
+    if isinstance(done, str):
+        return fail(done, EXIT_NOT_FOUND)
+    name, before = done
     if args.json:
         print_json({"service": service, "instance": name, "old": before, "new": status})
     elif before == status:

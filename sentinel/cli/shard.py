@@ -251,7 +251,7 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _gaps(zk: KazooClient, policy: str) -> tuple[dict[str, int], dict[str, list[str]]]:
+def keys_and_gaps(zk: KazooClient, policy: str) -> tuple[dict[str, int], dict[str, list[str]]]:
     """Keys per partition, and per service the partitions in use that have no live instance."""
     spec = read_spec(zk, policy)
     counts: dict[str, int] = collections.Counter()
@@ -267,7 +267,7 @@ def _gaps(zk: KazooClient, policy: str) -> tuple[dict[str, int], dict[str, list[
 
 def _stats(args: argparse.Namespace) -> int:
     with connect(args) as zk:
-        counts, gaps = _gaps(zk, args.policy)
+        counts, gaps = keys_and_gaps(zk, args.policy)
     if args.json:
         print_json(
             {
@@ -286,7 +286,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     with connect(args) as zk:
-        _, gaps = _gaps(zk, args.policy)
+        _, gaps = keys_and_gaps(zk, args.policy)
     problems = {s: p for s, p in gaps.items() if p}
     if args.json:
         print_json({"policy": args.policy, "valid": not problems, "gaps": problems})

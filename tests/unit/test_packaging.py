@@ -228,3 +228,12 @@ def test_the_wheel_ships_the_library_and_py_typed_but_not_the_benchmarks(tmp_pat
     }
     assert {name for name in names if name.endswith(".py")} == expected
     assert "sentinel/policies/metrics.py" in expected and "sentinel/balancers/load.py" in expected
+    # The dashboard's templates and static files are package data: each one ships.
+    ui = ROOT / "sentinel" / "ui"
+    data = {
+        f"sentinel/ui/{path.relative_to(ui).as_posix()}"
+        for folder in ("templates", "static")
+        for path in (ui / folder).iterdir()
+    }
+    assert {"sentinel/ui/templates/base.html", "sentinel/ui/static/live.js"} <= data
+    assert data <= set(names)

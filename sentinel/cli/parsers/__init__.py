@@ -19,6 +19,7 @@ from sentinel.cli.parsers import (
     rotation,
     service,
     shard,
+    ui,
     watch,
 )
 
@@ -38,4 +39,5 @@ COMMAND_GROUPS = (
     auth,
     collector,
     agent,
+    ui,
 )
