@@ -13,28 +13,25 @@ run of the suite leaves the tree as it was.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
-import re
-import select
-import subprocess
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sentinel import Sentinel
+from sentinel.cli.ui import build
 from sentinel.health import HealthCheck
-from sentinel.registry.layout import instance_name
-from sentinel.testing.browser import headless_chromium, screenshot, unavailable
+from sentinel.testing.browser import headless_chromium, unavailable
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
-from tests.conftest import SENTINEL
+from sentinel.ui.server import listen, url
+from tests.integration.test_dashboard import dashboard
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +41,10 @@ WRITE_SCREENSHOTS = os.environ.get("SENTINEL_WRITE_SCREENSHOTS") == "1"
 PHONE = (390, 844)  # CSS pixels of a phone held upright
 DESKTOP = (1280, 900)
 # Every page of the navigation bar, and a service's.
+# Why the page shown was not restored from the back/forward cache (Chromium's own words).
+NOT_RESTORED = (
+    "return JSON.stringify(performance.getEntriesByType('navigation')[0].notRestoredReasons)"
+)
 PAGES = {
     "services": "/services",
     "service": "/services/payments",
@@ -64,6 +65,7 @@ class World:
     publisher: Sentinel
     follower: Sentinel
     orders: list  # the two Registrations of orders
+    ui: Sentinel  # the dashboard's client
     url: str  # the dashboard's base URL, without the trailing slash
 
 
@@ -79,3 +81,178 @@ def browser() -> Iterator:
 def _ui_missing() -> str | None:
     missing = [m for m in ("starlette", "uvicorn", "jinja2") if importlib.util.find_spec(m) is None]
     return f"the ui extra ({', '.join(missing)} missing)" if missing else None
+
+
+@pytest.fixture(scope="module")
+def world(zookeeper: LocalZooKeeper) -> Iterator[World]:
+    """The module's namespace and its dashboard (drain and undrain offered)."""
+    namespace = f"/test-ui-browser-{uuid.uuid4().hex[:12]}"
+    hosts = zookeeper.connect_string
+    publisher = Sentinel(hosts, "publisher", namespace, announce=False).start()
+    orders = [
+        publisher.register("orders", "main", "10.2.0.1", 8080 + k, label=f"orders-{k}")
+        for k in (1, 2)
+    ]
+    failing = HealthCheck.call(lambda: False, interval=0.1, timeout=0.1)
+    publisher.register("payments", "main", "10.3.0.1", 9090, label="payments-1", health=failing)
+    follower = Sentinel(hosts, "web-1", namespace, app="web").start()
+    follower.prefetch("orders")
+    follower.prefetch("payments")
+    ui = Sentinel(hosts, "ui", namespace, announce=False).start()
+    try:
+        with dashboard(ui, allow_actions=True) as url:
+            yield World(namespace, publisher, follower, orders, ui, url)
+    finally:
+        for client in (ui, follower, publisher):
+            client.close()
+
+
+def visit(driver, url: str) -> None:
+    """Load ``url`` in the tab and wait for its live stream to open (a load that never ends
+    fails after PAGE_LOAD_TIMEOUT)."""
+    driver.get(url)
+    wait_for(driver, lambda: live_state(driver) == "open", f"{url}'s live stream to open")
+
+
+def wait_for(driver, condition, what: str, timeout: float = 5.0) -> float:
+    """Poll ``condition`` (bounded); the seconds it took, or the test fails naming ``what``."""
+    took = wait_until(condition, timeout=timeout, interval=0.01)
+    assert took is not None, f"waited {timeout} s for {what}; the page: {page_text(driver)}"
+    return took
+
+
+def live_state(driver) -> str | None:
+    return driver.execute_script("return document.body.dataset.liveState")
+
+
+def page_text(driver) -> str:
+    return driver.execute_script("return document.body.innerText")[:2000]
+
+
+def dataset(driver, selector: str, name: str) -> str | None:
+    """``data-NAME`` of the element ``selector`` finds now (None: no such element)."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e && e.dataset[arguments[1]];",
+        selector,
+        name,
+    )
+
+
+def instance_row(label: str) -> str:
+    return f"#instance-main-{label}"
+
+
+def published_status(world: World, service: str, label: str) -> str:
+    """The status ZooKeeper holds for ``service``'s instance ``label`` (read past any cache)."""
+    listing = world.publisher.read_service(service)
+    (found,) = [i for i in listing.instances if i.label == label]
+    return found.status
+
+
+class KeptByTheCache:
+    """The dashboard as a reverse proxy that rewrites caching headers serves it: without
+    ``Cache-Control: no-store``. Chromium keeps no page in its back/forward cache that was
+    served no-store and opened a stream, so only so does a kept page's stream come into play:
+    each page kept with its stream open holds one of the 6 connections a browser opens to a
+    host, and the 7th load waits for ever."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def without_no_store(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message["headers"] if k.lower() != b"cache-control"]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, without_no_store)
+
+
+@contextlib.contextmanager
+def cacheable(ui: Sentinel) -> Iterator[str]:
+    """A second dashboard of ``ui``, its pages served as :class:`KeptByTheCache` says."""
+    sock = listen("127.0.0.1", 0)
+    served = build(ui, sock, address="127.0.0.1", allow_hosts=[], max_streams=32)
+    served.server.config.app = KeptByTheCache(served.server.config.app)
+    served.start()
+    try:
+        yield url(sock).rstrip("/")
+    finally:
+        served.stop()
+
+
+def test_going_back_to_a_page_reconnects_its_stream(browser, world):
+    visit(browser, world.url + "/services")
+    visit(browser, world.url + "/topology")
+    browser.back()
+    wait_for(browser, lambda: live_state(browser) == "open", "the stream of the page gone back to")
+    assert browser.current_url == world.url + "/services"
+
+
+def test_a_dozen_page_loads_in_one_tab_keep_working_when_pages_are_kept(browser, world):
+    """Pages the back/forward cache keeps let go of their streams, and take them again when
+    shown: twelve loads in one tab, then back to a page that was kept, live again."""
+    with cacheable(world.ui) as base:
+        pages = [*PAGES.values(), "/services/orders", "/topology", "/services", "/agents"]
+        assert len(pages) == 12
+        for number, path in enumerate(pages, 1):
+            if number == len(pages):
+                browser.execute_script("window.sentinelTestKept = true")  # on page 11
+            visit(browser, base + path)
+        browser.back()
+        wait_for(browser, lambda: live_state(browser) == "open", "the kept page's stream")
+        # The same document, restored from the back/forward cache (a new load would not hold
+        # what the test left in it), its stream open again: a change reaches it.
+        assert browser.execute_script("return window.sentinelTestKept") is True, (
+            browser.execute_script(NOT_RESTORED)
+        )
+        before = int(browser.find_element("id", "version").text)
+        world.orders[1] = world.publisher.update_registration(world.orders[1], weight=2)
+        try:
+            wait_for(
+                browser,
+                lambda: int(browser.find_element("id", "version").text) > before,
+                "a change to reach the page restored from the back/forward cache",
+            )
+        finally:
+            world.orders[1] = world.publisher.update_registration(world.orders[1], weight=1)
+
+
+def test_a_drain_shows_within_a_second_without_a_reload(browser, world):
+    visit(browser, world.url + "/services/orders")
+    row = instance_row("orders-1")
+    assert dataset(browser, row, "status") == "up"
+    browser.execute_script("window.sentinelTestKept = true")
+    world.orders[0] = world.publisher.update_registration(world.orders[0], status="draining")
+    try:
+        took = wait_for(
+            browser, lambda: dataset(browser, row, "status") == "draining", "the drain to show"
+        )
+        assert took < 1.0, f"the drain took {took:.2f} s to show"
+        assert dataset(browser, row, "eligible") == "false"
+        assert browser.execute_script("return window.sentinelTestKept") is True  # no reload
+    finally:
+        world.orders[0] = world.publisher.update_registration(world.orders[0], status="up")
+    wait_for(browser, lambda: dataset(browser, row, "status") == "up", "the undrain to show")
+
+
+def test_a_failing_check_shows_on_the_service_and_on_the_topology(browser, world):
+    visit(browser, world.url + "/services/payments")
+    row = instance_row("payments-1")
+    wait_for(browser, lambda: dataset(browser, row, "eligible") == "false", "payments-1 failing")
+    health = browser.find_element("css selector", f"{row} .health").text
+    verdict = browser.find_element("css selector", f"{row} .verdict").text
+    assert "check:call" in health and "down" in health, health
+    assert "down" in verdict, verdict
+    visit(browser, world.url + "/topology")
+    edge = 'tr[data-source="web"][data-target="payments"]'
+    assert dataset(browser, edge, "health") == "failing", page_text(browser)
+    assert dataset(browser, 'tr[data-source="web"][data-target="orders"]', "health") == "ok"
+    # the drawn graph too: the edge into payments is the failing colour, the other is not
+    edges = browser.execute_script(
+        "return [...document.querySelectorAll('#graph g.edge')].map("
+        "e => [e.querySelector('title').textContent,"
+        " e.querySelector('path').getAttribute('stroke')])"
+    )
+    assert dict(edges) == {"web->payments": "#c62828", "web->orders": "#2e7d32"}, edges
