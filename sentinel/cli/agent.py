@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 from sentinel.agentlink.link import AgentLink
@@ -30,6 +31,8 @@ def _run(args: argparse.Namespace) -> int:
     from sentinel.registry.layout import sanitize_name
 
     xds_server = _xds_server_class(args.xds) if args.xds else None
+    # Bound before connecting, as the xDS address is checked: a taken port is exit 4.
+    ui_socket = _ui_socket(args) if args.ui is not None else None
     serve_metrics(args)
     client_id = args.client_id or sanitize_name(f"agent-{socket.gethostname()}")
     settings: dict[str, Any] = {  # the agent's client of each region, as of its own
@@ -87,13 +90,49 @@ def _run(args: argparse.Namespace) -> int:
                     handshake_timeout=args.hello_timeout,
                 )
                 running.enter_context(xds)
+            if ui_socket is not None:
+                running.enter_context(_dashboard(args, sentinel, ui_socket, client_id))
             report("serving", {"socket": server.path})
             if xds is not None:
                 report("serving_xds", {"address": xds.address})
+            if ui_socket is not None:
+                from sentinel.ui.server import url
+
+                report("serving_ui", {"url": url(ui_socket)})
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: server.stop())
             server.run()
     return EXIT_OK
+
+
+def _ui_socket(args: argparse.Namespace) -> socket.socket:
+    """The dashboard's listening socket (``--ui``), or an error naming the ui extra."""
+    from sentinel.cli.ui import ui_server
+
+    return ui_server().listen(args.ui_address, args.ui)  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _dashboard(
+    args: argparse.Namespace, sentinel: Any, sock: socket.socket, client_id: str
+) -> Iterator[None]:
+    """The agent's read-only dashboard of its own cache, served while the agent runs. No
+    actions: the agent has no identity of its own to write with, and no doctor page."""
+    from sentinel.cli.ui import build
+
+    server = build(
+        sentinel,
+        sock,
+        address=args.ui_address,
+        allow_hosts=args.ui_allow_host,
+        max_streams=args.ui_max_streams,
+        agent=client_id,
+        timeout=args.timeout,
+    ).start()
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 def _xds_server_class(address: str) -> Any:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from sentinel.ui.server import DashboardServer
 
 
-def _ui_modules() -> Any:
+def ui_server() -> Any:
     """:mod:`sentinel.ui.server`, or an error naming the extra it needs."""
     try:
         from sentinel.ui import server
@@ -30,7 +30,7 @@ def _ui_modules() -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    server = _ui_modules()
+    server = ui_server()
     serve_metrics(args)
     # Bound before connecting: a port another process holds is exit 4 with nothing started.
     sock = server.listen(args.address, args.port)
@@ -68,7 +68,7 @@ def build(
 ) -> DashboardServer:
     """The dashboard of ``sentinel`` on ``sock`` (not started): ``sentinel ui``'s and the
     agent's (``--ui``)."""
-    server = _ui_modules()
+    server = ui_server()
     from sentinel.ui.app import Settings, create_app
     from sentinel.ui.security import allowed_hosts
     from sentinel.ui.source import RegistrySource

@@ -11,6 +11,7 @@ from sentinel.cli.options import (
     count,
     seconds,
 )
+from sentinel.cli.parsers.ui import add_ui_options
 
 SOCKET_HELP = "the agent's Unix socket (default $SENTINEL_AGENT, else /run/sentinel/agent.sock)"
 
@@ -42,6 +43,7 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel agent --region east --regions /etc/sentinel/regions.json  # and the others",
             "sentinel agent --xds unix:/run/sentinel/xds.sock   # gRPC clients too",
             "sentinel agent --xds unix:/run/sentinel/xds.sock --print-xds-bootstrap",
+            "sentinel agent --ui 8470       # and its read-only dashboard on 127.0.0.1:8470",
             "sentinel agent status          # what a running agent serves, and to whom",
         ),
     )
@@ -138,5 +140,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     agent.add_argument(  # the frames before deltas, for benchmarks.agent to compare
         "--whole-state-frames", action="store_true", help=argparse.SUPPRESS
     )
+    add_ui_options(agent, prefix="ui-")
     add_curator_option(agent)
     add_metrics_option(agent)
