@@ -15,22 +15,29 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sentinel import Sentinel
+from sentinel.auth.acl import owner_acl
 from sentinel.cli.ui import build
 from sentinel.health import HealthCheck
-from sentinel.testing.browser import headless_chromium, unavailable
+from sentinel.testing.browser import headless_chromium, screenshot, unavailable
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.ui.server import listen, url
+from tests.conftest import sentinel_in_process
 from tests.integration.test_dashboard import dashboard
 
 pytestmark = pytest.mark.integration
@@ -45,6 +52,16 @@ DESKTOP = (1280, 900)
 NOT_RESTORED = (
     "return JSON.stringify(performance.getEntriesByType('navigation')[0].notRestoredReasons)"
 )
+# What Tab may stop at, in the page's order.
+FOCUSABLE = """return [...document.querySelectorAll(
+    'a[href], button, input:not([type=hidden]), select, textarea, [tabindex]')]
+  .filter(e => e.tabIndex >= 0 && !e.disabled && e.getClientRects().length > 0);"""
+FOCUS_RING = """const style = getComputedStyle(arguments[0]);
+return (style.outlineStyle !== "none" && parseFloat(style.outlineWidth) > 0)
+    || style.boxShadow !== "none";"""
+FORGED_FORM = """<!doctype html><html><body>
+<form method="post" action="{action}"><input type="hidden" name="csrf" value="guessed"></form>
+<script>document.forms[0].submit();</script></body></html>"""
 PAGES = {
     "services": "/services",
     "service": "/services/payments",
@@ -256,3 +273,153 @@ def test_a_failing_check_shows_on_the_service_and_on_the_topology(browser, world
         " e.querySelector('path').getAttribute('stroke')])"
     )
     assert dict(edges) == {"web->payments": "#c62828", "web->orders": "#2e7d32"}, edges
+
+
+def test_a_secured_namespace_shows_an_unprivileged_identity_only_what_it_may_read(
+    browser, zookeeper, tmp_path
+):
+    """In a namespace `init --secure` made, the publisher shuts one service to everyone but
+    itself; a dashboard acting as an identity of no role lists that service with the reason
+    only (none of its instances, on no page), shows the rest, and its drain is refused by
+    ZooKeeper (the identity may not write)."""
+    namespace = f"/test-ui-secured-{uuid.uuid4().hex[:12]}"
+    hosts = zookeeper.connect_string
+    identities_file = tmp_path / "identities.json"
+    done = sentinel_in_process(
+        "init", "--secure", "--identities", str(identities_file), *_zk(hosts, namespace)
+    )
+    assert done.returncode == 0, done.stderr
+    publisher_identity = json.loads(identities_file.read_text())["publisher"]
+    publisher = Sentinel(
+        hosts, "publisher", namespace, identity=publisher_identity, announce=False
+    ).start()
+    viewer = Sentinel(hosts, "viewer", namespace, identity="viewer:viewer-pw", announce=False)
+    try:
+        publisher.register("billing-db", "p1", "10.9.0.5", 5432, label="billing-1")
+        publisher.register("catalog", "main", "10.9.0.6", 8080, label="catalog-1")
+        publisher.session.zk.set_acls("/services/billing-db", [owner_acl(publisher_identity)])
+        viewer.start()
+        with dashboard(viewer, allow_actions=True) as base:
+            visit(browser, base + "/services")
+            wait_for(browser, lambda: dataset(browser, "#service-catalog", "up") == "1", "catalog")
+            shut = browser.find_element("css selector", "#service-billing-db").text
+            assert "not readable" in shut, shut
+            for path in ("/services", "/services/billing-db", "/topology"):
+                browser.get(base + path)
+                assert "10.9.0.5" not in browser.page_source, path
+            visit(browser, base + "/services/catalog")
+            browser.find_element("css selector", f"{instance_row('catalog-1')} button").click()
+            wait_for(browser, lambda: "refused by ZooKeeper" in page_text(browser), "refusal")
+            (catalog,) = publisher.read_service("catalog").instances
+            assert catalog.status == "up"
+    finally:
+        viewer.close()
+        publisher.close()
+
+
+def _zk(hosts: str, namespace: str) -> list[str]:
+    return ["--zk", hosts, "--namespace", namespace]
+
+
+def test_the_keyboard_reaches_every_link_and_button_in_order_and_enter_follows(browser, world):
+    """Tab, from the top of a service's page, visits each link and button once, in the
+    page's order, each with a visible focus ring; Enter on a link follows it."""
+    visit(browser, world.url + "/services/orders")
+    expected = browser.execute_script(FOCUSABLE)
+    buttons = [e for e in expected if e.tag_name == "button"]
+    assert len(expected) >= 10 and len(buttons) == 2  # the navigation; drain, drain
+    keyboard = ActionChains(browser)
+    reached = []
+    for _ in expected:
+        keyboard.send_keys(Keys.TAB).perform()
+        focused = browser.switch_to.active_element
+        assert browser.execute_script(FOCUS_RING, focused), (
+            f"no visible focus on {focused.get_attribute('outerHTML')[:120]}"
+        )
+        reached.append(focused)
+    assert reached == expected
+    visit(browser, world.url + "/services/orders")
+    topology = browser.find_element("css selector", 'nav a[href="/topology"]')
+    while browser.switch_to.active_element != topology:
+        keyboard.send_keys(Keys.TAB).perform()
+    keyboard.send_keys(Keys.ENTER).perform()
+    wait_for(browser, lambda: browser.current_url == world.url + "/topology", "Enter to follow")
+
+
+def test_the_layout_fits_1280_px_and_a_phone(browser, world):
+    """No page is wider than the window, on a desktop or a phone (a wide table scrolls inside
+    its own frame). With SENTINEL_WRITE_SCREENSHOTS=1 the pages' screenshots are written to
+    docs/img."""
+    try:
+        for width, height in (DESKTOP, PHONE):
+            browser.set_window_size(width, height)
+            for name, path in PAGES.items():
+                visit(browser, world.url + path)
+                inner, scroll = browser.execute_script(
+                    "return [innerWidth, document.documentElement.scrollWidth]"
+                )
+                assert inner == width and scroll <= inner, (name, width, scroll)
+                if WRITE_SCREENSHOTS and (width, height) == DESKTOP:
+                    screenshot(browser, SCREENSHOTS / f"dashboard-{name}.png")
+            if WRITE_SCREENSHOTS and (width, height) == PHONE:
+                screenshot(browser, SCREENSHOTS / "dashboard-doctor-phone.png")
+    finally:
+        browser.set_window_size(*DESKTOP)
+
+
+def test_a_drain_from_the_page_carries_its_token_and_a_cross_site_form_is_refused(browser, world):
+    """Started with --allow-actions: the page's drain button drains (its form carries the
+    session's token); the same POST from another site's page (no token: it cannot read one)
+    and a same-origin POST without the token are refused, and drain nothing."""
+    orders_1 = "/services/orders/instances/main:orders-1/drain"
+    with attacker_site(world.url + orders_1) as attacker:
+        try:
+            visit(browser, world.url + "/services/orders")
+            browser.find_element("css selector", f"{instance_row('orders-2')} button").click()
+            row = instance_row("orders-2")
+            wait_for(browser, lambda: dataset(browser, row, "status") == "draining", "the drain")
+            assert published_status(world, "orders", "orders-2") == "draining"
+            status = browser.execute_async_script(
+                "fetch(arguments[0], {method: 'POST', body: 'csrf='})"
+                ".then(r => arguments[1](r.status));",
+                world.url + orders_1,
+            )
+            assert status == 403
+            browser.get(attacker)  # its form posts itself to the dashboard
+            wait_for(
+                browser,
+                lambda: (
+                    browser.current_url.startswith(world.url) and "refused" in page_text(browser)
+                ),
+                "the dashboard's answer to the forged form",
+            )
+            assert published_status(world, "orders", "orders-1") == "up"
+        finally:
+            world.orders[1] = world.publisher.update_registration(world.orders[1], status="up")
+
+
+@contextlib.contextmanager
+def attacker_site(action: str) -> Iterator[str]:
+    """A page of another site (``localhost`` and a port of its own: another origin and
+    another site than ``127.0.0.1``) whose form posts itself to ``action`` as soon as it
+    loads: its URL."""
+    page = FORGED_FORM.format(action=action).encode()
+
+    class Forged(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Forged)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://localhost:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
