@@ -4,6 +4,7 @@ instead)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None = None) -> str:
@@ -18,3 +19,18 @@ def format_table(rows: Sequence[Sequence[object]], headers: Sequence[str] | None
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in cells
     )
+
+
+def age(seconds: float | None) -> str:
+    """``42s``, ``7m``, ``3h``, ``2d`` (``-`` when unknown)."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{max(seconds, 0):.0f}s"
+
+
+def metrics_text(values: Any) -> str:
+    """``lag=2.5 queue=3`` for a table cell."""
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())

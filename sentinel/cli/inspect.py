@@ -30,24 +30,10 @@ from sentinel.registry.endpoint import RECORD_FIELDS, Endpoint
 from sentinel.registry.failover import Failover
 from sentinel.registry.reads import list_services, read_metrics, read_service
 from sentinel.registry.records import CHECK_PASSING, InstanceRecord, MetricsRecord
+from sentinel.tables import age, metrics_text
 
 if TYPE_CHECKING:
     from sentinel.client import Explanation
-
-
-def age(seconds: float | None) -> str:
-    """``42s``, ``7m``, ``3h``, ``2d`` (``-`` when unknown)."""
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{max(seconds, 0):.0f}s"
-
-
-def metrics_text(values: Any) -> str:
-    """``lag=2.5 queue=3`` for a table cell."""
-    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
 
 
 def _instance_document(

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import TYPE_CHECKING, Any
 
 from sentinel.cli.common import client, event_printer, serve_metrics
+from sentinel.cli.doctor import diagnose
 from sentinel.cli.options import EXIT_OK
-from sentinel.errors import ValidationError
+from sentinel.cli.rotation import set_status
+from sentinel.cli.shard import keys_and_gaps
+from sentinel.errors import SentinelError, ValidationError
 from sentinel.freshness import METRICS_MAX_AGE
+from sentinel.shards.store import existing_policies, read_map_state
 
 if TYPE_CHECKING:
     import socket
+
+    from kazoo.client import KazooClient
 
     from sentinel.client import Sentinel
     from sentinel.ui.server import DashboardServer
@@ -71,7 +78,7 @@ def build(
     server = ui_server()
     from sentinel.ui.app import Settings, create_app
     from sentinel.ui.security import allowed_hosts
-    from sentinel.ui.source import RegistrySource
+    from sentinel.ui.source import Readers, RegistrySource
 
     wildcard = address in ("0.0.0.0", "::")
     if wildcard and not allow_hosts:
@@ -80,7 +87,12 @@ def build(
             "with --allow-host NAME (the Host header is checked)"
         )
     port = sock.getsockname()[1]
-    source = RegistrySource(sentinel, doctor_args=doctor_args).start(timeout)
+    readers = Readers(
+        shard_maps=read_shard_maps,
+        findings=None if doctor_args is None else functools.partial(diagnose, doctor_args),
+        set_status=set_status if allow_actions else None,
+    )
+    source = RegistrySource(sentinel, readers).start(timeout)
     settings = Settings(
         allow_actions=allow_actions,
         max_streams=max_streams,
@@ -88,6 +100,22 @@ def build(
         agent=agent,
     )
     return server.DashboardServer(create_app(source, settings), sock)
+
+
+def read_shard_maps(zk: KazooClient) -> list[tuple[str, Any]]:
+    """Each shard policy as ``sentinel shard stats`` and ``doctor`` read it: ``(policy,
+    (spec, keys per partition, gaps by service, digest problem))``, or ``(policy, why it
+    could not be read)``."""
+    found: list[tuple[str, Any]] = []
+    for policy in existing_policies(zk):
+        try:
+            counts, gaps = keys_and_gaps(zk, policy)
+            state = read_map_state(zk, policy)
+        except SentinelError as exc:
+            found.append((policy, str(exc)))
+            continue
+        found.append((policy, (state.spec, counts, gaps, state.digest_problem)))
+    return found
 
 
 def _doctor_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -16,7 +16,6 @@ from sentinel.cli.common import (
     client,
     connect,
 )
-from sentinel.cli.inspect import metrics_text
 from sentinel.cli.options import (
     EXIT_OK,
 )
@@ -32,6 +31,7 @@ from sentinel.events import (
 from sentinel.health.sources import COLLECTOR, REGISTRY, health_of
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.layout import SERVICES
+from sentinel.tables import metrics_text
 
 SHOWN_KEYS = 5
 

@@ -34,7 +34,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sentinel.errors import AccessDenied, InvalidName, SentinelError
+from sentinel.errors import AccessDenied, InvalidName, SentinelError, ValidationError
 from sentinel.registry.dependencies import DependencyGraph
 from sentinel.registry.layout import validate_name
 from sentinel.suggestions import close_matches, did_you_mean
@@ -156,6 +156,7 @@ class Dashboard:
             self._clients(),
             self.source.unreadable,
             failing_only=failing,
+            declared=self.source.declared_partitions(),
         )
         return self.render(request, "services", "services.html", view=view)
 
@@ -173,11 +174,19 @@ class Dashboard:
                 404,
                 f"service {name!r} is not registered" + (f"; {did_you_mean(hint)}" if hint else ""),
             )
-        sharded = snapshot.spec.shard_policy is not None
+        policy = snapshot.spec.shard_policy
+        partitions: list[str | None] = (
+            [None]
+            if policy is None
+            else list(
+                views.declared_partitions(
+                    snapshot, self.source.declared_partitions().get(policy, ())
+                )
+            )
+        )
         explanations = {
             partition: self.source.sentinel.explain_partition(name, partition)
-            for partition in snapshot.partitions
-            if (partition is not None) == sharded
+            for partition in partitions
         }
         view = views.service_view(
             name, snapshot, explanations, self._clients().get(name, {}), time.time()
@@ -237,7 +246,7 @@ class Dashboard:
 
     def doctor(self, request: Request) -> Response:
         _flag(request, None, allowed=())
-        available = self.source.doctor_args is not None
+        available = self.source.readers.findings is not None
         findings, regions = self._read(self.source.findings)
         view = views.findings_view(findings, regions)
         return self.render(request, "doctor", "doctor.html", view=view, available=available)
@@ -265,7 +274,9 @@ class Dashboard:
         if action not in ACTIONS:
             raise HTTPException(404, f"no action {action!r}: drain or undrain")
         instance = request.path_params["instance"]
-        from sentinel.cli.rotation import set_status
+        set_status = self.source.readers.set_status
+        if set_status is None:
+            raise HTTPException(403, "this dashboard offers no action")
 
         def write() -> tuple[str, str] | str:
             try:
@@ -277,8 +288,10 @@ class Dashboard:
             done = await run_in_threadpool(write)
         except AccessDenied as exc:
             raise HTTPException(403, f"refused by ZooKeeper: {exc}") from None
-        except InvalidName as exc:
+        except ValidationError as exc:  # a label several partitions hold, a bad name
             raise HTTPException(400, str(exc)) from None
+        except SentinelError as exc:  # unreachable, or the node kept changing
+            raise HTTPException(503, str(exc)) from None
         if isinstance(done, str):
             raise HTTPException(404, done)
         log.info("%s %s %s (was %s) from the dashboard", action, name, done[0], done[1])

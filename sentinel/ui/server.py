@@ -19,6 +19,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from sentinel.errors import AddressInUse, ValidationError
+from sentinel.ui.live import ChangeFeed
 
 #: Seconds open streams are given to end when the server stops (they never end by themselves).
 SHUTDOWN_GRACE = 1.0
@@ -59,13 +60,26 @@ def url(sock: socket.socket) -> str:
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the live streams first when it stops: they never end by
+    themselves, and would otherwise be cancelled (and logged) after the grace period."""
+
+    def __init__(self, config: uvicorn.Config, feed: ChangeFeed) -> None:
+        super().__init__(config)
+        self._feed = feed
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._feed.close_all()
+        await super().shutdown(sockets)
+
+
 class DashboardServer:
     """uvicorn serving ``app`` on ``sock``: :meth:`run` in the foreground (SIGINT and SIGTERM
     stop it) or :meth:`start` on a thread, then :meth:`stop`."""
 
     def __init__(self, app: Starlette, sock: socket.socket) -> None:
         self.sock = sock
-        self.server = uvicorn.Server(
+        self.server = _Server(
             uvicorn.Config(
                 app,
                 log_level="warning",
@@ -74,7 +88,8 @@ class DashboardServer:
                 timeout_graceful_shutdown=SHUTDOWN_GRACE,
                 limit_concurrency=MAX_CONNECTIONS,
                 server_header=False,
-            )
+            ),
+            app.state.feed,
         )
         self._thread: threading.Thread | None = None
 

@@ -3,9 +3,10 @@
 The client follows every service listed under ``/services`` (a children watch, as ``sentinel
 watch`` keeps one: kazoo's thread only queues the listing, a thread of this source loads the
 new services), so pages about services are read from its cache and cost ZooKeeper nothing.
-What the cache does not hold (``/clients``, shard maps, ``doctor``) is read with the CLI's own
-readers, at most once per ``ttl`` seconds whatever the number of viewers: a page load never
-adds reads of its own while a recent answer is at hand.
+What the cache does not hold (``/clients``, shard maps, ``doctor``) is read with the readers
+``sentinel deps``, ``shard stats`` and ``doctor`` use (the command line hands its own in:
+:class:`Readers`), at most once per ``ttl`` seconds whatever the number of viewers: a page
+load never adds reads of its own while a recent answer is at hand.
 
 Everything is read as the client's identity: ZooKeeper's ACLs decide what this dashboard may
 show, and a service it may not read is listed with the reason only.
@@ -13,12 +14,12 @@ show, and a service it may not read is listed with the reason only.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kazoo.exceptions import KazooException
@@ -27,11 +28,13 @@ from kazoo.recipe.watchers import ChildrenWatch
 
 from sentinel.errors import SentinelError
 from sentinel.registry.layout import SERVICES
+from sentinel.registry.reads import read_clients
 from sentinel.zk.errors import translate
 
 if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
     from sentinel.cache.views import ServiceSnapshot
-    from sentinel.cli.findings import Finding
     from sentinel.client import Sentinel
     from sentinel.registry.records import ClientRecord
 
@@ -62,23 +65,37 @@ class _Shared:
             return value
 
 
-class RegistrySource:
-    """The dashboard's view of the registry through ``sentinel`` (a started client).
+#: ``sentinel drain``'s write: ``(zk, service, instance, status)`` to ``(name, status
+#: before)``, or why the instance is not there.
+SetStatus = Callable[["KazooClient", str, str, str], "tuple[str, str] | str"]
 
-    ``doctor_args`` are ``sentinel doctor``'s options for the doctor page (None: the page
-    says doctor is not available here); ``on_listing`` is called (from this source's thread)
-    when services appear or go, so that open pages hear of it.
+
+@dataclass(frozen=True)
+class Readers:
+    """What the command line lends the dashboard (the dashboard stands above nothing of it).
+
+    ``shard_maps(zk)``: each policy as ``(policy, (spec, keys per partition, gaps by
+    service, digest problem))`` or ``(policy, why it is unreadable)``; ``findings()``:
+    ``sentinel doctor``'s findings and whether they span regions; ``set_status``: the drain
+    write. None: the page or action is not offered.
+    """
+
+    shard_maps: Callable[[KazooClient], list[tuple[str, Any]]] | None = None
+    findings: Callable[[], tuple[list[Any], bool]] | None = None
+    set_status: SetStatus | None = None
+
+
+class RegistrySource:
+    """The dashboard's view of the registry through ``sentinel`` (a started client) and
+    ``readers``. ``on_listing`` is called (from this source's thread) when services appear
+    or go, so that open pages hear of it.
     """
 
     def __init__(
-        self,
-        sentinel: Sentinel,
-        *,
-        ttl: float = DEFAULT_TTL,
-        doctor_args: argparse.Namespace | None = None,
+        self, sentinel: Sentinel, readers: Readers = Readers(), *, ttl: float = DEFAULT_TTL
     ) -> None:
         self.sentinel = sentinel
-        self.doctor_args = doctor_args
+        self.readers = readers
         self.on_listing: Callable[[], None] = lambda: None
         self._listed: tuple[str, ...] = ()
         #: Why a listed service could not be loaded (its spec unreadable to this identity...).
@@ -137,37 +154,29 @@ class RegistrySource:
         """The cache's snapshots by service (a copy: the cache swaps its entries)."""
         return dict(self.sentinel.session.cache.snapshots)
 
+    def declared_partitions(self) -> dict[str, tuple[str, ...]]:
+        """The partitions each shard policy the cache holds declares (a range policy's: those
+        its boundaries name)."""
+        return {
+            policy: (*(m.spec.partitions or ()), *(p for _, p in m.spec.boundaries))
+            for policy, m in dict(self.sentinel.session.cache.shard_maps).items()
+            if m is not None
+        }
+
     def clients(self) -> dict[str, dict[str, ClientRecord]]:
         """``/clients`` as ``sentinel deps`` reads it."""
-        from sentinel.registry.reads import read_clients
-
         return self._shared["clients"].get(lambda: read_clients(self.sentinel.session.zk))
 
     def shard_maps(self) -> list[tuple[str, Any]]:
-        """Each shard policy: ``(policy, (spec, keys per partition, gaps, digest problem))``,
-        as ``sentinel shard stats`` and ``doctor`` read them, or ``(policy, error text)``."""
-        return self._shared["maps"].get(self._read_maps)
+        """Each shard policy, as :attr:`Readers.shard_maps` reads it (none without it)."""
+        read = self.readers.shard_maps
+        if read is None:
+            return []
+        return self._shared["maps"].get(lambda: read(self.sentinel.session.zk))
 
-    def _read_maps(self) -> list[tuple[str, Any]]:
-        from sentinel.cli.shard import keys_and_gaps
-        from sentinel.shards.store import existing_policies, read_map_state
-
-        zk = self.sentinel.session.zk
-        found: list[tuple[str, Any]] = []
-        for policy in existing_policies(zk):
-            try:
-                counts, gaps = keys_and_gaps(zk, policy)
-                state = read_map_state(zk, policy)
-            except SentinelError as exc:
-                found.append((policy, str(exc)))
-                continue
-            found.append((policy, (state.spec, counts, gaps, state.digest_problem)))
-        return found
-
-    def findings(self) -> tuple[list[Finding], bool]:
+    def findings(self) -> tuple[list[Any], bool]:
         """``sentinel doctor``'s findings (and whether they span regions)."""
-        from sentinel.cli.doctor import diagnose
-
-        if self.doctor_args is None:
+        read = self.readers.findings
+        if read is None:
             return [], False
-        return self._shared["doctor"].get(lambda: diagnose(self.doctor_args))
+        return self._shared["doctor"].get(read)

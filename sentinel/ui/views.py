@@ -13,16 +13,16 @@ import collections
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sentinel.cache.views import ServiceSnapshot
-from sentinel.cli.findings import Finding
-from sentinel.cli.inspect import age, metrics_text
 from sentinel.eligibility import nothing_up
 from sentinel.explain import Explanation
 from sentinel.health.sources import health_of
 from sentinel.registry.dependencies import DependencyGraph
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import CHECK_PASSING, ClientRecord
+from sentinel.tables import age, metrics_text
 from sentinel.zk.redaction import REDACTED
 
 #: A property whose name matches is a secret someone published by mistake: never shown.
@@ -92,18 +92,28 @@ def live_followers(records: Mapping[str, ClientRecord]) -> int:
     return sum(record.left is None for record in records.values())
 
 
+def declared_partitions(snapshot: ServiceSnapshot, declared: Iterable[str]) -> list[str]:
+    """A sharded service's partitions: those its shard policy declares (``declared``) and
+    those its instances serve, sorted; none for an unsharded service."""
+    if snapshot.spec.shard_policy is None:
+        return []
+    return sorted({*declared, *(p for p in snapshot.partitions if p is not None)})
+
+
 def service_row(
     name: str,
     snapshot: ServiceSnapshot | None,
     followers: Mapping[str, ClientRecord],
     unreadable: str | None = None,
+    declared: Iterable[str] = (),
 ) -> ServiceRow:
-    """One service's line: from its cached snapshot, or why there is none."""
+    """One service's line: from its cached snapshot, or why there is none (``declared``:
+    the partitions its shard policy declares)."""
     if snapshot is None:
         return ServiceRow(name, unreadable or "not loaded yet", followers=live_followers(followers))
     spec = snapshot.spec
     everything = snapshot.partitions.get(None, ())
-    partitions = [p for p in snapshot.partitions if p is not None]
+    partitions = declared_partitions(snapshot, declared)
     return ServiceRow(
         name=name,
         scheme=spec.scheme,
@@ -125,12 +135,24 @@ def services_view(
     unreadable: Mapping[str, str],
     *,
     failing_only: bool = False,
+    declared: Mapping[str, Sequence[str]] | None = None,
 ) -> ServicesView:
-    """The services page from the listing, the cache and ``/clients``."""
-    rows = [
-        service_row(name, snapshots.get(name), clients.get(name, {}), unreadable.get(name))
-        for name in sorted(listed)
-    ]
+    """The services page from the listing, the cache and ``/clients`` (``declared``: each
+    shard policy's declared partitions)."""
+    declared = declared or {}
+    rows = []
+    for name in sorted(listed):
+        snapshot = snapshots.get(name)
+        policy = None if snapshot is None else snapshot.spec.shard_policy
+        rows.append(
+            service_row(
+                name,
+                snapshot,
+                clients.get(name, {}),
+                unreadable.get(name),
+                declared.get(policy or "", ()),
+            )
+        )
     failing = [row for row in rows if row.failing]
     return ServicesView(
         tuple(failing if failing_only else rows), len(rows), len(failing), failing_only
@@ -223,14 +245,14 @@ def service_view(
     now: float,
 ) -> ServiceView:
     """A service's page: each partition's instances with explain()'s verdicts
-    (``explanations``: :meth:`Sentinel.explain_partition` of each partition)."""
+    (``explanations``: :meth:`Sentinel.explain_partition` of each partition to show, a
+    declared one without instances included)."""
     spec = snapshot.spec
-    sharded = spec.shard_policy is not None
     partitions = []
-    for partition in sorted(p for p in snapshot.partitions if (p is not None) == sharded):
+    for partition in sorted(explanations, key=lambda p: p or ""):
         explanation = explanations[partition]
         verdicts = explanation.verdicts
-        instances = snapshot.partitions[partition]
+        instances = snapshot.partitions.get(partition, ())
         partitions.append(
             PartitionView(
                 partition,
@@ -425,6 +447,25 @@ def regions_view(
             )
         )
     return rows
+
+
+class Finding(Protocol):
+    """What the doctor page needs of a finding (``sentinel doctor``'s ``Finding``)."""
+
+    @property
+    def severity(self) -> str: ...
+
+    @property
+    def check(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
+
+    @property
+    def fix(self) -> str: ...
+
+    @property
+    def region(self) -> str | None: ...
 
 
 @dataclass(frozen=True)

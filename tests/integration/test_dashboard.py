@@ -8,16 +8,23 @@ their own.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import socket
+import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from kazoo.client import KazooClient
+from kazoo.security import make_digest_acl
 
 from sentinel import HealthCheck
 from sentinel.cli import build_parser
@@ -25,7 +32,7 @@ from sentinel.cli.ui import _doctor_args, build
 from sentinel.client import Sentinel
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.ui.server import listen, url
-from tests.conftest import sentinel_in_process
+from tests.conftest import SENTINEL, sentinel_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -104,7 +111,11 @@ def _until(condition: object, timeout: float = 10.0) -> None:
 
 
 def _get(url: str, **kwargs: object) -> httpx.Response:
-    return httpx.get(url, timeout=10, **kwargs)  # type: ignore[arg-type]
+    return HTTP.get(url, **kwargs)  # type: ignore[arg-type]
+
+
+#: One client for the module: a new one per request costs a TLS context (~0.1 s here).
+HTTP = httpx.Client(timeout=10)
 
 
 def test_services_page_counts_instances_by_health(base: str) -> None:
@@ -120,7 +131,7 @@ def test_services_page_counts_instances_by_health(base: str) -> None:
     assert 'data-up="1" data-instances="2"' in api.group(0)
     assert 'data-failing="true"' in api.group(0)
     assert 'data-up="1" data-instances="2"' in orders.group(0)
-    assert "unserved: p2" not in page  # p2 has no instance at all: no partition in the cache
+    assert "unserved: p1" not in page and "unserved: p2" in page  # declared, none there
     failing = _get(f"{base}/services?failing=1").text
     assert 'id="service-api"' in failing
 
@@ -139,6 +150,8 @@ def test_a_service_page_gives_each_instance_explains_verdict(base, registry):
     assert 'data-status="draining" data-eligible="false"' in _row(page, "instance-p1-replica-b")
     assert f'<td class="verdict">{verdicts["p1:replica-b"]}</td>' in page
     assert "replication_lag=3" in page
+    empty = page.split('<section id="partition-p2"')[1].split("</section>")[0]
+    assert '<p class="bad problem">has no live instance</p>' in empty
     api = _get(f"{base}/services/api").text
     # the failing readiness check: source, state and result, in explain()'s words
     down = ui.explain_partition("api", None).verdicts["main:api-2"]
@@ -191,7 +204,7 @@ def test_the_doctor_page_shows_the_commands_findings(registry):
 def test_a_change_reaches_an_open_stream(base, registry):
     _, publisher, _ = registry
     [registration] = [r for r in publisher.registrations if r.path.endswith("main:api-1")]
-    with httpx.stream("GET", f"{base}/events", timeout=10) as stream:
+    with HTTP.stream("GET", f"{base}/events") as stream:
         assert stream.status_code == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
         lines = stream.iter_lines()
@@ -231,7 +244,7 @@ def test_bad_input_gets_a_clean_404_or_400(base):
     assert _get(f"{base}/services/{'a/' * 2000}").status_code == 404
     assert _get(f"{base}/services/bad%20name").status_code == 400
     assert _get(f"{base}/services/.hidden").status_code == 400
-    assert httpx.post(f"{base}/services", timeout=10).status_code == 405
+    assert HTTP.post(f"{base}/services").status_code == 405
     # DNS rebinding: another name resolving to this address is not this dashboard
     rebound = _get(f"{base}/services", headers={"host": "evil.example:80"})
     assert rebound.status_code == 400 and "orders-db" not in rebound.text
@@ -244,3 +257,193 @@ def test_no_secret_in_any_page(base):
         page = _get(f"{base}{path}").text
         assert SECRET not in page, path
     assert "password=***" in _get(f"{base}/services/api").text
+
+
+def _session(served: str, path: str) -> tuple[dict[str, str], str]:
+    """A viewer's session: its cookie, and the CSRF token of the page's forms."""
+    HTTP.cookies.clear()  # a new viewer: the dashboard gives it a session
+    response = _get(f"{served}{path}")
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', response.text)
+    assert token, "the page offers no action"
+    return dict(response.cookies), token.group(1)
+
+
+def test_an_action_needs_the_flag_this_origin_and_the_sessions_token(registry):
+    _, _, ui = registry
+    path = "/services/orders-db/instances/p1:replica-a/drain"
+    with dashboard(ui) as served:  # read-only: no form, and a well-formed POST is refused
+        assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
+        refused = HTTP.post(f"{served}{path}", headers={"origin": served})
+        assert refused.status_code == 403 and "--allow-actions" in refused.text
+    with dashboard(ui, allow_actions=True) as served:
+        cookies, token = _session(served, "/services/orders-db")
+        form = {"csrf": token}
+        attempts = {
+            "no token": ({"origin": served}, {}, cookies),
+            "another session's token": ({"origin": served}, {"csrf": "0" * 64}, cookies),
+            "no cookie": ({"origin": served}, form, {}),
+            "cross-site Origin": ({"origin": "https://evil.example"}, form, cookies),
+            "cross-site fetch": ({"sec-fetch-site": "cross-site"}, form, cookies),
+            "no Origin at all": ({}, form, cookies),
+        }
+        for why, (headers, data, jar) in attempts.items():
+            HTTP.cookies.clear()
+            response = HTTP.post(f"{served}{path}", headers=headers, data=data, cookies=jar)
+            assert response.status_code == 403, why
+        HTTP.cookies.clear()
+        assert _status(ui, "orders-db", "p1:replica-a") == "up"  # nothing was written
+        done = HTTP.post(f"{served}{path}", headers={"origin": served}, data=form, cookies=cookies)
+        HTTP.cookies.clear()
+        assert done.status_code == 303, done.text[-600:]
+        assert done.headers["location"] == "/services/orders-db"
+        _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "draining")
+        back = path.replace("/drain", "/undrain")
+        assert (
+            HTTP.post(
+                f"{served}{back}", headers={"origin": served}, data=form, cookies=cookies
+            ).status_code
+            == 303
+        )
+        HTTP.cookies.clear()
+        _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "up")
+
+
+def _status(sentinel: Sentinel, service: str, name: str) -> str:
+    return next(e.status for e in sentinel.cached_instances(service) if e.name == name)
+
+
+def test_an_identity_sees_and_does_only_what_its_acls_allow(zookeeper):
+    """A service whose nodes only its owner may read is listed by name only; an instance only
+    its owner may write cannot be drained through a dashboard of another identity."""
+    namespace = f"/test-ui-acl-{time.monotonic_ns()}"
+    hosts = zookeeper.connect_string
+    owner = Sentinel(hosts, "owner", namespace, identity="owner:owner-pw").start()
+    owner.register("hidden", "main", "10.2.0.1", 80, label="h1")
+    owner.register("open", "main", "10.2.0.2", 80, label="o1")
+    admin = KazooClient(f"{hosts}{namespace}", auth_data=[("digest", "owner:owner-pw")])
+    admin.start(10)
+    try:
+        private = [make_digest_acl("owner", "owner-pw", all=True)]
+        for node in ("/services/hidden", "/services/hidden/main:h1"):
+            admin.set_acls(node, private)
+    finally:
+        admin.stop()
+        admin.close()
+    viewer_password = "viewer-pw-do-not-show"
+    viewer = Sentinel(
+        hosts, "viewer", namespace, identity=f"viewer:{viewer_password}", announce=False
+    ).start()
+    try:
+        with dashboard(viewer, allow_actions=True) as served:
+            services = _get(f"{served}/services").text
+            assert 'data-service="hidden" data-failing="true"' in _row(services, "service-hidden")
+            assert "not readable" in services and "10.2.0.1" not in services
+            hidden = _get(f"{served}/services/hidden")
+            assert hidden.status_code == 403 and "10.2.0.1" not in hidden.text
+            assert 'data-instances="1"' in _row(services, "service-open")
+            cookies, token = _session(served, "/services/open")
+            drain = HTTP.post(
+                f"{served}/services/open/instances/main:o1/drain",
+                headers={"origin": served},
+                data={"csrf": token},
+                cookies=cookies,
+            )
+            HTTP.cookies.clear()
+            assert drain.status_code == 403 and "refused by ZooKeeper" in drain.text
+            [instance] = owner.read_service("open").instances  # from ZooKeeper itself
+            assert instance.status == "up"
+            for path in (*PAGES, "/services/open", "/services/hidden"):
+                assert viewer_password not in _get(f"{served}{path}").text, path
+    finally:
+        viewer.close()
+        owner.close()
+
+
+def test_streams_beyond_the_cap_are_refused_and_the_process_serves_on(registry):
+    _, _, ui = registry
+    cap, attempts = 8, 5000
+    with dashboard(ui, max_streams=cap) as served:
+        port = int(served.rsplit(":", 1)[1])
+
+        async def refused_beyond_the_cap() -> list[bytes]:
+            request = f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+
+            async def stream() -> tuple[asyncio.StreamWriter, bytes]:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(request)
+                return writer, await asyncio.wait_for(reader.readline(), 10)
+
+            held = [await stream() for _ in range(cap)]
+            assert all(status.startswith(b"HTTP/1.1 200") for _, status in held)
+            statuses: list[bytes] = []
+            gate = asyncio.Semaphore(500)  # connections at once: well under the fd limit
+
+            async def refused() -> None:
+                async with gate:
+                    writer, status = await stream()
+                    statuses.append(status)
+                    writer.close()
+
+            await asyncio.gather(*(refused() for _ in range(attempts)))
+            # pages are still served while the streams are held
+            page = await asyncio.to_thread(_get, f"{served}/services")
+            assert page.status_code == 200
+            for writer, _ in held:
+                writer.close()
+                await writer.wait_closed()
+            return statuses
+
+        statuses = asyncio.run(refused_beyond_the_cap())
+        assert len(statuses) == attempts
+        assert all(status.startswith(b"HTTP/1.1 503") for status in statuses)
+        # the streams' ends are noticed by the server: a new one is accepted again
+        _until(lambda: _stream_status(served) == 200)
+
+
+def _stream_status(served: str) -> int:
+    with HTTP.stream("GET", f"{served}/events") as stream:
+        return stream.status_code
+
+
+def test_the_agent_serves_its_dashboard(registry):
+    namespace, _, ui = registry
+    directory = tempfile.mkdtemp(prefix="agent-")  # the agent's socket's: 0700, root's
+    command = [
+        SENTINEL,
+        "agent",
+        "--socket",
+        os.path.join(directory, "agent.sock"),
+        "--ui",
+        "0",
+        "--json",
+        "--zk",
+        ui.session.hosts,
+        "--namespace",
+        namespace,
+    ]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as agent:
+        try:
+            assert agent.stdout is not None
+            for line in agent.stdout:  # the agent's events, up to its dashboard's address
+                event = json.loads(line)
+                if event["event"] == "serving_ui":
+                    break
+            served = event["url"].rstrip("/")
+            assert served.startswith("http://127.0.0.1:")
+            page = _get(f"{served}/services").text
+            assert 'id="service-orders-db"' in page and "served by agent" in page
+            assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            assert agent.wait(10) == 0
+
+
+def test_a_taken_port_is_exit_4_before_connecting(registry):
+    taken = listen("127.0.0.1", 0)
+    try:
+        port = str(taken.getsockname()[1])
+        done = sentinel_in_process("ui", "--port", port, "--zk", "127.0.0.1:1", "--timeout", "1")
+    finally:
+        taken.close()
+    assert done.returncode == 4
+    assert "another process listens there" in done.stderr and "Traceback" not in done.stderr

@@ -37,7 +37,7 @@ def register(commands: argparse._SubParsersAction) -> None:
             "sentinel ui                                  # http://127.0.0.1:8470/",
             "sentinel ui --port 9000 --namespace /staging",
             "sentinel ui --address 10.0.0.5 --allow-host ops.example.com",
-            "SENTINEL_ZK_IDENTITY=operator:secret sentinel ui --allow-actions",
+            "sentinel ui --allow-actions   # as $SENTINEL_ZK_IDENTITY, which may drain",
         ),
     )
     add_ui_options(ui, prefix="")
