@@ -152,6 +152,7 @@ def browser_render(driver, base: str, rounds: int) -> dict:
     return {
         **percentiles([load["load"] / 1000 for load in loads]),
         "ttfb_p50_s": statistics.median(load["ttfb"] for load in loads) / 1000,
+        "dom_content_loaded_p50_s": statistics.median(load["dom"] for load in loads) / 1000,
         "bytes": loads[-1]["bytes"],
     }
 
@@ -195,7 +196,8 @@ def cpu_per_change(
             lambda: min(shown_versions(driver, pages)) >= first + len(services), timeout=120
         )
         if heard is None:
-            raise RuntimeError(f"the open pages did not all show the last change: {first} {shown_versions(driver, pages)} {server.viewers()}")
+            shown = shown_versions(driver, pages)
+            raise RuntimeError(f"the open pages show {shown}; the last change is {first} + n")
     took = time.monotonic() - busy_from
     busy = cpu_seconds(server.pid) - busy_cpu
     return {
