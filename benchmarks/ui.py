@@ -197,7 +197,7 @@ def cpu_per_change(
         )
         if heard is None:
             shown = shown_versions(driver, pages)
-            raise RuntimeError(f"the open pages show {shown}; the last change is {first} + n")
+            raise RuntimeError(f"the open pages show {shown}, not all {first + len(services)}")
     took = time.monotonic() - busy_from
     busy = cpu_seconds(server.pid) - busy_cpu
     return {
