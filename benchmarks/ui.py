@@ -25,6 +25,7 @@ page shows the same, last, version.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -35,6 +36,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kazoo.client import KazooClient
 
@@ -45,6 +47,7 @@ from sentinel.testing.browser import headless_chromium, unavailable
 from sentinel.testing.helpers import wait_until
 from sentinel.testing.zookeeper import LocalZooKeeper, free_ports
 
+T = TypeVar("T")
 TARGET_S = 1.0
 # Chromium opens 6 connections to a host: 5 pages' streams, and one for the new content each
 # page fetches on a change (with 6 streams open, those fetches would wait for ever).
@@ -244,6 +247,12 @@ def shown_versions(driver, handles: list[str]) -> list[int]:
     return shown
 
 
+def progress(what: str, figures: T) -> T:
+    """``figures``, shown on stderr as they come (a run takes minutes)."""
+    print(f"{what}: {json.dumps(figures, default=str)[:400]}", file=sys.stderr, flush=True)
+    return figures
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f}"
 
@@ -278,17 +287,26 @@ def main(argv: list[str] | None = None) -> None:
         print(f"registered in {populate_s:.1f} s", file=sys.stderr, flush=True)
         server = stack.enter_context(dashboard(zk, args.pages, args.instances))
         driver = stack.enter_context(headless_chromium())
-        served = server_render(server.base, args.rounds)
-        drawn = browser_render(driver, server.base, args.rounds)
-        reached = change_to_page(driver, owner, batches[0])
+        driver.set_page_load_timeout(120)  # a 1,000-row page, 50 of them open on 2 cores
+        served = progress("server render", server_render(server.base, args.rounds))
+        drawn = progress("browser render", browser_render(driver, server.base, args.rounds))
+        reached = progress("change to page", change_to_page(driver, owner, batches[0]))
         driver.get("about:blank")
-        cpu = [cpu_per_change(server, owner, batches[1], args.spacing, [], driver)]
+        cpu = [progress("cpu", cpu_per_change(server, owner, batches[1], args.spacing, [], driver))]
         urls = origins(server.base, args.pages)
         driver.get(f"{urls[0]}/services")
         handles = open_pages(driver, urls, 1)
-        cpu.append(cpu_per_change(server, owner, batches[2], args.spacing, handles, driver))
+        cpu.append(
+            progress(
+                "cpu", cpu_per_change(server, owner, batches[2], args.spacing, handles, driver)
+            )
+        )
         handles = open_pages(driver, urls, args.pages)
-        cpu.append(cpu_per_change(server, owner, batches[3], args.spacing, handles, driver))
+        cpu.append(
+            progress(
+                "cpu", cpu_per_change(server, owner, batches[3], args.spacing, handles, driver)
+            )
+        )
     reach = percentiles(reached)
     rows = [
         (
