@@ -410,6 +410,7 @@ def create_app(
         finally:
             remove()
             feed.close_all()
+            source.close()  # the app owns its source: it follows nothing once the app ends
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

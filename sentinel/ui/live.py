@@ -16,6 +16,7 @@ shows. ZooKeeper is never read for a viewer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -89,8 +90,9 @@ class ChangeFeed:
             )
             version = self.version
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._fan_out, version, message)
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                loop.call_soon_threadsafe(self._fan_out, version, message)
 
     def _fan_out(self, version: int, message: str) -> None:
         """On the loop: the change into every stream's queue; a full one is dropped."""

@@ -9,11 +9,14 @@ before a ZooKeeper session is opened, and port 0 can be served and reported.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import ipaddress
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import uvicorn
 from starlette.applications import Starlette
@@ -23,6 +26,8 @@ from sentinel.ui.live import ChangeFeed
 
 #: Seconds open streams are given to end when the server stops (they never end by themselves).
 SHUTDOWN_GRACE = 1.0
+#: The signals that stop ``sentinel ui``.
+HANDLED = (signal.SIGINT, signal.SIGTERM)
 #: Connections uvicorn serves at once; one more is answered 503 by uvicorn itself.
 MAX_CONNECTIONS = 8192
 
@@ -71,6 +76,20 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self._feed.close_all()
         await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM stop the server, and ``sentinel ui`` then exits 0 as the other
+        daemons do (uvicorn's own raises the signal again once stopped: exit -15)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield  # beside the agent: the agent's own handlers stop it
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 class DashboardServer:

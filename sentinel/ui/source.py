@@ -47,22 +47,41 @@ DEFAULT_TTL = 2.0
 
 
 class _Shared:
-    """One value read at most once per ``ttl`` seconds, however many threads ask: the ones
-    asking while it is read wait for that read rather than making their own."""
+    """One value read at most once per ``ttl`` seconds, however many threads ask.
+
+    The first read is waited for; after that an answer older than ``ttl`` is given as it is
+    while one thread of its own reads it again (a page never waits for a read the others
+    made it need), and a failed read again keeps the last answer (logged).
+    """
 
     def __init__(self, ttl: float) -> None:
         self._ttl = ttl
         self._lock = threading.Lock()
         self._value: Any = None
-        self._read_at = -float("inf")
+        self._read_at: float | None = None
+        self._refreshing = False
 
     def get(self, read: Callable[[], T]) -> T:
         with self._lock:
-            if time.monotonic() - self._read_at >= self._ttl:
+            if self._read_at is None:  # nothing to give yet: read, the others wait
                 self._value = read()
                 self._read_at = time.monotonic()
+            elif time.monotonic() - self._read_at >= self._ttl and not self._refreshing:
+                self._refreshing = True
+                threading.Thread(
+                    target=self._refresh, args=(read,), name="sentinel-ui-read", daemon=True
+                ).start()
             value: T = self._value
             return value
+
+    def _refresh(self, read: Callable[[], Any]) -> None:
+        try:
+            value = read()
+        except Exception:
+            log.warning("the dashboard could not read the registry again", exc_info=True)
+            value = self._value
+        with self._lock:
+            self._value, self._read_at, self._refreshing = value, time.monotonic(), False
 
 
 #: ``sentinel drain``'s write: ``(zk, service, instance, status)`` to ``(name, status
@@ -102,6 +121,7 @@ class RegistrySource:
         self.unreadable: dict[str, str] = {}
         self._arrived: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
         self._ready = threading.Event()
+        self._closed = False
         self._thread = threading.Thread(target=self._follow, name="sentinel-ui-follow", daemon=True)
         self._shared = {name: _Shared(ttl) for name in ("clients", "maps", "doctor")}
 
@@ -116,10 +136,13 @@ class RegistrySource:
 
     def close(self) -> None:
         """Stop following (the client is its owner's to close)."""
+        self._closed = True
         self._arrived.put(None)
 
     def _on_services(self, children: list[str]) -> bool | None:
-        """kazoo's thread: queue the listing, nothing more."""
+        """kazoo's thread: queue the listing, nothing more (False ends the watch)."""
+        if self._closed:
+            return False
         self._arrived.put(list(children))
         return None
 

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -27,6 +27,8 @@ from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
 from sentinel import HealthCheck
+from sentinel.auth import ClientKeyring
+from sentinel.auth.config import AuthConfig
 from sentinel.cli import build_parser
 from sentinel.cli.ui import _doctor_args, build
 from sentinel.client import Sentinel
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.integration
 
 #: What no page may show: a property's secret value, and the dashboard's own identity's.
 SECRET = "hunter2-do-not-show"
+CREDENTIAL = "credential-do-not-show"
 PAGES = ("/", "/services", "/topology", "/regions", "/rotations", "/shards", "/agents", "/doctor")
 
 
@@ -89,7 +92,12 @@ def registry(zookeeper: LocalZooKeeper) -> Iterator[tuple[str, Sentinel, Sentine
     web = Sentinel(hosts, "web-1", namespace, app="web").start()
     web.get_service("api")
     web.get_service("orders-db", "acme")
-    ui = Sentinel(hosts, "ui", namespace, announce=False).start()
+    # The dashboard's client holds a credential of its own: decrypted in its cache, never shown.
+    ui = Sentinel(
+        hosts, "ui", namespace, announce=False, auth=AuthConfig(keys=ClientKeyring.generate())
+    ).start()
+    publisher.credentials.publish("api", "ui", {"user": "ui", "password": CREDENTIAL})
+    _until(lambda: ui.get_service("api").auth is not None)
     _until(lambda: ui.session.zk.exists("/services/api/main:api-2") is not None)
     yield namespace, publisher, ui
     for client in (ui, web, publisher):
@@ -252,20 +260,23 @@ def test_bad_input_gets_a_clean_404_or_400(base):
         assert "Traceback" not in page
 
 
-def test_no_secret_in_any_page(base):
+def test_no_secret_in_any_page(base, registry):
+    _, _, ui = registry
+    assert dict(ui.get_service("api").auth or {})["password"] == CREDENTIAL  # in the cache
     for path in (*PAGES, "/services/api", "/services/orders-db"):
         page = _get(f"{base}{path}").text
-        assert SECRET not in page, path
+        assert SECRET not in page and CREDENTIAL not in page, path
     assert "password=***" in _get(f"{base}/services/api").text
 
 
-def _session(served: str, path: str) -> tuple[dict[str, str], str]:
-    """A viewer's session: its cookie, and the CSRF token of the page's forms."""
-    HTTP.cookies.clear()  # a new viewer: the dashboard gives it a session
-    response = _get(f"{served}{path}")
-    token = re.search(r'name="csrf" value="([0-9a-f]+)"', response.text)
-    assert token, "the page offers no action"
-    return dict(response.cookies), token.group(1)
+@contextlib.contextmanager
+def _viewer(served: str, path: str) -> Iterator[tuple[httpx.Client, str]]:
+    """A viewer (a browser of its own, its cookie in its jar) that opened ``path``: it, and
+    the CSRF token of the page's forms."""
+    with httpx.Client(timeout=10) as viewer:
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', viewer.get(f"{served}{path}").text)
+        assert token, "the page offers no action"
+        yield viewer, token.group(1)
 
 
 def test_an_action_needs_the_flag_this_origin_and_the_sessions_token(registry):
@@ -275,36 +286,32 @@ def test_an_action_needs_the_flag_this_origin_and_the_sessions_token(registry):
         assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
         refused = HTTP.post(f"{served}{path}", headers={"origin": served})
         assert refused.status_code == 403 and "--allow-actions" in refused.text
-    with dashboard(ui, allow_actions=True) as served:
-        cookies, token = _session(served, "/services/orders-db")
+    with (
+        dashboard(ui, allow_actions=True) as served,
+        _viewer(served, "/services/orders-db") as (viewer, token),
+        _viewer(served, "/services/orders-db") as (other, _),
+    ):
         form = {"csrf": token}
         attempts = {
-            "no token": ({"origin": served}, {}, cookies),
-            "another session's token": ({"origin": served}, {"csrf": "0" * 64}, cookies),
-            "no cookie": ({"origin": served}, form, {}),
-            "cross-site Origin": ({"origin": "https://evil.example"}, form, cookies),
-            "cross-site fetch": ({"sec-fetch-site": "cross-site"}, form, cookies),
-            "no Origin at all": ({}, form, cookies),
+            "no token": (viewer, {"origin": served}, {}),
+            "a token of no session": (viewer, {"origin": served}, {"csrf": "0" * 64}),
+            "another session's token": (other, {"origin": served}, form),
+            "no cookie": (HTTP, {"origin": served}, form),
+            "cross-site Origin": (viewer, {"origin": "https://evil.example"}, form),
+            "cross-site fetch": (viewer, {"sec-fetch-site": "cross-site"}, form),
+            "no Origin at all": (viewer, {}, form),
         }
-        for why, (headers, data, jar) in attempts.items():
-            HTTP.cookies.clear()
-            response = HTTP.post(f"{served}{path}", headers=headers, data=data, cookies=jar)
+        for why, (client, headers, data) in attempts.items():
+            response = client.post(f"{served}{path}", headers=headers, data=data)
             assert response.status_code == 403, why
-        HTTP.cookies.clear()
         assert _status(ui, "orders-db", "p1:replica-a") == "up"  # nothing was written
-        done = HTTP.post(f"{served}{path}", headers={"origin": served}, data=form, cookies=cookies)
-        HTTP.cookies.clear()
+        done = viewer.post(f"{served}{path}", headers={"origin": served}, data=form)
         assert done.status_code == 303, done.text[-600:]
         assert done.headers["location"] == "/services/orders-db"
         _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "draining")
         back = path.replace("/drain", "/undrain")
-        assert (
-            HTTP.post(
-                f"{served}{back}", headers={"origin": served}, data=form, cookies=cookies
-            ).status_code
-            == 303
-        )
-        HTTP.cookies.clear()
+        undone = viewer.post(f"{served}{back}", headers={"origin": served}, data=form)
+        assert undone.status_code == 303
         _until(lambda: _status(ui, "orders-db", "p1:replica-a") == "up")
 
 
@@ -341,14 +348,12 @@ def test_an_identity_sees_and_does_only_what_its_acls_allow(zookeeper):
             hidden = _get(f"{served}/services/hidden")
             assert hidden.status_code == 403 and "10.2.0.1" not in hidden.text
             assert 'data-instances="1"' in _row(services, "service-open")
-            cookies, token = _session(served, "/services/open")
-            drain = HTTP.post(
-                f"{served}/services/open/instances/main:o1/drain",
-                headers={"origin": served},
-                data={"csrf": token},
-                cookies=cookies,
-            )
-            HTTP.cookies.clear()
+            with _viewer(served, "/services/open") as (browser, token):
+                drain = browser.post(
+                    f"{served}/services/open/instances/main:o1/drain",
+                    headers={"origin": served},
+                    data={"csrf": token},
+                )
             assert drain.status_code == 403 and "refused by ZooKeeper" in drain.text
             [instance] = owner.read_service("open").instances  # from ZooKeeper itself
             assert instance.status == "up"
@@ -359,83 +364,86 @@ def test_an_identity_sees_and_does_only_what_its_acls_allow(zookeeper):
         owner.close()
 
 
-def test_streams_beyond_the_cap_are_refused_and_the_process_serves_on(registry):
-    _, _, ui = registry
-    cap, attempts = 8, 5000
-    with dashboard(ui, max_streams=cap) as served:
-        port = int(served.rsplit(":", 1)[1])
-
-        async def refused_beyond_the_cap() -> list[bytes]:
-            request = f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
-
-            async def stream() -> tuple[asyncio.StreamWriter, bytes]:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(request)
-                return writer, await asyncio.wait_for(reader.readline(), 10)
-
-            held = [await stream() for _ in range(cap)]
-            assert all(status.startswith(b"HTTP/1.1 200") for _, status in held)
-            statuses: list[bytes] = []
-            gate = asyncio.Semaphore(500)  # connections at once: well under the fd limit
-
-            async def refused() -> None:
-                async with gate:
-                    writer, status = await stream()
-                    statuses.append(status)
-                    writer.close()
-
-            await asyncio.gather(*(refused() for _ in range(attempts)))
-            # pages are still served while the streams are held
-            page = await asyncio.to_thread(_get, f"{served}/services")
-            assert page.status_code == 200
-            for writer, _ in held:
-                writer.close()
-                await writer.wait_closed()
-            return statuses
-
-        statuses = asyncio.run(refused_beyond_the_cap())
-        assert len(statuses) == attempts
-        assert all(status.startswith(b"HTTP/1.1 503") for status in statuses)
-        # the streams' ends are noticed by the server: a new one is accepted again
-        _until(lambda: _stream_status(served) == 200)
+#: Live streams the console script's dashboard serves at once in the test, and the streams
+#: asked for beyond them (each must be refused, the process serving on).
+CAP, BEYOND_THE_CAP = 8, 5000
 
 
-def _stream_status(served: str) -> int:
-    with HTTP.stream("GET", f"{served}/events") as stream:
-        return stream.status_code
+async def _beyond_the_cap(port: int, while_held: Callable[[], None]) -> list[bytes]:
+    """CAP streams opened and held, BEYOND_THE_CAP more asked for (500 at a time), then
+    ``while_held()`` run with the CAP streams still open: the status line each of the
+    others got."""
+    request = f"GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+
+    async def stream() -> tuple[asyncio.StreamWriter, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        return writer, await asyncio.wait_for(reader.readline(), 10)
+
+    held = [await stream() for _ in range(CAP)]
+    assert all(status.startswith(b"HTTP/1.1 200") for _, status in held)
+    statuses: list[bytes] = []
+    gate = asyncio.Semaphore(500)  # connections at once: well under the fd limit
+
+    async def refused() -> None:
+        async with gate:
+            writer, status = await stream()
+            statuses.append(status)
+            writer.close()
+
+    await asyncio.gather(*(refused() for _ in range(BEYOND_THE_CAP)))
+    await asyncio.to_thread(while_held)
+    for writer, _ in held:
+        writer.close()
+        with contextlib.suppress(ConnectionError):  # the server may have gone meanwhile
+            await writer.wait_closed()
+    return statuses
 
 
-def test_the_agent_serves_its_dashboard(registry):
+@pytest.mark.parametrize("command", ["ui", "agent"])
+def test_the_command_serves_until_sigterm_with_streams_open(registry, command):
+    """``sentinel ui`` and ``sentinel agent --ui``: the console script prints where it
+    serves, the pages are served, and SIGTERM ends it (exit 0) though streams are open.
+    ``sentinel ui`` with --max-streams 8 also refuses 5,000 more streams (503) and serves on
+    (a process of its own: the test's connections do not share its interpreter)."""
     namespace, _, ui = registry
-    directory = tempfile.mkdtemp(prefix="agent-")  # the agent's socket's: 0700, root's
-    command = [
-        SENTINEL,
-        "agent",
-        "--socket",
-        os.path.join(directory, "agent.sock"),
-        "--ui",
-        "0",
-        "--json",
-        "--zk",
-        ui.session.hosts,
-        "--namespace",
-        namespace,
-    ]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as agent:
+    if command == "ui":
+        arguments = ["ui", "--port", "0", "--allow-actions", "--max-streams", str(CAP)]
+    else:
+        directory = tempfile.mkdtemp(prefix="agent-")  # the agent's socket's: 0700, root's
+        arguments = ["agent", "--socket", os.path.join(directory, "agent.sock"), "--ui", "0"]
+    connection = ["--json", "--zk", ui.session.hosts, "--namespace", namespace]
+    with subprocess.Popen([SENTINEL, *arguments, *connection], stdout=subprocess.PIPE) as served:
         try:
-            assert agent.stdout is not None
-            for line in agent.stdout:  # the agent's events, up to its dashboard's address
+            assert served.stdout is not None
+            for line in served.stdout:  # its events, up to its dashboard's address
                 event = json.loads(line)
-                if event["event"] == "serving_ui":
+                if event["event"] in ("serving", "serving_ui") and "url" in event:
                     break
-            served = event["url"].rstrip("/")
-            assert served.startswith("http://127.0.0.1:")
-            page = _get(f"{served}/services").text
-            assert 'id="service-orders-db"' in page and "served by agent" in page
-            assert 'name="csrf"' not in _get(f"{served}/services/orders-db").text
+            base = event["url"].rstrip("/")
+            assert base.startswith("http://127.0.0.1:")
+            page = _get(f"{base}/services").text
+            assert 'id="service-orders-db"' in page
+            offered = 'name="csrf"' in _get(f"{base}/services/orders-db").text
+            assert offered == (command == "ui")  # the agent offers no action
+            assert ("served by agent" in page) == (command == "agent")
+
+            def stop() -> None:  # with streams open
+                with HTTP.stream("GET", f"{base}/events") as stream:
+                    assert stream.status_code == (503 if command == "ui" else 200)
+                    assert _get(f"{base}/services").status_code == 200  # pages still served
+                    served.send_signal(signal.SIGTERM)
+                    assert served.wait(10) == 0
+
+            if command == "ui":
+                port = int(base.rsplit(":", 1)[1])
+                statuses = asyncio.run(_beyond_the_cap(port, stop))
+                assert len(statuses) == BEYOND_THE_CAP
+                assert all(status.startswith(b"HTTP/1.1 503") for status in statuses)
+            else:
+                stop()
         finally:
-            agent.send_signal(signal.SIGTERM)
-            assert agent.wait(10) == 0
+            served.kill()
 
 
 def test_a_taken_port_is_exit_4_before_connecting(registry):
