@@ -195,8 +195,11 @@ def cpu_per_change(
         drain(owner, service)
         time.sleep(spacing)
     if pages:
+        # (each look at 50 windows takes seconds on a busy machine: a long bound)
         heard = wait_until(
-            lambda: min(shown_versions(driver, pages)) >= first + len(services), timeout=120
+            lambda: min(shown_versions(driver, pages)) >= first + len(services),
+            timeout=900,
+            interval=1.0,
         )
         if heard is None:
             shown = shown_versions(driver, pages)
