@@ -421,11 +421,15 @@ def test_the_layout_fits_1280_px_and_a_phone(browser, world):
     """No page is wider than the window, on a desktop or a phone (a wide table scrolls inside
     its own frame). With SENTINEL_WRITE_SCREENSHOTS=1 the screenshots docs/dashboard.md shows
     are written to docs/img."""
-    try:
+    for name, path in PAGES.items():
+        browser.get(world.url + path)  # laid out at its load; its stream is not needed
         for size in (DESKTOP, PHONE):
-            browser.set_window_size(*size)
-            for name, path in PAGES.items():
-                browser.get(world.url + path)  # laid out at its load; its stream is not needed
+            # the page laid out again at the size (a window's, without reloading it)
+            browser.execute_cdp_cmd(
+                "Emulation.setDeviceMetricsOverride",
+                {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
+            )
+            try:
                 inner, scroll = browser.execute_script(
                     "return [innerWidth, document.documentElement.scrollWidth]"
                 )
@@ -434,8 +438,8 @@ def test_the_layout_fits_1280_px_and_a_phone(browser, world):
                 if WRITE_SCREENSHOTS and shot:
                     wait_for(browser, lambda: live_state(browser) == "open", "the stream")
                     screenshot(browser, ROOT / "docs" / "img" / shot)
-    finally:
-        browser.set_window_size(*DESKTOP)
+            finally:
+                browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
 def test_a_drain_from_the_page_carries_its_token_and_a_cross_site_form_is_refused(browser, world):
