@@ -50,7 +50,7 @@ def _run(args: argparse.Namespace) -> int:
                 allow_hosts=args.allow_host,
                 max_streams=args.max_streams,
                 allow_actions=args.allow_actions,
-                doctor_args=_doctor_args(args),
+                doctor_args=doctor_options(args),
                 timeout=args.timeout,
             )
             report = event_printer(args, {"serving": lambda d: f"serving {d['url']}"})
@@ -118,7 +118,7 @@ def read_shard_maps(zk: KazooClient) -> list[tuple[str, Any]]:
     return found
 
 
-def _doctor_args(args: argparse.Namespace) -> argparse.Namespace:
+def doctor_options(args: argparse.Namespace) -> argparse.Namespace:
     """``sentinel doctor``'s options for the doctor page: this command's connection and
     regions, doctor's defaults for the rest (every region; no identities file)."""
     return argparse.Namespace(

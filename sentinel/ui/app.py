@@ -175,15 +175,10 @@ class Dashboard:
                 f"service {name!r} is not registered" + (f"; {did_you_mean(hint)}" if hint else ""),
             )
         policy = snapshot.spec.shard_policy
-        partitions: list[str | None] = (
-            [None]
-            if policy is None
-            else list(
-                views.declared_partitions(
-                    snapshot, self.source.declared_partitions().get(policy, ())
-                )
-            )
-        )
+        partitions: list[str | None] = [None]  # an unsharded service's instances
+        if policy is not None:
+            declared = self.source.declared_partitions().get(policy, ())
+            partitions = [*views.declared_partitions(snapshot, declared)]
         explanations = {
             partition: self.source.sentinel.explain_partition(name, partition)
             for partition in partitions
@@ -266,7 +261,7 @@ class Dashboard:
             )
         body = await _bounded_body(request)
         form = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
-        token = (form.get("csrf") or [None])[0]
+        token = next(iter(form.get("csrf", [])), None)
         if not self.tokens.valid(request.cookies.get(SESSION_COOKIE), token):
             raise HTTPException(403, "refused: the form's token is missing or not this session's")
         name = _name(request, "name", "service")

@@ -25,7 +25,7 @@ from sentinel.errors import AddressInUse, ValidationError
 from sentinel.ui.live import ChangeFeed
 
 #: Seconds open streams are given to end when the server stops (they never end by themselves).
-SHUTDOWN_GRACE = 1.0
+SHUTDOWN_GRACE = 1
 #: The signals that stop ``sentinel ui``.
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 #: Connections uvicorn serves at once; one more is answered 503 by uvicorn itself.

@@ -22,6 +22,7 @@ from sentinel.health.sources import health_of
 from sentinel.registry.dependencies import DependencyGraph
 from sentinel.registry.endpoint import Endpoint
 from sentinel.registry.records import CHECK_PASSING, ClientRecord
+from sentinel.shards.spec import ShardPolicySpec
 from sentinel.tables import age, metrics_text
 from sentinel.zk.redaction import REDACTED
 
@@ -488,12 +489,18 @@ def findings_view(findings: Sequence[Finding], regions: bool) -> FindingsView:
     )
 
 
-def shard_map_view(policy: str, found: object) -> ShardMapView:
-    """One policy as :meth:`RegistrySource.shard_maps` read it: ``(spec, keys per
-    partition, gaps by service, digest problem)``, or the error that kept it from being read."""
+#: A shard policy as read for its page: ``(spec, keys per partition, partitions each service
+#: using it has no live instance in, what its digest says is wrong)``, or why it is unreadable.
+ShardMapRead = (
+    tuple[ShardPolicySpec, Mapping[str, int], Mapping[str, Sequence[str]], str | None] | str
+)
+
+
+def shard_map_view(policy: str, found: ShardMapRead) -> ShardMapView:
+    """One policy as :meth:`RegistrySource.shard_maps` read it."""
     if isinstance(found, str):
         return ShardMapView(policy, "unreadable", (), (), found)
-    spec, counts, gaps, problem = found  # type: ignore[misc]
+    spec, counts, gaps, problem = found
     return ShardMapView(
         policy,
         spec.kind,

@@ -30,7 +30,7 @@ from sentinel import HealthCheck
 from sentinel.auth import ClientKeyring
 from sentinel.auth.config import AuthConfig
 from sentinel.cli import build_parser
-from sentinel.cli.ui import _doctor_args, build
+from sentinel.cli.ui import build, doctor_options
 from sentinel.client import Sentinel
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.ui.server import listen, url
@@ -200,7 +200,7 @@ def test_the_doctor_page_shows_the_commands_findings(registry):
             build_parser().parse_args(["ui", "--zk", ui.session.hosts, "--namespace", namespace])
         )
     )
-    with dashboard(ui, doctor_args=_doctor_args(doctor)) as served:
+    with dashboard(ui, doctor_args=doctor_options(doctor)) as served:
         page = _get(f"{served}/doctor").text
     errors = [f for f in expected if f["severity"] == "error"]
     assert errors  # p2 of orders-db has no live instance

@@ -37,7 +37,7 @@
       return;
     }
     pending = true;
-    // Changes that come together are shown together: one read per burst.
+    // Changes that come together are shown together: one read per burst (a quarter second).
     window.setTimeout(function () {
       fetching = true;
       fetch(window.location.href, {
@@ -53,7 +53,7 @@
         }
         read();
       }, read);
-    }, 100);
+    }, 250);
   }
 
   function read() {
@@ -67,8 +67,9 @@
 
   function shows(change) {
     if (scope === "none") { return false; }
-    if (scope === "all" || change.service === null) { return true; }
-    return change.service === scope;
+    // (metrics too: a collector's health metric is an instance's health)
+    if (scope === "all") { return true; }
+    return change.service === null || change.service === scope;
   }
 
   function open() {
