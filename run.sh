@@ -52,10 +52,13 @@ ensure_dig() {
 }
 
 ensure_chromium() {
-    # Only tests/unit/test_docs_site.py needs it: it renders the docs at 1280 px and measures
-    # every table; without a browser that check skips, saying so.
+    # tests/unit/test_docs_site.py renders the docs at 1280 px and measures every table;
+    # tests/integration/test_ui_browser.py drives the dashboard through Selenium, which needs
+    # the driver too. Without them those checks skip, saying so.
     command -v chromium >/dev/null || apt_install chromium \
         || echo "run.sh: chromium not installed; the docs' table-width check skips" >&2
+    command -v chromedriver >/dev/null || apt_install chromium-driver \
+        || echo "run.sh: chromium-driver not installed; the dashboard's browser tests skip" >&2
 }
 
 ensure_curator() {

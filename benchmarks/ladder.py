@@ -134,12 +134,13 @@ def _check(results: list) -> None:
         raise RuntimeError(f"a batch of creates failed: {failed[0]!r}")
 
 
-def instance_value(service: str, i: int, weight: float = 1) -> tuple[str, bytes]:
+def instance_value(
+    service: str, i: int, weight: float = 1, status: str = "up"
+) -> tuple[str, bytes]:
     """The node of Sentinel instance ``i`` of ``service``: path and value."""
     path = DEFAULT_NAMESPACE + instance_path(service, "p0", f"i{i}")
-    record = InstanceRecord(
-        service, "p0", f"i{i}", f"10.{i // 62500}.{i // 250 % 250}.{i % 250}", 8080, weight=weight
-    )
+    address = f"10.{i // 62500}.{i // 250 % 250}.{i % 250}"
+    record = InstanceRecord(service, "p0", f"i{i}", address, 8080, weight=weight, status=status)
     return path, record.to_bytes(path)
 
 

@@ -7,6 +7,8 @@
 - :mod:`sentinel.testing.devserver`: start and stop the development ZooKeeper (``sentinel zk``);
 - :mod:`sentinel.testing.helpers`: bounded waits, session expiry, a TCP proxy, publishers in
   child processes.
+- :mod:`sentinel.testing.browser`: headless Chromium through Selenium (the dashboard's
+  browser tests and benchmark).
 
 The SDK never imports this package when it is imported: a client only resolves hosts
 (:mod:`sentinel.devserver`), and starts nothing.

@@ -2,7 +2,7 @@
 
 - Every response carries a Content-Security-Policy that allows this origin only (no inline
   script or style, no frame), ``X-Content-Type-Options: nosniff``, ``Referrer-Policy:
-  no-referrer`` and ``Cache-Control: no-store``.
+  same-origin`` and ``Cache-Control: no-store``.
 - A request whose ``Host`` is not the address the dashboard is bound to (or a name given with
   ``--allow-host``) is refused with 400: a page on another site cannot reach it by making its
   own name resolve to this address (DNS rebinding).
@@ -28,7 +28,9 @@ HEADERS: Mapping[str, str] = {
     "content-security-policy": "default-src 'self'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'; object-src 'none'",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with a
+    # form's POST, and the same-origin check would refuse the dashboard's own drain buttons
+    "referrer-policy": "same-origin",
     "x-frame-options": "DENY",
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",

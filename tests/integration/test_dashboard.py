@@ -237,7 +237,7 @@ def test_every_response_carries_the_security_headers(base):
         assert "default-src 'self'" in headers["content-security-policy"], path
         assert "frame-ancestors 'none'" in headers["content-security-policy"], path
         assert headers["x-content-type-options"] == "nosniff", path
-        assert headers["referrer-policy"] == "no-referrer", path
+        assert headers["referrer-policy"] == "same-origin", path
 
 
 def test_bad_input_gets_a_clean_404_or_400(base):

@@ -8,7 +8,9 @@
   var body = document.body;
   var scope = body.dataset.liveScope; // "all", a service's name, or "none"
   var source = null;
-  var pending = false;
+  var pending = false;  // a read of the page's new content is due or under way
+  var fetching = false;  // ... under way
+  var again = false;  // a change was heard while it was under way
 
   function setState(state) {
     body.dataset.liveState = state;
@@ -28,10 +30,16 @@
   }
 
   function refresh() {
-    if (pending) { return; }
+    if (pending) {
+      // A change heard while a read is under way may be newer than what that read returns:
+      // read once more after it (one more, however many such changes).
+      if (fetching) { again = true; }
+      return;
+    }
     pending = true;
     // Changes that come together are shown together: one read per burst (a quarter second).
     window.setTimeout(function () {
+      fetching = true;
       fetch(window.location.href, {
         headers: { "X-Sentinel-Fragment": "main" },
         credentials: "same-origin",
@@ -39,13 +47,22 @@
       }).then(function (response) {
         return response.ok ? response.text() : null;
       }).then(function (html) {
-        pending = false;
         if (html !== null) {
           document.getElementById("main").innerHTML = html;
           stamp();
         }
-      }, function () { pending = false; });
+        read();
+      }, read);
     }, 250);
+  }
+
+  function read() {
+    pending = false;
+    fetching = false;
+    if (again) {
+      again = false;
+      refresh();
+    }
   }
 
   function shows(change) {
