@@ -188,6 +188,7 @@ CASES: dict[str, Case] = {
     "prefetch": Case(lambda c, s: c.prefetch("other")),
     "partition_of": Case(lambda c, s: c.partition_of("sharded", "acme")),
     "explain": Case(lambda c, s: c.explain("sharded", "acme")),
+    "explain_partition": Case(lambda c, s: c.explain_partition("sharded", "p1")),
     "cached_instances": Case(lambda c, s: c.cached_instances("other")),
     "read_service": Case(lambda c, s: c.read_service("other")),
     "report": Case(lambda c, s: c.report(c.get_service("other"), ok=False, latency=0.1)),

@@ -34,9 +34,10 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-# Where the optional integrations' imports come from: a module that needs one of these is not
-# importable with the dependencies alone, by design (pyproject.toml's extras).
-EXTRAS_ONLY = {"grpc", "grpc_health", "httpx", "psycopg", "psycopg_pool", "pyspark"}
+# Where the optional integrations' imports come from (dns: dnspython, for the agent's DNS
+# server): a module that needs one of these is not importable with the dependencies alone, by
+# design (pyproject.toml's extras).
+EXTRAS_ONLY = {"dns", "grpc", "grpc_health", "httpx", "psycopg", "psycopg_pool", "pyspark"}
 
 
 def user_environment() -> dict[str, str]:
