@@ -69,3 +69,58 @@ def test_a_merged_read_interrupted_by_the_connection_runs_again_after_the_resync
         assert reads.runs[6:] == ["resync"]
     finally:
         assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker_woken_first():
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    assert not worker.run_now(Task(reads.read, ("early",)))  # not started: queue it
+    worker.start()
+    threads: dict[str, threading.Thread] = {}
+    woken = threading.Event()
+
+    def applied() -> None:
+        threads["task"] = threading.current_thread()
+        # the worker's task, queued before this one started, is what wakes the worker
+        assert worker._tasks.qsize() == 1
+        worker.later(told)
+
+    def told() -> None:
+        threads["told"] = threading.current_thread()
+        woken.set()
+
+    try:
+        assert worker.run_now(Task(applied))
+        assert threads["task"] is threading.current_thread() and "told" not in threads
+        assert woken.wait(5) and threads["told"].name == "sentinel-cache"
+        run_until_idle(worker, reads)
+        assert worker.idle
+    finally:
+        assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_run_now_declines_while_the_worker_has_a_task_queued_or_running():
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    worker.start()
+    release = threading.Event()
+    running = threading.Event()
+
+    def busy() -> None:
+        running.set()
+        assert release.wait(5)
+
+    try:
+        worker.put(Task(busy))
+        assert running.wait(5)
+        # a task applied now would overtake the one running (and those queued behind it)
+        assert not worker.idle and not worker.run_now(Task(reads.read, ("now",)))
+        worker.merge(Task(reads.read, ("queued",)))
+        release.set()
+        run_until_idle(worker, reads)
+        assert reads.runs == ["queued"] and worker.idle
+        assert worker.run_now(Task(reads.read, ("now",)))
+        assert reads.runs == ["queued", "now"]
+    finally:
+        release.set()
+        assert worker.stop(lambda task: None, timeout=5)
