@@ -535,8 +535,8 @@ class PersistentFollower(_ZooKeeperFollower):
         """On the thread that released ``task`` (kazoo's: an event, or its read's reply): apply
         it there and then if it needs no read and the worker is idle, leaving the listeners to
         the worker (:meth:`CacheWorker.run_now`): a removal, or a child's read with its reply
-        in hand. The snapshot is served without waiting for the worker to wake, and the
-        worker's wake-up overlaps with building it. False: queue it."""
+        in hand. The snapshot is served without waiting for the worker to wake. False: queue
+        it."""
         worker = self._cache.worker
         if task.run != self._apply_event or not worker.idle:
             return False

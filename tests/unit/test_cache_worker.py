@@ -71,7 +71,7 @@ def test_a_merged_read_interrupted_by_the_connection_runs_again_after_the_resync
         assert worker.stop(lambda task: None, timeout=5)
 
 
-def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker_woken_first():
+def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker():
     reads = Reads()
     worker = CacheWorker(reads.resync, resync_jitter=0)
     assert not worker.run_now(Task(reads.read, ("early",)))  # not started: queue it
@@ -81,9 +81,8 @@ def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker_wo
 
     def applied() -> None:
         threads["task"] = threading.current_thread()
-        # the worker's task, queued before this one started, is what wakes the worker
-        assert worker._tasks.qsize() == 1
         worker.later(told)
+        assert worker._tasks.qsize() == 0  # the worker is woken once this task has ended
 
     def told() -> None:
         threads["told"] = threading.current_thread()
@@ -95,6 +94,8 @@ def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker_wo
         assert woken.wait(5) and threads["told"].name == "sentinel-cache"
         run_until_idle(worker, reads)
         assert worker.idle
+        assert worker.run_now(Task(reads.read, ("nothing left",)))  # nothing to wake it for
+        assert worker.idle and worker._tasks.qsize() == 0
     finally:
         assert worker.stop(lambda task: None, timeout=5)
 
