@@ -273,9 +273,9 @@ class _FollowerTrace:
         original = CacheWorker.run_now
 
         @functools.wraps(original)
-        def run_now(worker: CacheWorker, task: Any) -> bool:
+        def run_now(worker: CacheWorker, task: Any, *args: Any, **kwargs: Any) -> bool:
             at = _now()
-            ran = original(worker, task)
+            ran = original(worker, task, *args, **kwargs)
             if ran and task.run.__name__ == "_apply_event":
                 cls._note(task.args[0], "queued", at)
                 if cls.current is not None:

@@ -46,6 +46,9 @@ class _Watches:
         self.then = then
         return self.reply(path)
 
+    def after_message(self, run):
+        return False  # the driver's thread holds no connection: the worker is woken at once
+
 
 def drive(changes: int, instances: int) -> None:
     """``changes`` registrations then as many deregistrations through the follower's path."""

@@ -550,7 +550,9 @@ class PersistentFollower(_ZooKeeperFollower):
             return False
         service, section, _ = node[1]
         lost = kind == EventType.DELETED and section == "instances"
-        return self._cache.serves_at_once(service, lost) and worker.run_now(task)
+        if not self._cache.serves_at_once(service, lost):
+            return False
+        return worker.run_now(task, wake=self._watches.after_message)
 
     def _apply_event(self, path: str) -> None:
         """Apply the latest event of one node (see :meth:`_on_event`)."""

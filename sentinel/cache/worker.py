@@ -21,6 +21,7 @@ may be past the change this read was for.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import queue
 import random
@@ -159,16 +160,19 @@ class CacheWorker:
         """Started, and no task queued or running (:meth:`run_now` may run one)."""
         return self._thread is not None and not self._outstanding
 
-    def run_now(self, task: Task) -> bool:
+    def run_now(self, task: Task, wake: Callable[[Callable[[], None]], bool] | None = None) -> bool:
         """Run ``task`` on the calling thread, now, if the worker is :attr:`idle`; False (and
         nothing done) otherwise: queue it then. For a task that does no I/O, from a thread that
         must not block (kazoo's): the worker's lock is only tried, never waited for.
 
         What the task leaves to the worker (:meth:`later`) runs there next, in order: the
-        worker is woken once the task has ended, and only if it left something. (Woken before
-        the task, it would wake to an interpreter this thread holds and sleep again: on a
-        loaded machine that second wake-up cost milliseconds.) An exception the task raises
-        is logged, as the worker does.
+        worker is woken once the task has ended, and only if it left something: by ``wake``
+        when given and it takes the wake-up (``PersistentWatches.after_message``: when the
+        calling thread is about to let go of the interpreter), else at once. (Woken while
+        this thread still holds the interpreter, the worker would wake to wait for it and
+        sleep again: on a loaded machine that second wake-up cost a millisecond.) Nothing
+        queued meanwhile overtakes it: the worker counts as busy until then. An exception the
+        task raises is logged, as the worker does.
         """
         with self._pending_lock:
             if not self.idle or self.on_worker() or not self._running.acquire(blocking=False):
@@ -184,7 +188,9 @@ class CacheWorker:
         finally:
             self._deferred = None
             if deferred.tasks:
-                self._tasks.put(Task(self._run_deferred, (deferred,)))
+                told = functools.partial(self._tasks.put, Task(self._run_deferred, (deferred,)))
+                if wake is None or not wake(told):
+                    told()
             else:
                 with self._pending_lock:
                     self._outstanding -= 1

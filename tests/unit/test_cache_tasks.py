@@ -42,6 +42,9 @@ class Watches:
         self.sent.append((path, then))
         return f"read of {path}"
 
+    def after_message(self, run):
+        return False  # the worker is woken at once
+
 
 @pytest.fixture
 def persistent(cache):
