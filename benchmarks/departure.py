@@ -75,6 +75,7 @@ from sentinel.cache.followers import PersistentFollower
 from sentinel.cache.registry_cache import RegistryCache
 from sentinel.cache.worker import CacheWorker
 from sentinel.events import InstancesChanged
+from sentinel.tables import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.kazoo_internals import HookedConnection
 from sentinel.zk.transport import PollHandler
@@ -503,6 +504,42 @@ def table(
     return rows, figures
 
 
+# The follower's spans printed after the table, p50 over every change (not a difference of
+# two p50s): from the raw watcher's event, and from the connection thread's wake-up for it.
+SPANS = (("raw watcher", "listener"), ("woke", "listener"))
+
+
+def spans(ours: list[dict], theirs: list[dict]) -> list[list[object]]:
+    """Rows: per side and kind of change, the p50 over its changes of each span in ``SPANS``
+    it passed (µs), and how many changes passed it."""
+    rows = []
+    for op in ("deregister", UNWATCHED, "register"):
+        for side, changes in (("Sentinel", ours), ("Curator", theirs)):
+            for start, end in SPANS:
+                values = [
+                    (c["stages"][end] - c["stages"][start]) / 1e3
+                    for c in changes
+                    if c["op"] == op and start in c["stages"] and end in c["stages"]
+                ]
+                if values:
+                    p50 = percentiles(values)["p50"]
+                    rows.append([side, op, f"{start} -> {end}", f"{p50:.0f}", len(values)])
+    return rows
+
+
+def print_spans(paths: list[str]) -> None:
+    """The spans of runs already written (``benchmarks/results/departure.json`` copies)."""
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        print(f"\n{path}")
+        print(
+            format_table(
+                spans(saved["sentinel"], saved["curator"]),
+                headers=("side", "change", "span", "p50 (µs)", "n"),
+            )
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100)
@@ -514,6 +551,12 @@ def main(argv: list[str] | None = None) -> None:
         help="every other deregistration with the writer's own watch on its node removed "
         "first (a row of its own)",
     )
+    parser.add_argument(
+        "--spans",
+        nargs="+",
+        metavar="JSON",
+        help="print the follower's spans of runs already written (departure.json copies)",
+    )
     parser.add_argument("--writer", metavar="HOSTS", help=argparse.SUPPRESS)
     parser.add_argument(
         "--watch", nargs=3, metavar=("HOST", "PORT", "PATH"), help=argparse.SUPPRESS
@@ -524,6 +567,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.watch:
         watcher(args.watch[0], int(args.watch[1]), args.watch[2])
+        return
+    if args.spans:
+        print_spans(args.spans)
         return
     ours: list[dict] = []
     theirs: list[dict] = []
@@ -561,6 +607,7 @@ def main(argv: list[str] | None = None) -> None:
         rows,
         {"figures": figures, "sentinel": ours, "curator": theirs, "follower_cpu": cpu},
     )
+    print(format_table(spans(ours, theirs), headers=("side", "change", "span", "p50 (µs)", "n")))
     for number, used in enumerate(cpu, 1):
         print(
             f"round {number}: the follower's process used {used['total_ms']:.0f} ms of CPU "
