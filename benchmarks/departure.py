@@ -505,8 +505,9 @@ def table(
 
 
 # The follower's spans printed after the table, p50 over every change (not a difference of
-# two p50s): from the raw watcher's event, and from the connection thread's wake-up for it.
-SPANS = (("raw watcher", "listener"), ("woke", "listener"))
+# two p50s): to the listener from the raw watcher's event and from the connection thread's
+# wake-up for it, and to the new snapshot stored (``swap``: what lookups see from then on).
+SPANS = (("raw watcher", "listener"), ("woke", "listener"), ("woke", "swap"))
 
 
 def spans(ours: list[dict], theirs: list[dict]) -> list[list[object]]:
