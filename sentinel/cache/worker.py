@@ -91,6 +91,8 @@ class CacheWorker:
         # Held by whoever runs a task, the worker or run_now's caller: one at a time.
         self._running = threading.Lock()
         self._deferred: _Deferred | None = None  # while run_now runs a task
+        # Tasks queued while run_now's deferred work waits for its wake-up: queued after it.
+        self._behind: list[Task] | None = None
         self._interrupted: set[Task] = set()  # merged tasks to run after the re-sync
         self._thread: threading.Thread | None = None
         self.on_change: Callable[[], None] | None = None
@@ -144,6 +146,9 @@ class CacheWorker:
         """Queue ``task`` as it is (work that must not merge: a load, a listener's event)."""
         with self._pending_lock:
             self._outstanding += 1
+            if self._behind is not None:  # after run_now's deferred work, not yet queued
+                self._behind.append(task)
+                return
         self._tasks.put(task)
 
     def merge(self, task: Task) -> None:
@@ -153,6 +158,9 @@ class CacheWorker:
                 return
             self._pending.add(task)
             self._outstanding += 1
+            if self._behind is not None:
+                self._behind.append(task)
+                return
         self._tasks.put(task)
 
     @property
@@ -171,8 +179,8 @@ class CacheWorker:
         calling thread is about to let go of the interpreter), else at once. (Woken while
         this thread still holds the interpreter, the worker would wake to wait for it and
         sleep again: on a loaded machine that second wake-up cost a millisecond.) Nothing
-        queued meanwhile overtakes it: the worker counts as busy until then. An exception the
-        task raises is logged, as the worker does.
+        queued meanwhile overtakes it: such tasks are held and queued right after it. An
+        exception the task raises is logged, as the worker does.
         """
         with self._pending_lock:
             if not self.idle or self.on_worker() or not self._running.acquire(blocking=False):
@@ -188,7 +196,9 @@ class CacheWorker:
         finally:
             self._deferred = None
             if deferred.tasks:
-                told = functools.partial(self._tasks.put, Task(self._run_deferred, (deferred,)))
+                with self._pending_lock:
+                    self._behind = []
+                told = functools.partial(self._queue_deferred, deferred)
                 if wake is None or not wake(told):
                     told()
             else:
@@ -205,6 +215,14 @@ class CacheWorker:
             run(*args)
         else:
             deferred.tasks.append(Task(run, args))
+
+    def _queue_deferred(self, deferred: _Deferred) -> None:
+        """Queue run_now's deferred work, then what was queued behind it meanwhile."""
+        with self._pending_lock:
+            behind, self._behind = self._behind or [], None
+            self._tasks.put(Task(self._run_deferred, (deferred,)))
+            for task in behind:
+                self._tasks.put(task)
 
     def _run_deferred(self, deferred: _Deferred) -> None:
         for task in deferred.tasks:

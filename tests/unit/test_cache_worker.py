@@ -125,3 +125,29 @@ def test_run_now_declines_while_the_worker_has_a_task_queued_or_running():
     finally:
         release.set()
         assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_what_is_queued_before_run_nows_wake_up_runs_after_its_deferred_work():
+    # A replacement: the new instance applied on kazoo's thread (its listeners deferred, the
+    # worker woken when that thread lets go), the old one's removal queued meanwhile: the
+    # listeners must hear of the new one first, or they see an empty service for a moment.
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    worker.start()
+    wake_ups: list = []
+
+    def wake(run) -> bool:  # taken: given when kazoo's thread lets go of the interpreter
+        wake_ups.append(run)
+        return True
+
+    try:
+        assert worker.run_now(Task(lambda: worker.later(reads.read, "told")), wake=wake)
+        worker.merge(Task(reads.read, ("queued meanwhile",)))
+        worker.put(Task(reads.read, ("put meanwhile",)))
+        assert worker._tasks.qsize() == 0  # all behind the wake-up not yet given
+        [wake] = wake_ups
+        wake()
+        run_until_idle(worker, reads)
+        assert reads.runs == ["told", "queued meanwhile", "put meanwhile"] and worker.idle
+    finally:
+        assert worker.stop(lambda task: None, timeout=5)
