@@ -19,6 +19,14 @@ compiled here with ``javac`` against Debian's jars (nothing is downloaded). Scen
 * cold start: a new client until its cache holds the 1,000 instances of a service, and the
   process's resident memory then (interpreter or JVM start-up excluded from the time).
 
+The propagation parity band (``docs/decisions/propagation-parity-band.md``) is printed after
+the table: registration's and deregistration's p50 within ``BAND_P50`` (x1.25) of Curator's
+time and their p99 no slower (``BAND_P99``), each as Sentinel's time over Curator's, its
+median over runs and spread, and whether that median is in band. ``--before DIR`` alternates
+another tree of the library (``git worktree add DIR <commit>``) with this one, round by round:
+both run their propagation in a fresh interpreter of their own tree (reader and writer), in
+an order that alternates, beside the same Curator round, and the band is given for each.
+
 Without Java or the jars, the Curator column is skipped with a note saying what to install
 (``apt-get install default-jdk-headless libcurator-discovery-java libcurator-recipes-java``).
 ``--runs N`` repeats the whole run N times, each on a fresh ZooKeeper: every figure is reported
@@ -32,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +53,7 @@ from benchmarks.floor import raw_registration
 from benchmarks.lookup import measure
 from benchmarks.propagation import one_round, prepare
 from sentinel import Sentinel
+from sentinel.tables import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 
 PEER = Path(__file__).resolve().parent / "peers" / "CuratorBench.java"
@@ -67,6 +77,16 @@ PAPER = {"lookup_p95_us": 17.0, "propagation_p99_ms": 500.0}
 # round trip on this machine costs about 1 ms more than back to back (the server's threads
 # and the CPU wake up), so a floor measured back to back would not be the same work.
 PACE = 0.02
+# The propagation parity band (docs/decisions/propagation-parity-band.md): Sentinel's time
+# over Curator's, at most this at p50 and at p99.
+BAND_P50 = 1.25
+BAND_P99 = 1.0
+BAND = (
+    ("register -> other cache, p50 (ms)", BAND_P50),
+    ("register -> other cache, p99 (ms)", BAND_P99),
+    ("deregister -> other cache, p50 (ms)", BAND_P50),
+    ("deregister -> other cache, p99 (ms)", BAND_P99),
+)
 
 OUR_RTT = textwrap.dedent("""
     import json, sys, time
@@ -98,6 +118,30 @@ OUR_COLD_START = textwrap.dedent("""
         rss = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS"))
     print(json.dumps({"total_s": elapsed, "rss_mb": rss / 1024}))
 """)
+
+
+# One propagation round of the tree it runs in (its reader here, its writer a subprocess of
+# the same tree): what --before runs for each tree.
+TREE_PROPAGATION = textwrap.dedent("""
+    import json, sys
+    from benchmarks.propagation import one_round
+    rows = one_round(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])).rows
+    print(json.dumps({"register": rows["register"], "deregister": rows["deregister"]}))
+""")
+
+
+def propagation_in(tree: Path, hosts: str, changes: int, pace: float) -> dict[str, list]:
+    """One propagation round of the library in ``tree``, in fresh interpreters of it."""
+    run = subprocess.run(
+        [sys.executable, "-c", TREE_PROPAGATION, hosts, str(changes), str(pace)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def curator_classpath(build: Path) -> tuple[list[str] | None, str]:
@@ -134,6 +178,7 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
     theirs: dict[str, list] = {k: [] for k in mine}
     # The raw socket's registration floor, measured in the same rounds; both sides divide by it.
     mine["floor"] = theirs["floor"] = []
+    before: dict[str, list] = {"register": [], "deregister": []}  # --before's tree
     with (
         LocalZooKeeper() as zk,
         Sentinel(zk.connect_string, "compare-writer") as writer,
@@ -148,7 +193,18 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
             print(f"  round {round_number + 1}/{args.rounds} ...", file=sys.stderr, flush=True)
             mine["lookup"].append(measure(reader, "ours", [("api",)] * args.calls, args.calls))
             prepare(writer, args.changes)
-            delays = one_round(zk.connect_string, args.changes, PACE).rows
+            if args.before is None:
+                delays = one_round(zk.connect_string, args.changes, PACE).rows
+            else:  # both trees alike, in an order that alternates round by round
+                trees = {"this": Path.cwd(), "before": args.before}
+                order = ["this", "before"][:: 1 if round_number % 2 == 0 else -1]
+                moved = {}
+                for tree in order:
+                    prepare(writer, args.changes)
+                    moved[tree] = propagation_in(trees[tree], zk.connect_string, args.changes, PACE)
+                delays = moved["this"]
+                for op in before:
+                    before[op] += moved["before"][op]
             mine["register"] += delays["register"]
             mine["deregister"] += delays["deregister"]
             port = zk.members[0].client_port
@@ -165,6 +221,8 @@ def whole_run(java: list[str] | None, args: argparse.Namespace) -> tuple[dict, d
             theirs["rtt"].append(curator(java, zk.connect_string, "rtt", "2000"))
             cold = curator(java, zk.connect_string, "coldstart", str(args.instances), "1")
             theirs["cold"].append({"total_s": cold["total_s"][0], "rss_mb": cold["rss_mb"]})
+    if args.before is not None:
+        mine["before"] = before
     return mine, theirs
 
 
@@ -182,7 +240,16 @@ def main(argv=None) -> None:
         help="registrations (and as many deregistrations) per side and round (default 100)",
     )
     parser.add_argument("--instances", type=int, default=1_000)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="another tree of the library (git worktree add DIR <commit>): its propagation "
+        "alternated round by round with this tree's, both in fresh interpreters",
+    )
     args = parser.parse_args(argv)
+    if args.before is not None:
+        args.before = args.before.resolve()
 
     runs = []
     with tempfile.TemporaryDirectory() as build:
@@ -192,9 +259,10 @@ def main(argv=None) -> None:
         for run_number in range(args.runs):
             print(f"run {run_number + 1}/{args.runs}", file=sys.stderr, flush=True)
             mine, theirs = whole_run(java, args)
-            runs.append(
-                {"ours": mine, "curator": theirs, "figures": figures_of(mine, theirs, args)}
-            )
+            run = {"ours": mine, "curator": theirs, "figures": figures_of(mine, theirs, args)}
+            if args.before is not None:
+                run["before_figures"] = figures_of({**mine, **mine["before"]}, theirs, args)
+            runs.append(run)
 
     rows, summary = aggregate([run["figures"] for run in runs])
     spread = " (min-max)" if args.runs > 1 else ""
@@ -207,7 +275,39 @@ def main(argv=None) -> None:
         rows,
         {"figures": summary, "runs": runs, "curator_skipped": why_not},
     )
+    band_rows = band([run["figures"] for run in runs], "this tree" if args.before else "")
+    if args.before is not None:
+        band_rows += band([run["before_figures"] for run in runs], f"before ({args.before})")
+    if band_rows and runs[0]["curator"]["register"]:
+        print(
+            f"\nPropagation parity band: Sentinel's time / Curator's, p50 at most x{BAND_P50:g}, "
+            f"p99 at most x{BAND_P99:g} (the median over runs, min-max)"
+        )
+        print(
+            format_table(
+                band_rows, headers=("tree", "figure", "Sentinel / Curator", "band", "verdict")
+            )
+        )
     plot(runs)
+
+
+def band(runs: list[dict[str, dict]], tree: str) -> list[tuple[str, ...]]:
+    """The band's rows: per figure, Sentinel's time over Curator's run by run (the inverse
+    of the table's factor), its median and spread over runs, and whether the median is in
+    band."""
+    rows = []
+    for name, limit in BAND:
+        times = [
+            run[name]["sentinel"] / run[name]["curator"]
+            for run in runs
+            if run[name]["sentinel"] and run[name]["curator"]
+        ]
+        figure = spread(times)
+        if figure is None:
+            continue
+        verdict = "in band" if figure["median"] <= limit else "out of band"
+        rows.append((tree, name, _fmt_spread(figure, prefix="x"), f"<= x{limit:g}", verdict))
+    return rows
 
 
 def _median(section: str, field: str):

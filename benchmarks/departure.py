@@ -23,16 +23,20 @@ Sentinel's stages (each the first time it is passed for the change):
    ``recv`` for its length, the same for its body);
 8. ``parsed``: the event parsed and handed to the watchers (``PersistentWatches._dispatch``);
 9. ``watcher``: the cache's watcher called (``PersistentFollower._on_event``);
-10. ``queued``: the cache's task queued for its worker (``CacheWorker.merge``);
+10. ``queued``: the event's task handed on: queued for the cache's worker
+    (``CacheWorker.merge``), or run on the connection thread with the worker woken first
+    (``CacheWorker.run_now``, where the library has it: a removal, or a read's reply in hand,
+    while the worker is idle);
 11. ``blocked``: the connection thread, done with the event, in its next ``select`` (the worker
     woken by the task cannot hold the interpreter before);
-12. ``dequeued``: the worker back from its queue with the task (``CacheWorker._next_task``
-    returned: woken by the system and holding the interpreter);
-13. ``worker``: the worker started the task (``PersistentFollower._apply_event``);
+12. ``dequeued``: the worker back from its queue with the last task before the listener
+    (``CacheWorker._next_task`` returned: woken by the system and holding the interpreter);
+13. ``applying``: the task started (``PersistentFollower._apply_event``: on the worker, or on
+    the connection thread when run there);
 14. ``update``: the change handed to the cache (``RegistryCache.update``: the new snapshot is
     built from here);
 15. ``swap``: the new snapshot built and about to be stored (``RegistryCache.swap``);
-16. ``listener``: the observer's callback, its first statement.
+16. ``listener``: the observer's callback, its first statement (on the worker).
 
 Curator's: ``call`` (``unregisterService`` entered), ``raw watcher``, ``watcher`` (the reader's
 ZooKeeper client hands the event to a watcher of the same subtree on its event thread, where
@@ -71,6 +75,7 @@ from sentinel.cache.followers import PersistentFollower
 from sentinel.cache.registry_cache import RegistryCache
 from sentinel.cache.worker import CacheWorker
 from sentinel.events import InstancesChanged
+from sentinel.tables import format_table
 from sentinel.testing.zookeeper import LocalZooKeeper
 from sentinel.zk.kazoo_internals import HookedConnection
 from sentinel.zk.transport import PollHandler
@@ -96,8 +101,8 @@ SENTINEL_STAGES = {
     "queued": "watcher",
     "blocked": "queued",
     "dequeued": "queued",
-    "worker": "dequeued",
-    "update": "worker",
+    "applying": "queued",
+    "update": "applying",
     "swap": "update",
     "listener": "swap",
 }
@@ -254,6 +259,8 @@ class _FollowerTrace:
             _wrap(PersistentWatches, "_dispatch", before=cls._dispatched)
             _wrap(PersistentFollower, "_on_event", before=cls._watcher)
             _wrap(CacheWorker, "merge", after=cls._merged)
+            if hasattr(CacheWorker, "run_now"):  # the library before issue 53 has none
+                cls._wrap_run_now()
             _wrap(PollHandler, "select", before=cls._select)
             _wrap(CacheWorker, "_next_task", after=cls._dequeued)
             _wrap(PersistentFollower, "_apply_event", before=cls._applying)
@@ -263,12 +270,28 @@ class _FollowerTrace:
         return trace
 
     @classmethod
-    def _note(cls, path: str | None, stage: str) -> None:
+    def _wrap_run_now(cls) -> None:
+        original = CacheWorker.run_now
+
+        @functools.wraps(original)
+        def run_now(worker: CacheWorker, task: Any, *args: Any, **kwargs: Any) -> bool:
+            at = _now()
+            ran = original(worker, task, *args, **kwargs)
+            if ran and task.run.__name__ == "_apply_event":
+                cls._note(task.args[0], "queued", at)
+                if cls.current is not None:
+                    cls.current.queued = task.args[0]
+            return ran
+
+        CacheWorker.run_now = run_now  # type: ignore[method-assign]
+
+    @classmethod
+    def _note(cls, path: str | None, stage: str, at: int | None = None) -> None:
         trace = cls.current
         if trace is not None:
             events = trace.stages.get(trace.applying if path is None else path)
             if events:
-                events[-1].setdefault(stage, _now())
+                events[-1].setdefault(stage, _now() if at is None else at)
 
     @classmethod
     def _read_socket(cls, connection: HookedConnection, *_: Any) -> None:
@@ -315,20 +338,17 @@ class _FollowerTrace:
             trace.queued = ""
 
     @classmethod
-    def _dequeued(cls, worker: CacheWorker) -> None:
-        if cls.current is not None:
-            cls.current.dequeued = _now()
-
-    @classmethod
     def _applying(cls, follower: PersistentFollower, path: str) -> None:
         trace = cls.current
         if trace is not None:
             trace.applying = path
-            trace.threads["worker"] = threading.get_native_id()
-            events = trace.stages.get(path)
-            if events and trace.dequeued:
-                events[-1].setdefault("dequeued", trace.dequeued)
-        cls._note(path, "worker")
+        cls._note(path, "applying")
+
+    @classmethod
+    def _dequeued(cls, worker: CacheWorker) -> None:
+        if cls.current is not None:
+            cls.current.dequeued = _now()
+            cls.current.threads["worker"] = threading.get_native_id()
 
 
 def _threads_cpu() -> dict[int, float]:
@@ -359,14 +379,17 @@ def sentinel_side(
     with Sentinel(zk.connect_string, "bench-reader") as reader:
         trace = _FollowerTrace.of(reader.session.zk)
         heard: dict[tuple[str, str], int] = {}
+        dequeued: dict[tuple[str, str], int] = {}  # the worker's last dequeue before each
 
         def listener(event: object) -> None:
             now = _now()
             if isinstance(event, InstancesChanged):
                 for endpoint in event.added:
                     heard.setdefault(("register", endpoint.label), now)
+                    dequeued.setdefault(("register", endpoint.label), trace.dequeued)
                 for endpoint in event.removed:
                     heard.setdefault(("deregister", endpoint.label), now)
+                    dequeued.setdefault(("deregister", endpoint.label), trace.dequeued)
 
         reader.get_service("db", "seed")
         reader.listen("db", listener)
@@ -417,6 +440,8 @@ def sentinel_side(
             stages["raw watcher"] = raw_seen[key]
         if key in heard:
             stages["listener"] = heard[key]
+        if dequeued.get(key):
+            stages["dequeued"] = dequeued[key]
         op = UNWATCHED if write.get("unwatched") else write["op"]
         changes.append({"op": op, "stages": stages})
     return changes
@@ -479,6 +504,43 @@ def table(
     return rows, figures
 
 
+# The follower's spans printed after the table, p50 over every change (not a difference of
+# two p50s): to the listener from the raw watcher's event and from the connection thread's
+# wake-up for it, and to the new snapshot stored (``swap``: what lookups see from then on).
+SPANS = (("raw watcher", "listener"), ("woke", "listener"), ("woke", "swap"))
+
+
+def spans(ours: list[dict], theirs: list[dict]) -> list[list[object]]:
+    """Rows: per side and kind of change, the p50 over its changes of each span in ``SPANS``
+    it passed (µs), and how many changes passed it."""
+    rows = []
+    for op in ("deregister", UNWATCHED, "register"):
+        for side, changes in (("Sentinel", ours), ("Curator", theirs)):
+            for start, end in SPANS:
+                values = [
+                    (c["stages"][end] - c["stages"][start]) / 1e3
+                    for c in changes
+                    if c["op"] == op and start in c["stages"] and end in c["stages"]
+                ]
+                if values:
+                    p50 = percentiles(values)["p50"]
+                    rows.append([side, op, f"{start} -> {end}", f"{p50:.0f}", len(values)])
+    return rows
+
+
+def print_spans(paths: list[str]) -> None:
+    """The spans of runs already written (``benchmarks/results/departure.json`` copies)."""
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        print(f"\n{path}")
+        print(
+            format_table(
+                spans(saved["sentinel"], saved["curator"]),
+                headers=("side", "change", "span", "p50 (µs)", "n"),
+            )
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100)
@@ -490,6 +552,12 @@ def main(argv: list[str] | None = None) -> None:
         help="every other deregistration with the writer's own watch on its node removed "
         "first (a row of its own)",
     )
+    parser.add_argument(
+        "--spans",
+        nargs="+",
+        metavar="JSON",
+        help="print the follower's spans of runs already written (departure.json copies)",
+    )
     parser.add_argument("--writer", metavar="HOSTS", help=argparse.SUPPRESS)
     parser.add_argument(
         "--watch", nargs=3, metavar=("HOST", "PORT", "PATH"), help=argparse.SUPPRESS
@@ -500,6 +568,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.watch:
         watcher(args.watch[0], int(args.watch[1]), args.watch[2])
+        return
+    if args.spans:
+        print_spans(args.spans)
         return
     ours: list[dict] = []
     theirs: list[dict] = []
@@ -537,6 +608,7 @@ def main(argv: list[str] | None = None) -> None:
         rows,
         {"figures": figures, "sentinel": ours, "curator": theirs, "follower_cpu": cpu},
     )
+    print(format_table(spans(ours, theirs), headers=("side", "change", "span", "p50 (µs)", "n")))
     for number, used in enumerate(cpu, 1):
         print(
             f"round {number}: the follower's process used {used['total_ms']:.0f} ms of CPU "

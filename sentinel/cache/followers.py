@@ -462,7 +462,7 @@ class PersistentFollower(_ZooKeeperFollower):
         # (the next event of the node, in the same notification batch, is its deletion);
         # bounded, since anyone who may write a service can create marks without deleting.
         self._departing: set[str] = set()
-        self._in_order = _InOrder(cache.worker)
+        self._in_order = _InOrder(cache.worker, self._applied_now)
         super().__init__(cache, zk, credentials, secured=secured)
 
     def resync(self) -> None:
@@ -595,24 +595,50 @@ class PersistentFollower(_ZooKeeperFollower):
             return None
         return self._watches.read_now(event.path, task.release)
 
+    def _applied_now(self, task: Task) -> bool:
+        """On the thread that released ``task`` (kazoo's: an event, or its read's reply): apply
+        it there and then if it needs no read and the worker is idle, leaving the listeners to
+        the worker (:meth:`CacheWorker.run_now`): a removal, or a child's read with its reply
+        in hand. The snapshot is served without waiting for the worker to wake. False: queue
+        it."""
+        worker = self._cache.worker
+        if task.run != self._apply_event or not worker.idle:
+            return False
+        path = task.args[0]
+        kind, read = self._latest.get(path, (EventType.CHANGED, None))
+        gone = kind in (EventType.DELETED, DEREGISTERED)
+        if not gone and (read is None or not read.successful()):
+            return False  # the worker reads (again), or retries after the re-sync
+        node = node_at(path)
+        if node is None or node[0] != "child":
+            return False
+        service, section, _ = node[1]
+        lost = kind == EventType.DELETED and section == "instances"
+        if not self._cache.serves_at_once(service, lost):
+            return False
+        return worker.run_now(task, wake=self._watches.after_message)
+
     def _apply_event(self, path: str) -> None:
         """Apply the latest event of one node (see :meth:`_on_event`)."""
         # popped by a run meanwhile: read it
         kind, read = self._latest.pop(path, (EventType.CHANGED, None))
-        node = node_at(path)
-        if read is not None and node is not None:  # a child's, sent by _read_at_once
+        node = node_at(path)  # the path's one parse on this way
+        if node is None:
+            return
+        if read is not None:  # a child's, sent by _read_at_once
             self._refresh_child(*node[1], read=read)
             return
-        task = self._task_for(kind, path)
+        task = self._task_of(kind, node)
         if task is not None:
             task.run(*task.args)
 
     def _task_for(self, kind: str, path: str) -> Task | None:
+        node = node_at(path)
+        return None if node is None else self._task_of(kind, node)
+
+    def _task_of(self, kind: str, node: tuple[str, tuple[Any, ...]]) -> Task | None:
         """The node stays watched: a deletion is applied with no read, and a service's node
         changing is its spec alone (its children report their own changes)."""
-        node = node_at(path)
-        if node is None:
-            return None
         what, args = node
         gone = kind in (EventType.DELETED, DEREGISTERED)
         if what == "service":
@@ -746,8 +772,9 @@ class _InOrder:
     is sent at once); the lock only guards against a session's end delivered elsewhere.
     """
 
-    def __init__(self, worker: CacheWorker) -> None:
+    def __init__(self, worker: CacheWorker, now: Callable[[Task], bool]) -> None:
         self._worker = worker
+        self._now = now  # runs a released task at once when it can (True), else it is queued
         self._lock = threading.Lock()
         self._waiting: deque[_Held] = deque()  # in the order of their events
 
@@ -773,4 +800,6 @@ class _InOrder:
     def _flush(self) -> None:
         waiting = self._waiting
         while waiting and waiting[0].released:
-            self._worker.merge(waiting.popleft().task)
+            task = waiting.popleft().task
+            if not self._now(task):
+                self._worker.merge(task)

@@ -157,6 +157,10 @@ class Protection:
             new = new.rebuilt(protected=protected)
         return new
 
+    def counting(self, service: str) -> bool:
+        """Whether losses of ``service`` are being counted or held (a window or an episode)."""
+        return service in self._services
+
     def forget(self, service: str) -> None:
         """``service`` is no longer followed: nothing of it is held."""
         self._services.pop(service, None)

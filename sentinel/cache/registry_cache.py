@@ -490,6 +490,17 @@ class RegistryCache:
             )
         snapshot = self.return_home.apply(service, snapshot)
         self.snapshots[service] = snapshot
+        # On the worker at once; after a task run off it (CacheWorker.run_now), on it next.
+        self.worker.later(self._tell, service, old, snapshot, names)
+
+    def _tell(
+        self,
+        service: str,
+        old: ServiceSnapshot,
+        snapshot: ServiceSnapshot,
+        names: Collection[str] | None,
+    ) -> None:
+        """After a swap, on the worker: the listeners, the agent's hook and ``/clients``."""
         if bool(snapshot.protected) != bool(old.protected):
             # Operators see it (sentinel ls, doctor): one write when an episode begins and
             # one when it ends, never per change within it.
@@ -509,6 +520,24 @@ class RegistryCache:
             self._emit(service, AuthChanged(service, *versions, snapshot.auth))
             # Confirmed only now that the listeners (the application's pools) have it.
             self._confirm(service, snapshot.auth)
+
+    def serves_at_once(self, service: str, lost: bool) -> bool:
+        """Whether a change of ``service``'s instances or metrics may be served off the worker
+        (:meth:`CacheWorker.run_now`, on kazoo's thread): whether serving it builds its
+        snapshot and nothing more (no timer started, no write). Not while instances are
+        protected or partitions held, nor for a loss protection from mass loss counts
+        (``lost``: an instance gone without its departure mark)."""
+        current = self.snapshots.get(service)
+        if current is None or current.protected or current.held:
+            return False
+        if self.return_home.holds(service) or current.spec.curator is not None:
+            return False
+        protection = self.protection
+        return (
+            protection is None
+            or not current.spec.mark_departures
+            or not (lost or protection.counting(service))
+        )
 
     def _instances_read_again(
         self, service: str, old: ServiceSnapshot, snapshot: ServiceSnapshot

@@ -59,6 +59,10 @@ class ReturnHome:
         partitions = self._away.get(service)
         return partitions is not None and partition in partitions
 
+    def holds(self, service: str) -> bool:
+        """Whether any partition of ``service`` is served from another region now."""
+        return service in self._away
+
     def holding(self, service: str, partition: str | None) -> float | None:
         """Seconds left before lookups of a held partition return home (None: not held)."""
         with self._lock:

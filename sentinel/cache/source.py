@@ -88,6 +88,12 @@ class FollowedCache(Protocol):
         ``lost``: as :meth:`swap`'s."""
         ...
 
+    def serves_at_once(self, service: str, lost: bool) -> bool:
+        """Whether a change of ``service``'s instances or metrics may be handed in off the
+        worker (:meth:`~sentinel.cache.worker.CacheWorker.run_now`): serving it builds the
+        snapshot and nothing more. ``lost``: an instance gone unmarked."""
+        ...
+
     def native_services(self) -> list[str]:
         """The services the namespace's follower feeds (another source feeds the rest)."""
         ...

@@ -260,6 +260,7 @@ class HookedConnection(ConnectionHandler):
         super().__init__(*args, **kwargs)
         self._extension = extension
         self._at_once: list[tuple[Any, Any]] = []
+        self._after: list[Callable[[], None]] = []
         # Held around every write to the socket together with its xid and its entry in the
         # client's pending replies, whichever thread writes.
         self._send_lock = threading.Lock()
@@ -319,6 +320,16 @@ class HookedConnection(ConnectionHandler):
         self._at_once.append((request, async_object))
         return True
 
+    def after_message(self, run: Callable[[], None]) -> bool:
+        """On the connection thread while it reads one reply or event: call ``run()`` once
+        that message is handled, just before the thread goes back to its ``select`` (which
+        lets go of the interpreter); False anywhere else. A thread woken by ``run`` then finds
+        the interpreter free instead of waking to wait for it."""
+        if self._reading_thread is not threading.current_thread():
+            return False
+        self._after.append(run)
+        return True
+
     def stop(self, timeout: float | None = None) -> bool:
         """kazoo's wait for this connection's thread to end, called once the client is
         stopping. An attempt still connecting is cut first: its handshake read waits out the
@@ -344,28 +355,40 @@ class HookedConnection(ConnectionHandler):
         once, ahead of those other threads queued (no wake-up of this thread needed, and no
         write to kazoo's wake-up socket, which could block this thread with a full buffer)."""
         self._at_once = []
+        self._after = []
         self._reading_thread = threading.current_thread()
         try:
-            response = super()._read_socket(read_timeout)
-        except BaseException:
-            self._fail_at_once()
-            raise
-        finally:
-            self._reading_thread = None
-        if response is kazoo_connection.CLOSE_RESPONSE:
-            self._fail_at_once()
-            return response
-        while self._at_once:
-            request, result = self._at_once.pop(0)
             try:
-                with self._send_lock:
-                    self._write_pending(request, result)
+                response = super()._read_socket(read_timeout)
             except BaseException:
                 self._fail_at_once()
-                # The connection loop drops the connection, as on any failed send, and kazoo
-                # fails the pending requests, this one among them, with ConnectionLoss.
                 raise
-        return response
+            finally:
+                self._reading_thread = None
+            if response is kazoo_connection.CLOSE_RESPONSE:
+                self._fail_at_once()
+                return response
+            while self._at_once:
+                request, result = self._at_once.pop(0)
+                try:
+                    with self._send_lock:
+                        self._write_pending(request, result)
+                except BaseException:
+                    self._fail_at_once()
+                    # The connection loop drops the connection, as on any failed send, and
+                    # kazoo fails the pending requests, this one among them, with ConnectionLoss.
+                    raise
+            return response
+        finally:
+            self._run_after()
+
+    def _run_after(self) -> None:
+        after, self._after = self._after, []
+        for run in after:
+            try:
+                run()
+            except Exception:  # a caller's bug must not take the connection thread down
+                log.exception("%r after a message failed", run)
 
     def _fail_at_once(self) -> None:
         for _, result in self._at_once:
@@ -480,6 +503,10 @@ class Internals:
     def read_after(self, request: Any, async_object: Any) -> bool:
         """See :meth:`HookedConnection.read_after` (False when not hooked)."""
         return self.connection is not None and self.connection.read_after(request, async_object)
+
+    def after_message(self, run: Callable[[], None]) -> bool:
+        """See :meth:`HookedConnection.after_message` (False when not hooked)."""
+        return self.connection is not None and self.connection.after_message(run)
 
     # --- the client's hooks --------------------------------------------------------------
 

@@ -278,6 +278,13 @@ class PersistentWatches:
             return None
         return result
 
+    def after_message(self, run: Callable[[], None]) -> bool:
+        """From a watcher called on the connection thread, or a :meth:`read_now`'s ``then``:
+        call ``run()`` (which must not block) once the event or reply being handled is done,
+        just before the thread waits for the next one and lets go of the interpreter; False
+        (nothing done) anywhere else. A thread ``run`` wakes finds the interpreter free."""
+        return self._internals.after_message(run)
+
     def remove_watches(
         self, path: str, watcher_type: WatcherType, *, absolute: bool = False, wait: bool = True
     ) -> None:

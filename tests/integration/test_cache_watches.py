@@ -16,6 +16,7 @@ import sentinel.cache.reads
 from benchmarks.zkcost import mntr, watches
 from sentinel.cache.config import CacheConfig
 from sentinel.cache.followers import PersistentFollower
+from sentinel.cache.registry_cache import RegistryCache
 from sentinel.testing.helpers import TcpProxy, expire_session, wait_until
 from tests.integration.nodes import instance, metrics
 
@@ -182,3 +183,39 @@ def test_events_are_taken_on_the_thread_the_cache_config_names_and_arrive_either
     assert threads, "no event reached the reader's follower"
     connection_thread = reader.session.zk._connection._connection_routine
     assert all((thread is connection_thread) is on_connection_thread for thread in threads)
+
+
+def test_a_registration_and_a_deregistration_are_served_where_their_event_is_read(
+    make_client, monkeypatch
+):
+    served: list[tuple[str, threading.Thread]] = []
+    stock = RegistryCache.swap
+
+    def recording(self, service, *args, **kwargs):
+        served.append((service, threading.current_thread()))
+        return stock(self, service, *args, **kwargs)
+
+    monkeypatch.setattr(RegistryCache, "swap", recording)
+    publisher = make_client("publisher", persistent_watches=True)
+    reader = make_client("reader", persistent_watches=True)
+    publisher.register("api", "p1", "h1", 80, label="a")
+    assert reader.get_service("api").label == "a"
+    heard: list[tuple[list[str], list[str], str, threading.Thread]] = []
+
+    def listener(change) -> None:  # calls back into the client: it must see the change
+        labels = sorted(e.label for e in reader.eligible_instances("api"))
+        added, removed = [e.label for e in change.added], [e.label for e in change.removed]
+        heard.append((added, removed, ",".join(labels), threading.current_thread()))
+
+    reader.listen("api", listener)
+    served.clear()
+    second = publisher.register("api", "p1", "h2", 80, label="b")
+    assert wait_until(lambda: len(heard) == 1) is not None
+    publisher.deregister(second)
+    assert wait_until(lambda: len(heard) == 2) is not None
+    # the reader's two swaps, on kazoo's connection thread (the publisher's own cache serves
+    # nothing of api: it never looked it up)
+    connection_thread = reader.session.zk._connection._connection_routine
+    assert served == [("api", connection_thread), ("api", connection_thread)]
+    assert [h[:3] for h in heard] == [(["b"], [], "a,b"), ([], ["b"], "a")]
+    assert all(h[3].name == "sentinel-cache" for h in heard)

@@ -729,3 +729,39 @@ def test_an_unwaited_request_is_failed_when_the_drop_beats_its_queueing(
     assert not ours.client._queue
     ours.proxy.restore()
     assert ours.client.get("/a")[0] == b"one"  # the wake-up it left did no harm
+
+
+def test_work_asked_for_after_a_message_runs_once_it_is_handled_on_the_connection_thread(
+    watched, raw_zk
+):
+    # The cache wakes its worker there: just before the thread lets go of the interpreter,
+    # after the watcher (and the read it sent) is done, so the worker does not wake to wait.
+    ours = watched()
+    raw_zk.ensure_path("/svc")
+    steps: list[tuple[str, threading.Thread]] = []
+
+    def watcher(event: WatchedEvent) -> None:
+        if event.type != EventType.CREATED:
+            return
+        steps.append(("watcher", threading.current_thread()))
+        assert ours.watches.after_message(
+            lambda: steps.append(("after", threading.current_thread()))
+        )
+        steps.append(("watcher returns", threading.current_thread()))
+
+    ours.watches.add_watch(
+        "/svc", watcher, AddWatchMode.PERSISTENT_RECURSIVE, on_connection_thread=True
+    )
+    raw_zk.create("/svc/a", b"")
+    assert wait_until(lambda: len(steps) == 3)
+    connection_thread = ours.client._connection._connection_routine
+    assert steps == [
+        ("watcher", connection_thread),
+        ("watcher returns", connection_thread),
+        ("after", connection_thread),
+    ]
+    # Anywhere else there is no message being handled: nothing is taken.
+    assert not ours.watches.after_message(lambda: steps.append(("never", None)))
+    raw_zk.create("/svc/b", b"")
+    assert wait_until(lambda: len(steps) == 6)
+    assert ("never", None) not in steps

@@ -1,13 +1,19 @@
 """The followers' tasks: which bound method a watch event asks for, and that repeats merge."""
 
+import queue
+import threading
+import time
+
 import pytest
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent, ZnodeStat
 
 from sentinel.cache import RegistryCache, reads
 from sentinel.cache.followers import DEREGISTERED, OneShotFollower, PersistentFollower, node_at
+from sentinel.cache.protection import MassLossProtection, Protection
 from sentinel.cache.views import ServiceSnapshot
 from sentinel.cache.worker import Task
-from sentinel.registry.records import ServiceSpec
+from sentinel.registry.records import InstanceRecord, ServiceSpec
+from sentinel.testing.helpers import wait_until
 from tests.unit.endpoints import endpoint
 
 
@@ -35,6 +41,9 @@ class Watches:
             return None
         self.sent.append((path, then))
         return f"read of {path}"
+
+    def after_message(self, run):
+        return False  # the worker is woken at once
 
 
 @pytest.fixture
@@ -265,3 +274,90 @@ def test_a_deletion_waits_for_the_read_of_a_creation_before_it(cache, reads_now)
     gone = "/metrics/db/p1:a"
     reads_now._on_event("/services/db", event(EventType.DELETED, gone))  # nothing waits now
     assert cache.worker._tasks.get_nowait() == Task(reads_now._apply_event, (gone,))
+
+
+class Gated(queue.SimpleQueue):
+    """The worker's queue, whose tasks reach the worker once ``gate`` is set: what the
+    caller's thread did before the worker ran anything can be seen."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+
+    def get(self, *args, **kwargs):
+        task = super().get(*args, **kwargs)
+        assert self.gate.wait(5)
+        return task
+
+
+@pytest.fixture
+def gated(cache):
+    """The cache's worker started behind a gate (set it to let the worker run), and what its
+    listeners of ``db`` heard, with the thread that told them."""
+    gate = threading.Event()
+    cache.worker._tasks = Gated(gate)
+    heard: list[tuple[object, threading.Thread]] = []
+    cache.listen("db", lambda change: heard.append((change, threading.current_thread())))
+    cache.worker.start()
+    yield gate, heard
+    gate.set()
+    assert cache.worker.stop(lambda task: None, timeout=5)
+
+
+class Reply:
+    """A read's reply in hand, as kazoo's async result holds it."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def successful(self) -> bool:
+        return True
+
+    def get(self):
+        return self.value
+
+
+def test_a_removal_is_served_on_the_events_thread_and_told_on_the_worker(cache, reads_now, gated):
+    gate, heard = gated
+    reads_now._on_event("/services/db", event(EventType.DELETED, "/services/db/p1:a"))
+    # served before the worker ran anything (it was queued for the worker before)
+    assert "p1:a" not in cache.snapshots["db"].endpoints
+    assert heard == []  # a listener may call back into the client: never on kazoo's thread
+    gate.set()
+    assert wait_until(lambda: heard) is not None
+    [(change, thread)] = heard
+    assert [e.label for e in change.removed] == ["a"] and thread.name == "sentinel-cache"
+
+
+def test_a_read_in_hand_is_served_on_the_replys_thread_and_told_on_the_worker(
+    cache, reads_now, gated
+):
+    gate, heard = gated
+    path = "/services/db/p1:b"
+    reads_now._on_event("/services/db", event(EventType.CREATED, path))
+    [(_, then)] = reads_now._watches.sent
+    record = InstanceRecord("db", "p1", "b", "10.0.0.2", 80).to_bytes(path)
+    now = int(time.time() * 1000)
+    reads_now._latest[path] = (EventType.CREATED, Reply((record, ZnodeStat(*[now] * 11))))
+    then()  # the reply is in, on kazoo's connection thread
+    assert "p1:b" in cache.snapshots["db"].endpoints and heard == []
+    gate.set()
+    assert wait_until(lambda: heard) is not None
+    [(change, thread)] = heard
+    assert [e.label for e in change.added] == ["b"] and thread.name == "sentinel-cache"
+
+
+def test_a_removal_behind_queued_work_or_counted_as_a_loss_is_the_workers(cache, reads_now, gated):
+    gate, _ = gated
+    cache.worker.put(Task(lambda: None))  # queued: a removal applied now would overtake it
+    reads_now._on_event("/services/db", event(EventType.DELETED, "/services/db/p1:a"))
+    assert "p1:a" in cache.snapshots["db"].endpoints
+    gate.set()
+    assert wait_until(lambda: "p1:a" not in cache.snapshots["db"].endpoints) is not None
+    # an unmarked loss of a service that marks departures: protection counts it (timers)
+    cache.protection = Protection(MassLossProtection(), cache.stats, lambda *_: None)
+    marking = ServiceSpec("db", mark_departures=True)
+    cache.snapshots["db"] = ServiceSnapshot.first(
+        marking, {"p1:c": endpoint("c", "p1")}, {}, frozenset(), None
+    )
+    assert wait_until(lambda: cache.worker.idle) is not None
+    assert not cache.serves_at_once("db", lost=True) and cache.serves_at_once("db", lost=False)

@@ -69,3 +69,85 @@ def test_a_merged_read_interrupted_by_the_connection_runs_again_after_the_resync
         assert reads.runs[6:] == ["resync"]
     finally:
         assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_run_now_runs_on_the_calling_thread_and_leaves_the_rest_to_the_worker():
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    assert not worker.run_now(Task(reads.read, ("early",)))  # not started: queue it
+    worker.start()
+    threads: dict[str, threading.Thread] = {}
+    woken = threading.Event()
+
+    def applied() -> None:
+        threads["task"] = threading.current_thread()
+        worker.later(told)
+        assert worker._tasks.qsize() == 0  # the worker is woken once this task has ended
+
+    def told() -> None:
+        threads["told"] = threading.current_thread()
+        woken.set()
+
+    try:
+        assert worker.run_now(Task(applied))
+        assert threads["task"] is threading.current_thread() and "told" not in threads
+        assert woken.wait(5) and threads["told"].name == "sentinel-cache"
+        run_until_idle(worker, reads)
+        assert worker.idle
+        assert worker.run_now(Task(reads.read, ("nothing left",)))  # nothing to wake it for
+        assert worker.idle and worker._tasks.qsize() == 0
+    finally:
+        assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_run_now_declines_while_the_worker_has_a_task_queued_or_running():
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    worker.start()
+    release = threading.Event()
+    running = threading.Event()
+
+    def busy() -> None:
+        running.set()
+        assert release.wait(5)
+
+    try:
+        worker.put(Task(busy))
+        assert running.wait(5)
+        # a task applied now would overtake the one running (and those queued behind it)
+        assert not worker.idle and not worker.run_now(Task(reads.read, ("now",)))
+        worker.merge(Task(reads.read, ("queued",)))
+        release.set()
+        run_until_idle(worker, reads)
+        assert reads.runs == ["queued"] and worker.idle
+        assert worker.run_now(Task(reads.read, ("now",)))
+        assert reads.runs == ["queued", "now"]
+    finally:
+        release.set()
+        assert worker.stop(lambda task: None, timeout=5)
+
+
+def test_what_is_queued_before_run_nows_wake_up_runs_after_its_deferred_work():
+    # A replacement: the new instance applied on kazoo's thread (its listeners deferred, the
+    # worker woken when that thread lets go), the old one's removal queued meanwhile: the
+    # listeners must hear of the new one first, or they see an empty service for a moment.
+    reads = Reads()
+    worker = CacheWorker(reads.resync, resync_jitter=0)
+    worker.start()
+    wake_ups: list = []
+
+    def wake(run) -> bool:  # taken: given when kazoo's thread lets go of the interpreter
+        wake_ups.append(run)
+        return True
+
+    try:
+        assert worker.run_now(Task(lambda: worker.later(reads.read, "told")), wake=wake)
+        worker.merge(Task(reads.read, ("queued meanwhile",)))
+        worker.put(Task(reads.read, ("put meanwhile",)))
+        assert worker._tasks.qsize() == 0  # all behind the wake-up not yet given
+        [wake] = wake_ups
+        wake()
+        run_until_idle(worker, reads)
+        assert reads.runs == ["told", "queued meanwhile", "put meanwhile"] and worker.idle
+    finally:
+        assert worker.stop(lambda task: None, timeout=5)
