@@ -16,7 +16,10 @@ die() { echo "run.sh: $*" >&2; exit "${2:-1}"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else return 1; fi; }
 
 apt_updated=
+apt_planning=
+apt_planned=()
 apt_install() {
+    if [ -n "$apt_planning" ]; then apt_planned+=("$@"); return 0; fi
     if [ -n "${RUN_SH_DRY_RUN:-}" ]; then echo "run.sh: would install $* from Debian's packages" >&2; return 0; fi
     command -v apt-get >/dev/null || return 1
     echo "run.sh: installing $* from Debian's packages ..." >&2
@@ -76,6 +79,16 @@ ensure_proxies() {
         || echo "run.sh: haproxy not installed; the HAProxy DNS tests skip" >&2
     command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt_install nginx-light \
         || echo "run.sh: nginx not installed; the nginx DNS tests skip" >&2
+}
+
+ensure_test_packages() {
+    ensure_zookeeper
+    ensure_graphviz
+    ensure_dig
+    ensure_chromium
+    ensure_curator
+    ensure_postgresql
+    ensure_proxies
 }
 
 ensure_node_peer() {
@@ -164,13 +177,18 @@ case "$command" in
         # The machine's own speed changes from one quarter of an hour to the next, and the
         # suite's time with it: read a run's time beside this line and the one after the suite.
         [ -n "${RUN_SH_DRY_RUN:-}" ] || python3 -m tests.machine_speed "before the set-up" || true
-        ensure_zookeeper
-        ensure_graphviz
-        ensure_dig
-        ensure_chromium
-        ensure_curator
-        ensure_postgresql
-        ensure_proxies
+        # Every package missing is installed by one apt-get (each call reads the package lists
+        # and runs dpkg's triggers again: seconds each on a fresh machine); the ensure_ functions
+        # are asked first what they would install, then again to check, and install one by one
+        # (saying so) only what the one call did not.
+        if [ -z "${RUN_SH_DRY_RUN:-}" ]; then
+            apt_planning=1
+            ensure_test_packages
+            apt_planning=
+            [ "${#apt_planned[@]}" = 0 ] || apt_install "${apt_planned[@]}" \
+                || echo "run.sh: one apt-get for ${apt_planned[*]} failed; trying each" >&2
+        fi
+        ensure_test_packages
         if [ -n "${RUN_SH_DRY_RUN:-}" ]; then
             ensure_node_peer
         else
