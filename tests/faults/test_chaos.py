@@ -68,6 +68,10 @@ def test_the_broken_client_misses_what_was_deregistered_while_it_was_away(
         proxy.restore()
         assert wait_until(lambda: reader.cache_stats.resyncs > resyncs, timeout=15)
         assert reader.cache_stats.session_events.get("lost", 0) == 0  # the session resumed
+        # The re-sync is counted when the session is told CONNECTED, which can come before the
+        # connection has sent its SetWatches2: a write meanwhile would find no watch of the
+        # reader's on the server. A read of the reader's own is answered only after it.
+        reader.read_service("api")
         writer.register("api", "p1", "127.0.0.1", 8002, label="after")
         assert wait_until(lambda: "after" in labels(), timeout=15)
         assert labels() == ({"away", "stays", "after"} if broken else {"stays", "after"})
