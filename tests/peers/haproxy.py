@@ -13,9 +13,8 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
-from sentinel.testing.helpers import wait_until
+from tests.peers.foreground import ForegroundProcess
 
 # The documented example's addresses, replaced by the test's own (docs/dns.md shows them).
 DOCUMENTED_DNS = "127.0.0.1:8600"
@@ -127,7 +126,7 @@ class Server:
         return self.operational == 2 and not self.admin & OUT_OF_ROTATION
 
 
-class HAProxy:
+class HAProxy(ForegroundProcess):
     """HAProxy run in the foreground with :func:`config`'s configuration for the agent's DNS
     at ``dns`` and ``services`` (name -> frontend port), its stats socket in a directory of
     its own. A context manager."""
@@ -136,55 +135,27 @@ class HAProxy:
         binary = haproxy_binary()
         if binary is None:
             raise FileNotFoundError("haproxy is not installed (run.sh installs Debian's package)")
-        self._directory = Path(tempfile.mkdtemp(prefix="haproxy-"))
-        self.stats = str(self._directory / "stats.sock")
+        directory = Path(tempfile.mkdtemp(prefix="haproxy-"))
+        self.stats = str(directory / "stats.sock")
         self.config = config(dns, self.stats, services)
-        (self._directory / "haproxy.cfg").write_text(self.config)
-        self._command = [binary, "-db", "-f", str(self._directory / "haproxy.cfg")]
-        self._process: subprocess.Popen[bytes] | None = None
+        (directory / "haproxy.cfg").write_text(self.config)
+        super().__init__(
+            "haproxy", [binary, "-db", "-f", str(directory / "haproxy.cfg")], directory
+        )
 
     def start(self) -> HAProxy:
         check = subprocess.run([*self._command, "-c"], capture_output=True, text=True)
         if check.returncode != 0:
             raise ValueError(f"haproxy refuses its configuration:\n{check.stdout}{check.stderr}")
-        self._process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
-        if wait_until(self._answers, 10) is None:
-            raise RuntimeError(f"haproxy did not open its stats socket: {self.stop()}")
+        self._launch(self._answers, "did not open its stats socket")
         return self
 
     def _answers(self) -> bool:
-        assert self._process is not None
-        if self._process.poll() is not None:
-            raise RuntimeError(f"haproxy exited ({self._process.returncode}): {self.stop()}")
         try:
             self.command("show info")
         except OSError:
             return False
         return True
-
-    def stop(self) -> str:
-        """End the process; returns what it wrote on stderr."""
-        stderr = ""
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.terminate()
-            _, err = self._process.communicate(timeout=10)
-            stderr = err.decode(errors="replace")
-        shutil.rmtree(self._directory, ignore_errors=True)
-        return stderr
-
-    def __enter__(self) -> HAProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def command(self, line: str) -> str:
         """One command of the runtime API; its whole answer."""

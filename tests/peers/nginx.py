@@ -10,9 +10,8 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
-from sentinel.testing.helpers import wait_until
+from tests.peers.foreground import ForegroundProcess
 
 # The documented example's addresses, replaced by the test's own (docs/dns.md shows them).
 DOCUMENTED_DNS = "127.0.0.1:8600"
@@ -88,7 +87,7 @@ def nginx_binary() -> str | None:
     return shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
 
 
-class Nginx:
+class Nginx(ForegroundProcess):
     """nginx run in the foreground, one process, with the configuration ``text``, which
     listens on 127.0.0.1:``listen`` (its pid file, logs and temporary files in a directory of
     its own). A context manager."""
@@ -98,20 +97,20 @@ class Nginx:
         binary = nginx_binary()
         if binary is None:
             raise FileNotFoundError("nginx is not installed (run.sh installs Debian's package)")
-        self._directory = Path(tempfile.mkdtemp(prefix="nginx-"))
-        (self._directory / "nginx.conf").write_text(text)
-        self._command = [
+        directory = Path(tempfile.mkdtemp(prefix="nginx-"))
+        (directory / "nginx.conf").write_text(text)
+        command = [
             binary,
             "-p",
-            f"{self._directory}/",
+            f"{directory}/",
             "-c",
-            str(self._directory / "nginx.conf"),
+            str(directory / "nginx.conf"),
             "-e",
             "stderr",
             "-g",
-            f"daemon off; master_process off; pid {self._directory}/nginx.pid;",
+            f"daemon off; master_process off; pid {directory}/nginx.pid;",
         ]
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__("nginx", command, directory)
 
     def check(self) -> subprocess.CompletedProcess[str]:
         """``nginx -t``: whether nginx accepts the configuration, and what it said."""
@@ -122,39 +121,10 @@ class Nginx:
         checked = self.check()
         if checked.returncode != 0:
             raise ValueError(f"nginx refuses its configuration:\n{checked.stderr}")
-        self._process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
 
         def listening() -> bool:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise RuntimeError(f"nginx exited ({self._process.returncode}): {self.stop()}")
             with socket.socket() as probe:
                 return probe.connect_ex(("127.0.0.1", self.listen)) == 0
 
-        if wait_until(listening, 10) is None:
-            raise RuntimeError(f"nginx does not listen on {self.listen}: {self.stop()}")
+        self._launch(listening, f"does not listen on {self.listen}")
         return self
-
-    def stop(self) -> str:
-        """End the process; returns what it wrote on stderr."""
-        stderr = ""
-        if self._process is not None:
-            if self._process.poll() is None:
-                self._process.terminate()
-            _, err = self._process.communicate(timeout=10)
-            stderr = err.decode(errors="replace")
-        shutil.rmtree(self._directory, ignore_errors=True)
-        return stderr
-
-    def __enter__(self) -> Nginx:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
