@@ -318,12 +318,12 @@ class XdsServer:
 
     def _on_change(self, event: ChangeEvent) -> None:
         """The cache's worker: hand the changed service to the loop. Never waits."""
-        if isinstance(event, InstancesChanged | ServiceSpecChanged) and self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop has ended: the server stopped
-                self._loop.call_soon_threadsafe(self._note_change, event.service)
+        if isinstance(event, InstancesChanged | ServiceSpecChanged):
+            self._changed_elsewhere(event.service)
 
     def _changed_elsewhere(self, service: str) -> None:
-        """Another region's cache worker: ``service`` changed there. Never waits."""
+        """Any thread: ``service`` changed (here, or in a region it fails over to). Never
+        waits."""
         if self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop has ended: the server stopped
                 self._loop.call_soon_threadsafe(self._note_change, service)
